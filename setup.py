@@ -1,0 +1,34 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="vlhub",
+    version="0.1.0.dev0",
+    description=(
+        "UNITER, VL-BERT, ViLBERT, Unified VLP and TDEN as Hugging Face transformers models, "
+        "with processors, pipelines, conversion of the original releases and accelerate training."
+    ),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["vlhub", "vlhub.*"]),
+    include_package_data=True,
+    package_data={"vlhub": ["**/*.json", "**/*.txt", "**/*.md"]},
+    install_requires=[
+        "torch>=2.4",
+        "torchvision>=0.19",
+        "transformers>=5.17,<6",
+        "accelerate>=1.10",
+        "datasets>=4.0",
+        "tokenizers>=0.21",
+        "safetensors>=0.4",
+        "evaluate>=0.4.6",
+        "huggingface-hub>=1.0",
+        "numpy",
+        "pillow",
+    ],
+    extras_require={"test": ["pytest>=8"]},
+    entry_points={"console_scripts": ["vlhub=vlhub.cli:main"]},
+)

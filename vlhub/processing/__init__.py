@@ -1,0 +1,5 @@
+"""From pixels or stored features to model inputs."""
+
+from .regions import RegionFeatures
+
+__all__ = ["RegionFeatures"]

@@ -7,6 +7,38 @@ work on vlhub checkpoints.
 
 __version__ = "0.1.0.dev0"
 
+from .modeling.auto import model_class_for, register_all
+from .modeling.uniter import (
+    UniterConfig,
+    UniterForImageTextRetrieval,
+    UniterForMultipleChoice,
+    UniterForPreTraining,
+    UniterForQuestionAnswering,
+    UniterForReferringExpression,
+    UniterForVisualEntailment,
+    UniterForVisualReasoning,
+    UniterModel,
+    UniterProcessor,
+    UniterRegionProcessor,
+)
 from .processing.regions import RegionFeatures
 
-__all__ = ["RegionFeatures", "__version__"]
+register_all()
+
+__all__ = [
+    "RegionFeatures",
+    "UniterConfig",
+    "UniterForImageTextRetrieval",
+    "UniterForMultipleChoice",
+    "UniterForPreTraining",
+    "UniterForQuestionAnswering",
+    "UniterForReferringExpression",
+    "UniterForVisualEntailment",
+    "UniterForVisualReasoning",
+    "UniterModel",
+    "UniterProcessor",
+    "UniterRegionProcessor",
+    "__version__",
+    "model_class_for",
+    "register_all",
+]

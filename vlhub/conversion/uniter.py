@@ -1,0 +1,325 @@
+"""Original UNITER checkpoints (ChenRocks/UNITER `.pt` files) → vlhub folders.
+
+The module tree of vlhub's UNITER keeps the original names (`uniter.embeddings.*`, `uniter.img_embeddings.*`,
+`uniter.encoder.layer.N.*`, `cls.*`, `feat_regress.*`, `region_classifier.*`, `itm_output`, `vqa_output`, ...), so
+the key map is the identity; what the converter adds is strictness (every key accounted for), the tied copies, the
+unused mask-embedding row, table sizes read from the checkpoint (NLVR2, VCR) and provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ..modeling.uniter import (
+    UniterConfig,
+    UniterForImageTextRetrieval,
+    UniterForMultipleChoice,
+    UniterForPreTraining,
+    UniterForQuestionAnswering,
+    UniterForReferringExpression,
+    UniterForVisualEntailment,
+    UniterForVisualReasoning,
+    UniterProcessor,
+    UniterRegionProcessor,
+)
+from .common import CheckpointError, ConversionReport, load_torch_state_dict, sha256_of, write_model_card
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["convert_uniter", "detect_uniter_task", "UNITER_TASKS", "ORIGINAL_REPOSITORY", "ORIGINAL_COMMIT"]
+
+ORIGINAL_REPOSITORY = "https://github.com/ChenRocks/UNITER"
+ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
+
+UNITER_TASKS = {
+    "pretraining": UniterForPreTraining,
+    "vqa": UniterForQuestionAnswering,
+    "retrieval": UniterForImageTextRetrieval,
+    "nlvr2": UniterForVisualReasoning,
+    "ve": UniterForVisualEntailment,
+    "re": UniterForReferringExpression,
+    "vcr": UniterForMultipleChoice,
+}
+_PIPELINE_TAGS = {"vqa": "visual-question-answering", "retrieval": None, "pretraining": None}
+# The heads each task's class owns (by key prefix); everything else outside `uniter.` belongs to another task.
+_HEAD_PREFIXES = {
+    "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
+    "vqa": ("vqa_output.",),
+    "ve": ("vqa_output.",),
+    "retrieval": ("itm_output.", "rank_output."),
+    "nlvr2": ("nlvr2_output.", "attn1.", "attn2.", "fc.", "attn_pool."),
+    "re": ("re_output.",),
+    "vcr": ("vcr_output.",),
+}
+_DEFAULT_HEADS = {768: 12, 1024: 16}
+
+
+def _looks_like(state_dict: dict) -> str:
+    keys = list(state_dict)
+    hints = {
+        "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
+        "VL-BERT": ("vlbert.", "module.vlbert", "object_linguistic_embeddings"),
+        "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
+        "TDEN": ("encoder_layers", "visual_embed", "decoder"),
+        "the bottom-up-attention detector": ("backbone.", "roi_heads.", "proposal_generator."),
+        "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
+    }
+    for name, needles in hints.items():
+        if any(any(needle in k for needle in needles) for k in keys):
+            return name
+    return "unknown"
+
+
+def detect_uniter_task(state_dict: dict) -> str:
+    """Which original class saved this state dict, from its head keys."""
+    has = lambda prefix: any(k.startswith(prefix) for k in state_dict)  # noqa: E731
+    if has("vcr_output."):
+        return "vcr"
+    if has("nlvr2_output."):
+        return "nlvr2"
+    if has("re_output."):
+        return "re"
+    if has("rank_output."):
+        return "retrieval"
+    if has("vqa_output."):
+        return "ve" if state_dict["vqa_output.3.weight"].shape[0] == 3 else "vqa"
+    if has("cls.predictions."):
+        return "pretraining"
+    return "pretraining"  # a bare backbone (e.g. the BERT-initialised `*-init.pt`)
+
+
+def _rename_legacy(state_dict: dict) -> tuple[dict, dict]:
+    """The original loader's TF-era renames (`gamma`→`weight`, `beta`→`bias`), and its `bert.` → `uniter.` fallback
+    for BERT-initialised files. Returns the renamed dict and, per new name, the source key."""
+    renamed, origin = {}, {}
+    for key, value in state_dict.items():
+        new = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if new.startswith("bert."):
+            new = "uniter." + new[len("bert."):]
+        renamed[new], origin[new] = value, key
+    return renamed, origin
+
+
+def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> tuple[UniterConfig, list[str]]:
+    notes = []
+    word = state_dict["uniter.embeddings.word_embeddings.weight"]
+    hidden = word.shape[1]
+    shapes = {
+        "vocab_size": word.shape[0],
+        "hidden_size": hidden,
+        "max_position_embeddings": state_dict["uniter.embeddings.position_embeddings.weight"].shape[0],
+        "type_vocab_size": state_dict["uniter.embeddings.token_type_embeddings.weight"].shape[0],
+        "num_hidden_layers": 1 + max(
+            int(k.split(".")[3]) for k in state_dict if k.startswith("uniter.encoder.layer.")
+        ),
+        "intermediate_size": state_dict["uniter.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
+        "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
+    }
+    fields = dict(original_config or {})
+    for name, value in shapes.items():
+        if name in fields and fields[name] != value:
+            if name in ("vocab_size", "type_vocab_size"):
+                # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
+                notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
+            else:
+                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
+        fields[name] = value
+    if "num_attention_heads" not in fields:
+        if hidden not in _DEFAULT_HEADS:
+            raise CheckpointError(
+                f"cannot infer the number of attention heads for hidden size {hidden}; pass the original config (--config)"
+            )
+        fields["num_attention_heads"] = _DEFAULT_HEADS[hidden]
+        notes.append(f"num_attention_heads={fields['num_attention_heads']} inferred from hidden size {hidden}")
+    return UniterConfig.from_original_config(
+        {k: v for k, v in fields.items() if k not in ("region_feature_dim", "region_location_dim")},
+        region_feature_dim=fields["region_feature_dim"],
+        region_location_dim=fields["region_location_dim"],
+    ), notes
+
+
+def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[str, int] | None:
+    candidates = [Path(answers)] if answers else [checkpoint.parent / "ans2label.json", checkpoint.parent.parent / "ans2label.json"]
+    for path in candidates:
+        if path.is_file():
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+    if answers:
+        raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
+    return None
+
+
+def _load_tokenizer(tokenizer):
+    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
+
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return tokenizer
+    name = str(tokenizer)
+    try:
+        if os.path.isfile(name):  # a bare vocab.txt
+            return BertTokenizer(vocab=name, do_lower_case=False)
+        return AutoTokenizer.from_pretrained(name, do_lower_case=False)
+    except (OSError, ValueError) as err:
+        raise OSError(
+            f"could not load the tokenizer {name!r} ({err}). UNITER uses bert-base-cased; offline, pass --tokenizer "
+            "with a local folder or vocab.txt"
+        ) from err
+
+
+def convert_uniter(
+    checkpoint: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    config: str | os.PathLike | dict | None = None,
+    task: str | None = None,
+    tokenizer="google-bert/bert-base-cased",
+    answers: str | os.PathLike | None = None,
+) -> ConversionReport:
+    """Convert an original UNITER checkpoint into a vlhub folder (safetensors, config, processor, model card).
+
+    Args:
+        checkpoint: the original `.pt` (a flat state dict; fp16 or fp32).
+        output_dir: the folder to write.
+        config: the original config json (`config/uniter-base.json`); without it the sizes are read from the
+            checkpoint and the head count inferred (12 for 768, 16 for 1024).
+        task: one of `UNITER_TASKS`; default: detected from the head keys. A pre-training checkpoint converted with
+            `task="retrieval"` gets the zero-shot `rank_output` (the ITM "match" row), as the original `inf_itm.py`.
+        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor.
+        answers: VQA answer vocabulary (`ans2label.json`); default: looked for beside the checkpoint.
+    Returns the `ConversionReport` (also saved as `conversion_report.json`).
+    """
+    checkpoint = Path(checkpoint)
+    raw = load_torch_state_dict(checkpoint)
+    state_dict, origin = _rename_legacy(raw)
+    required = ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight")
+    if not all(k in state_dict for k in required):
+        raise CheckpointError(
+            f"{checkpoint.name} is not a UNITER checkpoint: it lacks {[k for k in required if k not in state_dict]} "
+            f"(it looks like: {_looks_like(raw)})"
+        )
+    detected = detect_uniter_task(state_dict)
+    task = task or detected
+    if task not in UNITER_TASKS:
+        raise ValueError(f"task must be one of {sorted(UNITER_TASKS)}, got {task!r}")
+
+    original_config = None
+    if config is not None:
+        original_config = config if isinstance(config, dict) else json.loads(Path(config).read_text(encoding="utf-8"))
+    model_config, notes = _config_from_checkpoint(state_dict, original_config)
+    report = ConversionReport(source=checkpoint.name, notes=notes)
+
+    if task in ("vqa", "ve"):
+        if "vqa_output.3.weight" not in state_dict:
+            raise CheckpointError(f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none")
+        num_answers = state_dict["vqa_output.3.weight"].shape[0]
+        if task == "vqa":
+            ans2label = _find_answers(checkpoint, answers)
+            if ans2label is None:
+                raise FileNotFoundError(
+                    "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
+                    "(train_vqa.py writes it beside its checkpoints)"
+                )
+            if len(ans2label) != num_answers or sorted(ans2label.values()) != list(range(num_answers)):
+                raise CheckpointError(
+                    f"the answer vocabulary has {len(ans2label)} entries but the head predicts {num_answers} answers"
+                )
+            model_config.id2label = {index: answer for answer, index in ans2label.items()}
+            model_config.label2id = dict(ans2label)
+    if task == "nlvr2":
+        model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
+    if task == "re" and "re_output.3.weight" in state_dict:
+        model_config.re_head_layers = 2
+
+    model_class = UNITER_TASKS[task]
+    model = model_class(model_config)
+    target = model.state_dict()
+    mapped: dict[str, torch.Tensor] = {}
+    own_heads = _HEAD_PREFIXES[task]
+    for key, value in state_dict.items():
+        source_key = origin[key]
+        if key == "cls.predictions.decoder.weight" and task == "pretraining":
+            _drop_tied(report, source_key, value, state_dict["uniter.embeddings.word_embeddings.weight"],
+                       "uniter.embeddings.word_embeddings.weight")
+            continue
+        if key == "feat_regress.weight" and task == "pretraining":
+            _drop_tied(report, source_key, value, state_dict["uniter.img_embeddings.img_linear.weight"],
+                       "uniter.img_embeddings.img_linear.weight")
+            continue
+        if not key.startswith("uniter.") and not key.startswith(own_heads):
+            report.drop(source_key, f"head of another task (the checkpoint is a {detected!r} model; converting to {task!r})")
+            continue
+        if key not in target:
+            raise CheckpointError(f"{checkpoint.name}: key {source_key!r} has no counterpart in {model_class.__name__}")
+        if tuple(value.shape) != tuple(target[key].shape):
+            raise CheckpointError(
+                f"{checkpoint.name}: {source_key!r} has shape {tuple(value.shape)}, "
+                f"{model_class.__name__} expects {tuple(target[key].shape)}"
+            )
+        if key == "uniter.img_embeddings.mask_embedding.weight" and value[0].abs().max() > 0:
+            value = value.clone()
+            value[0] = 0
+            report.notes.append(
+                "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
+            )
+        mapped[key] = value
+        report.use(key, source_key)
+
+    if task == "retrieval" and "rank_output.weight" not in mapped:
+        mapped["rank_output.weight"] = mapped["itm_output.weight"][1:2].clone()
+        mapped["rank_output.bias"] = mapped["itm_output.bias"][1:2].clone()
+        report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
+        report.use("rank_output.weight", "itm_output.weight[1]")
+        report.use("rank_output.bias", "itm_output.bias[1]")
+
+    result = model.load_state_dict(mapped, strict=False)
+    if result.unexpected_keys:
+        raise CheckpointError(f"unexpected keys while loading: {result.unexpected_keys}")
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    for key in result.missing_keys:
+        if key not in tied:
+            report.initialize(key, "not in the source checkpoint")
+    report.check_complete(raw.keys())
+    model.tie_weights()
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)
+    tok = _load_tokenizer(tokenizer)
+    if len(tok) > model_config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    processor = UniterProcessor(
+        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok
+    )
+    processor.save_pretrained(output_dir)
+    report.save(output_dir / "conversion_report.json")
+    write_model_card(
+        output_dir,
+        title=f"UNITER ({task}) converted from {checkpoint.name}",
+        architecture="uniter",
+        source_file=checkpoint,
+        source_sha256=sha256_of(checkpoint),
+        original_repository=ORIGINAL_REPOSITORY,
+        original_commit=ORIGINAL_COMMIT,
+        report=report,
+        pipeline_tag=_PIPELINE_TAGS.get(task),
+        usage=f"""import vlhub
+from transformers import AutoProcessor
+model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
+processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
+    )
+    logger.info(report.summary())
+    return report
+
+
+def _drop_tied(report: ConversionReport, key: str, value: torch.Tensor, source: torch.Tensor, source_name: str):
+    if not torch.equal(value, source):
+        diff = (value - source).abs().max().item()
+        raise CheckpointError(
+            f"{key!r} should be tied to {source_name!r} (the original shares them) but differs by up to {diff:.3g}"
+        )
+    report.drop(key, f"tied to {source_name} (identical values); re-tied on load")

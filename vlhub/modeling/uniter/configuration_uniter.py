@@ -1,0 +1,98 @@
+"""UNITER configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+__all__ = ["UniterConfig"]
+
+
+@strict
+class UniterConfig(PreTrainedConfig):
+    r"""Configuration of a UNITER model (Chen et al., "UNITER: UNiversal Image-TExt Representation Learning").
+
+    The defaults are those of the released `uniter-base` (a cased BERT-base text vocabulary of 28996 word pieces).
+    Text fields are BERT's; the region fields describe the image embedder:
+
+    Args:
+        region_feature_dim (`int`, defaults to 2048): size of one region feature (bottom-up-attention pool5).
+        region_location_dim (`int`, defaults to 7): size of the location vector `[x1, y1, x2, y2, w, h, w*h]`,
+            every entry normalised by the image size.
+        num_region_labels (`int`, defaults to 1601): detector classes the MRC heads predict (background first).
+        region_token_type_id (`int`, defaults to 1): token type looked up (in the *text* type table) for regions.
+        wra_weight (`float`, defaults to 0.1): weight of the word-region alignment (optimal transport) loss that is
+            added to the ITM loss in `UniterForPreTraining` when WRA is requested.
+        ot_beta, ot_iterations, ot_inner_steps: IPOT settings of the WRA distance (0.5, 50, 1 as the original).
+        ranking_margin (`float`, defaults to 0.2): margin of the retrieval hinge loss.
+        nlvr2_head (`str`, defaults to `"paired-attn"`): `"paired"` or `"paired-attn"`, the NLVR2 head variant.
+        re_head_layers (`int`, defaults to 1): 1 for a linear referring-expression head, 2 for Linear-GELU-LN-Linear.
+        classifier_activation (`str`, defaults to `"gelu"`): activation inside the VQA/VE answer head.
+    """
+
+    model_type = "uniter"
+
+    vocab_size: int = 28996
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    region_feature_dim: int = 2048
+    region_location_dim: int = 7
+    num_region_labels: int = 1601
+    region_token_type_id: int = 1
+    wra_weight: float | int = 0.1
+    ot_beta: float | int = 0.5
+    ot_iterations: int = 50
+    ot_inner_steps: int = 1
+    ranking_margin: float | int = 0.2
+    nlvr2_head: str = "paired-attn"
+    re_head_layers: int = 1
+    classifier_activation: str = "gelu"
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    use_cache: bool = False
+    tie_word_embeddings: bool = True
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.nlvr2_head not in ("paired", "paired-attn"):
+            raise ValueError(f"nlvr2_head must be 'paired' or 'paired-attn', got {self.nlvr2_head!r}")
+        if self.re_head_layers not in (1, 2):
+            raise ValueError(f"re_head_layers must be 1 or 2, got {self.re_head_layers}")
+
+    @classmethod
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UniterConfig":
+        """Read a config in the original release's format (`config/uniter-base.json`: BERT fields only)."""
+        if isinstance(path_or_dict, dict):
+            original = dict(path_or_dict)
+        else:
+            with open(path_or_dict, encoding="utf-8") as f:
+                original = json.load(f)
+        known = {
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+            "type_vocab_size", "initializer_range",
+        }  # fmt: skip
+        unknown = sorted(set(original) - known)
+        if unknown:
+            raise ValueError(f"unexpected field(s) {unknown} in the original UNITER config; expected only {sorted(known)}")
+        missing = sorted({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"} - set(original))
+        if missing:
+            raise ValueError(f"the original UNITER config lacks required field(s) {missing}")
+        return cls(**{**original, **overrides})

@@ -1,0 +1,60 @@
+"""UNITER's processor: cased BERT word pieces + regions with UNITER's 7-d location vector."""
+
+from __future__ import annotations
+
+import torch
+
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.regions import RegionFeatures
+
+__all__ = ["UniterRegionProcessor", "UniterProcessor", "uniter_locations"]
+
+
+def uniter_locations(regions: RegionFeatures, float16_storage: bool = True) -> torch.Tensor:
+    """`(num_regions, 7)`: `[x1/W, y1/H, x2/W, y2/H, w/W, h/H, (w/W)*(h/H)]`.
+
+    Computed as the original feature extractor does (x2/W as x1/W + w/W, in float32). With `float16_storage` the
+    first six values are rounded to float16, as the original feature files store them, before the area is
+    appended in float32 — the released models saw exactly these numbers.
+    """
+    boxes = regions.boxes
+    height, width = regions.image_size
+    x1, y1 = boxes[:, 0] / width, boxes[:, 1] / height
+    w, h = (boxes[:, 2] - boxes[:, 0]) / width, (boxes[:, 3] - boxes[:, 1]) / height
+    stored = torch.stack([x1, y1, x1 + w, y1 + h, w, h], dim=1)
+    if float16_storage:
+        stored = stored.half().float()
+    return torch.cat([stored, stored[:, 4:5] * stored[:, 5:6]], dim=1)
+
+
+class UniterRegionProcessor(RegionProcessor):
+    """Regions → UNITER inputs.
+
+    Selection as the original's feature databases: by detector confidence, `clamp(#(conf > 0.2), 10, 100)` regions
+    (settings `confidence_threshold`, `min_regions`, `max_regions`). With `float16_storage=True` (default) features
+    and normalised boxes are rounded to float16 as the original feature files store them.
+    """
+
+    location_dim = 7
+
+    def __init__(self, float16_storage: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.float16_storage = float16_storage
+
+    def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
+        return uniter_locations(regions, self.float16_storage)
+
+    def encode_features(self, regions: RegionFeatures) -> torch.Tensor:
+        return regions.features.half().float() if self.float16_storage else regions.features
+
+
+class UniterProcessor(VisionLanguageProcessor):
+    """UNITER processor: a cased BERT tokenizer (`bert-base-cased`, vocabulary 28996) and `UniterRegionProcessor`.
+
+    `processor(text=[...], regions=[RegionFeatures, ...], return_tensors="pt")` → `input_ids`, `attention_mask`,
+    `token_type_ids`, `region_features`, `region_locations`, `region_attention_mask`. Texts longer than
+    `max_text_length` (60, the original's limit) are truncated with a warning.
+    """
+
+    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs):
+        super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)

@@ -1,0 +1,55 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+TESTS = Path(__file__).parent
+
+
+def fixtures_root() -> Path:
+    """Parity fixtures live under $VLHUB_FIXTURES_DIR (default tests/fixtures), so other sets of the same layout
+    (another seed, another tiny config) can be checked with the same tests."""
+    return Path(os.environ.get("VLHUB_FIXTURES_DIR", TESTS / "fixtures"))
+
+
+@pytest.fixture(scope="session")
+def fixture_root() -> Path:
+    return fixtures_root()
+
+
+def write_vocab(path: Path, size: int, special_tokens: dict[str, int]) -> Path:
+    """A word-piece vocabulary of `size` entries with the special tokens at the given ids (placeholders elsewhere)."""
+    vocab = [f"[unused{i}]" for i in range(size)]
+    for token, index in special_tokens.items():
+        vocab[index] = token
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_uniter_config():
+    from vlhub import UniterConfig
+
+    return UniterConfig(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        region_feature_dim=16,
+        num_region_labels=11,
+    )
+
+
+@pytest.fixture
+def tiny_vocab(tmp_path) -> Path:
+    words = ["what", "colour", "is", "the", "cat", "dog", "a", "red", "blue", "on", "table", "?", "yes", "no"]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(specials + words) + "\n", encoding="utf-8")
+    return path

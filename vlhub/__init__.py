@@ -21,9 +21,11 @@ from .modeling.uniter import (
     UniterProcessor,
     UniterRegionProcessor,
 )
+from .pipelines import register_pipelines
 from .processing.regions import RegionFeatures
 
 register_all()
+register_pipelines()
 
 __all__ = [
     "RegionFeatures",

@@ -1,0 +1,109 @@
+"""`pipeline("image-text-retrieval")`: rank many texts against one image, or many images against one text."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoConfig
+from transformers.pipelines.base import ChunkPipeline
+
+from ..processing.regions import RegionFeatures
+
+__all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
+
+
+class AutoModelForImageTextRetrieval:
+    """Loads the retrieval head a checkpoint was saved with (transformers has no Auto class for retrieval).
+
+    A checkpoint's `config.architectures` names its class; a pre-training checkpoint is loaded as is and scored
+    with its ITM "match" logit (zero-shot retrieval).
+    """
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        from ..modeling.auto import model_class_for
+
+        hub_kwargs = {k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code") if k in kwargs}
+        config = kwargs.pop("config", None) or AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+        model_class = model_class_for(config)
+        return model_class.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+
+
+def _retrieval_scores(outputs) -> torch.Tensor:
+    """One score per pair: the retrieval head's logit, or a pre-training model's ITM "match" logit."""
+    if getattr(outputs, "itm_logits", None) is not None:
+        return outputs.itm_logits[:, 1]
+    logits = outputs.logits
+    if logits.ndim != 2 or logits.shape[1] != 1:
+        raise ValueError(f"a retrieval model must give one score per pair, got logits of shape {tuple(logits.shape)}")
+    return logits[:, 0]
+
+
+class ImageTextRetrievalPipeline(ChunkPipeline):
+    """Rank image-text pairs with a single-stream cross-encoder (every pair is encoded jointly).
+
+    ```python
+    retrieval = pipeline("image-text-retrieval", model="path/to/uniter-itm")
+    retrieval(image=regions, texts=["a cat on a mat", "two dogs"])        # rank texts for one image
+    retrieval(text="a cat on a mat", images=[regions_a, regions_b])      # rank images for one text
+    ```
+    Returns `[{"score", "logit", "text"}, ...]` or `[{"score", "logit", "image_index"}, ...]`, best first; `score`
+    is the sigmoid of the pair's logit. Pairs are scored in batches of `batch_size`.
+    """
+
+    _load_processor = True
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = False
+
+    def _sanitize_parameters(self, top_k=None, **kwargs):
+        postprocess = {}
+        if top_k is not None:
+            if int(top_k) < 1:
+                raise ValueError(f"top_k must be at least 1, got {top_k}")
+            postprocess["top_k"] = int(top_k)
+        return {}, {}, postprocess
+
+    def __call__(self, image=None, texts=None, text=None, images=None, **kwargs):
+        if image is not None and texts is not None and text is None and images is None:
+            query = {"image": image, "texts": _non_empty_list(texts, "texts")}
+        elif text is not None and images is not None and image is None and texts is None:
+            query = {"text": text, "images": _non_empty_list(images, "images")}
+        else:
+            raise ValueError("pass either image= with texts=[...] (rank texts) or text= with images=[...] (rank images)")
+        if "batch_size" not in kwargs and self._batch_size is None:
+            kwargs["batch_size"] = min(len(query.get("texts") or query.get("images")), 16)
+        return super().__call__(query, **kwargs)
+
+    def _regions(self, image) -> RegionFeatures:
+        return image if isinstance(image, RegionFeatures) else self.processor.regions_from_images([image])[0]
+
+    def preprocess(self, query: dict):
+        if "texts" in query:
+            regions = self._regions(query["image"])
+            candidates = [(regions, t, {"text": t}) for t in query["texts"]]
+        else:
+            candidates = [(self._regions(img), query["text"], {"image_index": i}) for i, img in enumerate(query["images"])]
+        for n, (regions, text, label) in enumerate(candidates):
+            inputs = self.processor(text=[text], regions=[regions], return_tensors="pt")
+            yield {"candidate": label, "is_last": n == len(candidates) - 1, **inputs}
+
+    def _forward(self, inputs):
+        candidate, is_last = inputs.pop("candidate"), inputs.pop("is_last")
+        model_inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
+        scores = _retrieval_scores(self.model(**model_inputs))
+        return {"candidate": candidate, "is_last": is_last, "logits": scores}
+
+    def postprocess(self, model_outputs, top_k: int | None = None):
+        ranked = []
+        for output in model_outputs:
+            logit = output["logits"].reshape(-1)[0].float()
+            ranked.append({"score": torch.sigmoid(logit).item(), "logit": logit.item(), **output["candidate"]})
+        ranked.sort(key=lambda r: r["logit"], reverse=True)
+        return ranked[:top_k] if top_k else ranked
+
+
+def _non_empty_list(value, name):
+    items = [value] if isinstance(value, (str, RegionFeatures)) else list(value)
+    if not items:
+        raise ValueError(f"{name} is empty: nothing to rank")
+    return items

@@ -1,0 +1,86 @@
+"""`pipeline("visual-question-answering")` for vlhub models: answers with scores from regions or images."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import Pipeline
+
+from ..processing.regions import RegionFeatures
+
+__all__ = ["VisualQuestionAnsweringPipeline"]
+
+
+def _as_pairs(image, question) -> tuple[list[dict], bool]:
+    """Normalise the accepted call forms into a list of {"image", "question"} and whether one item was given."""
+    if isinstance(image, dict) and question is None:
+        return [image], True
+    if isinstance(image, (list, tuple)) and question is None and image and isinstance(image[0], dict):
+        return list(image), False
+    if image is None or question is None:
+        raise ValueError("visual question answering needs image= and question= (or a list of {'image', 'question'})")
+    images_list = isinstance(image, (list, tuple))
+    questions_list = isinstance(question, (list, tuple))
+    if not images_list and not questions_list:
+        return [{"image": image, "question": question}], True
+    images = list(image) if images_list else [image] * len(question)
+    questions = list(question) if questions_list else [question] * len(images)
+    if len(images) != len(questions):
+        raise ValueError(f"got {len(images)} images but {len(questions)} questions; pass one question per image")
+    return [{"image": i, "question": q} for i, q in zip(images, questions)], False
+
+
+class VisualQuestionAnsweringPipeline(Pipeline):
+    """Answer questions about images with a vlhub VQA model (e.g. `UniterForQuestionAnswering`).
+
+    ```python
+    vqa = pipeline("visual-question-answering", model="path/to/uniter-vqa")
+    vqa(image=regions, question="what colour is the cat?", top_k=3)   # regions: vlhub.RegionFeatures
+    vqa(image="cat.jpg", question="...")   # when the processor carries a region extractor
+    vqa(image=[r1, r2], question=["q1", "q2"], batch_size=2)
+    ```
+    Returns `[{"score": float, "answer": str}, ...]` (top_k, best first) per input; scores are the answer
+    probabilities (sigmoid, as the models are trained with binary cross-entropy on soft scores).
+    """
+
+    _load_processor = True
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = False
+
+    def _sanitize_parameters(self, top_k=None, timeout=None, **kwargs):
+        postprocess = {}
+        if top_k is not None:
+            if int(top_k) < 1:
+                raise ValueError(f"top_k must be at least 1, got {top_k}")
+            postprocess["top_k"] = int(top_k)
+        return {}, {}, postprocess
+
+    def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
+        pairs, single = _as_pairs(image, question)
+        if not single and "batch_size" not in kwargs and self._batch_size is None:
+            kwargs["batch_size"] = min(len(pairs), 16)
+        results = super().__call__(pairs if not single else pairs[0], **kwargs)
+        return results
+
+    def preprocess(self, inputs: dict):
+        if not isinstance(inputs, dict) or "image" not in inputs or "question" not in inputs:
+            raise ValueError(f"each input must be a dict with 'image' and 'question', got {inputs!r}")
+        image, question = inputs["image"], inputs["question"]
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"the question must be a non-empty string, got {question!r}")
+        if isinstance(image, RegionFeatures):
+            return self.processor(text=[question], regions=[image], return_tensors="pt")
+        return self.processor(text=[question], images=[image], return_tensors="pt")
+
+    def _forward(self, model_inputs):
+        model_inputs = {k: v for k, v in model_inputs.items() if k in self.processor.model_input_names}
+        return {"logits": self.model(**model_inputs).logits}
+
+    def postprocess(self, model_outputs, top_k: int = 5):
+        probabilities = torch.sigmoid(model_outputs["logits"].float())[0]
+        top_k = min(top_k, probabilities.shape[-1])
+        scores, ids = probabilities.topk(top_k)
+        id2label = self.model.config.id2label
+        return [{"score": score.item(), "answer": id2label[i.item()]} for score, i in zip(scores, ids)]

@@ -1,0 +1,96 @@
+"""Converter behaviour beyond the numbers: strict key accounting, provenance, clear errors for wrong files."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import vlhub
+from vlhub.conversion import CheckpointError, convert_uniter
+from vlhub.conversion.common import sha256_of
+
+from .conftest import fixtures_root, write_vocab
+
+ORIGINAL = fixtures_root() / "uniter" / "original"
+pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no UNITER fixture")
+
+
+@pytest.fixture
+def vocab(tmp_path):
+    size = json.loads((ORIGINAL / "config.json").read_text())["vocab_size"]
+    specials = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+    return write_vocab(tmp_path / "vocab.txt", size, specials)
+
+
+def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path, vocab):
+    source = ORIGINAL / "uniter-pretrain.pt"
+    report = convert_uniter(source, tmp_path / "out", config=ORIGINAL / "config.json",
+                            tokenizer=vocab)
+    keys = torch.load(source, weights_only=True).keys()
+    assert set(report.used.values()) | set(report.dropped) == set(keys)
+    assert "cls.predictions.decoder.weight" in report.dropped and "feat_regress.weight" in report.dropped
+    assert not report.initialized
+    saved = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
+    assert saved["dropped"] == report.dropped
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert sha256_of(source) in card and "ChenRocks/UNITER" in card and "uniter-pretrain.pt" in card
+
+
+def test_task_switch_drops_other_heads_with_reasons_and_initialises_new_ones(tmp_path, vocab):
+    report = convert_uniter(ORIGINAL / "uniter-itm.pt", tmp_path / "re", config=ORIGINAL / "config.json", task="re",
+                            tokenizer=vocab)
+    assert set(report.dropped) == {"itm_output.weight", "itm_output.bias", "rank_output.weight", "rank_output.bias"}
+    assert all("another task" in reason for reason in report.dropped.values())
+    assert set(report.initialized) == {"re_output.weight", "re_output.bias"}
+    assert isinstance(vlhub.model_class_for(vlhub.UniterConfig.from_pretrained(tmp_path / "re")), type)
+
+
+def test_fp16_checkpoint_with_ddp_prefix_converts_to_the_same_numbers(tmp_path, vocab):
+    state = torch.load(ORIGINAL / "uniter-itm.pt", weights_only=True)
+    torch.save({f"module.{k}": v.half() for k, v in state.items()}, tmp_path / "half.pt")
+    convert_uniter(tmp_path / "half.pt", tmp_path / "half", config=ORIGINAL / "config.json", tokenizer=vocab)
+    model = vlhub.UniterForImageTextRetrieval.from_pretrained(tmp_path / "half")
+    assert model.rank_output.weight.dtype == torch.float32
+    assert torch.equal(model.rank_output.weight, state["rank_output.weight"].half().float())
+
+
+def test_wrong_files_get_clear_errors(tmp_path, vocab):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        convert_uniter(tmp_path / "missing.pt", tmp_path / "x", tokenizer=vocab)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes((ORIGINAL / "uniter-re.pt").read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="truncated, corrupt"):
+        convert_uniter(truncated, tmp_path / "x", tokenizer=vocab)
+    vilbert_like = tmp_path / "vilbert.bin"
+    torch.save({"bert.v_embeddings.image_embeddings.weight": torch.zeros(2, 2), "vil_prediction.weight": torch.zeros(2)},
+               vilbert_like)
+    with pytest.raises(CheckpointError, match="not a UNITER checkpoint.*ViLBERT"):
+        convert_uniter(vilbert_like, tmp_path / "x", tokenizer=vocab)
+    with pytest.raises(CheckpointError, match="needs a fine-tuned answer head"):
+        convert_uniter(ORIGINAL / "uniter-itm.pt", tmp_path / "x", config=ORIGINAL / "config.json", task="vqa",
+                       tokenizer=vocab)
+    with pytest.raises(FileNotFoundError, match="answer vocabulary"):
+        convert_uniter(ORIGINAL / "uniter-vqa.pt", tmp_path / "x", config=ORIGINAL / "config.json",
+                       tokenizer=vocab, answers=tmp_path / "nope.json")
+    bad_config = tmp_path / "bad.json"
+    bad_config.write_text(json.dumps({**json.loads((ORIGINAL / "config.json").read_text()), "hidden_size": 32}))
+    with pytest.raises(CheckpointError, match="hidden_size=32 but the checkpoint has 64"):
+        convert_uniter(ORIGINAL / "uniter-re.pt", tmp_path / "x", config=bad_config, tokenizer=vocab)
+
+
+def test_cli_converts_and_reports_errors(tmp_path, vocab):
+    out = tmp_path / "cli"
+    result = subprocess.run(
+        [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(ORIGINAL / "uniter-re.pt"), "--output-dir",
+         str(out), "--config", str(ORIGINAL / "config.json"), "--tokenizer", str(vocab)],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
+    bad = subprocess.run(
+        [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(tmp_path / "none.pt"), "--output-dir", str(out)],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    )
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

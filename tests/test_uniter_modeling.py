@@ -139,7 +139,7 @@ def test_downstream_heads(tiny_uniter_config, batch):
 
 
 @pytest.mark.parametrize("head", ["paired", "paired-attn"])
-def test_nlvr2_heads(tiny_uniter_config, batch, head):
+def test_nlvr2_heads(tmp_path, tiny_uniter_config, batch, head):
     config = vlhub.UniterConfig(**{**tiny_uniter_config.to_dict(), "type_vocab_size": 3, "nlvr2_head": head})
     model = UniterForVisualReasoning(config).eval()
     two_images = {
@@ -152,6 +152,12 @@ def test_nlvr2_heads(tiny_uniter_config, batch, head):
     assert out.logits.shape == (2, 2) and torch.isfinite(out.loss)
     with pytest.raises(ValueError, match="two images"):
         model(**batch)
+    # a backbone-only checkpoint gives the head freshly initialised (finite) parameters
+    vlhub.UniterModel(config).save_pretrained(tmp_path)
+    fresh = UniterForVisualReasoning.from_pretrained(tmp_path)
+    assert all(torch.isfinite(p).all() for p in fresh.parameters())
+    if head == "paired-attn":
+        assert fresh.attn1.in_proj_weight.abs().max() < 1
 
 
 def test_multiple_choice(tmp_path, tiny_uniter_config, batch):
@@ -188,6 +194,9 @@ def test_model_bad_inputs(tiny_uniter_config, batch):
         model(input_ids=torch.ones(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="neither"):
         model()
+    with pytest.raises(ValueError, match="no region_attention_mask"):
+        model(input_ids=batch["input_ids"], region_features=batch["region_features"],
+              region_locations=batch["region_locations"])
     with pytest.raises(ValueError, match="differ in size"):
         model(input_ids=batch["input_ids"][:1], region_features=batch["region_features"],
-              region_locations=batch["region_locations"])
+              region_locations=batch["region_locations"], region_attention_mask=batch["region_attention_mask"])

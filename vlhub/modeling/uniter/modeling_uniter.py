@@ -206,9 +206,13 @@ class UniterPreTrainedModel(PreTrainedModel):
             init.zeros_(module.token_type_ids)
         elif isinstance(module, (BertLMPredictionHead, RegionFeatureRegressionHead)):
             init.zeros_(module.bias)
+        elif isinstance(module, nn.MultiheadAttention):  # NLVR2 paired-attn: raw in-projection parameters
+            init.xavier_uniform_(module.in_proj_weight)
+            init.zeros_(module.in_proj_bias)
 
 
-def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_features, region_locations):
+def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_features, region_locations,
+                  region_attention_mask):
     if input_ids is not None and inputs_embeds is not None:
         raise ValueError("pass either input_ids or inputs_embeds, not both")
     text = input_ids if input_ids is not None else inputs_embeds
@@ -233,6 +237,13 @@ def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_feature
         expected = (*region_features.shape[:2], config.region_location_dim)
         if tuple(region_locations.shape) != expected:
             raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+        if region_attention_mask is None and region_features.shape[0] > 1:
+            padded_rows = (region_features == 0).all(dim=-1)
+            if padded_rows.any():
+                raise ValueError(
+                    "region_features contain all-zero (padded) regions but no region_attention_mask was given: pass "
+                    "the processor's full output (region_attention_mask of shape (batch, num_regions))"
+                )
         if text is not None and text.shape[0] != region_features.shape[0]:
             raise ValueError(
                 f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
@@ -287,7 +298,7 @@ class UniterModel(UniterPreTrainedModel):
         Returns `last_hidden_state` `(batch, T + R, hidden)` laid out `[text | regions]` and `pooler_output`
         `(batch, hidden)` (tanh(dense) of position 0, the [CLS] token when text is present).
         """
-        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations)
+        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask)
         pieces, masks = [], []
         if input_ids is not None or inputs_embeds is not None:
             text = input_ids if input_ids is not None else inputs_embeds

@@ -7,6 +7,7 @@ from transformers import AutoConfig
 from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
+from .visual_question_answering import top_k_parameter
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
 
@@ -56,12 +57,7 @@ class ImageTextRetrievalPipeline(ChunkPipeline):
     _load_tokenizer = False
 
     def _sanitize_parameters(self, top_k=None, **kwargs):
-        postprocess = {}
-        if top_k is not None:
-            if int(top_k) < 1:
-                raise ValueError(f"top_k must be at least 1, got {top_k}")
-            postprocess["top_k"] = int(top_k)
-        return {}, {}, postprocess
+        return {}, {}, top_k_parameter(top_k)
 
     def __call__(self, image=None, texts=None, text=None, images=None, **kwargs):
         if image is not None and texts is not None and text is None and images is None:

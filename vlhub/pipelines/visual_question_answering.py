@@ -9,7 +9,16 @@ from transformers import Pipeline
 
 from ..processing.regions import RegionFeatures
 
-__all__ = ["VisualQuestionAnsweringPipeline"]
+__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter"]
+
+
+def top_k_parameter(top_k) -> dict:
+    """The postprocess parameters for a user's `top_k` (validated)."""
+    if top_k is None:
+        return {}
+    if int(top_k) < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    return {"top_k": int(top_k)}
 
 
 def _as_pairs(image, question) -> tuple[list[dict], bool]:
@@ -49,13 +58,8 @@ class VisualQuestionAnsweringPipeline(Pipeline):
     _load_feature_extractor = False
     _load_tokenizer = False
 
-    def _sanitize_parameters(self, top_k=None, timeout=None, **kwargs):
-        postprocess = {}
-        if top_k is not None:
-            if int(top_k) < 1:
-                raise ValueError(f"top_k must be at least 1, got {top_k}")
-            postprocess["top_k"] = int(top_k)
-        return {}, {}, postprocess
+    def _sanitize_parameters(self, top_k=None, **kwargs):
+        return {}, {}, top_k_parameter(top_k)
 
     def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
         pairs, single = _as_pairs(image, question)

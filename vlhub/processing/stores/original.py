@@ -22,6 +22,7 @@ import io
 import json
 import os
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -299,7 +300,7 @@ class UniterLmdbReader(_LmdbReader):
             try:
                 with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                     record = {name: archive[name] for name in archive.files}
-            except (ValueError, OSError) as err:
+            except (ValueError, OSError, zipfile.BadZipFile) as err:
                 raise FeatureFileError(f"{source}: corrupt compressed npz ({err})") from err
         else:
             record = _decode_msgpack(data, source)
@@ -452,6 +453,6 @@ class NpzFolderReader(_Reader):
                 record = {name: archive[name] for name in archive.files if name != "image_id"}
         except ValueError as err:
             raise FeatureFileError(f"{path}: cannot be read without pickle, or is corrupt ({err})") from err
-        except (OSError, EOFError) as err:
+        except (OSError, EOFError, zipfile.BadZipFile) as err:
             raise FeatureFileError(f"{path}: not a readable npz file ({err})") from err
         return _butd_record(record, str(path), BUTD_TSV_FIELDS)

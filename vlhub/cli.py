@@ -1,6 +1,7 @@
 """The `vlhub` command line.
 
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
+    vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
 """
 
 from __future__ import annotations
@@ -44,11 +45,22 @@ def _add_convert(subparsers) -> argparse._SubParsersAction:
     return architectures
 
 
+def _add_extract(subparsers):
+    from . import extract
+
+    parser = subparsers.add_parser(
+        "extract", help="region features for images into a region store (resumable; for several processes use "
+        "`accelerate launch -m vlhub.extract ...`)")
+    extract.add_arguments(parser)
+    parser.set_defaults(func=extract.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlhub", description="vlhub command line tools")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_convert(subparsers)
+    _add_extract(subparsers)
     return parser
 
 

@@ -227,3 +227,21 @@ def test_boxes_outside_image_are_reported_with_the_file(tmp_path):
              num_boxes=[2])
     with pytest.raises(FeatureFileError, match="1.npz.*inside the image"):
         NpzFolderReader(tmp_path)["1"]
+
+
+def test_import_features_cli_into_a_store(tmp_path):
+    from vlhub.cli import main
+    from vlhub.processing.stores import RegionStore
+
+    images = {"391895": detections(3, 13), "42": detections(4, 14)}
+    folder = tmp_path / "npz"
+    folder.mkdir()
+    for image_id, d in images.items():
+        np.savez(folder / f"{image_id}.npz", features=d["features"], boxes=d["boxes"], cls_prob=d["cls_prob"],
+                 image_h=[HEIGHT], image_w=[WIDTH], num_boxes=[len(d["boxes"])])
+    assert main(["import-features", str(folder), "--format", "npz", "--output", str(tmp_path / "store")]) == 0
+    assert main(["import-features", str(folder), "--format", "npz", "--output", str(tmp_path / "store")]) == 0
+    store = RegionStore(tmp_path / "store")
+    assert sorted(store.ids) == sorted(images)
+    np.testing.assert_array_equal(store["42"].class_probs.numpy(), images["42"]["cls_prob"])
+    assert main(["import-features", str(folder), "--format", "vlp-h5", "--output", str(tmp_path / "s2")]) == 2

@@ -41,6 +41,8 @@ __all__ = [
     "NpzFolderReader",
     "BUTD_TSV_FIELDS",
     "LXMERT_TSV_FIELDS",
+    "FEATURE_FORMATS",
+    "open_feature_file",
 ]
 
 BUTD_TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
@@ -456,3 +458,32 @@ class NpzFolderReader(_Reader):
         except (OSError, EOFError, zipfile.BadZipFile) as err:
             raise FeatureFileError(f"{path}: not a readable npz file ({err})") from err
         return _butd_record(record, str(path), BUTD_TSV_FIELDS)
+
+
+# --------------------------------------------------------------------------------------------------- by name
+FEATURE_FORMATS = {
+    "butd-tsv": "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
+    "lxmert-tsv": "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
+    "uniter-lmdb": "UNITER image LMDB (compressed npz or msgpack per image)",
+    "vilbert-lmdb": "ViLBERT beta / multi-task LMDB (pickled rows)",
+    "vlp-h5": "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
+    "npz": "a folder of per-image npz files (X-modaler / TDEN)",
+}
+
+
+def open_feature_file(format: str, path: str | os.PathLike, **options) -> _Reader:
+    """The reader for `format` (one of `FEATURE_FORMATS`) on `path`; `options` go to the reader (for "vlp-h5":
+    `boxes=`, `class_probs=`, `image_sizes=` / `image_size_from_boxes=`, with `path` the feature file)."""
+    if format == "butd-tsv":
+        return ButdTsvReader(path, fields="butd", **options)
+    if format == "lxmert-tsv":
+        return ButdTsvReader(path, fields="lxmert", **options)
+    if format == "uniter-lmdb":
+        return UniterLmdbReader(path, **options)
+    if format == "vilbert-lmdb":
+        return VilbertLmdbReader(path, **options)
+    if format == "vlp-h5":
+        return VlpH5Reader(path, **options)
+    if format == "npz":
+        return NpzFolderReader(path, **options)
+    raise ValueError(f"unknown feature format {format!r}; expected one of {sorted(FEATURE_FORMATS)}")

@@ -17,7 +17,7 @@ Wire format read (field numbers of `caffe/src/caffe/proto/caffe.proto`, BVLC mas
 | V1LayerParameter | `layer` (V0LayerParameter) | 1 | length-delimited | pre-2014 format: refused |
 | V1LayerParameter | `name` / `type` | 4 / 5 | length-delimited / varint (enum) | |
 | V1LayerParameter | `blobs` (BlobProto) | 6 | length-delimited | |
-| BlobProto | `num`, `channels`, `height`, `width` | 1, 2, 3, 4 | varint (int32) | legacy 4-d shape |
+| BlobProto | `num`, `channels`, `height`, `width` | 1, 2, 3, 4 | varint (int32 or int64) | legacy 4-d shape |
 | BlobProto | `data` | 5 | packed float32 (unpacked 32-bit accepted) | values |
 | BlobProto | `diff` / `double_diff` | 6 / 9 | packed | gradients: skipped unread |
 | BlobProto | `shape` (BlobShape) | 7 | length-delimited | shape (wins over the legacy dims) |
@@ -250,8 +250,9 @@ def _read_blob(reader: _WireReader, span: _Span, where: str) -> np.ndarray:
         shape = [legacy.get(i, 1) for i in (1, 2, 3, 4)] if legacy else [values.size]
     if any(d < 0 for d in shape) or math.prod(shape) != values.size:
         raise reader.error(f"{where} has shape {tuple(shape)} but holds {values.size} values (corrupt or truncated)")
-    # A native-endian float32/float64 copy only where the file's little-endian view is not already one.
-    return values.astype(values.dtype.newbyteorder("="), copy=False).reshape(shape)
+    # Native byte order (a copy only on big-endian machines); writable like every other array returned.
+    values = values.astype(values.dtype.newbyteorder("="), copy=False)
+    return (values if values.flags.writeable else values.copy()).reshape(shape)
 
 
 def _read_layer(reader: _WireReader, span: _Span, legacy: bool, index: int) -> tuple[str | None, list[np.ndarray]]:
@@ -280,10 +281,7 @@ _OTHER_FORMATS = (
     (b"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth saved by torch>=1.6, or a .npz)"),
     (b"\x89HDF", "an HDF5 file (Keras .h5?)"),
     (b"\x93NUMPY", "a NumPy .npy file"),
-    (b"\x80\x02", "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)"),
-    (b"\x80\x03", "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)"),
-    (b"\x80\x04", "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)"),
-    (b"\x80\x05", "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)"),
+    *((bytes([0x80, version]), "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)") for version in (2, 3, 4, 5)),
 )
 _PROTOTXT = re.compile(rb"^\s*(#|name\s*:|layers?\s*\{|input\s*:)")
 _TEXT_BYTES = frozenset(b"\t\n\r" + bytes(range(0x20, 0x7F)))

@@ -346,10 +346,27 @@ def test_anchor_generators_match_caffe_and_detectron2(d2_state):
     caffe_inclusive = [[-38, -16, 53, 31], [-84, -40, 99, 55], [-176, -88, 191, 103], [-360, -184, 375, 199],
                        [-24, -24, 39, 39], [-56, -56, 71, 71], [-120, -120, 135, 135], [-248, -248, 263, 263],
                        [-14, -36, 29, 51], [-36, -80, 51, 95], [-80, -168, 95, 183], [-168, -344, 183, 359]]
-    np.testing.assert_array_equal(caffe_cell_anchors(), np.array(caffe_inclusive) + [0, 0, 1, 1])
+    np.testing.assert_array_equal(caffe_cell_anchors(), caffe_inclusive)
     # What detectron2 generated from the port's config (the fixture's buffer).
     generated = d2_state["proposal_generator.anchor_generator.cell_anchors.0"]
     np.testing.assert_array_equal(detectron2_cell_anchors(), generated)
+
+
+def test_anchors_given_as_an_array_are_stored_as_given():
+    shifted = caffe_cell_anchors() + np.float32([0, 0, 1, 1])  # for detectron2's width convention
+    state, report = caffe_to_detectron2(tiny_caffe_net(), anchors=shifted, **TINY)
+    np.testing.assert_array_equal(state["proposal_generator.anchor_generator.cell_anchors.0"][0], [-38, -16, 54, 32])
+    assert "given" in report.initialized["proposal_generator.anchor_generator.cell_anchors.0"]
+    with pytest.raises(ValueError, match=r"shape \(12, 4\)"):
+        caffe_to_detectron2(tiny_caffe_net(), anchors=shifted[:9], **TINY)
+    with pytest.raises(ValueError, match="'caffe', 'detectron2' or an"):
+        caffe_to_detectron2(tiny_caffe_net(), anchors="torchvision", **TINY)
+    nine = dict(tiny_caffe_net(), rpn_cls_score=[np.zeros((18, 2, 1, 1)), np.zeros(18)],
+                rpn_bbox_pred=[np.zeros((36, 2, 1, 1)), np.zeros(36)])
+    with pytest.raises(CaffemodelError, match="predicts 9 anchors per cell but Caffe's generator .* makes 12"):
+        caffe_to_detectron2(nine, **TINY)
+    state, _ = caffe_to_detectron2(nine, anchors=np.zeros((9, 4)), **TINY)
+    assert state["proposal_generator.rpn_head.objectness_logits.weight"].shape == (9, 2, 1, 1)
 
 
 def test_plain_model_without_attribute_head():

@@ -39,9 +39,9 @@ Conventions turned around (Caffe → detectron2; see `shared/specs/regions.md` �
   are multiplied by detectron2's `ROI_BOX_HEAD.BBOX_REG_WEIGHTS` (10, 10, 5, 5), because py-faster-rcnn saved the
   weights with its target normalisation folded in (effective weights 1, 1, 1, 1) while the port decodes with
   deltas / (10, 10, 5, 5).
-- Anchors: Caffe's `generate_anchors` (ratio-major, integer, pixel-inclusive) are stored in
-  `proposal_generator.anchor_generator.cell_anchors.0` (a persistent buffer in that detectron2, loaded from the
-  checkpoint) — see `caffe_cell_anchors` and the `anchors` argument of `caffe_to_detectron2`.
+- Anchors: Caffe does not store them; `proposal_generator.anchor_generator.cell_anchors.0` (a persistent buffer in
+  that detectron2, loaded from the checkpoint over the generated one) gets Caffe's `generate_anchors` boxes by
+  default — see `caffe_cell_anchors` and the `anchors` argument of `caffe_to_detectron2`.
 """
 
 from __future__ import annotations
@@ -349,14 +349,13 @@ ANCHOR_SCALES = (4, 8, 16, 32)  # × the 16-pixel base: 64, 128, 256, 512 pixels
 def caffe_cell_anchors(
     base_size: int = ANCHOR_STRIDE, ratios: Sequence[float] = ANCHOR_RATIOS, scales: Sequence[int] = ANCHOR_SCALES
 ) -> np.ndarray:
-    """The RPN cell anchors of py-faster-rcnn's `generate_anchors` as detectron2 boxes, [len(ratios)·len(scales), 4].
+    """The RPN cell anchors of py-faster-rcnn's `generate_anchors`, [len(ratios)·len(scales), 4], as Caffe uses them.
 
     Order = Caffe's channel order: ratio-major (anchor r·len(scales) + s). Caffe rounds the base box's width and
-    height per ratio (half to even), scales them, centres them on ((base−1)/2, (base−1)/2) and writes
-    pixel-inclusive corners (x2 = x1 + w − 1); detectron2 measures width as x2 − x1, so the returned boxes are
-    (x1, y1, x2 + 1, y2 + 1):
-    detectron2's decoding of them gives exactly Caffe's `bbox_transform_inv` of the inclusive boxes (same width and
-    centre). E.g. anchor 0 is Caffe's [-38, -16, 53, 31] (92 × 48) → [-38, -16, 54, 32].
+    height per ratio (half to even), scales them and centres them on ((base−1)/2, (base−1)/2), with pixel-inclusive
+    corners (x2 = x1 + w − 1): anchor 0 is [-38, -16, 53, 31], 92 × 48. Decode them with Caffe's convention
+    (width = x2 − x1 + 1, vlhub's `box_convention="caffe"`); for detectron2's (width = x2 − x1), the boxes
+    `anchors + (0, 0, 1, 1)` decode to exactly the same proposals (same widths and centres).
     """
     centre = (base_size - 1) / 2
     boxes = []
@@ -366,7 +365,7 @@ def caffe_cell_anchors(
         for scale in scales:
             w, h = width * scale, height * scale
             x1, y1 = centre - (w - 1) / 2, centre - (h - 1) / 2
-            boxes.append([x1, y1, x1 + w, y1 + h])
+            boxes.append([x1, y1, x1 + w - 1, y1 + h - 1])
     return np.asarray(boxes, dtype=np.float32)
 
 
@@ -553,7 +552,9 @@ def caffe_to_detectron2(
         attributes: convert the attribute head (`cls_embedding`, `fc_attr`, `attr_score`; required when True);
             False drops those layers (with that reason in the report) for the plain `faster_rcnn_from_caffe.pkl`.
         anchors: what `proposal_generator.anchor_generator.cell_anchors.0` holds, and the RPN channel order.
-            "caffe": Caffe's own anchors (`caffe_cell_anchors`) in Caffe's channel order — the original RPN exactly.
+            "caffe": Caffe's own anchors (`caffe_cell_anchors`, pixel-inclusive: decode them with Caffe's +1 width
+            convention) in Caffe's channel order — the original RPN exactly. For a model decoding with detectron2's
+            width convention pass `anchors=caffe_cell_anchors() + (0, 0, 1, 1)`, which decodes identically.
             "detectron2": the anchors detectron2's `DefaultAnchorGenerator` makes from the port's config (sizes
             64-512, ratios 0.5/1/2; `detectron2_cell_anchors`), RPN channels permuted from Caffe's ratio-major to its
             size-major order (each channel keeps the anchor of the nearest shape, e.g. 90.5×45.3 for Caffe's 92×48).
@@ -650,7 +651,7 @@ def _cell_anchors(anchors, num_anchors: int) -> tuple[np.ndarray, np.ndarray, st
     if isinstance(anchors, str):
         if anchors != "caffe":
             raise ValueError(f"anchors must be 'caffe', 'detectron2' or an [A, 4] array, got {anchors!r}")
-        cell_anchors, description = caffe_cell_anchors(), "Caffe generate_anchors (ratio-major), x2/y2 + 1"
+        cell_anchors, description = caffe_cell_anchors(), "Caffe generate_anchors (ratio-major, pixel-inclusive)"
         if len(cell_anchors) != num_anchors:
             raise CaffemodelError(
                 f"the RPN predicts {num_anchors} anchors per cell but Caffe's generator with ratios {ANCHOR_RATIOS} "

@@ -396,7 +396,6 @@ BUTD_STAGE_BLOCKS = (3, 4, 23, 3)  # ResNet-101: res2, res3, res4 (backbone), re
 _STAGES = (2, 3, 4, 5)
 _BRANCHES = {"1": "shortcut", "2a": "conv1", "2b": "conv2", "2c": "conv3"}
 _BLOCK_LAYER = re.compile(r"^(res|bn|scale)([2-5])([a-z]\d*)_branch(1|2a|2b|2c)$")
-_FROZEN_BN = ("weight", "bias", "running_mean", "running_var")
 
 
 def _block_index(suffix: str) -> int:

@@ -1,0 +1,95 @@
+"""RoI head: RoIPool 14×14 at 1/16 on res4 → dilated stride-1 res5 → mean-pooled region feature → predictors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.ops import roi_pool
+
+from .backbone import make_stage
+from .configuration import DetectorConfig
+
+__all__ = ["BoxPredictor", "RoIHeads", "HeadOutputs"]
+
+
+@dataclass
+class HeadOutputs:
+    """Per-RoI outputs for `R` RoIs: `features` `(R, F)`, `class_logits` `(R, C + 1)` (background LAST),
+    `box_deltas` `(R, 4·C)`, `attribute_logits` `(R, A + 1)` ("no attribute" LAST) or None."""
+
+    features: torch.Tensor
+    class_logits: torch.Tensor
+    box_deltas: torch.Tensor
+    attribute_logits: torch.Tensor | None
+
+    def split(self, sizes: list[int]) -> list["HeadOutputs"]:
+        parts = [t.split(sizes) if t is not None else [None] * len(sizes)
+                 for t in (self.features, self.class_logits, self.box_deltas, self.attribute_logits)]
+        return [HeadOutputs(*fields) for fields in zip(*parts)]
+
+
+class BoxPredictor(nn.Module):
+    """`cls_score` (C + 1 logits, background last), class-specific `bbox_pred` (4·C), and the attribute head:
+    embedding of the arg-max class over ALL logits (background included) ⊕ feature → `fc_attr` → ReLU →
+    `attr_score` (A + 1 logits, "no attribute" last)."""
+
+    def __init__(self, config: DetectorConfig):
+        super().__init__()
+        dim = config.feature_dim
+        self.cls_score = nn.Linear(dim, config.num_classes + 1)
+        self.bbox_pred = nn.Linear(dim, 4 * config.num_classes)
+        self.has_attributes = config.has_attributes
+        if self.has_attributes:
+            self.cls_embedding = nn.Embedding(config.num_classes + 1, config.attribute_embedding_dim)
+            self.fc_attr = nn.Linear(dim + config.attribute_embedding_dim, config.attribute_hidden_dim)
+            self.attr_score = nn.Linear(config.attribute_hidden_dim, config.num_attributes + 1)
+
+    def forward(self, features: torch.Tensor):
+        class_logits = self.cls_score(features)
+        box_deltas = self.bbox_pred(features)
+        attribute_logits = None
+        if self.has_attributes:
+            embedded = self.cls_embedding(class_logits.argmax(dim=-1))
+            hidden = F.relu(self.fc_attr(torch.cat([features, embedded.to(features.dtype)], dim=-1)))
+            attribute_logits = self.attr_score(hidden)
+        return class_logits, box_deltas, attribute_logits
+
+
+class RoIHeads(nn.Module):
+    """RoIs of all images of a batch go through res5 together (in chunks of `roi_batch_size`); each image's RoIs
+    are pooled from its own res4 map, so batching never changes a feature."""
+
+    def __init__(self, config: DetectorConfig):
+        super().__init__()
+        self.config = config
+        self.res5 = make_stage(
+            3, config.res4_channels, config.num_groups * config.width_per_group * 8, config.feature_dim,
+            first_stride=1, config=config, dilation=config.res5_dilation,
+        )
+        self.box_predictor = BoxPredictor(config)
+
+    def pool(self, res4: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        """`(R, C4, P, P)` max-pooled bins of `boxes` `(R, 4)` (resized-image pixels) on one image's `res4`."""
+        rois = torch.cat([boxes.new_zeros(len(boxes), 1), boxes], dim=1).to(res4.dtype)
+        size = self.config.pooler_resolution
+        return roi_pool(res4, rois, (size, size), 1.0 / self.config.feature_stride)
+
+    def pooled_features(self, pooled: torch.Tensor) -> torch.Tensor:
+        """`(R, F)` region features: res5 on the pooled bins, averaged over space."""
+        chunks = []
+        for start in range(0, len(pooled), self.config.roi_batch_size):
+            chunks.append(self.res5(pooled[start:start + self.config.roi_batch_size]).mean(dim=(2, 3)))
+        return torch.cat(chunks) if chunks else pooled.new_zeros(0, self.config.feature_dim)
+
+    def forward(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> list[HeadOutputs]:
+        pooled = torch.cat([self.pool(res4, b) for res4, b in zip(res4_maps, boxes)])
+        if res4_maps and res4_maps[0].is_contiguous(memory_format=torch.channels_last):
+            pooled = pooled.contiguous(memory_format=torch.channels_last)
+        features = self.pooled_features(pooled)
+        class_logits, box_deltas, attribute_logits = self.box_predictor(features)
+        outputs = HeadOutputs(features.float(), class_logits.float(), box_deltas.float(),
+                              None if attribute_logits is None else attribute_logits.float())
+        return outputs.split([len(b) for b in boxes])

@@ -73,9 +73,12 @@ class RoIHeads(nn.Module):
 
     def pool(self, res4: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
         """`(R, C4, P, P)` max-pooled bins of `boxes` `(R, 4)` (resized-image pixels) on one image's `res4`."""
-        rois = torch.cat([boxes.new_zeros(len(boxes), 1), boxes], dim=1).to(res4.dtype)
+        # Pooled in float32 whatever the model dtype: box coordinates need float32 precision (and torchvision's
+        # CPU RoIPool has no bfloat16 kernel). Max pooling commutes with the later cast, so nothing is lost.
+        rois = torch.cat([boxes.new_zeros(len(boxes), 1), boxes], dim=1).float()
         size = self.config.pooler_resolution
-        return roi_pool(res4, rois, (size, size), 1.0 / self.config.feature_stride)
+        pooled = roi_pool(res4.float(), rois, (size, size), 1.0 / self.config.feature_stride)
+        return pooled.to(res4.dtype)
 
     def pooled_features(self, pooled: torch.Tensor) -> torch.Tensor:
         """`(R, F)` region features: res5 on the pooled bins, averaged over space."""

@@ -1,6 +1,8 @@
 """The `vlhub` command line.
 
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
+    vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2]
+        [--objects-vocab TXT] [--attributes-vocab TXT]
 """
 
 from __future__ import annotations
@@ -28,6 +30,22 @@ def _convert_uniter(args) -> int:
     return 0
 
 
+def _convert_detector(args) -> int:
+    from .conversion.detector import convert_detector
+
+    report = convert_detector(
+        args.file,
+        args.output_dir,
+        config=args.config,
+        format=args.format,
+        objects_vocab=args.objects_vocab,
+        attributes_vocab=args.attributes_vocab,
+    )
+    print(report.summary())
+    print(f"wrote {args.output_dir}")
+    return 0
+
+
 def _add_convert(subparsers) -> argparse._SubParsersAction:
     convert = subparsers.add_parser("convert", help="convert an original release into a vlhub (Hugging Face) folder")
     architectures = convert.add_subparsers(dest="architecture", required=True, metavar="ARCHITECTURE")
@@ -41,6 +59,19 @@ def _add_convert(subparsers) -> argparse._SubParsersAction:
     uniter.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
     uniter.add_argument("--answers", help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)")
     uniter.set_defaults(func=_convert_uniter)
+
+    from .conversion.detector import DETECTOR_FORMATS
+
+    detector = architectures.add_parser(
+        "detector", help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin or detectron2 .pkl)"
+    )
+    detector.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port) or a detectron2 .pkl")
+    detector.add_argument("--output-dir", required=True, help="folder to write")
+    detector.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
+    detector.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
+    detector.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
+    detector.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")
+    detector.set_defaults(func=_convert_detector)
     return architectures
 
 

@@ -212,6 +212,7 @@ def infer_config_from_state(state: dict) -> dict:
             )
         return tuple(state[key].shape)
 
+    shape("backbone.stem.conv1.weight")  # the first thing every detector checkpoint has
     counts = []
     for stage in ("res2", "res3", "res4"):
         prefix = f"backbone.{stage}."

@@ -309,3 +309,13 @@ def test_bfloat16_extractor_runs_and_stays_close(tmp_path):
     error = (low.features - reference[0].features).norm() / reference[0].features.norm()
     assert error < 0.05
     assert len(extractor.detect(str(image))[0]) > 0
+
+
+@pytest.mark.parametrize("floor", [0.05, 0.2, 0.5])
+def test_per_class_nms_keep_with_a_score_floor_is_exact_above_it(floor):
+    boxes, probs = _random_detections(7, num_boxes=50, num_classes=8)
+    full = per_class_nms_keep(boxes, probs, 0.3)
+    partial = per_class_nms_keep(boxes, probs, 0.3, min_score=floor)
+    above = probs >= floor
+    assert torch.equal(partial[above], full[above])
+    assert not partial[~above].any()

@@ -29,23 +29,33 @@ class Selection:
 
 
 def per_class_nms_keep(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
-                       convention: str = "detectron2") -> torch.Tensor:
+                       convention: str = "detectron2", min_score: float = 0.0) -> torch.Tensor:
     """`(R, C)` mask: whether box r survives greedy NMS among all R boxes scored by class c's column.
 
     Equivalent to one `nms(boxes, scores[:, c], threshold)` per class, but all classes advance together: the
     boxes are shared, so the IoU matrix is computed once and step k visits every class's k-th best box.
+    With `min_score`, only entries scoring at least that much are decided (the rest come back False): greedy
+    NMS never lets a lower score suppress a higher one, so those entries are exact, and far fewer steps run.
     """
     num_boxes, num_classes = scores.shape
-    overlaps = pairwise_iou(boxes.float(), convention) > threshold  # (R, R)
-    order = torch.sort(scores, dim=0, descending=True, stable=True).indices  # (R, C): rank -> box
-    classes = torch.arange(num_classes)
-    suppressed = torch.zeros(num_classes, num_boxes, dtype=torch.bool)
     keep = torch.zeros(num_boxes, num_classes, dtype=torch.bool)
-    for rank in range(num_boxes):
+    eligible = scores >= min_score
+    classes = torch.nonzero(eligible.any(dim=0)).flatten()
+    if len(classes) == 0:
+        return keep
+    scores, eligible = scores[:, classes], eligible[:, classes]
+    depth = int(eligible.sum(dim=0).max())
+    overlaps = pairwise_iou(boxes.float(), convention) > threshold  # (R, R)
+    order = torch.sort(scores, dim=0, descending=True, stable=True).indices[:depth]  # (depth, C'): rank -> box
+    columns = torch.arange(len(classes))
+    suppressed = torch.zeros(len(classes), num_boxes, dtype=torch.bool)
+    kept_columns = torch.zeros(num_boxes, len(classes), dtype=torch.bool)
+    for rank in range(depth):
         box = order[rank]
-        kept = ~suppressed[classes, box]
-        keep[box, classes] = kept
+        kept = ~suppressed[columns, box] & eligible[box, columns]
+        kept_columns[box, columns] = kept
         suppressed |= overlaps[box] & kept[:, None]
+    keep[:, classes] = kept_columns
     return keep
 
 
@@ -54,14 +64,25 @@ def select_butd(proposals: torch.Tensor, class_probs: torch.Tensor, score_thresh
     """bottom-up-attention `generate_tsv.py`: per class, NMS over all proposals; a proposal's confidence is its
     best probability among the classes where it survives; keep proposals with confidence ≥ `score_threshold`
     in proposal order, or — when fewer than `min_boxes` / more than `max_boxes` pass — the `min_boxes` /
-    `max_boxes` most confident, by decreasing confidence. Boxes are the PROPOSALS (features belong to them)."""
+    `max_boxes` most confident, by decreasing confidence. Boxes are the PROPOSALS (features belong to them).
+
+    Only (proposal, class) pairs scoring at least a floor are run through NMS: confidences at or above the floor
+    are then exact (see `per_class_nms_keep`). The floor starts at the threshold and is lowered only when the
+    fallback needs more exact confidences than that gives (down to 0, the full computation).
+    """
     foreground = class_probs[:, :-1].float()
-    keep = per_class_nms_keep(proposals, foreground, nms_threshold, convention)
-    confidence = torch.where(keep, foreground, torch.zeros_like(foreground)).amax(dim=1)
-    passing = torch.nonzero(confidence >= score_threshold).flatten()
-    if len(passing) < min_boxes or len(passing) > max_boxes:
+    floor = score_threshold
+    while True:
+        keep = per_class_nms_keep(proposals, foreground, nms_threshold, convention, min_score=floor)
+        confidence = torch.where(keep, foreground, torch.zeros_like(foreground)).amax(dim=1)
+        passing = torch.nonzero(confidence >= score_threshold).flatten()
+        if min_boxes <= len(passing) <= max_boxes:
+            break
         count = min(max(len(passing), min_boxes), max_boxes, len(proposals))
-        passing = torch.sort(confidence, descending=True, stable=True).indices[:count]
+        if floor == 0.0 or int((confidence >= floor).sum()) >= count:
+            passing = torch.sort(confidence, descending=True, stable=True).indices[:count]
+            break
+        floor = floor / 8 if floor > 1e-6 else 0.0
     return Selection(passing, foreground[passing].argmax(dim=1), confidence[passing], proposals[passing],
                      [nms_threshold])
 

@@ -89,27 +89,30 @@ def test_detector_frcnn_parity_preprocessing(frcnn):
         _close(torch.tensor(prepared.scales_yx), expected_scales, 1e-6, f"{name} scales_yx")
 
 
-def test_detector_frcnn_parity_intermediates(frcnn):
+def _check_stages(fixture, class_logits_key: str):
     """Stage by stage, each from the reference's own input, so a mismatch points at one stage."""
-    extractor, inter = frcnn.extractor, frcnn.intermediates
+    extractor, inter = fixture.extractor, fixture.intermediates
     with torch.inference_mode():
-        for path, name in frcnn.images:
+        for path, name in fixture.images:
             prepared = extractor.prepare(str(path))[0]
-            res4 = extractor.backbone_features(prepared)
-            _close(res4, inter[f"{name}.res4"], FEATURE_TOL, f"{name} res4")
-            logits, deltas = extractor.proposal_generator.rpn_head(inter[f"{name}.res4"])
-            _close(logits, inter[f"{name}.rpn_objectness_logits"], FEATURE_TOL, f"{name} rpn logits")
-            _close(deltas, inter[f"{name}.rpn_anchor_deltas"], FEATURE_TOL, f"{name} rpn deltas")
-            boxes, scores = extractor.proposal_generator.select_proposals(
-                inter[f"{name}.rpn_objectness_logits"], inter[f"{name}.rpn_anchor_deltas"], prepared.resized_size
-            )
+            res4 = inter[f"{name}.res4"]
+            _close(extractor.backbone_features(prepared), res4, FEATURE_TOL, f"{name} res4")
+            logits, deltas = inter[f"{name}.rpn_objectness_logits"], inter[f"{name}.rpn_anchor_deltas"]
+            head_logits, head_deltas = extractor.proposal_generator.rpn_head(res4)
+            _close(head_logits, logits, FEATURE_TOL, f"{name} rpn logits")
+            _close(head_deltas, deltas, FEATURE_TOL, f"{name} rpn deltas")
+            boxes, scores = extractor.proposal_generator.select_proposals(logits, deltas, prepared.resized_size)
             _close(boxes, inter[f"{name}.proposal_boxes"], BOX_TOL, f"{name} proposals")
             _close(scores, inter[f"{name}.proposal_logits"], FEATURE_TOL, f"{name} proposal logits")
-            head = extractor.roi_heads([inter[f"{name}.res4"]], [inter[f"{name}.proposal_boxes"]])[0]
+            head = extractor.roi_heads([res4], [inter[f"{name}.proposal_boxes"]])[0]
             _close(head.features, inter[f"{name}.feature_pooled"], FEATURE_TOL, f"{name} pooled features")
-            _close(head.class_logits, inter[f"{name}.obj_logits"], FEATURE_TOL, f"{name} class logits")
+            _close(head.class_logits, inter[f"{name}.{class_logits_key}"], FEATURE_TOL, f"{name} class logits")
             _close(head.box_deltas, inter[f"{name}.box_deltas"], FEATURE_TOL, f"{name} box deltas")
             _close(head.attribute_logits, inter[f"{name}.attr_logits"], FEATURE_TOL, f"{name} attribute logits")
+
+
+def test_detector_frcnn_parity_intermediates(frcnn):
+    _check_stages(frcnn, "obj_logits")
 
 
 def test_detector_frcnn_parity_outputs(frcnn):
@@ -160,23 +163,7 @@ def test_detector_d2_parity_preprocessing(d2):
 
 
 def test_detector_d2_parity_intermediates(d2):
-    extractor, inter = d2.extractor, d2.intermediates
-    with torch.inference_mode():
-        for path, name in d2.images:
-            prepared = extractor.prepare(str(path))[0]
-            _close(extractor.backbone_features(prepared), inter[f"{name}.res4"], FEATURE_TOL, f"{name} res4")
-            logits, deltas = inter[f"{name}.rpn_objectness_logits"], inter[f"{name}.rpn_anchor_deltas"]
-            head_logits, head_deltas = extractor.proposal_generator.rpn_head(inter[f"{name}.res4"])
-            _close(head_logits, logits, FEATURE_TOL, f"{name} rpn logits")
-            _close(head_deltas, deltas, FEATURE_TOL, f"{name} rpn deltas")
-            boxes, scores = extractor.proposal_generator.select_proposals(logits, deltas, prepared.resized_size)
-            _close(boxes, inter[f"{name}.proposal_boxes"], BOX_TOL, f"{name} proposals")
-            _close(scores, inter[f"{name}.proposal_logits"], FEATURE_TOL, f"{name} proposal logits")
-            head = extractor.roi_heads([inter[f"{name}.res4"]], [inter[f"{name}.proposal_boxes"]])[0]
-            _close(head.features, inter[f"{name}.feature_pooled"], FEATURE_TOL, f"{name} pooled features")
-            _close(head.class_logits, inter[f"{name}.cls_logits"], FEATURE_TOL, f"{name} class logits")
-            _close(head.box_deltas, inter[f"{name}.box_deltas"], FEATURE_TOL, f"{name} box deltas")
-            _close(head.attribute_logits, inter[f"{name}.attr_logits"], FEATURE_TOL, f"{name} attribute logits")
+    _check_stages(d2, "cls_logits")
 
 
 def test_detector_d2_parity_outputs(d2):

@@ -319,3 +319,11 @@ def test_per_class_nms_keep_with_a_score_floor_is_exact_above_it(floor):
     above = probs >= floor
     assert torch.equal(partial[above], full[above])
     assert not partial[~above].any()
+
+
+def test_per_class_selection_that_keeps_nothing_is_an_error(tmp_path):
+    extractor = tiny_detector(selection_mode="per_class_nms", nms_thresholds=[0.5], score_threshold=1.0)
+    image = write_test_image(tmp_path / "a.png", 40, 40)
+    assert len(extractor.detect(str(image))[0]) == 0
+    with pytest.raises(ValueError, match="no detection has a class probability above score_threshold=1.0"):
+        extractor(str(image))

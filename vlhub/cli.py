@@ -25,8 +25,12 @@ def _convert_uniter(args) -> int:
         tokenizer=args.tokenizer,
         answers=args.answers,
     )
+    return _print_report(report, args.output_dir)
+
+
+def _print_report(report, output_dir) -> int:
     print(report.summary())
-    print(f"wrote {args.output_dir}")
+    print(f"wrote {output_dir}")
     return 0
 
 
@@ -41,9 +45,7 @@ def _convert_detector(args) -> int:
         objects_vocab=args.objects_vocab,
         attributes_vocab=args.attributes_vocab,
     )
-    print(report.summary())
-    print(f"wrote {args.output_dir}")
-    return 0
+    return _print_report(report, args.output_dir)
 
 
 def _add_convert(subparsers) -> argparse._SubParsersAction:

@@ -150,7 +150,7 @@ def config_from_yaml(path: str | os.PathLike, source_format: str) -> dict:
     take("pixel_mean", model, "PIXEL_MEAN", lambda v: [float(x) for x in v])
     take("pixel_std", model, "PIXEL_STD", lambda v: [float(x) for x in v])
     take("input_format", inputs, "FORMAT", str)
-    take("min_size", inputs, "MIN_SIZE_TEST", int)
+    take("min_size", inputs, "MIN_SIZE_TEST", lambda v: int(v[0] if isinstance(v, (list, tuple)) else v))
     take("max_size", inputs, "MAX_SIZE_TEST", int)
     hidden = proposals.get("HIDDEN_CHANNELS", proposals.get("HID_CHANNELS"))
     if hidden is not None and int(hidden) > 0:
@@ -357,7 +357,9 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
         fields.update(from_yaml)
         report.notes.append(f"settings read from {config_path.name}")
     else:
-        report.notes.append("no config.yaml: sizes read from the weights, other settings are the released model's")
+        report.notes.append("no config.yaml: sizes read from the weights, other settings are the released model's"
+                            + (" and the notebook's selection" if source_format == "detectron2" else
+                               " with the original 'butd' selection"))
     fields.update(config_overrides)
     base = DetectorConfig.from_dict({**fields, "object_names": None, "attribute_names": None})
     fields["object_names"] = _vocab(objects_vocab, path.parent, "objects_vocab.txt", base.num_classes, "object", report)

@@ -90,7 +90,7 @@ class DetectorConfig:
     pixel_std: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
     input_format: str = "BGR"
     resize_backend: str = "torch"
-    max_image_pixels: int = 1 << 28
+    max_image_pixels: int = 1 << 27
     selection_mode: str = "butd"
     score_threshold: float = 0.2
     nms_thresholds: list[float] = field(default_factory=lambda: [0.3])

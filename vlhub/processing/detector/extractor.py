@@ -127,12 +127,10 @@ class RegionExtractor(nn.Module):
                 raise ValueError(f"images[{index}]: {err}") from err
         return prepared
 
-    def _dtype(self) -> torch.dtype:
-        return self.backbone.stem.conv1.weight.dtype
-
     def backbone_features(self, prepared: PreparedImage) -> torch.Tensor:
         """`(1, C4, Hf, Wf)` res4 map of one prepared image."""
-        images = prepared.tensor[None].to(self._dtype())
+        weight = self.backbone.stem.conv1.weight
+        images = prepared.tensor[None].to(device=weight.device, dtype=weight.dtype)
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return self.backbone(images)
@@ -211,12 +209,20 @@ class RegionExtractor(nn.Module):
         for start in range(0, len(prepared), step):
             chunk = prepared[start:start + step]
             proposals, outputs = self.run_heads(chunk)
-            results.extend(self._detections(p, o, item) for p, o, item in zip(proposals, outputs, chunk))
+            # Selection and box arithmetic are small: they run on the CPU whatever the model's device.
+            results.extend(self._detections(p.cpu(), o.cpu(), item) for p, o, item in zip(proposals, outputs, chunk))
         return results
 
     def forward(self, images, batch_size: int | None = None) -> list[RegionFeatures]:
         """`RegionFeatures` of each image (a list, also for a single image)."""
-        return [d.to_region_features() for d in self.detect(images, batch_size=batch_size)]
+        detections = self.detect(images, batch_size=batch_size)
+        for index, found in enumerate(detections):
+            if len(found) == 0:  # only "per_class_nms" can keep nothing: no class probability above the threshold
+                raise ValueError(
+                    f"images[{index}]: no detection has a class probability above score_threshold="
+                    f"{self.config.score_threshold}; lower it, or use selection_mode='butd' (always >= min_boxes)"
+                )
+        return [d.to_region_features() for d in detections]
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:

@@ -6,7 +6,8 @@ Accepted: a path (str / os.PathLike), a `PIL.Image.Image`, or a numpy array `(H,
 - grayscale → the value repeated in R, G and B;
 - alpha is dropped (not composited), as `PIL.Image.convert("RGB")` in the reference ports does;
 - palette images → their RGB colours;
-- 16-bit images (PIL modes "I;16*"/"I", numpy uint16) → 8 bit by `round(v / 257)` (65535 → 255);
+- 16-bit images (PIL modes "I;16*"/"I", numpy uint16) → 8 bit by `round(v / 257)` (65535 → 255); 16-bit colour
+  PNGs are reduced to 8 bits by Pillow itself when it opens them;
 - float arrays are refused (their range, 0..1 or 0..255, cannot be told apart).
 
 A corrupt or truncated file, an image smaller than the detector's stride, or one above the pixel limit raises a
@@ -69,7 +70,7 @@ def _from_array(array: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(array[:, :, :3])
 
 
-def load_rgb_image(image, name: str = "image", min_side: int = 16, max_pixels: int = 1 << 28) -> np.ndarray:
+def load_rgb_image(image, name: str = "image", min_side: int = 16, max_pixels: int = 1 << 27) -> np.ndarray:
     """`(H, W, 3)` uint8 RGB array of one image (see the module docstring for the accepted forms)."""
     if isinstance(image, (str, os.PathLike)):
         path = os.fspath(image)

@@ -25,6 +25,10 @@ class HeadOutputs:
     box_deltas: torch.Tensor
     attribute_logits: torch.Tensor | None
 
+    def cpu(self) -> "HeadOutputs":
+        return HeadOutputs(*(None if t is None else t.cpu() for t in (
+            self.features, self.class_logits, self.box_deltas, self.attribute_logits)))
+
     def split(self, sizes: list[int]) -> list["HeadOutputs"]:
         parts = [t.split(sizes) if t is not None else [None] * len(sizes)
                  for t in (self.features, self.class_logits, self.box_deltas, self.attribute_logits)]
@@ -72,13 +76,18 @@ class RoIHeads(nn.Module):
         self.box_predictor = BoxPredictor(config)
 
     def pool(self, res4: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
-        """`(R, C4, P, P)` max-pooled bins of `boxes` `(R, 4)` (resized-image pixels) on one image's `res4`."""
+        """`(R, C4, P, P)` max-pooled bins of `boxes` `(R, 4)` (resized-image pixels) on one image's `res4`, in
+        `res4`'s dtype and memory format."""
         # Pooled in float32 whatever the model dtype: box coordinates need float32 precision (and torchvision's
         # CPU RoIPool has no bfloat16 kernel). Max pooling commutes with the later cast, so nothing is lost.
         rois = torch.cat([boxes.new_zeros(len(boxes), 1), boxes], dim=1).float()
-        size = self.config.pooler_resolution
-        pooled = roi_pool(res4.float(), rois, (size, size), 1.0 / self.config.feature_stride)
-        return pooled.to(res4.dtype)
+        size = (self.config.pooler_resolution,) * 2
+        scale = 1.0 / self.config.feature_stride
+        memory_format = (
+            torch.channels_last if res4.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+        )
+        pooled = roi_pool(res4.float().contiguous(), rois, size, scale)
+        return pooled.to(res4.dtype).contiguous(memory_format=memory_format)
 
     def pooled_features(self, pooled: torch.Tensor) -> torch.Tensor:
         """`(R, F)` region features: res5 on the pooled bins, averaged over space."""
@@ -89,8 +98,8 @@ class RoIHeads(nn.Module):
 
     def forward(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> list[HeadOutputs]:
         pooled = torch.cat([self.pool(res4, b) for res4, b in zip(res4_maps, boxes)])
-        if res4_maps and res4_maps[0].is_contiguous(memory_format=torch.channels_last):
-            pooled = pooled.contiguous(memory_format=torch.channels_last)
+        if res4_maps[0].is_contiguous(memory_format=torch.channels_last):
+            pooled = pooled.contiguous(memory_format=torch.channels_last)  # no copy when cat kept NHWC
         features = self.pooled_features(pooled)
         class_logits, box_deltas, attribute_logits = self.box_predictor(features)
         outputs = HeadOutputs(features.float(), class_logits.float(), box_deltas.float(),

@@ -51,8 +51,8 @@ def cell_anchors_for(config: DetectorConfig) -> torch.Tensor:
 
 def grid_anchors(cell_anchors: torch.Tensor, height: int, width: int, stride: int) -> torch.Tensor:
     """`(height·width·A, 4)` anchors over a feature map, ordered (y, x, anchor)."""
-    shifts_x = torch.arange(width, dtype=torch.float32) * stride
-    shifts_y = torch.arange(height, dtype=torch.float32) * stride
+    shifts_x = torch.arange(width, dtype=torch.float32, device=cell_anchors.device) * stride
+    shifts_y = torch.arange(height, dtype=torch.float32, device=cell_anchors.device) * stride
     shift_y, shift_x = torch.meshgrid(shifts_y, shifts_x, indexing="ij")
     shifts = torch.stack((shift_x, shift_y, shift_x, shift_y), dim=-1).reshape(-1, 1, 4)
     return (shifts + cell_anchors.reshape(1, -1, 4)).reshape(-1, 4)

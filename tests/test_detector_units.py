@@ -327,3 +327,21 @@ def test_per_class_selection_that_keeps_nothing_is_an_error(tmp_path):
     assert len(extractor.detect(str(image))[0]) == 0
     with pytest.raises(ValueError, match="no detection has a class probability above score_threshold=1.0"):
         extractor(str(image))
+
+
+def test_caffe_conventions_run_end_to_end(tmp_path):
+    extractor = tiny_detector(seed=6, box_convention="caffe", anchor_style="caffe", rpn_min_size=16.0,
+                              box_weights=[1.0, 1.0, 1.0, 1.0])
+    assert extractor.proposal_generator.cell_anchors.tolist() == CAFFE_ANCHORS
+    image = write_test_image(tmp_path / "a.png", 48, 80, seed=6)
+    prepared = extractor.prepare(str(image))[0]
+    detections = extractor.detect(str(image))[0]
+    with torch.inference_mode():
+        proposals, _ = extractor.run_heads([prepared])
+    # generate_tsv.py: the reported boxes are the proposals divided by the resize factor
+    expected = proposals[0][detections.proposal_indices] / prepared.scale
+    limits = torch.tensor([79.0, 47.0, 79.0, 47.0])  # inclusive pixel coordinates: at most W - 1, H - 1
+    torch.testing.assert_close(detections.boxes, torch.minimum(expected.clamp(min=0), limits))
+    assert (detections.boxes[:, 2] <= 79).all() and (detections.boxes[:, 3] <= 47).all()
+    widths = proposals[0][:, 2] - proposals[0][:, 0] + 1
+    assert (widths >= 16 * prepared.scale).all()

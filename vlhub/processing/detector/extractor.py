@@ -164,7 +164,7 @@ class RegionExtractor(nn.Module):
     def _to_original(self, boxes: torch.Tensor, prepared: PreparedImage) -> torch.Tensor:
         """Resized-image boxes → original pixels, clipped to the original image."""
         height, width = prepared.original_size
-        if self.config.selection_mode == "butd":
+        if self.config.box_convention == "caffe":
             boxes = boxes / prepared.scale  # generate_tsv.py: rois / im_scale
         else:
             scale_y, scale_x = prepared.scales_yx

@@ -63,8 +63,8 @@ class BoxPredictor(nn.Module):
 
 
 class RoIHeads(nn.Module):
-    """RoIs of all images of a batch go through res5 together (in chunks of `roi_batch_size`); each image's RoIs
-    are pooled from its own res4 map, so batching never changes a feature."""
+    """RoIs of all images of a batch go through res5 together (in chunks of `roi_batch_size`); each RoI is pooled
+    from its own image's res4 map, so batching never changes a feature."""
 
     def __init__(self, config: DetectorConfig):
         super().__init__()
@@ -89,18 +89,24 @@ class RoIHeads(nn.Module):
         pooled = roi_pool(res4.float().contiguous(), rois, size, scale)
         return pooled.to(res4.dtype).contiguous(memory_format=memory_format)
 
-    def pooled_features(self, pooled: torch.Tensor) -> torch.Tensor:
-        """`(R, F)` region features: res5 on the pooled bins, averaged over space."""
+    def region_features(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> torch.Tensor:
+        """`(ΣR_i, F)` region features of every image's boxes, in order: RoIPool on the box's own image, res5,
+        spatial mean. RoIs go through res5 `roi_batch_size` at a time (across images), which bounds memory."""
+        owners = torch.cat([torch.full((len(b),), i, dtype=torch.long) for i, b in enumerate(boxes)])
+        all_boxes = torch.cat(boxes)
+        channels_last = res4_maps[0].is_contiguous(memory_format=torch.channels_last)
         chunks = []
-        for start in range(0, len(pooled), self.config.roi_batch_size):
-            chunks.append(self.res5(pooled[start:start + self.config.roi_batch_size]).mean(dim=(2, 3)))
-        return torch.cat(chunks) if chunks else pooled.new_zeros(0, self.config.feature_dim)
+        for start in range(0, len(all_boxes), self.config.roi_batch_size):
+            stop = start + self.config.roi_batch_size
+            chunk_owners, chunk_boxes = owners[start:stop], all_boxes[start:stop]
+            pooled = torch.cat([self.pool(res4_maps[i], chunk_boxes[chunk_owners == i]) for i in chunk_owners.unique()])
+            if channels_last:
+                pooled = pooled.contiguous(memory_format=torch.channels_last)  # no copy when cat kept NHWC
+            chunks.append(self.res5(pooled).mean(dim=(2, 3)))
+        return torch.cat(chunks) if chunks else all_boxes.new_zeros(0, self.config.feature_dim)
 
     def forward(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> list[HeadOutputs]:
-        pooled = torch.cat([self.pool(res4, b) for res4, b in zip(res4_maps, boxes)])
-        if res4_maps[0].is_contiguous(memory_format=torch.channels_last):
-            pooled = pooled.contiguous(memory_format=torch.channels_last)  # no copy when cat kept NHWC
-        features = self.pooled_features(pooled)
+        features = self.region_features(res4_maps, boxes)
         class_logits, box_deltas, attribute_logits = self.box_predictor(features)
         outputs = HeadOutputs(features.float(), class_logits.float(), box_deltas.float(),
                               None if attribute_logits is None else attribute_logits.float())

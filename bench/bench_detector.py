@@ -1,7 +1,7 @@
 """Bottom-up-attention detector speed: seconds per image of a FULL-SIZE extractor on 600×800 images.
 
     python bench/bench_detector.py [--threads 2] [--batch-sizes 1 4] [--dtypes fp32 bf16] [--repeats 1]
-                                   [--device cpu|cuda] [--no-channels-last]
+                                   [--device cpu|cuda] [--no-channels-last] [--compare-roi-head N]
 
 The extractor is the released model's size (ResNet-101 C4, 1600 classes + background, 400 attributes + "none",
 300 proposals, 600/1000 resize, "butd" selection) with random weights; BatchNorm statistics are randomised like a
@@ -11,12 +11,15 @@ more work than it does on real weights). Speed does not otherwise depend on the 
 
 Prints, per dtype and batch size, seconds per image (a batch shares one RoI-head pass), a stage breakdown of one
 image (backbone, RPN, RoI head over all proposals, selection), and for bf16 the relative difference of its region
-features from fp32 on the same proposals.
+features from fp32 on the same proposals. `--compare-roi-head N` first times res5 on N RoIs the plain way (NCHW,
+BatchNorm as a separate op) against vlhub's (BatchNorm folded into the convolutions, NHWC), alternating, so the
+ratio holds even on a machine shared with other work. `--device cuda` is supported but was not run here (no GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import numpy as np
@@ -78,6 +81,44 @@ def stage_times(extractor: RegionExtractor, image: np.ndarray, device: str):
     return times, proposals, outputs.features
 
 
+def _unfused_block(block, x: torch.Tensor) -> torch.Tensor:
+    """A res5 bottleneck the plain way (convolution, then the frozen BatchNorm as its own op), for comparison."""
+    import torch.nn.functional as F
+
+    def conv_norm(conv, v):
+        return conv.norm(F.conv2d(v, conv.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups))
+
+    identity = x if block.shortcut is None else conv_norm(block.shortcut, x)
+    out = F.relu(conv_norm(block.conv1, x))
+    out = F.relu(conv_norm(block.conv2, out))
+    return F.relu(conv_norm(block.conv3, out) + identity)
+
+
+def compare_roi_head(extractor: RegionExtractor, num_rois: int, rounds: int = 3) -> None:
+    """res5 on the same RoIs, alternately: NCHW with separate BatchNorm vs vlhub's folded BatchNorm + NHWC.
+    Alternating rounds share whatever else the machine is doing, so the ratio is meaningful on a busy machine."""
+    torch.manual_seed(1)
+    pooled = torch.rand(num_rois, extractor.config.res4_channels, 14, 14)
+    res5 = extractor.roi_heads.res5
+    timings = {"NCHW, BatchNorm separate": [], "NHWC, BatchNorm folded": []}
+    with torch.inference_mode():
+        res5_plain = copy.deepcopy(res5).to(memory_format=torch.contiguous_format)
+        fast_input = pooled.contiguous(memory_format=torch.channels_last)
+        for _ in range(rounds):
+            start = time.perf_counter()
+            x = pooled
+            for block in res5_plain:
+                x = _unfused_block(block, x)
+            plain = x.mean(dim=(2, 3))
+            timings["NCHW, BatchNorm separate"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            fast = res5(fast_input).mean(dim=(2, 3))
+            timings["NHWC, BatchNorm folded"].append(time.perf_counter() - start)
+    difference = (fast - plain).abs().max().item()
+    print(f"\nres5 on {num_rois} RoIs, {rounds} alternating rounds (min s): " + ", ".join(
+        f"{k} {min(v):.2f}" for k, v in timings.items()) + f"; max abs feature difference {difference:.1e}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -88,12 +129,16 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=800)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--no-channels-last", action="store_true")
+    parser.add_argument("--compare-roi-head", type=int, default=0, metavar="N",
+                        help="also time res5 on N RoIs: plain NCHW + separate BatchNorm vs vlhub's (fp32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = args.device
     print(f"torch {torch.__version__}, {args.threads} threads, device {device}, "
           f"channels_last={not args.no_channels_last}, images {args.height}x{args.width}", flush=True)
     base = build_extractor(not args.no_channels_last, device)
+    if args.compare_roi_head:
+        compare_roi_head(base, args.compare_roi_head)
     pictures = images(max(args.batch_sizes), args.height, args.width)
     reference = None
     for dtype_name in args.dtypes:

@@ -98,7 +98,7 @@ class DetectorConfig:
     max_boxes: int = 100
     object_names: list[str] | None = None
     attribute_names: list[str] | None = None
-    roi_batch_size: int = 100
+    roi_batch_size: int = 50
 
     def __post_init__(self):
         self.validate()

@@ -15,13 +15,12 @@ from vlhub.conversion.common import CheckpointError
 from vlhub.conversion.detector import (
     convert_detector,
     detectron2_state_to_vlhub,
-    infer_config_from_state,
     read_detectron2_pickle,
 )
 from vlhub.processing.detector import RegionExtractor
 
 from .conftest import fixtures_root
-from .helpers import tiny_detector, tiny_detector_config
+from .helpers import tiny_detector
 
 
 def _d2_state(extractor: RegionExtractor) -> dict[str, np.ndarray]:

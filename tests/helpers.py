@@ -40,3 +40,41 @@ def save_tiny(folder: Path, model_class, config, vocab: Path, seed: int = 0, **c
     model.save_pretrained(folder)
     tiny_processor(vocab, config).save_pretrained(folder)
     return model
+
+
+def tiny_detector_config(**overrides):
+    """A bottom-up-attention detector small enough for unit tests: 16-d region features, 5 classes, 3 attributes."""
+    from vlhub.processing.detector import DetectorConfig
+
+    settings = dict(
+        depth=50, width_per_group=2, stem_out_channels=4, res2_out_channels=2, rpn_hidden_channels=4,
+        num_classes=5, num_attributes=3, attribute_embedding_dim=4, attribute_hidden_dim=8, min_size=64,
+        max_size=96, rpn_pre_nms_top_n=200, rpn_post_nms_top_n=20, min_boxes=2, max_boxes=10,
+    )
+    settings.update(overrides)
+    return DetectorConfig(**settings)
+
+
+def tiny_detector(seed: int = 0, **overrides):
+    """A random-weight `RegionExtractor` of `tiny_detector_config` (BatchNorm statistics randomised too)."""
+    from vlhub.processing.detector import RegionExtractor
+
+    torch.manual_seed(seed)
+    extractor = RegionExtractor(tiny_detector_config(**overrides))
+    with torch.no_grad():
+        for name, buffer in extractor.named_buffers():
+            if name.endswith("running_var"):
+                buffer.uniform_(0.5, 1.5)
+            elif name.endswith(("norm.weight", "norm.bias", "running_mean")):
+                buffer.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
+    return extractor
+
+
+def write_test_image(path: Path, height: int = 40, width: int = 56, seed: int = 0, mode: str = "RGB") -> Path:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    Image.fromarray(pixels).convert(mode).save(path)
+    return path

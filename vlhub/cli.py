@@ -1,6 +1,8 @@
 """The `vlhub` command line.
 
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
+    vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2]
+        [--objects-vocab TXT] [--attributes-vocab TXT]
     vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
     vlhub import-features SOURCE --format FORMAT --output STORE
 """
@@ -27,9 +29,27 @@ def _convert_uniter(args) -> int:
         tokenizer=args.tokenizer,
         answers=args.answers,
     )
+    return _print_report(report, args.output_dir)
+
+
+def _print_report(report, output_dir) -> int:
     print(report.summary())
-    print(f"wrote {args.output_dir}")
+    print(f"wrote {output_dir}")
     return 0
+
+
+def _convert_detector(args) -> int:
+    from .conversion.detector import convert_detector
+
+    report = convert_detector(
+        args.file,
+        args.output_dir,
+        config=args.config,
+        format=args.format,
+        objects_vocab=args.objects_vocab,
+        attributes_vocab=args.attributes_vocab,
+    )
+    return _print_report(report, args.output_dir)
 
 
 def _add_convert(subparsers) -> argparse._SubParsersAction:
@@ -45,6 +65,19 @@ def _add_convert(subparsers) -> argparse._SubParsersAction:
     uniter.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
     uniter.add_argument("--answers", help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)")
     uniter.set_defaults(func=_convert_uniter)
+
+    from .conversion.detector import DETECTOR_FORMATS
+
+    detector = architectures.add_parser(
+        "detector", help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin or detectron2 .pkl)"
+    )
+    detector.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port) or a detectron2 .pkl")
+    detector.add_argument("--output-dir", required=True, help="folder to write")
+    detector.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
+    detector.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
+    detector.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
+    detector.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")
+    detector.set_defaults(func=_convert_detector)
     return architectures
 
 

@@ -6,8 +6,6 @@ numbers); expected values are either the detectron2 fixture pickle (made by dete
 
 from __future__ import annotations
 
-import importlib
-import pickle
 import struct
 
 import numpy as np
@@ -22,6 +20,7 @@ from vlhub.conversion.caffemodel import (
     read_caffemodel,
 )
 from vlhub.conversion.common import CheckpointError
+from vlhub.conversion.detector import read_detectron2_pickle
 
 from .conftest import fixtures_root
 
@@ -98,22 +97,11 @@ def write_caffemodel(path, layers: dict[str, list[np.ndarray]], double: frozense
 # ---- the detectron2 fixture pickle, read without executing code --------------------------------------------------
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype")}
-
-    def find_class(self, module, name):
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a weights pickle")
-        return getattr(importlib.import_module(module.replace("numpy.core", "numpy._core")), name)
-
-
 @pytest.fixture(scope="module")
 def d2_state() -> dict[str, np.ndarray]:
     if not D2_PICKLE.is_file():
         pytest.skip("no detector_d2 fixture")
-    with open(D2_PICKLE, "rb") as f:
-        return _NumpyOnlyUnpickler(f).load()["model"]
+    return read_detectron2_pickle(D2_PICKLE)
 
 
 # ---- the documented conventions, inverted: detectron2 fixture → Caffe layers ---------------------------------------
@@ -438,3 +426,25 @@ def test_missing_extra_and_malformed_layers_are_named(fixture_caffemodel):
     short_embedding = dict(layers, cls_embedding=[layers["cls_embedding"][0][:-1]])
     with pytest.raises(CaffemodelError, match="cls_embedding has 20 rows but cls_score has 21"):
         caffe_to_detectron2(short_embedding, stage_blocks=FIXTURE_STAGE_BLOCKS)
+
+
+def test_vlhub_convert_detector_reads_a_caffemodel(d2_state, fixture_caffemodel, tmp_path):
+    from safetensors.torch import load_file
+
+    from vlhub.cli import main
+    from vlhub.processing.detector import RegionExtractor
+
+    path, _ = fixture_caffemodel
+    assert main(["convert", "detector", str(path), "--output-dir", str(tmp_path / "caffe")]) == 0
+    assert main(["convert", "detector", str(D2_PICKLE), "--output-dir", str(tmp_path / "d2")]) == 0
+    from_caffe, from_pickle = (load_file(tmp_path / name / "model.safetensors") for name in ("caffe", "d2"))
+    rpn = {k for k in from_pickle if k.startswith("proposal_generator.")}  # Caffe anchors and their channel order
+    assert set(from_caffe) == set(from_pickle)
+    for name in set(from_pickle) - rpn:
+        torch.testing.assert_close(from_caffe[name], from_pickle[name], atol=0, rtol=0, msg=name)
+    extractor = RegionExtractor.from_pretrained(tmp_path / "caffe")
+    assert extractor.config.anchor_style == "caffe" and extractor.config.box_convention == "caffe"
+    assert extractor.config.selection_mode == "butd"
+    image = np.random.default_rng(0).integers(0, 255, size=(64, 80, 3), dtype=np.uint8)
+    regions = extractor(image)
+    assert len(regions) == 1 and regions[0].image_size == (64, 80)

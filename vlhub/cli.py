@@ -1,7 +1,7 @@
 """The `vlhub` command line.
 
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
-    vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2]
+    vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2|caffe]
         [--objects-vocab TXT] [--attributes-vocab TXT]
     vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
     vlhub import-features SOURCE --format FORMAT --output STORE
@@ -69,9 +69,9 @@ def _add_convert(subparsers) -> argparse._SubParsersAction:
     from .conversion.detector import DETECTOR_FORMATS
 
     detector = architectures.add_parser(
-        "detector", help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin or detectron2 .pkl)"
+        "detector", help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin, detectron2 .pkl or Caffe .caffemodel)"
     )
-    detector.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port) or a detectron2 .pkl")
+    detector.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel")
     detector.add_argument("--output-dir", required=True, help="folder to write")
     detector.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
     detector.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")

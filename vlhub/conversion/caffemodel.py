@@ -56,6 +56,7 @@ from typing import BinaryIO, Literal
 
 import numpy as np
 
+from ..processing.detector import rpn as rpn_anchors
 from .common import CheckpointError, ConversionReport
 
 __all__ = [
@@ -349,38 +350,23 @@ ANCHOR_SCALES = (4, 8, 16, 32)  # × the 16-pixel base: 64, 128, 256, 512 pixels
 def caffe_cell_anchors(
     base_size: int = ANCHOR_STRIDE, ratios: Sequence[float] = ANCHOR_RATIOS, scales: Sequence[int] = ANCHOR_SCALES
 ) -> np.ndarray:
-    """The RPN cell anchors of py-faster-rcnn's `generate_anchors`, [len(ratios)·len(scales), 4], as Caffe uses them.
+    """The RPN cell anchors of py-faster-rcnn's `generate_anchors`, [len(ratios)·len(scales), 4], as Caffe uses them
+    (the detector's own generator, as numpy).
 
-    Order = Caffe's channel order: ratio-major (anchor r·len(scales) + s). Caffe rounds the base box's width and
-    height per ratio (half to even), scales them and centres them on ((base−1)/2, (base−1)/2), with pixel-inclusive
-    corners (x2 = x1 + w − 1): anchor 0 is [-38, -16, 53, 31], 92 × 48. Decode them with Caffe's convention
+    Order = Caffe's channel order: ratio-major (anchor r·len(scales) + s), pixel-inclusive corners
+    (x2 = x1 + w − 1): anchor 0 is [-38, -16, 53, 31], 92 × 48. Decode them with Caffe's convention
     (width = x2 − x1 + 1, vlhub's `box_convention="caffe"`); for detectron2's (width = x2 − x1), the boxes
     `anchors + (0, 0, 1, 1)` decode to exactly the same proposals (same widths and centres).
     """
-    centre = (base_size - 1) / 2
-    boxes = []
-    for ratio in ratios:
-        width = round(math.sqrt(base_size * base_size / ratio))
-        height = round(width * ratio)
-        for scale in scales:
-            w, h = width * scale, height * scale
-            x1, y1 = centre - (w - 1) / 2, centre - (h - 1) / 2
-            boxes.append([x1, y1, x1 + w - 1, y1 + h - 1])
-    return np.asarray(boxes, dtype=np.float32)
+    return rpn_anchors.caffe_cell_anchors(base_size, tuple(ratios), tuple(scales)).numpy()
 
 
 def detectron2_cell_anchors(
     sizes: Sequence[float] = tuple(ANCHOR_STRIDE * s for s in ANCHOR_SCALES), ratios: Sequence[float] = ANCHOR_RATIOS
 ) -> np.ndarray:
     """The cell anchors detectron2's `DefaultAnchorGenerator` generates (offset 0): size-major, centred on 0, exact
-    areas (not rounded), [len(sizes)·len(ratios), 4]."""
-    boxes = []
-    for size in sizes:
-        for ratio in ratios:
-            width = math.sqrt(size * size / ratio)
-            height = ratio * width
-            boxes.append([-width / 2, -height / 2, width / 2, height / 2])
-    return np.asarray(boxes, dtype=np.float32)
+    areas (not rounded), [len(sizes)·len(ratios), 4] (the detector's own generator, as numpy)."""
+    return rpn_anchors.detectron2_cell_anchors(tuple(sizes), tuple(ratios)).numpy()
 
 
 def _caffe_to_detectron2_anchor_order(num_ratios: int, num_scales: int) -> np.ndarray:

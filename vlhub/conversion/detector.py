@@ -1,12 +1,14 @@
 """Bottom-up-attention detector weights → a vlhub `RegionExtractor` folder.
 
-Two source formats, both with detectron2's module names and class order (background LAST):
+Three source formats (the first two with detectron2's module names and class order, background LAST):
 
 - "frcnn": the MMF / Hugging Face port (`unc-nlp/frcnn-vg-finetuned`): `pytorch_model.bin` (`torch.save` of a
   state dict, BatchNorm with `num_batches_tracked`) + `config.yaml` (lower- or upper-case keys);
 - "detectron2": a detectron2 pickle (`faster_rcnn_from_caffe[_attr].pkl`): `{"model": {name: np.ndarray},
   "__author__": ...}` + optionally its yacs `config.yaml`. Read with an unpickler that can only rebuild numpy
-  arrays — a pickle asking for anything else is refused, never executed.
+  arrays — a pickle asking for anything else is refused, never executed;
+- "caffe": the original bottom-up-attention `.caffemodel`, parsed without Caffe by `conversion.caffemodel` into a
+  detectron2-style dict (background rotated last, RPN fg − bg logits, BatchNorm+Scale folded) and mapped like it.
 
 vlhub's module tree uses the same names, except that the anchors live in `proposal_generator.cell_anchors`
 (detectron2: `proposal_generator.anchor_generator.cell_anchors.0`). `detectron2_state_to_vlhub` is the single
@@ -27,6 +29,7 @@ import yaml
 
 from ..processing.detector.configuration import RESNET_BLOCKS, DetectorConfig
 from ..processing.detector.extractor import RegionExtractor
+from ..utils.safe_pickle import safe_load
 from .common import CheckpointError, ConversionReport, load_torch_state_dict, sha256_of, write_model_card
 
 logger = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ __all__ = [
     "DETECTOR_FORMATS",
 ]
 
-DETECTOR_FORMATS = ("frcnn", "detectron2")
+DETECTOR_FORMATS = ("frcnn", "detectron2", "caffe")
 _ANCHOR_KEY = "proposal_generator.anchor_generator.cell_anchors.0"
 _VLHUB_ANCHOR_KEY = "proposal_generator.cell_anchors"
 # The detectron2 notebook (`demo/demo_feature_extraction_attr.ipynb`): NMS thresholds np.arange(0.5, 1.0, 0.1),
@@ -52,34 +55,11 @@ _SOURCES = {
     "frcnn": ("https://github.com/facebookresearch/mmf (tools/scripts/features/frcnn)",
               "b0ffc7fba39f210f833c127362146aec01a2f259"),
     "detectron2": ("https://github.com/airsplay/py-bottom-up-attention", "85ec9b77bb57c125d6d604305bb525d9f50692be"),
+    "caffe": ("https://github.com/peteanderson80/bottom-up-attention", "514e561"),
 }
 
 
 # ---------------------------------------------------------------------------------------------------- reading
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Rebuilds dicts, lists, strings, numbers and numpy arrays; refuses every other global."""
-
-    _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct,
-        ("numpy._core.multiarray", "_reconstruct"): np._core.multiarray._reconstruct,
-        ("numpy.core.multiarray", "scalar"): np._core.multiarray.scalar,
-        ("numpy._core.multiarray", "scalar"): np._core.multiarray.scalar,
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-        ("collections", "OrderedDict"): __import__("collections").OrderedDict,
-        # Protocol-2 pickles written by Python 3 spell bytes as _codecs.encode(str, "latin1").
-        ("_codecs", "encode"): __import__("codecs").encode,
-    }
-
-    def find_class(self, module: str, name: str):
-        try:
-            return self._ALLOWED[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(
-                f"refusing to load '{module}.{name}': a detectron2 weight pickle holds only numpy arrays"
-            ) from None
-
-
 def read_detectron2_pickle(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """The `"model"` dict `{name: np.ndarray}` of a detectron2 `.pkl` checkpoint, read without executing code."""
     path = Path(path)
@@ -87,7 +67,7 @@ def read_detectron2_pickle(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
     try:
         with open(path, "rb") as f:
-            data = _NumpyOnlyUnpickler(f, encoding="latin1").load()
+            data = safe_load(f)
     except pickle.UnpicklingError as err:
         raise CheckpointError(f"{str(path)!r} is not a detectron2 weight pickle: {err}") from err
     except Exception as err:  # truncated / not a pickle at all
@@ -293,9 +273,11 @@ def _detect_format(path: Path) -> str:
         return "frcnn"
     if path.suffix == ".pkl":
         return "detectron2"
+    if path.suffix == ".caffemodel":
+        return "caffe"
     raise CheckpointError(
-        f"cannot tell the format of {str(path)!r}: pass format='frcnn' (pytorch_model.bin of the MMF/HF port) or "
-        "format='detectron2' (.pkl)"
+        f"cannot tell the format of {str(path)!r}: pass format='frcnn' (pytorch_model.bin of the MMF/HF port), "
+        "format='detectron2' (.pkl) or format='caffe' (.caffemodel)"
     )
 
 
@@ -337,10 +319,21 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
         if not zipfile.is_zipfile(path):
             raise CheckpointError(f"{str(path)!r} is not a torch.save zip file; a detectron2 .pkl needs format='detectron2'")
         state = load_torch_state_dict(path)
+    elif source_format == "caffe":
+        # The original Caffe release: read without Caffe into detectron2's names, then the one key map below.
+        from .caffemodel import caffe_to_detectron2
+
+        state, caffe_report = caffe_to_detectron2(path, stage_blocks=None)  # depth read from the file
     else:
         state = read_detectron2_pickle(path)
     report = ConversionReport(source=path.name)
+    if source_format == "caffe":
+        report.notes.extend(f"caffe → detectron2: {note}" for note in caffe_report.notes)
+        report.notes.extend(f"caffe layer {k} dropped: {v}" for k, v in caffe_report.dropped.items())
     fields = infer_config_from_state(state)
+    if source_format == "caffe":
+        # BUTD's generate_tsv settings: Caffe anchors and box arithmetic (+1 widths), 600/1000, per-class NMS 0.3.
+        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3])
     if source_format == "detectron2":
         fields.update(anchor_style="detectron2", resize_backend="pil", **_d2_notebook_selection())
     config_path = Path(config) if config else path.parent / "config.yaml"

@@ -1,0 +1,85 @@
+"""`vlhub extract`: images → region store with the detector; resume, bad images, id rules, CLI."""
+
+import json
+
+import pytest
+import torch
+
+from vlhub.processing.extraction import collect_images, extract_to_store
+from vlhub.processing.stores import RegionStore
+
+from .helpers import tiny_detector, write_test_image
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    folder = tmp_path / "images"
+    (folder / "sub").mkdir(parents=True)
+    for i in range(3):
+        write_test_image(folder / f"img{i}.png", seed=i)
+    write_test_image(folder / "sub" / "img3.jpg", seed=3)
+    (folder / "notes.txt").write_text("not an image")
+    return folder
+
+
+def test_collect_images_ids_and_errors(image_folder, tmp_path):
+    images = collect_images([image_folder])
+    assert sorted(images) == ["img0", "img1", "img2", "sub/img3"]
+    listing = tmp_path / "list.txt"
+    listing.write_text("images/img0.png\n\nimages/sub/img3.jpg\n")
+    assert sorted(collect_images([listing])) == ["img0", "img3"]
+    with pytest.raises(ValueError, match="would get the id 'img0'"):
+        write_test_image(tmp_path / "img0.jpg")
+        collect_images([image_folder / "img0.png", tmp_path / "img0.jpg"])
+    with pytest.raises(FileNotFoundError, match="missing.png"):
+        collect_images([tmp_path / "missing.png"])
+    listing.write_text("images/none.png\n")
+    with pytest.raises(FileNotFoundError, match="line 1"):
+        collect_images([listing])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no image files"):
+        collect_images([tmp_path / "empty"])
+
+
+def test_extract_writes_what_the_extractor_returns_and_resumes(image_folder, tmp_path):
+    extractor = tiny_detector().eval()
+    images = collect_images([image_folder])
+    first = dict(list(images.items())[:2])
+    summary = extract_to_store(extractor, first, tmp_path / "store", batch_size=2, shard_size=1, progress=False)
+    assert (summary.total, summary.already_stored, summary.extracted) == (2, 0, 2)
+    summary = extract_to_store(extractor, images, tmp_path / "store", batch_size=2, shard_size=1, progress=False)
+    assert (summary.total, summary.already_stored, summary.extracted) == (4, 2, 2)  # only the missing two
+    store = RegionStore(tmp_path / "store")
+    assert sorted(store.ids) == sorted(images)
+    with torch.inference_mode():
+        direct = extractor([str(images["sub/img3"])])[0]
+    stored = store["sub/img3"]
+    torch.testing.assert_close(stored.features, direct.features, atol=0, rtol=0)
+    torch.testing.assert_close(stored.boxes, direct.boxes, atol=0, rtol=0)
+    torch.testing.assert_close(stored.class_probs, direct.class_probs, atol=0, rtol=0)
+    assert stored.image_size == direct.image_size
+
+
+def test_bad_images_stop_the_run_or_are_recorded(image_folder, tmp_path):
+    (image_folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    images = collect_images([image_folder])
+    with pytest.raises(RuntimeError, match="broken.png"):
+        extract_to_store(tiny_detector().eval(), images, tmp_path / "a", batch_size=2, progress=False)
+    summary = extract_to_store(tiny_detector().eval(), images, tmp_path / "b", batch_size=2, skip_errors=True,
+                               progress=False)
+    assert summary.extracted == 4 and [f["image_id"] for f in summary.failed] == ["broken"]
+    failures = [json.loads(line) for line in (tmp_path / "b" / "failed.jsonl").read_text().splitlines()]
+    assert failures[0]["path"].endswith("broken.png") and failures[0]["error"]
+    assert "broken" not in RegionStore(tmp_path / "b")
+
+
+def test_vlhub_extract_cli(image_folder, tmp_path, capsys):
+    from vlhub.cli import main
+
+    tiny_detector().save_pretrained(tmp_path / "detector")
+    args = ["extract", str(image_folder), "--extractor", str(tmp_path / "detector"), "--output", str(tmp_path / "s")]
+    assert main(args + ["--batch-size", "2", "--feature-dtype", "float16"]) == 0
+    assert "4 extracted" in capsys.readouterr().out
+    assert main(args + ["--feature-dtype", "float16"]) == 0
+    assert "4 already stored, 0 extracted" in capsys.readouterr().out
+    assert len(RegionStore(tmp_path / "s")) == 4

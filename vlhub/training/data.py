@@ -110,7 +110,15 @@ def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed:
     """The world's region store, written once to `cache_dir/shapes-seed<seed>` and reused (main process first)."""
     from accelerate import PartialState
 
+    from ..processing.stores import RegionStore
+
     directory = Path(cache_dir) if cache_dir else default_cache_dir() / f"shapes-seed{seed}"
+    if (directory / "store.json").exists():
+        # Reuse a finished store without running the feature extractor again.
+        store = RegionStore(directory)
+        captions = world.captions()
+        if all(image_id in store for split in captions.values() for image_id in split["image_id"]):
+            return store
     with PartialState().main_process_first():
         return world.write_region_store(directory)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -73,7 +72,8 @@ class TrainingTask:
         parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
         return outputs.loss, parts
 
-    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments) -> dict[str, float]:
+    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments, final: bool = False) -> dict[str, float]:
+        """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
         return {}
 
     def card_info(self) -> CardInfo:
@@ -295,7 +295,7 @@ def train(
                 if is_main:
                     progress.write(_format_logs(step, logs))
             if args.eval_steps and step % args.eval_steps == 0 and step < args.max_steps:
-                eval_results = _evaluate(task, accelerator, model, args, step, history, progress)
+                eval_results = _evaluate(task, accelerator, model, args, step, history, progress, final=False)
             if args.save_steps and step % args.save_steps == 0:
                 folder = output_dir / f"checkpoint-{step}"
                 save(folder, with_training_state=True)
@@ -312,7 +312,7 @@ def train(
         epoch += 1
     progress.close()
 
-    eval_results = _evaluate(task, accelerator, model, args, step, history, None)
+    eval_results = _evaluate(task, accelerator, model, args, step, history, None, final=True)
     save(output_dir, with_training_state=False)
     accelerator.end_training()
     if uploader is not None:
@@ -322,10 +322,10 @@ def train(
     return TrainResult(step, output_dir, history, eval_results, checkpoints, hub_failures)
 
 
-def _evaluate(task, accelerator, model, args, step, history, progress) -> dict[str, float]:
+def _evaluate(task, accelerator, model, args, step, history, progress, final: bool) -> dict[str, float]:
     model.eval()
     with torch.no_grad():
-        results = task.evaluate(accelerator, model, args)
+        results = task.evaluate(accelerator, model, args, final=final)
     model.train()
     if results:
         record = {f"eval_{k}": v for k, v in results.items()}

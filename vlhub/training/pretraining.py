@@ -119,7 +119,7 @@ class PretrainingTask(TrainingTask):
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(len(self.train_dataset), batch_size, self.mix, seed, group_size=group_size)
 
-    def evaluate(self, accelerator, model, args) -> dict[str, float]:
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
         pairs = self.corpus.validation
         if not pairs:
             return {}

@@ -24,6 +24,7 @@ from .data import (
     shapes_region_store,
     shapes_world,
 )
+from .launch import relaunch_with_cpu_processes
 from .loop import TrainResult, train
 from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
 
@@ -135,6 +136,8 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     from .pretraining import PretrainingTask, build_pretraining_model
 
+    if argv is None:
+        relaunch_with_cpu_processes()
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainArguments, PretrainTrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if model_args.model not in DEFAULT_MIXES:
@@ -196,6 +199,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from .data import _caption_pairs
     from .finetuning import RetrievalTask, VqaDataset, VqaTask
 
+    if argv is None:
+        relaunch_with_cpu_processes()
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if finetune_args.task not in ("vqa", "retrieval"):

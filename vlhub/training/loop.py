@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedDataParallelKwargs, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
@@ -190,6 +190,8 @@ def train(
             log_with=[JsonlTracker(output_dir), *args.report_to],
             project_dir=str(output_dir),
             step_scheduler_with_optimizer=False,
+            # One objective per step uses only some heads (MRM's mask embedding, the MLM head, ...).
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         )
     is_main = accelerator.is_main_process
     resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None

@@ -33,11 +33,12 @@ class HubUploader:
         repo_id: `user/name` or `org/name`.
         token: a Hub token (default: the logged-in one / `HF_TOKEN`).
         private: create the repository private.
-        endpoint: the Hub's URL (default: `HF_ENDPOINT` or https://huggingface.co).
+        endpoint: the Hub's URL (default: `HF_ENDPOINT` as set now, or https://huggingface.co).
     """
 
     def __init__(self, repo_id: str, token: str | None = None, private: bool = False, endpoint: str | None = None):
-        self.api = HfApi(endpoint=endpoint, token=token)
+        # HF_ENDPOINT is read here rather than at huggingface_hub's import, so setting it later still counts.
+        self.api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
         self.endpoint = self.api.endpoint
         self._pending: list[tuple[int | str, Future]] = []
         try:

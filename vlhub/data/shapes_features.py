@@ -53,7 +53,7 @@ def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
                 f"images[{index}] must be an (height, width, 3) uint8 RGB array, got shape {image.shape} and dtype "
                 f"{image.dtype}"
             )
-        return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 255.0
+        return torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1).float() / 255.0
     if isinstance(image, torch.Tensor):
         if image.ndim != 3 or image.shape[0] != 3 or not image.is_floating_point():
             raise ValueError(

@@ -318,6 +318,30 @@ def test_feature_extractor_rejects_bad_input(world):
     with pytest.raises(ValueError, match="uint8 RGB"):
         extractor(np.zeros((8, 8), dtype=np.uint8), [[0, 0, 4, 4]])
     with pytest.raises(TypeError, match="PIL image"):
-        extractor("image.png", [[0, 0, 4, 4]])
+        extractor(b"png bytes", [[0, 0, 4, 4]])
+    with pytest.raises(ValueError, match="no regions"):
+        extractor(np.full((40, 40, 3), 200, dtype=np.uint8))
     with pytest.raises(ValueError, match="feature_dim"):
         ShapesFeatureExtractor(feature_dim=0)
+
+
+def test_detected_boxes_are_the_ground_truth_boxes(world):
+    rows = world.images()["validation"]
+    detected = ShapesFeatureExtractor()(list(rows["image"]))
+    for row, regions in zip(rows, detected):
+        expected = sorted(row["boxes"], key=lambda box: (box[1], box[0]))
+        assert regions.boxes.tolist() == expected
+        assert regions.class_probs is None
+
+
+def test_extractor_save_and_load_and_image_paths(world, tmp_path):
+    extractor = ShapesFeatureExtractor(feature_dim=32, pool_size=3, include_whole_image=True, projection_seed=7)
+    extractor.save_pretrained(tmp_path / "extractor")
+    loaded = ShapesFeatureExtractor.from_pretrained(tmp_path / "extractor")
+    assert loaded.to_dict() == extractor.to_dict()
+    row = world.images()["train"][2]
+    row["image"].save(tmp_path / "image.png")
+    from_path = loaded(str(tmp_path / "image.png"), row["boxes"])
+    assert torch.equal(from_path.features, extractor(row["image"], row["boxes"]).features)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        ShapesFeatureExtractor.from_pretrained(tmp_path)

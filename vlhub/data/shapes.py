@@ -286,11 +286,18 @@ class ShapesWorld:
         return sum(vqa_accuracy_score(prediction, refs) for refs in answers) / len(answers)
 
     # --------------------------------------------------------------------------------------------- regions
-    def region_features(self, split: str, extractor: ShapesFeatureExtractor | None = None, batch_size: int = 64):
-        """Yield `(image_id, RegionFeatures)` for every image of `split` (ground-truth boxes, `extractor` features)."""
+    def region_features(
+        self,
+        split: str,
+        extractor: ShapesFeatureExtractor | None = None,
+        batch_size: int = 64,
+        skip: set[str] | frozenset[str] = frozenset(),
+    ):
+        """Yield `(image_id, RegionFeatures)` for every image of `split` not in `skip`: ground-truth boxes, features
+        from `extractor` (default `ShapesFeatureExtractor()`), class/attribute targets from the object labels."""
         self._check_split(split)
         extractor = extractor or ShapesFeatureExtractor()
-        examples = self._examples[split]
+        examples = [e for e in self._examples[split] if e.image_id not in skip]
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
             regions = extractor(
@@ -320,7 +327,6 @@ class ShapesWorld:
         with RegionStoreWriter(directory, shard_size=shard_size) as writer:
             done = set(writer.completed_ids)
             for split in splits:
-                for image_id, regions in self.region_features(split, extractor, batch_size):
-                    if image_id not in done:
-                        writer.add(image_id, regions)
+                for image_id, regions in self.region_features(split, extractor, batch_size, skip=done):
+                    writer.add(image_id, regions)
         return RegionStore(directory)

@@ -6,6 +6,7 @@ Every source ends as a `CaptionCorpus` — `(image_id, caption)` pairs per split
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -97,13 +98,13 @@ class CaptionCorpus:
         return self.regions[self.train[0][0]]
 
 
-def shapes_world(seed: int = 0, **kwargs):
-    """The embedded shapes world (`vlhub.data.shapes.ShapesWorld`)."""
-    try:
-        from ..data.shapes import ShapesWorld
-    except ImportError as err:
-        raise ImportError(f"the shapes world (vlhub.data.shapes) is not available in this installation: {err}") from err
-    return ShapesWorld(seed=seed, **kwargs)
+@functools.lru_cache(maxsize=2)
+def shapes_world(seed: int = 0):
+    """The embedded shapes world (`vlhub.data.shapes.ShapesWorld`) with its default sizes; one instance per seed and
+    process, so pre-training and fine-tuning in one process generate its images once."""
+    from ..data.shapes import ShapesWorld
+
+    return ShapesWorld(seed=seed)
 
 
 def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed: int = 0):

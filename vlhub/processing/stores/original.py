@@ -22,6 +22,7 @@ import io
 import json
 import os
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -40,6 +41,8 @@ __all__ = [
     "NpzFolderReader",
     "BUTD_TSV_FIELDS",
     "LXMERT_TSV_FIELDS",
+    "FEATURE_FORMATS",
+    "open_feature_file",
 ]
 
 BUTD_TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
@@ -299,7 +302,7 @@ class UniterLmdbReader(_LmdbReader):
             try:
                 with np.load(io.BytesIO(data), allow_pickle=False) as archive:
                     record = {name: archive[name] for name in archive.files}
-            except (ValueError, OSError) as err:
+            except (ValueError, OSError, zipfile.BadZipFile) as err:
                 raise FeatureFileError(f"{source}: corrupt compressed npz ({err})") from err
         else:
             record = _decode_msgpack(data, source)
@@ -452,6 +455,35 @@ class NpzFolderReader(_Reader):
                 record = {name: archive[name] for name in archive.files if name != "image_id"}
         except ValueError as err:
             raise FeatureFileError(f"{path}: cannot be read without pickle, or is corrupt ({err})") from err
-        except (OSError, EOFError) as err:
+        except (OSError, EOFError, zipfile.BadZipFile) as err:
             raise FeatureFileError(f"{path}: not a readable npz file ({err})") from err
         return _butd_record(record, str(path), BUTD_TSV_FIELDS)
+
+
+# --------------------------------------------------------------------------------------------------- by name
+FEATURE_FORMATS = {
+    "butd-tsv": "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
+    "lxmert-tsv": "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
+    "uniter-lmdb": "UNITER image LMDB (compressed npz or msgpack per image)",
+    "vilbert-lmdb": "ViLBERT beta / multi-task LMDB (pickled rows)",
+    "vlp-h5": "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
+    "npz": "a folder of per-image npz files (X-modaler / TDEN)",
+}
+
+
+def open_feature_file(format: str, path: str | os.PathLike, **options) -> _Reader:
+    """The reader for `format` (one of `FEATURE_FORMATS`) on `path`; `options` go to the reader (for "vlp-h5":
+    `boxes=`, `class_probs=`, `image_sizes=` / `image_size_from_boxes=`, with `path` the feature file)."""
+    if format == "butd-tsv":
+        return ButdTsvReader(path, fields="butd", **options)
+    if format == "lxmert-tsv":
+        return ButdTsvReader(path, fields="lxmert", **options)
+    if format == "uniter-lmdb":
+        return UniterLmdbReader(path, **options)
+    if format == "vilbert-lmdb":
+        return VilbertLmdbReader(path, **options)
+    if format == "vlp-h5":
+        return VlpH5Reader(path, **options)
+    if format == "npz":
+        return NpzFolderReader(path, **options)
+    raise ValueError(f"unknown feature format {format!r}; expected one of {sorted(FEATURE_FORMATS)}")

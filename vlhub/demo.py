@@ -1,6 +1,6 @@
 """The README's main job on the embedded default, end to end and offline:
 
-    python -m vlhub.demo [--output_dir runs/demo] [--pretrain_steps 200] [--finetune_steps 400]
+    python -m vlhub.demo [--output_dir runs/demo] [--pretrain_steps 200] [--finetune_steps 600]
 
 1. pre-trains a tiny UNITER on the shapes world (`pretrain.py`'s code, the original's objective mix),
 2. fine-tunes it for VQA (`finetune.py`'s code),
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/demo")
     parser.add_argument("--pretrain_steps", type=int, default=200)
-    parser.add_argument("--finetune_steps", type=int, default=400)
+    parser.add_argument("--finetune_steps", type=int, default=600)
     parser.add_argument("--num_examples", type=int, default=6, help="Held-out questions to answer at the end.")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -100,7 +100,7 @@ class FinetuneTrainingArguments(TrainingArguments):
     output_dir: str = field(default="runs/uniter-shapes-vqa")
     max_steps: int = field(default=600)
     per_device_batch_size: int = field(default=32)
-    learning_rate: float = field(default=5e-4)
+    learning_rate: float = field(default=1e-3)
     warmup_steps: int = field(default=30)
     max_eval_samples: int = field(default=0)
     logging_steps: int = field(default=50)

@@ -196,7 +196,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoConfig, AutoModelForVisualQuestionAnswering, AutoProcessor, HfArgumentParser
 
     from ..modeling.uniter import UniterForImageTextRetrieval
-    from .data import _caption_pairs
+    from .data import caption_pairs
     from .finetuning import RetrievalTask, VqaDataset, VqaTask
 
     if argv is None:
@@ -225,8 +225,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         if "UniterForPreTraining" in (AutoConfig.from_pretrained(source).architectures or []):
             model.init_rank_output_from_itm()  # the original's init_output: start from the pre-trained ITM head
         validation = table["validation"] if "validation" in table else table["train"]
-        task = RetrievalTask(model, processor, regions, _caption_pairs(table["train"], name),
-                             _caption_pairs(validation, name), name, description, base_model=source,
+        task = RetrievalTask(model, processor, regions, caption_pairs(table["train"], name),
+                             caption_pairs(validation, name), name, description, base_model=source,
                              num_sampled=finetune_args.num_sampled_negatives,
                              num_hard=finetune_args.num_hard_negatives,
                              max_gallery_images=finetune_args.max_gallery_images)

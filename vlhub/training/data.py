@@ -23,6 +23,8 @@ __all__ = [
     "load_table",
     "open_region_source",
     "shapes_world",
+    "shapes_region_store",
+    "caption_pairs",
     "SHAPES",
     "default_cache_dir",
 ]
@@ -149,7 +151,7 @@ def load_table(source: str, split_names=("train", "validation")):
     return datasets.load_dataset(source)
 
 
-def _caption_pairs(split, where: str) -> list[tuple[str, str]]:
+def caption_pairs(split, where: str) -> list[tuple[str, str]]:
     columns = split.column_names
     caption_column = next((c for c in _CAPTION_COLUMNS if c in columns), None)
     if "image_id" not in columns or caption_column is None:
@@ -184,7 +186,7 @@ def load_caption_corpus(
         regions = MemoizedRegions(shapes_region_store(world, region_store or cache_dir, shapes_seed))
         train, validation = _splits(table, "the shapes world")
         return CaptionCorpus(
-            train=_caption_pairs(train, "shapes captions"), validation=_caption_pairs(validation, "shapes captions"),
+            train=caption_pairs(train, "shapes captions"), validation=caption_pairs(validation, "shapes captions"),
             regions=regions, name="vlhub/shapes",
             description=_shapes_description(world, len(train), len(validation)), extras={"world": world},
         )
@@ -209,7 +211,7 @@ def load_caption_corpus(
                              "region store folder holding the features of its images")
     train, validation = _splits(table, where)
     corpus = CaptionCorpus(
-        train=_caption_pairs(train, where), validation=_caption_pairs(validation, where) if validation else [],
+        train=caption_pairs(train, where), validation=caption_pairs(validation, where) if validation else [],
         regions=regions, name=str(dataset),
         description=f"`{dataset}`: {len(train)} training captions"
         + (f", {len(validation)} validation captions" if validation is not None else "") + ".",

@@ -14,18 +14,10 @@ from ..processing.regions import RegionFeatures
 from .collators import CaptionDataset
 from .loop import TrainingTask
 from .model_card import CardInfo
-from .objectives import Objective, ObjectiveMix
-from .sampling import ObjectiveBatchSampler, SampleKey, example_rng
+from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
 __all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
            "concat_inputs"]
-
-_SINGLE = {"vqa": Objective("vqa", "vqa", build=None), "retrieval": Objective("retrieval", "retrieval", build=None)}
-
-
-def _single_mix(name: str) -> ObjectiveMix:
-    return ObjectiveMix({name: 1.0}, {name: _SINGLE[name]})
-
 
 def _lookup(regions: Mapping[str, RegionFeatures], image_id: str) -> RegionFeatures:
     try:
@@ -121,12 +113,12 @@ class VqaTask(TrainingTask):
         self.majority_baselines = majority_baselines or {}
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, _single_mix("vqa"), seed,
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("vqa"), seed,
                                      group_size=group_size)
 
     def predict(self, accelerator, model, dataset: VqaDataset, batch_size: int) -> list[str]:
         """The model's best answer for every question of `dataset`, in order."""
-        sampler = ObjectiveBatchSampler(len(dataset), batch_size, _single_mix("vqa"), 0, shuffle=False,
+        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective("vqa"), 0, shuffle=False,
                                         drop_last=False)
         loader = self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
         predicted = []
@@ -256,7 +248,7 @@ class RetrievalTask(TrainingTask):
         self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, _single_mix("retrieval"), seed,
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed,
                                      group_size=group_size)
 
     def training_step(self, model, batch):
@@ -291,7 +283,7 @@ class RetrievalTask(TrainingTask):
         # Every (text, image) pair of the gallery, scored in batches; text-major so rows reshape to the matrix.
         pairs = [(image_id, caption) for _, caption in texts for image_id in images]
         dataset = CaptionDataset(pairs)
-        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_batch_size, 64), _single_mix("retrieval"),
+        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_batch_size, 64), FixedObjective("retrieval"),
                                         0, shuffle=False, drop_last=False)
 
         def collate(examples):

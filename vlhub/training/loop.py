@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, skip_first_batches
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -266,8 +266,6 @@ def train(
         sampler.set_epoch(epoch)
         loader = train_loader
         if done_in_epoch:
-            from accelerate import skip_first_batches
-
             loader = skip_first_batches(train_loader, done_in_epoch * args.gradient_accumulation_steps)
             done_in_epoch = 0
         for batch in loader:

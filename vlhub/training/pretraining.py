@@ -14,7 +14,7 @@ from .data import CaptionCorpus
 from .loop import TrainingTask
 from .model_card import CardInfo
 from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
-from .sampling import ObjectiveBatchSampler
+from .sampling import FixedObjective, ObjectiveBatchSampler
 
 __all__ = ["PretrainingTask", "build_uniter_config", "build_pretraining_model", "CONFIG_PRESETS", "EVAL_EPOCH"]
 
@@ -127,9 +127,8 @@ class PretrainingTask(TrainingTask):
             pairs = pairs[: args.max_eval_samples]
         dataset = CaptionDataset(pairs)
         results: dict[str, float] = {}
-        for name, objective in self.mix.objectives.items():
-            single = ObjectiveMix({name: 1.0}, {name: objective})
-            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_batch_size, single, args.seed,
+        for name in self.mix.names:
+            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_batch_size, FixedObjective(name), args.seed,
                                             shuffle=False, drop_last=False)
             sampler.set_epoch(EVAL_EPOCH)
             loader = self.eval_dataloader(accelerator, dataset, sampler, self.eval_collate_fn)

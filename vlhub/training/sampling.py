@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler
 
 from .objectives import ObjectiveMix
 
-__all__ = ["SampleKey", "ObjectiveBatchSampler", "example_rng"]
+__all__ = ["SampleKey", "ObjectiveBatchSampler", "FixedObjective", "example_rng"]
 
 _OBJECTIVE_STREAM = 1
 _EXAMPLE_STREAM = 2
@@ -36,13 +36,23 @@ def example_rng(key: SampleKey) -> np.random.Generator:
     return np.random.default_rng(key.seed)
 
 
+class FixedObjective:
+    """The "mix" of a task with one objective (fine-tuning, or evaluating one pre-training objective)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def choose(self, rng: np.random.Generator) -> str:
+        return self.name
+
+
 class ObjectiveBatchSampler(BatchSampler):
     """Batches of `SampleKey`s.
 
     Args:
         num_examples: size of the dataset.
         batch_size: examples per batch (per process).
-        mix: the objectives and their ratios (a single objective for fine-tuning and evaluation).
+        mix: the objectives and their ratios, or a `FixedObjective` (fine-tuning, evaluation).
         seed: the run's seed.
         group_size: batches that share one objective (`num_processes * gradient_accumulation_steps`); with
             `drop_last` an epoch is cut to whole groups so every optimizer step sees full batches.
@@ -54,7 +64,7 @@ class ObjectiveBatchSampler(BatchSampler):
         self,
         num_examples: int,
         batch_size: int,
-        mix: ObjectiveMix,
+        mix: ObjectiveMix | FixedObjective,
         seed: int,
         group_size: int = 1,
         shuffle: bool = True,

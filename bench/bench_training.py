@@ -106,6 +106,8 @@ def main():
     parser.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--objectives", nargs="+", default=None,
+                        help="Which of mlm, mrfr, mrc-kl, itm, wra, 'default mix' to time (default: all).")
     parser.add_argument("--batch", type=int, nargs="+", default=None,
                         help="Examples per step for each size (default: 32 for tiny, 8 for base).")
     args = parser.parse_args()
@@ -113,6 +115,8 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     mixes = {"mlm": {"mlm": 1}, "mrfr": {"mrfr": 1}, "mrc-kl": {"mrc-kl": 1}, "itm": {"itm": 1},
              "wra": {"wra": 1}, "default mix": {"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1}}
+    if args.objectives:
+        mixes = {name: mixes[name] for name in args.objectives}
     for size in args.sizes:
         for name, mix in mixes.items():
             rate = pretraining_throughput(size, mix, batches[size], args.steps, args.warmup)

@@ -250,14 +250,15 @@ def train(
             unwrapped.save_pretrained(folder)
             if task.processor is not None:
                 task.processor.save_pretrained(folder)
+            write_training_card(folder, task.card_info(), step=step, max_steps=args.max_steps, command=command,
+                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes),
+                                eval_results=eval_results)
+            # Written last: `--resume_from_checkpoint latest` only considers folders that have it.
             (folder / TRAINER_STATE).write_text(json.dumps({
                 "global_step": step, "max_steps": args.max_steps, "num_processes": accelerator.num_processes,
                 "log_window": window.state(), "log_history": history, "eval_results": eval_results,
                 "args": args.to_dict(), "command": command,
             }, indent=1))
-            write_training_card(folder, task.card_info(), step=step, max_steps=args.max_steps, command=command,
-                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes),
-                                eval_results=eval_results)
         accelerator.wait_for_everyone()
 
     model.train()

@@ -345,3 +345,26 @@ def test_extractor_save_and_load_and_image_paths(world, tmp_path):
     assert torch.equal(from_path.features, extractor(row["image"], row["boxes"]).features)
     with pytest.raises(FileNotFoundError, match="config.json"):
         ShapesFeatureExtractor.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------------ store
+def test_region_store_round_trip(tmp_path):
+    from vlhub.processing.stores import RegionStore
+
+    world = ShapesWorld(seed=4, num_train=5, num_validation=2, num_test=2)
+    extractor = ShapesFeatureExtractor(feature_dim=24)
+    store = world.write_region_store(tmp_path / "regions", extractor=extractor, shard_size=3)
+    expected = {}
+    for split in ("train", "validation", "test"):
+        expected.update(world.region_features(split, extractor))
+    assert len(store) == 9 and set(store.ids) == set(expected)
+    for image_id, regions in expected.items():
+        stored = store[image_id]
+        assert stored.image_size == regions.image_size
+        for name in ("features", "boxes", "class_probs", "attribute_probs", "scores"):
+            assert torch.equal(getattr(stored, name), getattr(regions, name)), name
+    # Writing again resumes: nothing is added twice.
+    again = world.write_region_store(tmp_path / "regions", extractor=extractor, shard_size=3)
+    assert len(again) == 9
+    streamed = {row["image_id"] for row in RegionStore.streaming_dataset(tmp_path / "regions")}
+    assert streamed == set(expected)

@@ -30,6 +30,10 @@ setup(
         "numpy",
         "pillow",
     ],
-    extras_require={"test": ["pytest>=8"]},
+    extras_require={
+        # readers of the original projects' feature files (LMDB: UNITER, ViLBERT; HDF5: Unified VLP)
+        "stores": ["lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0"],
+        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0"],
+    },
     entry_points={"console_scripts": ["vlhub=vlhub.cli:main"]},
 )

@@ -1,10 +1,13 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# datasets caches prepared Parquet/Arrow files; keep the suite's out of the user's cache.
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="vlhub-tests-datasets-"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 TESTS = Path(__file__).parent

@@ -1,13 +1,17 @@
 """The `vlhub` command line.
 
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
+    vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
+    vlhub import-features SOURCE --format FORMAT --output STORE
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from pathlib import Path
 
 from .conversion.common import CheckpointError
 
@@ -44,11 +48,59 @@ def _add_convert(subparsers) -> argparse._SubParsersAction:
     return architectures
 
 
+def _import_features(args) -> int:
+    from .processing.stores import import_features, open_feature_file
+
+    options = {}
+    if args.format == "vlp-h5":
+        if not args.boxes:
+            raise ValueError("--format vlp-h5 needs --boxes (the bbox h5 file)")
+        options = {"boxes": args.boxes, "class_probs": args.class_probs,
+                   "image_sizes": json.loads(Path(args.image_sizes).read_text()) if args.image_sizes else None,
+                   "image_size_from_boxes": args.image_size_from_boxes}
+    reader = open_feature_file(args.format, args.source, **options)
+    written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
+    print(f"{len(reader)} images in {args.source}: {written} written, {len(reader) - written} already in {args.output}")
+    return 0
+
+
+def _add_import_features(subparsers):
+    from .processing.stores import FEATURE_FORMATS
+
+    parser = subparsers.add_parser(
+        "import-features", help="copy an original project's feature file into a vlhub region store",
+        description="formats: " + "; ".join(f"{k}: {v}" for k, v in FEATURE_FORMATS.items()))
+    parser.add_argument("source", help="the feature file, LMDB or folder (for vlp-h5: the feature h5 or its "
+                                       "pattern with {shard})")
+    parser.add_argument("--format", required=True, choices=sorted(FEATURE_FORMATS))
+    parser.add_argument("--output", required=True, help="the region store folder to write (or to continue)")
+    parser.add_argument("--shard-size", type=int, default=512)
+    parser.add_argument("--feature-dtype", choices=["float32", "float16"], default="float32")
+    parser.add_argument("--boxes", help="vlp-h5: the bbox h5 file")
+    parser.add_argument("--class-probs", help="vlp-h5: the class-probability h5 file or pattern")
+    parser.add_argument("--image-sizes", help="vlp-h5: a JSON file {image_id: [height, width]}")
+    parser.add_argument("--image-size-from-boxes", action="store_true",
+                        help="vlp-h5 without --image-sizes: use each image's largest box coordinates")
+    parser.set_defaults(func=_import_features)
+
+
+def _add_extract(subparsers):
+    from . import extract
+
+    parser = subparsers.add_parser(
+        "extract", help="region features for images into a region store (resumable; for several processes use "
+        "`accelerate launch -m vlhub.extract ...`)")
+    extract.add_arguments(parser)
+    parser.set_defaults(func=extract.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlhub", description="vlhub command line tools")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_convert(subparsers)
+    _add_extract(subparsers)
+    _add_import_features(subparsers)
     return parser
 
 

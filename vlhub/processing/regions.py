@@ -21,7 +21,10 @@ _BOX_TOLERANCE_PX = 1e-2
 
 def _as_float_tensor(name: str, value, ndim: int) -> torch.Tensor:
     if isinstance(value, np.ndarray):
-        value = torch.from_numpy(np.ascontiguousarray(value))
+        value = np.ascontiguousarray(value)
+        if not value.flags.writeable:  # e.g. memory-mapped store files: torch wants a writable buffer
+            value = value.copy()
+        value = torch.from_numpy(value)
     elif not isinstance(value, torch.Tensor):
         try:
             value = torch.as_tensor(value)

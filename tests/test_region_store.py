@@ -1,0 +1,143 @@
+"""vlhub's own region store: round trip, resume, atomic shards, layout checks, datasets views."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import vlhub
+from vlhub.processing.stores import RegionStore, RegionStoreWriter
+
+from .helpers import random_regions
+
+
+def with_probs(regions, num_classes=5, num_attributes=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return vlhub.RegionFeatures(
+        features=regions.features, boxes=regions.boxes, image_size=regions.image_size, scores=regions.scores,
+        class_probs=torch.rand(len(regions), num_classes, generator=generator),
+        attribute_probs=torch.rand(len(regions), num_attributes, generator=generator),
+    )
+
+
+def assert_same_regions(a, b, atol=0.0):
+    assert a.image_size == b.image_size
+    for name in ("features", "boxes", "scores", "class_probs", "attribute_probs"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=name)
+
+
+def test_store_round_trip_keeps_every_field_and_order(tmp_path):
+    images = {f"img{i}": with_probs(random_regions(3 + i, 8, seed=i), seed=i) for i in range(7)}
+    with RegionStoreWriter(tmp_path, shard_size=3, row_group_size=2) as writer:
+        for image_id, regions in images.items():
+            writer.add(image_id, regions)
+    assert len(writer.written_shards) == 3  # 3 + 3 + 1
+    store = RegionStore(tmp_path)
+    assert store.ids == list(images) and len(store) == 7 and "img6" in store and "nope" not in store
+    for image_id, regions in reversed(list(images.items())):  # random access across row groups and shards
+        loaded = store[image_id]
+        assert_same_regions(loaded, regions)
+        assert loaded.metadata["image_id"] == image_id
+    with pytest.raises(KeyError, match="nope"):
+        store["nope"]
+
+
+def test_store_float16_features(tmp_path):
+    regions = random_regions(4, 8, seed=1)
+    with RegionStoreWriter(tmp_path, feature_dtype="float16") as writer:
+        writer.add("a", regions)
+    loaded = RegionStore(tmp_path)["a"]
+    assert loaded.features.dtype == torch.float32
+    torch.testing.assert_close(loaded.features, regions.features.half().float(), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="float16"):
+        RegionStoreWriter(tmp_path, feature_dtype="float32")
+
+
+def test_store_refuses_duplicates_and_other_layouts(tmp_path):
+    with RegionStoreWriter(tmp_path, shard_size=10) as writer:
+        writer.add("a", random_regions(3, 8))
+        with pytest.raises(ValueError, match="already in the store"):
+            writer.add("a", random_regions(3, 8))
+        with pytest.raises(ValueError, match="feature_dim=8.*feature_dim=9"):
+            writer.add("b", random_regions(3, 9))
+        with pytest.raises(ValueError, match="has_scores"):
+            writer.add("c", random_regions(3, 8, scores=False))
+        with pytest.raises(ValueError, match="image_id"):
+            writer.add("", random_regions(3, 8))
+        with pytest.raises(TypeError, match="RegionFeatures"):
+            writer.add("d", {"features": np.zeros((3, 8))})
+
+
+def test_store_resumes_without_redoing_or_losing(tmp_path):
+    images = {f"img{i}": random_regions(2 + i % 3, 8, seed=i) for i in range(5)}
+
+    class Interrupted(Exception):
+        pass
+
+    with pytest.raises(Interrupted):
+        with RegionStoreWriter(tmp_path, shard_size=2) as writer:
+            for i, (image_id, regions) in enumerate(images.items()):
+                if i == 3:
+                    raise Interrupted  # the queued image 2 is still written on exit
+                writer.add(image_id, regions)
+    reopened = RegionStoreWriter(tmp_path, shard_size=2)
+    assert reopened.completed_ids == {"img0", "img1", "img2"}
+    with reopened:
+        for image_id, regions in images.items():
+            if image_id not in reopened.completed_ids:
+                reopened.add(image_id, regions)
+    store = RegionStore(tmp_path)
+    assert sorted(store.ids) == sorted(images)
+    for image_id, regions in images.items():
+        assert_same_regions(store[image_id], regions)
+
+
+def test_interrupted_shard_write_never_reads_as_complete(tmp_path, monkeypatch):
+    with RegionStoreWriter(tmp_path, shard_size=2) as writer:
+        writer.add("a", random_regions(2, 8))
+        writer.add("b", random_regions(2, 8))
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    writer = RegionStoreWriter(tmp_path, shard_size=2)
+    writer.add("c", random_regions(2, 8))
+    monkeypatch.setattr(vlhub.processing.stores.shards.datasets.Dataset, "to_parquet", crash)
+    with pytest.raises(OSError, match="disk full"):
+        writer.add("d", random_regions(2, 8))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-p00000-00000.parquet", "store.json"]
+    assert RegionStore(tmp_path).ids == ["a", "b"]
+
+
+def test_store_processes_write_their_own_shards(tmp_path):
+    for process in (0, 1):
+        with RegionStoreWriter(tmp_path, shard_size=1, process_index=process) as writer:
+            writer.add(f"p{process}", random_regions(2, 8, seed=process))
+    assert [p.name for p in RegionStore(tmp_path).shard_files] == [
+        "shard-p00000-00000.parquet", "shard-p00001-00000.parquet"]
+
+
+def test_store_datasets_views(tmp_path):
+    images = {f"img{i}": with_probs(random_regions(3, 8, seed=i)) for i in range(3)}
+    with RegionStoreWriter(tmp_path, shard_size=2) as writer:
+        for image_id, regions in images.items():
+            writer.add(image_id, regions)
+    dataset = RegionStore(tmp_path).dataset.with_format("numpy")
+    assert dataset["image_id"][:] .tolist() == list(images)
+    np.testing.assert_array_equal(dataset[1]["features"], images["img1"].features.numpy())
+    streamed = list(RegionStore.streaming_dataset(tmp_path))
+    assert [row["image_id"] for row in streamed] == list(images)
+    np.testing.assert_allclose(np.asarray(streamed[2]["class_probs"]), images["img2"].class_probs.numpy())
+
+
+def test_not_a_store(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a vlhub region store"):
+        RegionStore(tmp_path)
+    (tmp_path / "store.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="does not describe a vlhub region store"):
+        RegionStore(tmp_path)

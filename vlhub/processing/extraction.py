@@ -1,0 +1,169 @@
+"""Extracting region features for a folder (or a list) of images into a vlhub region store.
+
+The work is split across processes by accelerate (`accelerate launch -m vlhub.extract ...`): every process
+reads which images the store already holds, takes its share of the rest through
+`Accelerator.split_between_processes`, and writes its own series of shards. A run that is interrupted keeps
+every finished shard; running the same command again extracts only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .regions import RegionFeatures
+from .stores.shards import RegionStoreWriter
+
+__all__ = ["IMAGE_EXTENSIONS", "collect_images", "load_region_extractor", "extract_to_store", "ExtractionSummary"]
+
+logger = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+FAILURES_FILE = "failed.jsonl"
+
+
+def collect_images(inputs: Sequence[str | os.PathLike]) -> dict[str, Path]:
+    """Image files named by `inputs` (files, folders searched recursively, or `.txt` lists of paths), keyed
+    by image id: the path relative to its folder without extension (`val2014/COCO_val2014_000000000042`
+    → `COCO_val2014_000000000042` for a folder argument `val2014/`), or the file stem for single files.
+
+    Raises when an input does not exist, when nothing is found, or when two files would get the same id.
+    """
+    images: dict[str, Path] = {}
+
+    def add(image_id: str, path: Path):
+        if image_id in images and images[image_id] != path:
+            raise ValueError(f"two images would get the id {image_id!r}: {images[image_id]} and {path}")
+        images[image_id] = path
+
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            for file in sorted(path.rglob("*")):
+                if file.suffix.lower() in IMAGE_EXTENSIONS and file.is_file():
+                    add(file.relative_to(path).with_suffix("").as_posix(), file)
+        elif path.suffix.lower() == ".txt" and path.is_file():
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                line = line.strip()
+                if line:
+                    listed = (path.parent / line) if not os.path.isabs(line) else Path(line)
+                    if not listed.is_file():
+                        raise FileNotFoundError(f"{path} line {number}: no image file {listed}")
+                    add(listed.stem, listed)
+        elif path.is_file():
+            add(path.stem, path)
+        else:
+            raise FileNotFoundError(f"no image, folder or .txt list at {path}")
+    if not images:
+        raise ValueError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) found in {list(map(str, inputs))}")
+    return images
+
+
+def load_region_extractor(name_or_path: str | os.PathLike):
+    """A `RegionExtractor` from its own folder, or from a processor/model folder that carries one in
+    `region_extractor/`."""
+    from .detector import RegionExtractor
+    from .processor_base import REGION_EXTRACTOR_FOLDER
+
+    path = Path(name_or_path)
+    if (path / REGION_EXTRACTOR_FOLDER).is_dir():
+        path = path / REGION_EXTRACTOR_FOLDER
+    return RegionExtractor.from_pretrained(str(path))
+
+
+@dataclass
+class ExtractionSummary:
+    """What one process did (and, after `gather`, what all did)."""
+
+    total: int
+    already_stored: int
+    extracted: int = 0
+    failed: list[dict] = field(default_factory=list)
+
+
+def _extract_batch(extractor, batch: list[tuple[str, Path]], skip_errors: bool, failures: list[dict]):
+    """Run the extractor on one batch; with `skip_errors`, a failing batch is retried image by image so that one
+    bad file costs only itself (and is recorded)."""
+    try:
+        with torch.inference_mode():
+            return list(zip([image_id for image_id, _ in batch], extractor([str(p) for _, p in batch])))
+    except Exception as err:  # noqa: BLE001 — any failure of one image is reported with its file name
+        if not skip_errors:
+            names = ", ".join(str(p) for _, p in batch)
+            raise RuntimeError(f"region extraction failed for {names}: {err}") from err
+        if len(batch) > 1:
+            results = []
+            for item in batch:
+                results.extend(_extract_batch(extractor, [item], skip_errors, failures))
+            return results
+        image_id, path = batch[0]
+        failures.append({"image_id": image_id, "path": str(path), "error": f"{type(err).__name__}: {err}"})
+        logger.warning("skipping %s: %s", path, err)
+        return []
+
+
+def extract_to_store(
+    extractor,
+    images: dict[str, Path],
+    output: str | os.PathLike,
+    batch_size: int = 1,
+    shard_size: int = 256,
+    feature_dtype: str = "float32",
+    skip_errors: bool = False,
+    accelerator=None,
+    progress: bool = True,
+) -> ExtractionSummary:
+    """Extract `images` (`{image_id: path}`) with `extractor` into the region store at `output`.
+
+    Images the store already holds are skipped (resume). With an `accelerate.Accelerator`, each process takes
+    its share and writes its own shards; the summary returned on every process covers all processes.
+    `skip_errors=True` records unreadable images in `failed.jsonl` instead of stopping.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import gather_object
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    accelerator = accelerator or Accelerator()
+    output = Path(output)
+    # Every process must see the same "already stored" set, so read it before anyone writes.
+    completed = set()
+    if output.exists():
+        completed = RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype).completed_ids
+    accelerator.wait_for_everyone()
+    pending = [(image_id, images[image_id]) for image_id in sorted(images) if image_id not in completed]
+    summary = ExtractionSummary(total=len(images), already_stored=len(images) - len(pending))
+    if hasattr(extractor, "to"):
+        extractor = extractor.to(accelerator.device)
+    failures: list[dict] = []
+    with accelerator.split_between_processes(pending) as mine:
+        bar = tqdm(total=len(pending), desc="extracting regions", unit="img",
+                   disable=not (progress and accelerator.is_local_main_process))
+        with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype,
+                               process_index=accelerator.process_index) as writer:
+            for start in range(0, len(mine), batch_size):
+                batch = mine[start:start + batch_size]
+                for image_id, regions in _extract_batch(extractor, batch, skip_errors, failures):
+                    if not isinstance(regions, RegionFeatures):
+                        raise TypeError(f"the extractor returned {type(regions).__name__}, not RegionFeatures")
+                    writer.add(image_id, regions)
+                    summary.extracted += 1
+                # the bar counts all processes' work (approximately) by scaling the main process's progress
+                bar.update(len(batch) * accelerator.num_processes)
+        bar.close()
+    accelerator.wait_for_everyone()
+    all_extracted = sum(gather_object([summary.extracted]))
+    all_failures = [f for part in gather_object([failures]) for f in part]
+    summary.extracted, summary.failed = all_extracted, all_failures
+    if accelerator.is_main_process and all_failures:
+        with open(output / FAILURES_FILE, "a") as handle:
+            for failure in all_failures:
+                handle.write(json.dumps(failure) + "\n")
+    return summary

@@ -368,3 +368,37 @@ def test_region_store_round_trip(tmp_path):
     assert len(again) == 9
     streamed = {row["image_id"] for row in RegionStore.streaming_dataset(tmp_path / "regions")}
     assert streamed == set(expected)
+
+
+# ---------------------------------------------------------------------------------------------- with a model
+def test_vqa_pipeline_answers_from_shapes_images(world, tmp_path, tiny_uniter_config):
+    """A processor carrying the shapes extractor is saved and reloaded, and the VQA pipeline then takes images."""
+    from transformers import pipeline
+
+    from vlhub import UniterForQuestionAnswering, UniterProcessor, UniterRegionProcessor
+
+    tokenizer = shapes_tokenizer()
+    config = tiny_uniter_config
+    config.vocab_size, config.num_region_labels = len(tokenizer), len(OBJECT_CLASSES)
+    config.id2label = world.id2label
+    config.label2id = world.label2id
+    torch.manual_seed(0)
+    model = UniterForQuestionAnswering(config).eval()
+    processor = UniterProcessor(
+        feature_extractor=UniterRegionProcessor(region_feature_dim=config.region_feature_dim), tokenizer=tokenizer
+    )
+    extractor = ShapesFeatureExtractor(feature_dim=config.region_feature_dim)
+    processor.region_extractor = extractor
+    model.save_pretrained(tmp_path / "vqa")
+    processor.save_pretrained(tmp_path / "vqa")
+
+    vqa = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))
+    assert isinstance(vqa.processor.region_extractor, ShapesFeatureExtractor)
+    row = world.images()["test"][0]
+    question = "how many shapes are there?"
+    answers = vqa(image=row["image"], question=question, top_k=2)
+    regions = extractor(row["image"], row["boxes"])
+    with torch.no_grad():
+        logits = model(**processor(text=[question], regions=[regions])).logits[0]
+    assert answers[0]["answer"] == world.id2label[int(logits.argmax())]
+    assert answers[0]["score"] == pytest.approx(torch.sigmoid(logits).max().item(), abs=1e-6)

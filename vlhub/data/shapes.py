@@ -314,17 +314,20 @@ class ShapesWorld:
         splits: tuple[str, ...] = SPLITS,
         shard_size: int = 512,
         batch_size: int = 64,
+        feature_dtype: str = "float32",
     ):
-        """Extract every image's regions and write them to vlhub's sharded region store at `directory`.
+        """Extract every image's regions (of `splits`) and write them to vlhub's sharded region store at `directory`
+        (`shard_size` images per shard, features stored as `feature_dtype`).
 
         Resumable: images already in finished shards are skipped. Returns `RegionStore(directory)`, keyed by
-        `image_id` (ids are unique across splits, so one store serves all of them).
+        `image_id` (ids are unique across splits, so one store serves all of them). Call it from one process (e.g.
+        under accelerate's `main_process_first()`): extracting the whole default world takes seconds.
         """
         from ..processing.stores import RegionStore, RegionStoreWriter
 
         for split in splits:
             self._check_split(split)
-        with RegionStoreWriter(directory, shard_size=shard_size) as writer:
+        with RegionStoreWriter(directory, shard_size=shard_size, feature_dtype=feature_dtype) as writer:
             done = set(writer.completed_ids)
             for split in splits:
                 for image_id, regions in self.region_features(split, extractor, batch_size, skip=done):

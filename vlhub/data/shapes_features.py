@@ -6,13 +6,16 @@ machine and the features mean something a tiny model can learn from quickly:
 - channel 0, *foreground*: how far a pixel's colour is from the background colour (the median of the image
   border), squashed to [0, 1];
 - channels 1–3, *colour*: the RGB value where there is foreground (0 on the background);
-- channels 4–7, *edges*: the absolute response of oriented 3×3 derivative filters (0°, 90°, 45°, 135°) to the
+- channels 4–5, *hue*: (cos, sin) of the pixel's hue angle where there is foreground — colour names are sectors of
+  the hue circle, so they are linearly separable here (they are not in RGB: orange lies between red and yellow);
+- channels 6–9, *edges*: the absolute response of oriented 3×3 derivative filters (0°, 90°, 45°, 135°) to the
   foreground map — squares have axis-aligned edges, diamonds diagonal ones, triangles both, circles all.
 
 `torchvision.ops.roi_align` pools each channel over each box on a `pool_size × pool_size` grid (the foreground
-grid is the object's silhouette), and a fixed ±1 random projection (integers from
-`np.random.default_rng(projection_seed)`) maps the `8 · pool_size²` values to `feature_dim`. Features agree across
-machines to float32 rounding of the convolutions.
+grid is the object's silhouette), and a fixed ±1/√feature_dim random projection (integers from
+`np.random.default_rng(projection_seed)`) maps the `10 · pool_size²` values to `feature_dim`. Features agree across
+machines to float32 rounding of the convolutions. Without boxes, the extractor finds the objects itself
+(`detect_boxes`: connected foreground blobs), which on shapes-world images gives exactly the ground-truth boxes.
 """
 
 from __future__ import annotations

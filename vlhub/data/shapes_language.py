@@ -100,12 +100,17 @@ def _matches(obj: ShapeObject, other: ShapeObject, attributes: tuple[str, ...]) 
 
 
 def _unique_reference(
-    obj: ShapeObject, scene: Scene, candidates: tuple[tuple[str, ...], ...], rng: np.random.Generator
+    obj: ShapeObject,
+    scene: Scene,
+    candidates: tuple[tuple[str, ...], ...],
+    rng: np.random.Generator,
+    noun: str | None = None,
 ) -> str | None:
-    """The shortest phrase over `candidates` (attribute sets) that singles `obj` out, or None."""
+    """The phrase over the first of `candidates` (attribute sets) that singles `obj` out, or None. Without "shape"
+    in the set the noun is `noun` (default: "shape" or "object" at random)."""
     for attributes in candidates:
         if not any(o is not obj and _matches(obj, o, attributes) for o in scene.objects):
-            return _phrase(obj, attributes, noun=_choice(rng, _GENERIC_NOUNS))
+            return _phrase(obj, attributes, noun=noun or _choice(rng, _GENERIC_NOUNS))
     return None
 
 
@@ -212,13 +217,12 @@ def _question_colour(scene: Scene, rng) -> Question | None:
 
 def _question_shape(scene: Scene, rng) -> Question | None:
     obj = _choice(rng, scene.objects)
-    candidates = (("colour",), ("size", "colour"), ("size",))
-    for attributes in candidates:
-        if not any(o is not obj and _matches(obj, o, attributes) for o in scene.objects):
-            ref = _phrase(obj, attributes, noun="object")  # not "the shape of the red shape"
-            text = _choice(rng, (f"what shape is the {ref}?", f"what is the shape of the {ref}?"))
-            return Question(text, obj.shape, "shape", _SHAPE_CONFUSIONS[obj.shape])
-    return None
+    # The noun is "object": not "what is the shape of the red shape?"
+    ref = _unique_reference(obj, scene, (("colour",), ("size", "colour"), ("size",)), rng, noun="object")
+    if ref is None:
+        return None
+    text = _choice(rng, (f"what shape is the {ref}?", f"what is the shape of the {ref}?"))
+    return Question(text, obj.shape, "shape", _SHAPE_CONFUSIONS[obj.shape])
 
 
 def _question_size(scene: Scene, rng) -> Question | None:

@@ -99,3 +99,18 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
     names = {p.name for p in (tmp_path / "run" / "checkpoint-3" / "training_state").iterdir()}
     assert {"random_states_0.pkl", "random_states_1.pkl"} <= names
     assert state["command"].startswith("accelerate launch --num_processes 2 pretrain.py")
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
+    """The README's main job with few steps: every stage runs and the card records accuracy and baseline."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "VLHUB_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "vlhub.demo", "--output_dir", str(tmp_path / "demo"), "--pretrain_steps", "10",
+               "--finetune_steps", "10", "--num_examples", "2"]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
+    card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
+    assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
+    assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()

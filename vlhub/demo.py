@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> dict:
         best = vqa(image=store[row["image_id"]], question=row["question"], top_k=1)[0]
         print(f"   {row['image_id']}  Q: {row['question']:45s} A: {best['answer']:8s} ({best['score']:.2f})   "
               f"annotators: {row['multiple_choice_answer']}")
+    image_row = world.images()["test"][0]
+    best = vqa(image=image_row["image"], question=test[0]["question"], top_k=1)[0]
+    print(f"   from the raw image of {image_row['image_id']} (regions found by the processor's extractor): "
+          f"Q: {test[0]['question']}  A: {best['answer']} ({best['score']:.2f})")
     print(f"done in {time.time() - start:.0f} s")
     return scores
 

@@ -149,6 +149,12 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         model_args.model_name_or_path, model_args.config,
         _load_tokenizer(model_args.tokenizer, data_args.dataset), corpus,
     )
+    if data_args.dataset == SHAPES and not model_args.model_name_or_path:
+        from ..data.shapes_features import ShapesFeatureExtractor
+
+        # The extractor that made the world's region store travels with the processor, so the saved models also
+        # answer from raw shapes images (`pipeline(...)(image=PIL image, ...)`).
+        processor.region_extractor = ShapesFeatureExtractor(feature_dim=model.config.region_feature_dim)
     mix = ObjectiveMix.parse(pretrain_args.objectives, objectives_for(model.config.model_type))
     task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
                            mlm_probability=pretrain_args.mlm_probability,

@@ -1,4 +1,4 @@
-"""The training loop on a tiny synthetic corpus: losses fall, exact resumption, checkpoints load with the Auto classes."""
+"""The training loop on a tiny synthetic corpus: losses fall, exact resumption, checkpoints load with Auto classes."""
 
 from __future__ import annotations
 
@@ -88,8 +88,9 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
 
 
 def test_checkpoint_is_a_complete_pretrained_folder(tmp_path):
-    import vlhub  # noqa: F401  (registers the Auto classes)
     from transformers import AutoModel, AutoModelForPreTraining, AutoProcessor
+
+    import vlhub  # noqa: F401  (registers the Auto classes)
 
     args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_batch_size=4, save_steps=2,
                              logging_steps=1)

@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    import vlhub  # noqa: F401  (registers the model, processor and pipeline)
     from transformers import pipeline
+
+    import vlhub  # noqa: F401  (registers the model, processor and pipeline)
 
     from .training.cli import finetune_main, pretrain_main
     from .training.data import shapes_region_store, shapes_world

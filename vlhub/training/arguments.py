@@ -26,7 +26,8 @@ class TrainingArguments:
     adam_beta2: float = field(default=0.98, metadata={"help": "0.98 as the original UNITER."})
     adam_epsilon: float = field(default=1e-6)
     max_grad_norm: float = field(default=5.0, metadata={"help": "Gradient-norm clipping (0 disables)."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": f"transformers.get_scheduler name: {_SCHEDULERS}"})
+    lr_scheduler_type: str = field(default="linear",
+                                   metadata={"help": f"transformers.get_scheduler name: {_SCHEDULERS}"})
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
     mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (accelerate's autocast)."})
     eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from ..processing.regions import RegionFeatures

@@ -225,7 +225,7 @@ def load_caption_corpus(
 
 def _shapes_description(world, num_train: int, num_validation: int) -> str:
     details = getattr(world, "description", None)
-    text = (f"The embedded **shapes world** of vlhub (`vlhub.data.shapes.ShapesWorld`, seed {world.seed if hasattr(world, 'seed') else 0}): "
+    text = (f"The embedded **shapes world** of vlhub (`vlhub.data.shapes.ShapesWorld`, seed {world.seed}): "
             f"procedurally generated images of coloured shapes with ground-truth boxes; region features are RoI-pooled "
             f"from a convolutional backbone over the boxes. {num_train} training and {num_validation} validation "
             "captions.")

@@ -159,7 +159,8 @@ class VqaTask(TrainingTask):
             pipeline_tag="visual-question-answering",
             usage=("import vlhub\nfrom transformers import pipeline\n\n"
                    "vqa = pipeline(\"visual-question-answering\", model=\"<this folder>\")\n"
-                   "vqa(image=regions, question=\"what colour is the circle?\", top_k=3)  # regions: vlhub.RegionFeatures"),
+                   "vqa(image=regions, question=\"what colour is the circle?\", top_k=3)  # vlhub.RegionFeatures\n"
+                   "vqa(image=\"shapes.png\", question=\"how many shapes are there?\")  # when it has an extractor"),
             metric_task="visual-question-answering",
             base_model=self.base_model,
             baseline_note=(f"VQA accuracy is the official rule (min(#annotators agreeing / 3, 1), answers normalised). "

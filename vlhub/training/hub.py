@@ -78,7 +78,7 @@ class HubUploader:
         return str(getattr(info, "commit_url", info))
 
     def collect_finished(self, wait: bool = False) -> list[str]:
-        """Check background uploads; returns a message per failed one (and logs it). With `wait`, block until all end."""
+        """Check background uploads; returns a message per failed one (and logs it). `wait`: block until all end."""
         failures, still_running = [], []
         for step, future in self._pending:
             if not wait and not future.done():

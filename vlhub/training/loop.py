@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from .arguments import TrainingArguments
-from .hub import HubError, HubUploader
+from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
@@ -72,7 +72,8 @@ class TrainingTask:
         parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
         return outputs.loss, parts
 
-    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments, final: bool = False) -> dict[str, float]:
+    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments,
+                 final: bool = False) -> dict[str, float]:
         """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
         return {}
 

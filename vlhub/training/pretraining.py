@@ -42,7 +42,8 @@ def build_uniter_config(config: str | dict, processor, sample_regions) -> Uniter
         fields = json.loads(Path(config).read_text())
         fields.pop("model_type", None)
     else:
-        raise ValueError(f"--config must be a preset ({', '.join(CONFIG_PRESETS)}) or a config.json file, got {config!r}")
+        raise ValueError(f"--config must be a preset ({', '.join(CONFIG_PRESETS)}) or a config.json file, "
+                         f"got {config!r}")
     fields["vocab_size"] = len(processor.tokenizer)
     fields["region_feature_dim"] = sample_regions.feature_dim
     if sample_regions.class_probs is not None:
@@ -138,7 +139,8 @@ class PretrainingTask(TrainingTask):
                 size = batch["region_features"].shape[0]
                 for key, value in outputs.items():
                     if key.endswith("_loss") and key != "loss" and value is not None:
-                        sums.setdefault(key, []).append(accelerator.gather_for_metrics(value.detach().float().repeat(size)))
+                        per_example = value.detach().float().repeat(size)  # weight each batch by its size
+                        sums.setdefault(key, []).append(accelerator.gather_for_metrics(per_example))
                 if "itm_labels" in batch:
                     correct = (outputs.itm_logits.argmax(-1) == batch["itm_labels"]).float()
                     sums.setdefault("itm_accuracy", []).append(accelerator.gather_for_metrics(correct))
@@ -154,7 +156,8 @@ class PretrainingTask(TrainingTask):
                 if not key.startswith("_"):
                     results[key] = torch.cat(values).mean().item()
             if "_mlm_hits" in sums:
-                results["mlm_accuracy"] = (torch.cat(sums["_mlm_hits"]).sum() / torch.cat(sums["_mlm_counts"]).sum()).item()
+                hits, counts = torch.cat(sums["_mlm_hits"]).sum(), torch.cat(sums["_mlm_counts"]).sum()
+                results["mlm_accuracy"] = (hits / counts).item()
         return results
 
     def hyperparameters(self) -> dict:

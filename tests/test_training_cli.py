@@ -114,3 +114,28 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
     assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
     assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_two_process_run_resumes_exactly(tmp_path):
+    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3."""
+    store = write_store_dataset(tmp_path / "data")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    base = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
+            *common_args(tmp_path), "--max_steps", "6", "--save_steps", "3"]
+    first = subprocess.run(base, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-4000:]
+    resumed = [*base, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
+               str(tmp_path / "run" / "checkpoint-3")]
+    second = subprocess.run(resumed, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-4000:]
+
+    def losses(folder):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (folder / "log_history.jsonl").read_text().splitlines())
+                if "loss" in r]
+
+    expected, got = losses(tmp_path / "run"), losses(tmp_path / "resumed")
+    assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
+    assert [s for s, _ in expected] == [s for s, _ in got]
+    assert [loss for _, loss in got] == pytest.approx([loss for _, loss in expected], rel=1e-6)

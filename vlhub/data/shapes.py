@@ -2,8 +2,8 @@
 
 Images of 1–N coloured shapes (circle, square, triangle, diamond in six colours, small or large) on a pale noisy
 background, with ground-truth boxes, several captions per image, and VQA questions (colour, shape, size, count,
-yes/no, spatial relation) answered by ten simulated annotators with VQA-style soft scores over a fixed answer
-vocabulary. Train, validation and test images never coincide. Everything is lower case.
+yes/no, position, spatial relation) answered by ten simulated annotators with VQA-style soft scores over a fixed
+answer vocabulary. Train, validation and test images never coincide. Everything is lower case.
 
 ```python
 from vlhub.data import ShapesWorld, shapes_tokenizer

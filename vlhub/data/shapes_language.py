@@ -30,10 +30,11 @@ __all__ = [
 ]
 
 RELATIONS: tuple[str, ...] = ("left", "right", "above", "below")
+POSITIONS: tuple[str, ...] = ("left", "right", "top", "bottom")  # which half of the image an object is in
 COUNTS: tuple[str, ...] = tuple(str(n) for n in range(MAX_OBJECTS_LIMIT + 1))
 # The fixed answer vocabulary: its order defines the answer ids (label ids of a VQA head).
-ANSWER_VOCABULARY: tuple[str, ...] = (*COLOURS, *SHAPES, *SIZES, *COUNTS, "yes", "no", *RELATIONS)
-ANSWER_TYPES: tuple[str, ...] = ("colour", "shape", "size", "count", "yes/no", "relation")
+ANSWER_VOCABULARY: tuple[str, ...] = (*COLOURS, *SHAPES, *SIZES, *COUNTS, "yes", "no", *RELATIONS, "top", "bottom")
+ANSWER_TYPES: tuple[str, ...] = ("colour", "shape", "size", "count", "yes/no", "position", "relation")
 NUM_ANNOTATORS = 10
 # How many of the ten annotators give a confusion instead of the true answer, and how often.
 _CONFUSED_ANNOTATORS = np.array([0, 1, 2, 3])
@@ -65,6 +66,8 @@ _SHAPE_CONFUSIONS = {
     "diamond": ("square", "triangle"),
 }
 _COLOUR_WORDS = ("colour", "color")
+# An object is "in the left half" only when its centre is at least this far (fraction of the side) from the middle.
+_HALF_MARGIN = 0.12
 _POSITION_WORDS = (("top", "middle", "bottom"), ("left", "center", "right"))
 
 
@@ -301,6 +304,28 @@ def _question_verify_colour(scene: Scene, rng) -> Question | None:
     return Question(f"is the {ref} {colour}?", answer, "yes/no", ("no",) if answer == "yes" else ("yes",))
 
 
+def _question_position(scene: Scene, rng) -> Question | None:
+    """Which half of the image an object is in: one object to find, then its location (easier than relations)."""
+    obj = _choice(rng, scene.objects)
+    ref = _unique_reference(obj, scene, _ANY_REFERENCE, rng)
+    size = scene.image_size[1]
+    axis = int(rng.integers(2))
+    offset = obj.center[axis] - size / 2
+    if ref is None or abs(offset) < _HALF_MARGIN * size:
+        return None
+    if axis == 0:
+        answer, other = ("left", "right") if offset < 0 else ("right", "left")
+        text = _choice(
+            rng, (f"is the {ref} on the left or on the right?", f"which side of the image is the {ref} on?")
+        )
+    else:
+        answer, other = ("top", "bottom") if offset < 0 else ("bottom", "top")
+        text = _choice(
+            rng, (f"is the {ref} at the top or at the bottom?", f"is the {ref} in the top or the bottom half?")
+        )
+    return Question(text, answer, "position", (other,))
+
+
 def _related_pair(scene: Scene, rng):
     pairs = []
     for a, b in permutations(scene.objects, 2):
@@ -346,6 +371,7 @@ _QUESTION_TEMPLATES = (
     (_question_count, 3),
     (_question_exists, 2),
     (_question_verify_colour, 1),
+    (_question_position, 2),
     (_question_relation, 2),
     (_question_verify_relation, 1),
 )
@@ -394,7 +420,7 @@ def vocabulary_words() -> list[str]:
     template_words = """
         a an the is are there one only this image shows picture of in and what which how many can you see
         shape object shapes objects colour color size big small large or left right above below over under to
-        relative compared where any top middle bottom center on at
+        relative compared where any top middle bottom center on at side half
     """.split()
     words = set(template_words)
     words.update(COLOURS, SHAPES, SIZES, _PLURALS.values(), _NUMBER_WORDS, COUNTS, ANSWER_VOCABULARY)

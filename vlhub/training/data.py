@@ -24,6 +24,7 @@ __all__ = [
     "open_region_source",
     "shapes_world",
     "shapes_region_store",
+    "shapes_store_key",
     "caption_pairs",
     "SHAPES",
     "default_cache_dir",
@@ -109,13 +110,33 @@ def shapes_world(seed: int = 0):
     return ShapesWorld(seed=seed)
 
 
+def shapes_store_key(world) -> str:
+    """A digest of what the region store is made from: every image, box and label of the world and the default
+    extractor's settings. A world or extractor that changes gets a new store instead of a stale one."""
+    import hashlib
+
+    from ..data import SPLITS, ShapesFeatureExtractor
+
+    digest = hashlib.sha256()
+    extractor = ShapesFeatureExtractor()
+    settings = {k: getattr(extractor, k) for k in ("feature_dim", "pool_size", "include_whole_image",
+                                                   "class_smoothing", "projection_seed")}
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    for split in SPLITS:
+        for scene in world.scenes(split):
+            digest.update(scene.image.tobytes())
+            digest.update(json.dumps([(o.box, o.label) for o in scene.objects]).encode())
+    return digest.hexdigest()[:16]
+
+
 def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed: int = 0):
-    """The world's region store, written once to `cache_dir/shapes-seed<seed>` and reused (main process first)."""
+    """The world's region store, written once to `cache_dir` (default `<cache>/shapes-seed<seed>-<digest>`, see
+    `shapes_store_key`) and reused (the main process writes it first)."""
     from accelerate import PartialState
 
     from ..processing.stores import RegionStore
 
-    directory = Path(cache_dir) if cache_dir else default_cache_dir() / f"shapes-seed{seed}"
+    directory = Path(cache_dir) if cache_dir else default_cache_dir() / f"shapes-seed{seed}-{shapes_store_key(world)}"
     if (directory / "store.json").exists():
         # Reuse a finished store without running the feature extractor again.
         store = RegionStore(directory)

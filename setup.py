@@ -15,7 +15,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["vlhub", "vlhub.*"]),
     include_package_data=True,
-    package_data={"vlhub": ["**/*.json", "**/*.txt", "**/*.md"]},
+    # evaluation/<metric>/<metric>.py are `evaluate` modules (folders, not packages): shipped as data.
+    package_data={"vlhub": ["**/*.json", "**/*.txt", "**/*.md", "evaluation/*/*.py"]},
     install_requires=[
         "torch>=2.4",
         "torchvision>=0.19",

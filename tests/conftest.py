@@ -56,3 +56,16 @@ def tiny_vocab(tmp_path) -> Path:
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(specials + words) + "\n", encoding="utf-8")
     return path
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: multi-process or end-to-end runs; run with VLHUB_SLOW_TESTS=1 or -m slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("VLHUB_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow test: set VLHUB_SLOW_TESTS=1 (or pass -m slow) to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -7,6 +7,7 @@ their architecture; the plumbing lives here once.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Sequence
@@ -18,7 +19,7 @@ from transformers.processing_utils import ProcessorMixin
 
 from .regions import RegionFeatures
 
-__all__ = ["RegionProcessor", "VisionLanguageProcessor", "select_regions", "REGION_EXTRACTOR_FOLDER"]
+__all__ = ["RegionProcessor", "VisionLanguageProcessor", "select_regions", "load_region_extractor", "REGION_EXTRACTOR_FOLDER"]
 
 REGION_EXTRACTOR_FOLDER = "region_extractor"
 
@@ -270,8 +271,6 @@ class VisionLanguageProcessor(ProcessorMixin):
 
 
 def _load_region_extractor(path_or_repo, subfolder: str, hub_kwargs: dict):
-    from .detector import RegionExtractor  # the detector is only imported when a processor carries one
-
     local = os.path.join(str(path_or_repo), subfolder)
     if not os.path.isdir(local):
         from huggingface_hub import snapshot_download
@@ -279,4 +278,20 @@ def _load_region_extractor(path_or_repo, subfolder: str, hub_kwargs: dict):
         keep = {k: hub_kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only") if k in hub_kwargs}
         root = snapshot_download(str(path_or_repo), allow_patterns=[f"{subfolder}/*"], **keep)
         local = os.path.join(root, subfolder)
-    return RegionExtractor.from_pretrained(local)
+    return load_region_extractor(local)
+
+
+def load_region_extractor(directory: str | os.PathLike):
+    """The region extractor saved in `directory`: the shapes world's fixed extractor when its `config.json` says
+    `"region_extractor_type": "shapes"`, otherwise the bottom-up-attention detector."""
+    config = os.path.join(str(directory), "config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            kind = json.load(f).get("region_extractor_type")
+        if kind == "shapes":
+            from ..data.shapes_features import ShapesFeatureExtractor
+
+            return ShapesFeatureExtractor.from_pretrained(directory)
+    from .detector import RegionExtractor  # the detector is only imported when a processor carries one
+
+    return RegionExtractor.from_pretrained(directory)

@@ -1,0 +1,141 @@
+"""pretrain.py's command line on user data (a region store + captions, a `datasets` folder with inline regions),
+and `accelerate launch --num_processes 2 pretrain.py` really starting two processes (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from accelerate.state import AcceleratorState, GradientState
+
+from tests.training_helpers import TINY_CONFIG, synthetic_corpus, write_vocab
+from vlhub.training.cli import pretrain_main
+from vlhub.training.data import load_caption_corpus, write_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def write_store_dataset(folder: Path) -> Path:
+    """A region store folder with captions.jsonl, as a user would bring their own data."""
+    from vlhub.processing.stores import RegionStoreWriter
+
+    corpus = synthetic_corpus()
+    with RegionStoreWriter(folder, shard_size=16) as writer:
+        for image_id, regions in corpus.regions.items():
+            writer.add(image_id, regions)
+    write_jsonl(folder / "captions.jsonl", [{"image_id": i, "caption": c} for i, c in corpus.train])
+    return folder
+
+
+def common_args(tmp_path: Path) -> list[str]:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    return ["--tokenizer", str(write_vocab(tmp_path)), "--config", str(config), "--max_steps", "3",
+            "--per_device_batch_size", "4", "--logging_steps", "1", "--objectives", "mlm:1", "mrc-kl:1",
+            "--output_dir", str(tmp_path / "run")]
+
+
+def test_pretrain_cli_on_a_region_store_with_captions(tmp_path):
+    store = write_store_dataset(tmp_path / "data")
+    result = pretrain_main(["--dataset", str(store), *common_args(tmp_path)])
+    assert result.global_step == 3
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["args"]["max_steps"] == 3 and state["command"].startswith("python pretrain.py --dataset")
+    assert "mlm:1, mrc-kl:1" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_pretrain_cli_on_a_datasets_folder_with_inline_regions(tmp_path):
+    import datasets
+
+    corpus = synthetic_corpus()
+    rows = {"image_id": [], "caption": [], "features": [], "boxes": [], "image_size": [], "class_probs": []}
+    for image_id, caption in corpus.train:
+        regions = corpus.regions[image_id]
+        for key, value in (("image_id", image_id), ("caption", caption), ("features", regions.features.tolist()),
+                           ("boxes", regions.boxes.tolist()), ("image_size", list(regions.image_size)),
+                           ("class_probs", regions.class_probs.tolist())):
+            rows[key].append(value)
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "ds"))
+    result = pretrain_main(["--dataset", str(tmp_path / "ds"), *common_args(tmp_path)])
+    assert result.global_step == 3
+
+
+def test_bad_data_is_refused_with_the_expected_form(tmp_path):
+    store = write_store_dataset(tmp_path / "data")
+    (store / "captions.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="captions.jsonl"):
+        load_caption_corpus(str(store))
+    write_jsonl(tmp_path / "bad.jsonl", [{"image": "x", "text": "a red circle"}])
+    with pytest.raises(ValueError, match="image_id"):
+        load_caption_corpus(str(tmp_path / "bad.jsonl"), region_store=str(store))
+    write_jsonl(store / "captions.jsonl", [{"image_id": "img000", "caption": "a red circle"}] * 8)
+    with pytest.raises(ValueError, match="unknown objective"):
+        pretrain_main(["--dataset", str(tmp_path / "data"), *common_args(tmp_path), "--objectives", "mlm", "nsp"])
+
+
+@pytest.mark.slow
+def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
+    store = write_store_dataset(tmp_path / "data")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
+               *common_args(tmp_path), "--save_steps", "3"]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["num_processes"] == 2
+    # Each process saved its own random state with the checkpoint.
+    names = {p.name for p in (tmp_path / "run" / "checkpoint-3" / "training_state").iterdir()}
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= names
+    assert state["command"].startswith("accelerate launch --num_processes 2 pretrain.py")
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
+    """The README's main job with few steps: every stage runs and the card records accuracy and baseline."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "VLHUB_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "vlhub.demo", "--output_dir", str(tmp_path / "demo"), "--pretrain_steps", "10",
+               "--finetune_steps", "10", "--num_examples", "2"]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
+    card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
+    assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
+    assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_two_process_run_resumes_exactly(tmp_path):
+    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3."""
+    store = write_store_dataset(tmp_path / "data")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    base = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
+            *common_args(tmp_path), "--max_steps", "6", "--save_steps", "3"]
+    first = subprocess.run(base, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-4000:]
+    resumed = [*base, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
+               str(tmp_path / "run" / "checkpoint-3")]
+    second = subprocess.run(resumed, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-4000:]
+
+    def losses(folder):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (folder / "log_history.jsonl").read_text().splitlines())
+                if "loss" in r]
+
+    expected, got = losses(tmp_path / "run"), losses(tmp_path / "resumed")
+    assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
+    assert [s for s, _ in expected] == [s for s, _ in got]
+    assert [loss for _, loss in got] == pytest.approx([loss for _, loss in expected], rel=1e-6)

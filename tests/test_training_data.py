@@ -1,0 +1,98 @@
+"""Masking (BERT 80/10/10, region masking), objective mixes and the deterministic batch order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.training_helpers import synthetic_corpus, tiny_tokenizer
+from vlhub.training import ObjectiveBatchSampler, ObjectiveMix, mask_regions, mask_tokens, objectives_for
+from vlhub.training.collators import CaptionDataset, PretrainingCollator
+from vlhub.training.masking import random_token_ids
+
+
+def test_mask_tokens_follows_bert_80_10_10_and_spares_special_tokens():
+    batch, length, cls, sep, mask = 400, 20, 2, 3, 4
+    input_ids = torch.randint(5, 30, (batch, length))
+    input_ids[:, 0], input_ids[:, -1] = cls, sep
+    attention = torch.ones_like(input_ids)
+    random_ids = torch.arange(5, 30)
+    rngs = [np.random.default_rng(i) for i in range(batch)]
+    corrupted, labels = mask_tokens(input_ids, attention, [0, 1, cls, sep, mask], mask, random_ids, rngs)
+    selected = labels != -100
+    assert not selected[:, 0].any() and not selected[:, -1].any()
+    assert torch.equal(labels[selected], input_ids[selected])
+    assert torch.equal(corrupted[~selected], input_ids[~selected])
+    rate = selected.float().mean().item() * length / (length - 2)
+    assert 0.13 < rate < 0.17
+    became_mask = (corrupted[selected] == mask).float().mean().item()
+    kept = (corrupted[selected] == input_ids[selected]).float().mean().item()
+    assert 0.76 < became_mask < 0.84 and 0.07 < kept < 0.14  # kept includes random draws of the same id (1/25)
+
+
+def test_mask_tokens_forces_one_mask_and_regions_mask_at_least_one():
+    input_ids = torch.tensor([[2, 7, 8, 3, 0, 0]])
+    attention = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    corrupted, labels = mask_tokens(input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 9),
+                                    [np.random.default_rng(0)], probability=0.0)
+    assert labels.tolist() == [[-100, 7, -100, -100, -100, -100]] and corrupted[0, 1] == 4
+    masks = mask_regions(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]), [np.random.default_rng(1)] * 2, probability=0.0)
+    assert masks.sum(1).tolist() == [1, 1] and not masks[:, 3].any() and masks[1, 0]
+
+
+def test_random_tokens_exclude_special_and_unused_entries(tmp_path):
+    tokenizer = tiny_tokenizer(tmp_path)
+    ids = set(random_token_ids(tokenizer).tolist())
+    assert not ids & set(tokenizer.all_special_ids) and len(ids) == len(tokenizer) - 5
+
+
+def test_objective_mix_parsing_and_errors():
+    available = objectives_for("uniter")
+    mix = ObjectiveMix.parse(["mlm:2", "mrfr", "wra:0.5"], available)
+    assert mix.as_dict() == {"mlm": 2.0, "mrfr": 1.0, "wra": 0.5}
+    assert mix.objectives["wra"].model_objective == "itm-wra"
+    for bad, message in ((["nsp:1"], "unknown objective"), (["mlm:0"], "positive"), (["mlm:x"], "name:ratio"),
+                         (["mlm", "mlm:2"], "twice")):
+        with pytest.raises(ValueError, match=message):
+            ObjectiveMix.parse(bad, available)
+
+
+def test_batch_order_is_a_function_of_seed_and_epoch_with_one_objective_per_group():
+    mix = ObjectiveMix({"mlm": 3, "itm": 1}, objectives_for("uniter"))
+    sampler = ObjectiveBatchSampler(1000, 5, mix, seed=7, group_size=4)
+    assert len(sampler) == 200 and sampler.steps_per_epoch == 50
+    first = list(sampler)
+    assert first == list(ObjectiveBatchSampler(1000, 5, mix, seed=7, group_size=4))
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    objectives = [batch[0].objective for batch in first]
+    for group in range(0, len(first), 4):
+        assert len(set(objectives[group : group + 4])) == 1
+        assert all(len({k.objective for k in batch}) == 1 for batch in first[group : group + 4])
+    share = objectives[::4].count("mlm") / 50
+    assert 0.55 < share < 0.95  # 3:1
+    indices = sorted(k.index for batch in first for k in batch)
+    assert indices == list(range(1000))  # a permutation: every example once per epoch
+
+
+def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
+    import vlhub
+
+    corpus = synthetic_corpus()
+    processor = vlhub.UniterProcessor(
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=12), tokenizer=tiny_tokenizer(tmp_path))
+    objectives = objectives_for("uniter")
+    collator = PretrainingCollator(processor, corpus.regions, objectives)
+    mix = ObjectiveMix({"mrc-kl": 1}, objectives)
+    keys = next(iter(ObjectiveBatchSampler(len(corpus.train), 6, mix, seed=0)))
+    examples = [CaptionDataset(corpus.train)[k] for k in keys]
+    batch = collator(examples)
+    assert batch["objective"] == "mrc-kl"
+    expected = torch.cat([corpus.regions[e["image_id"]].class_probs[batch["region_masks"][i, : len(
+        corpus.regions[e["image_id"]])]] for i, e in enumerate(examples)])
+    assert torch.equal(batch["region_class_targets"], expected)
+    again = collator(examples)
+    assert torch.equal(again["region_masks"], batch["region_masks"])  # masking is a function of the keys
+    itm = collator([{**e, "objective": "itm"} for e in examples] * 4)
+    assert set(itm["itm_labels"].tolist()) == {0, 1}

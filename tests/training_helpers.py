@@ -1,0 +1,59 @@
+"""A tiny synthetic caption corpus whose captions are predictable from the regions (so losses can fall)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import BertTokenizer
+
+import vlhub
+from vlhub.training import CaptionCorpus
+
+COLOURS = ["red", "blue", "green", "yellow"]
+SHAPES = ["circle", "square", "triangle"]
+WORDS = ["a", "an", "the", "and", "left", "right", "of", "image", "with", "big", "small"]
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def write_vocab(folder: Path) -> Path:
+    path = folder / "vocab.txt"
+    path.write_text("\n".join(SPECIALS + COLOURS + SHAPES + WORDS) + "\n", encoding="utf-8")
+    return path
+
+
+def synthetic_corpus(num_images: int = 24, feature_dim: int = 12, seed: int = 0, captions_per_image: int = 2,
+                     validation_images: int = 8) -> CaptionCorpus:
+    """Images of 2-3 objects; a region's features encode its colour and shape; class_probs its shape."""
+    generator = torch.Generator().manual_seed(seed)
+    regions, train, validation = {}, [], []
+    num_classes = len(SHAPES) + 1
+    for image in range(num_images + validation_images):
+        count = int(torch.randint(2, 4, (1,), generator=generator))
+        colours = torch.randint(len(COLOURS), (count,), generator=generator)
+        shapes = torch.randint(len(SHAPES), (count,), generator=generator)
+        features = torch.rand(count, feature_dim, generator=generator) * 0.1
+        features[torch.arange(count), colours] += 1.0
+        features[torch.arange(count), len(COLOURS) + shapes] += 1.0
+        xy = torch.rand(count, 2, generator=generator) * 20
+        boxes = torch.cat([xy, xy + 5 + torch.rand(count, 2, generator=generator) * 10], dim=1)
+        class_probs = torch.full((count, num_classes), 0.02)
+        class_probs[torch.arange(count), shapes + 1] = 1 - 0.02 * (num_classes - 1)
+        image_id = f"img{image:03d}"
+        regions[image_id] = vlhub.RegionFeatures(features=features, boxes=boxes, image_size=(40, 40),
+                                                 class_probs=class_probs, scores=torch.ones(count))
+        target = train if image < num_images else validation
+        for k in range(captions_per_image):
+            obj = k % count
+            target.append((image_id, f"a {COLOURS[colours[obj]]} {SHAPES[shapes[obj]]} and a "
+                                     f"{COLOURS[colours[(obj + 1) % count]]} {SHAPES[shapes[(obj + 1) % count]]}"))
+    return CaptionCorpus(train=train, validation=validation, regions=regions, name="synthetic",
+                         description="synthetic test corpus")
+
+
+def tiny_tokenizer(folder: Path) -> BertTokenizer:
+    return BertTokenizer(vocab=str(write_vocab(folder)), do_lower_case=True)
+
+
+TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                   max_position_embeddings=32)

@@ -1,0 +1,313 @@
+"""Region features for the shapes world (or any image with boxes): a fixed convolutional backbone + RoIAlign.
+
+The backbone is not trained: its filters are designed by hand, so the weights are the same numbers on every
+machine and the features mean something a tiny model can learn from quickly:
+
+- channel 0, *foreground*: how far a pixel's colour is from the background colour (the median of the image
+  border), squashed to [0, 1];
+- channels 1–3, *colour*: the RGB value where there is foreground (0 on the background);
+- channels 4–5, *hue*: (cos, sin) of the pixel's hue angle where there is foreground — colour names are sectors of
+  the hue circle, so they are linearly separable here (they are not in RGB: orange lies between red and yellow);
+- channels 6–9, *edges*: the absolute response of oriented 3×3 derivative filters (0°, 90°, 45°, 135°) to the
+  foreground map — squares have axis-aligned edges, diamonds diagonal ones, triangles both, circles all.
+
+`torchvision.ops.roi_align` pools each channel over each box on a `pool_size × pool_size` grid (the foreground
+grid is the object's silhouette), and a fixed ±1/√feature_dim random projection (integers from
+`np.random.default_rng(projection_seed)`) maps the `10 · pool_size²` values to `feature_dim`. Features agree across
+machines to float32 rounding of the convolutions. Without boxes, the extractor finds the objects itself
+(`detect_boxes`: connected foreground blobs), which on shapes-world images gives exactly the ground-truth boxes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torchvision.ops import roi_align
+
+from ..processing.regions import RegionFeatures
+from .shapes_scene import OBJECT_ATTRIBUTES, OBJECT_CLASSES
+
+__all__ = ["ShapesFeatureExtractor", "NUM_BACKBONE_CHANNELS"]
+
+_FOREGROUND_THRESHOLD = 0.15  # summed |RGB - background| (in [0, 3]) below which a pixel is background noise
+_FOREGROUND_RAMP = 0.30  # … and above threshold + ramp it is fully foreground
+_MIN_OBJECT_PIXELS = 4  # smaller foreground blobs are not reported as objects by `detect_boxes`
+_EDGE_FILTERS = (
+    ((-1, 0, 1), (-2, 0, 2), (-1, 0, 1)),  # vertical edges (horizontal gradient)
+    ((-1, -2, -1), (0, 0, 0), (1, 2, 1)),  # horizontal edges
+    ((0, 1, 2), (-1, 0, 1), (-2, -1, 0)),  # 45° edges
+    ((-2, -1, 0), (-1, 0, 1), (0, 1, 2)),  # 135° edges
+)
+NUM_BACKBONE_CHANNELS = 1 + 3 + 2 + len(_EDGE_FILTERS)
+
+ImageLike = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
+CONFIG_NAME = "config.json"
+EXTRACTOR_TYPE = "shapes"  # `region_extractor_type` in config.json, telling loaders which class wrote the folder
+
+
+def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
+    """`(3, H, W)` float32 in [0, 1] from an image path, a PIL image, an `(H, W, 3)` uint8 array, or a `(3, H, W)`
+    float tensor."""
+    if isinstance(image, (str, os.PathLike)):
+        with Image.open(image) as opened:
+            image = opened.convert("RGB")
+    if isinstance(image, Image.Image):
+        image = np.asarray(image.convert("RGB"))
+    if isinstance(image, np.ndarray):
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(
+                f"images[{index}] must be an (height, width, 3) uint8 RGB array, got shape {image.shape} and dtype "
+                f"{image.dtype}"
+            )
+        return torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1).float() / 255.0
+    if isinstance(image, torch.Tensor):
+        if image.ndim != 3 or image.shape[0] != 3 or not image.is_floating_point():
+            raise ValueError(
+                f"images[{index}] as a tensor must be (3, height, width) float in [0, 1], got shape "
+                f"{tuple(image.shape)} and dtype {image.dtype}"
+            )
+        return image.float()
+    raise TypeError(
+        f"images[{index}] must be an image path, a PIL image, a numpy array or a tensor, got {type(image).__name__}"
+    )
+
+
+class ShapesFeatureExtractor:
+    """Images + boxes → `RegionFeatures` through a fixed convolutional backbone and RoIAlign.
+
+    Args:
+        feature_dim: size of each region's feature vector.
+        pool_size: RoIAlign output grid (pool_size × pool_size per channel).
+        include_whole_image: prepend a region covering the whole image (class background, no attribute). Off by
+            default: the shapes world's regions are its objects, as a detector's would be.
+        class_smoothing: probability mass spread uniformly over the other object classes in `class_probs` (the
+            true class keeps `1 - class_smoothing`), so targets look like a detector's soft class distribution.
+        projection_seed: seed of the fixed ±1 projection from `NUM_BACKBONE_CHANNELS · pool_size²` to
+            `feature_dim`.
+
+    Call with one image and its `(num_boxes, 4)` pixel boxes `(x1, y1, x2, y2)` (and optionally the object labels,
+    e.g. `"large red circle"`, which fill `class_probs`/`attribute_probs`), or with lists of them for a batch.
+    Every region gets `scores = 1` (ground-truth boxes are certain).
+    """
+
+    def __init__(
+        self,
+        feature_dim: int = 128,
+        pool_size: int = 4,
+        include_whole_image: bool = False,
+        class_smoothing: float = 0.1,
+        projection_seed: int = 0,
+    ):
+        if feature_dim < 1:
+            raise ValueError(f"feature_dim must be a positive integer, got {feature_dim}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be a positive integer, got {pool_size}")
+        if not 0.0 <= class_smoothing < 1.0:
+            raise ValueError(f"class_smoothing must be in [0, 1), got {class_smoothing}")
+        self.feature_dim = feature_dim
+        self.pool_size = pool_size
+        self.include_whole_image = include_whole_image
+        self.class_smoothing = class_smoothing
+        self.projection_seed = projection_seed
+        self.edge_filters = torch.tensor(_EDGE_FILTERS, dtype=torch.float32).unsqueeze(1) / 4.0  # (4, 1, 3, 3)
+        raw_dim = NUM_BACKBONE_CHANNELS * pool_size * pool_size
+        signs = np.random.default_rng(projection_seed).integers(0, 2, size=(raw_dim, feature_dim)) * 2 - 1
+        self.projection = torch.from_numpy(signs.astype(np.float32)) / float(np.sqrt(feature_dim))
+        self._label_index = {}
+        for class_id, name in enumerate(OBJECT_CLASSES[1:], start=1):
+            for attribute_id, size in enumerate(OBJECT_ATTRIBUTES[1:], start=1):
+                self._label_index[f"{size} {name}"] = (class_id, attribute_id)
+
+    # ------------------------------------------------------------------------------------------------ backbone
+    @staticmethod
+    def foreground(pixel_values: torch.Tensor) -> torch.Tensor:
+        """`(batch, 3, H, W)` → `(batch, 1, H, W)` in [0, 1]: distance of each pixel's colour from the background colour
+        (the per-channel median of the image border)."""
+        border = torch.cat(
+            [pixel_values[:, :, 0, :], pixel_values[:, :, -1, :], pixel_values[:, :, :, 0], pixel_values[:, :, :, -1]],
+            dim=2,
+        )
+        background = border.median(dim=2).values[:, :, None, None]
+        distance = (pixel_values - background).abs().sum(dim=1, keepdim=True)
+        return ((distance - _FOREGROUND_THRESHOLD) / _FOREGROUND_RAMP).clamp(0.0, 1.0)
+
+    def backbone(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`(batch, 3, H, W)` in [0, 1] → `(batch, NUM_BACKBONE_CHANNELS, H, W)` feature maps."""
+        foreground = self.foreground(pixel_values)
+        colour = pixel_values * foreground
+        red, green, blue = pixel_values.unbind(dim=1)
+        # Hue as a point on the unit circle: colour names are sectors of it, so they become linearly separable.
+        hue = torch.atan2(3.0**0.5 * (green - blue), 2.0 * red - green - blue).unsqueeze(1)
+        hue = torch.cat([hue.cos(), hue.sin()], dim=1) * foreground
+        edges = F.conv2d(foreground, self.edge_filters, padding=1).abs()
+        return torch.cat([foreground, colour, hue, edges], dim=1)
+
+    def pool(self, feature_maps: torch.Tensor, boxes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """RoIAlign over each image's `(num_boxes, 4)` pixel boxes → per image `(num_boxes, feature_dim)`."""
+        pooled = roi_align(
+            feature_maps, list(boxes), output_size=self.pool_size, spatial_scale=1.0, sampling_ratio=2, aligned=True
+        )
+        features = pooled.flatten(1) @ self.projection
+        return list(features.split([len(b) for b in boxes]))
+
+    def detect_boxes(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
+        """Objects of `(batch, 3, H, W)` images as `(num_objects, 4)` pixel boxes, one per 8-connected foreground blob
+        of at least `_MIN_OBJECT_PIXELS` pixels, ordered by (y1, x1): the shapes world's "detector"."""
+        mask = self.foreground(pixel_values) > 0.5
+        height, width = mask.shape[-2:]
+        # Label propagation: every foreground pixel starts with its own id and takes the largest id in its 3×3
+        # neighbourhood until nothing changes; each blob ends with one id. Ids stay exact in float32 up to 2**24.
+        ids = torch.arange(1, height * width + 1, dtype=torch.float32).view(1, 1, height, width) * mask
+        while True:
+            grown = F.max_pool2d(ids, kernel_size=3, stride=1, padding=1) * mask
+            if torch.equal(grown, ids):
+                break
+            ids = grown
+        boxes = []
+        for image_ids in ids[:, 0]:
+            image_boxes = []
+            for blob in image_ids.unique():
+                if blob == 0:
+                    continue
+                rows, cols = (image_ids == blob).nonzero(as_tuple=True)
+                if len(rows) >= _MIN_OBJECT_PIXELS:
+                    image_boxes.append([cols.min().item(), rows.min().item(), cols.max().item() + 1, rows.max().item() + 1])
+            image_boxes.sort(key=lambda box: (box[1], box[0]))
+            boxes.append(torch.tensor(image_boxes, dtype=torch.float32).reshape(-1, 4))
+        return boxes
+
+    # ---------------------------------------------------------------------------------------------- extraction
+    def _targets(self, labels: Sequence[str], index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        num_classes = len(OBJECT_CLASSES)
+        class_probs = torch.zeros(len(labels), num_classes)
+        attribute_probs = torch.zeros(len(labels), len(OBJECT_ATTRIBUTES))
+        for row, label in enumerate(labels):
+            if label not in self._label_index:
+                raise ValueError(
+                    f"labels[{index}][{row}] = {label!r} is not a shapes-world object; expected '<size> <colour> "
+                    f"<shape>', e.g. 'large red circle'"
+                )
+            class_id, attribute_id = self._label_index[label]
+            class_probs[row, 1:] = self.class_smoothing / (num_classes - 2)
+            class_probs[row, class_id] = 1.0 - self.class_smoothing
+            attribute_probs[row, attribute_id] = 1.0
+        return class_probs, attribute_probs
+
+    def _box_tensor(self, boxes, index: int, num_labels: int | None) -> torch.Tensor:
+        tensor = torch.as_tensor(np.asarray(boxes, dtype=np.float32))
+        if tensor.numel() == 0:
+            tensor = tensor.reshape(0, 4)
+        if tensor.ndim != 2 or tensor.shape[1] != 4:
+            raise ValueError(f"boxes[{index}] must be (num_boxes, 4) pixel boxes x1 y1 x2 y2, got {tuple(tensor.shape)}")
+        if num_labels is not None and num_labels != len(tensor):
+            raise ValueError(f"image {index} has {len(tensor)} boxes but {num_labels} labels; pass one label per box")
+        return tensor
+
+    @staticmethod
+    def _one_hot_first(rows: torch.Tensor) -> torch.Tensor:
+        first = torch.zeros(1, rows.shape[1])
+        first[0, 0] = 1.0
+        return torch.cat([first, rows])
+
+    def __call__(self, images, boxes=None, labels=None) -> RegionFeatures | list[RegionFeatures]:
+        """Region features of one image or a list of images.
+
+        Args:
+            images: an image (path, PIL image, `(H, W, 3)` uint8 array or `(3, H, W)` float tensor in [0, 1]) or a
+                list of them.
+            boxes: per image, `(num_boxes, 4)` pixel boxes `(x1, y1, x2, y2)`; None finds the objects with
+                `detect_boxes` (for images of the shapes world, exactly their ground-truth boxes).
+            labels: per image, one object description per box (`"<size> <colour> <shape>"`), filling `class_probs`
+                and `attribute_probs`.
+
+        Returns a `RegionFeatures` for a single image, a list for a list.
+        """
+        single = not isinstance(images, (list, tuple))
+        if single:
+            images = [images]
+            boxes = None if boxes is None else [boxes]
+            labels = None if labels is None else [labels]
+        for name, value in (("box sets", boxes), ("label sets", labels)):
+            if value is not None and len(value) != len(images):
+                raise ValueError(f"got {len(images)} images but {len(value)} {name}; pass one per image")
+        pixel_values = [_to_pixel_values(image, i) for i, image in enumerate(images)]
+        same_size = len({tuple(p.shape) for p in pixel_values}) == 1
+        if boxes is None:
+            boxes = self.detect_boxes(torch.stack(pixel_values)) if same_size else [
+                self.detect_boxes(p[None])[0] for p in pixel_values
+            ]
+        box_tensors = []
+        for i, (pixels, image_boxes) in enumerate(zip(pixel_values, boxes)):
+            image_boxes = self._box_tensor(image_boxes, i, None if labels is None else len(labels[i]))
+            if self.include_whole_image:
+                height, width = pixels.shape[1:]
+                image_boxes = torch.cat([torch.tensor([[0.0, 0.0, float(width), float(height)]]), image_boxes])
+            if len(image_boxes) == 0:
+                raise ValueError(
+                    f"image {i} has no regions (no boxes given or no object found); pass boxes, or use "
+                    "include_whole_image=True"
+                )
+            box_tensors.append(image_boxes)
+        if same_size:  # one backbone pass for the batch
+            features = self.pool(self.backbone(torch.stack(pixel_values)), box_tensors)
+        else:
+            features = [self.pool(self.backbone(p[None]), [b])[0] for p, b in zip(pixel_values, box_tensors)]
+        results = []
+        for i, (pixels, image_boxes, image_features) in enumerate(zip(pixel_values, box_tensors, features)):
+            class_probs = attribute_probs = None
+            if labels is not None:
+                class_probs, attribute_probs = self._targets(list(labels[i]), i)
+                if self.include_whole_image:  # the whole image is background with no attribute
+                    class_probs, attribute_probs = self._one_hot_first(class_probs), self._one_hot_first(attribute_probs)
+            results.append(
+                RegionFeatures(
+                    features=image_features,
+                    boxes=image_boxes,
+                    image_size=tuple(pixels.shape[1:]),
+                    class_probs=class_probs,
+                    attribute_probs=attribute_probs,
+                    scores=torch.ones(len(image_boxes)),
+                )
+            )
+        return results[0] if single else results
+
+    # --------------------------------------------------------------------------------------------- persistence
+    def to_dict(self) -> dict:
+        """The settings that rebuild this extractor exactly (its weights are derived from them)."""
+        return {
+            "region_extractor_type": EXTRACTOR_TYPE,
+            "feature_dim": self.feature_dim,
+            "pool_size": self.pool_size,
+            "include_whole_image": self.include_whole_image,
+            "class_smoothing": self.class_smoothing,
+            "projection_seed": self.projection_seed,
+        }
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Write `config.json` (the settings; the fixed weights follow from them)."""
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> "ShapesFeatureExtractor":
+        """Load a folder written by `save_pretrained`."""
+        path = Path(directory) / CONFIG_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(directory)!r} has no {CONFIG_NAME}; is it a shapes region extractor folder?")
+        settings = json.loads(path.read_text(encoding="utf-8"))
+        kind = settings.pop("region_extractor_type", None)
+        if kind != EXTRACTOR_TYPE:
+            raise ValueError(f"{path} describes a region extractor of type {kind!r}, not {EXTRACTOR_TYPE!r}")
+        return cls(**settings)
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "region_extractor_type")
+        return f"{type(self).__name__}({settings})"

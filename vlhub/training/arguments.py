@@ -1,0 +1,81 @@
+"""Command-line / programmatic arguments of the training loop (shared by pre-training and fine-tuning).
+
+Dataclasses read by `transformers.HfArgumentParser`, so every field is a `--flag` with its help text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["TrainingArguments"]
+
+_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+               "inverse_sqrt", "warmup_stable_decay")  # fmt: skip
+
+
+@dataclass
+class TrainingArguments:
+    output_dir: str = field(default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and "
+                            "log_history.jsonl go."})
+    max_steps: int = field(default=300, metadata={"help": "Optimizer steps to train for."})
+    per_device_batch_size: int = field(default=32, metadata={"help": "Examples per batch on each process."})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Batches per optimizer step."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate (AdamW)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and LayerNorms)."})
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.98, metadata={"help": "0.98 as the original UNITER."})
+    adam_epsilon: float = field(default=1e-6)
+    max_grad_norm: float = field(default=5.0, metadata={"help": "Gradient-norm clipping (0 disables)."})
+    lr_scheduler_type: str = field(default="linear",
+                                   metadata={"help": f"transformers.get_scheduler name: {_SCHEDULERS}"})
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (accelerate's autocast)."})
+    eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    max_eval_samples: int = field(default=0, metadata={"help": "Evaluate on at most N examples (0: all)."})
+    logging_steps: int = field(default=10, metadata={"help": "Log (and append to log_history.jsonl) every N steps."})
+    save_steps: int = field(default=0, metadata={"help": "Save output_dir/checkpoint-<step> every N steps (0: never)."})
+    save_total_limit: int = field(default=0, metadata={"help": "Keep only the newest N checkpoints (0: all)."})
+    seed: int = field(default=0, metadata={"help": "Seed of initialisation, data order, masking and dropout."})
+    resume_from_checkpoint: str | None = field(default=None, metadata={"help": "A checkpoint folder, or 'latest' "
+                                               "(the newest checkpoint-<step> in output_dir)."})
+    push_to_hub: bool = field(default=False, metadata={"help": "Upload checkpoints (in the background) and the final "
+                              "model to the Hub."})
+    hub_model_id: str | None = field(default=None, metadata={"help": "Repository to push to (user/name)."})
+    hub_private_repo: bool = field(default=False)
+    hub_token: str | None = field(default=None, metadata={"help": "Defaults to the logged-in token / HF_TOKEN."})
+    report_to: list[str] = field(default_factory=list, metadata={"help": "Extra accelerate trackers (tensorboard, "
+                                 "wandb, ...); log_history.jsonl is always written."})
+    dataloader_num_workers: int = field(default=0)
+    use_cpu: bool = field(default=False, metadata={"help": "Train on the CPU even when a GPU is present."})
+
+    def __post_init__(self):
+        checks = {
+            "max_steps": self.max_steps >= 1,
+            "per_device_batch_size": self.per_device_batch_size >= 1,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps >= 1,
+            "learning_rate": self.learning_rate > 0,
+            "logging_steps": self.logging_steps >= 1,
+            "warmup_steps": self.warmup_steps >= 0,
+            "eval_steps": self.eval_steps >= 0,
+            "save_steps": self.save_steps >= 0,
+            "save_total_limit": self.save_total_limit >= 0,
+            "max_eval_samples": self.max_eval_samples >= 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError("invalid value for " + ", ".join(f"--{n}={getattr(self, n)!r}" for n in bad) +
+                             " (steps and sizes must be positive, or 0 where 0 disables)")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise ValueError(f"--mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        if self.lr_scheduler_type not in _SCHEDULERS:
+            raise ValueError(f"--lr_scheduler_type must be one of {_SCHEDULERS}, got {self.lr_scheduler_type!r}")
+        if self.push_to_hub and not self.hub_model_id:
+            raise ValueError("--push_to_hub needs --hub_model_id (the repository, e.g. user/uniter-shapes)")
+        if isinstance(self.report_to, str):
+            self.report_to = [self.report_to]
+        self.report_to = [r for r in self.report_to if r != "none"]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("hub_token")  # never written to disk
+        return data

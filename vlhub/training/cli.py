@@ -1,0 +1,239 @@
+"""The command lines of `pretrain.py` and `finetune.py` (argument dataclasses + the wiring of data, model, task).
+
+Both parse with `transformers.HfArgumentParser`, so every option is a `--flag` documented by `--help`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelerate.utils import set_seed
+
+from .arguments import TrainingArguments
+from .data import (
+    SHAPES,
+    MemoizedRegions,
+    load_caption_corpus,
+    load_table,
+    open_region_source,
+    shapes_region_store,
+    shapes_world,
+)
+from .launch import relaunch_with_cpu_processes
+from .loop import TrainResult, train
+from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
+
+__all__ = ["pretrain_main", "finetune_main", "ModelArguments", "DataArguments", "PretrainArguments",
+           "FinetuneArguments", "PretrainTrainingArguments", "FinetuneTrainingArguments", "launch_command"]
+
+
+@dataclass
+class ModelArguments:
+    model: str = field(default="uniter", metadata={"help": "Architecture to build when starting from scratch."})
+    config: str = field(default="tiny", metadata={"help": "Preset (tiny, base) or a config.json, for a model built "
+                        "from scratch."})
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Checkpoint (folder or Hub id) to start "
+                                           "from instead of a fresh model."})
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder/Hub id or vocab.txt for a model "
+                                  "built from scratch (default for shapes: the shapes world's WordPiece vocabulary)."})
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(default=SHAPES, metadata={"help": "'shapes' (embedded), a region-store folder with "
+                         "captions.jsonl, or a `datasets` folder / data file / Hub name."})
+    region_store: str | None = field(default=None, metadata={"help": "Region store folder for a dataset without "
+                                     "inline region columns (for shapes: where its store is written/reused)."})
+    caption_file: str | None = field(default=None, metadata={"help": "Captions (jsonl/csv/parquet with image_id, "
+                                     "caption) of a region-store dataset."})
+    shapes_seed: int = field(default=0, metadata={"help": "Seed of the shapes world (not of training)."})
+
+
+def _default_objectives() -> list[str]:
+    return [f"{name}:{ratio:g}" for name, ratio in DEFAULT_MIXES["uniter"].items()]
+
+
+@dataclass
+class PretrainArguments:
+    objectives: list[str] = field(default_factory=_default_objectives, metadata={"help": "name:ratio of mlm, mrfr, "
+                                  "mrc, mrc-kl, itm, wra (ITM + word-region alignment). Default: the original's "
+                                  "in-domain mix wra:2 mlm:2 mrfr:1 mrc-kl:1."})
+    mlm_probability: float = field(default=0.15)
+    region_mask_probability: float = field(default=0.15)
+    itm_negative_probability: float = field(default=0.5)
+
+
+@dataclass
+class PretrainTrainingArguments(TrainingArguments):
+    output_dir: str = field(default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and "
+                            "log_history.jsonl go."})
+    max_steps: int = field(default=600)
+    per_device_batch_size: int = field(default=32)
+    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate (a tiny model from scratch "
+                                 "takes a large one; the original uniter-base used 5e-5)."})
+    warmup_steps: int = field(default=30)
+    eval_steps: int = field(default=0)
+    max_eval_samples: int = field(default=256)
+    logging_steps: int = field(default=50)
+
+
+@dataclass
+class FinetuneArguments:
+    task: str = field(default="vqa", metadata={"help": "vqa | retrieval"})
+    model_name_or_path: str = field(default="runs/uniter-shapes", metadata={"help": "Pre-trained checkpoint."})
+    answer_vocabulary: str | None = field(default=None, metadata={"help": "VQA on a user dataset: a JSON list of "
+                                          "answers (index = label id) or {id: answer}."})
+    num_sampled_negatives: int = field(default=15, metadata={"help": "Retrieval: random negatives scored per "
+                                       "positive and direction (original: 399)."})
+    num_hard_negatives: int = field(default=3, metadata={"help": "Retrieval: hardest of them trained on (original: "
+                                    "31)."})
+    max_gallery_images: int = field(default=50, metadata={"help": "Retrieval evaluation: images in the gallery."})
+
+
+@dataclass
+class FinetuneTrainingArguments(TrainingArguments):
+    output_dir: str = field(default="runs/uniter-shapes-vqa")
+    max_steps: int = field(default=600)
+    per_device_batch_size: int = field(default=32)
+    learning_rate: float = field(default=1e-3)
+    warmup_steps: int = field(default=30)
+    max_eval_samples: int = field(default=0)
+    logging_steps: int = field(default=50)
+    max_grad_norm: float = field(default=2.0, metadata={"help": "2.0 as the original VQA fine-tuning."})
+
+
+def launch_command(script: str, argv: list[str] | None = None) -> str:
+    """The command as the user typed it (with the accelerate launcher when several processes run)."""
+    argv = sys.argv[1:] if argv is None else argv
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    launcher = f"accelerate launch --num_processes {world}" if world > 1 else "python"
+    return " ".join([launcher, script, *map(shlex.quote, argv)])
+
+
+def _load_tokenizer(name: str | None, dataset: str):
+    if name is None:
+        if dataset == SHAPES:
+            from ..data.shapes import shapes_tokenizer
+
+            return shapes_tokenizer()
+        return None
+    if Path(name).is_file():
+        from transformers import BertTokenizer
+
+        return BertTokenizer(vocab=str(name), do_lower_case=False)  # UNITER's vocabulary is cased
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
+    from transformers import HfArgumentParser
+
+    from .pretraining import PretrainingTask, build_pretraining_model
+
+    if argv is None:
+        relaunch_with_cpu_processes()
+    parser = HfArgumentParser((ModelArguments, DataArguments, PretrainArguments, PretrainTrainingArguments))
+    model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.model not in DEFAULT_MIXES:
+        raise SystemExit(f"--model {model_args.model}: pre-training is available for {sorted(DEFAULT_MIXES)}")
+    set_seed(training_args.seed)
+    corpus = load_caption_corpus(data_args.dataset, data_args.region_store, data_args.caption_file,
+                                 shapes_seed=data_args.shapes_seed)
+    model, processor = build_pretraining_model(
+        model_args.model_name_or_path, model_args.config,
+        _load_tokenizer(model_args.tokenizer, data_args.dataset), corpus,
+    )
+    if data_args.dataset == SHAPES and not model_args.model_name_or_path:
+        from ..data.shapes_features import ShapesFeatureExtractor
+
+        # The extractor that made the world's region store travels with the processor, so the saved models also
+        # answer from raw shapes images (`pipeline(...)(image=PIL image, ...)`).
+        processor.region_extractor = ShapesFeatureExtractor(feature_dim=model.config.region_feature_dim)
+    mix = ObjectiveMix.parse(pretrain_args.objectives, objectives_for(model.config.model_type))
+    task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
+                           mlm_probability=pretrain_args.mlm_probability,
+                           region_mask_probability=pretrain_args.region_mask_probability,
+                           itm_negative_probability=pretrain_args.itm_negative_probability)
+    return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
+
+
+def _answer_vocabulary(path: str) -> dict[int, str]:
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, list):
+        return dict(enumerate(data))
+    if isinstance(data, dict):
+        return {int(k): v for k, v in data.items()}
+    raise ValueError(f"{path}: the answer vocabulary must be a JSON list of answers or an {{id: answer}} object")
+
+
+def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
+    """(table of the task's rows per split, regions, id2label or None, name, description, majority baselines)."""
+    if data_args.dataset == SHAPES:
+        world = shapes_world(seed=data_args.shapes_seed)
+        regions = MemoizedRegions(shapes_region_store(world, data_args.region_store, data_args.shapes_seed))
+        if finetune_args.task == "vqa":
+            table = world.vqa()
+            baselines = {split: world.majority_baseline(split) for split in ("validation", "test")}
+            description = (f"VQA on the embedded shapes world (seed {data_args.shapes_seed}): {len(table['train'])} "
+                           f"training questions, {len(table['validation'])} validation and {len(table['test'])} test "
+                           f"questions about held-out images, {len(world.answer_vocabulary)} answers.")
+            return table, regions, dict(world.id2label), "vlhub/shapes", description, baselines
+        table = world.captions()
+        description = (f"Captions of the embedded shapes world (seed {data_args.shapes_seed}): "
+                       f"{len(table['train'])} training captions.")
+        return table, regions, None, "vlhub/shapes", description, {}
+    table = load_table(data_args.dataset)
+    if not data_args.region_store:
+        raise SystemExit("fine-tuning on your own data needs --region_store (the region features of its images)")
+    regions = open_region_source(data_args.region_store)
+    id2label = _answer_vocabulary(finetune_args.answer_vocabulary) if finetune_args.answer_vocabulary else None
+    if finetune_args.task == "vqa" and id2label is None:
+        raise SystemExit("VQA on your own data needs --answer_vocabulary (JSON list of answers, index = label id)")
+    return table, regions, id2label, data_args.dataset, f"`{data_args.dataset}`", {}
+
+
+def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
+    from transformers import AutoConfig, AutoModelForVisualQuestionAnswering, AutoProcessor, HfArgumentParser
+
+    from ..modeling.uniter import UniterForImageTextRetrieval
+    from .data import caption_pairs
+    from .finetuning import RetrievalTask, VqaDataset, VqaTask
+
+    if argv is None:
+        relaunch_with_cpu_processes()
+    parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
+    finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if finetune_args.task not in ("vqa", "retrieval"):
+        raise SystemExit(f"--task must be vqa or retrieval, got {finetune_args.task!r}")
+    source = finetune_args.model_name_or_path
+    if not Path(source).exists() and "/" not in source:
+        raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
+                         "pass a checkpoint folder or Hub id")
+    set_seed(training_args.seed)
+    table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
+    processor = AutoProcessor.from_pretrained(source)
+    command = launch_command("finetune.py", argv)
+    if finetune_args.task == "vqa":
+        model = AutoModelForVisualQuestionAnswering.from_pretrained(
+            source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        num_labels = model.config.num_labels
+        splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
+        task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
+                       base_model=source, test=splits.get("test"), majority_baselines=baselines)
+    else:
+        model = UniterForImageTextRetrieval.from_pretrained(source)
+        if "UniterForPreTraining" in (AutoConfig.from_pretrained(source).architectures or []):
+            model.init_rank_output_from_itm()  # the original's init_output: start from the pre-trained ITM head
+        validation = table["validation"] if "validation" in table else table["train"]
+        task = RetrievalTask(model, processor, regions, caption_pairs(table["train"], name),
+                             caption_pairs(validation, name), name, description, base_model=source,
+                             num_sampled=finetune_args.num_sampled_negatives,
+                             num_hard=finetune_args.num_hard_negatives,
+                             max_gallery_images=finetune_args.max_gallery_images)
+    return train(task, training_args, command=command, callbacks=callbacks)

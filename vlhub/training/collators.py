@@ -1,0 +1,115 @@
+"""Datasets keyed by `SampleKey` and the collators that turn their examples into model inputs.
+
+`CaptionDataset` yields `{"image_id", "caption", "objective", "seed"}`; `PretrainingCollator` looks the regions up,
+runs the processor (the same `UniterProcessor` used at inference) and applies the batch's objective.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from ..processing.regions import RegionFeatures
+from .masking import random_token_ids
+from .objectives import Objective
+from .sampling import SampleKey, example_rng
+
+__all__ = ["CaptionDataset", "PretrainingCollator", "RegionLookup"]
+
+RegionLookup = Mapping[str, RegionFeatures]
+
+
+class CaptionDataset(Dataset):
+    """(image_id, caption) pairs read by `SampleKey` (or a plain index, for inspection).
+
+    `pairs`: a sequence of `(image_id, caption)`.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, str]]):
+        self.pairs = list(pairs)
+        for i, (image_id, caption) in enumerate(self.pairs[:1000]):
+            if not isinstance(caption, str) or not caption.strip():
+                raise ValueError(f"caption {i} (image {image_id!r}) is empty or not a string: {caption!r}")
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, key: SampleKey | int) -> dict:
+        if isinstance(key, SampleKey):
+            image_id, caption = self.pairs[key.index]
+            return {"image_id": image_id, "caption": caption, "objective": key.objective, "seed": key.seed}
+        image_id, caption = self.pairs[key]
+        return {"image_id": image_id, "caption": caption}
+
+
+class PretrainingCollator:
+    """Examples of one objective → the model's inputs and targets for that objective.
+
+    Args:
+        processor: the model's processor (tokenizer + region processor).
+        regions: image_id → `RegionFeatures` (a `RegionStore`, a dict, ...).
+        objectives: name → `Objective` (the mix's objectives).
+        image_ids: the images ITM negatives are drawn from (default: every image in `regions`).
+        mlm_probability, region_mask_probability, itm_negative_probability: 0.15, 0.15, 0.5 as the original.
+
+    Returns a dict of tensors plus `"objective"` (the model's `objective=` argument).
+    """
+
+    def __init__(
+        self,
+        processor,
+        regions: RegionLookup,
+        objectives: Mapping[str, Objective],
+        image_ids: Sequence[str] | None = None,
+        mlm_probability: float = 0.15,
+        region_mask_probability: float = 0.15,
+        itm_negative_probability: float = 0.5,
+    ):
+        for name, value in (("mlm_probability", mlm_probability), ("region_mask_probability", region_mask_probability),
+                            ("itm_negative_probability", itm_negative_probability)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        self.processor = processor
+        self.regions = regions
+        self.objectives = dict(objectives)
+        self.image_ids = list(image_ids) if image_ids is not None else list(regions.keys())
+        self.mlm_probability = mlm_probability
+        self.region_mask_probability = region_mask_probability
+        self.itm_negative_probability = itm_negative_probability
+        self.random_ids = random_token_ids(processor.tokenizer)
+        if any(o.model_objective.startswith("itm") for o in self.objectives.values()) and len(set(self.image_ids)) < 2:
+            raise ValueError("ITM needs at least two images to draw negatives from")
+
+    # -- helpers the objectives use --------------------------------------------------------------------------
+    def lookup(self, image_id: str) -> RegionFeatures:
+        try:
+            return self.regions[image_id]
+        except KeyError:
+            raise KeyError(f"no region features for image {image_id!r} in the region store") from None
+
+    def encode(self, examples: Sequence[dict]) -> tuple[dict, list[RegionFeatures]]:
+        """Processor inputs for the examples' captions and images, and each example's selected regions (in the
+        order the processor keeps them, so per-region targets line up with `region_features`)."""
+        selector = self.processor.feature_extractor
+        regions = [selector.select(self.lookup(e["image_id"])) for e in examples]
+        inputs = self.processor(text=[e["caption"] for e in examples], regions=regions, return_tensors="pt")
+        return dict(inputs), regions
+
+    def random_other_image(self, image_id: str, rng: np.random.Generator) -> str:
+        while True:
+            candidate = self.image_ids[int(rng.integers(len(self.image_ids)))]
+            if candidate != image_id:
+                return candidate
+
+    # -- collation ----------------------------------------------------------------------------------------------
+    def __call__(self, examples: Sequence[dict]) -> dict:
+        names = {e["objective"] for e in examples}
+        if len(names) != 1:
+            raise ValueError(f"a pre-training batch must hold one objective, got {sorted(names)}")
+        objective = self.objectives[names.pop()]
+        rngs = [example_rng(SampleKey(0, objective.name, tuple(e["seed"]))) for e in examples]
+        batch = objective.build(self, examples, rngs)
+        batch["objective"] = objective.model_objective
+        return batch

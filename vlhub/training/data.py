@@ -1,0 +1,259 @@
+"""Where training data comes from: the embedded shapes world, a `datasets` dataset, or a region store + captions.
+
+Every source ends as a `CaptionCorpus` — `(image_id, caption)` pairs per split plus a mapping image_id →
+`RegionFeatures` — or, for VQA, question rows plus the same mapping. The model never knows which source it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from ..processing.regions import RegionFeatures
+
+__all__ = [
+    "CaptionCorpus",
+    "MemoizedRegions",
+    "InlineRegions",
+    "load_caption_corpus",
+    "load_table",
+    "open_region_source",
+    "shapes_world",
+    "shapes_region_store",
+    "shapes_store_key",
+    "caption_pairs",
+    "SHAPES",
+    "default_cache_dir",
+]
+
+SHAPES = "shapes"
+_CAPTION_COLUMNS = ("caption", "text", "sentence")
+_INLINE_REGION_COLUMNS = ("features", "boxes", "image_size")
+
+
+def default_cache_dir() -> Path:
+    """`$VLHUB_CACHE`, else `$HF_HOME/vlhub`, else `~/.cache/vlhub` (region stores of the shapes world live here)."""
+    if os.environ.get("VLHUB_CACHE"):
+        return Path(os.environ["VLHUB_CACHE"])
+    hf_home = os.environ.get("HF_HOME")
+    return Path(hf_home) / "vlhub" if hf_home else Path.home() / ".cache" / "vlhub"
+
+
+class MemoizedRegions(Mapping):
+    """Keeps every `RegionFeatures` read from a store in memory (training revisits each image every epoch, in a
+    new random order, which defeats a store's small row-group cache)."""
+
+    def __init__(self, store: Mapping[str, RegionFeatures]):
+        self.store = store
+        self._memo: dict[str, RegionFeatures] = {}
+
+    def __getitem__(self, image_id: str) -> RegionFeatures:
+        if image_id not in self._memo:
+            self._memo[image_id] = self.store[image_id]
+        return self._memo[image_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __contains__(self, image_id) -> bool:
+        return image_id in self.store
+
+
+class InlineRegions(Mapping):
+    """Regions stored as columns of a `datasets.Dataset` (`features`, `boxes`, `image_size`, optionally `scores`,
+    `class_probs`, `attribute_probs`), one row per image, looked up by its `image_id` column."""
+
+    def __init__(self, dataset, id_column: str = "image_id"):
+        self.dataset = dataset.with_format("numpy")
+        self.index = {image_id: row for row, image_id in enumerate(dataset[id_column])}
+
+    def __getitem__(self, image_id: str) -> RegionFeatures:
+        row = self.dataset[self.index[image_id]]
+        return RegionFeatures.from_dict({k: row[k] for k in row if k in (*_INLINE_REGION_COLUMNS, "scores",
+                                                                            "class_probs", "attribute_probs")})
+
+    def __iter__(self):
+        return iter(self.index)
+
+    def __len__(self):
+        return len(self.index)
+
+
+@dataclass
+class CaptionCorpus:
+    """Captions per split and the regions of their images."""
+
+    train: list[tuple[str, str]]
+    validation: list[tuple[str, str]]
+    regions: Mapping[str, RegionFeatures]
+    name: str
+    description: str
+    extras: dict = field(default_factory=dict)
+
+    def sample_regions(self) -> RegionFeatures:
+        return self.regions[self.train[0][0]]
+
+
+@functools.lru_cache(maxsize=2)
+def shapes_world(seed: int = 0):
+    """The embedded shapes world (`vlhub.data.shapes.ShapesWorld`) with its default sizes; one instance per seed and
+    process, so pre-training and fine-tuning in one process generate its images once."""
+    from ..data.shapes import ShapesWorld
+
+    return ShapesWorld(seed=seed)
+
+
+def shapes_store_key(world) -> str:
+    """A digest of what the region store is made from: every image, box and label of the world and the default
+    extractor's settings. A world or extractor that changes gets a new store instead of a stale one."""
+    import hashlib
+
+    from ..data import SPLITS, ShapesFeatureExtractor
+
+    digest = hashlib.sha256()
+    extractor = ShapesFeatureExtractor()
+    settings = {k: getattr(extractor, k) for k in ("feature_dim", "pool_size", "include_whole_image",
+                                                   "class_smoothing", "projection_seed")}
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    for split in SPLITS:
+        for scene in world.scenes(split):
+            digest.update(scene.image.tobytes())
+            digest.update(json.dumps([(o.box, o.label) for o in scene.objects]).encode())
+    return digest.hexdigest()[:16]
+
+
+def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed: int = 0):
+    """The world's region store, written once to `cache_dir` (default `<cache>/shapes-seed<seed>-<digest>`, see
+    `shapes_store_key`) and reused (the main process writes it first)."""
+    from accelerate import PartialState
+
+    from ..processing.stores import RegionStore
+
+    directory = Path(cache_dir) if cache_dir else default_cache_dir() / f"shapes-seed{seed}-{shapes_store_key(world)}"
+    if (directory / "store.json").exists():
+        # Reuse a finished store without running the feature extractor again.
+        store = RegionStore(directory)
+        captions = world.captions()
+        if all(image_id in store for split in captions.values() for image_id in split["image_id"]):
+            return store
+    with PartialState().main_process_first():
+        return world.write_region_store(directory)
+
+
+def open_region_source(path: str | os.PathLike) -> Mapping[str, RegionFeatures]:
+    from ..processing.stores import RegionStore
+
+    return MemoizedRegions(RegionStore(path))
+
+
+def load_table(source: str, split_names=("train", "validation")):
+    """A `datasets.DatasetDict` from a folder saved with `save_to_disk`, a data file (json/jsonl/csv/parquet), or a
+    Hub dataset name."""
+    import datasets
+
+    path = Path(source)
+    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
+        loaded = datasets.load_from_disk(str(path))
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
+    if path.is_file():
+        kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
+        if kind is None:
+            raise ValueError(f"cannot read {path}: expected a .jsonl, .json, .csv or .parquet file")
+        return datasets.load_dataset(kind, data_files={"train": str(path)})
+    if path.exists():
+        raise ValueError(f"{path} is neither a `datasets` folder (save_to_disk) nor a data file")
+    return datasets.load_dataset(source)
+
+
+def caption_pairs(split, where: str) -> list[tuple[str, str]]:
+    columns = split.column_names
+    caption_column = next((c for c in _CAPTION_COLUMNS if c in columns), None)
+    if "image_id" not in columns or caption_column is None:
+        raise ValueError(f"{where} needs an 'image_id' column and a caption column ({' / '.join(_CAPTION_COLUMNS)}); "
+                         f"it has {columns}")
+    return [(str(i), c) for i, c in zip(split["image_id"], split[caption_column])]
+
+
+def _splits(table, where: str):
+    if "train" not in table:
+        raise ValueError(f"{where} has no 'train' split (splits: {list(table)})")
+    validation = next((table[s] for s in ("validation", "val", "dev") if s in table), None)
+    return table["train"], validation
+
+
+def load_caption_corpus(
+    dataset: str = SHAPES,
+    region_store: str | None = None,
+    caption_file: str | None = None,
+    cache_dir: str | None = None,
+    shapes_seed: int = 0,
+) -> CaptionCorpus:
+    """Captions + regions for pre-training.
+
+    dataset: `"shapes"` (the embedded world); a folder holding a region store (`store.json` + shards) and a caption
+        file (`captions.jsonl`, or `caption_file`); a `datasets` folder/file/Hub name with `image_id` and `caption`
+        columns, whose regions are inline columns (`features`, `boxes`, `image_size`, ...) or in `region_store`.
+    """
+    if dataset == SHAPES:
+        world = shapes_world(seed=shapes_seed)
+        table = world.captions()
+        regions = MemoizedRegions(shapes_region_store(world, region_store or cache_dir, shapes_seed))
+        train, validation = _splits(table, "the shapes world")
+        return CaptionCorpus(
+            train=caption_pairs(train, "shapes captions"), validation=caption_pairs(validation, "shapes captions"),
+            regions=regions, name="vlhub/shapes",
+            description=_shapes_description(world, len(train), len(validation)), extras={"world": world},
+        )
+    path = Path(dataset)
+    if path.is_dir() and (path / "store.json").exists():
+        captions = Path(caption_file) if caption_file else path / "captions.jsonl"
+        if not captions.exists():
+            raise FileNotFoundError(f"{path} is a region store; its captions are expected in {captions} (jsonl rows "
+                                    "with image_id and caption) or in the file given by --caption_file")
+        table = load_table(str(captions))
+        regions = open_region_source(path)
+        where = f"{captions}"
+    else:
+        table = load_table(dataset)
+        where = f"dataset {dataset!r}"
+        if region_store:
+            regions = open_region_source(region_store)
+        elif all(c in table["train"].column_names for c in _INLINE_REGION_COLUMNS):
+            regions = InlineRegions(table["train"])
+        else:
+            raise ValueError(f"{where} has no region columns {_INLINE_REGION_COLUMNS}; pass --region_store with a "
+                             "region store folder holding the features of its images")
+    train, validation = _splits(table, where)
+    corpus = CaptionCorpus(
+        train=caption_pairs(train, where), validation=caption_pairs(validation, where) if validation else [],
+        regions=regions, name=str(dataset),
+        description=f"`{dataset}`: {len(train)} training captions"
+        + (f", {len(validation)} validation captions" if validation is not None else "") + ".",
+    )
+    missing = [i for i, _ in corpus.train[:1000] if i not in regions]
+    if missing:
+        raise KeyError(f"{len(missing)} of the first training images have no regions (e.g. {missing[0]!r}); the "
+                       "region store does not match the captions")
+    return corpus
+
+
+def _shapes_description(world, num_train: int, num_validation: int) -> str:
+    details = getattr(world, "description", None)
+    text = (f"The embedded **shapes world** of vlhub (`vlhub.data.shapes.ShapesWorld`, seed {world.seed}): "
+            f"procedurally generated images of coloured shapes with ground-truth boxes; region features are RoI-pooled "
+            f"from a convolutional backbone over the boxes. {num_train} training and {num_validation} validation "
+            "captions.")
+    return text + (f" {details}" if isinstance(details, str) else "")
+
+
+def write_jsonl(path: str | os.PathLike, rows) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

@@ -1,0 +1,319 @@
+"""Fine-tuning tasks for the training loop: VQA (soft-score BCE) and image-text retrieval (hinge loss with hard
+negatives), with evaluation through vlhub's `evaluate` metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..processing.regions import RegionFeatures
+from .collators import CaptionDataset
+from .loop import TrainingTask
+from .model_card import CardInfo
+from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
+
+__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
+           "concat_inputs"]
+
+def _lookup(regions: Mapping[str, RegionFeatures], image_id: str) -> RegionFeatures:
+    try:
+        return regions[image_id]
+    except KeyError:
+        raise KeyError(f"no region features for image {image_id!r} in the region store") from None
+
+
+def _encode(processor, texts: Sequence[str], regions: Sequence[RegionFeatures]) -> dict:
+    return dict(processor(text=list(texts), regions=list(regions), return_tensors="pt"))
+
+
+# ---------------------------------------------------------------------------------------------------- VQA
+@dataclass
+class VqaExample:
+    """One question: `labels` are answer ids (into the model's id2label) with soft `scores`; `answers` are the
+    annotators' raw answers (the references of the VQA accuracy)."""
+
+    question: str
+    image_id: str
+    labels: list[int]
+    scores: list[float]
+    answers: list[str]
+
+
+class VqaDataset(Dataset):
+    def __init__(self, examples: Sequence[VqaExample]):
+        self.examples = list(examples)
+
+    @classmethod
+    def from_rows(cls, rows, num_labels: int, where: str = "the VQA data") -> "VqaDataset":
+        """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (e.g. a `datasets` split)."""
+        required = ("question", "image_id", "labels", "scores", "answers")
+        columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise ValueError(f"{where} lacks the column(s) {missing}; VQA needs {list(required)}")
+        examples = []
+        for row in rows:
+            if len(row["labels"]) != len(row["scores"]):
+                raise ValueError(f"question {row['question']!r}: {len(row['labels'])} labels but "
+                                 f"{len(row['scores'])} scores")
+            bad = [label for label in row["labels"] if not 0 <= label < num_labels]
+            if bad:
+                raise ValueError(f"question {row['question']!r} has answer ids {bad} outside the model's "
+                                 f"{num_labels} answers")
+            examples.append(VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
+                                       [float(s) for s in row["scores"]], list(row["answers"])))
+        return cls(examples)
+
+    def __len__(self):
+        return len(self.examples)
+
+    def __getitem__(self, key: SampleKey | int) -> VqaExample:
+        return self.examples[key.index if isinstance(key, SampleKey) else key]
+
+
+class VqaCollator:
+    """Questions + regions → processor inputs and `labels` `(batch, num_labels)` soft scores."""
+
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures], num_labels: int):
+        self.processor = processor
+        self.regions = regions
+        self.num_labels = num_labels
+
+    def __call__(self, examples: Sequence[VqaExample]) -> dict:
+        inputs = _encode(self.processor, [e.question for e in examples],
+                         [_lookup(self.regions, e.image_id) for e in examples])
+        targets = torch.zeros(len(examples), self.num_labels)
+        for row, example in enumerate(examples):
+            targets[row, example.labels] = torch.tensor(example.scores)
+        inputs["labels"] = targets
+        return inputs
+
+
+class VqaTask(TrainingTask):
+    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
+
+    trainer_name = "finetune.py"
+
+    def __init__(self, model, processor, regions, train: VqaDataset, validation: VqaDataset | None,
+                 dataset_name: str, dataset_description: str, base_model: str | None = None,
+                 test: VqaDataset | None = None, majority_baselines: dict[str, float] | None = None):
+        self.model = model
+        self.processor = processor
+        self.train_dataset = train
+        self.validation = validation
+        self.test = test
+        self.collate_fn = VqaCollator(processor, regions, model.config.num_labels)
+        self.dataset_name = dataset_name
+        self.dataset_description = dataset_description
+        self.base_model = base_model
+        self.majority_baselines = majority_baselines or {}
+
+    def train_sampler(self, batch_size, group_size, seed):
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("vqa"), seed,
+                                     group_size=group_size)
+
+    def predict(self, accelerator, model, dataset: VqaDataset, batch_size: int) -> list[str]:
+        """The model's best answer for every question of `dataset`, in order."""
+        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective("vqa"), 0, shuffle=False,
+                                        drop_last=False)
+        loader = self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
+        predicted = []
+        for batch in loader:
+            batch.pop("labels")
+            predicted.append(accelerator.gather_for_metrics(model(**batch).logits.argmax(-1)))
+        id2label = accelerator.unwrap_model(model).config.id2label
+        return [id2label[int(i)] for i in torch.cat(predicted).tolist()]
+
+    def _accuracy(self, accelerator, model, dataset: VqaDataset, args) -> float:
+        from ..evaluation import load
+
+        if args.max_eval_samples:
+            dataset = VqaDataset(dataset.examples[: args.max_eval_samples])
+        predictions = self.predict(accelerator, model, dataset, args.per_device_batch_size)
+        metric = load("vqa_accuracy")
+        return metric.compute(predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]
+
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+        """Validation accuracy; after the last step also the test split's (when there is one)."""
+        results = {}
+        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
+            if dataset is not None and len(dataset):
+                results[f"{split}_vqa_accuracy"] = self._accuracy(accelerator, model, dataset, args)
+                if split in self.majority_baselines:
+                    results[f"{split}_majority_baseline"] = self.majority_baselines[split]
+        return results
+
+    def card_info(self) -> CardInfo:
+        baselines = ", ".join(f"{v:.4f} on {k}" for k, v in self.majority_baselines.items())
+        return CardInfo(
+            title=f"UNITER fine-tuned for VQA on {self.dataset_name}",
+            summary=(f"Answers questions about an image's regions with one of {self.model.config.num_labels} answers "
+                     "(binary cross-entropy against VQA soft scores, as the original UNITER)."),
+            trainer=self.trainer_name,
+            dataset_name=self.dataset_name,
+            dataset_description=self.dataset_description,
+            pipeline_tag="visual-question-answering",
+            usage=("import vlhub\nfrom transformers import pipeline\n\n"
+                   "vqa = pipeline(\"visual-question-answering\", model=\"<this folder>\")\n"
+                   "vqa(image=regions, question=\"what colour is the circle?\", top_k=3)  # vlhub.RegionFeatures\n"
+                   "vqa(image=\"shapes.png\", question=\"how many shapes are there?\")  # when it has an extractor"),
+            metric_task="visual-question-answering",
+            base_model=self.base_model,
+            baseline_note=(f"VQA accuracy is the official rule (min(#annotators agreeing / 3, 1), answers normalised). "
+                           f"The majority-answer baseline (always the most frequent training answer) scores "
+                           f"{baselines}.") if baselines else None,
+            tags=["vqa", self.model.config.model_type],
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- retrieval
+def concat_inputs(parts: Sequence[dict]) -> dict:
+    """Concatenate processor outputs along the batch, padding text and regions to the longest part."""
+    text = max(p["input_ids"].shape[1] for p in parts)
+    regions = max(p["region_features"].shape[1] for p in parts)
+    out: dict[str, list[torch.Tensor]] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key in ("input_ids", "attention_mask", "token_type_ids"):
+                value = torch.nn.functional.pad(value, (0, text - value.shape[1]))
+            elif key in ("region_features", "region_locations"):
+                value = torch.nn.functional.pad(value, (0, 0, 0, regions - value.shape[1]))
+            elif key == "region_attention_mask":
+                value = torch.nn.functional.pad(value, (0, regions - value.shape[1]))
+            out.setdefault(key, []).append(value)
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+class RetrievalCollator:
+    """Positive (caption, image) pairs plus, per positive, `num_sampled` random negative images (for the caption)
+    and `num_sampled` random negative captions (of other images, for the image); hard negatives are chosen among
+    them by the model in `RetrievalTask.training_step`, as the original's `ItmHardNeg` data does (399 → 31)."""
+
+    def __init__(self, processor, regions, pairs: Sequence[tuple[str, str]], num_sampled: int):
+        self.processor = processor
+        self.regions = regions
+        self.pairs = list(pairs)
+        self.image_ids = sorted({i for i, _ in self.pairs})
+        self.num_sampled = num_sampled
+        if len(self.image_ids) <= num_sampled:
+            raise ValueError(f"{num_sampled} sampled negatives need more than {num_sampled} images; the data has "
+                             f"{len(self.image_ids)}")
+
+    def __call__(self, examples: Sequence[dict]) -> dict:
+        rngs = [example_rng(SampleKey(0, "retrieval", tuple(e["seed"]))) for e in examples]
+        positives = _encode(self.processor, [e["caption"] for e in examples],
+                            [_lookup(self.regions, e["image_id"]) for e in examples])
+        image_texts, image_regions, text_texts, text_regions = [], [], [], []
+        for example, rng in zip(examples, rngs):
+            others = [i for i in rng.choice(len(self.image_ids), self.num_sampled + 1, replace=False)
+                      if self.image_ids[i] != example["image_id"]][: self.num_sampled]
+            image_texts += [example["caption"]] * self.num_sampled
+            image_regions += [_lookup(self.regions, self.image_ids[i]) for i in others]
+            captions = []
+            while len(captions) < self.num_sampled:
+                image_id, caption = self.pairs[int(rng.integers(len(self.pairs)))]
+                if image_id != example["image_id"]:
+                    captions.append(caption)
+            text_texts += captions
+            text_regions += [_lookup(self.regions, example["image_id"])] * self.num_sampled
+        return {
+            "positives": positives,
+            "image_negatives": _encode(self.processor, image_texts, image_regions),
+            "text_negatives": _encode(self.processor, text_texts, text_regions),
+        }
+
+
+class RetrievalTask(TrainingTask):
+    """Fine-tune `…ForImageTextRetrieval` with the original's hinge loss over [positive, hard negatives] groups in
+    both directions; evaluation is recall@1/5/10 both ways (`retrieval_recall`) over a validation gallery."""
+
+    trainer_name = "finetune.py"
+
+    def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
+                 dataset_description: str, base_model: str | None = None, num_sampled: int = 15,
+                 num_hard: int = 3, max_gallery_images: int = 50):
+        if not 1 <= num_hard <= num_sampled:
+            raise ValueError(f"hard negatives ({num_hard}) must be between 1 and the sampled negatives ({num_sampled})")
+        self.model = model
+        self.processor = processor
+        self.regions = regions
+        self.train_dataset = CaptionDataset(train_pairs)
+        self.validation_pairs = list(validation_pairs)
+        self.collate_fn = RetrievalCollator(processor, regions, train_pairs, num_sampled)
+        self.num_sampled, self.num_hard = num_sampled, num_hard
+        self.max_gallery_images = max_gallery_images
+        self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
+
+    def train_sampler(self, batch_size, group_size, seed):
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed,
+                                     group_size=group_size)
+
+    def training_step(self, model, batch):
+        positives = batch["positives"]
+        size = positives["input_ids"].shape[0]
+        groups = [[] for _ in range(size)]
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for name in ("image_negatives", "text_negatives"):
+                scores = model(**batch[name]).logits.view(size, self.num_sampled)
+                hardest = scores.topk(self.num_hard, dim=1).indices
+                for row in range(size):
+                    groups[row].append((name, (row * self.num_sampled + hardest[row]).tolist()))
+        model.train(was_training)
+        parts = []
+        for row in range(size):
+            for name, indices in groups[row]:
+                parts.append({k: v[row : row + 1] for k, v in positives.items()})
+                parts.append({k: v[indices] for k, v in batch[name].items()})
+        outputs = model(**concat_inputs(parts), num_negatives=self.num_hard)
+        return outputs.loss, {}
+
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+        from ..evaluation import load
+
+        images = sorted({i for i, _ in self.validation_pairs})[: self.max_gallery_images]
+        index = {image_id: k for k, image_id in enumerate(images)}
+        texts = [(image_id, caption) for image_id, caption in self.validation_pairs if image_id in index]
+        if not texts:
+            return {}
+        # Every (text, image) pair of the gallery, scored in batches; text-major so rows reshape to the matrix.
+        pairs = [(image_id, caption) for _, caption in texts for image_id in images]
+        dataset = CaptionDataset(pairs)
+        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_batch_size, 64), FixedObjective("retrieval"),
+                                        0, shuffle=False, drop_last=False)
+
+        def collate(examples):
+            return _encode(self.processor, [e["caption"] for e in examples],
+                           [_lookup(self.regions, e["image_id"]) for e in examples])
+
+        loader = self.eval_dataloader(accelerator, dataset, sampler, collate)
+        scores = torch.cat([accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float()) for b in loader])
+        matrix = scores.view(len(texts), len(images)).cpu().numpy().astype(np.float64)
+        metric = load("retrieval_recall")
+        result = metric.compute(predictions=matrix.tolist(), references=[index[i] for i, _ in texts])
+        return {k: float(v) for k, v in result.items()}
+
+    def hyperparameters(self) -> dict:
+        return {"sampled / hard negatives": f"{self.num_sampled} / {self.num_hard}"}
+
+    def card_info(self) -> CardInfo:
+        return CardInfo(
+            title=f"UNITER fine-tuned for image-text retrieval on {self.dataset_name}",
+            summary=("Scores how well a text matches an image's regions (`rank_output`), trained with the original "
+                     f"hinge loss (margin {self.model.config.ranking_margin}) over hard negatives in both directions."),
+            trainer=self.trainer_name,
+            dataset_name=self.dataset_name,
+            dataset_description=self.dataset_description,
+            pipeline_tag=None,
+            usage=("import vlhub\nfrom transformers import pipeline\n\n"
+                   "retrieval = pipeline(\"image-text-retrieval\", model=\"<this folder>\")\n"
+                   "retrieval(image=regions, texts=[\"a red circle\", \"two blue squares\"])"),
+            metric_task="image-text-retrieval",
+            base_model=self.base_model,
+            tags=["image-text-retrieval", self.model.config.model_type],
+        )

@@ -1,0 +1,377 @@
+"""The accelerate training loop every vlhub task runs: pre-training (any mix of objectives) and fine-tuning.
+
+A `TrainingTask` supplies the model, processor, data and evaluation; `train(task, args)` does the rest with
+accelerate: `prepare`, gradient accumulation, mixed precision, the learning-rate schedule
+(`transformers.get_scheduler`), per-objective loss logging (trackers + `log_history.jsonl`), periodic evaluation
+(`gather_for_metrics`), checkpoints (`save_pretrained` folder + `save_state`), exact resumption and Hub uploads.
+
+Checkpoint layout, `<output_dir>/checkpoint-<step>/`:
+    config.json, model.safetensors, processor files   a complete `save_pretrained` folder
+    README.md                                          model card: data, command, settings, evaluation
+    trainer_state.json                                 step, log history, pending log window, arguments
+    training_state/                                    accelerate.save_state: optimizer, scheduler, RNG, scaler
+The final model is saved the same way (without `training_state/`) in `<output_dir>` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from accelerate import Accelerator, skip_first_batches
+from accelerate.utils import DistributedDataParallelKwargs, set_seed
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+from transformers import get_scheduler
+
+from .arguments import TrainingArguments
+from .hub import HubUploader
+from .model_card import CardInfo, write_training_card
+from .sampling import ObjectiveBatchSampler
+from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
+
+__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "TRAINER_STATE"]
+
+logger = logging.getLogger(__name__)
+
+TRAINER_STATE = "trainer_state.json"
+TRAINING_STATE_DIR = "training_state"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+class TrainingTask:
+    """What a task gives the loop. Subclasses set the attributes and implement `train_sampler`, `evaluate`,
+    `card_info`; `training_step` defaults to `model(**batch)` with every `*_loss` output logged separately.
+
+    Attributes:
+        model: the `PreTrainedModel` to train. processor: saved with every checkpoint.
+        train_dataset: a map-style dataset read with `SampleKey`s. collate_fn: batch → model inputs.
+        trainer_name: the script recorded in model cards.
+    """
+
+    model: torch.nn.Module
+    processor = None
+    train_dataset: Dataset
+    collate_fn: Callable
+    trainer_name = "vlhub"
+
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
+        raise NotImplementedError
+
+    def training_step(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        outputs = model(**batch)
+        if outputs.loss is None:
+            raise ValueError("the model returned no loss for a training batch: the batch carries no targets")
+        parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
+        return outputs.loss, parts
+
+    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments,
+                 final: bool = False) -> dict[str, float]:
+        """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
+        return {}
+
+    def card_info(self) -> CardInfo:
+        raise NotImplementedError
+
+    def hyperparameters(self) -> dict:
+        return {}
+
+    # -- helper for subclasses ----------------------------------------------------------------------------------
+    @staticmethod
+    def eval_dataloader(accelerator: Accelerator, dataset: Dataset, sampler, collate_fn) -> DataLoader:
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, generator=torch.Generator())
+        return accelerator.prepare(loader)
+
+
+@dataclass
+class LoopState:
+    """Passed to callbacks after every optimizer step."""
+
+    step: int
+    max_steps: int
+    logs: dict | None = None
+
+
+@dataclass
+class TrainResult:
+    global_step: int
+    output_dir: Path
+    log_history: list[dict]
+    eval_results: dict[str, float]
+    checkpoints: list[Path] = field(default_factory=list)
+    hub_failures: list[str] = field(default_factory=list)
+
+
+class _LogWindow:
+    """Running sums of the losses since the last log line (saved in checkpoints so a resumed run logs the same)."""
+
+    def __init__(self, sums=None, counts=None):
+        self.sums: dict[str, float] = dict(sums or {})
+        self.counts: dict[str, int] = dict(counts or {})
+
+    def add(self, values: dict[str, float]):
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def flush(self) -> dict[str, float]:
+        means = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        self.sums, self.counts = {}, {}
+        return means
+
+    def state(self) -> dict:
+        return {"sums": self.sums, "counts": self.counts}
+
+
+def resolve_checkpoint(value: str, output_dir: str | os.PathLike) -> Path:
+    """`latest` → the newest `checkpoint-<step>` in output_dir; otherwise the folder given (checked)."""
+    if value == "latest":
+        found = _checkpoints(Path(output_dir))
+        if not found:
+            raise FileNotFoundError(f"--resume_from_checkpoint latest: no checkpoint-<step> folder in {output_dir}")
+        return found[-1]
+    path = Path(value)
+    if not (path / TRAINER_STATE).is_file() or not (path / TRAINING_STATE_DIR).is_dir():
+        raise FileNotFoundError(
+            f"--resume_from_checkpoint {value}: not a vlhub training checkpoint (expected a folder with "
+            f"{TRAINER_STATE} and {TRAINING_STATE_DIR}/, such as {Path(output_dir) / 'checkpoint-500'})"
+        )
+    return path
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()
+             and (p / TRAINER_STATE).is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def _optimizer(model: torch.nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        (no_decay if parameter.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                             eps=args.adam_epsilon)
+
+
+def _format_logs(step: int, logs: dict) -> str:
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items()]
+    return f"step {step}: " + " | ".join(parts)
+
+
+def train(
+    task: TrainingTask,
+    args: TrainingArguments,
+    command: str = "",
+    callbacks: Iterable[Callable[[LoopState], None]] = (),
+    accelerator: Accelerator | None = None,
+) -> TrainResult:
+    """Train `task.model` for `args.max_steps` optimizer steps; returns the final step, log history and evaluation.
+
+    `command` is recorded in the model cards. Callbacks run after every optimizer step (tests use one to simulate
+    a crash). Pass an `accelerator` to reuse one; otherwise one is built from `args`.
+    """
+    output_dir = Path(args.output_dir)
+    if accelerator is None:
+        accelerator = Accelerator(
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            mixed_precision=args.mixed_precision,
+            cpu=args.use_cpu or not torch.cuda.is_available(),
+            log_with=[JsonlTracker(output_dir), *args.report_to],
+            project_dir=str(output_dir),
+            step_scheduler_with_optimizer=False,
+            # One objective per step uses only some heads (MRM's mask embedding, the MLM head, ...).
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        )
+    is_main = accelerator.is_main_process
+    resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
+
+    uploader = None
+    if args.push_to_hub and is_main:
+        uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo)
+
+    set_seed(args.seed)
+    group_size = accelerator.num_processes * args.gradient_accumulation_steps
+    sampler = task.train_sampler(args.per_device_batch_size, group_size, args.seed)
+    train_loader = DataLoader(
+        task.train_dataset, batch_sampler=sampler, collate_fn=task.collate_fn,
+        num_workers=args.dataloader_num_workers, generator=torch.Generator(),  # the global RNG stays untouched
+    )
+    model = task.model
+    optimizer = _optimizer(model, args)
+    scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
+                              num_training_steps=args.max_steps)
+    model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
+
+    step, window, history, eval_results = 0, _LogWindow(), [], {}
+    if resume_dir is not None:
+        state = json.loads((resume_dir / TRAINER_STATE).read_text())
+        _warn_if_layout_changed(state, args, accelerator.num_processes)
+        accelerator.load_state(str(resume_dir / TRAINING_STATE_DIR))
+        step = state["global_step"]
+        window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
+        history = state["log_history"]
+        eval_results = state.get("eval_results", {})
+        if is_main:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            # The checkpoint's history is the truth: records a crashed run logged after it are redone.
+            write_log_history(output_dir / LOG_HISTORY, history)
+        accelerator.print(f"resumed from {resume_dir} at step {step}")
+    elif is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if (output_dir / LOG_HISTORY).exists():
+            (output_dir / LOG_HISTORY).unlink()  # a fresh run starts a fresh history
+    accelerator.wait_for_everyone()
+    accelerator.init_trackers(task.trainer_name.replace(".py", ""), config=_flat_config(args, task))
+
+    steps_per_epoch = sampler.steps_per_epoch
+    epoch, done_in_epoch = divmod(step, steps_per_epoch)
+    checkpoints: list[Path] = []
+    hub_failures: list[str] = []
+    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process,
+                    desc=task.trainer_name, dynamic_ncols=True)
+    unwrapped = accelerator.unwrap_model(model)
+
+    def save(folder: Path, with_training_state: bool):
+        folder.mkdir(parents=True, exist_ok=True)
+        if with_training_state:
+            accelerator.save_state(str(folder / TRAINING_STATE_DIR))
+        if is_main:
+            unwrapped.save_pretrained(folder)
+            if task.processor is not None:
+                task.processor.save_pretrained(folder)
+            write_training_card(folder, task.card_info(), step=step, max_steps=args.max_steps, command=command,
+                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes),
+                                eval_results=eval_results)
+            # Written last: `--resume_from_checkpoint latest` only considers folders that have it.
+            (folder / TRAINER_STATE).write_text(json.dumps({
+                "global_step": step, "max_steps": args.max_steps, "num_processes": accelerator.num_processes,
+                "log_window": window.state(), "log_history": history, "eval_results": eval_results,
+                "args": args.to_dict(), "command": command,
+            }, indent=1))
+        accelerator.wait_for_everyone()
+
+    model.train()
+    while step < args.max_steps:
+        train_loader.set_epoch(epoch)
+        sampler.set_epoch(epoch)
+        loader = train_loader
+        if done_in_epoch:
+            loader = skip_first_batches(train_loader, done_in_epoch * args.gradient_accumulation_steps)
+            done_in_epoch = 0
+        for batch in loader:
+            with accelerator.accumulate(model):
+                loss, parts = task.training_step(model, batch)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                if accelerator.sync_gradients:
+                    scheduler.step()
+                optimizer.zero_grad()
+            keys = sorted(parts)
+            values = torch.stack([loss.detach().float(), *(parts[k].detach().float() for k in keys)])
+            values = accelerator.reduce(values, reduction="mean").tolist()
+            window.add(dict(zip(["loss", *keys], values)))
+            if not accelerator.sync_gradients:
+                continue
+            step += 1
+            progress.update(1)
+            logs = None
+            if step % args.logging_steps == 0 or step == args.max_steps:
+                logs = {**window.flush(), "learning_rate": scheduler.get_last_lr()[0]}
+                history.append({"step": step, **logs})
+                accelerator.log(logs, step=step)
+                progress.set_postfix(loss=f"{logs['loss']:.4g}")
+                if is_main:
+                    progress.write(_format_logs(step, logs))
+            if args.eval_steps and step % args.eval_steps == 0 and step < args.max_steps:
+                eval_results = _evaluate(task, accelerator, model, args, step, history, progress, final=False)
+            if args.save_steps and step % args.save_steps == 0:
+                folder = output_dir / f"checkpoint-{step}"
+                save(folder, with_training_state=True)
+                checkpoints.append(folder)
+                if is_main:
+                    _rotate_checkpoints(output_dir, args.save_total_limit)
+                    if uploader is not None:
+                        hub_failures += uploader.collect_finished()
+                        uploader.upload_in_background(folder, step)
+            for callback in callbacks:
+                callback(LoopState(step=step, max_steps=args.max_steps, logs=logs))
+            if step >= args.max_steps:
+                break
+        epoch += 1
+    progress.close()
+
+    eval_results = _evaluate(task, accelerator, model, args, step, history, None, final=True)
+    save(output_dir, with_training_state=False)
+    accelerator.end_training()
+    if uploader is not None:
+        hub_failures += uploader.collect_finished(wait=True)
+        commit = uploader.upload(output_dir, commit_message=f"End of training (step {step})")
+        accelerator.print(f"pushed the final model to {commit}")
+    return TrainResult(step, output_dir, history, eval_results, checkpoints, hub_failures)
+
+
+def _evaluate(task, accelerator, model, args, step, history, progress, final: bool) -> dict[str, float]:
+    model.eval()
+    with torch.no_grad():
+        results = task.evaluate(accelerator, model, args, final=final)
+    model.train()
+    if results:
+        record = {f"eval_{k}": v for k, v in results.items()}
+        history.append({"step": step, **record})
+        accelerator.log(record, step=step)
+        if accelerator.is_main_process:
+            (progress.write if progress is not None else print)(_format_logs(step, record))
+    return results
+
+
+def _rotate_checkpoints(output_dir: Path, limit: int):
+    if limit <= 0:
+        return
+    for old in _checkpoints(output_dir)[:-limit]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _warn_if_layout_changed(state: dict, args: TrainingArguments, num_processes: int):
+    saved = state.get("args", {})
+    changed = [f"{name}: {saved.get(name)} -> {getattr(args, name)}"
+               for name in ("seed", "per_device_batch_size", "gradient_accumulation_steps", "max_steps")
+               if name in saved and saved[name] != getattr(args, name)]
+    if state.get("num_processes", num_processes) != num_processes:
+        changed.append(f"num_processes: {state['num_processes']} -> {num_processes}")
+    if changed:
+        logger.warning("resuming with different settings (%s): training continues, but the data order and schedule "
+                       "no longer match the interrupted run", "; ".join(changed))
+
+
+def _card_hyperparameters(args: TrainingArguments, task: TrainingTask, num_processes: int) -> dict:
+    total_batch = args.per_device_batch_size * args.gradient_accumulation_steps * num_processes
+    return {
+        "optimizer steps": args.max_steps, "examples per step": total_batch, "processes": num_processes,
+        "per-device batch (examples)": args.per_device_batch_size,
+        "gradient accumulation": args.gradient_accumulation_steps, "learning rate": args.learning_rate,
+        "schedule": f"{args.lr_scheduler_type}, {args.warmup_steps} warm-up steps", "weight decay": args.weight_decay,
+        "AdamW betas / eps": f"({args.adam_beta1}, {args.adam_beta2}) / {args.adam_epsilon}",
+        "gradient clipping": args.max_grad_norm, "mixed precision": args.mixed_precision, "seed": args.seed,
+        **task.hyperparameters(),
+    }
+
+
+def _flat_config(args: TrainingArguments, task: TrainingTask) -> dict:
+    config = {}
+    for key, value in {**args.to_dict(), **task.hyperparameters()}.items():
+        config[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
+    return config

@@ -1,0 +1,186 @@
+"""Pre-training as a `TrainingTask`: a model with pre-training heads, a caption corpus and a mix of objectives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForPreTraining, AutoProcessor
+
+from ..modeling.uniter import UniterConfig, UniterForPreTraining, UniterProcessor, UniterRegionProcessor
+from .collators import CaptionDataset, PretrainingCollator
+from .data import CaptionCorpus
+from .loop import TrainingTask
+from .model_card import CardInfo
+from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
+from .sampling import FixedObjective, ObjectiveBatchSampler
+
+__all__ = ["PretrainingTask", "build_uniter_config", "build_pretraining_model", "CONFIG_PRESETS", "EVAL_EPOCH"]
+
+# Evaluation masks and negatives come from one fixed "epoch" of the seeded streams, so every evaluation of a run
+# scores exactly the same corrupted examples.
+EVAL_EPOCH = 2**31 - 1
+
+CONFIG_PRESETS: dict[str, dict] = {
+    # Small enough to pre-train and fine-tune on 2 CPU cores in minutes (the README's main job).
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                 max_position_embeddings=64),
+    # The released uniter-base shape (BERT-base).
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+def build_uniter_config(config: str | dict, processor, sample_regions) -> UniterConfig:
+    """A preset name (`tiny`, `base`), a config.json path or a dict of config fields; vocabulary, region size and
+    region classes are set from the processor and the data so the model fits them."""
+    if isinstance(config, dict):
+        fields = dict(config)
+    elif config in CONFIG_PRESETS:
+        fields = dict(CONFIG_PRESETS[config])
+    elif Path(config).is_file():
+        fields = json.loads(Path(config).read_text())
+        fields.pop("model_type", None)
+    else:
+        raise ValueError(f"--config must be a preset ({', '.join(CONFIG_PRESETS)}) or a config.json file, "
+                         f"got {config!r}")
+    fields["vocab_size"] = len(processor.tokenizer)
+    fields["region_feature_dim"] = sample_regions.feature_dim
+    if sample_regions.class_probs is not None:
+        fields["num_region_labels"] = sample_regions.class_probs.shape[1]
+    return UniterConfig(**fields)
+
+
+def build_pretraining_model(
+    model_name_or_path: str | None, config: str | dict, tokenizer, corpus: CaptionCorpus
+) -> tuple[torch.nn.Module, object]:
+    """(model, processor): from a checkpoint (its own processor) or freshly initialised from a config."""
+    if model_name_or_path:
+        model = AutoModelForPreTraining.from_pretrained(model_name_or_path)
+        processor = AutoProcessor.from_pretrained(model_name_or_path)
+        return model, processor
+    if tokenizer is None:
+        raise ValueError("a model trained from scratch needs a tokenizer: pass --tokenizer (a folder or vocab.txt)")
+    sample = corpus.sample_regions()
+    processor = UniterProcessor(
+        feature_extractor=UniterRegionProcessor(region_feature_dim=sample.feature_dim), tokenizer=tokenizer
+    )
+    return UniterForPreTraining(build_uniter_config(config, processor, sample)), processor
+
+
+class PretrainingTask(TrainingTask):
+    """Pre-train `model` on `corpus` with the objectives of `mix` (one objective per optimizer step).
+
+    Args:
+        model: a model with pre-training heads (`UniterForPreTraining`).
+        processor: its processor. corpus: captions and regions.
+        mix: objectives with ratios (default: the architecture's original mix).
+        base_model: what the weights started from (recorded in the card).
+    """
+
+    trainer_name = "pretrain.py"
+
+    def __init__(self, model, processor, corpus: CaptionCorpus, mix: ObjectiveMix | None = None,
+                 base_model: str | None = None, mlm_probability: float = 0.15,
+                 region_mask_probability: float = 0.15, itm_negative_probability: float = 0.5):
+        self.model = model
+        self.processor = processor
+        self.corpus = corpus
+        model_type = model.config.model_type
+        self.mix = mix or ObjectiveMix(DEFAULT_MIXES[model_type], objectives_for(model_type))
+        self.base_model = base_model
+        self._check_data(model.config, corpus)
+        image_ids = sorted({image_id for image_id, _ in corpus.train})
+        self.train_dataset = CaptionDataset(corpus.train)
+        self.collate_fn = PretrainingCollator(
+            processor, corpus.regions, self.mix.objectives, image_ids=image_ids, mlm_probability=mlm_probability,
+            region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
+        )
+        eval_ids = sorted({image_id for image_id, _ in corpus.validation}) or image_ids
+        self.eval_collate_fn = PretrainingCollator(
+            processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, mlm_probability=mlm_probability,
+            region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
+        )
+
+    def _check_data(self, config, corpus: CaptionCorpus):
+        sample = corpus.sample_regions()
+        if sample.feature_dim != config.region_feature_dim:
+            raise ValueError(f"the data's regions have {sample.feature_dim}-d features but the model expects "
+                             f"{config.region_feature_dim}-d (config.region_feature_dim)")
+        for objective in self.mix.objectives.values():
+            for name in objective.region_fields:
+                value = getattr(sample, name)
+                if value is None:
+                    raise ValueError(f"objective {objective.name!r} needs region {name} but the data's regions have "
+                                     f"none; drop it from --objectives or use regions with {name}")
+                if name == "class_probs" and value.shape[1] != config.num_region_labels:
+                    raise ValueError(f"the regions' class_probs have {value.shape[1]} classes but the model predicts "
+                                     f"{config.num_region_labels} (config.num_region_labels)")
+
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, self.mix, seed, group_size=group_size)
+
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+        pairs = self.corpus.validation
+        if not pairs:
+            return {}
+        if args.max_eval_samples:
+            pairs = pairs[: args.max_eval_samples]
+        dataset = CaptionDataset(pairs)
+        results: dict[str, float] = {}
+        for name in self.mix.names:
+            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_batch_size, FixedObjective(name), args.seed,
+                                            shuffle=False, drop_last=False)
+            sampler.set_epoch(EVAL_EPOCH)
+            loader = self.eval_dataloader(accelerator, dataset, sampler, self.eval_collate_fn)
+            sums: dict[str, list[torch.Tensor]] = {}
+            for batch in loader:
+                outputs = model(**batch)
+                size = batch["region_features"].shape[0]
+                for key, value in outputs.items():
+                    if key.endswith("_loss") and key != "loss" and value is not None:
+                        per_example = value.detach().float().repeat(size)  # weight each batch by its size
+                        sums.setdefault(key, []).append(accelerator.gather_for_metrics(per_example))
+                if "itm_labels" in batch:
+                    correct = (outputs.itm_logits.argmax(-1) == batch["itm_labels"]).float()
+                    sums.setdefault("itm_accuracy", []).append(accelerator.gather_for_metrics(correct))
+                if "labels" in batch:
+                    selected = batch["labels"] >= 0
+                    predicted = torch.full_like(batch["labels"], -100)
+                    predicted[selected] = outputs.mlm_logits.argmax(-1)
+                    hits = ((predicted == batch["labels"]) & selected).sum(1).float()
+                    counts = selected.sum(1).float()
+                    sums.setdefault("_mlm_hits", []).append(accelerator.gather_for_metrics(hits))
+                    sums.setdefault("_mlm_counts", []).append(accelerator.gather_for_metrics(counts))
+            for key, values in sums.items():
+                if not key.startswith("_"):
+                    results[key] = torch.cat(values).mean().item()
+            if "_mlm_hits" in sums:
+                hits, counts = torch.cat(sums["_mlm_hits"]).sum(), torch.cat(sums["_mlm_counts"]).sum()
+                results["mlm_accuracy"] = (hits / counts).item()
+        return results
+
+    def hyperparameters(self) -> dict:
+        return {"objectives (ratio)": self.mix.as_dict()}
+
+    def card_info(self) -> CardInfo:
+        arch = type(self.model).__name__
+        return CardInfo(
+            title=f"{arch.replace('ForPreTraining', '')} pre-trained on {self.corpus.name}",
+            summary=(f"A `{arch}` (vision-language BERT over text and image regions) pre-trained with "
+                     f"{', '.join(f'{n} ({r:g})' for n, r in self.mix.as_dict().items())} "
+                     "(objective: sampling ratio, one objective per step)."),
+            trainer=self.trainer_name,
+            dataset_name=self.corpus.name,
+            dataset_description=self.corpus.description,
+            pipeline_tag=None,
+            usage=("import vlhub\nfrom transformers import AutoModel, AutoProcessor\n\n"
+                   "model = AutoModel.from_pretrained(\"<this folder>\")\n"
+                   "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
+                   "inputs = processor(text=[\"a red circle\"], regions=[regions], return_tensors=\"pt\")  "
+                   "# regions: vlhub.RegionFeatures\n"
+                   "outputs = model(**inputs)"),
+            metric_task="pretraining",
+            base_model=self.base_model,
+            tags=["pretraining", self.model.config.model_type],
+        )

@@ -48,7 +48,7 @@ def test_malicious_pickle_is_refused_not_executed(tmp_path, monkeypatch):
     path = tmp_path / "evil.pkl"
     with open(path, "wb") as f:
         pickle.dump({"model": {"x": _Exploit()}, "__author__": "x"}, f)
-    with pytest.raises(CheckpointError, match="refusing to load 'posix.system'|refusing to load 'os.system'"):
+    with pytest.raises(CheckpointError, match="refusing to load (posix|os).system"):
         read_detectron2_pickle(path)
     with pytest.raises(CheckpointError, match="refusing"):
         convert_detector(path, tmp_path / "out")

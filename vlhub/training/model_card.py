@@ -8,7 +8,8 @@ from pathlib import Path
 
 __all__ = ["CardInfo", "write_training_card", "TEMPLATE_PATH"]
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "model_cards" / "vlhub_training.md"
+# Shipped inside the package (`model_cards/` at the repository root links to it), so installed copies find it.
+TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "model_cards" / "vlhub_training.md"
 
 
 @dataclass
@@ -54,7 +55,7 @@ def write_training_card(
     import vlhub
 
     if not Path(template_path).is_file():
-        raise FileNotFoundError(f"model card template not found at {template_path} (it ships in the repository's "
+        raise FileNotFoundError(f"model card template not found at {template_path} (it ships in the package's "
                                 "model_cards/ folder)")
     results = [
         EvalResult(task_type=info.metric_task, dataset_type=info.dataset_name, dataset_name=info.dataset_name,

@@ -95,7 +95,7 @@ class RegionExtractor(nn.Module):
         self.backbone = ResNetBackbone(config)
         self.proposal_generator = RegionProposalNetwork(config)
         self.roi_heads = RoIHeads(config)
-        # NHWC convolutions are ~25% faster on CPU (oneDNN) and compute the same sums.
+        # NHWC for oneDNN's convolutions: same sums; measured on par with or slightly faster than NCHW on CPU.
         self.channels_last = True
         self.to(memory_format=torch.channels_last)
         self.eval()

@@ -333,7 +333,9 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
     fields = infer_config_from_state(state)
     if source_format == "caffe":
         # BUTD's generate_tsv settings: Caffe anchors and box arithmetic (+1 widths), 600/1000, per-class NMS 0.3.
-        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3])
+        # Caffe's proposal layer also drops proposals smaller than 16 px (at the input scale).
+        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3],
+                      rpn_min_size=16.0, rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300)
     if source_format == "detectron2":
         fields.update(anchor_style="detectron2", resize_backend="pil", **_d2_notebook_selection())
     config_path = Path(config) if config else path.parent / "config.yaml"

@@ -200,3 +200,36 @@ def test_model_bad_inputs(tiny_uniter_config, batch):
     with pytest.raises(ValueError, match="differ in size"):
         model(input_ids=batch["input_ids"][:1], region_features=batch["region_features"],
               region_locations=batch["region_locations"], region_attention_mask=batch["region_attention_mask"])
+
+
+def test_itm_head_learns_a_cross_modal_matching_task():
+    """Gradients reach both modalities: the pair is a match iff the word agrees with the sign of the regions, which
+    no single modality can tell (XOR), so ITM accuracy rises only through cross-modal attention."""
+    from vlhub import UniterConfig, UniterForPreTraining
+
+    torch.manual_seed(0)
+    config = UniterConfig(vocab_size=20, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=64, max_position_embeddings=16, region_feature_dim=8, num_region_labels=5)
+    model = UniterForPreTraining(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+
+    def batch(size=32, regions=3):
+        word, sign = torch.randint(0, 2, (2, size), generator=generator)
+        input_ids = torch.stack([torch.full((size,), 2), 5 + word, torch.full((size,), 3)], dim=1)
+        features = (sign.float() * 2 - 1)[:, None, None] + 0.1 * torch.randn(size, regions, 8, generator=generator)
+        return dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), region_features=features,
+                    region_locations=torch.rand(size, regions, 7, generator=generator),
+                    region_attention_mask=torch.ones(size, regions, dtype=torch.long),
+                    itm_labels=(word == sign).long())
+
+    for _ in range(150):
+        loss = model(**batch(), objective="itm").loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        held_out = batch(256)
+        accuracy = (model(**held_out, objective="itm").itm_logits.argmax(-1) == held_out["itm_labels"]).float().mean()
+    assert accuracy > 0.95

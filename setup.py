@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
     name="vlhub",
@@ -13,7 +13,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["vlhub", "vlhub.*"]),
+    packages=find_namespace_packages(include=["vlhub", "vlhub.*"]),
     include_package_data=True,
     # evaluation/<metric>/<metric>.py are `evaluate` modules (folders, not packages): shipped as data.
     package_data={"vlhub": ["**/*.json", "**/*.txt", "**/*.md", "evaluation/*/*.py"]},

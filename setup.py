@@ -29,6 +29,9 @@ setup(
         "huggingface-hub>=1.0",
         "numpy",
         "pillow",
+        "pyarrow",      # the region store's Parquet shards (also a datasets dependency)
+        "pyyaml",       # the detector ports' config.yaml
+        "tqdm",
     ],
     extras_require={
         # readers of the original projects' feature files (LMDB: UNITER, ViLBERT; HDF5: Unified VLP)

@@ -66,15 +66,15 @@ def collect_images(inputs: Sequence[str | os.PathLike]) -> dict[str, Path]:
 
 
 def load_region_extractor(name_or_path: str | os.PathLike):
-    """A `RegionExtractor` from its own folder, or from a processor/model folder that carries one in
-    `region_extractor/`."""
-    from .detector import RegionExtractor
+    """A region extractor from its own folder, or from a processor/model folder that carries one in
+    `region_extractor/` (any kind the processor can carry: the detector, the shapes extractor)."""
     from .processor_base import REGION_EXTRACTOR_FOLDER
+    from .processor_base import load_region_extractor as load_from_folder
 
     path = Path(name_or_path)
     if (path / REGION_EXTRACTOR_FOLDER).is_dir():
         path = path / REGION_EXTRACTOR_FOLDER
-    return RegionExtractor.from_pretrained(str(path))
+    return load_from_folder(path)
 
 
 @dataclass

@@ -15,22 +15,8 @@ from .original import (
     VlpH5Reader,
     open_feature_file,
 )
-from .shards import RegionStore, RegionStoreWriter, StoreLayout
+from .shards import RegionStore, RegionStoreWriter, StoreLayout, import_features
 
-
-def import_features(reader, output, shard_size: int = 512, feature_dtype: str = "float32", progress: bool = True) -> int:
-    """Copy every image of a reader (any `open_feature_file` reader, or a mapping id → RegionFeatures) into the
-    vlhub store at `output`; images already there are skipped, so an interrupted import can be rerun. Returns
-    the number of images written."""
-    from tqdm.auto import tqdm
-
-    written = 0
-    with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype) as writer:
-        for image_id in tqdm(list(reader), desc="importing", unit="img", disable=not progress):
-            if image_id not in writer.completed_ids:
-                writer.add(image_id, reader[image_id])
-                written += 1
-    return written
 
 __all__ = [
     "RegionStore",

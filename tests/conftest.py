@@ -1,4 +1,5 @@
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -6,6 +7,15 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# A private HF_HOME whose accelerate configuration is the repository's configs/accelerate/cpu_processes.yaml: on a
+# machine without GPUs, the plain `accelerate launch --num_processes 2 ...` of the multi-process tests then starts two
+# processes, exactly as the README tells users to configure accelerate.
+if "VLHUB_TESTS_KEEP_HF_HOME" not in os.environ:
+    _hf_home = Path(tempfile.mkdtemp(prefix="vlhub-tests-hf-home-"))
+    (_hf_home / "accelerate").mkdir()
+    shutil.copy(Path(__file__).parents[1] / "configs" / "accelerate" / "cpu_processes.yaml",
+                _hf_home / "accelerate" / "default_config.yaml")
+    os.environ["HF_HOME"] = str(_hf_home)
 # datasets caches prepared Parquet/Arrow files; keep the suite's out of the user's cache.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="vlhub-tests-datasets-"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -50,7 +50,7 @@ def test_pretrain_cli_on_a_region_store_with_captions(tmp_path):
     store = write_store_dataset(tmp_path / "data")
     result = pretrain_main(["--dataset", str(store), *common_args(tmp_path)])
     assert result.global_step == 3
-    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    state = json.loads((tmp_path / "run" / "vlhub_state.json").read_text())
     assert state["args"]["max_steps"] == 3 and state["command"].startswith("python pretrain.py --dataset")
     assert "mlm:1, mrc-kl:1" in (tmp_path / "run" / "README.md").read_text()
 
@@ -93,7 +93,7 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
                *common_args(tmp_path), "--save_steps", "3"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
-    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    state = json.loads((tmp_path / "run" / "vlhub_state.json").read_text())
     assert state["num_processes"] == 2
     # Each process saved its own random state with the checkpoint.
     names = {p.name for p in (tmp_path / "run" / "checkpoint-3" / "training_state").iterdir()}

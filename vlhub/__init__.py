@@ -1,46 +1,45 @@
 """vlhub: region-feature vision-language BERTs (UNITER, VL-BERT, ViLBERT, Unified VLP, TDEN) for transformers.
 
-Importing vlhub registers every config, model, processor and pipeline with transformers' Auto classes and
-pipeline registry, so `AutoModel.from_pretrained(folder)` and `pipeline("visual-question-answering", ...)`
-work on vlhub checkpoints.
+Importing vlhub registers every architecture with transformers, so `AutoModel.from_pretrained(folder)`,
+`AutoProcessor.from_pretrained(folder)` and `pipeline("visual-question-answering", ...)` work on vlhub checkpoints.
+The import is light: configs are registered at once; model classes, processors and pipelines when transformers'
+Auto-model, processor or pipeline machinery is first imported, and vlhub's own names (`vlhub.UniterModel`, ...) on
+first access.
 """
 
 __version__ = "0.1.0.dev0"
 
-from .modeling.auto import model_class_for, register_all
-from .modeling.uniter import (
-    UniterConfig,
-    UniterForImageTextRetrieval,
-    UniterForMultipleChoice,
-    UniterForPreTraining,
-    UniterForQuestionAnswering,
-    UniterForReferringExpression,
-    UniterForVisualEntailment,
-    UniterForVisualReasoning,
-    UniterModel,
-    UniterProcessor,
-    UniterRegionProcessor,
-)
-from .pipelines import register_pipelines
-from .processing.regions import RegionFeatures
+from .modeling.auto import register_all
+from .registry import architectures as _architectures
 
 register_all()
-register_pipelines()
 
-__all__ = [
-    "RegionFeatures",
-    "UniterConfig",
-    "UniterForImageTextRetrieval",
-    "UniterForMultipleChoice",
-    "UniterForPreTraining",
-    "UniterForQuestionAnswering",
-    "UniterForReferringExpression",
-    "UniterForVisualEntailment",
-    "UniterForVisualReasoning",
-    "UniterModel",
-    "UniterProcessor",
-    "UniterRegionProcessor",
-    "__version__",
-    "model_class_for",
-    "register_all",
-]
+_SHARED_EXPORTS = {
+    "RegionFeatures": "vlhub.processing.regions",
+    "model_class_for": "vlhub.modeling.auto",
+    "model_classes": "vlhub.modeling.auto",
+    "Architecture": "vlhub.registry",
+    "register_architecture": "vlhub.registry",
+    "get_architecture": "vlhub.registry",
+}
+
+
+def _architecture_exports() -> dict[str, str]:
+    return {name: architecture.package for architecture in _architectures().values()
+            for name in getattr(__import__(architecture.package, fromlist=["__all__"]), "__all__", ())}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    module = _SHARED_EXPORTS.get(name) or _architecture_exports().get(name)
+    if module is None:
+        raise AttributeError(f"module 'vlhub' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__():
+    return sorted({*globals(), *_SHARED_EXPORTS, *_architecture_exports()})
+
+
+__all__ = ["__version__", "register_all", *_SHARED_EXPORTS, *_architecture_exports()]

@@ -5,20 +5,35 @@ Dataclasses read by `transformers.HfArgumentParser`, so every field is a `--flag
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
-__all__ = ["TrainingArguments"]
+__all__ = ["VlhubTrainingArguments", "TrainingArguments"]
 
 _SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                "inverse_sqrt", "warmup_stable_decay")  # fmt: skip
 
 
 @dataclass
-class TrainingArguments:
+class VlhubTrainingArguments:
+    """The settings of vlhub's accelerate loop (`vlhub.training.train`). Names follow transformers' `TrainingArguments`
+    where the meaning is the same; this is not that class (vlhub's loop is accelerate's, not the Trainer)."""
+
+    # Steps trained when neither --max_steps nor --num_train_epochs is given (scripts set their own).
+    default_max_steps: ClassVar[int] = 300
+
     output_dir: str = field(default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and "
                             "log_history.jsonl go."})
-    max_steps: int = field(default=300, metadata={"help": "Optimizer steps to train for."})
-    per_device_batch_size: int = field(default=32, metadata={"help": "Examples per batch on each process."})
+    max_steps: int | None = field(default=None, metadata={"help": "Optimizer steps to train for (wins over "
+                                  "--num_train_epochs; default: the script's default when no epochs are given)."})
+    num_train_epochs: float | None = field(default=None, metadata={"help": "Train for this many passes over the "
+                                           "training data (used when --max_steps is not given)."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per training batch on each "
+                                             "process.", "aliases": ["--per_device_batch_size"]})
+    per_device_eval_batch_size: int | None = field(default=None, metadata={"help": "Examples per evaluation batch on "
+                                                   "each process (default: the training batch size)."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Batches per optimizer step."})
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate (AdamW)."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and LayerNorms)."})
@@ -49,9 +64,16 @@ class TrainingArguments:
     use_cpu: bool = field(default=False, metadata={"help": "Train on the CPU even when a GPU is present."})
 
     def __post_init__(self):
+        if self.max_steps is None and self.num_train_epochs is None:
+            self.max_steps = self.default_max_steps
+        if self.per_device_eval_batch_size is None:
+            self.per_device_eval_batch_size = self.per_device_train_batch_size
         checks = {
-            "max_steps": self.max_steps >= 1,
-            "per_device_batch_size": self.per_device_batch_size >= 1,
+            "max_steps": self.max_steps is None or self.max_steps >= 1,
+            "num_train_epochs": self.num_train_epochs is None or (self.num_train_epochs > 0
+                                                                  and math.isfinite(self.num_train_epochs)),
+            "per_device_train_batch_size": self.per_device_train_batch_size >= 1,
+            "per_device_eval_batch_size": self.per_device_eval_batch_size >= 1,
             "gradient_accumulation_steps": self.gradient_accumulation_steps >= 1,
             "learning_rate": self.learning_rate > 0,
             "logging_steps": self.logging_steps >= 1,
@@ -75,7 +97,25 @@ class TrainingArguments:
             self.report_to = [self.report_to]
         self.report_to = [r for r in self.report_to if r != "none"]
 
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimizer steps of the run: `max_steps`, or `num_train_epochs` passes of `steps_per_epoch` steps."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return max(1, math.ceil(self.num_train_epochs * steps_per_epoch))
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("hub_token")  # never written to disk
         return data
+
+
+class TrainingArguments(VlhubTrainingArguments):
+    """Deprecated name of `VlhubTrainingArguments` (it read like transformers' own class); also accepts the old
+    `per_device_batch_size=`."""
+
+    def __init__(self, *args, per_device_batch_size: int | None = None, **kwargs):
+        warnings.warn("vlhub.training.TrainingArguments is deprecated: use VlhubTrainingArguments "
+                      "(per_device_batch_size is now per_device_train_batch_size)", DeprecationWarning, stacklevel=2)
+        if per_device_batch_size is not None:
+            kwargs.setdefault("per_device_train_batch_size", per_device_batch_size)
+        super().__init__(*args, **kwargs)

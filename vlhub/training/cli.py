@@ -6,15 +6,19 @@ Both parse with `transformers.HfArgumentParser`, so every option is a `--flag` d
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from accelerate.utils import set_seed
 
-from .arguments import TrainingArguments
+from ..registry import architectures, get_architecture
+from .arguments import VlhubTrainingArguments
 from .data import (
     SHAPES,
     MemoizedRegions,
@@ -24,23 +28,25 @@ from .data import (
     shapes_region_store,
     shapes_world,
 )
-from .launch import relaunch_with_cpu_processes
 from .loop import TrainResult, train
-from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
+from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 
 __all__ = ["pretrain_main", "finetune_main", "ModelArguments", "DataArguments", "PretrainArguments",
-           "FinetuneArguments", "PretrainTrainingArguments", "FinetuneTrainingArguments", "launch_command"]
+           "FinetuneArguments", "PretrainTrainingArguments", "FinetuneTrainingArguments", "launch_command",
+           "redact_secrets"]
 
 
 @dataclass
 class ModelArguments:
-    model: str = field(default="uniter", metadata={"help": "Architecture to build when starting from scratch."})
-    config: str = field(default="tiny", metadata={"help": "Preset (tiny, base) or a config.json, for a model built "
-                        "from scratch."})
+    model_type: str = field(default="uniter", metadata={"help": "Architecture of a model built from scratch (any "
+                            "registered vlhub model type).", "aliases": ["--model"]})
+    config_name: str = field(default="tiny", metadata={"help": "Preset (tiny, base) or a config.json, for a model "
+                             "built from scratch.", "aliases": ["--config"]})
     model_name_or_path: str | None = field(default=None, metadata={"help": "Checkpoint (folder or Hub id) to start "
                                            "from instead of a fresh model."})
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder/Hub id or vocab.txt for a model "
-                                  "built from scratch (default for shapes: the shapes world's WordPiece vocabulary)."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder/Hub id or vocab.txt for a "
+                                       "model built from scratch (default for shapes: the shapes world's WordPiece "
+                                       "vocabulary).", "aliases": ["--tokenizer"]})
 
 
 @dataclass
@@ -54,26 +60,23 @@ class DataArguments:
     shapes_seed: int = field(default=0, metadata={"help": "Seed of the shapes world (not of training)."})
 
 
-def _default_objectives() -> list[str]:
-    return [f"{name}:{ratio:g}" for name, ratio in DEFAULT_MIXES["uniter"].items()]
-
-
 @dataclass
 class PretrainArguments:
-    objectives: list[str] = field(default_factory=_default_objectives, metadata={"help": "name:ratio of mlm, mrfr, "
-                                  "mrc, mrc-kl, itm, wra (ITM + word-region alignment). Default: the original's "
-                                  "in-domain mix wra:2 mlm:2 mrfr:1 mrc-kl:1."})
+    objectives: list[str] | None = field(default=None, metadata={"help": "name:ratio of the architecture's "
+                                         "objectives (UNITER: mlm, mrfr, mrc, mrc-kl, itm, wra = ITM + word-region "
+                                         "alignment). Default: the architecture's original mix (UNITER's in-domain "
+                                         "wra:2 mlm:2 mrfr:1 mrc-kl:1)."})
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)
     itm_negative_probability: float = field(default=0.5)
 
 
 @dataclass
-class PretrainTrainingArguments(TrainingArguments):
+class PretrainTrainingArguments(VlhubTrainingArguments):
+    default_max_steps: ClassVar[int] = 600
+
     output_dir: str = field(default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and "
                             "log_history.jsonl go."})
-    max_steps: int = field(default=600)
-    per_device_batch_size: int = field(default=32)
     learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate (a tiny model from scratch "
                                  "takes a large one; the original uniter-base used 5e-5)."})
     warmup_steps: int = field(default=30)
@@ -96,10 +99,10 @@ class FinetuneArguments:
 
 
 @dataclass
-class FinetuneTrainingArguments(TrainingArguments):
+class FinetuneTrainingArguments(VlhubTrainingArguments):
+    default_max_steps: ClassVar[int] = 600
+
     output_dir: str = field(default="runs/uniter-shapes-vqa")
-    max_steps: int = field(default=600)
-    per_device_batch_size: int = field(default=32)
     learning_rate: float = field(default=1e-3)
     warmup_steps: int = field(default=30)
     max_eval_samples: int = field(default=0)
@@ -107,15 +110,46 @@ class FinetuneTrainingArguments(TrainingArguments):
     max_grad_norm: float = field(default=2.0, metadata={"help": "2.0 as the original VQA fine-tuning."})
 
 
+# A flag is secret when one of these words ends a part of its name (`--hub_token`, `--api-key`), not `--tokenizer_name`.
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|password|passwd|secret|api[_-]?key|auth)([_-][\w-]*)?$", re.IGNORECASE)
+
+
+def redact_secrets(argv: list[str]) -> list[str]:
+    """`argv` with the value of every flag named like a secret (`--hub_token`, `--password`, `--api_key`, ...)
+    replaced by `***`, in both `--flag value` and `--flag=value` form."""
+    redacted, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            redacted.append("***")
+            hide_next = False
+            continue
+        name, has_value, _ = arg.partition("=")
+        if _SECRET_FLAG.match(name):
+            redacted.append(f"{name}=***" if has_value else arg)
+            hide_next = not has_value
+        else:
+            redacted.append(arg)
+    return redacted
+
+
 def launch_command(script: str, argv: list[str] | None = None) -> str:
-    """The command as the user typed it (with the accelerate launcher when several processes run)."""
+    """The command as the user typed it (with the accelerate launcher when several processes run), secrets
+    redacted: it is written into model cards and state files that are uploaded."""
     argv = sys.argv[1:] if argv is None else argv
     world = int(os.environ.get("WORLD_SIZE", "1"))
     launcher = f"accelerate launch --num_processes {world}" if world > 1 else "python"
-    return " ".join([launcher, script, *map(shlex.quote, argv)])
+    return " ".join([launcher, script, *map(shlex.quote, redact_secrets(list(argv)))])
 
 
-def _load_tokenizer(name: str | None, dataset: str):
+def _show_logs() -> None:
+    """Progress messages of the loop (accelerate's logger, main process) reach the console unless the caller has
+    configured logging itself."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(message)s", level=logging.INFO)
+    logging.getLogger("vlhub").setLevel(logging.INFO)
+
+
+def _load_tokenizer(name: str | None, dataset: str, lowercase: bool):
     if name is None:
         if dataset == SHAPES:
             from ..data.shapes import shapes_tokenizer
@@ -125,10 +159,16 @@ def _load_tokenizer(name: str | None, dataset: str):
     if Path(name).is_file():
         from transformers import BertTokenizer
 
-        return BertTokenizer(vocab=str(name), do_lower_case=False)  # UNITER's vocabulary is cased
+        return BertTokenizer(vocab=str(name), do_lower_case=lowercase)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)
+
+
+def _known_model_type(model_type: str) -> None:
+    known = sorted(architectures())
+    if model_type not in known:
+        raise SystemExit(f"--model_type {model_type}: unknown; vlhub knows {', '.join(known)}")
 
 
 def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
@@ -136,18 +176,21 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     from .pretraining import PretrainingTask, build_pretraining_model
 
-    if argv is None:
-        relaunch_with_cpu_processes()
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainArguments, PretrainTrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    if model_args.model not in DEFAULT_MIXES:
-        raise SystemExit(f"--model {model_args.model}: pre-training is available for {sorted(DEFAULT_MIXES)}")
+    _show_logs()
+    if not model_args.model_name_or_path:
+        _known_model_type(model_args.model_type)
+        if not get_architecture(model_args.model_type).has_task("pretraining"):
+            raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
     set_seed(training_args.seed)
     corpus = load_caption_corpus(data_args.dataset, data_args.region_store, data_args.caption_file,
                                  shapes_seed=data_args.shapes_seed)
+    lowercase = get_architecture(model_args.model_type).lowercase if not model_args.model_name_or_path else False
     model, processor = build_pretraining_model(
-        model_args.model_name_or_path, model_args.config,
-        _load_tokenizer(model_args.tokenizer, data_args.dataset), corpus,
+        model_args.model_name_or_path, model_args.config_name,
+        _load_tokenizer(model_args.tokenizer_name, data_args.dataset, lowercase), corpus,
+        model_type=model_args.model_type,
     )
     if data_args.dataset == SHAPES and not model_args.model_name_or_path:
         from ..data.shapes_features import ShapesFeatureExtractor
@@ -155,7 +198,12 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         # The extractor that made the world's region store travels with the processor, so the saved models also
         # answer from raw shapes images (`pipeline(...)(image=PIL image, ...)`).
         processor.region_extractor = ShapesFeatureExtractor(feature_dim=model.config.region_feature_dim)
-    mix = ObjectiveMix.parse(pretrain_args.objectives, objectives_for(model.config.model_type))
+    model_type = model.config.model_type
+    available = objectives_for(model_type)
+    if pretrain_args.objectives:
+        mix = ObjectiveMix.parse(pretrain_args.objectives, available)
+    else:
+        mix = ObjectiveMix(default_objective_mix(model_type), available)
     task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
                            mlm_probability=pretrain_args.mlm_probability,
                            region_mask_probability=pretrain_args.region_mask_probability,
@@ -199,37 +247,42 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
 
 
 def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
-    from transformers import AutoConfig, AutoModelForVisualQuestionAnswering, AutoProcessor, HfArgumentParser
+    from transformers import AutoConfig, AutoProcessor, HfArgumentParser
 
-    from ..modeling.uniter import UniterForImageTextRetrieval
     from .data import caption_pairs
-    from .finetuning import RetrievalTask, VqaDataset, VqaTask
+    from .finetuning import RetrievalTask, VqaDataset, VqaTask, load_pretraining_state
 
-    if argv is None:
-        relaunch_with_cpu_processes()
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    _show_logs()
     if finetune_args.task not in ("vqa", "retrieval"):
         raise SystemExit(f"--task must be vqa or retrieval, got {finetune_args.task!r}")
     source = finetune_args.model_name_or_path
     if not Path(source).exists() and "/" not in source:
         raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
                          "pass a checkpoint folder or Hub id")
+    source_config = AutoConfig.from_pretrained(source)
+    architecture = get_architecture(source_config.model_type)
+    if not architecture.has_task(finetune_args.task):
+        raise SystemExit(f"--task {finetune_args.task}: {architecture.name} has no {finetune_args.task} head "
+                         f"(its heads: {', '.join(sorted(architecture.task_models))})")
     set_seed(training_args.seed)
     table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
     processor = AutoProcessor.from_pretrained(source)
     command = launch_command("finetune.py", argv)
+    model_class = architecture.model_class(finetune_args.task)
     if finetune_args.task == "vqa":
-        model = AutoModelForVisualQuestionAnswering.from_pretrained(
-            source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        model = model_class.from_pretrained(source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
                        base_model=source, test=splits.get("test"), majority_baselines=baselines)
     else:
-        model = UniterForImageTextRetrieval.from_pretrained(source)
-        if "UniterForPreTraining" in (AutoConfig.from_pretrained(source).architectures or []):
-            model.init_rank_output_from_itm()  # the original's init_output: start from the pre-trained ITM head
+        model = model_class.from_pretrained(source)
+        pretraining_class = architecture.task_models.get("pretraining")
+        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
+            # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
+            model.initialize_from_pretraining(load_pretraining_state(source))
         validation = table["validation"] if "validation" in table else table["train"]
         task = RetrievalTask(model, processor, regions, caption_pairs(table["train"], name),
                              caption_pairs(validation, name), name, description, base_model=source,

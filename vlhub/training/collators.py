@@ -1,7 +1,7 @@
 """Datasets keyed by `SampleKey` and the collators that turn their examples into model inputs.
 
 `CaptionDataset` yields `{"image_id", "caption", "objective", "seed"}`; `PretrainingCollator` looks the regions up,
-runs the processor (the same `UniterProcessor` used at inference) and applies the batch's objective.
+runs the model's processor (the same one used at inference) and applies the batch's objective.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from ..processing.regions import RegionFeatures
 from .masking import random_token_ids
-from .objectives import Objective
+from .objectives import Objective, ObjectiveContext
 from .sampling import SampleKey, example_rng
 
 __all__ = ["CaptionDataset", "PretrainingCollator", "RegionLookup"]
@@ -51,10 +51,10 @@ class PretrainingCollator:
         processor: the model's processor (tokenizer + region processor).
         regions: image_id → `RegionFeatures` (a `RegionStore`, a dict, ...).
         objectives: name → `Objective` (the mix's objectives).
-        image_ids: the images ITM negatives are drawn from (default: every image in `regions`).
+        image_ids: the images mismatched pairs are drawn from (default: every image in `regions`).
         mlm_probability, region_mask_probability, itm_negative_probability: 0.15, 0.15, 0.5 as the original.
 
-    Returns a dict of tensors plus `"objective"` (the model's `objective=` argument).
+    Returns a dict of tensors plus `"objective"` (the model's `objective=` argument, when the objective has one).
     """
 
     def __init__(
@@ -75,14 +75,19 @@ class PretrainingCollator:
         self.regions = regions
         self.objectives = dict(objectives)
         self.image_ids = list(image_ids) if image_ids is not None else list(regions.keys())
-        self.mlm_probability = mlm_probability
-        self.region_mask_probability = region_mask_probability
-        self.itm_negative_probability = itm_negative_probability
-        self.random_ids = random_token_ids(processor.tokenizer)
-        if any(o.model_objective.startswith("itm") for o in self.objectives.values()) and len(set(self.image_ids)) < 2:
-            raise ValueError("ITM needs at least two images to draw negatives from")
+        needing = sorted(o.name for o in self.objectives.values() if o.needs_other_images)
+        if needing and len(set(self.image_ids)) < 2:
+            raise ValueError(f"objective(s) {needing} pair captions with other images: at least two images are needed")
+        self.context = ObjectiveContext(
+            tokenizer=processor.tokenizer,
+            random_token_ids=random_token_ids(processor.tokenizer),
+            mlm_probability=mlm_probability,
+            region_mask_probability=region_mask_probability,
+            itm_negative_probability=itm_negative_probability,
+            encode=self.encode,
+            other_image=self.random_other_image,
+        )
 
-    # -- helpers the objectives use --------------------------------------------------------------------------
     def lookup(self, image_id: str) -> RegionFeatures:
         try:
             return self.regions[image_id]
@@ -103,13 +108,13 @@ class PretrainingCollator:
             if candidate != image_id:
                 return candidate
 
-    # -- collation ----------------------------------------------------------------------------------------------
     def __call__(self, examples: Sequence[dict]) -> dict:
         names = {e["objective"] for e in examples}
         if len(names) != 1:
             raise ValueError(f"a pre-training batch must hold one objective, got {sorted(names)}")
         objective = self.objectives[names.pop()]
         rngs = [example_rng(SampleKey(0, objective.name, tuple(e["seed"]))) for e in examples]
-        batch = objective.build(self, examples, rngs)
-        batch["objective"] = objective.model_objective
+        batch = objective.build(self.context, examples, rngs)
+        if objective.model_objective is not None:
+            batch["objective"] = objective.model_objective
         return batch

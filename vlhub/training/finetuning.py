@@ -17,7 +17,21 @@ from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
 __all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
-           "concat_inputs"]
+           "concat_inputs", "load_pretraining_state"]
+
+
+def load_pretraining_state(model_name_or_path: str) -> dict[str, torch.Tensor]:
+    """The weights of a pre-training checkpoint (folder or Hub id), for heads that start from its heads."""
+    from safetensors.torch import load_file
+    from transformers.utils import SAFE_WEIGHTS_NAME, cached_file
+
+    return load_file(cached_file(model_name_or_path, SAFE_WEIGHTS_NAME))
+
+
+def _architecture_name(model) -> str:
+    from ..registry import get_architecture
+
+    return get_architecture(model.config.model_type).name
 
 def _lookup(regions: Mapping[str, RegionFeatures], image_id: str) -> RegionFeatures:
     try:
@@ -133,7 +147,7 @@ class VqaTask(TrainingTask):
 
         if args.max_eval_samples:
             dataset = VqaDataset(dataset.examples[: args.max_eval_samples])
-        predictions = self.predict(accelerator, model, dataset, args.per_device_batch_size)
+        predictions = self.predict(accelerator, model, dataset, args.per_device_eval_batch_size)
         metric = load("vqa_accuracy")
         return metric.compute(predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]
 
@@ -150,9 +164,9 @@ class VqaTask(TrainingTask):
     def card_info(self) -> CardInfo:
         baselines = ", ".join(f"{v:.4f} on {k}" for k, v in self.majority_baselines.items())
         return CardInfo(
-            title=f"UNITER fine-tuned for VQA on {self.dataset_name}",
+            title=f"{_architecture_name(self.model)} fine-tuned for VQA on {self.dataset_name}",
             summary=(f"Answers questions about an image's regions with one of {self.model.config.num_labels} answers "
-                     "(binary cross-entropy against VQA soft scores, as the original UNITER)."),
+                     f"(binary cross-entropy against VQA soft scores, as the original {_architecture_name(self.model)})."),
             trainer=self.trainer_name,
             dataset_name=self.dataset_name,
             dataset_description=self.dataset_description,
@@ -284,7 +298,7 @@ class RetrievalTask(TrainingTask):
         # Every (text, image) pair of the gallery, scored in batches; text-major so rows reshape to the matrix.
         pairs = [(image_id, caption) for _, caption in texts for image_id in images]
         dataset = CaptionDataset(pairs)
-        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_batch_size, 64), FixedObjective("retrieval"),
+        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_eval_batch_size, 64), FixedObjective("retrieval"),
                                         0, shuffle=False, drop_last=False)
 
         def collate(examples):
@@ -303,7 +317,7 @@ class RetrievalTask(TrainingTask):
 
     def card_info(self) -> CardInfo:
         return CardInfo(
-            title=f"UNITER fine-tuned for image-text retrieval on {self.dataset_name}",
+            title=f"{_architecture_name(self.model)} fine-tuned for image-text retrieval on {self.dataset_name}",
             summary=("Scores how well a text matches an image's regions (`rank_output`), trained with the original "
                      f"hinge loss (margin {self.model.config.ranking_margin}) over hard negatives in both directions."),
             trainer=self.trainer_name,

@@ -8,7 +8,10 @@ accelerate: `prepare`, gradient accumulation, mixed precision, the learning-rate
 Checkpoint layout, `<output_dir>/checkpoint-<step>/`:
     config.json, model.safetensors, processor files   a complete `save_pretrained` folder
     README.md                                          model card: data, command, settings, evaluation
-    trainer_state.json                                 step, log history, pending log window, arguments
+    vlhub_state.json                                   what exact resumption needs beyond that: the pending log
+                                                       window, process count, arguments, command, evaluation
+    trainer_state.json                                 transformers' `TrainerState` (step, epoch, log history),
+                                                       readable with `TrainerState.load_from_json`; written last
     training_state/                                    accelerate.save_state: optimizer, scheduler, RNG, scaler
 The final model is saved the same way (without `training_state/`) in `<output_dir>` itself.
 """
@@ -16,7 +19,7 @@ The final model is saved the same way (without `training_state/`) in `<output_di
 from __future__ import annotations
 
 import json
-import logging
+import math
 import os
 import re
 import shutil
@@ -26,22 +29,24 @@ from typing import Callable, Iterable
 
 import torch
 from accelerate import Accelerator, skip_first_batches
+from accelerate.logging import get_logger
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
-from transformers import get_scheduler
+from transformers import TrainerState, get_scheduler
 
-from .arguments import TrainingArguments
+from .arguments import VlhubTrainingArguments
 from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
 
-__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "TRAINER_STATE"]
+__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "TRAINER_STATE", "VLHUB_STATE"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
+VLHUB_STATE = "vlhub_state.json"
 TRAINING_STATE_DIR = "training_state"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -72,7 +77,7 @@ class TrainingTask:
         parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
         return outputs.loss, parts
 
-    def evaluate(self, accelerator: Accelerator, model, args: TrainingArguments,
+    def evaluate(self, accelerator: Accelerator, model, args: VlhubTrainingArguments,
                  final: bool = False) -> dict[str, float]:
         """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
         return {}
@@ -154,7 +159,7 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _optimizer(model: torch.nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+def _optimizer(model: torch.nn.Module, args: VlhubTrainingArguments) -> torch.optim.Optimizer:
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
@@ -172,12 +177,12 @@ def _format_logs(step: int, logs: dict) -> str:
 
 def train(
     task: TrainingTask,
-    args: TrainingArguments,
+    args: VlhubTrainingArguments,
     command: str = "",
     callbacks: Iterable[Callable[[LoopState], None]] = (),
     accelerator: Accelerator | None = None,
 ) -> TrainResult:
-    """Train `task.model` for `args.max_steps` optimizer steps; returns the final step, log history and evaluation.
+    """Train `task.model` for `args.max_steps` optimizer steps (or `args.num_train_epochs` epochs); returns the final step, log history and evaluation.
 
     `command` is recorded in the model cards. Callbacks run after every optimizer step (tests use one to simulate
     a crash). Pass an `accelerator` to reuse one; otherwise one is built from `args`.
@@ -203,7 +208,9 @@ def train(
 
     set_seed(args.seed)
     group_size = accelerator.num_processes * args.gradient_accumulation_steps
-    sampler = task.train_sampler(args.per_device_batch_size, group_size, args.seed)
+    sampler = task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
+    steps_per_epoch = sampler.steps_per_epoch
+    max_steps = args.total_steps(steps_per_epoch)
     train_loader = DataLoader(
         task.train_dataset, batch_sampler=sampler, collate_fn=task.collate_fn,
         num_workers=args.dataloader_num_workers, generator=torch.Generator(),  # the global RNG stays untouched
@@ -211,23 +218,24 @@ def train(
     model = task.model
     optimizer = _optimizer(model, args)
     scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
-                              num_training_steps=args.max_steps)
+                              num_training_steps=max_steps)
     model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
 
     step, window, history, eval_results = 0, _LogWindow(), [], {}
     if resume_dir is not None:
-        state = json.loads((resume_dir / TRAINER_STATE).read_text())
+        trainer_state = TrainerState.load_from_json(str(resume_dir / TRAINER_STATE))
+        state = json.loads((resume_dir / VLHUB_STATE).read_text())
         _warn_if_layout_changed(state, args, accelerator.num_processes)
         accelerator.load_state(str(resume_dir / TRAINING_STATE_DIR))
-        step = state["global_step"]
+        step = trainer_state.global_step
         window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
-        history = state["log_history"]
+        history = trainer_state.log_history
         eval_results = state.get("eval_results", {})
         if is_main:
             output_dir.mkdir(parents=True, exist_ok=True)
             # The checkpoint's history is the truth: records a crashed run logged after it are redone.
             write_log_history(output_dir / LOG_HISTORY, history)
-        accelerator.print(f"resumed from {resume_dir} at step {step}")
+        logger.info(f"resumed from {resume_dir} at step {step}", main_process_only=True)
     elif is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         if (output_dir / LOG_HISTORY).exists():
@@ -235,11 +243,10 @@ def train(
     accelerator.wait_for_everyone()
     accelerator.init_trackers(task.trainer_name.replace(".py", ""), config=_flat_config(args, task))
 
-    steps_per_epoch = sampler.steps_per_epoch
     epoch, done_in_epoch = divmod(step, steps_per_epoch)
     checkpoints: list[Path] = []
     hub_failures: list[str] = []
-    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process,
+    progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process,
                     desc=task.trainer_name, dynamic_ncols=True)
     unwrapped = accelerator.unwrap_model(model)
 
@@ -251,19 +258,24 @@ def train(
             unwrapped.save_pretrained(folder)
             if task.processor is not None:
                 task.processor.save_pretrained(folder)
-            write_training_card(folder, task.card_info(), step=step, max_steps=args.max_steps, command=command,
-                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes),
+            write_training_card(folder, task.card_info(), step=step, max_steps=max_steps, command=command,
+                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes, max_steps),
                                 eval_results=eval_results)
-            # Written last: `--resume_from_checkpoint latest` only considers folders that have it.
-            (folder / TRAINER_STATE).write_text(json.dumps({
-                "global_step": step, "max_steps": args.max_steps, "num_processes": accelerator.num_processes,
-                "log_window": window.state(), "log_history": history, "eval_results": eval_results,
-                "args": args.to_dict(), "command": command,
+            (folder / VLHUB_STATE).write_text(json.dumps({
+                "num_processes": accelerator.num_processes, "log_window": window.state(),
+                "eval_results": eval_results, "args": args.to_dict(), "command": command,
             }, indent=1))
+            # Written last: `--resume_from_checkpoint latest` only considers folders that have it.
+            TrainerState(
+                epoch=step / steps_per_epoch, global_step=step, max_steps=max_steps, logging_steps=args.logging_steps,
+                eval_steps=args.eval_steps, save_steps=args.save_steps,
+                train_batch_size=args.per_device_train_batch_size, num_train_epochs=math.ceil(max_steps / steps_per_epoch),
+                log_history=history,
+            ).save_to_json(str(folder / TRAINER_STATE))
         accelerator.wait_for_everyone()
 
     model.train()
-    while step < args.max_steps:
+    while step < max_steps:
         train_loader.set_epoch(epoch)
         sampler.set_epoch(epoch)
         loader = train_loader
@@ -289,14 +301,14 @@ def train(
             step += 1
             progress.update(1)
             logs = None
-            if step % args.logging_steps == 0 or step == args.max_steps:
+            if step % args.logging_steps == 0 or step == max_steps:
                 logs = {**window.flush(), "learning_rate": scheduler.get_last_lr()[0]}
                 history.append({"step": step, **logs})
                 accelerator.log(logs, step=step)
                 progress.set_postfix(loss=f"{logs['loss']:.4g}")
                 if is_main:
                     progress.write(_format_logs(step, logs))
-            if args.eval_steps and step % args.eval_steps == 0 and step < args.max_steps:
+            if args.eval_steps and step % args.eval_steps == 0 and step < max_steps:
                 eval_results = _evaluate(task, accelerator, model, args, step, history, progress, final=False)
             if args.save_steps and step % args.save_steps == 0:
                 folder = output_dir / f"checkpoint-{step}"
@@ -308,8 +320,8 @@ def train(
                         hub_failures += uploader.collect_finished()
                         uploader.upload_in_background(folder, step)
             for callback in callbacks:
-                callback(LoopState(step=step, max_steps=args.max_steps, logs=logs))
-            if step >= args.max_steps:
+                callback(LoopState(step=step, max_steps=max_steps, logs=logs))
+            if step >= max_steps:
                 break
         epoch += 1
     progress.close()
@@ -320,7 +332,7 @@ def train(
     if uploader is not None:
         hub_failures += uploader.collect_finished(wait=True)
         commit = uploader.upload(output_dir, commit_message=f"End of training (step {step})")
-        accelerator.print(f"pushed the final model to {commit}")
+        logger.info(f"pushed the final model to {commit}", main_process_only=True)
     return TrainResult(step, output_dir, history, eval_results, checkpoints, hub_failures)
 
 
@@ -334,7 +346,10 @@ def _evaluate(task, accelerator, model, args, step, history, progress, final: bo
         history.append({"step": step, **record})
         accelerator.log(record, step=step)
         if accelerator.is_main_process:
-            (progress.write if progress is not None else print)(_format_logs(step, record))
+            if progress is not None:
+                progress.write(_format_logs(step, record))
+            else:
+                logger.info(_format_logs(step, record))
     return results
 
 
@@ -345,10 +360,11 @@ def _rotate_checkpoints(output_dir: Path, limit: int):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _warn_if_layout_changed(state: dict, args: TrainingArguments, num_processes: int):
+def _warn_if_layout_changed(state: dict, args: VlhubTrainingArguments, num_processes: int):
     saved = state.get("args", {})
     changed = [f"{name}: {saved.get(name)} -> {getattr(args, name)}"
-               for name in ("seed", "per_device_batch_size", "gradient_accumulation_steps", "max_steps")
+               for name in ("seed", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
+                            "num_train_epochs")
                if name in saved and saved[name] != getattr(args, name)]
     if state.get("num_processes", num_processes) != num_processes:
         changed.append(f"num_processes: {state['num_processes']} -> {num_processes}")
@@ -357,11 +373,11 @@ def _warn_if_layout_changed(state: dict, args: TrainingArguments, num_processes:
                        "no longer match the interrupted run", "; ".join(changed))
 
 
-def _card_hyperparameters(args: TrainingArguments, task: TrainingTask, num_processes: int) -> dict:
-    total_batch = args.per_device_batch_size * args.gradient_accumulation_steps * num_processes
+def _card_hyperparameters(args: VlhubTrainingArguments, task: TrainingTask, num_processes: int, max_steps: int) -> dict:
+    total_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * num_processes
     return {
-        "optimizer steps": args.max_steps, "examples per step": total_batch, "processes": num_processes,
-        "per-device batch (examples)": args.per_device_batch_size,
+        "optimizer steps": max_steps, "examples per step": total_batch, "processes": num_processes,
+        "per-device batch (examples)": args.per_device_train_batch_size,
         "gradient accumulation": args.gradient_accumulation_steps, "learning rate": args.learning_rate,
         "schedule": f"{args.lr_scheduler_type}, {args.warmup_steps} warm-up steps", "weight decay": args.weight_decay,
         "AdamW betas / eps": f"({args.adam_beta1}, {args.adam_beta2}) / {args.adam_epsilon}",
@@ -370,7 +386,7 @@ def _card_hyperparameters(args: TrainingArguments, task: TrainingTask, num_proce
     }
 
 
-def _flat_config(args: TrainingArguments, task: TrainingTask) -> dict:
+def _flat_config(args: VlhubTrainingArguments, task: TrainingTask) -> dict:
     config = {}
     for key, value in {**args.to_dict(), **task.hyperparameters()}.items():
         config[key] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)

@@ -1,37 +1,54 @@
-"""Pre-training objectives: what each one does to a batch, a registry per architecture, and the sampling mix.
+"""Pre-training objectives: what an objective is, what it may use, and the sampling mix.
 
 An `Objective` turns a list of (caption, regions) examples into the model's inputs and targets for one objective.
-Architectures register theirs with `register_objective(model_type, objective)`; the training loop only knows names,
-ratios and the model's `*_loss` outputs, so VL-BERT, ViLBERT, VLP and TDEN plug in their own without touching it.
+Each architecture declares its own objectives next to its model (UNITER's: `vlhub/modeling/uniter/objectives_uniter.py`)
+and names them in its `Architecture`; the training loop only knows names, ratios and the model's `*_loss` outputs.
 
-UNITER's objectives follow the original data code (`data/mlm.py`, `data/mrm.py`, `data/itm.py`): conditional masking
-(one objective per batch, one modality corrupted), BERT 80/10/10 word masking, 15% region masking with at least one
-region, and ITM negatives that swap the *image* for a random other image with probability 0.5. `wra` is ITM with the
-word-region alignment (optimal transport) loss added, as the released models were trained.
+Builders get an `ObjectiveContext` — the tokenizer, the masking settings, a way to encode examples into processor
+inputs and to draw another image — never the collator itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .masking import mask_regions, mask_tokens
-
-if TYPE_CHECKING:
-    from .collators import PretrainingCollator
-
 __all__ = [
     "Objective",
+    "ObjectiveContext",
     "ObjectiveMix",
     "register_objective",
     "objectives_for",
-    "DEFAULT_MIXES",
+    "default_objective_mix",
 ]
 
-BuildFn = Callable[["PretrainingCollator", Sequence[dict], Sequence[np.random.Generator]], dict]
+
+@dataclass(frozen=True)
+class ObjectiveContext:
+    """What an objective's builder may use.
+
+    Attributes:
+        tokenizer: the processor's tokenizer (special ids, [MASK]).
+        random_token_ids: `(n,)` ids an MLM "random token" may take.
+        mlm_probability, region_mask_probability, itm_negative_probability: the masking / negative settings.
+        encode: `examples -> (processor inputs, each example's selected regions)`, the regions in the order the
+            processor keeps them (so per-region targets line up with `region_features`).
+        other_image: `(image_id, rng) -> a different image id` (for mismatched pairs).
+    """
+
+    tokenizer: object
+    random_token_ids: torch.Tensor
+    mlm_probability: float
+    region_mask_probability: float
+    itm_negative_probability: float
+    encode: Callable[[Sequence[dict]], tuple[dict, list]]
+    other_image: Callable[[str, np.random.Generator], str]
+
+
+BuildFn = Callable[[ObjectiveContext, Sequence[dict], Sequence[np.random.Generator]], dict]
 
 
 @dataclass(frozen=True)
@@ -40,33 +57,45 @@ class Objective:
 
     Attributes:
         name: the name users pass (`--objectives mlm:2 ...`).
-        model_objective: the value given to the model's `objective=` argument.
-        build: `(collator, examples, rngs) -> model inputs with targets`; `rngs` holds one generator per example.
+        model_objective: the value given to the model's `objective=` argument (None: the model takes none).
+        build: `(context, examples, rngs) -> model inputs with targets`; `rngs` holds one generator per example.
         region_fields: `RegionFeatures` fields the objective needs beyond features and boxes (e.g. `class_probs`).
+        needs_other_images: the objective pairs captions with other images (at least two images are needed).
     """
 
     name: str
-    model_objective: str
+    model_objective: str | None
     build: BuildFn
     region_fields: tuple[str, ...] = ()
+    needs_other_images: bool = False
 
 
-_REGISTRY: dict[str, dict[str, Objective]] = {}
-
-# The original's default mixes, by architecture (UNITER: the in-domain [itm+WRA, mlm, mrfr, mrc-kl] = [2, 2, 1, 1],
-# `config/pretrain-indomain-base-8gpu.json`; the released all-data mixes have the same proportions up to 6:8:4:4).
-DEFAULT_MIXES: dict[str, dict[str, float]] = {"uniter": {"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1}}
+# Objectives registered at run time, on top of those an architecture declares (e.g. an experiment's own objective).
+_EXTRA: dict[str, dict[str, Objective]] = {}
 
 
 def register_objective(model_type: str, objective: Objective) -> None:
-    _REGISTRY.setdefault(model_type, {})[objective.name] = objective
+    """Add an objective to an architecture's own (for experiments; architectures declare theirs in their package)."""
+    _EXTRA.setdefault(model_type, {})[objective.name] = objective
 
 
 def objectives_for(model_type: str) -> dict[str, Objective]:
-    if model_type not in _REGISTRY:
-        raise ValueError(f"no pre-training objectives are registered for model type {model_type!r}; "
-                         f"known: {sorted(_REGISTRY)}")
-    return dict(_REGISTRY[model_type])
+    """name → `Objective` of an architecture (its declared objectives plus any registered at run time)."""
+    from ..registry import get_architecture
+
+    found = {**get_architecture(model_type).pretraining_objectives(), **_EXTRA.get(model_type, {})}
+    if not found:
+        raise ValueError(f"no pre-training objectives are declared for model type {model_type!r}")
+    return found
+
+
+def default_objective_mix(model_type: str) -> dict[str, float]:
+    from ..registry import get_architecture
+
+    mix = dict(get_architecture(model_type).default_objectives)
+    if not mix:
+        raise ValueError(f"model type {model_type!r} declares no default objective mix; pass --objectives")
+    return mix
 
 
 class ObjectiveMix:
@@ -76,7 +105,7 @@ class ObjectiveMix:
     `ObjectiveMix.parse(["mlm:2", "itm:1"], available)` or `ObjectiveMix({"mlm": 2, "itm": 1}, available)`.
     """
 
-    def __init__(self, ratios: dict[str, float], available: dict[str, Objective]):
+    def __init__(self, ratios: Mapping[str, float], available: Mapping[str, Objective]):
         if not ratios:
             raise ValueError("at least one objective is needed")
         unknown = sorted(set(ratios) - set(available))
@@ -92,7 +121,7 @@ class ObjectiveMix:
         self._probabilities = np.array(self.ratios) / total
 
     @classmethod
-    def parse(cls, specs: Sequence[str], available: dict[str, Objective]) -> "ObjectiveMix":
+    def parse(cls, specs: Sequence[str], available: Mapping[str, Objective]) -> "ObjectiveMix":
         """`["mlm:2", "mrfr:1", "itm"]` (a missing ratio means 1; a comma-separated string is accepted too)."""
         if isinstance(specs, str):
             specs = [specs]
@@ -118,62 +147,3 @@ class ObjectiveMix:
 
     def __repr__(self) -> str:
         return "ObjectiveMix(" + ", ".join(f"{n}:{r:g}" for n, r in zip(self.names, self.ratios)) + ")"
-
-
-# ---------------------------------------------------------------------------------------------------- UNITER
-def _build_mlm(collator: "PretrainingCollator", examples, rngs) -> dict:
-    inputs, _ = collator.encode(examples)
-    tokenizer = collator.processor.tokenizer
-    inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"], inputs["attention_mask"], tokenizer.all_special_ids, tokenizer.mask_token_id,
-        collator.random_ids, rngs, collator.mlm_probability,
-    )
-    return inputs
-
-
-def _masked_region_inputs(collator: "PretrainingCollator", examples, rngs):
-    inputs, regions = collator.encode(examples)
-    masks = mask_regions(inputs["region_attention_mask"], rngs, collator.region_mask_probability)
-    inputs["region_masks"] = masks
-    return inputs, regions, masks
-
-
-def _build_mrfr(collator, examples, rngs) -> dict:
-    inputs, _, masks = _masked_region_inputs(collator, examples, rngs)
-    # Targets are the features the model saw before masking (row-major over (example, region)).
-    inputs["region_feature_targets"] = inputs["region_features"][masks]
-    return inputs
-
-
-def _build_mrc(collator, examples, rngs) -> dict:
-    inputs, regions, masks = _masked_region_inputs(collator, examples, rngs)
-    inputs["region_class_targets"] = torch.cat(
-        [r.class_probs[masks[i, : len(r)]] for i, r in enumerate(regions)], dim=0
-    )
-    return inputs
-
-
-def _build_itm(collator, examples, rngs) -> dict:
-    """With probability `itm_negative_probability` the image is replaced by a random other image (label 0)."""
-    pairs, labels = [], []
-    for example, rng in zip(examples, rngs):
-        if rng.random() < collator.itm_negative_probability:
-            pairs.append({**example, "image_id": collator.random_other_image(example["image_id"], rng)})
-            labels.append(0)
-        else:
-            pairs.append(example)
-            labels.append(1)
-    inputs, _ = collator.encode(pairs)
-    inputs["itm_labels"] = torch.tensor(labels, dtype=torch.long)
-    return inputs
-
-
-for _objective in (
-    Objective("mlm", "mlm", _build_mlm),
-    Objective("mrfr", "mrfr", _build_mrfr),
-    Objective("mrc", "mrc", _build_mrc, region_fields=("class_probs",)),
-    Objective("mrc-kl", "mrc-kl", _build_mrc, region_fields=("class_probs",)),
-    Objective("itm", "itm", _build_itm),
-    Objective("wra", "itm-wra", _build_itm),
-):
-    register_objective("uniter", _objective)

@@ -8,64 +8,63 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForPreTraining, AutoProcessor
 
-from ..modeling.uniter import UniterConfig, UniterForPreTraining, UniterProcessor, UniterRegionProcessor
+from ..registry import Architecture, get_architecture
 from .collators import CaptionDataset, PretrainingCollator
 from .data import CaptionCorpus
 from .loop import TrainingTask
 from .model_card import CardInfo
-from .objectives import DEFAULT_MIXES, ObjectiveMix, objectives_for
+from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 from .sampling import FixedObjective, ObjectiveBatchSampler
 
-__all__ = ["PretrainingTask", "build_uniter_config", "build_pretraining_model", "CONFIG_PRESETS", "EVAL_EPOCH"]
+__all__ = ["PretrainingTask", "build_config", "build_uniter_config", "build_pretraining_model", "EVAL_EPOCH"]
 
 # Evaluation masks and negatives come from one fixed "epoch" of the seeded streams, so every evaluation of a run
 # scores exactly the same corrupted examples.
 EVAL_EPOCH = 2**31 - 1
 
-CONFIG_PRESETS: dict[str, dict] = {
-    # Small enough to pre-train and fine-tune on 2 CPU cores in minutes (the README's main job).
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
-                 max_position_embeddings=64),
-    # The released uniter-base shape (BERT-base).
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-}
 
-
-def build_uniter_config(config: str | dict, processor, sample_regions) -> UniterConfig:
-    """A preset name (`tiny`, `base`), a config.json path or a dict of config fields; vocabulary, region size and
-    region classes are set from the processor and the data so the model fits them."""
+def build_config(architecture: Architecture, config: str | dict, processor, sample_regions):
+    """An architecture's config from a preset name (`tiny`, `base`), a config.json path or a dict of fields; the
+    vocabulary, region feature size and region classes are set from the processor and the data so the model fits
+    them (every vlhub config names these `vocab_size`, `region_feature_dim`, `num_region_labels`)."""
     if isinstance(config, dict):
         fields = dict(config)
-    elif config in CONFIG_PRESETS:
-        fields = dict(CONFIG_PRESETS[config])
+    elif config in architecture.config_presets:
+        fields = architecture.config_fields(config)
     elif Path(config).is_file():
         fields = json.loads(Path(config).read_text())
         fields.pop("model_type", None)
     else:
-        raise ValueError(f"--config must be a preset ({', '.join(CONFIG_PRESETS)}) or a config.json file, "
-                         f"got {config!r}")
+        raise ValueError(f"--config_name must be a preset ({', '.join(architecture.config_presets)}) or a "
+                         f"config.json file, got {config!r}")
     fields["vocab_size"] = len(processor.tokenizer)
     fields["region_feature_dim"] = sample_regions.feature_dim
     if sample_regions.class_probs is not None:
         fields["num_region_labels"] = sample_regions.class_probs.shape[1]
-    return UniterConfig(**fields)
+    return architecture.config_class(**fields)
+
+
+def build_uniter_config(config: str | dict, processor, sample_regions):
+    """`build_config` for UNITER (kept for existing callers)."""
+    return build_config(get_architecture("uniter"), config, processor, sample_regions)
 
 
 def build_pretraining_model(
-    model_name_or_path: str | None, config: str | dict, tokenizer, corpus: CaptionCorpus
+    model_name_or_path: str | None, config: str | dict, tokenizer, corpus: CaptionCorpus, model_type: str = "uniter"
 ) -> tuple[torch.nn.Module, object]:
-    """(model, processor): from a checkpoint (its own processor) or freshly initialised from a config."""
+    """(model, processor): from a checkpoint (its own processor) or freshly initialised from a config of
+    `model_type`'s architecture."""
     if model_name_or_path:
         model = AutoModelForPreTraining.from_pretrained(model_name_or_path)
         processor = AutoProcessor.from_pretrained(model_name_or_path)
         return model, processor
     if tokenizer is None:
-        raise ValueError("a model trained from scratch needs a tokenizer: pass --tokenizer (a folder or vocab.txt)")
+        raise ValueError("a model trained from scratch needs a tokenizer: pass --tokenizer_name (a folder or vocab.txt)")
+    architecture = get_architecture(model_type)
     sample = corpus.sample_regions()
-    processor = UniterProcessor(
-        feature_extractor=UniterRegionProcessor(region_feature_dim=sample.feature_dim), tokenizer=tokenizer
-    )
-    return UniterForPreTraining(build_uniter_config(config, processor, sample)), processor
+    processor = architecture.build_processor(tokenizer, sample.feature_dim)
+    model_class = architecture.model_class("pretraining")
+    return model_class(build_config(architecture, config, processor, sample)), processor
 
 
 class PretrainingTask(TrainingTask):
@@ -87,7 +86,7 @@ class PretrainingTask(TrainingTask):
         self.processor = processor
         self.corpus = corpus
         model_type = model.config.model_type
-        self.mix = mix or ObjectiveMix(DEFAULT_MIXES[model_type], objectives_for(model_type))
+        self.mix = mix or ObjectiveMix(default_objective_mix(model_type), objectives_for(model_type))
         self.base_model = base_model
         self._check_data(model.config, corpus)
         image_ids = sorted({image_id for image_id, _ in corpus.train})
@@ -129,7 +128,7 @@ class PretrainingTask(TrainingTask):
         dataset = CaptionDataset(pairs)
         results: dict[str, float] = {}
         for name in self.mix.names:
-            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_batch_size, FixedObjective(name), args.seed,
+            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_eval_batch_size, FixedObjective(name), args.seed,
                                             shuffle=False, drop_last=False)
             sampler.set_epoch(EVAL_EPOCH)
             loader = self.eval_dataloader(accelerator, dataset, sampler, self.eval_collate_fn)
@@ -165,8 +164,9 @@ class PretrainingTask(TrainingTask):
 
     def card_info(self) -> CardInfo:
         arch = type(self.model).__name__
+        name = get_architecture(self.model.config.model_type).name
         return CardInfo(
-            title=f"{arch.replace('ForPreTraining', '')} pre-trained on {self.corpus.name}",
+            title=f"{name} pre-trained on {self.corpus.name}",
             summary=(f"A `{arch}` (vision-language BERT over text and image regions) pre-trained with "
                      f"{', '.join(f'{n} ({r:g})' for n, r in self.mix.as_dict().items())} "
                      "(objective: sampling ratio, one objective per step)."),

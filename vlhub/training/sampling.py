@@ -11,12 +11,10 @@ global batches `[s*P*G, (s+1)*P*G)` make optimizer step `s`, and they all share 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from torch.utils.data import BatchSampler
-
-from .objectives import ObjectiveMix
 
 __all__ = ["SampleKey", "ObjectiveBatchSampler", "FixedObjective", "example_rng"]
 
@@ -34,6 +32,12 @@ class SampleKey(NamedTuple):
 
 def example_rng(key: SampleKey) -> np.random.Generator:
     return np.random.default_rng(key.seed)
+
+
+class ObjectiveChooser(Protocol):
+    """Picks the objective of a group of batches (an `ObjectiveMix`, or a `FixedObjective`)."""
+
+    def choose(self, rng: np.random.Generator) -> str: ...
 
 
 class FixedObjective:
@@ -64,7 +68,7 @@ class ObjectiveBatchSampler(BatchSampler):
         self,
         num_examples: int,
         batch_size: int,
-        mix: ObjectiveMix | FixedObjective,
+        mix: ObjectiveChooser,
         seed: int,
         group_size: int = 1,
         shuffle: bool = True,

@@ -1,41 +1,56 @@
-"""UNITER (Chen et al., ECCV 2020)."""
+"""UNITER (Chen et al., ECCV 2020): its classes (exported lazily) and its one registration with vlhub."""
 
-from .configuration_uniter import UniterConfig
-from .modeling_uniter import (
-    PRETRAINING_OBJECTIVES,
-    UniterClassifierOutput,
-    UniterForImageTextRetrieval,
-    UniterForMultipleChoice,
-    UniterForPreTraining,
-    UniterForPreTrainingOutput,
-    UniterForQuestionAnswering,
-    UniterForReferringExpression,
-    UniterForVisualEntailment,
-    UniterForVisualReasoning,
-    UniterModel,
-    UniterMultipleChoiceOutput,
-    UniterPreTrainedModel,
-    UniterReferringExpressionOutput,
-)
-from .processing_uniter import UniterProcessor, UniterRegionProcessor, uniter_locations
+from ...registry import Architecture, lazy_exports, register_architecture
 
-__all__ = [
-    "PRETRAINING_OBJECTIVES",
-    "UniterClassifierOutput",
-    "UniterConfig",
-    "UniterForImageTextRetrieval",
-    "UniterForMultipleChoice",
-    "UniterForPreTraining",
-    "UniterForPreTrainingOutput",
-    "UniterForQuestionAnswering",
-    "UniterForReferringExpression",
-    "UniterForVisualEntailment",
-    "UniterForVisualReasoning",
-    "UniterModel",
-    "UniterMultipleChoiceOutput",
-    "UniterPreTrainedModel",
-    "UniterProcessor",
-    "UniterReferringExpressionOutput",
-    "UniterRegionProcessor",
-    "uniter_locations",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "configuration_uniter": ["UniterConfig"],
+    "modeling_uniter": [
+        "PRETRAINING_OBJECTIVES",
+        "UniterClassifierOutput",
+        "UniterForImageTextRetrieval",
+        "UniterForMultipleChoice",
+        "UniterForPreTraining",
+        "UniterForPreTrainingOutput",
+        "UniterForQuestionAnswering",
+        "UniterForReferringExpression",
+        "UniterForVisualEntailment",
+        "UniterForVisualReasoning",
+        "UniterModel",
+        "UniterMultipleChoiceOutput",
+        "UniterPreTrainedModel",
+        "UniterReferringExpressionOutput",
+    ],
+    "processing_uniter": ["UniterProcessor", "UniterRegionProcessor", "uniter_locations"],
+    "objectives_uniter": ["UNITER_OBJECTIVES"],
+})
+
+ARCHITECTURE = register_architecture(Architecture(
+    model_type="uniter",
+    name="UNITER",
+    package=__name__,
+    config="UniterConfig",
+    processor="UniterProcessor",
+    region_processor="UniterRegionProcessor",
+    auto_models={
+        "AutoModel": "UniterModel",
+        "AutoModelForPreTraining": "UniterForPreTraining",
+        "AutoModelForVisualQuestionAnswering": "UniterForQuestionAnswering",
+        "AutoModelForMultipleChoice": "UniterForMultipleChoice",
+    },
+    task_models={
+        "pretraining": "UniterForPreTraining",
+        "vqa": "UniterForQuestionAnswering",
+        "retrieval": "UniterForImageTextRetrieval",
+        "nlvr2": "UniterForVisualReasoning",
+        "ve": "UniterForVisualEntailment",
+        "re": "UniterForReferringExpression",
+        "vcr": "UniterForMultipleChoice",
+    },
+    objectives=f"{__name__}.objectives_uniter:UNITER_OBJECTIVES",
+    # The original in-domain mix [itm+WRA, mlm, mrfr, mrc-kl] = [2, 2, 1, 1] (`config/pretrain-indomain-base-8gpu.json`;
+    # the released all-data mixes have the same proportions up to 6:8:4:4).
+    default_objectives={"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1},
+    lowercase=False,  # UNITER's vocabulary is bert-base-cased
+    original_repository="https://github.com/ChenRocks/UNITER",
+    converter="vlhub.conversion.uniter",
+))

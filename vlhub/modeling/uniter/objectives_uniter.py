@@ -1,0 +1,72 @@
+"""UNITER's pre-training objectives, as the original data code builds them (`data/mlm.py`, `data/mrm.py`,
+`data/itm.py`): conditional masking (one objective per batch, one modality corrupted), BERT 80/10/10 word masking, 15%
+region masking with at least one region, and ITM negatives that swap the *image* for a random other image with
+probability 0.5. `wra` is ITM with the word-region alignment (optimal transport) loss added, as the released models
+were trained.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...training.masking import mask_regions, mask_tokens
+from ...training.objectives import Objective, ObjectiveContext
+
+__all__ = ["UNITER_OBJECTIVES"]
+
+
+def _build_mlm(context: ObjectiveContext, examples, rngs) -> dict:
+    inputs, _ = context.encode(examples)
+    tokenizer = context.tokenizer
+    inputs["input_ids"], inputs["labels"] = mask_tokens(
+        inputs["input_ids"], inputs["attention_mask"], tokenizer.all_special_ids, tokenizer.mask_token_id,
+        context.random_token_ids, rngs, context.mlm_probability,
+    )
+    return inputs
+
+
+def _masked_region_inputs(context: ObjectiveContext, examples, rngs):
+    inputs, regions = context.encode(examples)
+    masks = mask_regions(inputs["region_attention_mask"], rngs, context.region_mask_probability)
+    inputs["region_masks"] = masks
+    return inputs, regions, masks
+
+
+def _build_mrfr(context: ObjectiveContext, examples, rngs) -> dict:
+    inputs, _, masks = _masked_region_inputs(context, examples, rngs)
+    # Targets are the features the model saw before masking (row-major over (example, region)).
+    inputs["region_feature_targets"] = inputs["region_features"][masks]
+    return inputs
+
+
+def _build_mrc(context: ObjectiveContext, examples, rngs) -> dict:
+    inputs, regions, masks = _masked_region_inputs(context, examples, rngs)
+    inputs["region_class_targets"] = torch.cat(
+        [r.class_probs[masks[i, : len(r)]] for i, r in enumerate(regions)], dim=0
+    )
+    return inputs
+
+
+def _build_itm(context: ObjectiveContext, examples, rngs) -> dict:
+    """With probability `itm_negative_probability` the image is replaced by a random other image (label 0)."""
+    pairs, labels = [], []
+    for example, rng in zip(examples, rngs):
+        if rng.random() < context.itm_negative_probability:
+            pairs.append({**example, "image_id": context.other_image(example["image_id"], rng)})
+            labels.append(0)
+        else:
+            pairs.append(example)
+            labels.append(1)
+    inputs, _ = context.encode(pairs)
+    inputs["itm_labels"] = torch.tensor(labels, dtype=torch.long)
+    return inputs
+
+
+UNITER_OBJECTIVES = (
+    Objective("mlm", "mlm", _build_mlm),
+    Objective("mrfr", "mrfr", _build_mrfr),
+    Objective("mrc", "mrc", _build_mrc, region_fields=("class_probs",)),
+    Objective("mrc-kl", "mrc-kl", _build_mrc, region_fields=("class_probs",)),
+    Objective("itm", "itm", _build_itm, needs_other_images=True),
+    Objective("wra", "itm-wra", _build_itm, needs_other_images=True),
+)

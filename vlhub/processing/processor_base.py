@@ -7,7 +7,6 @@ their architecture; the plumbing lives here once.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import Sequence
@@ -17,11 +16,10 @@ from transformers import BatchFeature
 from transformers.feature_extraction_utils import FeatureExtractionMixin
 from transformers.processing_utils import ProcessorMixin
 
+from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
 from .regions import RegionFeatures
 
 __all__ = ["RegionProcessor", "VisionLanguageProcessor", "select_regions", "load_region_extractor", "REGION_EXTRACTOR_FOLDER"]
-
-REGION_EXTRACTOR_FOLDER = "region_extractor"
 
 
 def select_regions(
@@ -60,7 +58,8 @@ class RegionProcessor(FeatureExtractionMixin):
     `(batch, R, location_dim)`, `region_attention_mask` `(batch, R)`.
 
     Subclasses define `encode_locations` (and may override `encode_features`). Settings are JSON attributes saved
-    with the processor.
+    with the processor; `region_extractor_folder` names the sub-folder that holds the processor's region extractor,
+    if any (set by `VisionLanguageProcessor.region_extractor`; older folders call it `region_extractor`).
     """
 
     model_input_names = ["region_features", "region_locations", "region_attention_mask"]
@@ -72,9 +71,10 @@ class RegionProcessor(FeatureExtractionMixin):
         confidence_threshold: float | None = 0.2,
         min_regions: int = 10,
         max_regions: int | None = 100,
-        region_extractor: str | None = None,
+        region_extractor_folder: str | None = None,
         **kwargs,
     ):
+        legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
         super().__init__(**kwargs)
         if min_regions < 1:
             raise ValueError(f"min_regions must be at least 1, got {min_regions}")
@@ -84,8 +84,7 @@ class RegionProcessor(FeatureExtractionMixin):
         self.confidence_threshold = confidence_threshold
         self.min_regions = min_regions
         self.max_regions = max_regions
-        # Sub-folder that holds the processor's region extractor (detector), if it has one.
-        self.region_extractor = region_extractor
+        self.region_extractor_folder = region_extractor_folder if region_extractor_folder is not None else legacy_folder
 
     # -- per-architecture hooks ------------------------------------------------------------------------------
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
@@ -159,19 +158,20 @@ class VisionLanguageProcessor(ProcessorMixin):
     # -- images → regions -------------------------------------------------------------------------------------
     @property
     def region_extractor(self):
-        """The detector that turns images into `RegionFeatures` (None when the processor has none)."""
+        """The region extractor that turns images into `RegionFeatures` (None when the processor has none). Saved
+        with the processor in the sub-folder `region_extractor/`; see `vlhub.processing.region_extractors`."""
         return self._region_extractor
 
     @region_extractor.setter
     def region_extractor(self, extractor):
         self._region_extractor = extractor
-        self.feature_extractor.region_extractor = REGION_EXTRACTOR_FOLDER if extractor is not None else None
+        self.feature_extractor.region_extractor_folder = REGION_EXTRACTOR_FOLDER if extractor is not None else None
 
     def regions_from_images(self, images) -> list[RegionFeatures]:
         if self._region_extractor is None:
             raise ValueError(
                 "this processor has no region extractor, so it cannot take images: pass regions=RegionFeatures(...) "
-                "(e.g. read from a feature file), or attach a detector with `processor.region_extractor = ...`"
+                "(e.g. read from a feature file), or attach one with `processor.region_extractor = ...`"
             )
         regions = self._region_extractor(images)
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)
@@ -185,9 +185,10 @@ class VisionLanguageProcessor(ProcessorMixin):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         processor = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        subfolder = getattr(processor.feature_extractor, "region_extractor", None)
+        subfolder = getattr(processor.feature_extractor, "region_extractor_folder", None)
         if subfolder:
-            processor._region_extractor = _load_region_extractor(pretrained_model_name_or_path, subfolder, kwargs)
+            hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
+            processor._region_extractor = load_region_extractor(pretrained_model_name_or_path, subfolder, **hub_kwargs)
         return processor
 
     # -- text ---------------------------------------------------------------------------------------------------
@@ -269,29 +270,3 @@ class VisionLanguageProcessor(ProcessorMixin):
     def model_input_names(self):
         return ["input_ids", "attention_mask", "token_type_ids", *RegionProcessor.model_input_names]
 
-
-def _load_region_extractor(path_or_repo, subfolder: str, hub_kwargs: dict):
-    local = os.path.join(str(path_or_repo), subfolder)
-    if not os.path.isdir(local):
-        from huggingface_hub import snapshot_download
-
-        keep = {k: hub_kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only") if k in hub_kwargs}
-        root = snapshot_download(str(path_or_repo), allow_patterns=[f"{subfolder}/*"], **keep)
-        local = os.path.join(root, subfolder)
-    return load_region_extractor(local)
-
-
-def load_region_extractor(directory: str | os.PathLike):
-    """The region extractor saved in `directory`: the shapes world's fixed extractor when its `config.json` says
-    `"region_extractor_type": "shapes"`, otherwise the bottom-up-attention detector."""
-    config = os.path.join(str(directory), "config.json")
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as f:
-            kind = json.load(f).get("region_extractor_type")
-        if kind == "shapes":
-            from ..data.shapes_features import ShapesFeatureExtractor
-
-            return ShapesFeatureExtractor.from_pretrained(directory)
-    from .detector import RegionExtractor  # the detector is only imported when a processor carries one
-
-    return RegionExtractor.from_pretrained(directory)

@@ -114,6 +114,7 @@ def test_registration_rules(registry):
     register_region_extractor(TOY_TYPE, ToyRegionExtractor)  # the same class again is fine
     with pytest.raises(ValueError, match="already registered"):
         register_region_extractor(TOY_TYPE, "somewhere.else:Extractor")
+    register_region_extractor(TOY_TYPE, f"{__name__}:ToyRegionExtractor")  # the same class, lazily, is fine too
     register_region_extractor(TOY_TYPE, "somewhere.else:Extractor", exist_ok=True)
     with pytest.raises(ValueError, match="module:Class"):
         register_region_extractor("other", "no_colon_here")

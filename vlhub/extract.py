@@ -14,7 +14,8 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("images", nargs="+", help="image files, folders (searched recursively) or .txt lists of paths")
     parser.add_argument("--extractor", required=True,
-                        help="a region-extractor folder, or a processor/model folder with region_extractor/")
+                        help="a region-extractor folder, or a processor/model folder with region_extractor/ "
+                             "(local or a Hub repo); its config.json's region_extractor_type picks the class")
     parser.add_argument("--output", required=True, help="the region store folder to write (or to continue)")
     parser.add_argument("--batch-size", type=int, default=1, help="images per extractor call (default 1)")
     parser.add_argument("--shard-size", type=int, default=256, help="images per store shard (default 256)")
@@ -26,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from .processing.extraction import collect_images, extract_to_store, load_region_extractor
+    from . import data  # noqa: F401  (registers the shapes world's region extractor, "shapes")
+    from .processing.extraction import collect_images, extract_to_store
+    from .processing.region_extractors import load_region_extractor
 
     images = collect_images(args.images)
     extractor = load_region_extractor(args.extractor)

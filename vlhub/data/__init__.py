@@ -1,7 +1,7 @@
 """Datasets shipped with vlhub: the procedurally generated shapes world (the embedded default for training)."""
 
 from .shapes import SHAPES_VOCAB_FILE, SPLITS, ShapesWorld, shapes_tokenizer
-from .shapes_features import ShapesFeatureExtractor
+from .shapes_features import ShapesFeatureExtractor, ShapesRegionExtractor  # importing registers "shapes"
 from .shapes_language import ANSWER_TYPES, ANSWER_VOCABULARY
 from .shapes_scene import COLOURS, OBJECT_ATTRIBUTES, OBJECT_CLASSES, SHAPES, SIZES
 
@@ -16,6 +16,7 @@ __all__ = [
     "SIZES",
     "SPLITS",
     "ShapesFeatureExtractor",
+    "ShapesRegionExtractor",
     "ShapesWorld",
     "shapes_tokenizer",
 ]

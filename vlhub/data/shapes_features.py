@@ -1,4 +1,7 @@
-"""Region features for the shapes world (or any image with boxes): a fixed convolutional backbone + RoIAlign.
+"""The shapes world's region extractor (for any image with boxes): a fixed convolutional backbone + RoIAlign.
+
+Registered as `region_extractor_type` "shapes" (see `vlhub.processing.region_extractors`) when this module is
+imported, e.g. by `import vlhub.data`.
 
 The backbone is not trained: its filters are designed by hand, so the weights are the same numbers on every
 machine and the features mean something a tiny model can learn from quickly:
@@ -31,10 +34,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.ops import roi_align
 
+from ..processing.region_extractors import REGION_EXTRACTOR_TYPE_KEY, register_region_extractor
 from ..processing.regions import RegionFeatures
 from .shapes_scene import OBJECT_ATTRIBUTES, OBJECT_CLASSES
 
-__all__ = ["ShapesFeatureExtractor", "NUM_BACKBONE_CHANNELS"]
+__all__ = ["ShapesRegionExtractor", "ShapesFeatureExtractor", "NUM_BACKBONE_CHANNELS"]
 
 _FOREGROUND_THRESHOLD = 0.15  # summed |RGB - background| (in [0, 3]) below which a pixel is background noise
 _FOREGROUND_RAMP = 0.30  # … and above threshold + ramp it is fully foreground
@@ -79,7 +83,7 @@ def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
     )
 
 
-class ShapesFeatureExtractor:
+class ShapesRegionExtractor:
     """Images + boxes → `RegionFeatures` through a fixed convolutional backbone and RoIAlign.
 
     Args:
@@ -282,7 +286,7 @@ class ShapesFeatureExtractor:
     def to_dict(self) -> dict:
         """The settings that rebuild this extractor exactly (its weights are derived from them)."""
         return {
-            "region_extractor_type": EXTRACTOR_TYPE,
+            REGION_EXTRACTOR_TYPE_KEY: EXTRACTOR_TYPE,
             "feature_dim": self.feature_dim,
             "pool_size": self.pool_size,
             "include_whole_image": self.include_whole_image,
@@ -297,17 +301,22 @@ class ShapesFeatureExtractor:
         (directory / CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike) -> "ShapesFeatureExtractor":
+    def from_pretrained(cls, directory: str | os.PathLike) -> "ShapesRegionExtractor":
         """Load a folder written by `save_pretrained`."""
         path = Path(directory) / CONFIG_NAME
         if not path.is_file():
             raise FileNotFoundError(f"{str(directory)!r} has no {CONFIG_NAME}; is it a shapes region extractor folder?")
         settings = json.loads(path.read_text(encoding="utf-8"))
-        kind = settings.pop("region_extractor_type", None)
+        kind = settings.pop(REGION_EXTRACTOR_TYPE_KEY, None)
         if kind != EXTRACTOR_TYPE:
             raise ValueError(f"{path} describes a region extractor of type {kind!r}, not {EXTRACTOR_TYPE!r}")
         return cls(**settings)
 
     def __repr__(self) -> str:
-        settings = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "region_extractor_type")
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != REGION_EXTRACTOR_TYPE_KEY)
         return f"{type(self).__name__}({settings})"
+
+
+ShapesFeatureExtractor = ShapesRegionExtractor  # the name before "region extractor" became the one name for the concept
+
+register_region_extractor(EXTRACTOR_TYPE, ShapesRegionExtractor)

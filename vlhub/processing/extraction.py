@@ -20,7 +20,7 @@ import torch
 from .regions import RegionFeatures
 from .stores.shards import RegionStoreWriter
 
-__all__ = ["IMAGE_EXTENSIONS", "collect_images", "load_region_extractor", "extract_to_store", "ExtractionSummary"]
+__all__ = ["IMAGE_EXTENSIONS", "collect_images", "extract_to_store", "ExtractionSummary"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,18 +63,6 @@ def collect_images(inputs: Sequence[str | os.PathLike]) -> dict[str, Path]:
     if not images:
         raise ValueError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) found in {list(map(str, inputs))}")
     return images
-
-
-def load_region_extractor(name_or_path: str | os.PathLike):
-    """A region extractor from its own folder, or from a processor/model folder that carries one in
-    `region_extractor/` (any kind the processor can carry: the detector, the shapes extractor)."""
-    from .processor_base import REGION_EXTRACTOR_FOLDER
-    from .processor_base import load_region_extractor as load_from_folder
-
-    path = Path(name_or_path)
-    if (path / REGION_EXTRACTOR_FOLDER).is_dir():
-        path = path / REGION_EXTRACTOR_FOLDER
-    return load_from_folder(path)
 
 
 @dataclass

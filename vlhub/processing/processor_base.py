@@ -1,13 +1,28 @@
-"""What every vlhub processor shares: region selection and padding, text preparation, and images → regions.
+"""What every vlhub processor shares: region selection and padding, text layout and padding, and images → regions.
 
-An architecture's processor is `VisionLanguageProcessor` with a tokenizer and a `RegionProcessor` subclass that
-knows that architecture's location encoding (UNITER's 7-d box, ViLBERT's 5-d box, ...). The quirks live with
-their architecture; the plumbing lives here once.
+An architecture's processor is a `VisionLanguageProcessor` subclass with a tokenizer and a `RegionProcessor`
+subclass. The quirks live with their architecture, in hooks; the plumbing (validation, selection, truncation,
+padding, masks, saving, the region extractor) lives here once.
+
+Hooks an architecture overrides (defaults in brackets):
+
+- `VisionLanguageProcessor.build_text_inputs(word_piece_ids) -> (input_ids, token_type_ids)`: one example's token
+  sequence from its word pieces [`[CLS] w [SEP]`, every token of type `text_token_type_id`]. VL-BERT adds its
+  answer `[MASK]` slot, VLP its region slots and segment ids, TDEN its generation stream. It must add the same
+  number of tokens to every example; truncation removes word pieces until the result fits `max_text_length`.
+- `VisionLanguageProcessor.text_token_type_id` [0]: the token type of the default layout.
+- `RegionProcessor.encode_locations(regions) -> (R, location_dim)` [required]: the architecture's box encoding.
+- `RegionProcessor.encode_features(regions) -> (R, F)` [the features as given].
+- `RegionProcessor.add_global_rows(features, locations, regions) -> (features, locations)` [unchanged]: rows
+  added to one example's encoded regions before padding, in step (ViLBERT/TDEN: the mean feature with location
+  `[0,0,1,1,1]` as row 0; VL-BERT: the whole-image box as object 0). They count as real regions in
+  `region_attention_mask`.
+
+Masks are 2-D 0/1 `(batch, length)`; the models build the 4-D attention masks (transformers' `masking_utils`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import Sequence
@@ -17,11 +32,10 @@ from transformers import BatchFeature
 from transformers.feature_extraction_utils import FeatureExtractionMixin
 from transformers.processing_utils import ProcessorMixin
 
+from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
 from .regions import RegionFeatures
 
 __all__ = ["RegionProcessor", "VisionLanguageProcessor", "select_regions", "load_region_extractor", "REGION_EXTRACTOR_FOLDER"]
-
-REGION_EXTRACTOR_FOLDER = "region_extractor"
 
 
 def select_regions(
@@ -57,10 +71,13 @@ def select_regions(
 
 class RegionProcessor(FeatureExtractionMixin):
     """Turns `RegionFeatures` into padded model inputs: `region_features` `(batch, R, F)`, `region_locations`
-    `(batch, R, location_dim)`, `region_attention_mask` `(batch, R)`.
+    `(batch, R, location_dim)`, `region_attention_mask` `(batch, R)` (2-D, 1 for real regions and global rows, 0 for
+    padding; the models build 4-D masks from it).
 
-    Subclasses define `encode_locations` (and may override `encode_features`). Settings are JSON attributes saved
-    with the processor.
+    Per example: `select` (by detector confidence), `encode_features` and `encode_locations` (subclasses define the
+    latter), `add_global_rows`, then padding to the batch's longest. Settings are JSON attributes saved with the
+    processor; `region_extractor_folder` names the sub-folder that holds the processor's region extractor, if any
+    (set by `VisionLanguageProcessor.region_extractor`; older folders call it `region_extractor`).
     """
 
     model_input_names = ["region_features", "region_locations", "region_attention_mask"]
@@ -72,9 +89,10 @@ class RegionProcessor(FeatureExtractionMixin):
         confidence_threshold: float | None = 0.2,
         min_regions: int = 10,
         max_regions: int | None = 100,
-        region_extractor: str | None = None,
+        region_extractor_folder: str | None = None,
         **kwargs,
     ):
+        legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
         super().__init__(**kwargs)
         if min_regions < 1:
             raise ValueError(f"min_regions must be at least 1, got {min_regions}")
@@ -84,17 +102,26 @@ class RegionProcessor(FeatureExtractionMixin):
         self.confidence_threshold = confidence_threshold
         self.min_regions = min_regions
         self.max_regions = max_regions
-        # Sub-folder that holds the processor's region extractor (detector), if it has one.
-        self.region_extractor = region_extractor
+        self.region_extractor_folder = region_extractor_folder if region_extractor_folder is not None else legacy_folder
 
     # -- per-architecture hooks ------------------------------------------------------------------------------
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
-        """`(num_regions, location_dim)` location vector of each region."""
+        """`(num_regions, location_dim)` location vector of each (selected) region."""
         raise NotImplementedError
 
     def encode_features(self, regions: RegionFeatures) -> torch.Tensor:
         """`(num_regions, feature_dim)` features as the model consumes them."""
         return regions.features
+
+    def add_global_rows(
+        self, features: torch.Tensor, locations: torch.Tensor, regions: RegionFeatures
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One example's encoded `features` `(R, F)` and `locations` `(R, location_dim)` with rows added that are no
+        detected region: a global image token (ViLBERT, TDEN: the mean feature and `[0, 0, 1, 1, 1]` as row 0) or a
+        whole-image box (VL-BERT's object 0). `regions` are the selected regions the rows were encoded from (their
+        `image_size`, `boxes`, ...). Must return as many feature rows as location rows; every returned row counts in
+        `region_attention_mask`. The default adds nothing."""
+        return features, locations
 
     # -- shared -----------------------------------------------------------------------------------------------
     def select(self, regions: RegionFeatures) -> RegionFeatures:
@@ -118,11 +145,17 @@ class RegionProcessor(FeatureExtractionMixin):
                     f"{self.region_feature_dim}-d features"
                 )
             selected = self.select(item)
-            features.append(self.encode_features(selected))
-            locations.append(self.encode_locations(selected))
+            feat, loc = self.add_global_rows(self.encode_features(selected), self.encode_locations(selected), selected)
+            if feat.shape[0] != loc.shape[0]:
+                raise ValueError(
+                    f"{type(self).__name__} encoded regions[{i}] as {feat.shape[0]} feature rows but {loc.shape[0]} "
+                    "location rows; encode_features/encode_locations/add_global_rows must keep them in step"
+                )
+            features.append(feat)
+            locations.append(loc)
         num_regions = max(f.shape[0] for f in features)
         batch_size = len(features)
-        region_features = torch.zeros(batch_size, num_regions, self.region_feature_dim)
+        region_features = torch.zeros(batch_size, num_regions, features[0].shape[1])
         region_locations = torch.zeros(batch_size, num_regions, locations[0].shape[1])
         region_attention_mask = torch.zeros(batch_size, num_regions, dtype=torch.long)
         for i, (feat, loc) in enumerate(zip(features, locations)):
@@ -143,11 +176,17 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     Call as `processor(text=[...], regions=[RegionFeatures, ...], return_tensors="pt")`, or with `images=` when the
     processor carries a region extractor. One text per image. Returns `input_ids`, `attention_mask`,
-    `token_type_ids` `(batch, T)` and the region processor's outputs.
+    `token_type_ids` `(batch, T)` and the region processor's outputs. Masks are 2-D 0/1 (1 for real tokens); the
+    models turn them into 4-D attention masks.
 
-    Text longer than `max_text_length` tokens (special tokens included) is **truncated with a warning** (the
-    original data pipelines dropped such examples instead); an empty text is an error.
+    Each text's token sequence comes from the `build_text_inputs` hook (default `[CLS] text [SEP]`); the tokenizer
+    pads the batch (its `pad_token_id` and `padding_side`). A sequence longer than `max_text_length` tokens (special
+    tokens included) is **truncated with a warning**: word pieces are dropped from the end (from the start if the
+    tokenizer's `truncation_side` is "left") until it fits, so `[SEP]` stays last. The original data pipelines
+    dropped such examples instead. An empty text is an error.
     """
+
+    text_token_type_id: int = 0  # token type of every token of the default layout
 
     def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs):
         if max_text_length < 3:
@@ -159,19 +198,20 @@ class VisionLanguageProcessor(ProcessorMixin):
     # -- images → regions -------------------------------------------------------------------------------------
     @property
     def region_extractor(self):
-        """The detector that turns images into `RegionFeatures` (None when the processor has none)."""
+        """The region extractor that turns images into `RegionFeatures` (None when the processor has none). Saved
+        with the processor in the sub-folder `region_extractor/`; see `vlhub.processing.region_extractors`."""
         return self._region_extractor
 
     @region_extractor.setter
     def region_extractor(self, extractor):
         self._region_extractor = extractor
-        self.feature_extractor.region_extractor = REGION_EXTRACTOR_FOLDER if extractor is not None else None
+        self.feature_extractor.region_extractor_folder = REGION_EXTRACTOR_FOLDER if extractor is not None else None
 
     def regions_from_images(self, images) -> list[RegionFeatures]:
         if self._region_extractor is None:
             raise ValueError(
                 "this processor has no region extractor, so it cannot take images: pass regions=RegionFeatures(...) "
-                "(e.g. read from a feature file), or attach a detector with `processor.region_extractor = ...`"
+                "(e.g. read from a feature file), or attach one with `processor.region_extractor = ...`"
             )
         regions = self._region_extractor(images)
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)
@@ -185,14 +225,26 @@ class VisionLanguageProcessor(ProcessorMixin):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         processor = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        subfolder = getattr(processor.feature_extractor, "region_extractor", None)
+        subfolder = getattr(processor.feature_extractor, "region_extractor_folder", None)
         if subfolder:
-            processor._region_extractor = _load_region_extractor(pretrained_model_name_or_path, subfolder, kwargs)
+            hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
+            processor._region_extractor = load_region_extractor(pretrained_model_name_or_path, subfolder, **hub_kwargs)
         return processor
 
-    # -- text ---------------------------------------------------------------------------------------------------
-    def _encode_text(self, text, token_ids) -> list[list[int]]:
-        tokenizer = self.tokenizer
+    # -- text: per-architecture hook ----------------------------------------------------------------------------
+    def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:
+        """One example's `(input_ids, token_type_ids)` from its word-piece ids (no special tokens).
+
+        The default is `[CLS] w [SEP]` with every token of type `text_token_type_id`. Override for another layout
+        (extra tokens, answer or region slots, segments). The layout must add the same number of tokens whatever
+        the number of word pieces: truncation relies on it. Padding and the attention mask are done for you.
+        """
+        ids = [self.tokenizer.cls_token_id, *word_piece_ids, self.tokenizer.sep_token_id]
+        return ids, [self.text_token_type_id] * len(ids)
+
+    # -- text: shared -------------------------------------------------------------------------------------------
+    def word_pieces(self, text=None, token_ids=None) -> list[list[int]]:
+        """Each text's word-piece ids without special tokens, from `text` (tokenized) or `token_ids` (as given)."""
         if text is not None and token_ids is not None:
             raise ValueError("pass either text or token_ids, not both")
         if text is not None:
@@ -202,22 +254,55 @@ class VisionLanguageProcessor(ProcessorMixin):
                     raise TypeError(f"text[{i}] must be a string, got {type(t).__name__}")
                 if not t.strip():
                     raise ValueError(f"text[{i}] is empty; a question or caption needs at least one word")
-            encoded = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
-        else:
-            ids = [token_ids] if token_ids and isinstance(token_ids[0], int) else list(token_ids)
-            for i, row in enumerate(ids):
-                if len(row) == 0:
-                    raise ValueError(f"token_ids[{i}] is empty; a text needs at least one word piece")
-            encoded = [[tokenizer.cls_token_id, *map(int, row), tokenizer.sep_token_id] for row in ids]
-        for i, row in enumerate(encoded):
-            if len(row) > self.max_text_length:
-                warnings.warn(
-                    f"text {i} has {len(row)} tokens with [CLS]/[SEP]; truncated to max_text_length="
-                    f"{self.max_text_length}",
-                    stacklevel=3,
+            return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        rows = [token_ids] if token_ids and isinstance(token_ids[0], int) else list(token_ids)
+        for i, row in enumerate(rows):
+            if len(row) == 0:
+                raise ValueError(f"token_ids[{i}] is empty; a text needs at least one word piece")
+        return [list(map(int, row)) for row in rows]
+
+    def _build_within_limit(self, pieces: list[int], index: int) -> tuple[list[int], list[int]]:
+        ids, types = self.build_text_inputs(pieces)
+        overflow = len(ids) - self.max_text_length
+        if overflow <= 0:
+            return ids, types
+        keep = len(pieces) - overflow
+        if keep < 1:
+            raise ValueError(
+                f"text {index}: the layout of {type(self).__name__} needs {len(ids) - len(pieces)} tokens besides the "
+                f"word pieces, which leaves no room for them within max_text_length={self.max_text_length}"
+            )
+        warnings.warn(
+            f"text {index} has {len(ids)} tokens with its special tokens; truncated to max_text_length="
+            f"{self.max_text_length}",
+            stacklevel=4,
+        )
+        left = getattr(self.tokenizer, "truncation_side", "right") == "left"
+        ids, types = self.build_text_inputs(pieces[overflow:] if left else pieces[:keep])
+        if len(ids) != self.max_text_length:
+            raise ValueError(
+                f"{type(self).__name__}.build_text_inputs must add the same number of tokens to every text (it made "
+                f"{len(ids)} tokens of {keep} word pieces, expected {self.max_text_length})"
+            )
+        return ids, types
+
+    def encode_text(self, text=None, token_ids=None) -> BatchFeature:
+        """`input_ids`, `attention_mask`, `token_type_ids` `(batch, T)`: each text laid out by `build_text_inputs`,
+        truncated to `max_text_length` (with a warning), padded by the tokenizer."""
+        rows = []
+        for i, pieces in enumerate(self.word_pieces(text, token_ids)):
+            ids, types = self._build_within_limit(pieces, i)
+            rows.append((ids, types))
+            if len(ids) != len(types):
+                raise ValueError(
+                    f"{type(self).__name__}.build_text_inputs gave text {i} {len(ids)} ids but {len(types)} token types"
                 )
-                encoded[i] = row[: self.max_text_length - 1] + [tokenizer.sep_token_id]
-        return encoded
+        return self.tokenizer.pad(
+            {"input_ids": [ids for ids, _ in rows], "token_type_ids": [types for _, types in rows]},
+            padding=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
 
     def __call__(
         self,
@@ -241,17 +326,12 @@ class VisionLanguageProcessor(ProcessorMixin):
         data = {}
         num_texts = None
         if text is not None or token_ids is not None:
-            encoded = self._encode_text(text, token_ids)
-            num_texts = len(encoded)
-            length = max(len(row) for row in encoded)
-            pad = self.tokenizer.pad_token_id or 0
-            input_ids = torch.full((num_texts, length), pad, dtype=torch.long)
-            attention_mask = torch.zeros((num_texts, length), dtype=torch.long)
-            for i, row in enumerate(encoded):
-                input_ids[i, : len(row)] = torch.tensor(row)
-                attention_mask[i, : len(row)] = 1
+            text_inputs = self.encode_text(text, token_ids)
+            num_texts = text_inputs["input_ids"].shape[0]
             data.update(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+                input_ids=text_inputs["input_ids"],
+                attention_mask=text_inputs["attention_mask"],
+                token_type_ids=text_inputs["token_type_ids"],
             )
         if regions is not None:
             region_inputs = self.feature_extractor(regions, return_tensors=return_tensors)
@@ -268,30 +348,3 @@ class VisionLanguageProcessor(ProcessorMixin):
     @property
     def model_input_names(self):
         return ["input_ids", "attention_mask", "token_type_ids", *RegionProcessor.model_input_names]
-
-
-def _load_region_extractor(path_or_repo, subfolder: str, hub_kwargs: dict):
-    local = os.path.join(str(path_or_repo), subfolder)
-    if not os.path.isdir(local):
-        from huggingface_hub import snapshot_download
-
-        keep = {k: hub_kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only") if k in hub_kwargs}
-        root = snapshot_download(str(path_or_repo), allow_patterns=[f"{subfolder}/*"], **keep)
-        local = os.path.join(root, subfolder)
-    return load_region_extractor(local)
-
-
-def load_region_extractor(directory: str | os.PathLike):
-    """The region extractor saved in `directory`: the shapes world's fixed extractor when its `config.json` says
-    `"region_extractor_type": "shapes"`, otherwise the bottom-up-attention detector."""
-    config = os.path.join(str(directory), "config.json")
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as f:
-            kind = json.load(f).get("region_extractor_type")
-        if kind == "shapes":
-            from ..data.shapes_features import ShapesFeatureExtractor
-
-            return ShapesFeatureExtractor.from_pretrained(directory)
-    from .detector import RegionExtractor  # the detector is only imported when a processor carries one
-
-    return RegionExtractor.from_pretrained(directory)

@@ -54,6 +54,9 @@ class UniterProcessor(VisionLanguageProcessor):
     `processor(text=[...], regions=[RegionFeatures, ...], return_tensors="pt")` → `input_ids`, `attention_mask`,
     `token_type_ids`, `region_features`, `region_locations`, `region_attention_mask`. Texts longer than
     `max_text_length` (60, the original's limit) are truncated with a warning.
+
+    UNITER's layout is the base processor's default (`build_text_inputs`: `[CLS] w [SEP]`, token type 0) and it adds
+    no global region row; only the region encodings (`UniterRegionProcessor`) are its own.
     """
 
     def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs):

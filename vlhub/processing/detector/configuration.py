@@ -191,6 +191,7 @@ class DetectorConfig:
     def replace(self, **changes) -> "DetectorConfig":
         return self.from_dict(self.to_dict(), **changes)
 
-    def to_json_file(self, path: str | os.PathLike, exclude: tuple[str, ...] = ()) -> None:
-        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
+    def to_json_file(self, path: str | os.PathLike, exclude: tuple[str, ...] = (), extra: dict | None = None) -> None:
+        """Write the fields (less `exclude`) as JSON, after the entries of `extra` (e.g. the extractor type)."""
+        data = {**(extra or {}), **{k: v for k, v in self.to_dict().items() if k not in exclude}}
         Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..region_extractors import DEFAULT_REGION_EXTRACTOR_TYPE, REGION_EXTRACTOR_TYPE_KEY
 from ..regions import RegionFeatures
 from .backbone import ResNetBackbone
 from .boxes import clip_boxes, decode_boxes
@@ -27,6 +28,9 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 OBJECTS_VOCAB_NAME = "objects_vocab.txt"
 ATTRIBUTES_VOCAB_NAME = "attributes_vocab.txt"
+# `region_extractor_type` in config.json (registered in `vlhub.processing.region_extractors`, where it is also the
+# type of folders saved before the field existed)
+REGION_EXTRACTOR_TYPE = DEFAULT_REGION_EXTRACTOR_TYPE
 
 
 @dataclass
@@ -229,7 +233,8 @@ class RegionExtractor(nn.Module):
         """Write `config.json`, `model.safetensors` (float32) and the object / attribute vocabularies."""
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.to_json_file(directory / CONFIG_NAME, exclude=("object_names", "attribute_names"))
+        self.config.to_json_file(directory / CONFIG_NAME, exclude=("object_names", "attribute_names"),
+                                 extra={REGION_EXTRACTOR_TYPE_KEY: REGION_EXTRACTOR_TYPE})
         state = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "vlhub": "region_extractor"})
         (directory / OBJECTS_VOCAB_NAME).write_text("\n".join(self.object_names) + "\n", encoding="utf-8")
@@ -249,6 +254,9 @@ class RegionExtractor(nn.Module):
         if not config_path.is_file():
             raise FileNotFoundError(f"{str(directory)!r} has no {CONFIG_NAME}; is it a vlhub region extractor folder?")
         data = json.loads(config_path.read_text(encoding="utf-8"))
+        kind = data.pop(REGION_EXTRACTOR_TYPE_KEY, REGION_EXTRACTOR_TYPE)
+        if kind != REGION_EXTRACTOR_TYPE:
+            raise ValueError(f"{config_path} describes a region extractor of type {kind!r}, not {REGION_EXTRACTOR_TYPE!r}")
         for field_name, file_name in (("object_names", OBJECTS_VOCAB_NAME), ("attribute_names", ATTRIBUTES_VOCAB_NAME)):
             if field_name not in config_overrides and data.get(field_name) is None:
                 data[field_name] = _read_vocab(directory / file_name)

@@ -1,0 +1,114 @@
+"""The processor's hooks serve a layout other than UNITER's: a toy processor written only with the hooks (VL-BERT's
+VQA text layout `[CLS] q [SEP] [MASK] [SEP]` with the answer slot as type 1; ViLBERT's global image row with
+location `[0, 0, 1, 1, 1]`) gets truncation, padding and masks from the shared plumbing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertTokenizer
+
+import vlhub
+from vlhub.processing.processor_base import RegionProcessor, VisionLanguageProcessor
+
+from .helpers import random_regions
+
+
+class ToyRegionProcessor(RegionProcessor):
+    location_dim = 5
+
+    def encode_locations(self, regions):
+        height, width = regions.image_size
+        boxes = regions.boxes / torch.tensor([width, height, width, height])
+        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        return torch.cat([boxes, area[:, None]], dim=1)
+
+    def add_global_rows(self, features, locations, regions):
+        global_location = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0]])
+        return torch.cat([features.mean(0, keepdim=True), features]), torch.cat([global_location, locations])
+
+
+class ToyProcessor(VisionLanguageProcessor):
+    def build_text_inputs(self, word_piece_ids):
+        tok = self.tokenizer
+        question = [tok.cls_token_id, *word_piece_ids, tok.sep_token_id]
+        answer = [tok.mask_token_id, tok.sep_token_id]
+        return question + answer, [0] * len(question) + [1] * len(answer)
+
+
+@pytest.fixture
+def toy(tiny_vocab):
+    tokenizer = BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True)
+    regions = ToyRegionProcessor(region_feature_dim=16, min_regions=2, max_regions=10)
+    return ToyProcessor(feature_extractor=regions, tokenizer=tokenizer, max_text_length=10)
+
+
+def test_text_layout_padding_and_masks(toy):
+    tok = toy.tokenizer
+    out = toy(text=["what colour is the cat ?", "a dog"], return_tensors="pt")
+    assert set(out) == {"input_ids", "attention_mask", "token_type_ids"}
+    cls, sep, mask, pad = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.pad_token_id
+    dog = tok.convert_tokens_to_ids(["a", "dog"])
+    assert out["input_ids"][1].tolist() == [cls, *dog, sep, mask, sep] + [pad] * 4
+    assert out["token_type_ids"][1].tolist() == [0, 0, 0, 0, 1, 1] + [0] * 4
+    assert out["attention_mask"].tolist() == [[1] * 10, [1] * 6 + [0] * 4]
+    assert out["attention_mask"].dim() == 2  # 4-D masks are the models' business
+    # token_ids (word pieces without special tokens) take the same layout
+    same = toy(token_ids=[dog])
+    assert same["input_ids"].tolist() == [out["input_ids"][1, :6].tolist()]
+
+
+def test_truncation_keeps_the_layout_and_warns(toy):
+    tok = toy.tokenizer
+    with pytest.warns(UserWarning, match=r"text 1 has 13 tokens .*truncated to max_text_length=10"):
+        out = toy(text=["a dog", "what colour is the cat on the table ?"])
+    row = tok.convert_ids_to_tokens(out["input_ids"][1].tolist())
+    assert row == ["[CLS]", "what", "colour", "is", "the", "cat", "on", "[SEP]", "[MASK]", "[SEP]"]
+    assert out["token_type_ids"][1].tolist() == [0] * 8 + [1, 1]
+    assert out["attention_mask"][1].tolist() == [1] * 10
+    toy.max_text_length = 4  # the layout alone needs 4 tokens: no room for a word
+    with pytest.raises(ValueError, match="leaves no room"):
+        toy(text="a dog")
+
+
+def test_a_layout_must_add_a_fixed_number_of_tokens(toy):
+    class Growing(ToyProcessor):
+        def build_text_inputs(self, word_piece_ids):
+            ids = [self.tokenizer.cls_token_id] + word_piece_ids * 2 + [self.tokenizer.sep_token_id]
+            return ids, [0] * len(ids)
+
+    growing = Growing(feature_extractor=toy.feature_extractor, tokenizer=toy.tokenizer, max_text_length=10)
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="same number of tokens"):
+        growing(text="what colour is the cat ?")
+
+
+def test_global_row_is_region_zero_and_masked_in(toy):
+    regions = [random_regions(3, 16, seed=1, scores=False), random_regions(6, 16, seed=2, scores=False)]
+    out = toy(text=["a dog", "a cat"], regions=regions)
+    assert out["region_features"].shape == (2, 7, 16) and out["region_locations"].shape == (2, 7, 5)
+    assert out["region_attention_mask"].tolist() == [[1] * 4 + [0] * 3, [1] * 7]
+    for i, r in enumerate(regions):
+        assert torch.allclose(out["region_features"][i, 0], r.features.mean(0))
+        assert out["region_locations"][i, 0].tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]
+        assert torch.equal(out["region_features"][i, 1 : len(r) + 1], r.features)
+    assert out["region_features"][0, 4:].abs().sum() == 0 and out["region_locations"][0, 4:].abs().sum() == 0
+
+
+def test_rows_out_of_step_are_an_error(toy):
+    class Broken(ToyRegionProcessor):
+        def add_global_rows(self, features, locations, regions):
+            return torch.cat([features.mean(0, keepdim=True), features]), locations
+
+    with pytest.raises(ValueError, match="4 feature rows but 3 location rows"):
+        Broken(region_feature_dim=16, min_regions=2)(random_regions(3, 16, scores=False))
+
+
+def test_uniter_keeps_the_default_layout(tiny_uniter_config, tiny_vocab):
+    from .helpers import tiny_processor
+
+    processor = tiny_processor(tiny_vocab, tiny_uniter_config)
+    out = processor(text="a red cat", regions=[random_regions(3, 16)])
+    tok = processor.tokenizer
+    assert out["input_ids"][0].tolist() == [tok.cls_token_id, *tok("a red cat", add_special_tokens=False)["input_ids"],
+                                            tok.sep_token_id]
+    assert isinstance(processor, vlhub.UniterProcessor) and out["token_type_ids"].abs().sum() == 0

@@ -10,9 +10,12 @@ first access.
 __version__ = "0.1.0.dev0"
 
 from .modeling.auto import register_all
+from .processing.region_extractors import register_region_extractor as _register_region_extractor
 from .registry import architectures as _architectures
 
 register_all()
+# The embedded shapes world's extractor (named lazily: nothing is imported until a folder needs it).
+_register_region_extractor("shapes", "vlhub.data.shapes_features:ShapesRegionExtractor")
 
 _SHARED_EXPORTS = {
     "RegionFeatures": "vlhub.processing.regions",

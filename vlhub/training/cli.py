@@ -193,11 +193,11 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         model_type=model_args.model_type,
     )
     if data_args.dataset == SHAPES and not model_args.model_name_or_path:
-        from ..data.shapes_features import ShapesFeatureExtractor
+        from ..data.shapes_features import ShapesRegionExtractor
 
         # The extractor that made the world's region store travels with the processor, so the saved models also
         # answer from raw shapes images (`pipeline(...)(image=PIL image, ...)`).
-        processor.region_extractor = ShapesFeatureExtractor(feature_dim=model.config.region_feature_dim)
+        processor.region_extractor = ShapesRegionExtractor(feature_dim=model.config.region_feature_dim)
     model_type = model.config.model_type
     available = objectives_for(model_type)
     if pretrain_args.objectives:

@@ -115,10 +115,10 @@ def shapes_store_key(world) -> str:
     extractor's settings. A world or extractor that changes gets a new store instead of a stale one."""
     import hashlib
 
-    from ..data import SPLITS, ShapesFeatureExtractor
+    from ..data import SPLITS, ShapesRegionExtractor
 
     digest = hashlib.sha256()
-    extractor = ShapesFeatureExtractor()
+    extractor = ShapesRegionExtractor()
     settings = {k: getattr(extractor, k) for k in ("feature_dim", "pool_size", "include_whole_image",
                                                    "class_smoothing", "projection_seed")}
     digest.update(json.dumps(settings, sort_keys=True).encode())

@@ -17,12 +17,15 @@ the `ModelOutput`), and parameter names appear only in a case's `unused_paramete
 """
 
 import copy
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from unittest import mock
 
 import torch
+import transformers
 
 __all__ = ["ModelCase", "ModelChecks", "output_tensors", "assert_outputs_close"]
 
@@ -119,6 +122,31 @@ def _count_sdpa_calls(case: ModelCase, model, inputs) -> int:
     return spy.call_count
 
 
+_SYNC_METHODS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+# Syncs inside these packages are not the model's own (e.g. transformers' mask creation checks `padding_mask.all()`
+# to skip the mask for SDPA, in BERT too).
+_LIBRARY_ROOTS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, transformers))
+
+
+def _forbid_host_sync_in_model_code():
+    """Patch the Tensor methods that copy a value to the host so that a call from outside torch/transformers fails.
+    (Data-dependent shapes, e.g. boolean-mask gathers, also sync on an accelerator but are not seen here.)"""
+    patches = []
+    for name in _SYNC_METHODS:
+        original = getattr(torch.Tensor, name)
+
+        def guarded(self, *args, _original=original, _name=name, **kwargs):
+            caller = sys._getframe(1)
+            if not caller.f_code.co_filename.startswith(_LIBRARY_ROOTS):
+                raise AssertionError(
+                    f"host-device sync in forward: Tensor.{_name}() at {caller.f_code.co_filename}:{caller.f_lineno}"
+                )
+            return _original(self, *args, **kwargs)
+
+        patches.append(mock.patch.object(torch.Tensor, name, guarded))
+    return patches
+
+
 class ModelChecks:
     """The checks; a subclass's module provides the `case` fixture (a `ModelCase`)."""
 
@@ -149,6 +177,19 @@ class ModelChecks:
                 not_finite.append(name)
         assert not missing, f"parameters without gradient (unused by this head's forward): {missing}"
         assert not not_finite, f"parameters with non-finite gradient: {not_finite}"
+
+    def test_forward_makes_no_host_device_sync(self, case):
+        model = case.build().train()
+        inputs = case.inputs(model.config)
+        labels = case.labels(model.config, inputs) if case.labels is not None else {}
+        patches = _forbid_host_sync_in_model_code()
+        for patch in patches:
+            patch.start()
+        try:
+            model(**inputs, **labels, **case.forward_kwargs)
+        finally:
+            for patch in patches:
+                patch.stop()
 
     def test_hidden_states_and_attentions(self, case):
         model = case.build(_attn_implementation="eager").eval()

@@ -363,12 +363,10 @@ def save_converted(
         processor.save_pretrained(output_dir)
     report.save(output_dir / "conversion_report.json")
     if usage is None:
-        loader = "AutoProcessor.from_pretrained(folder)" if processor is not None else None
-        usage = (
-            f"import vlhub\nfolder = \"{output_dir.name}\"\n"
-            f"model = vlhub.{type(model).__name__}.from_pretrained(folder)"
-            + (f"\nfrom transformers import AutoProcessor\nprocessor = {loader}" if loader else "")
-        )
+        cls, folder = type(model), output_dir.name
+        usage = f'from {cls.__module__} import {cls.__name__}\nmodel = {cls.__name__}.from_pretrained("{folder}")'
+        if processor is not None:
+            usage += f'\nfrom transformers import AutoProcessor\nprocessor = AutoProcessor.from_pretrained("{folder}")'
     write_model_card(
         output_dir,
         title=title,

@@ -1,6 +1,5 @@
 """UNITER configuration."""
 
-
 import json
 import os
 

@@ -9,6 +9,7 @@ setting comes from the fixture's own files.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -29,6 +30,8 @@ class Fixture:
     def __init__(self, name: str, weights_name: str):
         self.root = fixtures_root() / name
         if not self.root.is_dir():
+            if os.environ.get("VLHUB_FIXTURES_DIR"):  # the fixtures were asked for: fail loudly
+                pytest.fail(f"$VLHUB_FIXTURES_DIR is set but has no {name} fixture under {self.root.parent}")
             pytest.skip(f"no {name} fixture under {self.root.parent}")
         self.weights = self.root / "original" / weights_name
         listing = json.loads((self.root / "raw_inputs.json").read_text())

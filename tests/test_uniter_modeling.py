@@ -126,8 +126,9 @@ def test_downstream_heads(tiny_uniter_config, batch):
     ve = UniterForVisualEntailment(vlhub.UniterConfig(**{**config.to_dict(), "id2label": None, "label2id": None}))
     assert ve.config.num_labels == 3 and ve(**batch, labels=torch.tensor([0, 2])).logits.shape == (2, 3)
     retrieval = UniterForImageTextRetrieval(config)
-    retrieval.init_rank_output_from_itm()
-    assert torch.equal(retrieval.rank_output.weight[0], retrieval.itm_output.weight[1])
+    itm = torch.nn.Linear(config.hidden_size, 2)
+    retrieval.init_rank_output_from_itm(itm.weight, itm.bias)
+    assert torch.equal(retrieval.rank_output.weight[0], itm.weight[1])
     assert retrieval(**batch).logits.shape == (2, 1)
     assert retrieval(**batch, num_negatives=1).loss >= 0
     with pytest.raises(ValueError, match="whole groups"):

@@ -1,5 +1,6 @@
 """The `vlhub` command line.
 
+    vlhub convert NAME ...   (one subcommand per registered converter: `vlhub convert --help`), e.g.
     vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
     vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2|caffe]
         [--objects-vocab TXT] [--attributes-vocab TXT]
@@ -15,22 +16,6 @@ import logging
 import sys
 from pathlib import Path
 
-from .conversion.common import CheckpointError
-
-
-def _convert_uniter(args) -> int:
-    from .conversion.uniter import convert_uniter
-
-    report = convert_uniter(
-        args.checkpoint,
-        args.output_dir,
-        config=args.config,
-        task=args.task,
-        tokenizer=args.tokenizer,
-        answers=args.answers,
-    )
-    return _print_report(report, args.output_dir)
-
 
 def _print_report(report, output_dir) -> int:
     print(report.summary())
@@ -38,46 +23,23 @@ def _print_report(report, output_dir) -> int:
     return 0
 
 
-def _convert_detector(args) -> int:
-    from .conversion.detector import convert_detector
+def _run_converter(converter):
+    def run(args) -> int:
+        return _print_report(converter.convert(args), args.output_dir)
 
-    report = convert_detector(
-        args.file,
-        args.output_dir,
-        config=args.config,
-        format=args.format,
-        objects_vocab=args.objects_vocab,
-        attributes_vocab=args.attributes_vocab,
-    )
-    return _print_report(report, args.output_dir)
+    return run
 
 
 def _add_convert(subparsers) -> argparse._SubParsersAction:
+    """`vlhub convert <name>`: one subcommand per registered converter (`vlhub.conversion.registry`)."""
+    from .conversion import converters
+
     convert = subparsers.add_parser("convert", help="convert an original release into a vlhub (Hugging Face) folder")
     architectures = convert.add_subparsers(dest="architecture", required=True, metavar="ARCHITECTURE")
-    from .conversion.uniter import UNITER_TASKS
-
-    uniter = architectures.add_parser("uniter", help="an original UNITER .pt checkpoint (ChenRocks/UNITER)")
-    uniter.add_argument("checkpoint", help="the original .pt file")
-    uniter.add_argument("--output-dir", required=True, help="folder to write")
-    uniter.add_argument("--config", help="the original config json (e.g. config/uniter-base.json)")
-    uniter.add_argument("--task", choices=sorted(UNITER_TASKS), help="head to build (default: detected from the keys)")
-    uniter.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
-    uniter.add_argument("--answers", help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)")
-    uniter.set_defaults(func=_convert_uniter)
-
-    from .conversion.detector import DETECTOR_FORMATS
-
-    detector = architectures.add_parser(
-        "detector", help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin, detectron2 .pkl or Caffe .caffemodel)"
-    )
-    detector.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel")
-    detector.add_argument("--output-dir", required=True, help="folder to write")
-    detector.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
-    detector.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
-    detector.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
-    detector.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")
-    detector.set_defaults(func=_convert_detector)
+    for name, converter in converters().items():
+        parser = architectures.add_parser(name, help=converter.help)
+        converter.add_arguments(parser)
+        parser.set_defaults(func=_run_converter(converter))
     return architectures
 
 
@@ -143,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args) or 0)
-    except (CheckpointError, FileNotFoundError, OSError, ValueError) as err:
+    except (FileNotFoundError, OSError, ValueError) as err:  # CheckpointError is a ValueError
         print(f"vlhub {args.command}: error: {err}", file=sys.stderr)
         return 2
 

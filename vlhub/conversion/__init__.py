@@ -1,7 +1,71 @@
-"""Original releases → vlhub folders: one strict key map per release, shared loading/report/provenance."""
+"""Original releases → vlhub folders: one strict key map per release, shared loading/report/provenance.
 
-from .common import CheckpointError, ConversionReport
-from .detector import convert_detector, detectron2_state_to_vlhub
-from .uniter import convert_uniter
+Importing this package registers the converters of `vlhub convert` (lazily: nothing heavy is imported until a
+converter runs or the command line is built) and exposes the conversion functions on first access.
+"""
 
-__all__ = ["CheckpointError", "ConversionReport", "convert_detector", "convert_uniter", "detectron2_state_to_vlhub"]
+import importlib
+
+from .registry import Converter, converters, get_converter, register_converter
+
+__all__ = [
+    "CheckpointError",
+    "ConversionReport",
+    "Converter",
+    "convert_detector",
+    "convert_uniter",
+    "converters",
+    "detectron2_state_to_vlhub",
+    "get_converter",
+    "register_converter",
+]
+
+_LAZY = {
+    "CheckpointError": ".common",
+    "ConversionReport": ".common",
+    "convert_detector": ".detector",
+    "detectron2_state_to_vlhub": ".detector",
+    "convert_uniter": ".uniter",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _detector_arguments(parser) -> None:
+    from .detector import DETECTOR_FORMATS
+
+    parser.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel")
+    parser.add_argument("--output-dir", required=True, help="folder to write")
+    parser.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
+    parser.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
+    parser.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
+    parser.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")
+
+
+def _convert_detector_from_args(args):
+    from .detector import convert_detector
+
+    return convert_detector(
+        args.file, args.output_dir, config=args.config, format=args.format, objects_vocab=args.objects_vocab,
+        attributes_vocab=args.attributes_vocab,
+    )
+
+
+# The region detector is shared by every architecture, so its converter is registered here.
+register_converter(
+    "detector",
+    convert=_convert_detector_from_args,
+    add_arguments=_detector_arguments,
+    help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin, detectron2 .pkl or Caffe .caffemodel)",
+)
+# moved to the UNITER architecture registration by the lead
+register_converter(
+    "uniter",
+    convert="vlhub.conversion.uniter:convert_from_args",
+    add_arguments="vlhub.conversion.uniter:add_arguments",
+    help="an original UNITER .pt checkpoint (ChenRocks/UNITER)",
+)

@@ -1,10 +1,42 @@
-"""Pieces every original-checkpoint conversion shares: safe loading, a strict key report, provenance."""
+r"""Pieces every original-checkpoint conversion shares: safe loading, strict key accounting, provenance.
 
-from __future__ import annotations
+An architecture's converter writes only what is specific to its release (how to read its config, its key map and
+its special cases); the generic core does the rest. A minimal converter for a made-up architecture whose original
+checkpoint has `net.*` keys, a tied `out.weight` and an auxiliary head the converted model does not keep:
+
+    from vlhub.conversion.common import ConversionReport, KeyMap, Provenance, convert_state_dict, save_converted
+    from vlhub.conversion.common import load_torch_state_dict
+
+    def convert_tiny(checkpoint, output_dir):
+        source = load_torch_state_dict(checkpoint)               # {original key: tensor}, fp32, no code executed
+        model = TinyModel(TinyConfig(hidden_size=source["net.embed.weight"].shape[1]))
+        report = ConversionReport(source=Path(checkpoint).name)
+        key_map = KeyMap(
+            renames=[(r"^net\.", "tiny.")],                       # regex → replacement, applied in order
+            drops={r"^aux_head\.": "auxiliary loss head, used only in training"},
+            ties={"out.weight": "tiny.embed.weight"},            # must be identical; dropped, re-tied on load
+        )
+        convert_state_dict(source, model, key_map, report)        # strict: unknown key / wrong shape → CheckpointError
+        save_converted(output_dir, model, report, provenance=Provenance(checkpoint, "https://github.com/o/tiny", "abc123"),
+                       title="Tiny converted", architecture="tiny")
+        return report
+
+and its command line (`vlhub convert tiny CHECKPOINT --output-dir DIR`):
+
+    from vlhub.conversion.registry import register_converter
+
+    def add_arguments(parser):
+        parser.add_argument("checkpoint")
+        parser.add_argument("--output-dir", required=True)
+
+    register_converter("tiny", lambda args: convert_tiny(args.checkpoint, args.output_dir), add_arguments)
+"""
 
 import hashlib
 import json
 import os
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +45,11 @@ import torch
 __all__ = [
     "CheckpointError",
     "ConversionReport",
+    "KeyMap",
+    "Provenance",
+    "convert_state_dict",
     "load_torch_state_dict",
+    "save_converted",
     "sha256_of",
     "strip_prefix",
     "write_model_card",
@@ -185,3 +221,163 @@ Notes:
     path = Path(output_dir) / "README.md"
     ModelCard(content).save(path)
     return path
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """How the keys of an original checkpoint become the keys of a vlhub model.
+
+    Args:
+        renames: `(regex, replacement)` pairs applied in order with `re.sub` to every source key.
+        drops: `{regex: reason}`: a renamed key matching a regex (`re.search`, first match wins) is dropped and the
+            reason recorded. Use it for every source parameter the target model does not own.
+        ties: `{target key: target key of its source}`: copies the target model re-ties on load (in addition to the
+            model's `_tied_weights_keys`); they must be identical to their source and are dropped.
+    """
+
+    renames: Sequence[tuple[str, str]] = ()
+    drops: Mapping[str, str] = field(default_factory=dict)
+    ties: Mapping[str, str] = field(default_factory=dict)
+
+    def rename(self, key: str) -> str:
+        for pattern, replacement in self.renames:
+            key = re.sub(pattern, replacement, key)
+        return key
+
+    def drop_reason(self, target_key: str) -> str | None:
+        for pattern, reason in self.drops.items():
+            if re.search(pattern, target_key):
+                return reason
+        return None
+
+    def rename_all(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, tuple[str, torch.Tensor]]:
+        """`{target key: (source key, tensor)}`; two source keys renamed to one target key are an error."""
+        renamed: dict[str, tuple[str, torch.Tensor]] = {}
+        for key, value in state_dict.items():
+            target = self.rename(key)
+            if target in renamed:
+                raise CheckpointError(f"source keys {renamed[target][0]!r} and {key!r} both map to {target!r}")
+            renamed[target] = (key, value)
+        return renamed
+
+
+def convert_state_dict(
+    source_state_dict: Mapping[str, torch.Tensor],
+    model: torch.nn.Module,
+    key_map: KeyMap,
+    report: ConversionReport,
+    derived: Mapping[str, tuple[torch.Tensor, str]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Load an original state dict into `model` through `key_map`, accounting for every key in `report`.
+
+    Every source key is used (`report.used[target] = source`) or dropped with a reason: by `key_map.drops`, or as a
+    tied copy (checked identical to its source, re-tied on load). A key that maps to nothing in the model, or to a
+    tensor of another shape, raises `CheckpointError` naming it. `derived` adds target tensors computed from the
+    source, `{target key: (tensor, description of where it came from)}`. Target parameters nothing filled are listed
+    in `report.initialized` (they keep the model's fresh initialisation). Returns the loaded `{target: tensor}`.
+    """
+    targets = model.state_dict()
+    ties = {**(getattr(model, "_tied_weights_keys", None) or {}), **key_map.ties}
+    renamed = key_map.rename_all(source_state_dict)
+    mapped: dict[str, torch.Tensor] = {}
+    model_name = type(model).__name__
+    for target, (source_key, value) in renamed.items():
+        reason = key_map.drop_reason(target)
+        if reason is not None:
+            report.drop(source_key, reason)
+            continue
+        if target in ties:
+            tied_to = ties[target]
+            if tied_to not in renamed:
+                raise CheckpointError(f"{report.source}: {source_key!r} is a tied copy of {tied_to!r}, which is missing")
+            original = renamed[tied_to][1]
+            if value.shape != original.shape or not torch.equal(value, original):
+                raise CheckpointError(
+                    f"{report.source}: {source_key!r} should be tied to {tied_to!r} (identical) but "
+                    + (f"has shape {tuple(value.shape)}" if value.shape != original.shape else "differs in value")
+                )
+            report.drop(source_key, f"tied to {tied_to} (identical values); re-tied on load")
+            continue
+        if target not in targets:
+            raise CheckpointError(f"{report.source}: key {source_key!r} has no counterpart in {model_name}")
+        _check_shape(report, source_key, value, targets[target], model_name)
+        mapped[target] = value
+        report.use(target, source_key)
+    for target, (value, description) in (derived or {}).items():
+        if target not in targets:
+            raise CheckpointError(f"derived tensor {target!r} ({description}) has no counterpart in {model_name}")
+        _check_shape(report, description, value, targets[target], model_name)
+        mapped[target] = value
+        report.use(target, description)
+
+    result = model.load_state_dict(mapped, strict=False)
+    if result.unexpected_keys:
+        raise CheckpointError(f"unexpected keys while loading into {model_name}: {result.unexpected_keys}")
+    for key in result.missing_keys:
+        if key not in ties:
+            report.initialize(key, "not in the source checkpoint")
+    report.check_complete(source_state_dict.keys())
+    model.tie_weights()
+    return mapped
+
+
+def _check_shape(report: ConversionReport, source: str, value: torch.Tensor, target: torch.Tensor, model_name: str):
+    if tuple(value.shape) != tuple(target.shape):
+        raise CheckpointError(
+            f"{report.source}: {source!r} has shape {tuple(value.shape)}, {model_name} expects {tuple(target.shape)}"
+        )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where converted weights came from: the original file and the code release that wrote it."""
+
+    source_file: str | os.PathLike
+    original_repository: str
+    original_commit: str
+
+    @property
+    def source_sha256(self) -> str:
+        return sha256_of(self.source_file)
+
+
+def save_converted(
+    output_dir: str | os.PathLike,
+    model,
+    report: ConversionReport,
+    *,
+    provenance: Provenance,
+    title: str,
+    architecture: str,
+    processor=None,
+    pipeline_tag: str | None = None,
+    usage: str | None = None,
+    tags: list[str] | None = None,
+) -> Path:
+    """Write a converted model: `save_pretrained` (safetensors + config), the processor (if any),
+    `conversion_report.json` and a model card (README.md) with the provenance. Returns the folder."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)
+    if processor is not None:
+        processor.save_pretrained(output_dir)
+    report.save(output_dir / "conversion_report.json")
+    if usage is None:
+        cls, folder = type(model), output_dir.name
+        usage = f'from {cls.__module__} import {cls.__name__}\nmodel = {cls.__name__}.from_pretrained("{folder}")'
+        if processor is not None:
+            usage += f'\nfrom transformers import AutoProcessor\nprocessor = AutoProcessor.from_pretrained("{folder}")'
+    write_model_card(
+        output_dir,
+        title=title,
+        architecture=architecture,
+        source_file=provenance.source_file,
+        source_sha256=provenance.source_sha256,
+        original_repository=provenance.original_repository,
+        original_commit=provenance.original_commit,
+        report=report,
+        pipeline_tag=pipeline_tag,
+        usage=usage,
+        tags=tags,
+    )
+    return output_dir

@@ -2,15 +2,17 @@
 
 The module tree of vlhub's UNITER keeps the original names (`uniter.embeddings.*`, `uniter.img_embeddings.*`,
 `uniter.encoder.layer.N.*`, `cls.*`, `feat_regress.*`, `region_classifier.*`, `itm_output`, `vqa_output`, ...), so
-the key map is the identity; what the converter adds is strictness (every key accounted for), the tied copies, the
-unused mask-embedding row, table sizes read from the checkpoint (NLVR2, VCR) and provenance.
+the key map is almost the identity (the TF-era `gamma`/`beta` names, `bert.` → `uniter.`). What is UNITER's own:
+which head keys belong to which task (and the parameters a head does not own, dropped with a reason), the tied MRFR
+projection, the unused mask-embedding row, the zero-shot `rank_output`, table sizes read from the checkpoint (NLVR2,
+VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the generic core's (`common.py`).
 """
 
-from __future__ import annotations
-
+import argparse
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -27,11 +29,28 @@ from ..modeling.uniter import (
     UniterProcessor,
     UniterRegionProcessor,
 )
-from .common import CheckpointError, ConversionReport, load_torch_state_dict, sha256_of, write_model_card
+from .common import (
+    CheckpointError,
+    ConversionReport,
+    KeyMap,
+    Provenance,
+    convert_state_dict,
+    load_torch_state_dict,
+    save_converted,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["convert_uniter", "detect_uniter_task", "UNITER_TASKS", "ORIGINAL_REPOSITORY", "ORIGINAL_COMMIT"]
+__all__ = [
+    "convert_uniter",
+    "convert_from_args",
+    "add_arguments",
+    "detect_uniter_task",
+    "uniter_key_map",
+    "UNITER_TASKS",
+    "ORIGINAL_REPOSITORY",
+    "ORIGINAL_COMMIT",
+]
 
 ORIGINAL_REPOSITORY = "https://github.com/ChenRocks/UNITER"
 ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
@@ -46,16 +65,18 @@ UNITER_TASKS = {
     "vcr": UniterForMultipleChoice,
 }
 _PIPELINE_TAGS = {"vqa": "visual-question-answering", "retrieval": None, "pretraining": None}
-# The heads each task's class owns (by key prefix); everything else outside `uniter.` belongs to another task.
+# The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
     "vqa": ("vqa_output.",),
     "ve": ("vqa_output.",),
-    "retrieval": ("itm_output.", "rank_output."),
+    "retrieval": ("rank_output.",),
     "nlvr2": ("nlvr2_output.", "attn1.", "attn2.", "fc.", "attn_pool."),
     "re": ("re_output.",),
     "vcr": ("vcr_output.",),
 }
+# The original loader's TF-era renames and its `bert.` → `uniter.` fallback for BERT-initialised files.
+_RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "uniter."))
 _DEFAULT_HEADS = {768: 12, 1024: 16}
 
 
@@ -93,16 +114,27 @@ def detect_uniter_task(state_dict: dict) -> str:
     return "pretraining"  # a bare backbone (e.g. the BERT-initialised `*-init.pt`)
 
 
-def _rename_legacy(state_dict: dict) -> tuple[dict, dict]:
-    """The original loader's TF-era renames (`gamma`→`weight`, `beta`→`bias`), and its `bert.` → `uniter.` fallback
-    for BERT-initialised files. Returns the renamed dict and, per new name, the source key."""
-    renamed, origin = {}, {}
-    for key, value in state_dict.items():
-        new = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        if new.startswith("bert."):
-            new = "uniter." + new[len("bert."):]
-        renamed[new], origin[new] = value, key
-    return renamed, origin
+def uniter_key_map(task: str, detected: str, nlvr2_head: str = "paired-attn") -> KeyMap:
+    """The key map converting a `detected`-task checkpoint into the `task` head."""
+    drops: dict[str, str] = {}
+    if task != "pretraining":
+        drops[r"^uniter\.img_embeddings\.mask_embedding\.weight$"] = (
+            f"used only by pre-training (masked region modelling); the {task} head does not have it"
+        )
+    if task == "re" or (task == "nlvr2" and nlvr2_head == "paired-attn"):
+        drops[r"^uniter\.pooler\."] = f"the {task} head does not use the pooled output (it has no pooler)"
+    if task == "retrieval":
+        drops[r"^itm_output\."] = (
+            "seeds rank_output (zero-shot retrieval) when the checkpoint has none; the retrieval head does not keep it"
+        )
+    own = _HEAD_PREFIXES[task]
+    others = sorted({p for prefixes in _HEAD_PREFIXES.values() for p in prefixes if p not in own})
+    if others:
+        drops["^(?:" + "|".join(re.escape(p) for p in others) + ")"] = (
+            f"head of another task (the checkpoint is a {detected!r} model; converting to {task!r})"
+        )
+    ties = {"feat_regress.weight": "uniter.img_embeddings.img_linear.weight"} if task == "pretraining" else {}
+    return KeyMap(renames=_RENAMES, drops=drops, ties=ties)
 
 
 def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> tuple[UniterConfig, list[str]]:
@@ -195,7 +227,7 @@ def convert_uniter(
     """
     checkpoint = Path(checkpoint)
     raw = load_torch_state_dict(checkpoint)
-    state_dict, origin = _rename_legacy(raw)
+    state_dict = {target: value for target, (_, value) in KeyMap(renames=_RENAMES).rename_all(raw).items()}
     required = ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight")
     if not all(k in state_dict for k in required):
         raise CheckpointError(
@@ -237,75 +269,36 @@ def convert_uniter(
 
     model_class = UNITER_TASKS[task]
     model = model_class(model_config)
-    target = model.state_dict()
-    mapped: dict[str, torch.Tensor] = {}
-    own_heads = _HEAD_PREFIXES[task]
-    for key, value in state_dict.items():
-        source_key = origin[key]
-        if key == "cls.predictions.decoder.weight" and task == "pretraining":
-            _drop_tied(report, source_key, value, state_dict["uniter.embeddings.word_embeddings.weight"],
-                       "uniter.embeddings.word_embeddings.weight")
-            continue
-        if key == "feat_regress.weight" and task == "pretraining":
-            _drop_tied(report, source_key, value, state_dict["uniter.img_embeddings.img_linear.weight"],
-                       "uniter.img_embeddings.img_linear.weight")
-            continue
-        if not key.startswith("uniter.") and not key.startswith(own_heads):
-            report.drop(source_key, f"head of another task (the checkpoint is a {detected!r} model; converting to {task!r})")
-            continue
-        if key not in target:
-            raise CheckpointError(f"{checkpoint.name}: key {source_key!r} has no counterpart in {model_class.__name__}")
-        if tuple(value.shape) != tuple(target[key].shape):
-            raise CheckpointError(
-                f"{checkpoint.name}: {source_key!r} has shape {tuple(value.shape)}, "
-                f"{model_class.__name__} expects {tuple(target[key].shape)}"
-            )
-        if key == "uniter.img_embeddings.mask_embedding.weight" and value[0].abs().max() > 0:
-            value = value.clone()
-            value[0] = 0
+    derived = {}
+    if task == "retrieval" and "rank_output.weight" not in state_dict and "itm_output.weight" in state_dict:
+        weight, bias = model_class.rank_output_from_itm(state_dict["itm_output.weight"], state_dict["itm_output.bias"])
+        derived = {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
+        report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
+    convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
+    if task == "pretraining":
+        mask_embedding = model.uniter.img_embeddings.mask_embedding.weight
+        if mask_embedding[0].abs().max() > 0:
+            with torch.no_grad():
+                mask_embedding[0].zero_()
             report.notes.append(
                 "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
             )
-        mapped[key] = value
-        report.use(key, source_key)
 
-    if task == "retrieval" and "rank_output.weight" not in mapped:
-        mapped["rank_output.weight"] = mapped["itm_output.weight"][1:2].clone()
-        mapped["rank_output.bias"] = mapped["itm_output.bias"][1:2].clone()
-        report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
-        report.use("rank_output.weight", "itm_output.weight[1]")
-        report.use("rank_output.bias", "itm_output.bias[1]")
-
-    result = model.load_state_dict(mapped, strict=False)
-    if result.unexpected_keys:
-        raise CheckpointError(f"unexpected keys while loading: {result.unexpected_keys}")
-    tied = set(getattr(model, "_tied_weights_keys", None) or {})
-    for key in result.missing_keys:
-        if key not in tied:
-            report.initialize(key, "not in the source checkpoint")
-    report.check_complete(raw.keys())
-    model.tie_weights()
-
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output_dir)
     tok = _load_tokenizer(tokenizer)
     if len(tok) > model_config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
     processor = UniterProcessor(
         feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok
     )
-    processor.save_pretrained(output_dir)
-    report.save(output_dir / "conversion_report.json")
-    write_model_card(
+    output_dir = Path(output_dir)
+    save_converted(
         output_dir,
+        model,
+        report,
+        processor=processor,
+        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"UNITER ({task}) converted from {checkpoint.name}",
         architecture="uniter",
-        source_file=checkpoint,
-        source_sha256=sha256_of(checkpoint),
-        original_repository=ORIGINAL_REPOSITORY,
-        original_commit=ORIGINAL_COMMIT,
-        report=report,
         pipeline_tag=_PIPELINE_TAGS.get(task),
         usage=f"""import vlhub
 from transformers import AutoProcessor
@@ -316,10 +309,19 @@ processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
     return report
 
 
-def _drop_tied(report: ConversionReport, key: str, value: torch.Tensor, source: torch.Tensor, source_name: str):
-    if not torch.equal(value, source):
-        diff = (value - source).abs().max().item()
-        raise CheckpointError(
-            f"{key!r} should be tied to {source_name!r} (the original shares them) but differs by up to {diff:.3g}"
-        )
-    report.drop(key, f"tied to {source_name} (identical values); re-tied on load")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `vlhub convert uniter`."""
+    parser.add_argument("checkpoint", help="the original .pt file")
+    parser.add_argument("--output-dir", required=True, help="folder to write")
+    parser.add_argument("--config", help="the original config json (e.g. config/uniter-base.json)")
+    parser.add_argument("--task", choices=sorted(UNITER_TASKS), help="head to build (default: detected from the keys)")
+    parser.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
+    parser.add_argument("--answers", help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)")
+
+
+def convert_from_args(args: argparse.Namespace) -> ConversionReport:
+    """`vlhub convert uniter`: `convert_uniter` with the parsed arguments of `add_arguments`."""
+    return convert_uniter(
+        args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
+        answers=args.answers,
+    )

@@ -6,8 +6,6 @@ speed-ups come for free and checkpoint keys line up with the originals. Only wha
 BERT lives here: classifier heads, the region-feature heads, masks over [text | regions] and optimal transport.
 """
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -34,6 +32,7 @@ __all__ = [
     "RegionFeatureRegressionHead",
     "RegionClassificationHead",
     "classifier_head",
+    "AttentionPooling",
     "extended_attention_mask",
     "gather_masked",
     "ipot_distance",
@@ -91,6 +90,28 @@ class RegionClassificationHead(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.net(hidden_states)
+
+
+class AttentionPooling(nn.Module):
+    """Attention pooling over a sequence: `softmax(ReLU(Linear(h)))` over the unmasked positions, then the weighted
+    sum (UNITER's NLVR2 paired-attn head). Input `(B, L, H)` and padding `(B, L)` True at pads → `(B, H)`.
+
+    It lives here, not in a modeling file, on purpose: transformers decides whether `set_attn_implementation` may
+    switch a model by scanning the model's modeling file for `class *Attention*(nn.Module)` and, if it finds one,
+    requiring that file to dispatch through `ALL_ATTENTION_FUNCTIONS`. This pooling is not a self-attention
+    backend (the encoder's attention is BERT's, which dispatches per forward), so it must not block the switch.
+    """
+
+    def __init__(self, hidden_size: int, dropout: float, masked_score: float = -10000.0):
+        super().__init__()
+        self.fc = nn.Sequential(nn.Linear(hidden_size, 1), nn.ReLU())
+        self.dropout = nn.Dropout(dropout)
+        self.masked_score = masked_score
+
+    def forward(self, hidden_states: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        scores = self.fc(hidden_states).squeeze(-1) + padding.to(hidden_states.dtype) * self.masked_score
+        weights = self.dropout(F.softmax(scores, dim=1))
+        return weights.unsqueeze(1).matmul(hidden_states).squeeze(1)
 
 
 def extended_attention_mask(config, embeddings: torch.Tensor, attention_mask: torch.Tensor | None):

@@ -1,7 +1,5 @@
 """UNITER configuration."""
 
-from __future__ import annotations
-
 import json
 import os
 

@@ -7,10 +7,13 @@ and the original pre-training (MLM, MRFR, MRC, MRC-kl, ITM, WRA) and downstream 
 Sequence layout: every sequence output is `[text (padded to T) | regions (padded to R)]`, length `T + R`, with the
 concatenated attention mask. The original gathers each example to `[text_i | regions_i | junk]`; both layouts give the
 same numbers at every real position because regions carry no position ids.
+
+Attention runs in transformers' BERT blocks (`layers.py`), which pick the backend from
+`config._attn_implementation` at every forward, so `model.set_attn_implementation("eager" | "sdpa" | ...)` switches
+an instantiated model. Keep attention-like modules out of this file (see `layers.AttentionPooling`).
 """
 
-from __future__ import annotations
-
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -18,14 +21,20 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    ModelOutput,
+    MultipleChoiceModelOutput,
+    SequenceClassifierOutput,
+)
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import (
+    AttentionPooling,
     BertEmbeddings,
     BertEncoder,
     BertLayer,
@@ -101,68 +110,80 @@ class UniterForPreTrainingOutput(ModelOutput):
 
 
 @dataclass
-class UniterClassifierOutput(ModelOutput):
+class UniterClassifierOutput(SequenceClassifierOutput):
     r"""
+    transformers' `SequenceClassifierOutput` plus the backbone outputs the heads are compared on.
+
     loss (`torch.FloatTensor` of shape `()`, when labels are given).
-    logits (`torch.FloatTensor` of shape `(batch, num_labels)`): VQA answers / VE labels / NLVR2 classes, or
-        `(batch, 1)` retrieval scores.
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`) and
+    logits (`torch.FloatTensor`): `(batch, num_labels)` VQA answers / VE labels / NLVR2 classes, `(batch, 1)`
+        retrieval scores, or `(batch, num_regions)` referring-expression region scores.
+    hidden_states, attentions: per layer, when requested (`output_hidden_states=True` / `output_attentions=True`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): the backbone's pooled output (`None` for
+        heads built without the pooler).
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`).
     """
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# Referring expressions classify over regions: the same output (one logit per region).
+UniterReferringExpressionOutput = UniterClassifierOutput
 
 
 @dataclass
-class UniterReferringExpressionOutput(ModelOutput):
+class UniterMultipleChoiceOutput(MultipleChoiceModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, when labels are given): cross-entropy over regions.
-    logits (`torch.FloatTensor` of shape `(batch, num_regions)`): one score per region; padded regions hold -10000.
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`).
-    """
+    transformers' `MultipleChoiceModelOutput` plus the two logits of each (question, choice) pair.
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-
-
-@dataclass
-class UniterMultipleChoiceOutput(ModelOutput):
-    r"""
     loss (`torch.FloatTensor` of shape `()`, when labels are given): 2-way cross-entropy per (question, choice) pair.
     logits (`torch.FloatTensor` of shape `(batch, num_choices)`): the "right" logit of each pair (the ranking score).
     pair_logits (`torch.FloatTensor` of shape `(batch, num_choices, 2)`): both logits of each pair.
     """
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
     pair_logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+UNITER_INPUTS_DOCSTRING = r"""
+    Args:
+        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+            Word-piece ids, `[CLS] ... [SEP]` then padding (the processor's `input_ids`).
+        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
+            1 for real tokens, 0 for padding. Defaults to all ones.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+            Text token types (0; VCR uses 2/3 for answers/rationales).
+        position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
+            Text positions; defaults to `0..text_length-1`. Regions have no positions.
+        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`, *optional*):
+            Region features, zero padded.
+        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`, *optional*):
+            `[x1, y1, x2, y2, w, h, w*h]` per region, normalised by the image size. Required with `region_features`.
+        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+            1 for real regions, 0 for padding. Required for a batch of more than one example.
+        region_token_type_ids (`torch.LongTensor` of shape `(batch_size, num_regions)`, *optional*):
+            Token type of each region, looked up in the text type table; defaults to `config.region_token_type_id`.
+        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
+            Word embeddings to use instead of `input_ids` (position and type embeddings are still added).
+"""
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
 class UniterImageEmbeddings(nn.Module):
     """Embeds regions: `LN(Linear(features)) + LN(Linear(locations)) + type embedding`, then LayerNorm and dropout.
 
-    A masked region (MRM) has its features replaced by the learned row 1 of `mask_embedding`; row 0 is never used
-    (the original zeroes it on every masked forward).
+    With `add_mask_embedding=True` (pre-training only) a masked region (MRM) has its features replaced by the
+    learned row 1 of `mask_embedding`; row 0 is never used (the original zeroes it on every masked forward).
     """
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig, add_mask_embedding: bool = False):
         super().__init__()
         self.img_linear = nn.Linear(config.region_feature_dim, config.hidden_size)
         self.img_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pos_linear = nn.Linear(config.region_location_dim, config.hidden_size)
         self.pos_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mask_embedding = nn.Embedding(2, config.region_feature_dim, padding_idx=0)
+        self.mask_embedding = (
+            nn.Embedding(2, config.region_feature_dim, padding_idx=0) if add_mask_embedding else None
+        )
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -176,6 +197,11 @@ class UniterImageEmbeddings(nn.Module):
         """region_features `(B, R, F)`, region_locations `(B, R, loc)`, type_embeddings `(B, R, H)`,
         region_masks `(B, R)` bool or None. Returns `(B, R, H)`."""
         if region_masks is not None:
+            if self.mask_embedding is None:
+                raise ValueError(
+                    "region_masks need the region mask embedding, which only the pre-training model has "
+                    "(UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
+                )
             masked = region_masks.bool().unsqueeze(-1)
             region_features = torch.where(masked, self.mask_embedding.weight[1].to(region_features.dtype), region_features)
         embeddings = self.img_layer_norm(self.img_linear(region_features))
@@ -197,6 +223,8 @@ class UniterPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+    # Pre-training checkpoints carry the region mask embedding; only the pre-training model owns it.
+    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight"]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -237,13 +265,13 @@ def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_feature
         expected = (*region_features.shape[:2], config.region_location_dim)
         if tuple(region_locations.shape) != expected:
             raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+        # Shape-based (no host-device sync): a batch of several images is padded to a common number of regions,
+        # so it needs the mask; a single image without a mask means "every region is real".
         if region_attention_mask is None and region_features.shape[0] > 1:
-            padded_rows = (region_features == 0).all(dim=-1)
-            if padded_rows.any():
-                raise ValueError(
-                    "region_features contain all-zero (padded) regions but no region_attention_mask was given: pass "
-                    "the processor's full output (region_attention_mask of shape (batch, num_regions))"
-                )
+            raise ValueError(
+                "region_features of a batch of several images were given with no region_attention_mask: pass the "
+                "processor's full output (region_attention_mask of shape (batch, num_regions))"
+            )
         if text is not None and text.shape[0] != region_features.shape[0]:
             raise ValueError(
                 f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
@@ -251,12 +279,20 @@ def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_feature
 
 
 class UniterModel(UniterPreTrainedModel):
-    """The bare UNITER encoder: text embeddings (BERT's), region embeddings, a BERT encoder and the tanh pooler."""
+    """The bare UNITER encoder: text embeddings (BERT's), region embeddings, a BERT encoder and the tanh pooler.
 
-    def __init__(self, config: UniterConfig, add_pooling_layer: bool = True):
+    Args:
+        config (`UniterConfig`): the model configuration.
+        add_pooling_layer (`bool`, defaults to `True`): build the pooler (`pooler_output`); heads that never read
+            the pooled output (referring expressions, NLVR2 paired-attn) leave it out.
+        add_region_mask_embedding (`bool`, defaults to `False`): build `img_embeddings.mask_embedding`, the learned
+            features of masked regions; only masked region modelling (pre-training) uses it (`region_masks`).
+    """
+
+    def __init__(self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
-        self.img_embeddings = UniterImageEmbeddings(config)
+        self.img_embeddings = UniterImageEmbeddings(config, add_mask_embedding=add_region_mask_embedding)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
@@ -269,6 +305,7 @@ class UniterModel(UniterPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -284,19 +321,14 @@ class UniterModel(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        input_ids (`(batch, T)`): word-piece ids, `[CLS] ... [SEP]` then padding.
-        attention_mask (`(batch, T)`): 1 for real tokens.
-        token_type_ids (`(batch, T)`): text token types (0; VCR uses 2/3 for answers/rationales).
-        position_ids (`(batch or 1, T)`): defaults to `0..T-1`.
-        region_features (`(batch, R, region_feature_dim)`): region features (zero padded).
-        region_locations (`(batch, R, region_location_dim)`): `[x1, y1, x2, y2, w, h, w*h]`, normalised.
-        region_attention_mask (`(batch, R)`): 1 for real regions.
-        region_token_type_ids (`(batch, R)`): defaults to `config.region_token_type_id` (1); NLVR2 uses 2 for the
-            right image.
-        region_masks (`(batch, R)` bool): regions whose features are replaced by the mask embedding (MRM).
+        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+            Regions whose features are replaced by the mask embedding (masked region modelling); needs
+            `add_region_mask_embedding=True`.
 
-        Returns `last_hidden_state` `(batch, T + R, hidden)` laid out `[text | regions]` and `pooler_output`
-        `(batch, hidden)` (tanh(dense) of position 0, the [CLS] token when text is present).
+        Returns:
+            `BaseModelOutputWithPooling`: `last_hidden_state` `(batch_size, text_length + num_regions, hidden_size)`
+            laid out `[text | regions]`, and `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0,
+            the [CLS] token when text is present; `None` without the pooler).
         """
         _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask)
         pieces, masks = [], []
@@ -334,36 +366,26 @@ class UniterModel(UniterPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-_BACKBONE_ARGS = (
-    "input_ids", "attention_mask", "token_type_ids", "position_ids", "region_features", "region_locations",
-    "region_attention_mask", "region_token_type_ids", "inputs_embeds",
-)  # fmt: skip
-
-
 def _text_length(input_ids, inputs_embeds) -> int:
     text = input_ids if input_ids is not None else inputs_embeds
     return 0 if text is None else text.shape[1]
 
 
-class _UniterHeadModel(UniterPreTrainedModel):
-    """Shared plumbing of the task models: the backbone lives at `self.uniter` (the original's key prefix)."""
-
-    def __init__(self, config: UniterConfig):
-        super().__init__(config)
-        self.uniter = UniterModel(config)
-
-    def _encode(self, kwargs_in: dict, extra: dict) -> BaseModelOutputWithPooling:
-        return self.uniter(**{k: v for k, v in kwargs_in.items() if k in _BACKBONE_ARGS and v is not None}, **extra)
+def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
+    return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class UniterForPreTraining(_UniterHeadModel):
+class UniterForPreTraining(UniterPreTrainedModel):
     """UNITER with its pre-training heads: MLM (`cls`, decoder tied to the word embeddings), MRFR (`feat_regress`,
     output projection tied to the image embedder's `img_linear`), MRC / MRC-kl (`region_classifier`) and ITM
-    (`itm_output`, on the pooled output) with the optional word-region alignment (WRA) distance.
+    (`itm_output`, on the pooled output) with the optional word-region alignment (WRA) distance. The backbone has
+    the region mask embedding (`uniter.img_embeddings.mask_embedding`) that masked region modelling needs.
 
     Losses are computed for whichever targets are given; the original trains one objective per batch
-    ("conditional masking"), so a batch normally carries one kind of target.
+    ("conditional masking"), so a batch normally carries one kind of target and the heads of the other objectives
+    get no gradient in that step (under DDP: `find_unused_parameters=True`, or a batch mixing all objectives).
     """
 
     _tied_weights_keys = {
@@ -373,6 +395,7 @@ class UniterForPreTraining(_UniterHeadModel):
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)
+        self.uniter = UniterModel(config, add_region_mask_embedding=True)
         self.cls = BertOnlyMLMHead(config)
         self.feat_regress = RegionFeatureRegressionHead(
             config.hidden_size, config.region_feature_dim, config.hidden_act, config.layer_norm_eps
@@ -391,6 +414,7 @@ class UniterForPreTraining(_UniterHeadModel):
         self.cls.predictions.bias = new_embeddings.bias
 
     @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -411,22 +435,41 @@ class UniterForPreTraining(_UniterHeadModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterForPreTrainingOutput:
         r"""
-        labels (`(batch, T)`): MLM targets; positions with a negative label (-100, or the original's -1) are ignored.
-        region_masks (`(batch, R)` bool): masked regions for MRFR/MRC; their features become the mask embedding.
-        region_feature_targets (`(num_masked_regions, region_feature_dim)`): MRFR targets (the unmasked features),
-            row-major over (example, region).
-        region_class_targets (`(num_masked_regions, num_region_labels)`): detector class probabilities of the masked
-            regions (background first): MRC-kl targets, or, with `objective="mrc"`, the source of the hard label
-            `argmax(probs[:, 1:]) + 1`.
-        itm_labels (`(batch,)`): 1 = the text matches the image, 0 = it does not.
-        objective (`str`): one of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC
-            (`"mrc"`), and adds the WRA loss to ITM (`"itm-wra"`). Without it every objective whose targets are
-            given is computed (MRC-kl for region class targets).
+        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+            Masked regions for MRFR/MRC; their features become the mask embedding.
+        labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+            MLM targets; positions with a negative label (-100, or the original's -1) are ignored.
+        region_feature_targets (`torch.FloatTensor` of shape `(num_masked_regions, region_feature_dim)`, *optional*):
+            MRFR targets (the unmasked features), row-major over (example, region).
+        region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`, *optional*):
+            Detector class probabilities of the masked regions (background first): MRC-kl targets, or, with
+            `objective="mrc"`, the source of the hard label `argmax(probs[:, 1:]) + 1`.
+        itm_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            1 = the text matches the image, 0 = it does not.
+        objective (`str`, *optional*):
+            One of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC (`"mrc"`), and
+            adds the WRA loss to ITM (`"itm-wra"`). Without it every objective whose targets are given is computed
+            (MRC-kl for region class targets).
+
+        Returns:
+            `UniterForPreTrainingOutput`. The MLM logits and the region predictions are gathered at the masked
+            positions (data-dependent sizes, as the original computes them).
         """
         if objective is not None and objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
-        local = dict(locals())
-        outputs = self._encode(local, kwargs | {"region_masks": region_masks})
+        outputs = self.uniter(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            region_masks=region_masks,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         text_length = _text_length(input_ids, inputs_embeds)
         losses: dict[str, torch.Tensor] = {}
@@ -516,17 +559,16 @@ def _padding(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
-class UniterForQuestionAnswering(_UniterHeadModel):
+class UniterForQuestionAnswering(UniterPreTrainedModel):
     """VQA: `vqa_output` (Linear(H, 2H), GELU, LayerNorm, Linear(2H, num_answers)) on the pooled output.
 
     `config.id2label` holds the answers (3129 for the original VQA vocabulary). The loss is the original's:
     binary cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
     """
 
-    head_name = "vqa_output"
-
     def __init__(self, config: UniterConfig):
         super().__init__(config)
+        self.uniter = UniterModel(config)
         self.vqa_output = classifier_head(
             config.hidden_size, 2 * config.hidden_size, config.num_labels, config.classifier_activation,
             config.layer_norm_eps,
@@ -541,6 +583,7 @@ class UniterForQuestionAnswering(_UniterHeadModel):
         return labels.to(logits.dtype)
 
     @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -556,10 +599,24 @@ class UniterForQuestionAnswering(_UniterHeadModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        labels: VQA — `(batch, num_labels)` soft scores in [0, 1]; VE — `(batch,)` class ids or `(batch, 3)` one-hot.
-        Returns `logits` `(batch, num_labels)`.
+        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+            VQA: soft answer scores in [0, 1]. VE (`UniterForVisualEntailment`): also `(batch_size,)` class ids.
+
+        Returns:
+            `UniterClassifierOutput` with `logits` `(batch_size, num_labels)`.
         """
-        outputs = self._encode(dict(locals()), kwargs)
+        outputs = self.uniter(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         logits = self.vqa_output(outputs.pooler_output)
         loss = None
         if labels is not None:
@@ -577,10 +634,14 @@ class UniterForQuestionAnswering(_UniterHeadModel):
 
 class UniterForVisualEntailment(UniterForQuestionAnswering):
     """SNLI-VE: the VQA head with 3 outputs (contradiction=0, entailment=1, neutral=2) and the original's binary
-    cross-entropy on one-hot targets. Parameter names stay `vqa_output.*`, as in the original."""
+    cross-entropy on one-hot targets. Parameter names stay `vqa_output.*`, as in the original.
+
+    A config without 3 labels is copied and given the SNLI-VE labels; the caller's config object is not changed.
+    """
 
     def __init__(self, config: UniterConfig):
         if config.num_labels != 3:
+            config = copy.deepcopy(config)
             config.id2label = {0: "contradiction", 1: "entailment", 2: "neutral"}
             config.label2id = {v: k for k, v in config.id2label.items()}
         super().__init__(config)
@@ -589,28 +650,46 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
         if labels.ndim == 1:
             if labels.dtype.is_floating_point:
                 raise ValueError("VE labels of shape (batch,) must be integer class ids")
-            return F.one_hot(labels, logits.shape[1]).to(logits.dtype)
+            return _one_hot(labels, logits.shape[1]).to(logits.dtype)
         return super()._soft_targets(labels, logits)
 
 
-class UniterForImageTextRetrieval(_UniterHeadModel):
-    """Image-text retrieval: `rank_output` (Linear(H, 1)) scores a pair from the pooled output; `itm_output` is kept
-    so that a pre-trained checkpoint's ITM head can seed `rank_output` (zero-shot retrieval, the original
-    `init_output`)."""
+class UniterForImageTextRetrieval(UniterPreTrainedModel):
+    """Image-text retrieval: `rank_output` (Linear(H, 1)) scores a pair from the pooled output.
+
+    For zero-shot retrieval (the original `init_output`), seed `rank_output` from a pre-trained ITM head with
+    `init_rank_output_from_itm(itm_weight, itm_bias)`; the head itself does not keep the ITM layer.
+    """
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)
-        self.itm_output = nn.Linear(config.hidden_size, 2)
+        self.uniter = UniterModel(config)
         self.rank_output = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
+    @staticmethod
+    def rank_output_from_itm(itm_weight: torch.Tensor, itm_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ITM "match" row (row 1) of a pre-training `itm_output` (weight `(2, H)`, bias `(2,)`), as the
+        `(1, H)` weight and `(1,)` bias of `rank_output`."""
+        if itm_weight.ndim != 2 or itm_weight.shape[0] != 2 or tuple(itm_bias.shape) != (2,):
+            raise ValueError(
+                f"expected an ITM head of weight (2, hidden) and bias (2,), got {tuple(itm_weight.shape)} and "
+                f"{tuple(itm_bias.shape)}"
+            )
+        return itm_weight[1:2].clone(), itm_bias[1:2].clone()
+
     @torch.no_grad()
-    def init_rank_output_from_itm(self):
-        """Copy the ITM "match" row into `rank_output` (what the original does for zero-shot retrieval)."""
-        self.rank_output.weight.copy_(self.itm_output.weight[1:2])
-        self.rank_output.bias.copy_(self.itm_output.bias[1:2])
+    def init_rank_output_from_itm(self, itm_weight: torch.Tensor, itm_bias: torch.Tensor) -> None:
+        """Copy the ITM "match" row (row 1 of a pre-training checkpoint's `itm_output.weight` / `itm_output.bias`)
+        into `rank_output`: what the original does for zero-shot retrieval."""
+        weight, bias = self.rank_output_from_itm(itm_weight, itm_bias)
+        if weight.shape != self.rank_output.weight.shape:
+            raise ValueError(f"the ITM head has hidden size {weight.shape[1]}, this model {self.config.hidden_size}")
+        self.rank_output.weight.copy_(weight)
+        self.rank_output.bias.copy_(bias)
 
     @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -626,11 +705,25 @@ class UniterForImageTextRetrieval(_UniterHeadModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        num_negatives (`int`): when given, the batch is read as groups of `1 + num_negatives` pairs, the matched
-            pair first, and the loss is the original's hinge `max(0, margin + σ(s_neg) - σ(s_pos))`, averaged.
-        Returns `logits` `(batch, 1)`: the ranking score of each pair.
+        num_negatives (`int`, *optional*):
+            When given, the batch is read as groups of `1 + num_negatives` pairs, the matched pair first, and the
+            loss is the original's hinge `max(0, margin + σ(s_neg) - σ(s_pos))`, averaged.
+
+        Returns:
+            `UniterClassifierOutput` with `logits` `(batch_size, 1)`: the ranking score of each pair.
         """
-        outputs = self._encode(dict(locals()), kwargs)
+        outputs = self.uniter(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         logits = self.rank_output(outputs.pooler_output)
         loss = None
         if num_negatives is not None:
@@ -652,121 +745,30 @@ class UniterForImageTextRetrieval(_UniterHeadModel):
         )
 
 
-class _AttentionPool(nn.Module):
-    """Attention pooling of the NLVR2 paired-attn head: softmax(ReLU(Linear(h))) over unmasked positions."""
-
-    def __init__(self, hidden_size: int, dropout: float):
-        super().__init__()
-        self.fc = nn.Sequential(nn.Linear(hidden_size, 1), nn.ReLU())
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-        """hidden_states `(B, L, H)`, padding `(B, L)` True at pads → `(B, H)`."""
-        scores = self.fc(hidden_states).squeeze(-1) + padding.to(hidden_states.dtype) * _MASKED_SCORE
-        weights = self.dropout(F.softmax(scores, dim=1))
-        return weights.unsqueeze(1).matmul(hidden_states).squeeze(1)
-
-
-class UniterForVisualReasoning(_UniterHeadModel):
+class UniterForVisualReasoning(UniterPreTrainedModel):
     """NLVR2 (one sentence, two images, true/false), "paired" setting: the sentence is encoded with each image.
 
     `config.nlvr2_head` picks the head: `"paired"` — `nlvr2_output` Linear(2H, 2) on the two pooled outputs
     concatenated; `"paired-attn"` (the released default) — left↔right cross-attention over the two sequence outputs,
-    `fc` on [attended | own], attention pooling, then `nlvr2_output` on the two pooled vectors.
+    `fc` on [attended | own], attention pooling, then `nlvr2_output` on the two pooled vectors (no backbone pooler).
 
-    Inputs: text `(batch, T)` and regions of both images `(batch, 2, R, ...)`; the left image's regions get token
-    type 1 and the right's type 2 when the type table has 3 rows (as the released NLVR2 model).
+    The left image's regions get token type 1 and the right's type 2 when the type table has 3 rows (as the released
+    NLVR2 model), unless `region_token_type_ids` is given.
     """
+
+    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)
         hidden = config.hidden_size
-        if config.nlvr2_head == "paired-attn":
+        paired_attention = config.nlvr2_head == "paired-attn"
+        self.uniter = UniterModel(config, add_pooling_layer=not paired_attention)
+        if paired_attention:
             self.attn1 = nn.MultiheadAttention(hidden, config.num_attention_heads, dropout=config.hidden_dropout_prob)
             self.attn2 = nn.MultiheadAttention(hidden, config.num_attention_heads, dropout=config.hidden_dropout_prob)
             self.fc = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Dropout(config.hidden_dropout_prob))
-            self.attn_pool = _AttentionPool(hidden, config.hidden_dropout_prob)
+            self.attn_pool = AttentionPooling(hidden, config.hidden_dropout_prob, _MASKED_SCORE)
         self.nlvr2_output = nn.Linear(2 * hidden, 2)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> UniterClassifierOutput:
-        r"""
-        region_features `(batch, 2, R, F)`, region_locations `(batch, 2, R, loc)`, region_attention_mask
-        `(batch, 2, R)`: the left and right images. labels `(batch,)`: 1 = the statement is true.
-        Returns `logits` `(batch, 2)`.
-        """
-        if region_features is None or region_features.ndim != 4 or region_features.shape[1] != 2:
-            shape = None if region_features is None else tuple(region_features.shape)
-            raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), got {shape}")
-        batch, _, num_regions = region_features.shape[:3]
-
-        def pairs(t):  # (batch, ...) text → (2 * batch, ...), each example twice in a row (left, right)
-            return None if t is None else t.repeat_interleave(2, dim=0)
-
-        def flat(t):  # (batch, 2, ...) → (2 * batch, ...)
-            return None if t is None else t.reshape(batch * 2, *t.shape[2:])
-
-        image_types = torch.tensor([1, 2] if self.config.type_vocab_size >= 3 else [1, 1], device=region_features.device)
-        outputs = self.uniter(
-            input_ids=pairs(input_ids),
-            attention_mask=pairs(attention_mask),
-            token_type_ids=pairs(token_type_ids),
-            region_features=flat(region_features),
-            region_locations=flat(region_locations),
-            region_attention_mask=flat(region_attention_mask),
-            region_token_type_ids=image_types.repeat(batch).unsqueeze(1).expand(-1, num_regions),
-            **kwargs,
-        )
-        if self.config.nlvr2_head == "paired":
-            logits = self.nlvr2_output(outputs.pooler_output.reshape(batch, -1))
-        else:
-            logits = self._paired_attention(outputs.last_hidden_state, pairs(attention_mask), flat(region_attention_mask))
-        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return UniterClassifierOutput(
-            loss=loss, logits=logits, last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
-        )
-
-    def _paired_attention(self, sequence_output, text_mask, region_mask):
-        pairs, length, hidden = sequence_output.shape
-        if text_mask is None:
-            text_mask = torch.ones(pairs, length - region_mask.shape[1], device=sequence_output.device)
-        if region_mask is None:
-            region_mask = torch.ones(pairs, length - text_mask.shape[1], device=sequence_output.device)
-        padding = torch.cat([text_mask, region_mask], dim=1) == 0
-        left, right = sequence_output.reshape(pairs // 2, 2, length, hidden).unbind(1)
-        left_pad, right_pad = padding.reshape(pairs // 2, 2, length).unbind(1)
-        # nn.MultiheadAttention (as in the original) takes (length, batch, hidden).
-        left_t, right_t = left.transpose(0, 1), right.transpose(0, 1)
-        left_to_right, _ = self.attn1(left_t, right_t, right_t, key_padding_mask=right_pad)
-        right_to_left, _ = self.attn2(right_t, left_t, left_t, key_padding_mask=left_pad)
-        left = self.fc(torch.cat([left_to_right, left_t], dim=-1)).transpose(0, 1)
-        right = self.fc(torch.cat([right_to_left, right_t], dim=-1)).transpose(0, 1)
-        pooled = torch.cat([self.attn_pool(left, left_pad), self.attn_pool(right, right_pad)], dim=-1)
-        return self.nlvr2_output(pooled)
-
-
-class UniterForReferringExpression(_UniterHeadModel):
-    """Referring expressions: `re_output` scores every region output; the loss is cross-entropy over regions."""
-
-    def __init__(self, config: UniterConfig):
-        super().__init__(config)
-        hidden = config.hidden_size
-        if config.re_head_layers == 1:
-            self.re_output = nn.Linear(hidden, 1)
-        else:
-            self.re_output = classifier_head(hidden, hidden, 1, "gelu", config.layer_norm_eps)
         self.post_init()
 
     @can_return_tuple
@@ -783,13 +785,138 @@ class UniterForReferringExpression(_UniterHeadModel):
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> UniterReferringExpressionOutput:
+    ) -> UniterClassifierOutput:
         r"""
-        labels (`(batch,)`): index of the referred region. Returns `logits` `(batch, R)`, -10000 at padded regions.
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+                The sentence, encoded once with each image.
+            attention_mask, token_type_ids (`(batch_size, text_length)`, *optional*): as for `UniterModel`.
+            position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*).
+            region_features (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_feature_dim)`):
+                The left and right images' regions.
+            region_locations (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_location_dim)`).
+            region_attention_mask (`torch.Tensor` of shape `(batch_size, 2, num_regions)`, *optional*).
+            region_token_type_ids (`torch.LongTensor` of shape `(batch_size, 2, num_regions)`, *optional*):
+                Defaults to 1 (left) and 2 (right) with a 3-row type table, else 1 for both.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*).
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): 1 = the statement is true.
+
+        Returns:
+            `UniterClassifierOutput` with `logits` `(batch_size, 2)`; `last_hidden_state` and `hidden_states` cover
+            the `2 * batch_size` (sentence, image) sequences, left then right for each example.
+        """
+        if region_features is None or region_features.ndim != 4 or region_features.shape[1] != 2:
+            shape = None if region_features is None else tuple(region_features.shape)
+            raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), got {shape}")
+        batch, _, num_regions = region_features.shape[:3]
+
+        def pairs(t):  # (batch, ...) text → (2 * batch, ...), each example twice in a row (left, right)
+            return None if t is None else t.repeat_interleave(2, dim=0)
+
+        def flat(t):  # (batch, 2, ...) → (2 * batch, ...)
+            return None if t is None else t.reshape(batch * 2, *t.shape[2:])
+
+        if region_token_type_ids is None:
+            right_type = 2 if self.config.type_vocab_size >= 3 else 1
+            region_token_type_ids = torch.ones(batch, 2, num_regions, dtype=torch.long, device=region_features.device)
+            region_token_type_ids[:, 1] = right_type
+        outputs = self.uniter(
+            input_ids=pairs(input_ids),
+            attention_mask=pairs(attention_mask),
+            token_type_ids=pairs(token_type_ids),
+            position_ids=position_ids if position_ids is not None and position_ids.shape[0] == 1 else pairs(position_ids),
+            region_features=flat(region_features),
+            region_locations=flat(region_locations),
+            region_attention_mask=flat(region_attention_mask),
+            region_token_type_ids=flat(region_token_type_ids),
+            inputs_embeds=pairs(inputs_embeds),
+            **kwargs,
+        )
+        if self.config.nlvr2_head == "paired":
+            logits = self.nlvr2_output(outputs.pooler_output.reshape(batch, -1))
+        else:
+            logits = self._paired_attention(
+                outputs.last_hidden_state, _text_length(input_ids, inputs_embeds), pairs(attention_mask),
+                flat(region_attention_mask),
+            )
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return UniterClassifierOutput(
+            loss=loss, logits=logits, pooler_output=outputs.pooler_output, last_hidden_state=outputs.last_hidden_state,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+    def _paired_attention(self, sequence_output, text_length, text_mask, region_mask):
+        pairs, length, hidden = sequence_output.shape
+        if text_mask is None:
+            text_mask = torch.ones(pairs, text_length, device=sequence_output.device)
+        if region_mask is None:
+            region_mask = torch.ones(pairs, length - text_length, device=sequence_output.device)
+        padding = torch.cat([text_mask, region_mask], dim=1) == 0
+        left, right = sequence_output.reshape(pairs // 2, 2, length, hidden).unbind(1)
+        left_pad, right_pad = padding.reshape(pairs // 2, 2, length).unbind(1)
+        # nn.MultiheadAttention (as in the original) takes (length, batch, hidden).
+        left_t, right_t = left.transpose(0, 1), right.transpose(0, 1)
+        left_to_right, _ = self.attn1(left_t, right_t, right_t, key_padding_mask=right_pad)
+        right_to_left, _ = self.attn2(right_t, left_t, left_t, key_padding_mask=left_pad)
+        left = self.fc(torch.cat([left_to_right, left_t], dim=-1)).transpose(0, 1)
+        right = self.fc(torch.cat([right_to_left, right_t], dim=-1)).transpose(0, 1)
+        pooled = torch.cat([self.attn_pool(left, left_pad), self.attn_pool(right, right_pad)], dim=-1)
+        return self.nlvr2_output(pooled)
+
+
+class UniterForReferringExpression(UniterPreTrainedModel):
+    """Referring expressions: `re_output` scores every region output; the loss is cross-entropy over regions.
+    The head reads no pooled output, so the backbone has no pooler."""
+
+    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
+
+    def __init__(self, config: UniterConfig):
+        super().__init__(config)
+        hidden = config.hidden_size
+        self.uniter = UniterModel(config, add_pooling_layer=False)
+        if config.re_head_layers == 1:
+            self.re_output = nn.Linear(hidden, 1)
+        else:
+            self.re_output = classifier_head(hidden, hidden, 1, "gelu", config.layer_norm_eps)
+        self.post_init()
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        region_token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> UniterClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Index of the referred region.
+
+        Returns:
+            `UniterClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded regions.
         """
         if region_features is None:
             raise ValueError("referring expressions need regions (region_features)")
-        outputs = self._encode(dict(locals()), kwargs)
+        outputs = self.uniter(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
         text_length = _text_length(input_ids, inputs_embeds)
         logits = self.re_output(outputs.last_hidden_state[:, text_length:]).squeeze(-1)
         if region_attention_mask is not None:
@@ -801,12 +928,13 @@ class UniterForReferringExpression(_UniterHeadModel):
         )
 
 
-class UniterForMultipleChoice(_UniterHeadModel):
+class UniterForMultipleChoice(UniterPreTrainedModel):
     """VCR: each (question, choice) pair is encoded with the image; `vcr_output` (Linear(H, 2H), ReLU, LayerNorm,
     Linear(2H, 2)) classifies the pair as right/wrong, and the "right" logit ranks the choices."""
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)
+        self.uniter = UniterModel(config)
         self.vcr_output = classifier_head(config.hidden_size, 2 * config.hidden_size, 2, "relu", config.layer_norm_eps)
         self.post_init()
 
@@ -816,22 +944,40 @@ class UniterForMultipleChoice(_UniterHeadModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
         region_features: torch.FloatTensor | None = None,
         region_locations: torch.FloatTensor | None = None,
         region_attention_mask: torch.Tensor | None = None,
         region_token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterMultipleChoiceOutput:
         r"""
-        input_ids, attention_mask, token_type_ids `(batch, num_choices, T)`; regions `(batch, R, ...)` shared by all
-        choices, or `(batch, num_choices, R, ...)`. labels `(batch,)`: index of the right choice.
-        Returns `logits` `(batch, num_choices)` and `pair_logits` `(batch, num_choices, 2)`.
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+                Question + choice word pieces of each pair.
+            attention_mask, token_type_ids, position_ids (`(batch_size, num_choices, text_length)`, *optional*).
+            region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)` or
+                `(batch_size, num_choices, num_regions, region_feature_dim)`): shared by every choice, or per choice;
+                likewise `region_locations`, `region_attention_mask` and `region_token_type_ids`.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`,
+                *optional*): word embeddings instead of `input_ids`.
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
+
+        Returns:
+            `UniterMultipleChoiceOutput` with `logits` `(batch_size, num_choices)` and `pair_logits`
+            `(batch_size, num_choices, 2)`; `hidden_states` cover the `batch_size * num_choices` pairs.
         """
-        if input_ids is None or input_ids.ndim != 3:
-            shape = None if input_ids is None else tuple(input_ids.shape)
-            raise ValueError(f"multiple choice needs input_ids of shape (batch, num_choices, T), got {shape}")
-        batch, choices = input_ids.shape[:2]
+        text = input_ids if input_ids is not None else inputs_embeds
+        expected_ndim = 3 if input_ids is not None else 4
+        if text is None or text.ndim != expected_ndim:
+            shape = None if text is None else tuple(text.shape)
+            raise ValueError(
+                f"multiple choice needs input_ids of shape (batch, num_choices, T) (or inputs_embeds of shape "
+                f"(batch, num_choices, T, hidden)), got {shape}"
+            )
+        batch, choices = text.shape[:2]
 
         def flat_text(t):
             return None if t is None else t.reshape(batch * choices, *t.shape[2:])
@@ -847,16 +993,18 @@ class UniterForMultipleChoice(_UniterHeadModel):
             input_ids=flat_text(input_ids),
             attention_mask=flat_text(attention_mask),
             token_type_ids=flat_text(token_type_ids),
+            position_ids=flat_text(position_ids),
             region_features=flat_regions(region_features, 2),
             region_locations=flat_regions(region_locations, 2),
             region_attention_mask=flat_regions(region_attention_mask, 1),
             region_token_type_ids=flat_regions(region_token_type_ids, 1),
+            inputs_embeds=flat_text(inputs_embeds),
             **kwargs,
         )
         pair_logits = self.vcr_output(outputs.pooler_output).view(batch, choices, 2)
         loss = None
         if labels is not None:
-            targets = F.one_hot(labels, choices).view(-1)
+            targets = _one_hot(labels, choices).view(-1)
             loss = F.cross_entropy(pair_logits.view(-1, 2).float(), targets)
         return UniterMultipleChoiceOutput(
             loss=loss, logits=pair_logits[..., 1], pair_logits=pair_logits,

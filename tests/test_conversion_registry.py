@@ -1,0 +1,171 @@
+"""The converter registry, `vlhub convert` built from it, and the generic conversion core on a made-up architecture."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from vlhub.conversion import registry
+from vlhub.conversion.common import (
+    CheckpointError,
+    ConversionReport,
+    KeyMap,
+    Provenance,
+    convert_state_dict,
+    save_converted,
+    sha256_of,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_CONVERTERS", dict(registry._CONVERTERS))
+    return registry
+
+
+def _add_arguments(parser):
+    parser.add_argument("checkpoint")
+    parser.add_argument("--output-dir", required=True)
+
+
+def test_register_lazy_targets_and_conflicts(clean_registry):
+    converter = clean_registry.register_converter(
+        "lazy-thing", convert="json:dumps", add_arguments="json:loads", help="a lazily imported converter")
+    assert clean_registry.get_converter("lazy-thing") is converter and converter.help == "a lazily imported converter"
+    # The same target again (by string or by the callable it names) is a no-op; another target is an error.
+    assert clean_registry.register_converter("lazy-thing", convert="json:dumps", add_arguments="json:loads") is converter
+    assert clean_registry.register_converter("lazy-thing", convert=json.dumps, add_arguments=json.loads) is converter
+    with pytest.raises(ValueError, match="already registered"):
+        clean_registry.register_converter("lazy-thing", convert="json:load", add_arguments="json:loads")
+    with pytest.raises(ValueError, match=r"no converter named 'nope'.*detector.*lazy-thing.*uniter"):
+        clean_registry.get_converter("nope")
+    with pytest.raises(TypeError, match="module.path:attribute"):
+        clean_registry.register_converter("bad", convert="no_colon", add_arguments=_add_arguments)
+    assert {"detector", "uniter", "lazy-thing"} <= set(clean_registry.converters())
+
+
+def test_registry_imports_nothing_heavy():
+    """`vlhub.conversion` and its registry import neither torch nor transformers (the parent `vlhub` package is
+    stubbed out here: its eager imports are the package's own business)."""
+    code = (
+        "import sys, types; pkg = types.ModuleType('vlhub'); pkg.__path__ = [sys.argv[1]]; sys.modules['vlhub'] = pkg\n"
+        "import vlhub.conversion, vlhub.conversion.registry as r\n"
+        "assert {'detector', 'uniter'} <= set(r.converters())\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+        "assert not heavy, heavy[:5]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(REPO / "vlhub")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- a made-up architecture
+class TinyConfig(PreTrainedConfig):
+    model_type = "vlhub-tiny-test"
+
+    def __init__(self, vocab_size=10, hidden_size=4, tie_word_embeddings=True, **kwargs):
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+
+class TinyModel(PreTrainedModel):
+    config_class = TinyConfig
+    base_model_prefix = "tiny"
+    _tied_weights_keys = {"out.weight": "embed.weight"}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.body = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.new_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def get_output_embeddings(self):
+        return self.out
+
+    def forward(self, input_ids):
+        return self.out(self.body(self.embed(input_ids)))
+
+
+def original_state(**changes):
+    torch.manual_seed(0)
+    embed = torch.randn(10, 4)
+    state = {"net.embed.weight": embed, "net.body.gamma": torch.randn(4, 4), "net.body.beta": torch.randn(4),
+             "net.out.weight": embed.clone(), "aux_head.weight": torch.randn(3, 4)}
+    state.update(changes)
+    return state
+
+
+TINY_MAP = KeyMap(
+    renames=[(r"^net\.", ""), (r"\.gamma$", ".weight"), (r"\.beta$", ".bias")],
+    drops={r"^aux_head\.": "auxiliary loss head, used only in training"},
+)
+
+
+def test_generic_core_converts_a_made_up_architecture(tmp_path):
+    source = original_state()
+    model = TinyModel(TinyConfig())
+    report = ConversionReport(source="tiny.pt")
+    convert_state_dict(source, model, TINY_MAP, report)
+    assert report.used == {"embed.weight": "net.embed.weight", "body.weight": "net.body.gamma",
+                           "body.bias": "net.body.beta"}
+    assert report.dropped == {"aux_head.weight": "auxiliary loss head, used only in training",
+                              "net.out.weight": "tied to embed.weight (identical values); re-tied on load"}
+    assert set(report.initialized) == {"new_head.weight", "new_head.bias"}
+    assert model.out.weight is model.embed.weight and torch.equal(model.embed.weight, source["net.embed.weight"])
+
+    checkpoint = tmp_path / "tiny.pt"
+    torch.save(source, checkpoint)
+    out = save_converted(tmp_path / "out", model, report, title="Tiny", architecture="tiny",
+                         provenance=Provenance(checkpoint, "https://github.com/o/tiny", "abc123"))
+    assert json.loads((out / "conversion_report.json").read_text())["dropped"] == report.dropped
+    card = (out / "README.md").read_text()
+    assert sha256_of(checkpoint) in card and "https://github.com/o/tiny" in card and "abc123" in card
+    reloaded = TinyModel.from_pretrained(out)
+    assert torch.equal(reloaded.body.weight, source["net.body.gamma"])
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"net.mystery.weight": torch.zeros(1)}, "'net.mystery.weight' has no counterpart in TinyModel"),
+        ({"net.body.gamma": torch.zeros(4, 5)}, r"'net.body.gamma' has shape \(4, 5\), TinyModel expects \(4, 4\)"),
+        ({"net.out.weight": torch.zeros(10, 4)}, "should be tied to 'embed.weight'"),
+        ({"body.weight": torch.zeros(4, 4)}, "both map to 'body.weight'"),
+    ],
+)
+def test_generic_core_is_strict(changes, message):
+    with pytest.raises(CheckpointError, match=message):
+        convert_state_dict(original_state(**changes), TinyModel(TinyConfig()), TINY_MAP, ConversionReport("tiny.pt"))
+
+
+def test_a_registered_converter_runs_from_the_command_line(clean_registry, tmp_path, capsys):
+    from vlhub.cli import main
+
+    def convert(args):
+        model = TinyModel(TinyConfig())
+        report = ConversionReport(source=Path(args.checkpoint).name)
+        convert_state_dict(torch.load(args.checkpoint, weights_only=True), model, TINY_MAP, report)
+        save_converted(args.output_dir, model, report, title="Tiny", architecture="tiny",
+                       provenance=Provenance(args.checkpoint, "https://github.com/o/tiny", "abc123"))
+        return report
+
+    clean_registry.register_converter("tiny-test", convert, _add_arguments, help="a made-up architecture")
+    torch.save(original_state(), tmp_path / "tiny.pt")
+    assert main(["convert", "tiny-test", str(tmp_path / "tiny.pt"), "--output-dir", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "dropped aux_head.weight: auxiliary loss head" in printed and "newly initialised new_head.bias" in printed
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+    torch.save(original_state(**{"net.mystery.weight": torch.zeros(1)}), tmp_path / "bad.pt")
+    assert main(["convert", "tiny-test", str(tmp_path / "bad.pt"), "--output-dir", str(tmp_path / "bad")]) == 2
+    assert "net.mystery.weight" in capsys.readouterr().err

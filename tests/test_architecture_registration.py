@@ -1,8 +1,9 @@
 """The seams an architecture plugs into, proven with a throwaway architecture that is not UNITER.
 
 Everything "toy_vl" needs is in this file: a config, a pre-training model, a processor, one objective, and ONE
-`register_architecture` call. Then `pretrain.py --model_type toy_vl` trains it, the Auto classes load it, and the
-shared lookups (objectives, default mix, heads) find it — with no edit anywhere in vlhub.
+`register_architecture` call (its converter is two functions here too). Then `pretrain.py --model_type toy_vl`
+trains it, `vlhub convert toy_vl` converts an "original" state dict, the Auto classes load both, and the shared
+lookups (objectives, default mix, heads) find it — with no edit anywhere in vlhub.
 """
 
 from __future__ import annotations
@@ -83,11 +84,34 @@ def _build_mlm(context, examples, rngs):
 
 TOY_OBJECTIVES = (Objective("mlm", None, _build_mlm),)
 
+
+def add_arguments(parser):  # `vlhub convert toy_vl CHECKPOINT --output-dir DIR`
+    parser.add_argument("checkpoint")
+    parser.add_argument("--output-dir", required=True)
+
+
+def convert_from_args(args):
+    """The "original release" names its modules `emb.*`, `img.*`, `head.*` and keeps a training-only `aux.*`."""
+    from vlhub.conversion.common import (
+        ConversionReport, KeyMap, Provenance, convert_state_dict, load_torch_state_dict, save_converted)
+
+    source = load_torch_state_dict(args.checkpoint)
+    vocab_size, hidden_size = source["emb.weight"].shape
+    model = ToyVlForPreTraining(ToyVlConfig(vocab_size=vocab_size, hidden_size=hidden_size,
+                                            region_feature_dim=source["img.weight"].shape[1]))
+    report = ConversionReport(source="toy.pt")
+    key_map = KeyMap(renames=[(r"^emb\.", "words."), (r"^img\.", "regions."), (r"^head\.", "mlm.")],
+                     drops={r"^aux\.": "training-only auxiliary head"})
+    convert_state_dict(source, model, key_map, report)
+    save_converted(args.output_dir, model, report, provenance=Provenance(args.checkpoint, "https://example.org/toy",
+                                                                         "0" * 40), title="Toy", architecture="toy_vl")
+    return report
+
 TOY = Architecture(
     model_type="toy_vl", name="Toy-VL", package=__name__, config="ToyVlConfig", processor="ToyVlProcessor",
     region_processor="ToyVlRegionProcessor", auto_models={"AutoModelForPreTraining": "ToyVlForPreTraining"},
     task_models={"pretraining": "ToyVlForPreTraining"}, objectives=f"{__name__}:TOY_OBJECTIVES",
-    default_objectives={"mlm": 1}, config_presets={"tiny": {"hidden_size": 16}}, lowercase=True,
+    default_objectives={"mlm": 1}, config_presets={"tiny": {"hidden_size": 16}}, lowercase=True, converter=__name__,
 )
 
 
@@ -146,3 +170,25 @@ def test_an_unknown_model_type_lists_the_known_ones(tmp_path):
 
     with pytest.raises(SystemExit, match="uniter"):
         pretrain_main(["--model_type", "no_such_model", "--output_dir", str(tmp_path / "run")])
+
+
+def test_vlhub_convert_runs_a_new_architecture_converter_through_the_registry(tmp_path, toy_architecture):
+    from transformers import AutoModelForPreTraining
+
+    from vlhub.cli import main
+    from vlhub.conversion import converters
+
+    assert "toy_vl" in converters()
+    original = {"emb.weight": torch.randn(30, 8), "img.weight": torch.randn(8, 12), "img.bias": torch.randn(8),
+                "head.weight": torch.randn(30, 8), "head.bias": torch.randn(30), "aux.weight": torch.randn(2, 8)}
+    torch.save(original, tmp_path / "toy.pt")
+    assert main(["convert", "toy_vl", str(tmp_path / "toy.pt"), "--output-dir", str(tmp_path / "out")]) == 0
+    model = AutoModelForPreTraining.from_pretrained(tmp_path / "out")
+    assert type(model) is ToyVlForPreTraining
+    assert torch.equal(model.words.weight, original["emb.weight"]) and torch.equal(model.mlm.bias, original["head.bias"])
+    report = (tmp_path / "out" / "conversion_report.json").read_text()
+    assert "training-only auxiliary head" in report
+    del original["aux.weight"]
+    original["unknown.weight"] = torch.zeros(1)
+    torch.save(original, tmp_path / "bad.pt")  # a key the map does not account for is refused, never dropped
+    assert main(["convert", "toy_vl", str(tmp_path / "bad.pt"), "--output-dir", str(tmp_path / "bad")]) == 2

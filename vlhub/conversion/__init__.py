@@ -6,6 +6,7 @@ converter runs or the command line is built) and exposes the conversion function
 
 import importlib
 
+from ..registry import on_register
 from .registry import Converter, converters, get_converter, register_converter
 
 __all__ = [
@@ -62,10 +63,18 @@ register_converter(
     add_arguments=_detector_arguments,
     help="bottom-up-attention Faster R-CNN weights (MMF/HF pytorch_model.bin, detectron2 .pkl or Caffe .caffemodel)",
 )
-# moved to the UNITER architecture registration by the lead
-register_converter(
-    "uniter",
-    convert="vlhub.conversion.uniter:convert_from_args",
-    add_arguments="vlhub.conversion.uniter:add_arguments",
-    help="an original UNITER .pt checkpoint (ChenRocks/UNITER)",
-)
+
+
+def _register_architecture_converter(architecture) -> None:
+    """`vlhub convert <model_type>` for every architecture that declares a converter module."""
+    if architecture.converter:
+        register_converter(
+            architecture.model_type,
+            convert=f"{architecture.converter}:convert_from_args",
+            add_arguments=f"{architecture.converter}:add_arguments",
+            help=f"an original {architecture.name} checkpoint"
+            + (f" ({architecture.original_repository})" if architecture.original_repository else ""),
+        )
+
+
+on_register(_register_architecture_converter)

@@ -71,7 +71,7 @@ class PretrainingTask(TrainingTask):
     """Pre-train `model` on `corpus` with the objectives of `mix` (one objective per optimizer step).
 
     Args:
-        model: a model with pre-training heads (`UniterForPreTraining`).
+        model: a model with pre-training heads (its architecture's "pretraining" head).
         processor: its processor. corpus: captions and regions.
         mix: objectives with ratios (default: the architecture's original mix).
         base_model: what the weights started from (recorded in the card).

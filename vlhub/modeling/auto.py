@@ -8,6 +8,7 @@ stays as light as `import transformers`.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from ..registry import Architecture, architectures, get_architecture, on_register
@@ -19,6 +20,7 @@ _MODELING_AUTO = "transformers.models.auto.modeling_auto"
 _PROCESSING_AUTO = "transformers.models.auto.processing_auto"
 _FEATURE_EXTRACTION_AUTO = "transformers.models.auto.feature_extraction_auto"
 _PIPELINES = "transformers.pipelines"
+_VLHUB_PIPELINES = "vlhub.pipelines"
 
 
 def _register_config(architecture: Architecture) -> None:
@@ -50,10 +52,10 @@ def _initializing(module_name: str) -> bool:
 
 
 def _register_when_ready(architecture: Architecture, auto_module: str, class_names: list[str], register) -> None:
-    """Run `register(auto module)` once transformers' `auto_module` and the modules defining `class_names` are all
-    imported. Either may be imported first, and importing one can import the other (vlhub's modeling files import
-    transformers' BERT, which imports the Auto classes), so each completed import retries, and a registration never
-    reads a half-initialised module."""
+    """Run `register(auto module)` once transformers' `auto_module` is imported; `register` imports the modules that
+    define `class_names`. Importing one can import the other (vlhub's modeling files import transformers' BERT, which
+    imports the Auto classes), so while one of vlhub's modules is half-initialised the registration waits for its
+    completion instead of reading it."""
     own_modules = sorted({architecture.module_of(name) for name in class_names})
 
     def attempt(completed=None):
@@ -78,10 +80,27 @@ def _on_architecture(architecture: Architecture) -> None:
                          lambda module: _register_region_processor(architecture, module))
 
 
-def _register_pipelines(_module) -> None:
-    from ..pipelines import register_pipelines
+def _on_transformers_pipelines(_module) -> None:
+    """`from transformers import pipeline` alone must find vlhub's tasks: bring vlhub's pipelines in and register
+    them — unless vlhub's pipelines are being imported right now (they import transformers' first); their own
+    completion registers them then."""
+    if not _initializing(_VLHUB_PIPELINES):
+        _register_pipelines_once(importlib.import_module(_VLHUB_PIPELINES))
 
-    register_pipelines()
+
+def _on_vlhub_pipelines(module) -> None:
+    if _PIPELINES in sys.modules and not _initializing(_PIPELINES):
+        _register_pipelines_once(module)
+
+
+_PIPELINES_REGISTERED = False
+
+
+def _register_pipelines_once(vlhub_pipelines) -> None:
+    global _PIPELINES_REGISTERED
+    if not _PIPELINES_REGISTERED:
+        vlhub_pipelines.register_pipelines()
+        _PIPELINES_REGISTERED = True
 
 
 _REGISTERED = False
@@ -95,7 +114,8 @@ def register_all() -> None:
     _REGISTERED = True
     on_register(_on_architecture)
     architectures()  # discovers vlhub's own architecture packages
-    when_imported(_PIPELINES, _register_pipelines)
+    when_imported(_PIPELINES, _on_transformers_pipelines)
+    when_imported(_VLHUB_PIPELINES, _on_vlhub_pipelines)
 
 
 def model_classes() -> dict[str, type]:

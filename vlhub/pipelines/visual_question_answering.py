@@ -41,7 +41,7 @@ def _as_pairs(image, question) -> tuple[list[dict], bool]:
 
 
 class VisualQuestionAnsweringPipeline(Pipeline):
-    """Answer questions about images with a vlhub VQA model (e.g. `UniterForQuestionAnswering`).
+    """Answer questions about images with any vlhub VQA head (the architecture's "vqa" model).
 
     ```python
     vqa = pipeline("visual-question-answering", model="path/to/uniter-vqa")

@@ -1,0 +1,42 @@
+"""`import vlhub` stays light, and registration with transformers works whatever is imported first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+ORDERS = [
+    "import vlhub; from transformers import pipeline",
+    "import transformers.pipelines; import vlhub",
+    "import vlhub.pipelines.visual_question_answering",
+    "from vlhub.pipelines import VisualQuestionAnsweringPipeline",
+]
+
+
+def _run(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("first", ORDERS)
+def test_pipelines_are_registered_whatever_is_imported_first(first):
+    out = _run(f"{first}\nimport transformers.pipelines as t\n"
+               "tasks = t.PIPELINE_REGISTRY.get_supported_tasks()\n"
+               "print('visual-question-answering' in tasks, 'image-text-retrieval' in tasks)")
+    assert out.split() == ["True", "True"]
+
+
+def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimported():
+    out = _run("import sys, vlhub\n"
+               "heavy = ('transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines', "
+               "'torchvision', 'vlhub.modeling.uniter.modeling_uniter')\n"
+               "print(sorted(m for m in heavy if m in sys.modules))\n"
+               "from transformers import AutoModel\n"
+               "print(AutoModel.from_config(vlhub.UniterConfig(hidden_size=8, num_hidden_layers=1, "
+               "num_attention_heads=2, intermediate_size=8)).__class__.__name__)\n"
+               "from transformers.models.auto.processing_auto import PROCESSOR_MAPPING\n"
+               "print(PROCESSOR_MAPPING[vlhub.UniterConfig].__name__)")
+    assert out.split("\n")[:3] == ["[]", "UniterModel", "UniterProcessor"]

@@ -1,0 +1,148 @@
+"""Encoder inference speed of every architecture, as examples/s and as a share of this machine's matmul peak.
+
+    python bench/bench_encoders.py [--encoders uniter vl_bert ...] [--batch-sizes 1 8 32] [--bf16-batch-sizes 32]
+                                   [--attention eager sdpa] [--text 20] [--regions N] [--repeats 5] [--device cpu]
+
+The cases live in bench/encoders/<arch>.py (see its __init__ for the contract): the released model size with random
+weights, since speed does not depend on the values. For every case, attention implementation and batch size the
+script prints examples/s, the GFLOP one example executes (counted by torch.utils.flop_counter), and the achieved
+GFLOP/s as a percentage of the matmul peak measured here first (a large square matmul in the same dtype), so
+figures from different machines can be compared. bf16 runs with bf16 weights; its largest answer-logit difference
+from fp32 is printed next to it (what the speed costs in accuracy). Without AMX, bf16 on a CPU is several times
+slower than fp32: the script says whether this CPU has AMX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import encoders  # noqa: E402  (bench/encoders, found through the path above)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeats: int = 10) -> float:
+    """Best GFLOP/s of a square matmul: the ceiling an encoder's dense layers can approach."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    torch.matmul(a, b)
+    synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def has_amx() -> bool:
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def answer_logits(outputs) -> torch.Tensor:
+    return outputs.logits if hasattr(outputs, "logits") else outputs[0]
+
+
+def forward_flops(model, inputs) -> int:
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(**inputs)
+    return counter.get_total_flops()
+
+
+def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, torch.Tensor]:
+    """Median seconds per forward after one warm-up call, and the answer logits (fp32)."""
+    with torch.inference_mode():
+        logits = answer_logits(model(**inputs)).float()
+        times = []
+        for _ in range(repeats):
+            synchronize(device)
+            start = time.perf_counter()
+            model(**inputs)
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], logits
+
+
+def to_device(inputs: dict, device: str, dtype: torch.dtype) -> dict:
+    return {
+        key: value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
+        for key, value in inputs.items()
+    }
+
+
+def available_cases() -> list[str]:
+    return sorted(info.name for info in pkgutil.iter_modules(encoders.__path__))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encoders", nargs="+", default=None, help=f"cases to run (default all: {available_cases()})")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--bf16-batch-sizes", type=int, nargs="*", default=[32])
+    parser.add_argument("--attention", nargs="+", default=["eager", "sdpa"])
+    parser.add_argument("--text", type=int, default=20)
+    parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    names = args.encoders or available_cases()
+    unknown = sorted(set(names) - set(available_cases()))
+    if unknown:
+        parser.error(f"unknown encoder case(s) {unknown}; available: {available_cases()}")
+
+    device = args.device
+    peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
+    if args.bf16_batch_sizes:
+        peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
+    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, AMX {'yes' if has_amx() else 'no'}"
+    print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
+    print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
+    print(f"{'encoder':28s} {'attn':5s} {'dtype':8s} {'batch':>5s} {'ex/s':>9s} {'GFLOP/ex':>9s} {'% peak':>7s}  note")
+
+    for name in names:
+        case = importlib.import_module(f"encoders.{name}")
+        regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
+        for attention in args.attention:
+            torch.manual_seed(0)
+            model = case.build(attention).to(device)
+            runs = [(torch.float32, b) for b in args.batch_sizes] + [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
+            reference: dict[int, torch.Tensor] = {}
+            for dtype, batch in runs:
+                model.to(dtype)
+                inputs = to_device(case.make_inputs(model, batch, args.text, regions), device, dtype)
+                flops = forward_flops(model, inputs)
+                seconds, logits = time_forward(model, inputs, args.repeats, device)
+                gflops_per_example = flops / batch / 1e9
+                percent = 100 * flops / seconds / 1e9 / peaks[dtype]
+                note = ""
+                if dtype == torch.float32:
+                    reference[batch] = logits
+                elif batch in reference:
+                    note = f"max |logit - fp32| {(logits - reference[batch]).abs().max().item():.3f}"
+                print(
+                    f"{case.DESCRIPTION + f' {args.text}t+{regions}r':28s} {attention:5s} {str(dtype)[6:]:8s} {batch:5d}"
+                    f" {batch / seconds:9.2f} {gflops_per_example:9.2f} {percent:6.1f}%  {note}"
+                )
+            model.float()
+
+
+if __name__ == "__main__":
+    main()

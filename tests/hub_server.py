@@ -21,6 +21,9 @@ class FakeHub:
         self.unknown: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.refuse_uploads = False  # set to answer uploads 403, as a Hub that revoked the token would
+        self.stall_uploads = False  # set to read upload requests and never answer them, as a stalled server would
+        self.stalled = 0  # requests left unanswered
+        self._release = threading.Event()  # set at stop: stalled handlers return and their threads end
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +56,11 @@ class FakeHub:
                     with hub.lock:
                         hub.repos.setdefault(repo, {})
                     return self._json(200, {"url": f"{hub.url}/{repo}", "name": repo, "id": repo})
+                if hub.stall_uploads and path != "/api/repos/create":
+                    with hub.lock:
+                        hub.stalled += 1
+                    hub._release.wait()
+                    return None
                 if hub.refuse_uploads and path != "/api/repos/create":
                     return self._json(403, {"error": "Invalid credentials in Authorization header"},
                                       {"X-Error-Message": "Invalid credentials in Authorization header"})
@@ -121,9 +129,27 @@ class FakeHub:
         return self
 
     def stop(self):
+        self._release.set()
         self.server.shutdown()
         self.server.server_close()
 
     def __exit__(self, *exc):
         if self.thread.is_alive():
             self.stop()
+
+
+class SilentServer:
+    """Accepts TCP connections on loopback and never answers a byte: a Hub that hangs rather than refuses."""
+
+    def __init__(self):
+        import socket
+
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket.listen(16)  # connections complete in the kernel's backlog; nobody ever reads them
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+
+    def __enter__(self) -> "SilentServer":
+        return self
+
+    def __exit__(self, *exc):
+        self.socket.close()

@@ -51,6 +51,8 @@ class VlhubTrainingArguments:
     save_steps: int = field(default=0, metadata={"help": "Save output_dir/checkpoint-<step> every N steps (0: never)."})
     save_total_limit: int = field(default=0, metadata={"help": "Keep only the newest N checkpoints (0: all)."})
     seed: int = field(default=0, metadata={"help": "Seed of initialisation, data order, masking and dropout."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start a fresh run in an output_dir that "
+                                       "holds another run's checkpoints, deleting them (without it, that is refused)."})
     resume_from_checkpoint: str | None = field(default=None, metadata={"help": "A checkpoint folder, or 'latest' "
                                                "(the newest checkpoint-<step> in output_dir)."})
     push_to_hub: bool = field(default=False, metadata={"help": "Upload checkpoints (in the background) and the final "
@@ -58,6 +60,8 @@ class VlhubTrainingArguments:
     hub_model_id: str | None = field(default=None, metadata={"help": "Repository to push to (user/name)."})
     hub_private_repo: bool = field(default=False)
     hub_token: str | None = field(default=None, metadata={"help": "Defaults to the logged-in token / HF_TOKEN."})
+    hub_timeout: float = field(default=60.0, metadata={"help": "Seconds a Hub request may make no progress before it "
+                               "is retried (3 tries), then given up with an error; local checkpoints are kept."})
     report_to: list[str] = field(default_factory=list, metadata={"help": "Extra accelerate trackers (tensorboard, "
                                  "wandb, ...); log_history.jsonl is always written."})
     dataloader_num_workers: int = field(default=0)
@@ -82,6 +86,7 @@ class VlhubTrainingArguments:
             "save_steps": self.save_steps >= 0,
             "save_total_limit": self.save_total_limit >= 0,
             "max_eval_samples": self.max_eval_samples >= 0,
+            "hub_timeout": self.hub_timeout > 0 and math.isfinite(self.hub_timeout),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

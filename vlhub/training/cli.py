@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import ClassVar
 from accelerate.utils import set_seed
 
 from ..registry import architectures, get_architecture
+from ..utils.secrets import redact_secrets
 from .arguments import VlhubTrainingArguments
 from .data import (
     SHAPES,
@@ -108,28 +108,6 @@ class FinetuneTrainingArguments(VlhubTrainingArguments):
     max_eval_samples: int = field(default=0)
     logging_steps: int = field(default=50)
     max_grad_norm: float = field(default=2.0, metadata={"help": "2.0 as the original VQA fine-tuning."})
-
-
-# A flag is secret when one of these words ends a part of its name (`--hub_token`, `--api-key`), not `--tokenizer_name`.
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|password|passwd|secret|api[_-]?key|auth)([_-][\w-]*)?$", re.IGNORECASE)
-
-
-def redact_secrets(argv: list[str]) -> list[str]:
-    """`argv` with the value of every flag named like a secret (`--hub_token`, `--password`, `--api_key`, ...)
-    replaced by `***`, in both `--flag value` and `--flag=value` form."""
-    redacted, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            redacted.append("***")
-            hide_next = False
-            continue
-        name, has_value, _ = arg.partition("=")
-        if _SECRET_FLAG.match(name):
-            redacted.append(f"{name}=***" if has_value else arg)
-            hide_next = not has_value
-        else:
-            redacted.append(arg)
-    return redacted
 
 
 def launch_command(script: str, argv: list[str] | None = None) -> str:

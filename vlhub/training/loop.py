@@ -11,9 +11,14 @@ Checkpoint layout, `<output_dir>/checkpoint-<step>/`:
     vlhub_state.json                                   what exact resumption needs beyond that: the pending log
                                                        window, process count, arguments, command, evaluation
     trainer_state.json                                 transformers' `TrainerState` (step, epoch, log history),
-                                                       readable with `TrainerState.load_from_json`; written last
+                                                       readable with `TrainerState.load_from_json`
     training_state/                                    accelerate.save_state: optimizer, scheduler, RNG, scaler
-The final model is saved the same way (without `training_state/`) in `<output_dir>` itself.
+    checksums.json                                     sha256 and size of every file above; written last, when the
+                                                       checkpoint is complete
+The final model is saved the same way (without `training_state/`) in `<output_dir>` itself. Every JSON file is
+written atomically. Resuming verifies the checksums first: a damaged checkpoint is named with its bad file, and
+`latest` falls back to the newest intact one. A fresh run refuses an `output_dir` holding another run's
+checkpoints unless `overwrite_output_dir` is set (then those checkpoints are deleted first).
 """
 
 from __future__ import annotations
@@ -35,19 +40,24 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import TrainerState, get_scheduler
 
+from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha256_file
+from ..utils.secrets import scrub_secrets
 from .arguments import VlhubTrainingArguments
 from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
 
-__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "TRAINER_STATE", "VLHUB_STATE"]
+__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "verify_checkpoint",
+           "DamagedCheckpointError", "TRAINER_STATE", "VLHUB_STATE", "CHECKSUMS"]
 
 logger = get_logger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 VLHUB_STATE = "vlhub_state.json"
 TRAINING_STATE_DIR = "training_state"
+CHECKSUMS = "checksums.json"
+_RNG_STATE = "random_states_{}.pkl"  # accelerate.save_state's name for process i's RNG state
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -135,20 +145,85 @@ class _LogWindow:
         return {"sums": self.sums, "counts": self.counts}
 
 
+class DamagedCheckpointError(ValueError):
+    """A checkpoint is incomplete or its files differ from the checksums recorded when it was complete."""
+
+
+def verify_checkpoint(folder: str | os.PathLike) -> None:
+    """Check every file recorded in `folder/checksums.json` (size, then sha256); raises `DamagedCheckpointError`
+    naming the checkpoint and the first bad file. A checkpoint without `checksums.json` was never completed."""
+    folder = Path(folder)
+    manifest = folder / CHECKSUMS
+    if not manifest.is_file():
+        raise DamagedCheckpointError(f"checkpoint {folder} is incomplete: it has no {CHECKSUMS} (written last, once "
+                                     "every file of a checkpoint is saved); the run was probably interrupted saving it")
+    try:
+        recorded = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise DamagedCheckpointError(f"checkpoint {folder}: {CHECKSUMS} is unreadable ({err})") from err
+    for name, expected in recorded.items():
+        path = folder / name
+        if not path.is_file():
+            raise DamagedCheckpointError(f"checkpoint {folder} is damaged: {name} is missing")
+        size = path.stat().st_size
+        if size != expected["size"]:
+            raise DamagedCheckpointError(f"checkpoint {folder} is damaged: {name} has {size} bytes, "
+                                         f"{expected['size']} were saved (truncated or overwritten)")
+        if sha256_file(path) != expected["sha256"]:
+            raise DamagedCheckpointError(f"checkpoint {folder} is damaged: the content of {name} differs from what "
+                                         "was saved (sha256 mismatch)")
+    for required in (TRAINER_STATE, VLHUB_STATE):
+        if required not in recorded:
+            raise DamagedCheckpointError(f"checkpoint {folder} is not a vlhub training checkpoint: no {required}")
+
+
 def resolve_checkpoint(value: str, output_dir: str | os.PathLike) -> Path:
-    """`latest` → the newest `checkpoint-<step>` in output_dir; otherwise the folder given (checked)."""
+    """`latest` → the newest intact `checkpoint-<step>` in output_dir (damaged newer ones are skipped with a
+    warning); otherwise the folder given, which must be intact (`verify_checkpoint`)."""
     if value == "latest":
         found = _checkpoints(Path(output_dir))
         if not found:
             raise FileNotFoundError(f"--resume_from_checkpoint latest: no checkpoint-<step> folder in {output_dir}")
-        return found[-1]
+        problems = []
+        for folder in reversed(found):
+            try:
+                verify_checkpoint(folder)
+            except DamagedCheckpointError as err:
+                problems.append(str(err))
+                continue
+            if problems:
+                logger.warning(f"skipping damaged checkpoints ({'; '.join(problems)}); resuming from {folder} instead",
+                               main_process_only=True)
+            return folder
+        raise DamagedCheckpointError("--resume_from_checkpoint latest: no intact checkpoint in "
+                                     f"{output_dir}: " + "; ".join(problems))
     path = Path(value)
     if not (path / TRAINER_STATE).is_file() or not (path / TRAINING_STATE_DIR).is_dir():
         raise FileNotFoundError(
             f"--resume_from_checkpoint {value}: not a vlhub training checkpoint (expected a folder with "
             f"{TRAINER_STATE} and {TRAINING_STATE_DIR}/, such as {Path(output_dir) / 'checkpoint-500'})"
         )
+    verify_checkpoint(path)
     return path
+
+
+def _claim_output_dir(output_dir: Path, overwrite: bool, is_main: bool) -> None:
+    """A fresh run must not mix with another run's checkpoints (resume would pick them, rotation would keep them)."""
+    earlier = [p for p in output_dir.glob("checkpoint-*") if _CHECKPOINT.match(p.name) and p.is_dir()]
+    if not earlier and not (output_dir / TRAINER_STATE).is_file():
+        return
+    if not overwrite:
+        names = ", ".join(sorted(p.name for p in earlier)) or TRAINER_STATE
+        raise FileExistsError(
+            f"--output_dir {output_dir} already holds another run ({names}). Resume it with "
+            "--resume_from_checkpoint latest, choose another --output_dir, or pass --overwrite_output_dir to delete "
+            "its checkpoints and start afresh."
+        )
+    if is_main:
+        logger.warning(f"--overwrite_output_dir: deleting the earlier run's checkpoints in {output_dir}: "
+                       f"{', '.join(sorted(p.name for p in earlier))}")
+        for folder in earlier:
+            shutil.rmtree(folder)
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -188,6 +263,7 @@ def train(
     a crash). Pass an `accelerator` to reuse one; otherwise one is built from `args`.
     """
     output_dir = Path(args.output_dir)
+    command = scrub_secrets(command, [args.hub_token])  # it goes into model cards and state files, then the Hub
     if accelerator is None:
         accelerator = Accelerator(
             gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -201,10 +277,14 @@ def train(
         )
     is_main = accelerator.is_main_process
     resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
+    if resume_dir is None:
+        _claim_output_dir(output_dir, args.overwrite_output_dir, is_main)
+    accelerator.wait_for_everyone()
 
     uploader = None
     if args.push_to_hub and is_main:
-        uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo)
+        uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
+                               timeout=args.hub_timeout)
 
     set_seed(args.seed)
     group_size = accelerator.num_processes * args.gradient_accumulation_steps
@@ -226,7 +306,7 @@ def train(
         trainer_state = TrainerState.load_from_json(str(resume_dir / TRAINER_STATE))
         state = json.loads((resume_dir / VLHUB_STATE).read_text())
         _warn_if_layout_changed(state, args, accelerator.num_processes)
-        accelerator.load_state(str(resume_dir / TRAINING_STATE_DIR))
+        _load_training_state(accelerator, resume_dir, saved_processes=state.get("num_processes"))
         step = trainer_state.global_step
         window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
         history = trainer_state.log_history
@@ -261,17 +341,21 @@ def train(
             write_training_card(folder, task.card_info(), step=step, max_steps=max_steps, command=command,
                                 hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes, max_steps),
                                 eval_results=eval_results)
-            (folder / VLHUB_STATE).write_text(json.dumps({
+            atomic_write_json(folder / VLHUB_STATE, {
                 "num_processes": accelerator.num_processes, "log_window": window.state(),
                 "eval_results": eval_results, "args": args.to_dict(), "command": command,
-            }, indent=1))
-            # Written last: `--resume_from_checkpoint latest` only considers folders that have it.
-            TrainerState(
+            })
+            trainer_state = TrainerState(
                 epoch=step / steps_per_epoch, global_step=step, max_steps=max_steps, logging_steps=args.logging_steps,
                 eval_steps=args.eval_steps, save_steps=args.save_steps,
                 train_batch_size=args.per_device_train_batch_size, num_train_epochs=math.ceil(max_steps / steps_per_epoch),
                 log_history=history,
-            ).save_to_json(str(folder / TRAINER_STATE))
+            )
+            atomic_write(folder / TRAINER_STATE, lambda temporary: trainer_state.save_to_json(str(temporary)))
+        accelerator.wait_for_everyone()
+        if with_training_state and is_main:
+            # Last, once every process has written its part: the checkpoint is complete when this file exists.
+            atomic_write_json(folder / CHECKSUMS, {"files": file_checksums(folder, exclude=(CHECKSUMS,))})
         accelerator.wait_for_everyone()
 
     model.train()
@@ -358,6 +442,24 @@ def _rotate_checkpoints(output_dir: Path, limit: int):
         return
     for old in _checkpoints(output_dir)[:-limit]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
+    """accelerate.load_state, with this process's RNG state required (accelerate only logs its absence) and load
+    errors naming the checkpoint."""
+    rng_state = folder / TRAINING_STATE_DIR / _RNG_STATE.format(accelerator.process_index)
+    if not rng_state.is_file():
+        if saved_processes in (None, accelerator.num_processes):
+            raise DamagedCheckpointError(
+                f"checkpoint {folder} has no RNG state for process {accelerator.process_index} ({rng_state.name}): "
+                "resuming without it would not reproduce the interrupted run's masking, sampling and dropout")
+        logger.warning(f"process {accelerator.process_index} has no RNG state in {folder} (it was saved by "
+                       f"{saved_processes} processes): it starts from the seed")
+    try:
+        accelerator.load_state(str(folder / TRAINING_STATE_DIR))
+    except Exception as err:
+        raise DamagedCheckpointError(f"could not load the training state of checkpoint {folder}: "
+                                     f"{type(err).__name__}: {err}") from err
 
 
 def _warn_if_layout_changed(state: dict, args: VlhubTrainingArguments, num_processes: int):

@@ -11,6 +11,13 @@ A shard is written under a temporary name and renamed when complete, so an inter
 file that reads as a finished shard; a writer reopened on the same folder skips nothing silently: it reports
 the ids already stored (`completed_ids`) and refuses to store an id twice.
 
+Several processes may write one store at once, each with its own `process_index` (its own shard series). A
+writer holds an exclusive lock on its series (`.lock-pNNNNN`, released when it closes or its process dies), so a
+second writer with the same index is refused instead of overwriting shards. Publishing a shard takes a short
+store-wide lock, under which the writer reads the ids other writers published since it opened: an id another
+process already stored is refused there, when it is written, not at the next open. Temporary files a killed
+writer left in its series are removed (with a warning) by the next writer of that series; readers ignore them.
+
 `datasets` sees the shards as a plain Parquet dataset with typed columns (`Array2D` features), e.g.
 `datasets.load_dataset("parquet", data_files=RegionStore(folder).shard_files, streaming=True)`.
 """
@@ -18,7 +25,9 @@ the ids already stored (`completed_ids`) and refuses to store an id twice.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import re
 from collections import OrderedDict
@@ -30,9 +39,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...utils.files import atomic_write_json
 from ..regions import RegionFeatures
 
-__all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "import_features"]
+__all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features"]
 
 STORE_FORMAT = "vlhub-region-store"
 STORE_VERSION = 1
@@ -40,6 +50,24 @@ STORE_INDEX_FILE = "store.json"
 _SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
 _OPTIONAL_FIELDS = ("scores", "class_probs", "attribute_probs")
 _FEATURE_DTYPES = ("float32", "float16")
+_STORE_LOCK = ".lock-store"
+logger = logging.getLogger(__name__)
+
+
+class StoreLockedError(RuntimeError):
+    """Another live writer holds the shard series (or the store) this writer needs."""
+
+
+def _lock(path: Path, blocking: bool) -> int:
+    """An exclusive `flock` on `path` (created if missing); returns the open descriptor that holds it. The kernel
+    releases it when the descriptor closes, also when the process is killed."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 class StoreLayout:
@@ -127,17 +155,6 @@ def _read_index(directory: Path) -> StoreLayout | None:
     return StoreLayout(**index["layout"])
 
 
-def _write_atomically(path: Path, write):
-    """Write through a temporary file in the same folder, then rename: readers see all or nothing."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-
-
 def _shard_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if _SHARD_PATTERN.match(p.name))
 
@@ -191,6 +208,19 @@ class RegionStoreWriter:
             raise ValueError(f"process_index must be in [0, 99999], got {process_index}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._series_lock: int | None = None
+        series_lock = self.directory / f".lock-p{process_index:05d}"
+        try:
+            self._series_lock = _lock(series_lock, blocking=False)
+        except BlockingIOError:
+            holder = series_lock.read_text().strip() or "unknown"
+            raise StoreLockedError(
+                f"another writer (process id {holder}) is writing shard series p{process_index:05d} of the region "
+                f"store {self.directory}: two writers of one series would overwrite each other's shards. Give each "
+                "process its own process_index, or wait for the other writer to finish."
+            ) from None
+        os.ftruncate(self._series_lock, 0)
+        os.pwrite(self._series_lock, str(os.getpid()).encode(), 0)
         self.shard_size = shard_size
         self.feature_dtype = feature_dtype
         self.process_index = process_index
@@ -201,15 +231,31 @@ class RegionStoreWriter:
                 f"the store in {self.directory} holds {self.layout.feature_dtype} features; open it with "
                 f"feature_dtype={self.layout.feature_dtype!r} (got {feature_dtype!r})"
             )
-        shards = _shard_files(self.directory)
+        self._remove_leftovers()
         self.completed_ids: set[str] = set()
-        for shard in shards:
-            self.completed_ids.update(_stored_ids(shard))
-        mine = [int(_SHARD_PATTERN.match(p.name).group(2)) for p in shards]
-        mine = [n for p, n in zip(shards, mine) if int(_SHARD_PATTERN.match(p.name).group(1)) == process_index]
-        self._next_shard = max(mine, default=-1) + 1
+        self._seen_shards: set[str] = set()
+        self._read_new_shards()
         self._pending: "OrderedDict[str, RegionFeatures]" = OrderedDict()
         self.written_shards: list[Path] = []
+
+    def _remove_leftovers(self):
+        """Temporary shards of this series were left by a killed writer (this writer holds the series' lock)."""
+        for leftover in self.directory.glob(f".shard-p{self.process_index:05d}-*.tmp"):
+            logger.warning(f"removing {leftover.name} from {self.directory}: a temporary shard an interrupted writer "
+                           "left unfinished (its images are not in the store and will be written again)")
+            leftover.unlink()
+
+    def _read_new_shards(self):
+        """Add the ids of shards published since the last look (by this or other processes) to `completed_ids`."""
+        for shard in _shard_files(self.directory):
+            if shard.name not in self._seen_shards:
+                self.completed_ids.update(_stored_ids(shard))
+                self._seen_shards.add(shard.name)
+
+    def _next_shard_path(self) -> Path:
+        numbers = [int(m.group(2)) for p in _shard_files(self.directory)
+                   if (m := _SHARD_PATTERN.match(p.name)) and int(m.group(1)) == self.process_index]
+        return self.directory / f"shard-p{self.process_index:05d}-{max(numbers, default=-1) + 1:05d}.parquet"
 
     def __enter__(self) -> "RegionStoreWriter":
         return self
@@ -226,33 +272,71 @@ class RegionStoreWriter:
         if image_id in self.completed_ids or image_id in self._pending:
             raise ValueError(f"image {image_id!r} is already in the store {self.directory}; ids must be unique")
         if self.layout is None:
-            self.layout = StoreLayout.of(regions, self.feature_dtype)
-            self._write_index()
+            self._claim_layout(StoreLayout.of(regions, self.feature_dtype))
         self.layout.check(image_id, regions)
         self._pending[image_id] = regions
         if len(self._pending) >= self.shard_size:
             self.flush()
 
     def flush(self):
-        """Write the queued images as one shard (nothing happens when none are queued)."""
+        """Write the queued images as one shard (nothing happens when none are queued).
+
+        Raises `ValueError` naming the ids another process stored meanwhile; the other queued images are written.
+        """
         if not self._pending:
             return
-        path = self.directory / f"shard-p{self.process_index:05d}-{self._next_shard:05d}.parquet"
-        columns = self._columns(self._pending)
-        dataset = datasets.Dataset.from_dict(columns, features=self.layout.datasets_features())
+        if self._series_lock is None:
+            raise ValueError(f"this writer of {self.directory} is closed")
+        path = self._next_shard_path()
+        temporary = self.directory / f".{path.name}.{os.getpid()}.tmp"
+        store_lock = None
+        try:
+            self._write_shard(temporary, self._pending)
+            store_lock = _lock(self.directory / _STORE_LOCK, blocking=True)
+            self._read_new_shards()
+            duplicates = [image_id for image_id in self._pending if image_id in self.completed_ids]
+            if duplicates:
+                for image_id in duplicates:
+                    del self._pending[image_id]
+                if self._pending:
+                    self._write_shard(temporary, self._pending)
+            if self._pending:
+                os.replace(temporary, path)  # the series lock makes `path` this writer's alone
+                self._seen_shards.add(path.name)
+                self.completed_ids.update(self._pending)
+                self.written_shards.append(path)
+                self._pending.clear()
+        finally:
+            if store_lock is not None:
+                os.close(store_lock)
+            if temporary.exists():
+                temporary.unlink()
+        if duplicates:
+            raise ValueError(
+                f"image ids {duplicates} were stored in {self.directory} by another writer while this one queued "
+                f"them: they are refused (ids must be unique); {path.name if path.exists() else 'no shard'} holds "
+                "the other images of this batch"
+            )
 
-        def write(temporary: Path):
-            with _quiet_datasets():
-                dataset.to_parquet(str(temporary), batch_size=self.row_group_size)
-
-        _write_atomically(path, write)
-        self.completed_ids.update(self._pending)
-        self._pending.clear()
-        self._next_shard += 1
-        self.written_shards.append(path)
+    def _write_shard(self, temporary: Path, pending: "OrderedDict[str, RegionFeatures]"):
+        dataset = datasets.Dataset.from_dict(self._columns(pending), features=self.layout.datasets_features())
+        with _quiet_datasets():
+            dataset.to_parquet(str(temporary), batch_size=self.row_group_size)
+        with open(temporary, "rb+") as handle:  # on disk before it is renamed into the store
+            os.fsync(handle.fileno())
 
     def close(self):
-        self.flush()
+        """Write the last, partial shard and release the series lock (also when that write fails)."""
+        try:
+            self.flush()
+        finally:
+            if self._series_lock is not None:
+                os.close(self._series_lock)
+                self._series_lock = None
+
+    def __del__(self):
+        if getattr(self, "_series_lock", None) is not None:
+            os.close(self._series_lock)
 
     def _columns(self, pending: "OrderedDict[str, RegionFeatures]") -> dict:
         dtype = np.float16 if self.feature_dtype == "float16" else np.float32
@@ -270,9 +354,18 @@ class RegionStoreWriter:
             columns["attribute_probs"] = [r.attribute_probs.numpy() for r in pending.values()]
         return columns
 
-    def _write_index(self):
-        index = {"format": STORE_FORMAT, "version": STORE_VERSION, "layout": self.layout.to_dict()}
-        _write_atomically(self.directory / STORE_INDEX_FILE, lambda p: p.write_text(json.dumps(index, indent=2)))
+    def _claim_layout(self, layout: StoreLayout):
+        """Write store.json for the first image, unless another writer of this store did meanwhile (then its
+        layout is this store's, and `add` checks the image against it)."""
+        store_lock = _lock(self.directory / _STORE_LOCK, blocking=True)
+        try:
+            self.layout = _read_index(self.directory)
+            if self.layout is None:
+                index = {"format": STORE_FORMAT, "version": STORE_VERSION, "layout": layout.to_dict()}
+                atomic_write_json(self.directory / STORE_INDEX_FILE, index, indent=2)
+                self.layout = layout
+        finally:
+            os.close(store_lock)
 
 
 def _array2d(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:

@@ -42,8 +42,11 @@ from pathlib import Path
 
 import torch
 
+from ..utils.files import staging_folder
+
 __all__ = [
     "CheckpointError",
+    "converted_folder",
     "ConversionReport",
     "KeyMap",
     "Provenance",
@@ -357,27 +360,29 @@ def save_converted(
     """Write a converted model: `save_pretrained` (safetensors + config), the processor (if any),
     `conversion_report.json` and a model card (README.md) with the provenance. Returns the folder."""
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output_dir)
-    if processor is not None:
-        processor.save_pretrained(output_dir)
-    report.save(output_dir / "conversion_report.json")
     if usage is None:
         cls, folder = type(model), output_dir.name
         usage = f'from {cls.__module__} import {cls.__name__}\nmodel = {cls.__name__}.from_pretrained("{folder}")'
         if processor is not None:
             usage += f'\nfrom transformers import AutoProcessor\nprocessor = AutoProcessor.from_pretrained("{folder}")'
-    write_model_card(
-        output_dir,
-        title=title,
-        architecture=architecture,
-        source_file=provenance.source_file,
-        source_sha256=provenance.source_sha256,
-        original_repository=provenance.original_repository,
-        original_commit=provenance.original_commit,
-        report=report,
-        pipeline_tag=pipeline_tag,
-        usage=usage,
-        tags=tags,
-    )
+    with converted_folder(output_dir) as staging:
+        model.save_pretrained(staging)
+        if processor is not None:
+            processor.save_pretrained(staging)
+        report.save(staging / "conversion_report.json")
+        write_model_card(
+            staging, title=title, architecture=architecture, source_file=provenance.source_file,
+            source_sha256=provenance.source_sha256, original_repository=provenance.original_repository,
+            original_commit=provenance.original_commit, report=report, pipeline_tag=pipeline_tag, usage=usage,
+            tags=tags,
+        )
     return output_dir
+
+
+def converted_folder(output_dir: str | os.PathLike):
+    """Write a converted folder completely before it appears: a context manager giving a staging folder whose files
+    move into `output_dir` only when the block succeeds (a failure leaves `output_dir` as it was). Unrelated files
+    already in `output_dir` are kept; an existing, different README.md is kept as README.md.orig."""
+    return staging_folder(output_dir, keep_replaced=("README.md",))
+
+

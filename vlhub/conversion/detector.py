@@ -30,7 +30,9 @@ import yaml
 from ..processing.detector.configuration import RESNET_BLOCKS, DetectorConfig
 from ..processing.detector.extractor import RegionExtractor
 from ..utils.safe_pickle import safe_load
-from .common import CheckpointError, ConversionReport, load_torch_state_dict, sha256_of, write_model_card
+from .common import (
+    CheckpointError, ConversionReport, converted_folder, load_torch_state_dict, sha256_of, write_model_card,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -367,23 +369,24 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
     extractor = RegionExtractor(detector_config)
     extractor.load_state_dict(weights, strict=True)
     output_dir = Path(output_dir)
-    extractor.save_pretrained(output_dir)
-    report.save(output_dir / "conversion_report.json")
     repository, commit = _SOURCES[source_format]
-    write_model_card(
-        output_dir,
-        title=f"Bottom-up-attention Faster R-CNN (converted from {path.name})",
-        architecture="bottom-up-attention-detector",
-        source_file=path,
-        source_sha256=sha256_of(path),
-        original_repository=repository,
-        original_commit=commit,
-        report=report,
-        pipeline_tag=None,
-        usage=(
-            "from vlhub.processing.detector import RegionExtractor\n"
-            f"extractor = RegionExtractor.from_pretrained({str(output_dir)!r})\n"
-            "regions = extractor(['image.jpg'])  # list[RegionFeatures]"
-        ),
-    )
+    with converted_folder(output_dir) as staging:  # the folder appears only once complete
+        extractor.save_pretrained(staging)
+        report.save(staging / "conversion_report.json")
+        write_model_card(
+            staging,
+            title=f"Bottom-up-attention Faster R-CNN (converted from {path.name})",
+            architecture="bottom-up-attention-detector",
+            source_file=path,
+            source_sha256=sha256_of(path),
+            original_repository=repository,
+            original_commit=commit,
+            report=report,
+            pipeline_tag=None,
+            usage=(
+                "from vlhub.processing.detector import RegionExtractor\n"
+                f"extractor = RegionExtractor.from_pretrained({str(output_dir)!r})\n"
+                "regions = extractor(['image.jpg'])  # list[RegionFeatures]"
+            ),
+        )
     return report

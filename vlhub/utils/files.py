@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ from typing import Callable, Iterator
 
 __all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "sha256_file", "file_checksums",
            "staging_folder"]
+
+logger = logging.getLogger(__name__)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
@@ -64,12 +67,14 @@ def file_checksums(folder: str | os.PathLike, exclude: tuple[str, ...] = ()) -> 
 
 
 @contextlib.contextmanager
-def staging_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
+def staging_folder(output_dir: str | os.PathLike, keep_replaced: tuple[str, ...] = ()) -> Iterator[Path]:
     """A temporary folder beside `output_dir` to write into; on success its files are moved into `output_dir`.
 
     Until the block ends without an error, `output_dir` is untouched: a failure (or a crash) leaves no half-written
     files there, only a `.<name>.staging-*` folder that a crash could not clean up. Files already in `output_dir`
-    that the block did not write are kept; files it wrote replace theirs one rename at a time.
+    that the block did not write are kept; files it wrote replace theirs one rename at a time, except that an
+    existing file named in `keep_replaced` (e.g. a hand-written README.md) that differs from the new one is first
+    renamed to `<name>.orig` (numbered if that exists too), with a warning.
     """
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +86,18 @@ def staging_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
             if path.is_file():
                 target = output_dir / path.relative_to(staging)
                 target.parent.mkdir(parents=True, exist_ok=True)
+                if target.name in keep_replaced and target.is_file() and target.read_bytes() != path.read_bytes():
+                    backup = _free_name(target.with_name(target.name + ".orig"))
+                    os.replace(target, backup)
+                    logger.warning(f"{target} existed and differed from the new one: kept as {backup.name}")
                 os.replace(path, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _free_name(path: Path) -> Path:
+    candidate, number = path, 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.{number}")
+        number += 1
+    return candidate

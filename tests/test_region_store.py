@@ -106,13 +106,13 @@ def test_interrupted_shard_write_never_reads_as_complete(tmp_path, monkeypatch):
 
     writer = RegionStoreWriter(tmp_path, shard_size=2)
     writer.add("c", random_regions(2, 8))
-    monkeypatch.setattr(vlhub.processing.stores.shards.datasets.Dataset, "to_parquet", crash)
+    monkeypatch.setattr(RegionStoreWriter, "_record_batch", crash)
     with pytest.raises(OSError, match="disk full"):
         writer.add("d", random_regions(2, 8))
     monkeypatch.undo()
     # Only the lock files beside the store: no partial shard, no temporary file.
     visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock-"))
-    assert visible == ["shard-p00000-00000.parquet", "store.json"]
+    assert visible == ["index.sqlite", "shard-p00000-00000.arrow", "store.json"]
     assert RegionStore(tmp_path).ids == ["a", "b"]
 
 
@@ -121,7 +121,7 @@ def test_store_processes_write_their_own_shards(tmp_path):
         with RegionStoreWriter(tmp_path, shard_size=1, process_index=process) as writer:
             writer.add(f"p{process}", random_regions(2, 8, seed=process))
     assert [p.name for p in RegionStore(tmp_path).shard_files] == [
-        "shard-p00000-00000.parquet", "shard-p00001-00000.parquet"]
+        "shard-p00000-00000.arrow", "shard-p00001-00000.arrow"]
 
 
 def test_store_datasets_views(tmp_path):
@@ -143,3 +143,40 @@ def test_not_a_store(tmp_path):
     (tmp_path / "store.json").write_text(json.dumps({"format": "other"}))
     with pytest.raises(ValueError, match="does not describe a vlhub region store"):
         RegionStore(tmp_path)
+
+
+def test_a_version_1_store_still_reads_and_upgrades_with_one_command(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vlhub.cli import main as vlhub_main
+
+    old = tmp_path / "old"
+    old.mkdir()
+    images = {f"img{i}": random_regions(2 + i, 8, seed=i) for i in range(3)}
+    # Format version 1, as vlhub wrote it before: Parquet shards of list<list<float>> columns, no id index.
+    (old / "store.json").write_text(json.dumps({"format": "vlhub-region-store", "version": 1, "layout": {
+        "feature_dim": 8, "feature_dtype": "float32", "has_scores": True, "num_classes": None,
+        "num_attributes": None}}))
+    table = pa.table({
+        "image_id": list(images),
+        "features": [r.features.numpy().tolist() for r in images.values()],
+        "boxes": [r.boxes.numpy().tolist() for r in images.values()],
+        "image_size": [[float(v) for v in r.image_size] for r in images.values()],
+        "scores": [r.scores.numpy().tolist() for r in images.values()],
+    })
+    pq.write_table(table, old / "shard-p00000-00000.parquet", row_group_size=2)
+    with pytest.warns(UserWarning, match="version-1 region store"):
+        legacy = RegionStore(old)
+    assert legacy.ids == list(images)
+    for image_id, regions in images.items():
+        assert_same_regions(legacy[image_id], regions)
+
+    with pytest.warns(UserWarning, match="version-1"):
+        assert vlhub_main(["import-features", str(old), "--format", "vlhub", "--output", str(tmp_path / "new")]) == 0
+    upgraded = RegionStore(tmp_path / "new")
+    assert upgraded.version == 2 and upgraded.ids == list(images)
+    for image_id, regions in images.items():
+        assert_same_regions(upgraded[image_id], regions)
+    with pytest.raises(ValueError, match="format version 1.*import-features --format vlhub"):
+        RegionStoreWriter(old)

@@ -24,7 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 KILLED_WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    import datasets
     from vlhub.processing.stores import RegionStoreWriter
     from tests.helpers import random_regions
 
@@ -32,16 +31,16 @@ KILLED_WRITER = textwrap.dedent("""
     writer = RegionStoreWriter(store, shard_size=2)
     writer.add("a", random_regions(3, 8, seed=1))
     writer.add("b", random_regions(3, 8, seed=2))          # shard 0 is complete
-    real_to_parquet = datasets.Dataset.to_parquet
+    real_write_shard = RegionStoreWriter._write_shard
 
-    def half_then_hang(self, path, **kwargs):
-        real_to_parquet(self, path, **kwargs)
-        data = Path(path).read_bytes()
-        Path(path).write_bytes(data[: len(data) // 2])     # the disk holds half the shard ...
+    def half_then_hang(self, temporary, pending):
+        real_write_shard(self, temporary, pending)
+        data = temporary.read_bytes()
+        temporary.write_bytes(data[: len(data) // 2])       # the disk holds half the shard ...
         ready.write_text("half written")
         time.sleep(600)                                    # ... when SIGKILL arrives
 
-    datasets.Dataset.to_parquet = half_then_hang
+    RegionStoreWriter._write_shard = half_then_hang
     writer.add("c", random_regions(3, 8, seed=3))
     writer.add("d", random_regions(3, 8, seed=4))
 """)
@@ -60,7 +59,7 @@ def test_a_writer_killed_mid_shard_loses_only_its_unfinished_shard(tmp_path, cap
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    leftovers = list(store.glob(".shard-p00000-00001.parquet.*.tmp"))
+    leftovers = list(store.glob(".shard-p00000-00001.arrow.*.tmp"))
     assert len(leftovers) == 1 and leftovers[0].stat().st_size > 0  # really half a file
     assert RegionStore(store).ids == ["a", "b"]  # readers never see it
 
@@ -89,16 +88,18 @@ def test_a_second_writer_of_one_series_is_refused(tmp_path):
         again.add("b", random_regions(2, 8))
     assert sorted(RegionStore(tmp_path).ids) == ["a", "b", "x"]
     assert [p.name for p in RegionStore(tmp_path).shard_files] == [
-        "shard-p00000-00000.parquet", "shard-p00000-00001.parquet", "shard-p00001-00000.parquet"]
+        "shard-p00000-00000.arrow", "shard-p00000-00001.arrow", "shard-p00001-00000.arrow"]
 
 
 def test_an_id_another_process_stored_is_refused_when_written(tmp_path):
     zero = RegionStoreWriter(tmp_path, shard_size=3, process_index=0)
     one = RegionStoreWriter(tmp_path, shard_size=3, process_index=1)
     zero.add("shared", random_regions(2, 8, seed=0))
-    zero.close()
     one.add("mine", random_regions(2, 8, seed=1))
-    one.add("shared", random_regions(2, 8, seed=2))  # queued: the other writer's shard is not read yet
+    one.add("shared", random_regions(2, 8, seed=2))  # both queued it; neither has published it yet
+    zero.close()
+    with pytest.raises(ValueError, match="already in the store"):  # once published, add refuses it at once
+        one.add("shared", random_regions(2, 8, seed=2))
     with pytest.raises(ValueError, match=r"\['shared'\].*refused"):
         one.close()
     store = RegionStore(tmp_path)  # opens: no id is stored twice
@@ -115,3 +116,18 @@ def test_writers_racing_for_the_first_layout_agree_on_one(tmp_path):
     narrow.close()
     wide.close()
     assert RegionStore(tmp_path).layout.feature_dim == 8
+
+
+def test_a_shard_renamed_but_never_indexed_is_removed_by_the_next_writer(tmp_path, caplog):
+    with RegionStoreWriter(tmp_path, shard_size=1) as writer:
+        writer.add("a", random_regions(2, 8))
+    # As if a writer had been killed between renaming its next shard into place and indexing it.
+    (tmp_path / "shard-p00000-00001.arrow").write_bytes((tmp_path / "shard-p00000-00000.arrow").read_bytes())
+    assert RegionStore(tmp_path).ids == ["a"]
+    assert [p.name for p in RegionStore(tmp_path).shard_files] == ["shard-p00000-00000.arrow"]
+    with caplog.at_level(logging.WARNING, logger="vlhub.processing.stores.shards"):
+        with RegionStoreWriter(tmp_path, shard_size=1) as writer:
+            writer.add("b", random_regions(2, 8, seed=1))
+    assert "never indexed" in caplog.text
+    assert sorted(RegionStore(tmp_path).ids) == ["a", "b"]
+    assert len(RegionStore(tmp_path).dataset) == 2

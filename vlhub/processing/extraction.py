@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from .regions import RegionFeatures
-from .stores.shards import RegionStoreWriter
+from .stores.shards import RegionStoreWriter, stored_image_ids
 
 __all__ = ["IMAGE_EXTENSIONS", "collect_images", "extract_to_store", "ExtractionSummary"]
 
@@ -122,9 +122,7 @@ def extract_to_store(
     accelerator = accelerator or Accelerator()
     output = Path(output)
     # Every process must see the same "already stored" set, so read it before anyone writes.
-    completed = set()
-    if output.exists():
-        completed = RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype).completed_ids
+    completed = stored_image_ids(output) if output.exists() else set()
     accelerator.wait_for_everyone()
     pending = [(image_id, images[image_id]) for image_id in sorted(images) if image_id not in completed]
     summary = ExtractionSummary(total=len(images), already_stored=len(images) - len(pending))

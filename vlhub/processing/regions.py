@@ -157,7 +157,9 @@ class RegionFeatures:
         def take(t):
             return None if t is None else t[index]
 
-        return RegionFeatures(
+        if index.min() < -len(self) or index.max() >= len(self):
+            raise IndexError(f"RegionFeatures.select: index out of range for {len(self)} regions: {index.tolist()}")
+        return RegionFeatures.from_validated(
             features=self.features[index],
             boxes=self.boxes[index],
             image_size=self.image_size,
@@ -166,6 +168,17 @@ class RegionFeatures:
             attribute_probs=take(self.attribute_probs),
             metadata=dict(self.metadata),
         )
+
+    @classmethod
+    def from_validated(cls, features: torch.Tensor, boxes: torch.Tensor, image_size: tuple, class_probs=None,
+                       scores=None, attribute_probs=None, metadata: dict | None = None) -> "RegionFeatures":
+        """Build without checking again: for float32 CPU tensors that already passed this class's validation (a vlhub
+        region store validated them when they were written; `select` takes a subset of checked values)."""
+        regions = cls.__new__(cls)
+        regions.features, regions.boxes, regions.image_size = features, boxes, tuple(image_size)
+        regions.class_probs, regions.scores, regions.attribute_probs = class_probs, scores, attribute_probs
+        regions.metadata = {} if metadata is None else metadata
+        return regions
 
     @classmethod
     def from_normalized_boxes(cls, features, normalized_boxes, image_size=None, **kwargs) -> "RegionFeatures":

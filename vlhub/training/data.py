@@ -117,7 +117,9 @@ def shapes_store_key(world) -> str:
 
     from ..data import SPLITS, ShapesRegionExtractor
 
-    digest = hashlib.sha256()
+    from ..processing.stores.shards import STORE_VERSION
+
+    digest = hashlib.sha256(f"store format {STORE_VERSION}".encode())  # a new layout gets a new store
     extractor = ShapesRegionExtractor()
     settings = {k: getattr(extractor, k) for k in ("feature_dim", "pool_size", "include_whole_image",
                                                    "class_smoothing", "projection_seed")}

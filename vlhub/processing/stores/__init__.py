@@ -15,13 +15,24 @@ from .original import (
     VlpH5Reader,
     open_feature_file,
 )
-from .shards import RegionStore, RegionStoreWriter, StoreLayout, import_features
+from .shards import (
+    FLOAT16_MAX,
+    RegionStore,
+    RegionStoreWriter,
+    StoreLayout,
+    StoreLockedError,
+    import_features,
+    stored_image_ids,
+)
 
 
 __all__ = [
     "RegionStore",
     "RegionStoreWriter",
     "StoreLayout",
+    "StoreLockedError",
+    "stored_image_ids",
+    "FLOAT16_MAX",
     "FeatureFileError",
     "ButdTsvReader",
     "UniterLmdbReader",

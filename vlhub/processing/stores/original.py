@@ -468,6 +468,7 @@ FEATURE_FORMATS = {
     "vilbert-lmdb": "ViLBERT beta / multi-task LMDB (pickled rows)",
     "vlp-h5": "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
     "npz": "a folder of per-image npz files (X-modaler / TDEN)",
+    "vlhub": "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
 }
 
 
@@ -486,4 +487,8 @@ def open_feature_file(format: str, path: str | os.PathLike, **options) -> _Reade
         return VlpH5Reader(path, **options)
     if format == "npz":
         return NpzFolderReader(path, **options)
+    if format == "vlhub":
+        from .shards import RegionStore
+
+        return RegionStore(path, **options)
     raise ValueError(f"unknown feature format {format!r}; expected one of {sorted(FEATURE_FORMATS)}")

@@ -1,36 +1,44 @@
-"""vlhub's own region store: Parquet shards that `datasets` can load and stream, keyed by image id.
+"""vlhub's own region store: memory-mapped Arrow shards plus an SQLite index of image ids, for random access at any size.
 
-Layout of a store folder::
+Layout of a store folder (format version 2)::
 
-    store.json                                   format version and the column layout (feature size, dtypes, ...)
-    shard-p00000-00000.parquet                   rows: image_id, features, boxes, image_size [, scores,
-    shard-p00000-00001.parquet                         class_probs, attribute_probs]
-    shard-p00001-00000.parquet                   (one series of shards per writing process)
+    store.json                          format version and the column layout (feature size, dtype, optional fields)
+    index.sqlite                        image_id → (shard, row), in the order images were added
+    shard-p00000-00000.arrow            Arrow IPC files, uncompressed: image_id, features, boxes, image_size
+    shard-p00000-00001.arrow              [, scores, class_probs, attribute_probs]; one series per writing process
+    shard-p00001-00000.arrow
 
-A shard is written under a temporary name and renamed when complete, so an interrupted write never leaves a
-file that reads as a finished shard; a writer reopened on the same folder skips nothing silently: it reports
-the ids already stored (`completed_ids`) and refuses to store an id twice.
+Why this layout (measured by `bench/bench_data.py`): reading one image costs one index lookup (a B-tree, ~10 µs)
+and a zero-copy slice of a memory-mapped file, so it costs about one image's bytes whatever the store's size, and
+opening a store reads nothing but `store.json`. The OS page cache holds what is hot; nothing in the process grows
+with the number of images read. Compressed Parquet row groups (format version 1) decoded 16 images to return one
+and needed a scan of every row group at open; version-1 stores are still read (slowly, with a warning), and
+`vlhub import-features --format vlhub OLD --output NEW` copies one into the new layout.
 
-Several processes may write one store at once, each with its own `process_index` (its own shard series). A
-writer holds an exclusive lock on its series (`.lock-pNNNNN`, released when it closes or its process dies), so a
-second writer with the same index is refused instead of overwriting shards. Publishing a shard takes a short
-store-wide lock, under which the writer reads the ids other writers published since it opened: an id another
-process already stored is refused there, when it is written, not at the next open. Temporary files a killed
-writer left in its series are removed (with a warning) by the next writer of that series; readers ignore them.
+Writing: a shard is written under a temporary name and published when complete: its ids go into the index and the
+file is renamed, in one SQLite transaction, so readers see whole shards only. The index's unique key refuses an id
+that is already stored, also one another process stored meanwhile, when the shard is written. Several processes may
+write one store at once, each with its own `process_index` (its own shard series); a writer holds an exclusive lock
+on its series (`.lock-pNNNNN`, released when it closes or its process dies), so a second writer of the same series
+is refused. The next writer of a series removes, with a warning, what a killed writer left: a temporary shard, or a
+shard renamed but never indexed.
 
-`datasets` sees the shards as a plain Parquet dataset with typed columns (`Array2D` features), e.g.
-`datasets.load_dataset("parquet", data_files=RegionStore(folder).shard_files, streaming=True)`.
+Values are validated once, when written (finite, within float16's range for a float16 store, boxes inside the
+image); reads trust them. `datasets` reads the shards as an Arrow dataset with typed columns, e.g.
+`RegionStore(folder).dataset` or `RegionStore.streaming_dataset(folder)`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
 import os
 import re
+import sqlite3
+import warnings
 from collections import OrderedDict
+from collections.abc import Set
 from pathlib import Path
 from typing import Iterator
 
@@ -38,36 +46,29 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from ...utils.files import atomic_write_json
 from ..regions import RegionFeatures
 
-__all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features"]
+__all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
+           "stored_image_ids", "FLOAT16_MAX"]
 
 STORE_FORMAT = "vlhub-region-store"
-STORE_VERSION = 1
+STORE_VERSION = 2
 STORE_INDEX_FILE = "store.json"
-_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
+ID_INDEX_FILE = "index.sqlite"
+_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.arrow$")
+_V1_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
 _OPTIONAL_FIELDS = ("scores", "class_probs", "attribute_probs")
 _FEATURE_DTYPES = ("float32", "float16")
-_STORE_LOCK = ".lock-store"
+FLOAT16_MAX = 65504.0  # the largest finite float16: larger features would be stored as inf
+_SQLITE_TIMEOUT = 600.0  # seconds a writer waits for another one's short publishing transaction
 logger = logging.getLogger(__name__)
 
 
 class StoreLockedError(RuntimeError):
-    """Another live writer holds the shard series (or the store) this writer needs."""
-
-
-def _lock(path: Path, blocking: bool) -> int:
-    """An exclusive `flock` on `path` (created if missing); returns the open descriptor that holds it. The kernel
-    releases it when the descriptor closes, also when the process is killed."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(descriptor)
-        raise
-    return descriptor
+    """Another live writer holds the shard series this writer needs."""
 
 
 class StoreLayout:
@@ -115,13 +116,39 @@ class StoreLayout:
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items())
 
     def check(self, image_id: str, regions: RegionFeatures):
-        """Raise when `regions` does not fit this layout (the shards' schema cannot hold it)."""
+        """Raise when `regions` does not fit this layout (the shards' schema cannot hold it) or its values do not
+        survive the store's dtype."""
         found = StoreLayout.of(regions, self.feature_dtype)
         if found != self:
             raise ValueError(
                 f"regions of image {image_id!r} do not match this store's layout: the store holds "
                 f"({self.describe()}) but these regions have ({found.describe()})"
             )
+        if self.feature_dtype == "float16":
+            largest = regions.features.abs().max().item()
+            if largest > FLOAT16_MAX:
+                raise ValueError(
+                    f"regions of image {image_id!r} have a feature of magnitude {largest:.6g}, above float16's "
+                    f"largest finite value {FLOAT16_MAX:g}: a float16 store would hold inf. Scale the features or "
+                    "write a float32 store"
+                )
+
+    def arrow_schema(self) -> pa.Schema:
+        """The shard columns: per image, a (regions, dim) matrix is a list of fixed-size lists (what `datasets`
+        calls `Array2D(shape=(None, dim))`)."""
+        fields = [
+            ("image_id", pa.string()),
+            ("features", pa.list_(pa.list_(getattr(pa, self.feature_dtype)(), self.feature_dim))),
+            ("boxes", pa.list_(pa.list_(pa.float32(), 4))),
+            ("image_size", pa.list_(pa.float64(), 2)),
+        ]
+        if self.has_scores:
+            fields.append(("scores", pa.list_(pa.float32())))
+        if self.num_classes is not None:
+            fields.append(("class_probs", pa.list_(pa.list_(pa.float32(), self.num_classes))))
+        if self.num_attributes is not None:
+            fields.append(("attribute_probs", pa.list_(pa.list_(pa.float32(), self.num_attributes))))
+        return pa.schema(fields)
 
     def datasets_features(self) -> datasets.Features:
         """The typed columns of a shard, as `datasets` reads them."""
@@ -140,7 +167,8 @@ class StoreLayout:
         return datasets.Features(columns)
 
 
-def _read_index(directory: Path) -> StoreLayout | None:
+def _read_index(directory: Path) -> tuple[StoreLayout, int] | None:
+    """(layout, format version) from store.json, or None when the folder has none."""
     path = directory / STORE_INDEX_FILE
     if not path.exists():
         return None
@@ -150,28 +178,81 @@ def _read_index(directory: Path) -> StoreLayout | None:
         raise ValueError(f"{path} is not valid JSON ({err}); it should describe a vlhub region store") from err
     if index.get("format") != STORE_FORMAT:
         raise ValueError(f"{path} does not describe a vlhub region store (format={index.get('format')!r})")
-    if index.get("version") != STORE_VERSION:
-        raise ValueError(f"{path} is store format version {index.get('version')}; this vlhub reads {STORE_VERSION}")
-    return StoreLayout(**index["layout"])
+    if index.get("version") not in (1, STORE_VERSION):
+        raise ValueError(f"{path} is store format version {index.get('version')}; this vlhub reads versions 1 and "
+                         f"{STORE_VERSION}")
+    return StoreLayout(**index["layout"]), index["version"]
 
 
-def _shard_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if _SHARD_PATTERN.match(p.name))
-
-
-def _stored_ids(shard: Path) -> list[str]:
-    return pq.read_table(shard, columns=["image_id"]).column("image_id").to_pylist()
-
-
-@contextlib.contextmanager
-def _quiet_datasets():
-    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.utils.logging.disable_progress_bar()
+def _lock(path: Path, blocking: bool) -> int:
+    """An exclusive `flock` on `path` (created if missing); returns the open descriptor that holds it. The kernel
+    releases it when the descriptor closes, also when the process is killed."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        yield
-    finally:
-        if was_enabled:
-            datasets.utils.logging.enable_progress_bar()
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
+    path = directory / ID_INDEX_FILE
+    if readonly:
+        if not path.exists():
+            raise FileNotFoundError(f"the region store {directory} has no {ID_INDEX_FILE} (its id index); it was not "
+                                    "written completely, or by a vlhub older than store format 2")
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_SQLITE_TIMEOUT,
+                                     check_same_thread=False)
+    else:
+        connection = sqlite3.connect(path, timeout=_SQLITE_TIMEOUT, isolation_level=None)
+        connection.execute("CREATE TABLE IF NOT EXISTS images (seq INTEGER PRIMARY KEY, image_id TEXT NOT NULL UNIQUE,"
+                           " shard TEXT NOT NULL, row INTEGER NOT NULL)")
+        connection.execute("CREATE INDEX IF NOT EXISTS images_by_shard ON images (shard)")
+    return connection
+
+
+def _column_matrix(column: pa.Array, width: int) -> np.ndarray:
+    """The one row of a list<fixed_size_list<width>> column (as sliced from a table) as a `(rows, width)` array,
+    without copying."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if isinstance(column, pa.ExtensionArray):
+        column = column.storage
+    return column.flatten().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+
+
+# Shard arrays are read-only memory maps; they are only ever copied from, never written through.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", module=__name__)
+
+
+def _as_float32(array: np.ndarray) -> torch.Tensor:
+    """A float32 tensor copied out of a (read-only, memory-mapped) array; torch's copy converts float16 several times
+    faster than numpy's `astype`."""
+    return torch.empty(array.shape, dtype=torch.float32).copy_(torch.from_numpy(array))
+
+
+class _StoredIds(Set):
+    """The ids a store holds, looked up in its index (a set-like view; nothing is loaded into memory)."""
+
+    def __init__(self, connection_source):
+        self._connection = connection_source
+
+    def __contains__(self, image_id) -> bool:
+        if not isinstance(image_id, str):
+            return False
+        row = self._connection().execute("SELECT 1 FROM images WHERE image_id = ?", (image_id,)).fetchone()
+        return row is not None
+
+    def __iter__(self) -> Iterator[str]:
+        for (image_id,) in self._connection().execute("SELECT image_id FROM images ORDER BY seq"):
+            yield image_id
+
+    def __len__(self) -> int:
+        return self._connection().execute("SELECT COUNT(*) FROM images").fetchone()[0]
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} stored image ids>"
 
 
 class RegionStoreWriter:
@@ -191,7 +272,7 @@ class RegionStoreWriter:
         feature_dtype: "float32", or "float16" to halve the size (as UNITER's released stores do).
         process_index: this writer's index when several processes write one store (e.g.
             `accelerator.process_index`); each process writes its own series of shards.
-        row_group_size: rows per Parquet row group, the unit `RegionStore` reads for one image.
+        row_group_size: images per Arrow record batch inside a shard.
     """
 
     def __init__(
@@ -200,15 +281,32 @@ class RegionStoreWriter:
         shard_size: int = 512,
         feature_dtype: str = "float32",
         process_index: int = 0,
-        row_group_size: int = 16,
+        row_group_size: int = 64,
     ):
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, got {shard_size}")
+        if row_group_size < 1:
+            raise ValueError(f"row_group_size must be at least 1, got {row_group_size}")
         if not 0 <= process_index < 100000:
             raise ValueError(f"process_index must be in [0, 99999], got {process_index}")
+        if feature_dtype not in _FEATURE_DTYPES:
+            raise ValueError(f"feature_dtype must be one of {_FEATURE_DTYPES}, got {feature_dtype!r}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._series_lock: int | None = None
+        self._connection: sqlite3.Connection | None = None
+        found = _read_index(self.directory)
+        if found is not None and found[1] != STORE_VERSION:
+            raise ValueError(
+                f"{self.directory} is a store of format version {found[1]}; continue it after copying it into the "
+                f"current layout: vlhub import-features --format vlhub {self.directory} --output NEW_FOLDER"
+            )
+        self.layout = found[0] if found else None
+        if self.layout is not None and self.layout.feature_dtype != feature_dtype:
+            raise ValueError(
+                f"the store in {self.directory} holds {self.layout.feature_dtype} features; open it with "
+                f"feature_dtype={self.layout.feature_dtype!r} (got {feature_dtype!r})"
+            )
         series_lock = self.directory / f".lock-p{process_index:05d}"
         try:
             self._series_lock = _lock(series_lock, blocking=False)
@@ -225,37 +323,11 @@ class RegionStoreWriter:
         self.feature_dtype = feature_dtype
         self.process_index = process_index
         self.row_group_size = row_group_size
-        self.layout = _read_index(self.directory)
-        if self.layout is not None and self.layout.feature_dtype != feature_dtype:
-            raise ValueError(
-                f"the store in {self.directory} holds {self.layout.feature_dtype} features; open it with "
-                f"feature_dtype={self.layout.feature_dtype!r} (got {feature_dtype!r})"
-            )
+        self._connection = _connect(self.directory, readonly=False)
+        self.completed_ids = _StoredIds(lambda: self._connection)
         self._remove_leftovers()
-        self.completed_ids: set[str] = set()
-        self._seen_shards: set[str] = set()
-        self._read_new_shards()
         self._pending: "OrderedDict[str, RegionFeatures]" = OrderedDict()
         self.written_shards: list[Path] = []
-
-    def _remove_leftovers(self):
-        """Temporary shards of this series were left by a killed writer (this writer holds the series' lock)."""
-        for leftover in self.directory.glob(f".shard-p{self.process_index:05d}-*.tmp"):
-            logger.warning(f"removing {leftover.name} from {self.directory}: a temporary shard an interrupted writer "
-                           "left unfinished (its images are not in the store and will be written again)")
-            leftover.unlink()
-
-    def _read_new_shards(self):
-        """Add the ids of shards published since the last look (by this or other processes) to `completed_ids`."""
-        for shard in _shard_files(self.directory):
-            if shard.name not in self._seen_shards:
-                self.completed_ids.update(_stored_ids(shard))
-                self._seen_shards.add(shard.name)
-
-    def _next_shard_path(self) -> Path:
-        numbers = [int(m.group(2)) for p in _shard_files(self.directory)
-                   if (m := _SHARD_PATTERN.match(p.name)) and int(m.group(1)) == self.process_index]
-        return self.directory / f"shard-p{self.process_index:05d}-{max(numbers, default=-1) + 1:05d}.parquet"
 
     def __enter__(self) -> "RegionStoreWriter":
         return self
@@ -263,13 +335,37 @@ class RegionStoreWriter:
     def __exit__(self, *exc_info):
         self.close()
 
+    def _series_prefix(self) -> str:
+        return f"shard-p{self.process_index:05d}-"
+
+    def _remove_leftovers(self):
+        """What a killed writer of this series left (this writer holds the series' lock, so nobody is writing it)."""
+        for leftover in self.directory.glob(f".{self._series_prefix()}*.tmp"):
+            logger.warning(f"removing {leftover.name} from {self.directory}: a temporary shard an interrupted writer "
+                           "left unfinished (its images are not in the store and will be written again)")
+            leftover.unlink()
+        indexed = {name for (name,) in self._connection.execute(
+            "SELECT DISTINCT shard FROM images WHERE shard LIKE ?", (self._series_prefix() + "%",))}
+        for shard in self.directory.glob(self._series_prefix() + "*.arrow"):
+            if shard.name not in indexed:
+                logger.warning(f"removing {shard.name} from {self.directory}: an interrupted writer renamed it but "
+                               "never indexed it (its images are not in the store and will be written again)")
+                shard.unlink()
+        for name in indexed:
+            if not (self.directory / name).exists():
+                logger.warning(f"the index of {self.directory} lists images in {name}, which is missing: they are "
+                               "removed from the index and will be written again")
+                self._connection.execute("DELETE FROM images WHERE shard = ?", (name,))
+
     def add(self, image_id: str, regions: RegionFeatures):
         """Queue one image's regions; a shard is written each time `shard_size` images are queued."""
         if not isinstance(image_id, str) or not image_id:
             raise ValueError(f"image_id must be a non-empty string, got {image_id!r}")
         if not isinstance(regions, RegionFeatures):
             raise TypeError(f"regions must be a vlhub.RegionFeatures, got {type(regions).__name__}")
-        if image_id in self.completed_ids or image_id in self._pending:
+        if self._connection is None:
+            raise ValueError(f"this writer of {self.directory} is closed")
+        if image_id in self._pending or image_id in self.completed_ids:
             raise ValueError(f"image {image_id!r} is already in the store {self.directory}; ids must be unique")
         if self.layout is None:
             self._claim_layout(StoreLayout.of(regions, self.feature_dtype))
@@ -285,204 +381,319 @@ class RegionStoreWriter:
         """
         if not self._pending:
             return
-        if self._series_lock is None:
+        if self._connection is None:
             raise ValueError(f"this writer of {self.directory} is closed")
         path = self._next_shard_path()
         temporary = self.directory / f".{path.name}.{os.getpid()}.tmp"
-        store_lock = None
+        refused: list[str] = []
         try:
             self._write_shard(temporary, self._pending)
-            store_lock = _lock(self.directory / _STORE_LOCK, blocking=True)
-            self._read_new_shards()
-            duplicates = [image_id for image_id in self._pending if image_id in self.completed_ids]
-            if duplicates:
-                for image_id in duplicates:
+            connection = self._connection
+            connection.execute("BEGIN IMMEDIATE")  # one publisher at a time, across processes
+            try:
+                refused = [image_id for image_id in self._pending if image_id in self.completed_ids]
+                for image_id in refused:
                     del self._pending[image_id]
-                if self._pending:
+                if refused and self._pending:
                     self._write_shard(temporary, self._pending)
+                if self._pending:
+                    connection.executemany(
+                        "INSERT INTO images (image_id, shard, row) VALUES (?, ?, ?)",
+                        ((image_id, path.name, row) for row, image_id in enumerate(self._pending)),
+                    )
+                    os.replace(temporary, path)  # the series lock makes `path` this writer's alone
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                if path.exists() and not refused:
+                    path.unlink()  # renamed but not indexed: readers never saw it
+                raise
             if self._pending:
-                os.replace(temporary, path)  # the series lock makes `path` this writer's alone
-                self._seen_shards.add(path.name)
-                self.completed_ids.update(self._pending)
                 self.written_shards.append(path)
-                self._pending.clear()
+            self._pending.clear()
         finally:
-            if store_lock is not None:
-                os.close(store_lock)
             if temporary.exists():
                 temporary.unlink()
-        if duplicates:
+        if refused:
             raise ValueError(
-                f"image ids {duplicates} were stored in {self.directory} by another writer while this one queued "
+                f"image ids {refused} were stored in {self.directory} by another writer while this one queued "
                 f"them: they are refused (ids must be unique); {path.name if path.exists() else 'no shard'} holds "
                 "the other images of this batch"
             )
 
+    def _next_shard_path(self) -> Path:
+        numbers = [int(m.group(2)) for p in self.directory.glob(self._series_prefix() + "*.arrow")
+                   if (m := _SHARD_PATTERN.match(p.name))]
+        return self.directory / f"{self._series_prefix()}{max(numbers, default=-1) + 1:05d}.arrow"
+
     def _write_shard(self, temporary: Path, pending: "OrderedDict[str, RegionFeatures]"):
-        dataset = datasets.Dataset.from_dict(self._columns(pending), features=self.layout.datasets_features())
-        with _quiet_datasets():
-            dataset.to_parquet(str(temporary), batch_size=self.row_group_size)
+        schema = self.layout.arrow_schema()
+        items = list(pending.items())
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for start in range(0, len(items), self.row_group_size):
+                writer.write_batch(self._record_batch(items[start:start + self.row_group_size], schema))
         with open(temporary, "rb+") as handle:  # on disk before it is renamed into the store
             os.fsync(handle.fileno())
 
-    def close(self):
-        """Write the last, partial shard and release the series lock (also when that write fails)."""
-        try:
-            self.flush()
-        finally:
-            if self._series_lock is not None:
-                os.close(self._series_lock)
-                self._series_lock = None
+    def _record_batch(self, items: list[tuple[str, RegionFeatures]], schema: pa.Schema) -> pa.RecordBatch:
+        counts = np.array([len(regions) for _, regions in items])
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
 
-    def __del__(self):
-        if getattr(self, "_series_lock", None) is not None:
-            os.close(self._series_lock)
+        def matrices(name: str, dtype, width: int) -> pa.Array:
+            values = np.concatenate([getattr(regions, name).numpy() for _, regions in items]).astype(dtype)
+            rows = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
+            return pa.ListArray.from_arrays(offsets, rows)
 
-    def _columns(self, pending: "OrderedDict[str, RegionFeatures]") -> dict:
-        dtype = np.float16 if self.feature_dtype == "float16" else np.float32
         columns = {
-            "image_id": list(pending),
-            "features": [r.features.numpy().astype(dtype) for r in pending.values()],
-            "boxes": [r.boxes.numpy() for r in pending.values()],
-            "image_size": [[float(v) for v in r.image_size] for r in pending.values()],
+            "image_id": pa.array([image_id for image_id, _ in items], pa.string()),
+            "features": matrices("features", np.dtype(self.feature_dtype), self.layout.feature_dim),
+            "boxes": matrices("boxes", np.float32, 4),
+            "image_size": pa.FixedSizeListArray.from_arrays(
+                pa.array(np.array([[float(v) for v in regions.image_size] for _, regions in items]).reshape(-1)), 2),
         }
         if self.layout.has_scores:
-            columns["scores"] = [r.scores.numpy() for r in pending.values()]
+            scores = np.concatenate([regions.scores.numpy() for _, regions in items]).astype(np.float32)
+            columns["scores"] = pa.ListArray.from_arrays(offsets, pa.array(scores))
         if self.layout.num_classes is not None:
-            columns["class_probs"] = [r.class_probs.numpy() for r in pending.values()]
+            columns["class_probs"] = matrices("class_probs", np.float32, self.layout.num_classes)
         if self.layout.num_attributes is not None:
-            columns["attribute_probs"] = [r.attribute_probs.numpy() for r in pending.values()]
-        return columns
+            columns["attribute_probs"] = matrices("attribute_probs", np.float32, self.layout.num_attributes)
+        return pa.record_batch([columns[field.name] for field in schema], schema=schema)
 
     def _claim_layout(self, layout: StoreLayout):
         """Write store.json for the first image, unless another writer of this store did meanwhile (then its
         layout is this store's, and `add` checks the image against it)."""
-        store_lock = _lock(self.directory / _STORE_LOCK, blocking=True)
+        self._connection.execute("BEGIN IMMEDIATE")  # the index's write lock serialises writers of store.json too
         try:
-            self.layout = _read_index(self.directory)
-            if self.layout is None:
+            found = _read_index(self.directory)
+            if found is None:
                 index = {"format": STORE_FORMAT, "version": STORE_VERSION, "layout": layout.to_dict()}
                 atomic_write_json(self.directory / STORE_INDEX_FILE, index, indent=2)
                 self.layout = layout
+            else:
+                self.layout = found[0]
         finally:
-            os.close(store_lock)
+            self._connection.execute("COMMIT")
 
+    def close(self):
+        """Write the last, partial shard and release the series lock (also when that write fails)."""
+        try:
+            if self._connection is not None:
+                self.flush()
+        finally:
+            self._release()
 
-def _array2d(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
-    """The one row of an `Array2D` column (extension or plain list<list<>>) as an `(rows, width)` array."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if isinstance(column, pa.ExtensionArray):
-        column = column.storage
-    values = column.flatten().flatten().to_numpy(zero_copy_only=False)
-    return values.reshape(-1, width)
+    def _release(self):
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if self._series_lock is not None:
+            os.close(self._series_lock)
+            self._series_lock = None
+
+    def __del__(self):
+        if getattr(self, "_series_lock", None) is not None:
+            self._release()
 
 
 class RegionStore:
     """Read access to a store folder by image id: `store[image_id]` → `RegionFeatures`.
 
-    Reads one Parquet row group per lookup (recently read groups are cached), so random access stays cheap
-    for stores much larger than memory. `dataset` / `streaming_dataset` give the `datasets` views.
+    Opening reads `store.json` only; each lookup is one index query and a zero-copy slice of a memory-mapped shard.
+    Safe to use from DataLoader workers: the index connection and the memory maps are opened again in each process.
+    `dataset` / `streaming_dataset` give the `datasets` views.
+
+    Args:
+        directory: the store folder.
+        max_open_shards: memory-mapped shards kept open per process (least recently used are closed).
     """
 
-    def __init__(self, directory: str | os.PathLike, cache_row_groups: int = 8):
+    def __init__(self, directory: str | os.PathLike, max_open_shards: int = 256):
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise FileNotFoundError(f"no region store folder at {self.directory}")
-        self.layout = _read_index(self.directory)
-        if self.layout is None:
+        found = _read_index(self.directory)
+        if found is None:
             raise FileNotFoundError(
                 f"{self.directory} has no {STORE_INDEX_FILE}: it is not a vlhub region store (write one with "
                 "RegionStoreWriter or `vlhub extract`)"
             )
-        self.shard_files = _shard_files(self.directory)
-        self._location: dict[str, tuple[int, int, int]] = {}
-        for shard_number, shard in enumerate(self.shard_files):
-            parquet = pq.ParquetFile(shard)
-            for group in range(parquet.metadata.num_row_groups):
-                ids = parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
-                for row, image_id in enumerate(ids):
-                    if image_id in self._location:
-                        raise ValueError(f"image {image_id!r} is stored twice in {self.directory}")
-                    self._location[image_id] = (shard_number, group, row)
-        self._cache: "OrderedDict[tuple[int, int], pa.Table]" = OrderedDict()
-        self._cache_size = cache_row_groups
+        self.layout, self.version = found
+        self.max_open_shards = max_open_shards
+        self._v1 = _ParquetStoreV1(self.directory) if self.version == 1 else None
+        if self._v1 is None and not (self.directory / ID_INDEX_FILE).exists():
+            raise FileNotFoundError(f"the region store {self.directory} has no {ID_INDEX_FILE} (its id index): no "
+                                    "image was ever published to it")
+        self._process: int | None = None
 
-    def __len__(self) -> int:
-        return len(self._location)
+    # -- per-process handles (a DataLoader worker gets its own after fork or spawn) ---------------------------------
+    def _handles(self):
+        if self._process != os.getpid():
+            self._db = _connect(self.directory, readonly=True)
+            self._shards: "OrderedDict[str, pa.Table]" = OrderedDict()
+            self._process = os.getpid()
+        return self._db
 
-    def __contains__(self, image_id) -> bool:
-        return image_id in self._location
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for name in ("_db", "_shards"):
+            state.pop(name, None)
+        state["_process"] = None
+        return state
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._location)
+    def _shard(self, name: str) -> pa.Table:
+        shards = self._shards
+        if name in shards:
+            shards.move_to_end(name)
+            return shards[name]
+        path = self.directory / name
+        try:
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+        except (OSError, pa.ArrowInvalid) as err:
+            raise ValueError(f"shard {path} of the region store cannot be read ({err}): it is damaged") from err
+        shards[name] = table
+        if len(shards) > self.max_open_shards:
+            shards.popitem(last=False)
+        return table
 
+    # -- mapping interface ---------------------------------------------------------------------------------------
     @property
     def ids(self) -> list[str]:
-        return list(self._location)
+        return list(self)
+
+    def __len__(self) -> int:
+        if self._v1 is not None:
+            return len(self._v1.location)
+        return self._handles().execute("SELECT COUNT(*) FROM images").fetchone()[0]
+
+    def __contains__(self, image_id) -> bool:
+        if self._v1 is not None:
+            return image_id in self._v1.location
+        if not isinstance(image_id, str):
+            return False
+        return self._handles().execute("SELECT 1 FROM images WHERE image_id = ?", (image_id,)).fetchone() is not None
+
+    def __iter__(self) -> Iterator[str]:
+        if self._v1 is not None:
+            return iter(list(self._v1.location))
+        return (image_id for (image_id,) in self._handles().execute("SELECT image_id FROM images ORDER BY seq"))
 
     def __getitem__(self, image_id: str) -> RegionFeatures:
-        try:
-            shard_number, group, row = self._location[image_id]
-        except KeyError:
-            raise KeyError(f"image {image_id!r} is not in the region store {self.directory}") from None
-        table = self._row_group(shard_number, group).slice(row, 1)
-        layout = self.layout
-        fields = {
-            "features": _array2d(table.column("features"), layout.feature_dim).astype(np.float32),
-            "boxes": _array2d(table.column("boxes"), 4),
-            "image_size": tuple(table.column("image_size")[0].as_py()),
-        }
-        if layout.has_scores:
-            fields["scores"] = np.asarray(table.column("scores")[0].as_py(), dtype=np.float32)
-        if layout.num_classes is not None:
-            fields["class_probs"] = _array2d(table.column("class_probs"), layout.num_classes)
-        if layout.num_attributes is not None:
-            fields["attribute_probs"] = _array2d(table.column("attribute_probs"), layout.num_attributes)
-        regions = RegionFeatures.from_dict(fields)
-        regions.metadata["image_id"] = image_id
-        return regions
+        if self._v1 is not None:
+            table = self._v1.row(image_id)
+        else:
+            found = self._handles().execute("SELECT shard, row FROM images WHERE image_id = ?",
+                                            (image_id,)).fetchone() if isinstance(image_id, str) else None
+            if found is None:
+                raise KeyError(f"image {image_id!r} is not in the region store {self.directory}")
+            table = self._shard(found[0]).slice(found[1], 1)
+        return self._regions(image_id, table)
 
     def get(self, image_id: str, default=None):
         return self[image_id] if image_id in self else default
 
-    def _row_group(self, shard_number: int, group: int) -> pa.Table:
-        key = (shard_number, group)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        table = pq.ParquetFile(self.shard_files[shard_number]).read_row_group(group)
-        self._cache[key] = table
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return table
+    def _regions(self, image_id: str, table: pa.Table) -> RegionFeatures:
+        layout = self.layout
+        optional = {}
+        if layout.has_scores:
+            optional["scores"] = _as_float32(table.column("scores").combine_chunks().flatten().to_numpy(
+                zero_copy_only=False))
+        if layout.num_classes is not None:
+            optional["class_probs"] = _as_float32(_column_matrix(table.column("class_probs"), layout.num_classes))
+        if layout.num_attributes is not None:
+            optional["attribute_probs"] = _as_float32(_column_matrix(table.column("attribute_probs"),
+                                                                     layout.num_attributes))
+        size = table.column("image_size")[0].as_py()
+        # Validated when written; a version-1 store was too, with the same rules.
+        regions = RegionFeatures.from_validated(
+            features=_as_float32(_column_matrix(table.column("features"), layout.feature_dim)),
+            boxes=_as_float32(_column_matrix(table.column("boxes"), 4)),
+            image_size=tuple(int(v) if float(v).is_integer() else v for v in size),
+            **optional,
+        )
+        regions.metadata["image_id"] = image_id
+        return regions
+
+    # -- datasets views ------------------------------------------------------------------------------------------
+    @property
+    def shard_files(self) -> list[Path]:
+        """The published shards (a shard renamed by a writer killed before indexing it is not one)."""
+        if self._v1 is not None:
+            return list(self._v1.shard_files)
+        names = [name for (name,) in self._handles().execute("SELECT DISTINCT shard FROM images")]
+        return sorted(self.directory / name for name in names)
 
     @property
     def dataset(self) -> datasets.Dataset:
         """All shards as one `datasets.Dataset` (prepared into the `datasets` cache on first use)."""
         with _quiet_datasets():
             return datasets.load_dataset(
-                "parquet", data_files=[str(p) for p in self.shard_files], split="train",
-                features=self.layout.datasets_features(),
+                "arrow" if self._v1 is None else "parquet", data_files=[str(p) for p in self.shard_files],
+                split="train", features=self.layout.datasets_features(),
             )
 
     @staticmethod
     def streaming_dataset(directory: str | os.PathLike) -> datasets.IterableDataset:
         """The shards as a streaming `datasets.IterableDataset` (nothing is copied or cached)."""
-        store = Path(directory)
-        layout = _read_index(store)
-        if layout is None:
-            raise FileNotFoundError(f"{store} has no {STORE_INDEX_FILE}: it is not a vlhub region store")
+        store = RegionStore(directory)
         return datasets.load_dataset(
-            "parquet", data_files=[str(p) for p in _shard_files(store)], split="train", streaming=True,
-            features=layout.datasets_features(),
+            "arrow" if store._v1 is None else "parquet", data_files=[str(p) for p in store.shard_files],
+            split="train", streaming=True, features=store.layout.datasets_features(),
         )
 
 
+class _quiet_datasets:
+    """Silence `datasets`' progress bars inside the block."""
+
+    def __enter__(self):
+        self.was_enabled = datasets.utils.logging.is_progress_bar_enabled()
+        datasets.utils.logging.disable_progress_bar()
+
+    def __exit__(self, *exc):
+        if self.was_enabled:
+            datasets.utils.logging.enable_progress_bar()
+
+
+class _ParquetStoreV1:
+    """Read-only access to a format-version-1 store (Parquet shards, no id index): kept so that old stores still
+    open; every open scans all row groups and every lookup decodes a whole row group."""
+
+    def __init__(self, directory: Path):
+        warnings.warn(f"{directory} is a version-1 region store (Parquet): slow to open and to read at random. Copy "
+                      f"it into the current layout with `vlhub import-features --format vlhub {directory} --output "
+                      "NEW_FOLDER`", stacklevel=3)
+        self.shard_files = sorted(p for p in directory.iterdir() if _V1_SHARD_PATTERN.match(p.name))
+        self.location: dict[str, tuple[int, int, int]] = {}
+        for number, shard in enumerate(self.shard_files):
+            parquet = pq.ParquetFile(shard)
+            for group in range(parquet.metadata.num_row_groups):
+                ids = parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
+                for row, image_id in enumerate(ids):
+                    if image_id in self.location:
+                        raise ValueError(f"image {image_id!r} is stored twice in {directory}")
+                    self.location[image_id] = (number, group, row)
+
+    def row(self, image_id: str) -> pa.Table:
+        try:
+            number, group, row = self.location[image_id]
+        except KeyError:
+            raise KeyError(f"image {image_id!r} is not in the region store {self.shard_files[0].parent}") from None
+        return pq.ParquetFile(self.shard_files[number]).read_row_group(group).slice(row, 1)
+
+
+def stored_image_ids(directory: str | os.PathLike) -> set[str]:
+    """The ids a store folder holds (empty when there is no store yet), read without taking any writer's lock."""
+    directory = Path(directory)
+    if _read_index(directory) is None or (_read_index(directory)[1] == STORE_VERSION
+                                           and not (directory / ID_INDEX_FILE).exists()):
+        return set()
+    return set(RegionStore(directory))
+
+
 def import_features(reader, output, shard_size: int = 512, feature_dtype: str = "float32", progress: bool = True) -> int:
-    """Copy every image of a reader (any `open_feature_file` reader, or a mapping id → RegionFeatures) into the
-    vlhub store at `output`; images already there are skipped, so an interrupted import can be rerun. Returns
-    the number of images written."""
+    """Copy every image of a reader (any `open_feature_file` reader, a `RegionStore`, or a mapping id →
+    RegionFeatures) into the vlhub store at `output`; images already there are skipped, so an interrupted import can
+    be rerun. Returns the number of images written."""
     from tqdm.auto import tqdm
 
     written = 0

@@ -96,3 +96,37 @@ def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
     assert torch.equal(again["region_masks"], batch["region_masks"])  # masking is a function of the keys
     itm = collator([{**e, "objective": "itm"} for e in examples] * 4)
     assert set(itm["itm_labels"].tolist()) == {0, 1}
+
+
+def test_the_region_cache_is_bounded_in_bytes_and_workers_start_empty(tmp_path):
+    import pickle
+
+    from tests.helpers import random_regions
+    from vlhub.training.data import RegionCache
+
+    class CountingStore(dict):
+        reads = 0
+
+        def __getitem__(self, key):
+            CountingStore.reads += 1
+            return dict.__getitem__(self, key)
+
+    store = CountingStore({f"img{i}": random_regions(4, 16, seed=i) for i in range(10)})
+    one_image = 4 * 16 * 4 + 4 * 4 * 4 + 4 * 4  # features + boxes + scores, float32
+    cache = RegionCache(store, max_bytes=3 * one_image)
+    for image_id in ["img0", "img1", "img2", "img0", "img3"]:  # img1 is the least recently used when img3 comes
+        cache[image_id]
+    assert cache.cached_bytes <= 3 * one_image
+    assert list(cache._cache) == ["img2", "img0", "img3"]
+    reads = CountingStore.reads
+    cache["img0"], cache["img3"]
+    assert CountingStore.reads == reads  # hits
+    cache["img1"]
+    assert CountingStore.reads == reads + 1  # evicted, read again
+    for image_id in store:
+        cache[image_id]
+    assert cache.cached_bytes <= 3 * one_image
+    cache.store = dict(store)  # a picklable store (the class above is local to this test)
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.cached_bytes == 0 and not copy._cache and len(copy) == 10
+    assert len(RegionCache(store, max_bytes=0)._cache) == 0

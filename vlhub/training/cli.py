@@ -21,7 +21,8 @@ from ..utils.secrets import redact_secrets
 from .arguments import VlhubTrainingArguments
 from .data import (
     SHAPES,
-    MemoizedRegions,
+    DEFAULT_REGION_CACHE_MB,
+    RegionCache,
     load_caption_corpus,
     load_table,
     open_region_source,
@@ -58,6 +59,9 @@ class DataArguments:
     caption_file: str | None = field(default=None, metadata={"help": "Captions (jsonl/csv/parquet with image_id, "
                                      "caption) of a region-store dataset."})
     shapes_seed: int = field(default=0, metadata={"help": "Seed of the shapes world (not of training)."})
+    region_cache_mb: int = field(default=DEFAULT_REGION_CACHE_MB, metadata={"help": "Most recently read region "
+                                 "features kept per process, in MiB (0: none); the OS page cache over the store's "
+                                 "memory-mapped shards does the rest."})
 
 
 @dataclass
@@ -163,7 +167,7 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
     set_seed(training_args.seed)
     corpus = load_caption_corpus(data_args.dataset, data_args.region_store, data_args.caption_file,
-                                 shapes_seed=data_args.shapes_seed)
+                                 shapes_seed=data_args.shapes_seed, region_cache_mb=data_args.region_cache_mb)
     lowercase = get_architecture(model_args.model_type).lowercase if not model_args.model_name_or_path else False
     model, processor = build_pretraining_model(
         model_args.model_name_or_path, model_args.config_name,
@@ -202,7 +206,8 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
     """(table of the task's rows per split, regions, id2label or None, name, description, majority baselines)."""
     if data_args.dataset == SHAPES:
         world = shapes_world(seed=data_args.shapes_seed)
-        regions = MemoizedRegions(shapes_region_store(world, data_args.region_store, data_args.shapes_seed))
+        regions = RegionCache(shapes_region_store(world, data_args.region_store, data_args.shapes_seed),
+                              data_args.region_cache_mb << 20)
         if finetune_args.task == "vqa":
             table = world.vqa()
             baselines = {split: world.majority_baseline(split) for split in ("validation", "test")}
@@ -217,7 +222,7 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
     table = load_table(data_args.dataset)
     if not data_args.region_store:
         raise SystemExit("fine-tuning on your own data needs --region_store (the region features of its images)")
-    regions = open_region_source(data_args.region_store)
+    regions = open_region_source(data_args.region_store, data_args.region_cache_mb)
     id2label = _answer_vocabulary(finetune_args.answer_vocabulary) if finetune_args.answer_vocabulary else None
     if finetune_args.task == "vqa" and id2label is None:
         raise SystemExit("VQA on your own data needs --answer_vocabulary (JSON list of answers, index = label id)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -17,7 +18,8 @@ from ..processing.regions import RegionFeatures
 
 __all__ = [
     "CaptionCorpus",
-    "MemoizedRegions",
+    "RegionCache",
+    "DEFAULT_REGION_CACHE_MB",
     "InlineRegions",
     "load_caption_corpus",
     "load_table",
@@ -43,18 +45,43 @@ def default_cache_dir() -> Path:
     return Path(hf_home) / "vlhub" if hf_home else Path.home() / ".cache" / "vlhub"
 
 
-class MemoizedRegions(Mapping):
-    """Keeps every `RegionFeatures` read from a store in memory (training revisits each image every epoch, in a
-    new random order, which defeats a store's small row-group cache)."""
+DEFAULT_REGION_CACHE_MB = 256
 
-    def __init__(self, store: Mapping[str, RegionFeatures]):
+
+class RegionCache(Mapping):
+    """The most recently read `RegionFeatures` of a store, bounded in bytes (per process).
+
+    Training revisits every image each epoch in a new order, so a cache can only help a data set that fits in it;
+    beyond that the OS page cache over the store's memory-mapped shards does the work. The bound keeps a process's
+    memory independent of how many images it has read.
+
+    Args:
+        store: image_id → RegionFeatures (a `RegionStore`, ...).
+        max_bytes: the cache's size bound; 0 disables caching.
+    """
+
+    def __init__(self, store: Mapping[str, RegionFeatures], max_bytes: int = DEFAULT_REGION_CACHE_MB << 20):
+        if max_bytes < 0:
+            raise ValueError(f"the region cache size must be >= 0 bytes, got {max_bytes}")
         self.store = store
-        self._memo: dict[str, RegionFeatures] = {}
+        self.max_bytes = max_bytes
+        self._cache: "OrderedDict[str, tuple[RegionFeatures, int]]" = OrderedDict()
+        self.cached_bytes = 0
 
     def __getitem__(self, image_id: str) -> RegionFeatures:
-        if image_id not in self._memo:
-            self._memo[image_id] = self.store[image_id]
-        return self._memo[image_id]
+        entry = self._cache.get(image_id)
+        if entry is not None:
+            self._cache.move_to_end(image_id)
+            return entry[0]
+        regions = self.store[image_id]
+        size = _nbytes(regions)
+        if 0 < size <= self.max_bytes:
+            self._cache[image_id] = (regions, size)
+            self.cached_bytes += size
+            while self.cached_bytes > self.max_bytes:
+                _, (_, evicted) = self._cache.popitem(last=False)
+                self.cached_bytes -= evicted
+        return regions
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.store)
@@ -63,7 +90,18 @@ class MemoizedRegions(Mapping):
         return len(self.store)
 
     def __contains__(self, image_id) -> bool:
-        return image_id in self.store
+        return image_id in self._cache or image_id in self.store
+
+    def __getstate__(self):
+        # A DataLoader worker starts with an empty cache of its own rather than a copy of the parent's.
+        state = dict(self.__dict__)
+        state["_cache"], state["cached_bytes"] = OrderedDict(), 0
+        return state
+
+
+def _nbytes(regions: RegionFeatures) -> int:
+    tensors = (regions.features, regions.boxes, regions.class_probs, regions.scores, regions.attribute_probs)
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 class InlineRegions(Mapping):
@@ -149,10 +187,12 @@ def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed:
         return world.write_region_store(directory)
 
 
-def open_region_source(path: str | os.PathLike) -> Mapping[str, RegionFeatures]:
+def open_region_source(path: str | os.PathLike,
+                       cache_mb: int = DEFAULT_REGION_CACHE_MB) -> Mapping[str, RegionFeatures]:
+    """A region store folder as image_id → RegionFeatures, with a per-process cache of at most `cache_mb` MiB."""
     from ..processing.stores import RegionStore
 
-    return MemoizedRegions(RegionStore(path))
+    return RegionCache(RegionStore(path), cache_mb << 20)
 
 
 def load_table(source: str, split_names=("train", "validation")):
@@ -196,6 +236,7 @@ def load_caption_corpus(
     caption_file: str | None = None,
     cache_dir: str | None = None,
     shapes_seed: int = 0,
+    region_cache_mb: int = DEFAULT_REGION_CACHE_MB,
 ) -> CaptionCorpus:
     """Captions + regions for pre-training.
 
@@ -206,7 +247,7 @@ def load_caption_corpus(
     if dataset == SHAPES:
         world = shapes_world(seed=shapes_seed)
         table = world.captions()
-        regions = MemoizedRegions(shapes_region_store(world, region_store or cache_dir, shapes_seed))
+        regions = RegionCache(shapes_region_store(world, region_store or cache_dir, shapes_seed), region_cache_mb << 20)
         train, validation = _splits(table, "the shapes world")
         return CaptionCorpus(
             train=caption_pairs(train, "shapes captions"), validation=caption_pairs(validation, "shapes captions"),
@@ -220,13 +261,13 @@ def load_caption_corpus(
             raise FileNotFoundError(f"{path} is a region store; its captions are expected in {captions} (jsonl rows "
                                     "with image_id and caption) or in the file given by --caption_file")
         table = load_table(str(captions))
-        regions = open_region_source(path)
+        regions = open_region_source(path, region_cache_mb)
         where = f"{captions}"
     else:
         table = load_table(dataset)
         where = f"dataset {dataset!r}"
         if region_store:
-            regions = open_region_source(region_store)
+            regions = open_region_source(region_store, region_cache_mb)
         elif all(c in table["train"].column_names for c in _INLINE_REGION_COLUMNS):
             regions = InlineRegions(table["train"])
         else:

@@ -222,14 +222,11 @@ def _column_matrix(column: pa.Array, width: int) -> np.ndarray:
     return column.flatten().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
 
 
-# Shard arrays are read-only memory maps; they are only ever copied from, never written through.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable", module=__name__)
-
-
 def _as_float32(array: np.ndarray) -> torch.Tensor:
-    """A float32 tensor copied out of a (read-only, memory-mapped) array; torch's copy converts float16 several times
-    faster than numpy's `astype`."""
-    return torch.empty(array.shape, dtype=torch.float32).copy_(torch.from_numpy(array))
+    """A float32 tensor copied out of a (read-only, memory-mapped) array. numpy converts on the calling thread:
+    torch's copy would split one image's conversion across its intra-op threads, which stalls badly when those
+    cores are busy (the model's forward pass, other DataLoader workers)."""
+    return torch.from_numpy(array.astype(np.float32))
 
 
 class _StoredIds(Set):

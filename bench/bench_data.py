@@ -1,0 +1,223 @@
+"""The pre-training data path at growing store sizes: open time, random reads, data-path throughput, steps/s, memory.
+
+    python bench/bench_data.py [--sizes 2000 20000 100000] [--cache-dir DIR] [--workers 0 2] [--steps 40]
+
+For each size N it builds once (in --cache-dir, default `<vlhub cache>/bench-data`) a region store of N synthetic
+images with realistic rows — 36 regions × 2048 float16 features, boxes, scores — one caption per image, and the same
+rows as an LMDB in UNITER's format (msgpack per image, read by vlhub's `UniterLmdbReader`: the original format, as
+the anchor). Then, in a fresh process per size (so peak memory is that size's own), it reports:
+
+- store writing speed (images/s, when the store is built);
+- store open time (`RegionStore(folder)` plus its first read);
+- random reads/s (`store[id]` for random ids), and the same reads from the LMDB;
+- the data path alone (region reads + processor + collation of UNITER pre-training batches of 32) in examples/s,
+  with 0 and with 2 DataLoader workers;
+- tiny-model pre-training steps/s (batch 32; `mlm`, `mrfr` and `itm`: the synthetic rows have no class
+  probabilities) and the process's peak RSS.
+
+Timings depend on the machine and on what else runs; the matmul peak is printed for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REGIONS, FEATURE_DIM, BATCH = 36, 2048, 32
+WORDS = ("a red blue green small large circle square triangle left right above below of the near next to and with "
+         "two three one shape picture shows there is are").split()
+
+
+def synthetic_rows(count: int, start: int, seed: int = 0):
+    """(image_id, RegionFeatures) of `count` images; features are random float16-representable values."""
+    import torch
+
+    from vlhub import RegionFeatures
+
+    rng = np.random.default_rng(seed + start)
+    pool = rng.standard_normal((16, REGIONS, FEATURE_DIM)).astype(np.float16).astype(np.float32)
+    for index in range(start, start + count):
+        x1 = rng.uniform(0, 500, REGIONS)
+        y1 = rng.uniform(0, 380, REGIONS)
+        boxes = np.stack([x1, y1, x1 + rng.uniform(10, 140, REGIONS), y1 + rng.uniform(10, 100, REGIONS)], 1)
+        features = pool[index % 16] * np.float32(1 + (index % 7) / 10)
+        yield f"img{index:08d}", RegionFeatures.from_validated(
+            features=torch.from_numpy(features), boxes=torch.from_numpy(boxes.astype(np.float32)),
+            image_size=(480, 640), scores=torch.from_numpy(rng.uniform(0.2, 1, REGIONS).astype(np.float32)),
+        )
+
+
+def caption(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14)))
+
+
+def build(folder: Path, size: int) -> dict:
+    """Write the store, captions, vocabulary and LMDB for `size` images (once); returns the build figures."""
+    from vlhub.processing.stores import RegionStoreWriter
+
+    done = folder / "built.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    store = folder / "store"
+    start = time.perf_counter()
+    with RegionStoreWriter(store, shard_size=1024, feature_dtype="float16") as writer:
+        for image_id, regions in synthetic_rows(size, 0):
+            writer.add(image_id, regions)
+    write_seconds = time.perf_counter() - start
+    rng = random.Random(0)
+    with open(store / "captions.jsonl", "w") as handle:
+        for index in range(size):
+            handle.write(json.dumps({"image_id": f"img{index:08d}", "caption": caption(rng)}) + "\n")
+    specials = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    (folder / "vocab.txt").write_text("\n".join(specials + sorted(set(WORDS))) + "\n")
+    write_uniter_lmdb(folder / "uniter.lmdb", size)
+    figures = {"images": size, "store_write_images_per_s": size / write_seconds}
+    done.write_text(json.dumps(figures))
+    return figures
+
+
+def write_uniter_lmdb(path: Path, size: int):
+    """The same rows in UNITER's uncompressed image-DB layout: msgpack-numpy per image, keyed by image id."""
+    import lmdb
+    import msgpack
+
+    def packed(array: np.ndarray) -> dict:
+        return {b"nd": True, b"type": array.dtype.str, b"shape": array.shape, b"data": array.tobytes()}
+
+    environment = lmdb.open(str(path), map_size=size * 200_000 + (1 << 26))
+    keys = []
+    with environment.begin(write=True) as txn:
+        for image_id, regions in synthetic_rows(size, 0):
+            boxes = regions.normalized_boxes().numpy()
+            norm_bb = np.concatenate([boxes, boxes[:, 2:] - boxes[:, :2]], 1).astype(np.float16)
+            record = {"features": packed(regions.features.numpy().astype(np.float16)), "norm_bb": packed(norm_bb),
+                      "conf": packed(regions.scores.numpy().astype(np.float16)[:, None])}
+            txn.put(image_id.encode(), msgpack.packb(record, use_bin_type=True))
+            keys.append(image_id)
+        txn.put(b"__keys__", json.dumps(keys).encode())
+    environment.close()
+
+
+def reads_per_second(reader, ids: list[str], seconds: float = 5.0) -> float:
+    rng = random.Random(1)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        reader[ids[rng.randrange(len(ids))]]
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def measure(folder: Path, workers: list[int], steps: int) -> dict:
+    """Every figure for one built size, in this (fresh) process."""
+    import torch
+    from accelerate.state import AcceleratorState, GradientState
+    from torch.utils.data import DataLoader
+
+    from vlhub.processing.stores import RegionStore, UniterLmdbReader
+    from vlhub.training import VlhubTrainingArguments, train
+    from vlhub.training.data import load_caption_corpus
+    from vlhub.training.objectives import ObjectiveMix, objectives_for
+    from vlhub.training.pretraining import PretrainingTask, build_pretraining_model
+    from vlhub.training.cli import _load_tokenizer
+
+    figures: dict = {}
+    start = time.perf_counter()
+    store = RegionStore(folder / "store")
+    first = next(iter(store))
+    store[first]
+    figures["open_s"] = time.perf_counter() - start
+    ids = [f"img{i:08d}" for i in range(len(store))]
+    figures["store_reads_per_s"] = reads_per_second(store, ids)
+    figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids)
+
+    torch.manual_seed(0)
+    corpus = load_caption_corpus(str(folder / "store"))
+    model, processor = build_pretraining_model(None, "tiny", _load_tokenizer(str(folder / "vocab.txt"), "x", True),
+                                               corpus, model_type="uniter")
+    mix = ObjectiveMix.parse(["mlm:1", "mrfr:1", "itm:1"], objectives_for("uniter"))
+    task = PretrainingTask(model, processor, corpus, mix)
+    for count in workers:
+        loader = DataLoader(task.train_dataset, batch_sampler=task.train_sampler(BATCH, 1, 0),
+                            collate_fn=task.collate_fn, num_workers=count, persistent_workers=False)
+        iterator = iter(loader)
+        next(iterator)  # workers started, first batch made
+        batches, start = 0, time.perf_counter()
+        for _ in range(min(max(steps, 20), len(loader) - 1)):
+            next(iterator)
+            batches += 1
+        figures[f"data_path_examples_per_s_{count}_workers"] = batches * BATCH / (time.perf_counter() - start)
+        del iterator, loader
+
+    stamps = []
+    args = VlhubTrainingArguments(output_dir=str(folder / "run"), max_steps=steps + 5,
+                                  per_device_train_batch_size=BATCH, logging_steps=1000, overwrite_output_dir=True,
+                                  learning_rate=1e-4)
+    start = time.perf_counter()
+    train(task, args, callbacks=[lambda state: stamps.append(time.perf_counter())])
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    figures["first_step_s"] = stamps[0] - start
+    figures["train_steps_per_s"] = (len(stamps) - 5) / (stamps[-1] - stamps[4])
+    figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return figures
+
+
+def matmul_gflops() -> float:
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(5):
+        a @ b
+    return 5 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
+
+
+def main():
+    from vlhub.training.data import default_cache_dir
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000, 100000])
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir() / "bench-data")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # internal: one size, in a child process
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.workers, args.steps)))
+        return
+    print(f"{os.cpu_count()} cores, fp32 matmul {matmul_gflops():.0f} GFLOP/s; rows: {REGIONS} regions x "
+          f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm")
+    rows = []
+    for size in args.sizes:
+        folder = args.cache_dir / f"n{size}"
+        figures = build(folder, size)
+        child = subprocess.run(
+            [sys.executable, __file__, "--measure", str(folder), "--workers", *map(str, args.workers),
+             "--steps", str(args.steps)], capture_output=True, text=True, check=False)
+        if child.returncode != 0:
+            sys.exit(f"measuring N={size} failed:\n{child.stderr[-4000:]}")
+        figures.update(json.loads(child.stdout.strip().splitlines()[-1]))
+        rows.append(figures)
+        print(json.dumps(figures))
+    columns = ["images", "store_write_images_per_s", "open_s", "store_reads_per_s", "lmdb_reads_per_s",
+               *(f"data_path_examples_per_s_{w}_workers" for w in args.workers), "first_step_s",
+               "train_steps_per_s", "peak_rss_mb"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for figures in rows:
+        print("| " + " | ".join(f"{figures.get(c, float('nan')):.4g}" for c in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()

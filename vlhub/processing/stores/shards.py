@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..regions import RegionFeatures
+from ..regions import RegionFeatures, check_float16_range
 
 __all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "import_features"]
 
@@ -143,7 +143,8 @@ def _shard_files(directory: Path) -> list[Path]:
 
 
 def _stored_ids(shard: Path) -> list[str]:
-    return pq.read_table(shard, columns=["image_id"]).column("image_id").to_pylist()
+    with _reading_shard(shard):
+        return pq.read_table(shard, columns=["image_id"]).column("image_id").to_pylist()
 
 
 @contextlib.contextmanager
@@ -229,6 +230,8 @@ class RegionStoreWriter:
             self.layout = StoreLayout.of(regions, self.feature_dtype)
             self._write_index()
         self.layout.check(image_id, regions)
+        if self.feature_dtype == "float16":  # refused now: written as inf, the row could never be read back
+            check_float16_range(regions.features, f"features of image {image_id!r}")
         self._pending[image_id] = regions
         if len(self._pending) >= self.shard_size:
             self.flush()
@@ -305,9 +308,11 @@ class RegionStore:
         self.shard_files = _shard_files(self.directory)
         self._location: dict[str, tuple[int, int, int]] = {}
         for shard_number, shard in enumerate(self.shard_files):
-            parquet = pq.ParquetFile(shard)
-            for group in range(parquet.metadata.num_row_groups):
-                ids = parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
+            with _reading_shard(shard):
+                parquet = pq.ParquetFile(shard)
+                groups = [parquet.read_row_group(g, columns=["image_id"]).column("image_id").to_pylist()
+                          for g in range(parquet.metadata.num_row_groups)]
+            for group, ids in enumerate(groups):
                 for row, image_id in enumerate(ids):
                     if image_id in self._location:
                         raise ValueError(f"image {image_id!r} is stored twice in {self.directory}")
@@ -333,20 +338,21 @@ class RegionStore:
             shard_number, group, row = self._location[image_id]
         except KeyError:
             raise KeyError(f"image {image_id!r} is not in the region store {self.directory}") from None
-        table = self._row_group(shard_number, group).slice(row, 1)
-        layout = self.layout
-        fields = {
-            "features": _array2d(table.column("features"), layout.feature_dim).astype(np.float32),
-            "boxes": _array2d(table.column("boxes"), 4),
-            "image_size": tuple(table.column("image_size")[0].as_py()),
-        }
-        if layout.has_scores:
-            fields["scores"] = np.asarray(table.column("scores")[0].as_py(), dtype=np.float32)
-        if layout.num_classes is not None:
-            fields["class_probs"] = _array2d(table.column("class_probs"), layout.num_classes)
-        if layout.num_attributes is not None:
-            fields["attribute_probs"] = _array2d(table.column("attribute_probs"), layout.num_attributes)
-        regions = RegionFeatures.from_dict(fields)
+        with _reading_shard(self.shard_files[shard_number], image_id):
+            table = self._row_group(shard_number, group).slice(row, 1)
+            layout = self.layout
+            fields = {
+                "features": _array2d(table.column("features"), layout.feature_dim).astype(np.float32),
+                "boxes": _array2d(table.column("boxes"), 4),
+                "image_size": tuple(table.column("image_size")[0].as_py()),
+            }
+            if layout.has_scores:
+                fields["scores"] = np.asarray(table.column("scores")[0].as_py(), dtype=np.float32)
+            if layout.num_classes is not None:
+                fields["class_probs"] = _array2d(table.column("class_probs"), layout.num_classes)
+            if layout.num_attributes is not None:
+                fields["attribute_probs"] = _array2d(table.column("attribute_probs"), layout.num_attributes)
+            regions = RegionFeatures.from_dict(fields)
         regions.metadata["image_id"] = image_id
         return regions
 
@@ -399,3 +405,19 @@ def import_features(reader, output, shard_size: int = 512, feature_dtype: str = 
                 writer.add(image_id, reader[image_id])
                 written += 1
     return written
+
+
+@contextlib.contextmanager
+def _reading_shard(shard: Path, image_id: str | None = None):
+    """Name the shard (and image) in any error from reading it: a damaged shard must not surface as an anonymous
+    Arrow error. A shard that vanished stays a FileNotFoundError."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, KeyError) as err:
+        what = f"image {image_id!r} from " if image_id is not None else ""
+        raise ValueError(
+            f"cannot read {what}region store shard {shard}: it is truncated or corrupt ({err}). Restore the shard, or "
+            "delete it: its images are then missing from the store and a resumed writer computes them again"
+        ) from err

@@ -217,6 +217,21 @@ def test_float16_features_never_reach_the_model_as_nan(tiny_uniter_config, tiny_
         vqa(image=regions_with(features), question="what ?")
 
 
+def test_float16_model_in_a_pipeline_refuses_features_beyond_the_limit(vqa_folder):
+    vqa = pipeline("visual-question-answering", model=str(vqa_folder))
+    vqa.processor.feature_extractor.float16_storage = False  # the processor no longer rounds: the model does
+    vqa.model.half()
+    features = torch.rand(3, 16)
+    features[2, 3] = 1e5
+    with pytest.raises(ValueError, match=r"image\[1\] features.*float16.*65504"):
+        vqa(image=[random_regions(3, 16), regions_with(features)], question="what ?")
+    retrieval = pipeline("image-text-retrieval", model=str(vqa_folder))
+    retrieval.processor.feature_extractor.float16_storage = False
+    retrieval.model.half()
+    with pytest.raises(ValueError, match=r"images\[0\] features.*65504"):
+        retrieval(text="a cat", images=[regions_with(features)])
+
+
 def test_float16_store_refuses_features_beyond_the_limit_at_write_time(tmp_path):
     features = torch.rand(3, 8)
     features[2, 1] = 66000.0

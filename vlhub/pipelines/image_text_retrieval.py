@@ -75,13 +75,13 @@ class ImageTextRetrievalPipeline(ChunkPipeline):
     def _check_query(self, query: dict) -> None:
         """Every text and image checked up front, so an error names the user's item (`texts[2]`, `images[1]`)."""
         if "texts" in query:
-            check_image(self.processor, query["image"], "image")
+            check_image(self.processor, query["image"], "image", self.model)
             for i, text in enumerate(query["texts"]):
                 check_text(text, f"texts[{i}]")
         else:
             check_text(query["text"], "text")
             for i, image in enumerate(query["images"]):
-                check_image(self.processor, image, f"images[{i}]")
+                check_image(self.processor, image, f"images[{i}]", self.model)
 
     def _regions(self, image) -> RegionFeatures:
         return image if isinstance(image, RegionFeatures) else self.processor.regions_from_images([image])[0]

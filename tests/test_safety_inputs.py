@@ -337,6 +337,32 @@ def test_vlp_h5_refuses_a_group_where_a_dataset_belongs(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- other malicious files
+def test_vilbert_lmdb_refusals_and_damage_name_the_lmdb_and_entry(tmp_path):
+    lmdb = pytest.importorskip("lmdb")
+    from vlhub.processing.stores import VilbertLmdbReader
+    from vlhub.utils.safe_pickle import UnsafePickleError
+
+    def write(name, entries):
+        env = lmdb.open(str(tmp_path / name), map_size=1 << 22)
+        with env.begin(write=True) as txn:
+            for key, value in entries.items():
+                txn.put(key, value)
+        env.close()
+        return tmp_path / name
+
+    evil = write("evil.lmdb", {b"keys": pickle.dumps([b"7"]), b"7": pickle.dumps(_Payload(tmp_path / "pwned"))})
+    with pytest.raises(UnsafePickleError, match=r"evil\.lmdb \(image 7\).*refusing to load.*system"):
+        VilbertLmdbReader(evil)["7"]
+    evil_keys = write("evil_keys.lmdb", {b"keys": pickle.dumps(_Payload(tmp_path / "pwned"))})
+    with pytest.raises(UnsafePickleError, match=r"evil_keys\.lmdb \(entry `keys`\).*refusing"):
+        VilbertLmdbReader(evil_keys)
+    damaged = write("damaged.lmdb", {b"keys": pickle.dumps([b"7"]), b"7": pickle.dumps({"a": 1})[:-5]})
+    with pytest.raises(FeatureFileError, match=r"damaged\.lmdb \(image 7\).*truncated or corrupt"):
+        VilbertLmdbReader(damaged)["7"]
+    assert not (tmp_path / "pwned").exists()
+
+
+
 def test_npz_with_a_pickled_object_array_is_refused_without_running_it(tmp_path):
     boxes = np.array([[0, 0, 10, 10]], dtype=np.float32)
     payload = np.empty(1, dtype=object)

@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...utils.safe_pickle import safe_loads
+from ...utils.safe_pickle import UnsafePickleError, safe_loads
 from ..regions import RegionFeatures
 
 __all__ = [
@@ -321,6 +321,17 @@ class UniterLmdbReader(_LmdbReader):
             raise FeatureFileError(f"{source}: {err}") from err
 
 
+def _unpickle(data: bytes, source: str):
+    """`safe_loads` with errors that name the file and entry: a refused global stays an `UnsafePickleError`, any
+    other failure (a damaged pickle) is a `FeatureFileError`."""
+    try:
+        return safe_loads(data)
+    except UnsafePickleError as err:
+        raise UnsafePickleError(f"{source}: {err}") from None
+    except Exception as err:  # pickle raises many types for damaged data (EOFError, UnpicklingError, ValueError...)
+        raise FeatureFileError(f"{source}: not a readable pickle, the entry is truncated or corrupt ({err!r})") from err
+
+
 class VilbertLmdbReader(_LmdbReader):
     """ViLBERT's LMDBs: key `keys` holds the pickled id list; each id holds a pickled row.
 
@@ -337,7 +348,7 @@ class VilbertLmdbReader(_LmdbReader):
         stored = self._value(b"keys")
         if stored is None:
             raise FeatureFileError(f"{self.path}: no `keys` entry; this is not a ViLBERT feature LMDB")
-        self._ids = [_text(k) for k in safe_loads(stored)]
+        self._ids = [_text(k) for k in _unpickle(stored, f"{self.path} (entry `keys`)")]
         self._index = set(self._ids)
 
     def _read(self, image_id: str) -> RegionFeatures:
@@ -345,7 +356,7 @@ class VilbertLmdbReader(_LmdbReader):
         data = self._value(image_id.encode())
         if data is None:
             raise FeatureFileError(f"{source}: listed in `keys` but has no value")
-        record = safe_loads(data)
+        record = _unpickle(data, source)
         if isinstance(record, (list, tuple)):
             if len(record) != len(self._CC_LIST_FIELDS):
                 raise FeatureFileError(

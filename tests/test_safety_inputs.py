@@ -126,6 +126,32 @@ def test_corrupt_shard_is_named(tmp_path):
         RegionStore(tmp_path)
 
 
+def test_flipped_bytes_in_a_shard_are_an_error_not_different_features(tmp_path):
+    images = {str(i): random_regions(3, 8, seed=i) for i in range(4)}
+    with RegionStoreWriter(tmp_path, shard_size=4) as writer:
+        for image_id, regions in images.items():
+            writer.add(image_id, regions)
+    shard = next(tmp_path.glob("shard-*.parquet"))
+    data = shard.read_bytes()
+    outcomes = {"error": 0, "identical": 0, "silently different": 0}
+    for position in range(0, len(data), 11):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x55
+        shard.write_bytes(bytes(damaged))
+        try:
+            store = RegionStore(tmp_path)
+            read = {image_id: store[image_id] for image_id in images}
+        except ValueError as err:
+            assert shard.name in str(err)
+            outcomes["error"] += 1
+            continue
+        same = all(torch.equal(getattr(read[i], name), getattr(images[i], name))
+                   for i in images for name in ("features", "boxes", "scores"))
+        outcomes["identical" if same else "silently different"] += 1
+    assert outcomes["silently different"] == 0, outcomes
+    assert outcomes["error"] > 0
+
+
 def test_unsafe_pickle_reaches_the_cli_as_one_line(tmp_path, capsys):
     lmdb = pytest.importorskip("lmdb")
     env = lmdb.open(str(tmp_path / "evil.lmdb"), map_size=1 << 22)

@@ -144,7 +144,8 @@ def _shard_files(directory: Path) -> list[Path]:
 
 def _stored_ids(shard: Path) -> list[str]:
     with _reading_shard(shard):
-        return pq.read_table(shard, columns=["image_id"]).column("image_id").to_pylist()
+        table = pq.read_table(shard, columns=["image_id"], page_checksum_verification=True)
+        return table.column("image_id").to_pylist()
 
 
 @contextlib.contextmanager
@@ -246,7 +247,8 @@ class RegionStoreWriter:
 
         def write(temporary: Path):
             with _quiet_datasets():
-                dataset.to_parquet(str(temporary), batch_size=self.row_group_size)
+                # page checksums: a flipped byte in a shard is an error when read, not silently different features
+                dataset.to_parquet(str(temporary), batch_size=self.row_group_size, write_page_checksum=True)
 
         _write_atomically(path, write)
         self.completed_ids.update(self._pending)
@@ -309,7 +311,7 @@ class RegionStore:
         self._location: dict[str, tuple[int, int, int]] = {}
         for shard_number, shard in enumerate(self.shard_files):
             with _reading_shard(shard):
-                parquet = pq.ParquetFile(shard)
+                parquet = pq.ParquetFile(shard, page_checksum_verification=True)
                 groups = [parquet.read_row_group(g, columns=["image_id"]).column("image_id").to_pylist()
                           for g in range(parquet.metadata.num_row_groups)]
             for group, ids in enumerate(groups):
@@ -364,7 +366,7 @@ class RegionStore:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        table = pq.ParquetFile(self.shard_files[shard_number]).read_row_group(group)
+        table = pq.ParquetFile(self.shard_files[shard_number], page_checksum_verification=True).read_row_group(group)
         self._cache[key] = table
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

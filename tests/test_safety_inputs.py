@@ -169,6 +169,20 @@ def test_unsafe_pickle_reaches_the_cli_as_one_line(tmp_path, capsys):
     assert not (tmp_path / "pwned").exists()
 
 
+def test_training_texts_are_checked_at_load_time_naming_the_row():
+    import datasets
+
+    from vlhub.training.data import caption_pairs
+    from vlhub.training.finetuning import VqaDataset
+
+    captions = datasets.Dataset.from_dict({"image_id": ["a", "b", "c"], "caption": ["a cat", "a dog", " "]})
+    with pytest.raises(ValueError, match=r"captions.jsonl: the caption of row 2 \(image 'c'\) is empty"):
+        caption_pairs(captions, "captions.jsonl")
+    surrogate = [{"question": "what \udc80 ?", "image_id": "x", "labels": [0], "scores": [1.0], "answers": ["a"]}]
+    with pytest.raises(ValueError, match=r"the question of row 0 \(image 'x'\).*surrogate"):
+        VqaDataset.from_rows(surrogate, num_labels=3)
+
+
 # --------------------------------------------------------------------------------------------- .pt: refused vs corrupt
 def test_unsafe_pt_is_reported_as_refused_not_corrupt(tmp_path):
     for legacy in (False, True):

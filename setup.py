@@ -29,7 +29,8 @@ setup(
         "huggingface-hub>=1.0",
         "numpy",
         "pillow",
-        "pyarrow",      # the region store's Parquet shards (also a datasets dependency)
+        "pyarrow",      # the region store's Arrow shards (also a datasets dependency)
+        "xxhash",       # the region store's row checksums (also a datasets dependency)
         "pyyaml",       # the detector ports' config.yaml
         "tqdm",
     ],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import pickle
 import sys
 from pathlib import Path
 
@@ -105,9 +106,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, OSError, ValueError) as err:  # CheckpointError is a ValueError
-        print(f"vlhub {args.command}: error: {err}", file=sys.stderr)
+    except _USER_ERRORS as err:
+        if args.verbose:
+            logging.exception("vlhub %s failed", args.command)
+        print(f"vlhub {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
+
+
+# Errors that describe a bad input (a file, a setting) rather than a bug: shown as one line, exit status 2.
+# CheckpointError, FeatureFileError and CaffemodelError are ValueErrors; UnsafePickleError is an UnpicklingError;
+# a missing optional package is an ImportError naming the extra to install.
+_USER_ERRORS = (OSError, ValueError, KeyError, ImportError, pickle.UnpicklingError)
+
+
+def _one_line(err: BaseException) -> str:
+    message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)  # KeyError's str() adds quotes
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return " ".join(lines) or type(err).__name__
 
 
 if __name__ == "__main__":

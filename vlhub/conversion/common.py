@@ -89,6 +89,13 @@ def load_torch_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a damaged file (IndexError, EOFError, ...)
+        refused = _refused_global(path, err)
+        if refused is not None:
+            raise CheckpointError(
+                f"refusing to load {refused} from {str(path)!r}: the checkpoint's pickle references it, and only "
+                "tensors and plain containers are loaded (weights_only=True) because unpickling anything else can run "
+                "arbitrary code. Re-save the state dict from a trusted environment (torch.save(model.state_dict()))"
+            ) from err
         raise CheckpointError(
             f"cannot read {str(path)!r} as a PyTorch checkpoint (truncated, corrupt, or not a torch.save file): {err}"
         ) from err
@@ -104,6 +111,43 @@ def load_torch_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{str(path)!r} is not a flat state dict: entries {non_tensors[:5]} are not tensors")
     state_dict = strip_prefix(data, "module.")
     return {k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in state_dict.items()}
+
+
+def _refused_global(path: Path, err: Exception) -> str | None:
+    """The global a weights-only `torch.load` refused, when `path` holds a complete pickle that names it (an unsafe
+    file); None for every other failure. A legacy (non-zip) file cut inside a pickled global name also fails as an
+    "unsupported global" (the cut name), so the pickle is first checked to be complete."""
+    import io
+    import pickle
+    import pickletools
+    import zipfile
+
+    match = re.search(r"GLOBAL (\S+)", str(err)) if isinstance(err, pickle.UnpicklingError) else None
+    if match is None:
+        return None
+
+    def complete(stream, count: int) -> bool:
+        try:
+            for _ in range(count):
+                for _ in pickletools.genops(stream):
+                    pass
+        except Exception:  # an incomplete or malformed pickle: damage, reported as such
+            return False
+        return True
+
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                pickles = [n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+                if len(pickles) != 1 or not complete(io.BytesIO(archive.read(pickles[0])), 1):
+                    return None
+        except (OSError, zipfile.BadZipFile):
+            return None
+    else:
+        with open(path, "rb") as stream:  # torch's legacy format: magic number, protocol, system info, the object
+            if not complete(stream, 4):
+                return None
+    return match.group(1)
 
 
 def strip_prefix(state_dict: dict, prefix: str) -> dict:

@@ -7,7 +7,8 @@ from transformers import AutoConfig
 from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
-from .visual_question_answering import top_k_parameter
+from ..processing.processor_base import check_text
+from .visual_question_answering import check_image, top_k_parameter
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
 
@@ -66,9 +67,21 @@ class ImageTextRetrievalPipeline(ChunkPipeline):
             query = {"text": text, "images": _non_empty_list(images, "images")}
         else:
             raise ValueError("pass either image= with texts=[...] (rank texts) or text= with images=[...] (rank images)")
+        self._check_query(query)
         if "batch_size" not in kwargs and self._batch_size is None:
             kwargs["batch_size"] = min(len(query.get("texts") or query.get("images")), 16)
         return super().__call__(query, **kwargs)
+
+    def _check_query(self, query: dict) -> None:
+        """Every text and image checked up front, so an error names the user's item (`texts[2]`, `images[1]`)."""
+        if "texts" in query:
+            check_image(self.processor, query["image"], "image", self.model)
+            for i, text in enumerate(query["texts"]):
+                check_text(text, f"texts[{i}]")
+        else:
+            check_text(query["text"], "text")
+            for i, image in enumerate(query["images"]):
+                check_image(self.processor, image, f"images[{i}]", self.model)
 
     def _regions(self, image) -> RegionFeatures:
         return image if isinstance(image, RegionFeatures) else self.processor.regions_from_images([image])[0]

@@ -7,9 +7,10 @@ from typing import Any
 import torch
 from transformers import Pipeline
 
-from ..processing.regions import RegionFeatures
+from ..processing.processor_base import check_text
+from ..processing.regions import RegionFeatures, check_float16_range
 
-__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter"]
+__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image"]
 
 
 def top_k_parameter(top_k) -> dict:
@@ -19,6 +20,31 @@ def top_k_parameter(top_k) -> dict:
     if int(top_k) < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     return {"top_k": int(top_k)}
+
+
+def check_image(processor, image, name: str, model=None) -> None:
+    """Check one pipeline input image up front, where its index is known: `RegionFeatures` are encoded once (type,
+    feature size, selection, encoding limits), anything else needs the processor's region extractor. Errors name the
+    input as `name` (e.g. `image[2]`), not as the processor's one-example batch `regions[0]`. A `model` that runs in
+    float16 casts the features to float16, so they must stay within its range."""
+    if isinstance(image, RegionFeatures):
+        processor.feature_extractor.encode_example(image, name)
+        if model is not None and getattr(model, "dtype", None) == torch.float16:
+            check_float16_range(image.features, f"{name} features (the model runs in float16)")
+    elif processor.region_extractor is None:
+        raise ValueError(
+            f"{name} is a {type(image).__name__} but this processor has no region extractor, so it cannot take "
+            "images: pass vlhub.RegionFeatures (e.g. read from a feature file), or a processor with a region extractor"
+        )
+
+
+def _check_pairs(processor, pairs: list, single: bool, model=None) -> None:
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict) or "image" not in pair or "question" not in pair:
+            raise ValueError(f"each input must be a dict with 'image' and 'question', got {pair!r} as input {i}")
+        suffix = "" if single else f"[{i}]"
+        check_text(pair["question"], f"question{suffix}")
+        check_image(processor, pair["image"], f"image{suffix}", model)
 
 
 def _as_pairs(image, question) -> tuple[list[dict], bool]:
@@ -33,6 +59,9 @@ def _as_pairs(image, question) -> tuple[list[dict], bool]:
     questions_list = isinstance(question, (list, tuple))
     if not images_list and not questions_list:
         return [{"image": image, "question": question}], True
+    for given, is_list, name in ((image, images_list, "image"), (question, questions_list, "question")):
+        if is_list and not given:
+            raise ValueError(f"{name}= is an empty list: nothing to answer")
     images = list(image) if images_list else [image] * len(question)
     questions = list(question) if questions_list else [question] * len(images)
     if len(images) != len(questions):
@@ -63,6 +92,7 @@ class VisualQuestionAnsweringPipeline(Pipeline):
 
     def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
         pairs, single = _as_pairs(image, question)
+        _check_pairs(self.processor, pairs, single, self.model)
         if not single and "batch_size" not in kwargs and self._batch_size is None:
             kwargs["batch_size"] = min(len(pairs), 16)
         results = super().__call__(pairs if not single else pairs[0], **kwargs)

@@ -35,7 +35,10 @@ from transformers.processing_utils import ProcessorMixin
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
 from .regions import RegionFeatures
 
-__all__ = ["RegionProcessor", "VisionLanguageProcessor", "select_regions", "load_region_extractor", "REGION_EXTRACTOR_FOLDER"]
+__all__ = [
+    "RegionProcessor", "VisionLanguageProcessor", "select_regions", "check_text", "load_region_extractor",
+    "REGION_EXTRACTOR_FOLDER",
+]
 
 
 def select_regions(
@@ -137,20 +140,7 @@ class RegionProcessor(FeatureExtractionMixin):
             raise ValueError("no regions given: pass one RegionFeatures per example")
         features, locations = [], []
         for i, item in enumerate(batch):
-            if not isinstance(item, RegionFeatures):
-                raise TypeError(f"regions[{i}] must be a vlhub.RegionFeatures, got {type(item).__name__}")
-            if item.feature_dim != self.region_feature_dim:
-                raise ValueError(
-                    f"regions[{i}] has {item.feature_dim}-d features but this processor (and its model) expects "
-                    f"{self.region_feature_dim}-d features"
-                )
-            selected = self.select(item)
-            feat, loc = self.add_global_rows(self.encode_features(selected), self.encode_locations(selected), selected)
-            if feat.shape[0] != loc.shape[0]:
-                raise ValueError(
-                    f"{type(self).__name__} encoded regions[{i}] as {feat.shape[0]} feature rows but {loc.shape[0]} "
-                    "location rows; encode_features/encode_locations/add_global_rows must keep them in step"
-                )
+            feat, loc = self.encode_example(item, f"regions[{i}]")
             features.append(feat)
             locations.append(loc)
         num_regions = max(f.shape[0] for f in features)
@@ -169,6 +159,54 @@ class RegionProcessor(FeatureExtractionMixin):
                 "region_attention_mask": region_attention_mask,
             }
         )
+
+    def encode_example(self, regions, name: str = "regions[0]") -> tuple[torch.Tensor, torch.Tensor]:
+        """One example's encoded `(features (R, F), locations (R, location_dim))` before padding: checked, selected,
+        encoded and with its global rows. Every error names the example as `name` (the processor's `regions[i]`; a
+        pipeline passes the user's own index, e.g. `image[2]`)."""
+        if not isinstance(regions, RegionFeatures):
+            raise TypeError(f"{name} must be a vlhub.RegionFeatures, got {type(regions).__name__}")
+        if regions.feature_dim != self.region_feature_dim:
+            raise ValueError(
+                f"{name} has {regions.feature_dim}-d features but this processor (and its model) expects "
+                f"{self.region_feature_dim}-d features"
+            )
+        try:
+            selected = self.select(regions)
+            feat, loc = self.add_global_rows(self.encode_features(selected), self.encode_locations(selected), selected)
+        except ValueError as err:  # selection and the hooks do not know which example they were given
+            raise ValueError(f"{name}: {err}") from err
+        if feat.shape[0] != loc.shape[0]:
+            raise ValueError(
+                f"{type(self).__name__} encoded {name} as {feat.shape[0]} feature rows but {loc.shape[0]} "
+                "location rows; encode_features/encode_locations/add_global_rows must keep them in step"
+            )
+        for what, values in (("features", feat), ("locations", loc)):
+            if not torch.isfinite(values).all():  # RegionFeatures are finite: the encoding overflowed
+                raise ValueError(
+                    f"{type(self).__name__} encoded the finite {name} into NaN or infinite {what}; values beyond the "
+                    "encoding's range (e.g. the float16 limit of 65504 when rounding to float16) must be rescaled"
+                )
+        return feat, loc
+
+
+def check_text(text, name: str = "text") -> str:
+    """`text` if it is a non-empty string of valid Unicode; otherwise a `TypeError`/`ValueError` naming it as `name`.
+    A lone surrogate (e.g. from decoding bytes with errors="surrogateescape") cannot be tokenized."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(
+            f"{name} is empty; it must be a non-empty string (a question or caption needs at least one word)"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} is not valid Unicode: it holds the lone surrogate {text[err.start]!r} at position {err.start} "
+            "(decode the source text with errors='replace', or fix it)"
+        ) from None
+    return text
 
 
 class VisionLanguageProcessor(ProcessorMixin):
@@ -250,10 +288,7 @@ class VisionLanguageProcessor(ProcessorMixin):
         if text is not None:
             texts = [text] if isinstance(text, str) else list(text)
             for i, t in enumerate(texts):
-                if not isinstance(t, str):
-                    raise TypeError(f"text[{i}] must be a string, got {type(t).__name__}")
-                if not t.strip():
-                    raise ValueError(f"text[{i}] is empty; a question or caption needs at least one word")
+                check_text(t, f"text[{i}]")
             return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         rows = [token_ids] if token_ids and isinstance(token_ids[0], int) else list(token_ids)
         for i, row in enumerate(rows):

@@ -13,10 +13,29 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["RegionFeatures"]
+__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "check_float16_range"]
 
 # Boxes that poke out of the image by floating-point noise (detectors clip in float32) are accepted.
 _BOX_TOLERANCE_PX = 1e-2
+# The largest finite float16. Features stored or rounded to float16 (UNITER's feature files, float16 region stores)
+# must stay within it: anything larger becomes inf, and inf becomes NaN logits.
+FLOAT16_MAX = float(torch.finfo(torch.float16).max)  # 65504
+# The largest image side in pixels: 2**24 is where float32 (boxes are float32) stops holding every integer pixel.
+MAX_IMAGE_SIDE = 2**24
+
+
+def check_float16_range(values: torch.Tensor, what: str) -> None:
+    """Raise `ValueError` when finite `values` exceed the float16 range (|x| > 65504), which float16 rounding
+    would turn into inf. `what` names the values in the message (e.g. "regions[3] features")."""
+    too_large = values.detach().abs() > FLOAT16_MAX
+    if too_large.any():
+        index = too_large.nonzero()[0]
+        raise ValueError(
+            f"{what} hold {values[tuple(index)].item():g} at index {index.tolist()}, beyond the float16 limit of "
+            f"{FLOAT16_MAX:g}: rounding it to float16 would make it infinite (and the model's outputs NaN). Rescale "
+            "the features, or keep them in float32 (float16_storage=False for the processor, feature_dtype='float32' "
+            "for a region store)"
+        )
 
 
 def _as_float_tensor(name: str, value, ndim: int) -> torch.Tensor:
@@ -55,7 +74,9 @@ class RegionFeatures:
 
     Every tensor is stored as a float32 CPU tensor. Construction raises `ValueError`/`TypeError` naming the
     field at fault for: a wrong number of dimensions, zero regions, fields that disagree on the number of
-    regions, NaN/inf values, boxes with x2 < x1 or y2 < y1, boxes outside the image, a non-positive image size.
+    regions, NaN/inf values, boxes with x2 < x1 or y2 < y1, boxes outside the image, an image size that is not
+    positive or exceeds `MAX_IMAGE_SIDE` (2**24) pixels. Features may be any finite float32; where they are rounded
+    to float16 (UNITER's processor, float16 region stores) values beyond `FLOAT16_MAX` (65504) are refused there.
     """
 
     features: torch.Tensor
@@ -96,10 +117,17 @@ class RegionFeatures:
     def _check_image_size(image_size) -> tuple[int, int]:
         try:
             height, width = (float(v) for v in image_size)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"RegionFeatures.image_size must be (height, width), got {image_size!r}") from err
+        if any(isinstance(v, (bool, np.bool_)) for v in image_size):
+            raise ValueError(f"RegionFeatures.image_size must be numbers (height, width), got {image_size!r}")
         if not (height > 0 and width > 0) or not (np.isfinite(height) and np.isfinite(width)):
             raise ValueError(f"RegionFeatures.image_size must be positive (height, width), got {image_size!r}")
+        if height > MAX_IMAGE_SIDE or width > MAX_IMAGE_SIDE:
+            raise ValueError(
+                f"RegionFeatures.image_size must be at most {MAX_IMAGE_SIDE} pixels a side (float32 boxes lose whole "
+                f"pixels beyond it), got {image_size!r}"
+            )
         # Integral sizes stay ints (pixels); fractional ones are kept for stores that only know
         # normalised boxes (image_size=(1, 1) and boxes in [0, 1]).
         return tuple(int(v) if float(v).is_integer() else v for v in (height, width))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 
 __all__ = [
@@ -220,7 +221,10 @@ def caption_pairs(split, where: str) -> list[tuple[str, str]]:
     if "image_id" not in columns or caption_column is None:
         raise ValueError(f"{where} needs an 'image_id' column and a caption column ({' / '.join(_CAPTION_COLUMNS)}); "
                          f"it has {columns}")
-    return [(str(i), c) for i, c in zip(split["image_id"], split[caption_column])]
+    pairs = [(str(i), c) for i, c in zip(split["image_id"], split[caption_column])]
+    for row, (image_id, caption) in enumerate(pairs):  # at load time, naming the row, not mid-training
+        check_text(caption, f"{where}: the {caption_column} of row {row} (image {image_id!r})")
+    return pairs
 
 
 def _splits(table, where: str):

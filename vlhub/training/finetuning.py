@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from .collators import CaptionDataset
 from .loop import TrainingTask
@@ -70,7 +71,8 @@ class VqaDataset(Dataset):
         if missing:
             raise ValueError(f"{where} lacks the column(s) {missing}; VQA needs {list(required)}")
         examples = []
-        for row in rows:
+        for number, row in enumerate(rows):
+            check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
             if len(row["labels"]) != len(row["scores"]):
                 raise ValueError(f"question {row['question']!r}: {len(row['labels'])} labels but "
                                  f"{len(row['scores'])} scores")

@@ -29,7 +29,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...utils.safe_pickle import safe_loads
+from ...utils.safe_pickle import UnsafePickleError, safe_loads
 from ..regions import RegionFeatures
 
 __all__ = [
@@ -321,6 +321,17 @@ class UniterLmdbReader(_LmdbReader):
             raise FeatureFileError(f"{source}: {err}") from err
 
 
+def _unpickle(data: bytes, source: str):
+    """`safe_loads` with errors that name the file and entry: a refused global stays an `UnsafePickleError`, any
+    other failure (a damaged pickle) is a `FeatureFileError`."""
+    try:
+        return safe_loads(data)
+    except UnsafePickleError as err:
+        raise UnsafePickleError(f"{source}: {err}") from None
+    except Exception as err:  # pickle raises many types for damaged data (EOFError, UnpicklingError, ValueError...)
+        raise FeatureFileError(f"{source}: not a readable pickle, the entry is truncated or corrupt ({err!r})") from err
+
+
 class VilbertLmdbReader(_LmdbReader):
     """ViLBERT's LMDBs: key `keys` holds the pickled id list; each id holds a pickled row.
 
@@ -337,7 +348,7 @@ class VilbertLmdbReader(_LmdbReader):
         stored = self._value(b"keys")
         if stored is None:
             raise FeatureFileError(f"{self.path}: no `keys` entry; this is not a ViLBERT feature LMDB")
-        self._ids = [_text(k) for k in safe_loads(stored)]
+        self._ids = [_text(k) for k in _unpickle(stored, f"{self.path} (entry `keys`)")]
         self._index = set(self._ids)
 
     def _read(self, image_id: str) -> RegionFeatures:
@@ -345,7 +356,7 @@ class VilbertLmdbReader(_LmdbReader):
         data = self._value(image_id.encode())
         if data is None:
             raise FeatureFileError(f"{source}: listed in `keys` but has no value")
-        record = safe_loads(data)
+        record = _unpickle(data, source)
         if isinstance(record, (list, tuple)):
             if len(record) != len(self._CC_LIST_FIELDS):
                 raise FeatureFileError(
@@ -360,6 +371,38 @@ class VilbertLmdbReader(_LmdbReader):
 
 
 # --------------------------------------------------------------------------------------------------- HDF5
+def _plain_h5_dataset(h5py, handle, name: str, path) -> np.ndarray:
+    """The dataset `name` of an open h5 file, read only when its data lives in that file.
+
+    HDF5 can point elsewhere: a soft or external link, a virtual dataset mapped onto other files, or "external
+    storage" whose raw bytes are any file on disk. Reading such a dataset would copy another file's bytes into the
+    features, so each of these is refused with an error naming the file and the dataset."""
+    link = handle.get(name, getlink=True)
+    kinds = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link"}
+    if type(link) in kinds:
+        target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+        raise FeatureFileError(
+            f"{path}: dataset {name!r} is {kinds[type(link)]} (to {target}); only datasets stored in the file itself "
+            "are read"
+        )
+    dataset = handle.get(name)
+    if not isinstance(dataset, h5py.Dataset):
+        raise FeatureFileError(f"{path}: {name!r} is not a dataset (it is a {type(dataset).__name__})")
+    create_plist = dataset.id.get_create_plist()
+    if create_plist.get_layout() == h5py.h5d.VIRTUAL:
+        raise FeatureFileError(
+            f"{path}: dataset {name!r} is a virtual dataset (its data lives in other files); only datasets stored in "
+            "the file itself are read"
+        )
+    if create_plist.get_external_count() > 0:
+        raise FeatureFileError(
+            f"{path}: dataset {name!r} uses external storage (its raw data is the file "
+            f"{create_plist.get_external(0)[0].decode(errors='replace')!r}); only datasets stored in the file itself "
+            "are read"
+        )
+    return dataset[()]
+
+
 class VlpH5Reader(_Reader):
     """Unified VLP's detectron-vlp features: fc6 features, class probabilities and boxes in h5 files.
 
@@ -404,12 +447,12 @@ class VlpH5Reader(_Reader):
         with self._h5py.File(path, "r") as handle:
             if image_id not in handle:
                 raise FeatureFileError(f"{path}: no {what} for image {image_id!r}")
-            return np.asarray(handle[image_id])
+            return _plain_h5_dataset(self._h5py, handle, image_id, path)
 
     def _read(self, image_id: str) -> RegionFeatures:
         source = f"VLP features of image {image_id!r}"
         with self._h5py.File(self.path, "r") as bbox_file:
-            bbox = np.asarray(bbox_file[image_id], dtype=np.float32)
+            bbox = np.asarray(_plain_h5_dataset(self._h5py, bbox_file, image_id, self.path), dtype=np.float32)
         if bbox.ndim != 2 or bbox.shape[1] != 6:
             raise FeatureFileError(f"{self.path}: boxes of {image_id!r} should be (N, 6), got {bbox.shape}")
         features = _array(self._dataset(self.features_pattern, image_id, "feature"), source, "features",

@@ -24,7 +24,8 @@ is refused. The next writer of a series removes, with a warning, what a killed w
 shard renamed but never indexed.
 
 Values are validated once, when written (finite, within float16's range for a float16 store, boxes inside the
-image); reads trust them. `datasets` reads the shards as an Arrow dataset with typed columns, e.g.
+image); reads trust them, but check each row's 64-bit xxh3 checksum (a few µs per image), so a flipped byte or a
+truncated shard is an error naming the shard and image, never silently different features. `datasets` reads the shards as an Arrow dataset with typed columns, e.g.
 `RegionStore(folder).dataset` or `RegionStore.streaming_dataset(folder)`.
 """
 
@@ -47,9 +48,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+import xxhash
 
 from ...utils.files import atomic_write_json
-from ..regions import RegionFeatures
+from ..regions import FLOAT16_MAX, RegionFeatures, check_float16_range
 
 __all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
            "stored_image_ids", "FLOAT16_MAX"]
@@ -62,7 +64,6 @@ _SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.arrow$")
 _V1_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
 _OPTIONAL_FIELDS = ("scores", "class_probs", "attribute_probs")
 _FEATURE_DTYPES = ("float32", "float16")
-FLOAT16_MAX = 65504.0  # the largest finite float16: larger features would be stored as inf
 _SQLITE_TIMEOUT = 600.0  # seconds a writer waits for another one's short publishing transaction
 logger = logging.getLogger(__name__)
 
@@ -124,14 +125,9 @@ class StoreLayout:
                 f"regions of image {image_id!r} do not match this store's layout: the store holds "
                 f"({self.describe()}) but these regions have ({found.describe()})"
             )
-        if self.feature_dtype == "float16":
-            largest = regions.features.abs().max().item()
-            if largest > FLOAT16_MAX:
-                raise ValueError(
-                    f"regions of image {image_id!r} have a feature of magnitude {largest:.6g}, above float16's "
-                    f"largest finite value {FLOAT16_MAX:g}: a float16 store would hold inf. Scale the features or "
-                    "write a float32 store"
-                )
+        # Refused now: written as inf, the row could never be read back. (numpy's max is one pass on this thread.)
+        if self.feature_dtype == "float16" and np.abs(regions.features.numpy()).max() > FLOAT16_MAX:
+            check_float16_range(regions.features, f"the features of image {image_id!r}")
 
     def arrow_schema(self) -> pa.Schema:
         """The shard columns: per image, a (regions, dim) matrix is a list of fixed-size lists (what `datasets`
@@ -148,7 +144,19 @@ class StoreLayout:
             fields.append(("class_probs", pa.list_(pa.list_(pa.float32(), self.num_classes))))
         if self.num_attributes is not None:
             fields.append(("attribute_probs", pa.list_(pa.list_(pa.float32(), self.num_attributes))))
+        fields.append(("checksum", pa.uint64()))
         return pa.schema(fields)
+
+    def matrix_fields(self) -> list[tuple[str, int]]:
+        """(name, width) of the per-region columns this layout stores, in the order their bytes are checksummed."""
+        fields = [("features", self.feature_dim), ("boxes", 4)]
+        if self.has_scores:
+            fields.append(("scores", 1))
+        if self.num_classes is not None:
+            fields.append(("class_probs", self.num_classes))
+        if self.num_attributes is not None:
+            fields.append(("attribute_probs", self.num_attributes))
+        return fields
 
     def datasets_features(self) -> datasets.Features:
         """The typed columns of a shard, as `datasets` reads them."""
@@ -164,6 +172,7 @@ class StoreLayout:
             columns["class_probs"] = datasets.Array2D(shape=(None, self.num_classes), dtype="float32")
         if self.num_attributes is not None:
             columns["attribute_probs"] = datasets.Array2D(shape=(None, self.num_attributes), dtype="float32")
+        columns["checksum"] = datasets.Value("uint64")
         return datasets.Features(columns)
 
 
@@ -213,13 +222,24 @@ def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
 
 
 def _column_matrix(column: pa.Array, width: int) -> np.ndarray:
-    """The one row of a list<fixed_size_list<width>> column (as sliced from a table) as a `(rows, width)` array,
-    without copying."""
+    """The one row of a list<fixed_size_list<width>> (or list<value>, width 1) column, as sliced from a table, as a
+    `(rows, width)` array, without copying."""
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if isinstance(column, pa.ExtensionArray):
         column = column.storage
-    return column.flatten().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+    while pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type):
+        column = column.flatten()
+    return column.to_numpy(zero_copy_only=False).reshape(-1, width)
+
+
+def _row_checksum(image_id: str, image_size: np.ndarray, matrices: list[np.ndarray]) -> int:
+    """xxh3-64 of one stored row: its id, image size and every per-region array, as stored (dtype and all)."""
+    digest = xxhash.xxh3_64(image_id.encode())
+    digest.update(np.ascontiguousarray(image_size, dtype=np.float64))
+    for matrix in matrices:
+        digest.update(np.ascontiguousarray(matrix))
+    return digest.intdigest()
 
 
 def _as_float32(array: np.ndarray) -> torch.Tensor:
@@ -455,6 +475,13 @@ class RegionStoreWriter:
             columns["class_probs"] = matrices("class_probs", np.float32, self.layout.num_classes)
         if self.layout.num_attributes is not None:
             columns["attribute_probs"] = matrices("attribute_probs", np.float32, self.layout.num_attributes)
+        dtypes = {"features": np.dtype(self.feature_dtype)}
+        columns["checksum"] = pa.array([
+            _row_checksum(image_id, np.array(regions.image_size, dtype=np.float64),
+                          [getattr(regions, name).numpy().astype(dtypes.get(name, np.float32)).reshape(-1, width)
+                           for name, width in self.layout.matrix_fields()])
+            for image_id, regions in items
+        ], pa.uint64())
         return pa.record_batch([columns[field.name] for field in schema], schema=schema)
 
     def _claim_layout(self, layout: StoreLayout):
@@ -546,8 +573,14 @@ class RegionStore:
         path = self.directory / name
         try:
             table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-        except (OSError, pa.ArrowInvalid) as err:
+            # Offsets and lengths are checked once per shard and process (it touches no feature values): a damaged
+            # offset must be an error here, not an out-of-bounds read in a later slice.
+            table.validate(full=True)
+        except (OSError, pa.ArrowException) as err:
             raise ValueError(f"shard {path} of the region store cannot be read ({err}): it is damaged") from err
+        if not table.schema.equals(self.layout.arrow_schema()):
+            raise ValueError(f"shard {path} of the region store does not hold this store's columns (it has "
+                             f"{table.schema.names}): it is damaged or comes from another store")
         shards[name] = table
         if len(shards) > self.max_open_shards:
             shards.popitem(last=False)
@@ -577,36 +610,49 @@ class RegionStore:
 
     def __getitem__(self, image_id: str) -> RegionFeatures:
         if self._v1 is not None:
-            table = self._v1.row(image_id)
+            shard, table = self._v1.row(image_id)
         else:
             found = self._handles().execute("SELECT shard, row FROM images WHERE image_id = ?",
                                             (image_id,)).fetchone() if isinstance(image_id, str) else None
             if found is None:
                 raise KeyError(f"image {image_id!r} is not in the region store {self.directory}")
-            table = self._shard(found[0]).slice(found[1], 1)
-        return self._regions(image_id, table)
+            shard, row = found
+            table = self._shard(shard)
+            if row >= table.num_rows:
+                raise ValueError(f"region store shard {self.directory / shard} has {table.num_rows} images but the "
+                                 f"index puts image {image_id!r} at row {row}: the shard is damaged or was replaced")
+            table = table.slice(row, 1)
+        return self._regions(image_id, table, shard)
 
     def get(self, image_id: str, default=None):
         return self[image_id] if image_id in self else default
 
-    def _regions(self, image_id: str, table: pa.Table) -> RegionFeatures:
+    def _regions(self, image_id: str, table: pa.Table, shard: str) -> RegionFeatures:
         layout = self.layout
-        optional = {}
-        if layout.has_scores:
-            optional["scores"] = _as_float32(table.column("scores").combine_chunks().flatten().to_numpy(
-                zero_copy_only=False))
-        if layout.num_classes is not None:
-            optional["class_probs"] = _as_float32(_column_matrix(table.column("class_probs"), layout.num_classes))
-        if layout.num_attributes is not None:
-            optional["attribute_probs"] = _as_float32(_column_matrix(table.column("attribute_probs"),
-                                                                     layout.num_attributes))
-        size = table.column("image_size")[0].as_py()
+        try:
+            arrays = {name: _column_matrix(table.column(name), width) for name, width in layout.matrix_fields()}
+            size = np.asarray(table.column("image_size")[0].as_py(), dtype=np.float64)
+            stored_id = table.column("image_id")[0].as_py()
+            expected = table.column("checksum")[0].as_py() if self._v1 is None else None
+        except (pa.ArrowException, ValueError, IndexError, TypeError, KeyError) as err:
+            raise ValueError(f"cannot read image {image_id!r} from region store shard {self.directory / shard}: it "
+                             f"is damaged ({err})") from err
+        lengths = {len(array) for array in arrays.values()}
+        damaged = stored_id != image_id or len(lengths) != 1 or size.shape != (2,)
+        if not damaged and expected is not None:
+            damaged = _row_checksum(stored_id, size, list(arrays.values())) != expected
+        if damaged:
+            raise ValueError(
+                f"image {image_id!r} in region store shard {self.directory / shard} is damaged (its bytes differ from "
+                "what was written: checksum mismatch). Restore the shard, or delete it and run the writer again: its "
+                "images are then written anew"
+            )
         # Validated when written; a version-1 store was too, with the same rules.
         regions = RegionFeatures.from_validated(
-            features=_as_float32(_column_matrix(table.column("features"), layout.feature_dim)),
-            boxes=_as_float32(_column_matrix(table.column("boxes"), 4)),
-            image_size=tuple(int(v) if float(v).is_integer() else v for v in size),
-            **optional,
+            features=_as_float32(arrays.pop("features")),
+            boxes=_as_float32(arrays.pop("boxes")),
+            image_size=tuple(int(v) if float(v).is_integer() else float(v) for v in size),
+            **{name: _as_float32(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
         )
         regions.metadata["image_id"] = image_id
         return regions
@@ -670,12 +716,17 @@ class _ParquetStoreV1:
                         raise ValueError(f"image {image_id!r} is stored twice in {directory}")
                     self.location[image_id] = (number, group, row)
 
-    def row(self, image_id: str) -> pa.Table:
+    def row(self, image_id: str) -> tuple[str, pa.Table]:
         try:
             number, group, row = self.location[image_id]
         except KeyError:
             raise KeyError(f"image {image_id!r} is not in the region store {self.shard_files[0].parent}") from None
-        return pq.ParquetFile(self.shard_files[number]).read_row_group(group).slice(row, 1)
+        shard = self.shard_files[number]
+        try:
+            return shard.name, pq.ParquetFile(shard).read_row_group(group).slice(row, 1)
+        except (pa.ArrowException, OSError) as err:
+            raise ValueError(f"cannot read image {image_id!r} from region store shard {shard}: it is damaged "
+                             f"({err})") from err
 
 
 def stored_image_ids(directory: str | os.PathLike) -> set[str]:

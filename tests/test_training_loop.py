@@ -57,12 +57,15 @@ def test_losses_fall_on_a_tiny_run(tmp_path):
     assert read_log(tmp_path / "run") == result.log_history
 
 
-@pytest.mark.parametrize("accumulation", [1, 2])
-def test_resume_reproduces_an_uninterrupted_run(tmp_path, accumulation):
+@pytest.mark.parametrize("accumulation, workers", [(1, 0), (2, 0), (1, 2)])
+def test_resume_reproduces_an_uninterrupted_run(tmp_path, accumulation, workers):
     # 48 captions / (6 x accumulation) per step: with accumulation 2 the resumed run also crosses an epoch boundary.
+    # With workers, the interrupted and resumed runs load in 2 DataLoader worker processes and must still log exactly
+    # what the uninterrupted run, loading in the training loop, logged.
     common = dict(max_steps=8, per_device_batch_size=6, logging_steps=1, save_steps=3, learning_rate=1e-3,
                   eval_steps=4, max_eval_samples=8, seed=3, gradient_accumulation_steps=accumulation)
     straight = train(make_task(tmp_path, seed=3), TrainingArguments(output_dir=str(tmp_path / "a"), **common))
+    common["dataloader_num_workers"] = workers
 
     def crash_after_step_5(state):
         if state.step == 5:

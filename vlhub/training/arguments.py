@@ -64,7 +64,15 @@ class VlhubTrainingArguments:
                                "is retried (3 tries), then given up with an error; local checkpoints are kept."})
     report_to: list[str] = field(default_factory=list, metadata={"help": "Extra accelerate trackers (tensorboard, "
                                  "wandb, ...); log_history.jsonl is always written."})
-    dataloader_num_workers: int = field(default=0)
+    dataloader_num_workers: int = field(default=0, metadata={"help": "Worker processes that read regions, run the "
+                                        "processor and collate batches off the training loop (0: in the loop). "
+                                        "Batches stay the same, so exact resumption holds."})
+    dataloader_prefetch_factor: int | None = field(default=None, metadata={"help": "Batches each worker prepares "
+                                                   "ahead (default: PyTorch's 2; needs workers)."})
+    dataloader_pin_memory: bool = field(default=True, metadata={"help": "Pin batches in page-locked memory for "
+                                        "faster copies to the GPU (ignored on the CPU)."})
+    dataloader_persistent_workers: bool = field(default=True, metadata={"help": "Keep workers alive between "
+                                                "epochs (their region caches stay warm)."})
     use_cpu: bool = field(default=False, metadata={"help": "Train on the CPU even when a GPU is present."})
 
     def __post_init__(self):
@@ -86,6 +94,9 @@ class VlhubTrainingArguments:
             "save_steps": self.save_steps >= 0,
             "save_total_limit": self.save_total_limit >= 0,
             "max_eval_samples": self.max_eval_samples >= 0,
+            "dataloader_num_workers": self.dataloader_num_workers >= 0,
+            "dataloader_prefetch_factor": self.dataloader_prefetch_factor is None or (
+                self.dataloader_prefetch_factor >= 1 and self.dataloader_num_workers > 0),
             "hub_timeout": self.hub_timeout > 0 and math.isfinite(self.hub_timeout),
         }
         bad = [name for name, ok in checks.items() if not ok]

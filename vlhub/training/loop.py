@@ -291,9 +291,13 @@ def train(
     sampler = task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
     steps_per_epoch = sampler.steps_per_epoch
     max_steps = args.total_steps(steps_per_epoch)
+    workers = args.dataloader_num_workers
     train_loader = DataLoader(
-        task.train_dataset, batch_sampler=sampler, collate_fn=task.collate_fn,
-        num_workers=args.dataloader_num_workers, generator=torch.Generator(),  # the global RNG stays untouched
+        task.train_dataset, batch_sampler=sampler, collate_fn=task.collate_fn, num_workers=workers,
+        prefetch_factor=args.dataloader_prefetch_factor if workers else None,
+        persistent_workers=args.dataloader_persistent_workers and workers > 0,
+        pin_memory=args.dataloader_pin_memory and accelerator.device.type == "cuda",
+        generator=torch.Generator(),  # the global RNG stays untouched
     )
     model = task.model
     optimizer = _optimizer(model, args)

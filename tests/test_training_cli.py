@@ -139,3 +139,42 @@ def test_two_process_run_resumes_exactly(tmp_path):
     assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
     assert [s for s, _ in expected] == [s for s, _ in got]
     assert [loss for _, loss in got] == pytest.approx([loss for _, loss in expected], rel=1e-6)
+
+
+def test_a_store_without_class_probabilities_trains_the_default_mix_it_can(tmp_path, caplog):
+    from vlhub import RegionFeatures
+    from vlhub.processing.stores import RegionStoreWriter
+
+    corpus = synthetic_corpus()
+    store = tmp_path / "data"
+    with RegionStoreWriter(store, shard_size=16) as writer:  # a user's own features: no detector class scores
+        for image_id, regions in corpus.regions.items():
+            writer.add(image_id, RegionFeatures(features=regions.features, boxes=regions.boxes,
+                                                image_size=regions.image_size))
+    write_jsonl(store / "captions.jsonl", [{"image_id": i, "caption": c} for i, c in corpus.train])
+    arguments = common_args(tmp_path)
+    arguments = arguments[:arguments.index("--objectives")] + arguments[arguments.index("--output_dir"):]
+    with caplog.at_level("WARNING"):
+        result = pretrain_main(["--dataset", str(store), *arguments])
+    assert result.global_step == 3
+    assert "no class_probs" in caplog.text and "drops mrc-kl" in caplog.text and "--objectives" in caplog.text
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "mrc-kl" not in card and "wra:2" in card and "mrfr:1" in card
+    with pytest.raises(SystemExit, match="none of uniter's default objectives.*--objectives"):
+        from vlhub.training.cli import _default_mix_for_data
+        from vlhub.training.objectives import objectives_for
+
+        class NoRegionFields:
+            def __getattr__(self, name):
+                return None
+
+        _default_mix_for_data("uniter", {name: type("O", (), {"region_fields": ("class_probs",)})()
+                                         for name in objectives_for("uniter")}, NoRegionFields())
+
+
+def test_a_dataset_without_a_tokenizer_names_the_flag_when_offline(tmp_path):
+    store = write_store_dataset(tmp_path / "data")
+    arguments = common_args(tmp_path)
+    del arguments[:2]  # no --tokenizer
+    with pytest.raises(SystemExit, match="(?s)google-bert/bert-base-cased.*--tokenizer_name"):
+        pretrain_main(["--dataset", str(store), *arguments])

@@ -36,6 +36,8 @@ __all__ = ["pretrain_main", "finetune_main", "ModelArguments", "DataArguments", 
            "FinetuneArguments", "PretrainTrainingArguments", "FinetuneTrainingArguments", "launch_command",
            "redact_secrets"]
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class ModelArguments:
@@ -132,19 +134,46 @@ def _show_logs() -> None:
 
 
 def _load_tokenizer(name: str | None, dataset: str, lowercase: bool):
+    """--tokenizer_name, else the shapes world's vocabulary for shapes, else the BERT vocabulary the architecture's
+    original release used (bert-base-cased or -uncased, from the Hub)."""
     if name is None:
         if dataset == SHAPES:
             from ..data.shapes import shapes_tokenizer
 
             return shapes_tokenizer()
-        return None
+        name = f"google-bert/bert-base-{'uncased' if lowercase else 'cased'}"
+        logger.info(f"no --tokenizer_name: using {name}, the vocabulary of the architecture's original release")
     if Path(name).is_file():
         from transformers import BertTokenizer
 
         return BertTokenizer(vocab=str(name), do_lower_case=lowercase)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except OSError as err:
+        raise SystemExit(f"cannot load the tokenizer {name!r} ({err}); pass --tokenizer_name with a local folder or a "
+                         "vocab.txt (offline, nothing can be downloaded)") from err
+
+
+def _default_mix_for_data(model_type: str, available, sample_regions) -> ObjectiveMix:
+    """The architecture's original mix, without the objectives whose region fields the data lacks (said in the log);
+    none left is an error naming --objectives."""
+    mix = default_objective_mix(model_type)
+    missing = {name: [f for f in available[name].region_fields if getattr(sample_regions, f) is None]
+               for name in mix if name in available}
+    kept = {name: ratio for name, ratio in mix.items() if not missing.get(name)}
+    dropped = {name: fields for name, fields in missing.items() if fields}
+    if not kept:
+        raise SystemExit(f"none of {model_type}'s default objectives ({', '.join(mix)}) can train on these regions "
+                         f"(they lack {sorted({f for fields in dropped.values() for f in fields})}); choose "
+                         f"objectives with --objectives from {', '.join(sorted(available))}")
+    if dropped:
+        logger.warning("the data's regions have no " + ", ".join(sorted({f for v in dropped.values() for f in v}))
+                       + f": the default mix drops {', '.join(sorted(dropped))} and trains "
+                       + ", ".join(f"{name}:{ratio:g}" for name, ratio in kept.items())
+                       + " (set --objectives to choose)")
+    return ObjectiveMix(kept, available)
 
 
 def _known_model_type(model_type: str) -> None:
@@ -185,7 +214,7 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     if pretrain_args.objectives:
         mix = ObjectiveMix.parse(pretrain_args.objectives, available)
     else:
-        mix = ObjectiveMix(default_objective_mix(model_type), available)
+        mix = _default_mix_for_data(model_type, available, corpus.sample_regions())
     task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
                            mlm_probability=pretrain_args.mlm_probability,
                            region_mask_probability=pretrain_args.region_mask_probability,

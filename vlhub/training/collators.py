@@ -28,7 +28,7 @@ class CaptionDataset(Dataset):
     """
 
     def __init__(self, pairs: Sequence[tuple[str, str]]):
-        self.pairs = list(pairs)
+        self.pairs = pairs if isinstance(pairs, Sequence) else list(pairs)  # CaptionPairs stay Arrow columns
         for i, (image_id, caption) in enumerate(self.pairs[:1000]):
             if not isinstance(caption, str) or not caption.strip():
                 raise ValueError(f"caption {i} (image {image_id!r}) is empty or not a string: {caption!r}")
@@ -74,9 +74,10 @@ class PretrainingCollator:
         self.processor = processor
         self.regions = regions
         self.objectives = dict(objectives)
-        self.image_ids = list(image_ids) if image_ids is not None else list(regions.keys())
+        # Kept as given: an `ArrowStrings` of millions of ids stays in Arrow memory.
+        self.image_ids = image_ids if image_ids is not None else list(regions.keys())
         needing = sorted(o.name for o in self.objectives.values() if o.needs_other_images)
-        if needing and len(set(self.image_ids)) < 2:
+        if needing and (len(self.image_ids) < 2 or len(set(self.image_ids[:2])) < 2 and len(set(self.image_ids)) < 2):
             raise ValueError(f"objective(s) {needing} pair captions with other images: at least two images are needed")
         self.context = ObjectiveContext(
             tokenizer=processor.tokenizer,

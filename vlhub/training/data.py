@@ -12,7 +12,7 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
@@ -127,10 +127,10 @@ class InlineRegions(Mapping):
 
 @dataclass
 class CaptionCorpus:
-    """Captions per split and the regions of their images."""
+    """Captions per split (sequences of `(image_id, caption)`, e.g. `CaptionPairs`) and the regions of their images."""
 
-    train: list[tuple[str, str]]
-    validation: list[tuple[str, str]]
+    train: Sequence[tuple[str, str]]
+    validation: Sequence[tuple[str, str]]
     regions: Mapping[str, RegionFeatures]
     name: str
     description: str
@@ -215,15 +215,79 @@ def load_table(source: str, split_names=("train", "validation")):
     return datasets.load_dataset(source)
 
 
-def caption_pairs(split, where: str) -> list[tuple[str, str]]:
+class ArrowStrings(Sequence):
+    """A read-only sequence of `str` over an Arrow string column (memory-mapped when it comes from a `datasets`
+    cache file): millions of strings cost no Python objects until one is read."""
+
+    def __init__(self, column):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        elif not isinstance(column, pa.Array):
+            column = pa.array(list(column))
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            column = pc.cast(column, pa.string())
+        self.column = column
+
+    def __len__(self) -> int:
+        return len(self.column)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("ArrowStrings slices take a step of 1")
+            return ArrowStrings(self.column.slice(start, max(0, stop - start)))
+        return self.column[index].as_py()
+
+    def unique_sorted(self) -> "ArrowStrings":
+        import pyarrow.compute as pc
+
+        unique = pc.unique(self.column)
+        return ArrowStrings(unique.take(pc.sort_indices(unique)))
+
+
+class CaptionPairs(Sequence):
+    """`(image_id, caption)` pairs held as two Arrow string columns (see `ArrowStrings`); reads like a list of
+    tuples."""
+
+    def __init__(self, image_ids, captions):
+        self.image_ids, self.captions = ArrowStrings(image_ids), ArrowStrings(captions)
+        if len(self.image_ids) != len(self.captions):
+            raise ValueError(f"{len(self.image_ids)} image ids but {len(self.captions)} captions")
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return CaptionPairs(self.image_ids[index].column, self.captions[index].column)
+        return self.image_ids[index], self.captions[index]
+
+
+def caption_pairs(split, where: str) -> CaptionPairs:
+    """The `(image_id, caption)` pairs of a `datasets` split, kept as Arrow columns (no Python list per row). Every
+    caption is checked at load time, naming the row, rather than failing mid-training."""
+    import pyarrow.compute as pc
+
     columns = split.column_names
     caption_column = next((c for c in _CAPTION_COLUMNS if c in columns), None)
     if "image_id" not in columns or caption_column is None:
         raise ValueError(f"{where} needs an 'image_id' column and a caption column ({' / '.join(_CAPTION_COLUMNS)}); "
                          f"it has {columns}")
-    pairs = [(str(i), c) for i, c in zip(split["image_id"], split[caption_column])]
-    for row, (image_id, caption) in enumerate(pairs):  # at load time, naming the row, not mid-training
-        check_text(caption, f"{where}: the {caption_column} of row {row} (image {image_id!r})")
+    table = split.select_columns(["image_id", caption_column]).with_format("arrow")[:]  # zero-copy without indices
+    pairs = CaptionPairs(table.column("image_id"), table.column(caption_column))
+    captions = pairs.captions.column
+    # Arrow strings are valid UTF-8 (no lone surrogates); what is left to refuse is missing or blank text.
+    bad = pc.or_kleene(pc.is_null(captions), pc.equal(pc.utf8_trim_whitespace(captions), ""))
+    if pc.any(bad).as_py():
+        row = pc.index(bad, True).as_py()
+        check_text(captions[row].as_py(), f"{where}: the {caption_column} of row {row} (image {pairs.image_ids[row]!r})")
+    if pairs.image_ids.column.null_count:
+        row = pc.index(pc.is_null(pairs.image_ids.column), True).as_py()
+        raise ValueError(f"{where}: row {row} has no image_id")
     return pairs
 
 
@@ -284,7 +348,7 @@ def load_caption_corpus(
         description=f"`{dataset}`: {len(train)} training captions"
         + (f", {len(validation)} validation captions" if validation is not None else "") + ".",
     )
-    missing = [i for i, _ in corpus.train[:1000] if i not in regions]
+    missing = [i for i, _ in corpus.train[:1000] if i not in regions]  # a sample: a wrong store shows at once
     if missing:
         raise KeyError(f"{len(missing)} of the first training images have no regions (e.g. {missing[0]!r}); the "
                        "region store does not match the captions")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from transformers import AutoModelForPreTraining, AutoProcessor
 
 from ..registry import Architecture, get_architecture
 from .collators import CaptionDataset, PretrainingCollator
-from .data import CaptionCorpus
+from .data import CaptionCorpus, CaptionPairs
 from .loop import TrainingTask
 from .model_card import CardInfo
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
@@ -89,13 +90,13 @@ class PretrainingTask(TrainingTask):
         self.mix = mix or ObjectiveMix(default_objective_mix(model_type), objectives_for(model_type))
         self.base_model = base_model
         self._check_data(model.config, corpus)
-        image_ids = sorted({image_id for image_id, _ in corpus.train})
+        image_ids = _unique_image_ids(corpus.train)
         self.train_dataset = CaptionDataset(corpus.train)
         self.collate_fn = PretrainingCollator(
             processor, corpus.regions, self.mix.objectives, image_ids=image_ids, mlm_probability=mlm_probability,
             region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
         )
-        eval_ids = sorted({image_id for image_id, _ in corpus.validation}) or image_ids
+        eval_ids = _unique_image_ids(corpus.validation) or image_ids
         self.eval_collate_fn = PretrainingCollator(
             processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, mlm_probability=mlm_probability,
             region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
@@ -184,3 +185,10 @@ class PretrainingTask(TrainingTask):
             base_model=self.base_model,
             tags=["pretraining", self.model.config.model_type],
         )
+
+
+def _unique_image_ids(pairs) -> Sequence[str]:
+    """The sorted distinct image ids of caption pairs (kept in Arrow for `CaptionPairs`)."""
+    if isinstance(pairs, CaptionPairs):
+        return pairs.image_ids.unique_sorted()
+    return sorted({image_id for image_id, _ in pairs})

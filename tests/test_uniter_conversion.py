@@ -9,6 +9,7 @@ import torch
 
 import vlhub
 from vlhub.conversion import CheckpointError, convert_uniter
+from vlhub.modeling.uniter import UniterProcessor
 from vlhub.conversion.common import sha256_of
 
 from .conftest import fixtures_root, write_vocab
@@ -99,3 +100,45 @@ def test_cli_converts_and_reports_errors(tmp_path, vocab):
         capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+# A conversion that fails part-way leaves the output folder as it was; one that succeeds keeps unrelated files and
+# never replaces a hand-written README.md silently.
+
+def convert(output, vocab):
+    return convert_uniter(ORIGINAL / "uniter-pretrain.pt", output, config=ORIGINAL / "config.json", tokenizer=vocab)
+
+
+def test_a_failure_after_the_weights_leaves_no_half_folder(tmp_path, vocab, monkeypatch):
+    output = tmp_path / "converted"
+
+    def offline(self, *args, **kwargs):  # the weights are written first, then the processor fails
+        raise OSError("tokenizer files unreachable offline")
+
+    monkeypatch.setattr(UniterProcessor, "save_pretrained", offline)
+    with pytest.raises(OSError, match="unreachable offline"):
+        convert(output, vocab)
+    assert not output.exists()
+    assert not list(tmp_path.glob(".converted.staging-*"))  # nothing left beside it either
+
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    with pytest.raises(OSError):
+        convert(output, vocab)
+    assert sorted(p.name for p in output.iterdir()) == ["notes.txt"]
+
+
+def test_unrelated_files_are_kept_and_a_different_readme_is_not_overwritten(tmp_path, vocab, caplog):
+    output = tmp_path / "converted"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    (output / "README.md").write_text("# My own notes on this model\n")
+    with caplog.at_level("WARNING"):
+        convert(output, vocab)
+    names = {p.name for p in output.iterdir()}
+    assert {"notes.txt", "README.md", "README.md.orig", "model.safetensors", "config.json"} <= names
+    assert (output / "README.md.orig").read_text() == "# My own notes on this model\n"
+    assert "converted from uniter-pretrain.pt" in (output / "README.md").read_text()
+    assert "README.md.orig" in caplog.text
+    convert(output, vocab)  # converting again writes the same card: nothing more to keep
+    assert not (output / "README.md.orig.1").exists()

@@ -76,7 +76,7 @@ _RENAMES = (
     (r"^vlbert\.", "vl_bert."),  # encoder.*, pooler.*
     (r"^(object_linguistic_embeddings|object_mask_word_embedding|aux_text_visual_embedding)\.",
      r"vl_bert.embeddings.\1."),
-    (r"^object_mask_visual_embedding\.", "vl_bert.visual_embeddings.object_mask_visual_embedding."),
+    (r"^object_mask_visual_embedding\.weight$", "vl_bert.visual_embeddings.object_mask_visual_embedding"),
     (r"^image_feature_extractor\.obj_downsample\.", "vl_bert.visual_embeddings.obj_downsample."),
 )
 # Where each task's own head lives in the original (after the renames above) and in vlhub.
@@ -88,7 +88,7 @@ _HEAD_RENAMES = {
 }
 _PRETRAINING_ONLY = (
     r"^vl_bert\.embeddings\.(aux_text_visual_embedding|object_mask_word_embedding)\.",
-    r"^vl_bert\.visual_embeddings\.object_mask_visual_embedding\.",
+    r"^vl_bert\.visual_embeddings\.object_mask_visual_embedding$",
 )
 # The e2e release's own CNN (Caffe-style ResNet-101 C1-C4 and the dilated res5 RoI head).
 _E2E_PREFIXES = ("image_feature_extractor.backbone.", "image_feature_extractor.roi_head_feature_extractor.",

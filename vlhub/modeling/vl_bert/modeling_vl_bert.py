@@ -188,8 +188,9 @@ class VlBertVisualFeatureEmbedding(nn.Module):
             nn.Linear(config.region_input_dim, config.hidden_size),
             nn.ReLU(),
         )
+        # A parameter of this module (not an nn.Embedding child) so that `_init_weights` sees it and zeroes it.
         self.object_mask_visual_embedding = (
-            nn.Embedding(1, config.region_feature_dim) if add_mask_embedding else None
+            nn.Parameter(torch.zeros(1, config.region_feature_dim)) if add_mask_embedding else None
         )
 
     def forward(
@@ -205,7 +206,7 @@ class VlBertVisualFeatureEmbedding(nn.Module):
                     "(VlBertForPreTraining, or VlBertModel(config, add_pretraining_embeddings=True))"
                 )
             masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(masked, self.object_mask_visual_embedding.weight[0].to(dtype), region_features)
+            region_features = torch.where(masked, self.object_mask_visual_embedding[0].to(dtype), region_features)
         geometry = geometry_embedding(
             region_locations, self.config.geometry_embedding_dim, self.config.geometry_scale,
             self.config.geometry_wavelength,
@@ -341,7 +342,7 @@ class VlBertPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [
         r"embeddings\.aux_text_visual_embedding\.weight",
         r"embeddings\.object_mask_word_embedding\.weight",
-        r"visual_embeddings\.object_mask_visual_embedding\.weight",
+        r"visual_embeddings\.object_mask_visual_embedding$",
     ]
 
     @torch.no_grad()
@@ -354,7 +355,7 @@ class VlBertPreTrainedModel(PreTrainedModel):
             init.constant_(module.visual_ln_text.weight, self.config.visual_scale_text_init)
             init.constant_(module.visual_ln_object.weight, self.config.visual_scale_object_init)
         elif isinstance(module, VlBertVisualFeatureEmbedding) and module.object_mask_visual_embedding is not None:
-            init.zeros_(module.object_mask_visual_embedding.weight)  # the original starts it at zero
+            init.zeros_(module.object_mask_visual_embedding)  # the original starts it at zero
         elif isinstance(module, BertLMPredictionHead):
             init.zeros_(module.bias)
 

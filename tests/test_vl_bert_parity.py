@@ -329,3 +329,17 @@ def test_vl_bert_parity_backbone_from_pretraining_folder(fx):
         full = AutoModelForPreTraining.from_pretrained(folder).eval()(**image_inputs, output_hidden_states=True)
     for mine, reference in zip(out.hidden_states, full.hidden_states):
         assert torch.equal(mine, reference)
+
+
+def test_vl_bert_parity_vqa_pipeline_on_converted_folder(fx):
+    """`pipeline("visual-question-answering")` on the converted folder: the question strings and regions of the raw
+    inputs give the original's best answer and its sigmoid score."""
+    from transformers import pipeline
+
+    vqa = pipeline("visual-question-answering", model=str(fx.convert("vqa")))
+    logits = fx.outputs["vqa.label_logits"]
+    answer_list = (fx.root / "original" / "answers_vqa.txt").read_text().split()
+    for i, (example, regions) in enumerate(zip(fx.raw["examples"], fx.regions())):
+        best = vqa(image=regions, question=example["vqa_question_string"], top_k=1)[0]
+        assert best["answer"] == answer_list[logits[i].argmax().item()]
+        assert best["score"] == pytest.approx(torch.sigmoid(logits[i].max()).item(), abs=1e-4)

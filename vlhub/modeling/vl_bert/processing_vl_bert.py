@@ -50,8 +50,9 @@ class VlBertRegionProcessor(RegionProcessor):
 
     Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the mean of the region
     features (the original's default when a feature file has no `image_box_feature`). Regions are kept in the order
-    given (the released VQA features were selected at extraction, 10-100 per image); with `confidence_threshold` set
-    and detector scores present they are selected by confidence as the other architectures do. Boxes are normalised
+    given (the released VQA features were selected at extraction, 10-100 per image; more than `max_regions` is an
+    error); with `confidence_threshold` set and detector scores present they are selected by confidence
+    (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
     in the image the original resizes to (`min_size` 600, `max_size` 1000; VCR used 1200).
     """
 
@@ -62,10 +63,13 @@ class VlBertRegionProcessor(RegionProcessor):
         min_size: int = 600,
         max_size: int | None = 1000,
         confidence_threshold: float | None = None,
+        min_regions: int = 1,
         max_regions: int | None = 100,
         **kwargs,
     ):
-        super().__init__(confidence_threshold=confidence_threshold, max_regions=max_regions, **kwargs)
+        super().__init__(
+            confidence_threshold=confidence_threshold, min_regions=min_regions, max_regions=max_regions, **kwargs
+        )
         if min_size < 1 or (max_size is not None and max_size < min_size):
             raise ValueError(f"need 1 <= min_size <= max_size, got min_size={min_size}, max_size={max_size}")
         self.min_size = min_size

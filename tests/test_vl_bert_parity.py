@@ -279,6 +279,8 @@ def test_vl_bert_parity_pretrain(fx):
     inputs, targets = fx.pretrain_inputs()
     with torch.no_grad():
         out = model(**inputs, **targets, output_hidden_states=True)
+        # Without labels the MLM logits cover every text position.
+        unlabelled = model(**inputs, region_masks=targets["region_masks"])
         backbone = model.vl_bert(**inputs, region_masks=targets["region_masks"])
     o = fx.outputs
     fx.assert_hidden_states("pretrain", out.hidden_states, inputs["attention_mask"], inputs["region_attention_mask"])
@@ -288,16 +290,19 @@ def test_vl_bert_parity_pretrain(fx):
 
     text_mask = inputs["attention_mask"].bool()
     length = o["pretrain.mlm_logits_wvc"].shape[1]
-    mine = out.mlm_logits[:, :length]
+    mine = unlabelled.mlm_logits[:, :length]
+    labelled = targets["labels"] >= 0
+    assert_close(out.mlm_logits, unlabelled.mlm_logits[labelled], "MLM logits at the labels (row-major)")
     assert_close(mine[:images][text_mask[:images, :length]],
                  o["pretrain.mlm_logits_wvc"][text_mask[:images, :length]], "MLM logits (image-text rows)")
     assert_close(mine[images:][text_mask[images:, :length]],
                  o["pretrain.mlm_logits_aux"][text_mask[images:, :length]], "MLM logits (text-only rows)")
     rows, cols = o["pretrain.mlm_masked_positions"].unbind(1)
-    assert_close(out.mlm_logits[rows, cols], o["pretrain.mlm_logits_at_masked"], "MLM logits at the masked words")
+    assert_close(unlabelled.mlm_logits[rows, cols], o["pretrain.mlm_logits_at_masked"], "MLM logits at the masked words")
     assert torch.equal(targets["labels"][rows, cols], o["pretrain.mlm_masked_labels"])
     rows, cols = o["pretrain.aux_mlm_masked_positions"].unbind(1)
-    assert_close(out.mlm_logits[images + rows, cols], o["pretrain.aux_mlm_logits_at_masked"], "text-only MLM logits")
+    assert_close(unlabelled.mlm_logits[images + rows, cols], o["pretrain.aux_mlm_logits_at_masked"],
+                 "text-only MLM logits")
 
     real = inputs["region_attention_mask"][:images].bool()
     assert_close(out.mvrc_logits[:images][real], o["pretrain.mvrc_logits"][real], "MVRC logits")

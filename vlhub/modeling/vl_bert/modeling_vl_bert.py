@@ -84,7 +84,8 @@ class VlBertForPreTrainingOutput(ModelOutput):
         original's BooksCorpus/Wikipedia half of the batch).
     mvrc_loss (`torch.FloatTensor` of shape `()`): masked RoI classification with linguistic clues, soft
         cross-entropy against the detector's class distribution, averaged over the labelled objects.
-    mlm_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`).
+    mlm_logits (`torch.FloatTensor`): `(num_labelled_tokens, vocab_size)` at the positions with a label >= 0, row-major
+        over (example, position), when `labels` is given; `(batch, text_length, vocab_size)` otherwise.
     mvrc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`); `None` without regions.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`).
     """
@@ -570,8 +571,8 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
             the original, the labelled objects are the rows summing to 1 (± 0.1).
 
         Returns:
-            `VlBertForPreTrainingOutput` with `mlm_logits` `(batch_size, text_length, vocab_size)` and `mvrc_logits`
-            `(batch_size, num_regions, num_region_labels)`.
+            `VlBertForPreTrainingOutput` with `mlm_logits` (at the labelled tokens when `labels` is given, else
+            `(batch_size, text_length, vocab_size)`) and `mvrc_logits` `(batch_size, num_regions, num_region_labels)`.
         """
         outputs = self.vl_bert(
             **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
@@ -581,25 +582,31 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
         )
         sequence_output = outputs.last_hidden_state
         text_length = _text_length(input_ids, inputs_embeds)
-        mlm_logits = self.cls(sequence_output[:, :text_length])
+        text_output = sequence_output[:, :text_length]
         mvrc_logits = None
         if region_features is not None:
             mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1])
         losses: dict[str, torch.Tensor] = {}
         if labels is not None:
-            if labels.shape != mlm_logits.shape[:2]:
-                raise ValueError(f"labels must have shape (batch, text_length) = {tuple(mlm_logits.shape[:2])}, "
+            if labels.shape != text_output.shape[:2]:
+                raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
                                  f"got {tuple(labels.shape)}")
-            labels = labels.masked_fill(labels < 0, -100)
+            selected = labels >= 0
+            # Only the labelled tokens go through the vocabulary projection (row-major over (example, position)).
+            mlm_logits = self.cls(text_output[selected])
+            targets = labels[selected]
             if region_attention_mask is not None:
                 has_image = region_attention_mask.bool().any(dim=1)
             else:
                 has_image = torch.full((labels.shape[0],), region_features is not None, device=labels.device)
-            for name, rows in (("mlm_loss", has_image), ("text_only_mlm_loss", ~has_image)):
-                row_labels = labels.masked_fill(~rows.unsqueeze(1), -100)
-                # Sum / count (not F.cross_entropy's mean) so that a half without labels gives 0, not NaN.
-                per_token = F.cross_entropy(mlm_logits.float().transpose(1, 2), row_labels, reduction="none")
-                losses[name] = per_token.sum() / (row_labels != -100).sum().clamp(min=1)
+            token_has_image = has_image.unsqueeze(1).expand_as(labels)[selected]
+            per_token = F.cross_entropy(mlm_logits.float(), targets, reduction="none")
+            for name, rows in (("mlm_loss", token_has_image), ("text_only_mlm_loss", ~token_has_image)):
+                # Sum / count (not a mean over an empty set) so that a half without labels gives 0, not NaN.
+                rows = rows.to(per_token.dtype)
+                losses[name] = (per_token * rows).sum() / rows.sum().clamp(min=1)
+        else:
+            mlm_logits = self.cls(text_output)
         if region_class_targets is not None:
             if mvrc_logits is None:
                 raise ValueError("region_class_targets need regions (region_features)")

@@ -97,7 +97,7 @@ def test_text_region_ids_ground_words_in_objects():
 def test_visual_layer_norms_start_at_the_configured_scale():
     model = VlBertModel(VlBertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, region_feature_dim=8, geometry_embedding_dim=2,
-                                     answer_token_id=4))
+                                     mask_token_id=4))
     assert torch.all(model.embeddings.visual_ln_text.weight == 0)
     assert torch.all(model.embeddings.visual_ln_object.weight == 0)
     pretraining = VlBertForPreTraining(model.config)

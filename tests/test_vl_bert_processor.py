@@ -92,7 +92,7 @@ def test_save_load_round_trip(tiny_vocab, tmp_path):
 
 def test_auto_processor_loads_a_vl_bert_folder(tiny_vocab, tmp_path):
     config = vlhub.VlBertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                intermediate_size=32, region_feature_dim=16, answer_token_id=4)
+                                intermediate_size=32, region_feature_dim=16, mask_token_id=4)
     config.save_pretrained(tmp_path)
     _processor(tiny_vocab).save_pretrained(tmp_path)
     assert isinstance(AutoProcessor.from_pretrained(tmp_path), VlBertProcessor)

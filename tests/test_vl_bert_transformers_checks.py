@@ -21,7 +21,7 @@ CLS, SEP, MASK = 2, 3, 4
 def tiny_config(**overrides) -> VlBertConfig:
     settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                     max_position_embeddings=16, region_feature_dim=FEATURES, geometry_embedding_dim=4,
-                    num_region_labels=REGION_LABELS, num_vcr_region_labels=6, answer_token_id=MASK, num_labels=5,
+                    num_region_labels=REGION_LABELS, num_vcr_region_labels=6, mask_token_id=MASK, num_labels=5,
                     visual_scale_text_init=1.0, visual_scale_object_init=1.0)
     return VlBertConfig(**{**settings, **overrides})
 

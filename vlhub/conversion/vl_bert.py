@@ -294,8 +294,8 @@ def convert_vl_bert(
     tok = _uncased_tokenizer(tokenizer)
     if len(tok) > model_config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
-    if tok.mask_token_id != model_config.answer_token_id:
-        model_config.answer_token_id = tok.mask_token_id
+    if tok.mask_token_id != model_config.mask_token_id:
+        model_config.mask_token_id = tok.mask_token_id
     processor = VlBertProcessor(
         feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim),
         tokenizer=tok,

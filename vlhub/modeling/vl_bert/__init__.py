@@ -1,6 +1,6 @@
 """VL-BERT (Su et al., ICLR 2020): its classes (exported lazily) and its one registration with vlhub."""
 
-from ...registry import Architecture, lazy_exports, register_architecture
+from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_vl_bert": ["VlBertConfig"],
@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "geometry_embedding",
     ],
     "processing_vl_bert": ["VlBertProcessor", "VlBertRegionProcessor", "vl_bert_locations", "vl_bert_resized_size"],
+    "objectives_vl_bert": ["VL_BERT_OBJECTIVES"],
 })
 
 ARCHITECTURE = register_architecture(Architecture(
@@ -39,6 +40,11 @@ ARCHITECTURE = register_architecture(Architecture(
         "re": "VlBertForReferringExpression",
         "vcr": "VlBertForMultipleChoice",
     },
+    objectives=f"{__name__}.objectives_vl_bert:VL_BERT_OBJECTIVES",
+    # The original trains MLM with visual clues, MVRC and the text-only MLM together in every batch.
+    default_objectives={"mlm-mvrc": 1},
+    # The processor keeps up to 64 text tokens; objects and [END] take the two positions after the text.
+    config_presets={**DEFAULT_CONFIG_PRESETS, "tiny": {**DEFAULT_CONFIG_PRESETS["tiny"], "max_position_embeddings": 128}},
     lowercase=True,  # VL-BERT's vocabulary is bert-base-uncased
     original_repository="https://github.com/jackroos/VL-BERT",
     converter="vlhub.conversion.vl_bert",

@@ -28,7 +28,8 @@ class VlBertConfig(PreTrainedConfig):
         num_region_labels (`int`, defaults to 1601): detector classes the MVRC head predicts (background first).
         num_vcr_region_labels (`int`, defaults to 81): COCO classes of the optional VCR object head (0 to leave it
             out).
-        answer_token_id (`int`, defaults to 103): the [MASK] token whose output the VQA head reads.
+        mask_token_id (`int`, defaults to 103): the tokenizer's [MASK], whose output the VQA head reads (the answer
+            slot of `[CLS] q [SEP] [MASK] [SEP]`).
         with_pooler (`bool`, defaults to `False`): whether `VlBertModel` builds the pooler by default. The released
             pre-training, VQA and RefCOCO+ models have none; VCR (`VlBertForMultipleChoice`) always builds it.
         visual_scale_text_init, visual_scale_object_init (`float`, defaults to 0.0): initial weight of the two visual
@@ -60,7 +61,7 @@ class VlBertConfig(PreTrainedConfig):
     geometry_wavelength: float | int = 1000.0
     num_region_labels: int = 1601
     num_vcr_region_labels: int = 81
-    answer_token_id: int = 103
+    mask_token_id: int = 103
     with_pooler: bool = False
     visual_scale_text_init: float | int = 0.0
     visual_scale_object_init: float | int = 0.0

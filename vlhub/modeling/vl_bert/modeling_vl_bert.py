@@ -656,18 +656,18 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         self.vqa_head[0].load_state_dict(state)
 
     def answer_positions(self, input_ids, attention_mask, inputs_embeds) -> torch.Tensor:
-        """`(batch,)` position of the answer slot: the last `config.answer_token_id` ([MASK]) of each row; with
+        """`(batch,)` position of the answer slot: the last `config.mask_token_id` ([MASK]) of each row; with
         `inputs_embeds`, the token before the last real one (the layout `... [MASK] [SEP]`, right-padded). A row of
         `input_ids` without [MASK] raises a `RuntimeError` naming the problem."""
         if input_ids is None:
             if attention_mask is None:
                 return torch.full((inputs_embeds.shape[0],), inputs_embeds.shape[1] - 2, device=inputs_embeds.device)
             return attention_mask.sum(dim=1) - 2
-        is_answer = input_ids == self.config.answer_token_id
+        is_answer = input_ids == self.config.mask_token_id
         # Checked on the device (no host sync): a row without the slot would silently read another token.
         torch._assert_async(
             is_answer.any(dim=1).all(),
-            f"every VQA input needs the answer slot [MASK] (id {self.config.answer_token_id}): lay the text out as "
+            f"every VQA input needs the answer slot [MASK] (id {self.config.mask_token_id}): lay the text out as "
             "[CLS] question [SEP] [MASK] [SEP] (VlBertProcessor(answer_slot=True) does)",
         )
         columns = torch.arange(input_ids.shape[1], device=input_ids.device)

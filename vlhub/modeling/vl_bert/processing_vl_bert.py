@@ -4,6 +4,8 @@ normalised in the resized image, as the original data loaders prepare them (`vqa
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
@@ -105,6 +107,15 @@ class VlBertProcessor(VisionLanguageProcessor):
     ):
         self.answer_slot = answer_slot
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)
+
+    def for_task(self, task: str) -> "VlBertProcessor":
+        """This processor with the answer slot on for "vqa" and off for the other tasks (a copy if it changes)."""
+        answer_slot = task == "vqa"
+        if answer_slot == self.answer_slot:
+            return self
+        processor = copy.copy(self)
+        processor.answer_slot = answer_slot
+        return processor
 
     def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:
         if not self.answer_slot:

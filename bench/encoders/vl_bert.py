@@ -23,7 +23,7 @@ def make_inputs(model, batch: int, text: int, regions: int) -> dict:
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(1000, config.vocab_size, (batch, text), generator=generator)
     input_ids[:, 0], input_ids[:, -3], input_ids[:, -1] = 101, 102, 102
-    input_ids[:, -2] = config.answer_token_id
+    input_ids[:, -2] = config.mask_token_id
     token_type_ids = torch.zeros(batch, text, dtype=torch.long)
     token_type_ids[:, -2:] = 1
     return {

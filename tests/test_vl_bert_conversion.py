@@ -113,13 +113,17 @@ def test_vcr_layout_converts(tmp_path):
 
 def test_wrong_files_get_clear_errors(tmp_path):
     state = _state(PRETRAIN)
-    # An end-to-end checkpoint (its own ResNet) is not a prec one.
+    # A prec config with an end-to-end checkpoint (its own ResNet), and a CNN missing its res5.
     e2e = dict(state)
     e2e["module.image_feature_extractor.backbone.conv1.weight"] = torch.zeros(64, 3, 7, 7)
-    e2e["module.image_feature_extractor.head.0.0.conv1.weight"] = torch.zeros(512, 1024, 1, 1)
     torch.save({"state_dict": e2e}, tmp_path / "e2e.model")
-    with pytest.raises(CheckpointError, match="end-to-end \\(e2e\\).*prec"):
+    with pytest.raises(CheckpointError, match="IMAGE_FEAT_PRECOMPUTED=True but the checkpoint is an end-to-end"):
         _convert(tmp_path / "e2e.model", tmp_path / "x")
+    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128,
+        "max_position_embeddings": 128, "type_vocab_size": 3}}}
+    with pytest.raises(CheckpointError, match="needs image_feature_extractor.backbone"):
+        convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=ORIGINAL / "bert-tiny")
     # Another architecture's checkpoint.
     uniter = {"uniter.embeddings.word_embeddings.weight": torch.zeros(10, 4),
               "uniter.img_embeddings.img_linear.weight": torch.zeros(4, 8)}

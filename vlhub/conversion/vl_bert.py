@@ -6,9 +6,11 @@ BERT's names for what is BERT's and the original names for VL-BERT's own embeddi
 top-level embeddings of the original (`object_linguistic_embeddings`, `aux_text_visual_embedding`, ...) into the
 backbone and renames the task heads (`final_mlp` → `vqa_head` / `re_head` / `vcr_head`).
 
-Only the "prec" release (precomputed bottom-up-attention features, no CNN) converts. An "e2e" checkpoint (its own
-Caffe-style ResNet-101 under `image_feature_extractor.backbone` / `roi_head_feature_extractor`) is refused with a
-message saying so, as is a checkpoint of another architecture.
+Both releases convert. "prec" (precomputed bottom-up-attention features, no CNN) and "e2e", whose model carries its
+own Caffe-style ResNet-101 (`image_feature_extractor.backbone` = conv1 + layer1-3, `roi_head_feature_extractor` =
+the dilated res5, saved a second time as `head.0`): its keys map onto vlhub's detector blocks (`stem.conv1`,
+`res2..res4`, `res5`, each conv owning its frozen BatchNorm as `.norm`), the `head.0` copy is checked identical and
+dropped, and the BatchNorm step counters are dropped. A checkpoint of another architecture is refused.
 """
 
 import argparse
@@ -93,6 +95,21 @@ _PRETRAINING_ONLY = (
 # The e2e release's own CNN (Caffe-style ResNet-101 C1-C4 and the dilated res5 RoI head).
 _E2E_PREFIXES = ("image_feature_extractor.backbone.", "image_feature_extractor.roi_head_feature_extractor.",
                  "image_feature_extractor.head.")
+_ENCODER = "vl_bert.visual_embeddings.image_encoder."
+# The original's torchvision-style ResNet names → vlhub's detector blocks (detectron2 names, each conv owning its
+# frozen BatchNorm as `.norm`). `head.0` is the same module as `roi_head_feature_extractor` (saved twice).
+_E2E_RENAMES = (
+    (r"^image_feature_extractor\.backbone\.conv1\.", _ENCODER + "backbone.stem.conv1."),
+    (r"^image_feature_extractor\.backbone\.bn1\.", _ENCODER + "backbone.stem.conv1.norm."),
+    (r"^image_feature_extractor\.backbone\.layer1\.", _ENCODER + "backbone.res2."),
+    (r"^image_feature_extractor\.backbone\.layer2\.", _ENCODER + "backbone.res3."),
+    (r"^image_feature_extractor\.backbone\.layer3\.", _ENCODER + "backbone.res4."),
+    (r"^image_feature_extractor\.roi_head_feature_extractor\.", _ENCODER + "res5."),
+    (r"^image_feature_extractor\.head\.0\.", _ENCODER + "head_copy_of_res5."),
+    (r"^(vl_bert\.visual_embeddings\.image_encoder\..*)\.bn(\d)\.", r"\1.conv\2.norm."),
+    (r"^(vl_bert\.visual_embeddings\.image_encoder\..*)\.downsample\.0\.", r"\1.shortcut."),
+    (r"^(vl_bert\.visual_embeddings\.image_encoder\..*)\.downsample\.1\.", r"\1.shortcut.norm."),
+)
 
 
 def detect_vl_bert_task(state_dict: dict) -> str:
@@ -105,9 +122,20 @@ def detect_vl_bert_task(state_dict: dict) -> str:
     return "pretraining"
 
 
-def vl_bert_key_map(task: str, detected: str) -> KeyMap:
-    """The key map converting a `detected`-task checkpoint into the `task` head."""
-    drops: dict[str, str] = {}
+def vl_bert_key_map(task: str, detected: str, source_keys=()) -> KeyMap:
+    """The key map converting a `detected`-task checkpoint into the `task` head. With an e2e checkpoint's
+    `source_keys`, its CNN keys are mapped too (and the duplicated `head.0.*` tied to the res5 they repeat)."""
+    drops: dict[str, str] = {
+        r"\.num_batches_tracked$": "BatchNorm step counter; the e2e CNN's BatchNorm is frozen (eval statistics only)",
+    }
+    e2e = any(k.startswith(_E2E_PREFIXES) for k in source_keys)
+    ties = {}
+    if e2e:
+        renamer = KeyMap(renames=_E2E_RENAMES)
+        for key in source_keys:
+            target = renamer.rename(key)
+            if ".head_copy_of_res5." in target:
+                ties[target] = target.replace(".head_copy_of_res5.", ".res5.")
     if task != "pretraining":
         for pattern in _PRETRAINING_ONLY:
             drops[pattern] = f"used only by pre-training (text-only rows, MVRC masking); the {task} head does not have it"
@@ -119,8 +147,8 @@ def vl_bert_key_map(task: str, detected: str) -> KeyMap:
         drops[r"^(final_mlp|cnn_loss_reg)\."] = (
             f"head of another task (the checkpoint is a {detected!r} model; converting to {task!r})"
         )
-    renames = [*_RENAMES, *(_HEAD_RENAMES[task] if detected == task else ())]
-    return KeyMap(renames=renames, drops=drops)
+    renames = [*_RENAMES, *(_E2E_RENAMES if e2e else ()), *(_HEAD_RENAMES[task] if detected == task else ())]
+    return KeyMap(renames=renames, drops=drops, ties=ties)
 
 
 def _looks_like(state_dict: dict) -> str:
@@ -162,6 +190,14 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
             )
         config = VlBertConfig(**shapes, num_attention_heads=_DEFAULT_HEADS[hidden])
         notes.append(f"num_attention_heads={config.num_attention_heads} inferred from hidden size {hidden}")
+    e2e = any(k.startswith(_E2E_PREFIXES) for k in state_dict)
+    if original_config is not None and config.image_feature_precomputed == e2e:
+        raise CheckpointError(
+            f"the config says IMAGE_FEAT_PRECOMPUTED={config.image_feature_precomputed} but the checkpoint is "
+            + ("an end-to-end (e2e) one with its own ResNet" if e2e else "a 'prec' one without a CNN")
+        )
+    if e2e:
+        _configure_e2e(config, state_dict)
     projection = state_dict["image_feature_extractor.obj_downsample.1.weight"]
     if projection.shape[1] != config.region_input_dim:
         raise CheckpointError(
@@ -174,6 +210,27 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
         config.with_pooler = True
         config.num_vcr_region_labels = state_dict["cnn_loss_reg.2.weight"].shape[0] if "cnn_loss_reg.2.weight" in state_dict else 0
     return config, notes
+
+
+def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
+    """The e2e CNN's size from its keys: blocks per stage (ResNet-50/101/152) and widths."""
+    prefix = "image_feature_extractor.backbone."
+    if f"{prefix}conv1.weight" not in state_dict or "image_feature_extractor.roi_head_feature_extractor.0.conv1.weight" not in state_dict:
+        raise CheckpointError("an e2e VL-BERT checkpoint needs image_feature_extractor.backbone.* and "
+                              "image_feature_extractor.roi_head_feature_extractor.* (the ResNet and its res5)")
+    blocks = tuple(
+        1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith(f"{prefix}layer{stage}."))
+        for stage in (1, 2, 3)
+    )
+    depths = {(3, 4, 6): 50, (3, 4, 23): 101, (3, 8, 36): 152}
+    if blocks not in depths:
+        raise CheckpointError(f"the e2e ResNet has {blocks} blocks in layer1..3, not ResNet-50/101/152")
+    config.backbone_depth = depths[blocks]
+    config.backbone_stem_channels = state_dict[f"{prefix}conv1.weight"].shape[0]
+    config.backbone_width_per_group = state_dict[f"{prefix}layer1.0.conv1.weight"].shape[0]
+    config.backbone_res2_channels = state_dict[f"{prefix}layer1.0.conv3.weight"].shape[0]
+    config.region_feature_dim = 8 * config.backbone_res2_channels
+    config.image_feature_precomputed = False
 
 
 def _read_answers(checkpoint: Path, answers) -> list[str] | None:
@@ -240,13 +297,6 @@ def convert_vl_bert(
             f"{checkpoint.name} is not a VL-BERT checkpoint: it has no vlbert.word_embeddings.weight "
             f"(it looks like: {_looks_like(raw)})"
         )
-    e2e = sorted(k for k in raw if k.startswith(_E2E_PREFIXES))
-    if e2e:
-        raise CheckpointError(
-            f"{checkpoint.name} is an end-to-end (e2e) VL-BERT checkpoint: it carries its own ResNet "
-            f"({len(e2e)} keys such as {e2e[0]!r}). vlhub converts the 'prec' release (precomputed region features) "
-            "only; use vl-bert-{base,large}-prec.model"
-        )
     state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
     detected = detect_vl_bert_task(raw)
     task = task or detected
@@ -262,6 +312,7 @@ def convert_vl_bert(
     if config is not None and not isinstance(config, dict):
         original_config = Path(config)
     model_config, notes = _config(state_dict, original_config, task)
+
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
     if task == "vqa":
@@ -287,7 +338,7 @@ def convert_vl_bert(
                           else ("vlbert.mvrc_head.transform.", "re_head.0."))
         derived = {target + k[len(source):]: (v, k) for k, v in state_dict.items() if k.startswith(source)}
         report.notes.append(f"{target}* initialised from {source}* (the original fine-tuning's partial pre-training)")
-    convert_state_dict(state_dict, model, vl_bert_key_map(task, detected), report, derived=derived)
+    convert_state_dict(state_dict, model, vl_bert_key_map(task, detected, state_dict.keys()), report, derived=derived)
     if task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
         report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
 

@@ -36,6 +36,16 @@ class VlBertConfig(PreTrainedConfig):
             LayerNorms (`visual_ln_text`, `visual_ln_object`), as the original initialises them.
         object_token_type_id (`int`, defaults to 2): token type of the objects and of [END].
         image_feature_dropout (`float`, defaults to 0.1): dropout before the visual feature projection.
+        image_feature_precomputed (`bool`, defaults to `True`): the "prec" release (precomputed bottom-up-attention
+            features as `region_features`); `False` for the "e2e" release, whose model owns its Caffe-style ResNet
+            (stem + res2..res4 on the image, dilated res5 on 14x14 RoIAlign of every box, average-pooled) and takes
+            `pixel_values` + `region_boxes` instead.
+        backbone_depth (`int`, defaults to 101), backbone_width_per_group (`int`, defaults to 64),
+            backbone_stem_channels (`int`, defaults to 64), backbone_res2_channels (`int`, defaults to 256): the e2e
+            ResNet's size (the release: ResNet-101 at full width; res5 gives `8 * backbone_res2_channels` = 2048
+            channels, which must equal `region_feature_dim`).
+        roi_resolution (`int`, defaults to 14), roi_sampling_ratio (`int`, defaults to 1): the e2e RoIAlign (legacy,
+            not pixel-aligned, on the stride-16 res4 map).
         classifier_dropout (`float`, defaults to 0.1): dropout inside the task heads (`NETWORK.CLASSIFIER_DROPOUT`:
             0.1 for VQA and VCR, 0.0 for RefCOCO+ as released).
     """
@@ -68,6 +78,13 @@ class VlBertConfig(PreTrainedConfig):
     object_token_type_id: int = 2
     image_feature_dropout: float | int = 0.1
     classifier_dropout: float | int = 0.1
+    image_feature_precomputed: bool = True
+    backbone_depth: int = 101
+    backbone_width_per_group: int = 64
+    backbone_stem_channels: int = 64
+    backbone_res2_channels: int = 256
+    roi_resolution: int = 14
+    roi_sampling_ratio: int = 1
     is_decoder: bool = False
     add_cross_attention: bool = False
     use_cache: bool = False
@@ -78,6 +95,11 @@ class VlBertConfig(PreTrainedConfig):
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
+        if not self.image_feature_precomputed and 8 * self.backbone_res2_channels != self.region_feature_dim:
+            raise ValueError(
+                f"an e2e VL-BERT's res5 gives {8 * self.backbone_res2_channels}-d features (8 x backbone_res2_channels) "
+                f"but region_feature_dim is {self.region_feature_dim}"
             )
         if self.type_vocab_size <= self.object_token_type_id:
             raise ValueError(
@@ -134,6 +156,13 @@ class VlBertConfig(PreTrainedConfig):
         if final_dim != vlbert["hidden_size"]:
             raise ValueError(f"NETWORK.IMAGE_FINAL_DIM ({final_dim}) must equal hidden_size ({vlbert['hidden_size']})")
         fields = {name: vlbert[name] for name in cls._ORIGINAL_FIELDS if name in vlbert}
+        fields["image_feature_precomputed"] = bool(network.get("IMAGE_FEAT_PRECOMPUTED", True))
+        if not fields["image_feature_precomputed"]:
+            for name, supported in (("IMAGE_STRIDE_IN_1x1", True), ("IMAGE_C5_DILATED", True)):
+                if network.get(name, supported) != supported:
+                    raise ValueError(f"original VL-BERT setting NETWORK.{name}={network[name]!r} is not supported "
+                                     f"(vlhub needs {supported!r})")
+            fields["backbone_depth"] = network.get("IMAGE_NUM_LAYERS", 101)
         fields.setdefault("with_pooler", False)
         if "visual_region_classes" in vlbert:
             fields["num_region_labels"] = vlbert["visual_region_classes"]

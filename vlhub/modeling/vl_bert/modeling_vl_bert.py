@@ -155,6 +155,12 @@ VL_BERT_INPUTS_DOCSTRING = r"""
             Which object's visual embedding each token carries (VCR's grounded words); defaults to 0, the whole image.
         inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
             Word embeddings to use instead of `input_ids` (the visual term, positions and types are still added).
+        pixel_values (`torch.FloatTensor` of shape `(batch_size, 3, height, width)`, *optional*):
+            "e2e" models only (instead of `region_features`): the resized image, BGR, 0-255 minus the Caffe means,
+            zero padded at the bottom/right.
+        region_boxes (`torch.FloatTensor` of shape `(batch_size, num_regions, 4)`, *optional*):
+            "e2e" models only: every object's box `(x1, y1, x2, y2)` in `pixel_values`' pixels (object 0 = the whole
+            image), for the RoIAlign.
 """
 
 
@@ -171,6 +177,56 @@ def geometry_embedding(
     frequencies = wavelength ** (torch.arange(dim, dtype=torch.float32, device=positions.device) / dim)
     angles = positions.unsqueeze(-1) / frequencies
     return torch.cat([angles.sin(), angles.cos()], dim=-1).flatten(-2)
+
+
+def mask_box_pixels(pixel_values: torch.Tensor, region_boxes: torch.Tensor, region_masks: torch.Tensor) -> torch.Tensor:
+    """The e2e release's MVRC masking: the pixels of every masked box (`[y1, y2] x [x1, x2]`, int-truncated, ends
+    included) are set to 0 in the normalised image (the mean colour), before the CNN. Returns a new tensor."""
+    masked = pixel_values.clone()
+    for row, column in region_masks.nonzero().tolist():
+        x1, y1, x2, y2 = (int(v) for v in region_boxes[row, column].tolist())
+        masked[row, :, y1:y2 + 1, x1:x2 + 1] = 0
+    return masked
+
+
+class VlBertImageEncoder(nn.Module):
+    """The e2e release's visual encoder: a Caffe-style ResNet (stride in the 1x1 convs, frozen BatchNorm, torchvision
+    max-pool) up to res4 on the whole image, 14x14 RoIAlign of every box on res4 (stride 16, not pixel-aligned,
+    one sample per bin), the dilated res5 (stride 1, dilation 2) and a 14x14 average pool: one appearance feature of
+    `8 * backbone_res2_channels` (2048) values per box.
+
+    The ResNet blocks are those of vlhub's bottom-up-attention detector (`vlhub.processing.detector.backbone`).
+    """
+
+    def __init__(self, config: VlBertConfig):
+        super().__init__()
+        from ...processing.detector.backbone import ResNetBackbone, make_stage
+        from ...processing.detector.configuration import DetectorConfig
+
+        backbone_config = DetectorConfig(
+            depth=config.backbone_depth, width_per_group=config.backbone_width_per_group,
+            stem_out_channels=config.backbone_stem_channels, res2_out_channels=config.backbone_res2_channels,
+            stride_in_1x1=True, caffe_maxpool=False, res5_dilation=2,
+        )
+        self.resolution = config.roi_resolution
+        self.sampling_ratio = config.roi_sampling_ratio
+        self.backbone = ResNetBackbone(backbone_config)
+        self.res5 = make_stage(
+            3, backbone_config.res4_channels, backbone_config.width_per_group * 8, backbone_config.feature_dim,
+            first_stride=1, config=backbone_config, dilation=2,
+        )
+
+    def forward(self, pixel_values: torch.Tensor, region_boxes: torch.Tensor) -> torch.Tensor:
+        """pixel_values `(B, 3, H, W)` (BGR, mean-subtracted), region_boxes `(B, K, 4)` in its pixels → `(B, K, F)`."""
+        from torchvision.ops import roi_align
+
+        res4 = self.backbone(pixel_values)
+        batch, num_regions = region_boxes.shape[:2]
+        owners = torch.arange(batch, device=region_boxes.device).repeat_interleave(num_regions)
+        rois = torch.cat([owners[:, None].to(res4.dtype), region_boxes.reshape(-1, 4).to(res4.dtype)], dim=1)
+        pooled = roi_align(res4, rois, self.resolution, spatial_scale=1.0 / 16, sampling_ratio=self.sampling_ratio,
+                           aligned=False)
+        return self.res5(pooled).mean(dim=(2, 3)).view(batch, num_regions, -1)
 
 
 class VlBertVisualFeatureEmbedding(nn.Module):
@@ -190,17 +246,31 @@ class VlBertVisualFeatureEmbedding(nn.Module):
             nn.ReLU(),
         )
         # A parameter of this module (not an nn.Embedding child) so that `_init_weights` sees it and zeroes it.
+        # Only "prec" models replace a masked object's feature; "e2e" ones mask its pixels instead.
         self.object_mask_visual_embedding = (
-            nn.Parameter(torch.zeros(1, config.region_feature_dim)) if add_mask_embedding else None
+            nn.Parameter(torch.zeros(1, config.region_feature_dim))
+            if add_mask_embedding and config.image_feature_precomputed else None
         )
+        self.image_encoder = None if config.image_feature_precomputed else VlBertImageEncoder(config)
 
     def forward(
-        self, region_features: torch.Tensor, region_locations: torch.Tensor, region_masks: torch.Tensor | None = None
+        self,
+        region_features: torch.Tensor | None,
+        region_locations: torch.Tensor,
+        region_masks: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        region_boxes: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """region_features `(B, K, F)`, region_locations `(B, K, 4)`, region_masks `(B, K)` or None → `(B, K, H)`."""
+        """region_features `(B, K, F)` (prec) or pixel_values `(B, 3, H, W)` with region_boxes `(B, K, 4)` (e2e),
+        region_locations `(B, K, 4)`, region_masks `(B, K)` or None → `(B, K, H)`."""
         dtype = self.obj_downsample[1].weight.dtype
+        if self.image_encoder is not None:
+            pixels = pixel_values.to(dtype)
+            if region_masks is not None:
+                pixels = mask_box_pixels(pixels, region_boxes, region_masks.bool())
+            region_features = self.image_encoder(pixels, region_boxes)
         region_features = region_features.to(dtype)
-        if region_masks is not None:
+        if region_masks is not None and self.image_encoder is None:
             if self.object_mask_visual_embedding is None:
                 raise ValueError(
                     "region_masks need the object mask embeddings, which only the pre-training model has "
@@ -362,7 +432,7 @@ class VlBertPreTrainedModel(PreTrainedModel):
 
 
 def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_features, region_locations,
-                  region_attention_mask, text_region_ids):
+                  region_attention_mask, text_region_ids, pixel_values=None, region_boxes=None):
     if input_ids is not None and inputs_embeds is not None:
         raise ValueError("pass either input_ids or inputs_embeds, not both")
     text = input_ids if input_ids is not None else inputs_embeds
@@ -375,11 +445,32 @@ def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_feature
             f"{config.max_position_embeddings} position embeddings (at most {config.max_position_embeddings - 2} "
             "tokens); shorten it (the processor truncates to max_text_length)"
         )
-    if region_features is None:
+    if config.image_feature_precomputed:
+        if pixel_values is not None or region_boxes is not None:
+            raise ValueError(
+                "this is a 'prec' VL-BERT (precomputed region features): it takes region_features, not pixel_values "
+                "/ region_boxes; extract regions first (a processor with a region extractor does) or use an 'e2e' model"
+            )
+    else:
+        if region_features is not None:
+            raise ValueError(
+                "this is an 'e2e' VL-BERT: it computes every object's feature from pixel_values with its own ResNet, "
+                "so it takes pixel_values and region_boxes, not precomputed region_features"
+            )
+        if (pixel_values is None) != (region_boxes is None):
+            raise ValueError("an 'e2e' VL-BERT needs both pixel_values (batch, 3, H, W) and region_boxes (batch, K, 4)")
+        if pixel_values is not None:
+            if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
+                raise ValueError(f"pixel_values must have shape (batch, 3, H, W), got {tuple(pixel_values.shape)}")
+            if region_boxes.ndim != 3 or region_boxes.shape[-1] != 4 or region_boxes.shape[0] != pixel_values.shape[0]:
+                raise ValueError(f"region_boxes must have shape ({pixel_values.shape[0]}, num_regions, 4), "
+                                 f"got {tuple(region_boxes.shape)}")
+    regions = _regions(region_features, region_boxes)
+    if regions is None:
         if region_locations is not None or region_attention_mask is not None:
-            raise ValueError("region_locations / region_attention_mask were given without region_features")
+            raise ValueError("region_locations / region_attention_mask were given without regions")
         return
-    if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
+    if region_features is not None and (region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim):
         hint = ""
         if region_features.ndim == 4 and region_features.shape[1] == 3:
             hint = (" — this looks like pixels; this model is a 'prec' VL-BERT and takes precomputed region features "
@@ -393,21 +484,21 @@ def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_feature
             "region_features were given without region_locations: pass the processor's full output "
             "(region_locations of shape (batch, num_regions, 4))"
         )
-    expected = (*region_features.shape[:2], 4)
+    expected = (*regions.shape[:2], 4)
     if tuple(region_locations.shape) != expected:
         raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-    if region_attention_mask is None and region_features.shape[0] > 1:
+    if region_attention_mask is None and regions.shape[0] > 1:
         raise ValueError(
             "region_features of a batch of several images were given with no region_attention_mask: pass the "
             "processor's full output (region_attention_mask of shape (batch, num_regions))"
         )
-    if region_attention_mask is not None and tuple(region_attention_mask.shape) != tuple(region_features.shape[:2]):
+    if region_attention_mask is not None and tuple(region_attention_mask.shape) != tuple(regions.shape[:2]):
         raise ValueError(
-            f"region_attention_mask must have shape {tuple(region_features.shape[:2])}, "
+            f"region_attention_mask must have shape {tuple(regions.shape[:2])}, "
             f"got {tuple(region_attention_mask.shape)}"
         )
-    if text.shape[0] != region_features.shape[0]:
-        raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")
+    if text.shape[0] != regions.shape[0]:
+        raise ValueError(f"text batch ({text.shape[0]}) and region batch ({regions.shape[0]}) differ in size")
     if text_region_ids is not None and tuple(text_region_ids.shape) != tuple(text.shape[:2]):
         raise ValueError(f"text_region_ids must have shape {tuple(text.shape[:2])}, got {tuple(text_region_ids.shape)}")
 
@@ -453,6 +544,8 @@ class VlBertModel(VlBertPreTrainedModel):
         region_attention_mask: torch.Tensor | None = None,
         region_masks: torch.Tensor | None = None,
         text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertModelOutput:
@@ -466,7 +559,7 @@ class VlBertModel(VlBertPreTrainedModel):
             out `[text | objects | [END]]`, `pooler_output` (or `None`) and the objects' `region_embeddings`.
         """
         _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      text_region_ids)
+                      text_region_ids, pixel_values, region_boxes)
         if inputs_embeds is None:
             inputs_embeds = self.embeddings.word_embeddings(input_ids)
         batch, text_length = inputs_embeds.shape[:2]
@@ -476,10 +569,13 @@ class VlBertModel(VlBertPreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch, text_length, dtype=torch.long, device=device)
         region_embeddings = text_visual = None
-        if region_features is not None:
+        regions = _regions(region_features, region_boxes)
+        if regions is not None:
             if region_attention_mask is None:
-                region_attention_mask = torch.ones(region_features.shape[:2], dtype=torch.long, device=device)
-            region_embeddings = self.visual_embeddings(region_features, region_locations, region_masks)
+                region_attention_mask = torch.ones(regions.shape[:2], dtype=torch.long, device=device)
+            region_embeddings = self.visual_embeddings(
+                region_features, region_locations, region_masks, pixel_values=pixel_values, region_boxes=region_boxes
+            )
             if text_region_ids is None:
                 # Every token carries the whole image's visual embedding (object 0).
                 text_visual = region_embeddings[:, :1].expand(-1, text_length, -1)
@@ -487,7 +583,7 @@ class VlBertModel(VlBertPreTrainedModel):
                 index = text_region_ids.unsqueeze(-1).expand(-1, -1, region_embeddings.shape[-1])
                 text_visual = region_embeddings.gather(1, index)
         elif region_masks is not None:
-            raise ValueError("region_masks were given without region_features")
+            raise ValueError("region_masks were given without regions")
         embedding_output, mask_2d = self.embeddings(
             inputs_embeds, attention_mask, token_type_ids, text_visual, region_embeddings, region_attention_mask,
             region_masks,
@@ -506,12 +602,18 @@ def _text_length(input_ids, inputs_embeds) -> int:
 
 
 def _backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                     region_attention_mask, text_region_ids, inputs_embeds) -> dict:
+                     region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes) -> dict:
     return dict(
         input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
         region_features=region_features, region_locations=region_locations,
         region_attention_mask=region_attention_mask, text_region_ids=text_region_ids, inputs_embeds=inputs_embeds,
+        pixel_values=pixel_values, region_boxes=region_boxes,
     )
+
+
+def _regions(region_features, region_boxes):
+    """What says how many objects there are: the features (prec) or the boxes (e2e)."""
+    return region_features if region_features is not None else region_boxes
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -556,6 +658,8 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
         region_attention_mask: torch.Tensor | None = None,
         region_masks: torch.Tensor | None = None,
         text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         region_class_targets: torch.FloatTensor | None = None,
@@ -576,7 +680,7 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
         """
         outputs = self.vl_bert(
             **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds),
+                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
             region_masks=region_masks,
             **kwargs,
         )
@@ -584,7 +688,7 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
         text_length = _text_length(input_ids, inputs_embeds)
         text_output = sequence_output[:, :text_length]
         mvrc_logits = None
-        if region_features is not None:
+        if _regions(region_features, region_boxes) is not None:
             mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1])
         losses: dict[str, torch.Tensor] = {}
         if labels is not None:
@@ -598,7 +702,8 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
             if region_attention_mask is not None:
                 has_image = region_attention_mask.bool().any(dim=1)
             else:
-                has_image = torch.full((labels.shape[0],), region_features is not None, device=labels.device)
+                has_image = torch.full((labels.shape[0],), _regions(region_features, region_boxes) is not None,
+                                       device=labels.device)
             token_has_image = has_image.unsqueeze(1).expand_as(labels)[selected]
             per_token = F.cross_entropy(mlm_logits.float(), targets, reduction="none")
             for name, rows in (("mlm_loss", token_has_image), ("text_only_mlm_loss", ~token_has_image)):
@@ -609,7 +714,7 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
             mlm_logits = self.cls(text_output)
         if region_class_targets is not None:
             if mvrc_logits is None:
-                raise ValueError("region_class_targets need regions (region_features)")
+                raise ValueError("region_class_targets need regions (region_features, or pixel_values and region_boxes)")
             if region_class_targets.shape != mvrc_logits.shape:
                 raise ValueError(f"region_class_targets must have shape {tuple(mvrc_logits.shape)}, "
                                  f"got {tuple(region_class_targets.shape)}")
@@ -684,6 +789,8 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         region_locations: torch.FloatTensor | None = None,
         region_attention_mask: torch.Tensor | None = None,
         text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -695,11 +802,11 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_labels)`.
         """
-        if region_features is None:
-            raise ValueError("VQA needs the image's regions (region_features)")
+        if _regions(region_features, region_boxes) is None:
+            raise ValueError("VQA needs the image's regions (region_features, or pixel_values and region_boxes)")
         outputs = self.vl_bert(
             **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds),
+                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
@@ -747,6 +854,8 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         region_locations: torch.FloatTensor | None = None,
         region_attention_mask: torch.Tensor | None = None,
         text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -758,11 +867,11 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded objects.
         """
-        if region_features is None:
-            raise ValueError("referring expressions need regions (region_features)")
+        if _regions(region_features, region_boxes) is None:
+            raise ValueError("referring expressions need regions (region_features, or pixel_values and region_boxes)")
         outputs = self.vl_bert(
             **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds),
+                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
             **kwargs,
         )
         text_length = _text_length(input_ids, inputs_embeds)
@@ -812,6 +921,8 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         region_locations: torch.FloatTensor | None = None,
         region_attention_mask: torch.Tensor | None = None,
         text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         region_labels: torch.LongTensor | None = None,
@@ -841,8 +952,8 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
                 "multiple choice needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of "
                 f"shape (batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
             )
-        if region_features is None:
-            raise ValueError("VCR needs the image's regions (region_features)")
+        if _regions(region_features, region_boxes) is None:
+            raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
         batch, choices = text.shape[:2]
 
         def per_sequence(t, shared_ndim):
@@ -862,6 +973,8 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
             region_attention_mask=per_sequence(region_attention_mask, 2),
             text_region_ids=per_sequence(text_region_ids, 2),
             inputs_embeds=per_sequence(inputs_embeds, 3),
+            pixel_values=per_sequence(pixel_values, 4),
+            region_boxes=per_sequence(region_boxes, 3),
             **kwargs,
         )
         logits = self.vcr_head(outputs.pooler_output).view(batch, choices)

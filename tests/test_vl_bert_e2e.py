@@ -273,3 +273,42 @@ def test_spec_key_families_are_what_the_renames_expect():
     assert sum(k.startswith("image_feature_extractor.head.0.") for k in keys) == 60
     assert len({re.sub(r"\.(weight|bias|running_mean|running_var|num_batches_tracked)$", "", k)
                 for k in keys if ".bn" in k or "downsample.1" in k}) == 114  # 104 BatchNorms + 10 head.0 copies
+
+
+def test_vl_bert_e2e_processor_prepares_pixels_and_boxes_like_the_original(tiny_e2e, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from .helpers import write_test_image
+
+    _, _, folder = tiny_e2e
+    processor = AutoProcessor.from_pretrained(folder)
+    assert isinstance(processor, vlhub.VlBertProcessor) and not processor.image_feature_precomputed
+    processor.feature_extractor.min_size, processor.feature_extractor.max_size = 48, 80
+    images = [write_test_image(tmp_path / "a.png", height=40, width=56, seed=1),
+              write_test_image(tmp_path / "b.png", height=64, width=32, seed=2)]
+    boxes = [torch.tensor([[2.0, 3.0, 30.0, 39.0], [10.0, 0.0, 55.0, 20.0]]), torch.tensor([[4.0, 8.0, 31.0, 60.0]])]
+    out = processor(text=["w345 w459", "w476"], images=[str(i) for i in images], boxes=boxes)
+    # 56 x 40 → 67 x 48 (short side 48); 32 x 64 → 40 x 80 (long side capped at 80); padded to 67 x 80.
+    assert out["pixel_values"].shape == (2, 3, 80, 67) and out["region_attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    for i, (path, size) in enumerate(zip(images, [(67, 48), (40, 80)])):
+        rgb = Image.open(path).convert("RGB").resize(size, Image.BILINEAR)
+        bgr = torch.from_numpy(np.asarray(rgb, dtype=np.float32)).permute(2, 0, 1)[[2, 1, 0]]
+        expected = bgr - torch.tensor([102.9801, 115.9465, 122.7717]).view(3, 1, 1)
+        torch.testing.assert_close(out["pixel_values"][i, :, : size[1], : size[0]], expected, atol=1e-4, rtol=0)
+        assert out["pixel_values"][i, :, size[1]:].abs().sum() == 0 and out["pixel_values"][i, :, :, size[0]:].abs().sum() == 0
+    sx, sy = 67 / 56, 48 / 40
+    torch.testing.assert_close(out["region_boxes"][0], torch.tensor(
+        [[0.0, 0.0, 55 * sx, 39 * sy], [2 * sx, 3 * sy, 30 * sx, 39 * sy], [10 * sx, 0.0, 55 * sx, 20 * sy]]))
+    torch.testing.assert_close(out["region_locations"][0, 1], torch.tensor(
+        [(32 * sx) / 2 / 67, (42 * sy) / 2 / 48, 28 * sx / 67, 36 * sy / 48]))
+    model = vlhub.VlBertForPreTraining.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = model(**out).mvrc_logits
+    assert logits.shape == (2, 3, 1601) and torch.isfinite(logits).all()
+    with pytest.raises(ValueError, match="'e2e' VL-BERT processor: it takes images="):
+        processor(text=["w345"], regions=[vlhub.RegionFeatures(features=torch.rand(2, 128), boxes=boxes[1].repeat(2, 1),
+                                                              image_size=(64, 32))])
+    with pytest.raises(ValueError, match="pass boxes="):
+        processor(text=["w345"], images=[str(images[0])])

@@ -348,7 +348,8 @@ def convert_vl_bert(
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = VlBertProcessor(
-        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim),
+        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim,
+                                                image_feature_precomputed=model_config.image_feature_precomputed),
         tokenizer=tok,
         answer_slot=task == "vqa",
     )

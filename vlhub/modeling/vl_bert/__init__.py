@@ -17,7 +17,9 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "VlBertPreTrainedModel",
         "geometry_embedding",
     ],
-    "processing_vl_bert": ["VlBertProcessor", "VlBertRegionProcessor", "vl_bert_locations", "vl_bert_resized_size"],
+    "processing_vl_bert": [
+        "VlBertProcessor", "VlBertRegionProcessor", "vl_bert_locations", "vl_bert_resized_boxes", "vl_bert_resized_size",
+    ],
     "objectives_vl_bert": ["VL_BERT_OBJECTIVES"],
 })
 

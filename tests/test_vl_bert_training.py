@@ -141,3 +141,36 @@ def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
     for step in expected:
         for key in ("loss", "mlm_loss", "text_only_mlm_loss", "mvrc_loss"):
             assert got[step][key] == pytest.approx(expected[step][key], abs=1e-5), (step, key)
+
+
+@pytest.mark.slow  # builds the shapes world (minutes on a shared 2-core machine)
+def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
+    """pretrain.py → finetune.py --task vqa on the shapes world: the VQA processor gets the answer slot, the answer
+    head's transform starts from the pre-trained MLM transform, and the run is evaluated."""
+    from transformers import AutoProcessor
+
+    from vlhub.training.cli import finetune_main
+    from vlhub.training.finetuning import load_pretraining_state
+
+    monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
+    pretrain_main(["--model_type", "vl_bert", "--max_steps", "2", "--per_device_train_batch_size", "4",
+                   "--logging_steps", "1", "--output_dir", str(tmp_path / "pre")])
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    started = {}
+    original_init = vlhub.VlBertForQuestionAnswering.initialize_from_pretraining
+
+    def spy(self, state_dict):
+        original_init(self, state_dict)
+        started["dense"] = self.vqa_head[0].dense.weight.detach().clone()
+
+    monkeypatch.setattr(vlhub.VlBertForQuestionAnswering, "initialize_from_pretraining", spy)
+    result = finetune_main(["--model_name_or_path", str(tmp_path / "pre"), "--max_steps", "2",
+                            "--per_device_train_batch_size", "4", "--logging_steps", "1",
+                            "--output_dir", str(tmp_path / "vqa")])
+    assert result.global_step == 2
+    pretrained = load_pretraining_state(str(tmp_path / "pre"))
+    assert torch.equal(started["dense"], pretrained["cls.predictions.transform.dense.weight"])
+    processor = AutoProcessor.from_pretrained(tmp_path / "vqa")
+    assert isinstance(processor, vlhub.VlBertProcessor) and processor.answer_slot
+    assert any("eval_test_vqa_accuracy" in r for r in result.log_history)

@@ -89,6 +89,21 @@ def vcr_labels(config, inputs):
             "region_labels": torch.randint(0, config.num_vcr_region_labels, (BATCH, REGIONS), generator=_generator(7))}
 
 
+def e2e_config() -> VlBertConfig:
+    """An "e2e" model with a narrow ResNet-50 (res5 gives 8 x 8 = 64-d appearance features)."""
+    return tiny_config(image_feature_precomputed=False, backbone_depth=50, backbone_width_per_group=2,
+                       backbone_stem_channels=4, backbone_res2_channels=8, region_feature_dim=64)
+
+
+def pixels_and_boxes(config) -> dict:
+    inputs = text_and_regions(config)
+    g = _generator(8)
+    boxes = torch.tensor([[0.0, 0.0, 47.0, 31.0], [4.0, 2.0, 30.0, 20.0], [10.5, 8.0, 40.0, 31.0],
+                          [0.0, 12.0, 22.0, 30.0], [25.0, 0.0, 47.0, 15.5]]).expand(BATCH, REGIONS, 4)
+    del inputs["region_features"]
+    return {**inputs, "pixel_values": 50 * torch.randn(BATCH, 3, 32, 48, generator=g), "region_boxes": boxes.clone()}
+
+
 CASES = [
     ModelCase("model", VlBertModel, tiny_config(), text_and_regions),
     ModelCase("model_with_pooler", VlBertModel, tiny_config(with_pooler=True), text_and_regions),
@@ -96,6 +111,7 @@ CASES = [
     ModelCase("vqa", VlBertForQuestionAnswering, tiny_config(), text_and_regions, vqa_labels),
     ModelCase("referring_expression", VlBertForReferringExpression, tiny_config(), text_and_regions, re_labels),
     ModelCase("multiple_choice", VlBertForMultipleChoice, tiny_config(), choices, vcr_labels),
+    ModelCase("vqa_e2e", VlBertForQuestionAnswering, e2e_config(), pixels_and_boxes, vqa_labels),
 ]
 
 

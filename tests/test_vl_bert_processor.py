@@ -106,3 +106,13 @@ def test_bad_region_inputs(tiny_vocab):
         processor(text=["a cat"], regions=[random_regions(3, 8)])
     with pytest.raises(ValueError, match="min_size"):
         VlBertRegionProcessor(min_size=600, max_size=100)
+
+
+def test_for_task_switches_the_answer_slot_without_touching_the_original(tiny_vocab):
+    plain = _processor(tiny_vocab)
+    vqa = plain.for_task("vqa")
+    assert vqa is not plain and vqa.answer_slot and not plain.answer_slot
+    assert vqa.tokenizer is plain.tokenizer and vqa.feature_extractor is plain.feature_extractor
+    assert vqa.for_task("vqa") is vqa and not vqa.for_task("retrieval").answer_slot
+    tok = plain.tokenizer
+    assert vqa(text=["a cat"])["input_ids"][0].tolist()[-2:] == [tok.mask_token_id, tok.sep_token_id]

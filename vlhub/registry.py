@@ -66,6 +66,8 @@ class Architecture:
         original_repository: where the original code lives (model cards).
         converter: module with `add_arguments(parser)` and `convert_from_args(args)`, which becomes
             `vlhub convert <model_type>` (the original release → a vlhub folder).
+        unsupported_tasks: task → why the architecture has no head for it (said when someone asks for one, e.g.
+            VL-BERT has no image-text matching head: `{"retrieval": "..."}`).
     """
 
     model_type: str
@@ -82,6 +84,7 @@ class Architecture:
     lowercase: bool = False
     original_repository: str | None = None
     converter: str | None = None
+    unsupported_tasks: Mapping[str, str] = field(default_factory=dict)
 
     # -- classes ------------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Any:
@@ -111,7 +114,8 @@ class Architecture:
     def model_class(self, task: str):
         """The head for `task` ("pretraining", "vqa", "retrieval", ...)."""
         if task not in self.task_models:
-            raise ValueError(f"{self.name} has no {task!r} head; its heads: {sorted(self.task_models)}")
+            why = f" ({self.unsupported_tasks[task]})" if task in self.unsupported_tasks else ""
+            raise ValueError(f"{self.name} has no {task!r} head{why}; its heads: {sorted(self.task_models)}")
         return self.resolve(self.task_models[task])
 
     def has_task(self, task: str) -> bool:

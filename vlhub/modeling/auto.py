@@ -61,13 +61,19 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
     def attempt(completed=None):
         # A module whose completion runs this callback still reads as initialising: it is complete.
         done = getattr(completed, "__name__", None)
-        if auto_module not in sys.modules or any(_initializing(m) for m in (auto_module, *own_modules) if m != done):
+        waiting_for = (auto_module, *own_modules, *_SHARED_MODELING_MODULES)
+        if auto_module not in sys.modules or any(_initializing(m) for m in waiting_for if m != done):
             return
         register(sys.modules[auto_module])
 
     when_imported(auto_module, attempt)
-    for module in own_modules:
+    for module in (*own_modules, *_SHARED_MODELING_MODULES):
         when_imported(module, attempt)
+
+
+# Modules every architecture's modeling file imports. While one architecture's import has them half-initialised
+# (BERT's modeling file imports the Auto classes), registering *another* architecture would import them again.
+_SHARED_MODELING_MODULES = ("transformers.models.bert.modeling_bert", "vlhub.modeling.layers")
 
 
 def _on_architecture(architecture: Architecture) -> None:

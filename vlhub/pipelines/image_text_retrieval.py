@@ -26,8 +26,22 @@ class AutoModelForImageTextRetrieval:
 
         hub_kwargs = {k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code") if k in kwargs}
         config = kwargs.pop("config", None) or AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+        _check_can_rank(config)
         model_class = model_class_for(config)
         return model_class.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+
+
+def _check_can_rank(config) -> None:
+    """An architecture without a retrieval head (and without ITM) cannot rank pairs: say so, with its reason."""
+    from ..registry import get_architecture
+
+    try:
+        architecture = get_architecture(config.model_type)
+    except ValueError:
+        return
+    if not architecture.has_task("retrieval"):
+        why = architecture.unsupported_tasks.get("retrieval", "it has no image-text matching or retrieval head")
+        raise ValueError(f"image-text retrieval is not available for {architecture.name}: {why}")
 
 
 def _retrieval_scores(outputs) -> torch.Tensor:

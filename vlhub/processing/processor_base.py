@@ -269,7 +269,12 @@ class VisionLanguageProcessor(ProcessorMixin):
             processor._region_extractor = load_region_extractor(pretrained_model_name_or_path, subfolder, **hub_kwargs)
         return processor
 
-    # -- text: per-architecture hook ----------------------------------------------------------------------------
+    # -- text: per-architecture hooks ---------------------------------------------------------------------------
+    def for_task(self, task: str) -> "VisionLanguageProcessor":
+        """The processor to fine-tune and run `task` ("vqa", "retrieval", ...) with. The default is this one; an
+        architecture whose text layout depends on the task (VL-BERT's VQA answer slot) returns a configured copy."""
+        return self
+
     def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:
         """One example's `(input_ids, token_type_ids)` from its word-piece ids (no special tokens).
 

@@ -280,11 +280,16 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
                          f"(its heads: {', '.join(sorted(architecture.task_models))})")
     set_seed(training_args.seed)
     table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
-    processor = AutoProcessor.from_pretrained(source)
+    # A processor may lay text out per task (VL-BERT's VQA answer slot): `for_task` gives the task's processor.
+    processor = AutoProcessor.from_pretrained(source).for_task(finetune_args.task)
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(finetune_args.task)
     if finetune_args.task == "vqa":
         model = model_class.from_pretrained(source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        pretraining_class = architecture.task_models.get("pretraining")
+        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
+            # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
+            model.initialize_from_pretraining(load_pretraining_state(source))
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,

@@ -1,0 +1,171 @@
+"""VL-BERT converter behaviour beyond the numbers: key accounting with reasons, provenance, task switches, the
+original's checkpoint container, and clear errors for wrong files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import vlhub
+from vlhub.conversion import CheckpointError
+from vlhub.conversion.common import sha256_of
+from vlhub.conversion.vl_bert import convert_vl_bert
+
+from .conftest import fixtures_root
+
+ORIGINAL = fixtures_root() / "vl_bert" / "original"
+pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no VL-BERT fixture")
+PRETRAIN, VQA, REFCOCO = "vl-bert-prec.model", "vl-bert_tiny_vqa-0000.model", "vl-bert_tiny_refcoco-0000.model"
+
+
+def _yaml(task):
+    return next((ORIGINAL / "cfgs" / task).glob("*.yaml"))
+
+
+def _convert(name, out, task=None, cfg="pretrain", **kwargs):
+    kwargs.setdefault("answers", ORIGINAL / "answers_vqa.txt")
+    return convert_vl_bert(ORIGINAL / name if isinstance(name, str) else name, out, config=_yaml(cfg), task=task,
+                           tokenizer=ORIGINAL / "bert-tiny", **kwargs)
+
+
+def _state(name):
+    return torch.load(ORIGINAL / name, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path):
+    report = _convert(PRETRAIN, tmp_path / "out")
+    keys = {k[len("module."):] for k in _state(PRETRAIN)}
+    assert set(report.used.values()) | set(report.dropped) == keys
+    assert set(report.dropped) == {"vlbert.mlm_head.predictions.decoder.weight"}
+    assert "tied to vl_bert.embeddings.word_embeddings.weight" in report.dropped["vlbert.mlm_head.predictions.decoder.weight"]
+    assert not report.initialized
+    saved = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
+    assert saved["dropped"] == report.dropped
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert sha256_of(ORIGINAL / PRETRAIN) in card and "jackroos/VL-BERT" in card and PRETRAIN in card
+    model = vlhub.VlBertForPreTraining.from_pretrained(tmp_path / "out")
+    assert model.cls.predictions.decoder.weight is model.vl_bert.embeddings.word_embeddings.weight
+
+
+def test_save_load_of_a_converted_folder_is_exact(tmp_path):
+    _convert(VQA, tmp_path / "vqa", cfg="vqa")
+    model = vlhub.VlBertForQuestionAnswering.from_pretrained(tmp_path / "vqa")
+    model.save_pretrained(tmp_path / "again")
+    again = vlhub.VlBertForQuestionAnswering.from_pretrained(tmp_path / "again")
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert again.config.id2label == model.config.id2label and len(model.config.id2label) == 50
+
+
+def test_pretraining_checkpoint_starts_the_task_heads_like_the_original(tmp_path):
+    state = {k[len("module."):]: v for k, v in _state(PRETRAIN).items()}
+    report = _convert(PRETRAIN, tmp_path / "vqa", task="vqa", cfg="vqa")
+    assert set(report.initialized) == {"vqa_head.2.weight", "vqa_head.2.bias"}
+    assert "used only by pre-training" in report.dropped["aux_text_visual_embedding.weight"]
+    assert "MLM head of pre-training" in report.dropped["vlbert.mlm_head.predictions.bias"]
+    vqa = vlhub.VlBertForQuestionAnswering.from_pretrained(tmp_path / "vqa")
+    assert torch.equal(vqa.vqa_head[0].dense.weight, state["vlbert.mlm_head.predictions.transform.dense.weight"])
+    assert torch.equal(vqa.vqa_head[0].LayerNorm.bias, state["vlbert.mlm_head.predictions.transform.LayerNorm.bias"])
+
+    report = _convert(PRETRAIN, tmp_path / "re", task="refcoco", cfg="refcoco")
+    assert set(report.initialized) == {"re_head.2.weight", "re_head.2.bias"}
+    re = vlhub.VlBertForReferringExpression.from_pretrained(tmp_path / "re")
+    assert torch.equal(re.re_head[0].dense.weight, state["vlbert.mvrc_head.transform.dense.weight"])
+    assert re.config.classifier_dropout == 0.0  # RefCOCO+'s CLASSIFIER_DROPOUT
+
+    # initialize_from_pretraining does the same from a converted pre-training model's state dict.
+    _convert(PRETRAIN, tmp_path / "pre")
+    pre = vlhub.VlBertForPreTraining.from_pretrained(tmp_path / "pre").state_dict()
+    fresh = vlhub.VlBertForReferringExpression(re.config)
+    fresh.initialize_from_pretraining(pre)
+    assert torch.equal(fresh.re_head[0].dense.bias, re.re_head[0].dense.bias)
+
+
+def test_vcr_layout_converts(tmp_path):
+    """A VCR checkpoint keeps the backbone under `vlbert._module.` (TimeDistributed) and adds the pooler, `final_mlp`
+    (dropout, Linear(H, 1)) and `cnn_loss_reg` (81-way object head)."""
+    source = {k[len("module."):]: v for k, v in _state(PRETRAIN).items()
+              if not k.startswith(("module.vlbert.mlm_head", "module.vlbert.mvrc_head", "module.aux_text",
+                                   "module.object_mask"))}
+    source = {k.replace("vlbert.", "vlbert._module.", 1): v for k, v in source.items()}
+    hidden = source["vlbert._module.word_embeddings.weight"].shape[1]
+    g = torch.Generator().manual_seed(0)
+    extra = {
+        "vlbert._module.pooler.dense.weight": torch.randn(hidden, hidden, generator=g),
+        "vlbert._module.pooler.dense.bias": torch.randn(hidden, generator=g),
+        "final_mlp.1.weight": torch.randn(1, hidden, generator=g), "final_mlp.1.bias": torch.randn(1, generator=g),
+        "cnn_loss_reg.0.dense.weight": torch.randn(hidden, hidden, generator=g),
+        "cnn_loss_reg.0.dense.bias": torch.randn(hidden, generator=g),
+        "cnn_loss_reg.2.weight": torch.randn(81, hidden, generator=g), "cnn_loss_reg.2.bias": torch.randn(81, generator=g),
+    }
+    torch.save({"state_dict": {f"module.{k}": v.half() for k, v in {**source, **extra}.items()}}, tmp_path / "vcr.model")
+    report = convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr", config=_yaml("pretrain"),
+                             tokenizer=ORIGINAL / "bert-tiny")
+    assert not report.initialized and not report.dropped
+    model = vlhub.VlBertForMultipleChoice.from_pretrained(tmp_path / "vcr")
+    assert model.vl_bert.pooler is not None and model.vl_bert.pooler.dense.weight.dtype == torch.float32
+    torch.testing.assert_close(model.vcr_head[1].weight, extra["final_mlp.1.weight"].half().float())
+    torch.testing.assert_close(model.vcr_region_head[2].bias, extra["cnn_loss_reg.2.bias"].half().float())
+
+
+def test_wrong_files_get_clear_errors(tmp_path):
+    state = _state(PRETRAIN)
+    # A prec config with an end-to-end checkpoint (its own ResNet), and a CNN missing its res5.
+    e2e = dict(state)
+    e2e["module.image_feature_extractor.backbone.conv1.weight"] = torch.zeros(64, 3, 7, 7)
+    torch.save({"state_dict": e2e}, tmp_path / "e2e.model")
+    with pytest.raises(CheckpointError, match="IMAGE_FEAT_PRECOMPUTED=True but the checkpoint is an end-to-end"):
+        _convert(tmp_path / "e2e.model", tmp_path / "x")
+    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128,
+        "max_position_embeddings": 128, "type_vocab_size": 3}}}
+    with pytest.raises(CheckpointError, match="needs image_feature_extractor.backbone"):
+        convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=ORIGINAL / "bert-tiny")
+    # Another architecture's checkpoint.
+    uniter = {"uniter.embeddings.word_embeddings.weight": torch.zeros(10, 4),
+              "uniter.img_embeddings.img_linear.weight": torch.zeros(4, 8)}
+    torch.save(uniter, tmp_path / "uniter.pt")
+    with pytest.raises(CheckpointError, match="not a VL-BERT checkpoint.*UNITER"):
+        _convert(tmp_path / "uniter.pt", tmp_path / "x")
+    # A key nothing in vlhub's model takes.
+    torch.save({"state_dict": {**state, "module.vlbert.relationsip_head.caption_image_relationship.weight":
+                               torch.zeros(2, 64)}}, tmp_path / "extra.model")
+    with pytest.raises(CheckpointError, match="relationsip_head.*no counterpart"):
+        _convert(tmp_path / "extra.model", tmp_path / "x")
+    # A fine-tuned checkpoint cannot become another task's model.
+    with pytest.raises(CheckpointError, match="fine-tuned 'vqa' model"):
+        _convert(VQA, tmp_path / "x", task="refcoco", cfg="refcoco")
+    # The answers must match the VQA head.
+    (tmp_path / "answers.txt").write_text("yes\nno\n")
+    with pytest.raises(CheckpointError, match="2 entries but the head predicts 50"):
+        _convert(VQA, tmp_path / "x", cfg="vqa", answers=tmp_path / "answers.txt")
+    # The YAML must describe the checkpoint.
+    with pytest.raises(CheckpointError, match="the config says"):
+        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
+            "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "vocab_size": 512}}},
+            tokenizer=ORIGINAL / "bert-tiny", answers=ORIGINAL / "answers_vqa.txt")
+    with pytest.raises(ValueError, match="visual_size=32 is not supported"):
+        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
+            "hidden_size": 64, "visual_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}}},
+            tokenizer=ORIGINAL / "bert-tiny")
+    # Without a YAML the head count of a non-BERT size cannot be guessed.
+    with pytest.raises(CheckpointError, match="--config"):
+        convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=ORIGINAL / "bert-tiny")
+
+
+def test_cli_converts_and_reports_errors(tmp_path):
+    # The checkout under test, whatever vlhub the interpreter has installed.
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "vlhub.cli", "convert", "vl_bert", str(ORIGINAL / REFCOCO), "--output-dir",
+               str(tmp_path / "re"), "--config", str(_yaml("refcoco")), "--tokenizer", str(ORIGINAL / "bert-tiny")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert isinstance(vlhub.model_class_for(vlhub.VlBertConfig.from_pretrained(tmp_path / "re"))(
+        vlhub.VlBertConfig.from_pretrained(tmp_path / "re")), vlhub.VlBertForReferringExpression)
+    (tmp_path / "empty.model").write_bytes(b"")
+    failed = subprocess.run([*command[:5], str(tmp_path / "empty.model"), *command[6:]], capture_output=True, text=True,
+                            env=env)
+    assert failed.returncode != 0 and "empty" in failed.stderr

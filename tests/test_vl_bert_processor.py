@@ -1,0 +1,118 @@
+"""VlBertProcessor: text layouts, the whole-image object 0, box geometry in the resized image, saving and loading."""
+
+import pytest
+import torch
+from transformers import AutoProcessor, BertTokenizer
+
+import vlhub
+from vlhub import VlBertProcessor, VlBertRegionProcessor, vl_bert_locations, vl_bert_resized_size
+
+from .helpers import random_regions
+
+
+def _processor(vocab, **settings):
+    region_settings = {k: settings.pop(k) for k in list(settings) if k in ("min_size", "max_size", "max_regions")}
+    return VlBertProcessor(
+        feature_extractor=VlBertRegionProcessor(region_feature_dim=16, **region_settings),
+        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True),
+        **settings,
+    )
+
+
+@pytest.mark.parametrize(
+    "size, expected",
+    [((1024, 768), (800, 600)), ((400, 900), (444, 999)), ((640, 427), (899, 600)), ((600, 800), (600, 800)),
+     ((3000, 600), (1000, 200))],
+)
+def test_resized_size_is_the_originals(size, expected):
+    assert vl_bert_resized_size(*size) == expected
+
+
+def test_locations_are_centre_and_size_in_the_resized_clamped_image():
+    # 1024 x 768 → 800 x 600 (scale 0.78125); the box touching the right border is clamped to x = 799.
+    boxes = torch.tensor([[100.0, 200.0, 300.0, 400.0], [500.0, 0.0, 1023.0, 767.0]])
+    locations = vl_bert_locations(boxes, (768, 1024))
+    s = 0.78125
+    x1, y1, x2, y2 = 100 * s, 200 * s, 300 * s, 400 * s
+    torch.testing.assert_close(locations[0], torch.tensor([(x1 + x2) / 2 / 800, (y1 + y2) / 2 / 600,
+                                                           (x2 - x1) / 800, (y2 - y1) / 600]))
+    torch.testing.assert_close(locations[1], torch.tensor([(500 * s + 799) / 2 / 800, 599 / 2 / 600,
+                                                           (799 - 500 * s) / 800, 599 / 600]))
+
+
+def test_whole_image_is_object_zero(tiny_vocab):
+    processor = _processor(tiny_vocab)
+    regions = [random_regions(3, 16, seed=1), random_regions(5, 16, seed=2, image_size=(60, 30))]
+    out = processor(text=["a red cat", "two dogs"], regions=regions)
+    assert out["region_features"].shape == (2, 6, 16) and out["region_locations"].shape == (2, 6, 4)
+    assert out["region_attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6]
+    for i, r in enumerate(regions):
+        n = len(r)
+        torch.testing.assert_close(out["region_features"][i, 0], r.features.mean(0))
+        torch.testing.assert_close(out["region_features"][i, 1:n + 1], r.features)  # regions kept in the given order
+        whole = vl_bert_locations(torch.tensor([[0.0, 0.0, r.image_size[1] - 1.0, r.image_size[0] - 1.0]]), r.image_size)
+        torch.testing.assert_close(out["region_locations"][i, 0], whole[0])
+        torch.testing.assert_close(out["region_locations"][i, 1:n + 1], vl_bert_locations(r.boxes, r.image_size))
+
+
+def test_text_layouts(tiny_vocab):
+    tok = BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True)
+    cls, sep, mask = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id
+    words = tok("What colour is the cat", add_special_tokens=False)["input_ids"]
+    plain = _processor(tiny_vocab)(text=["What colour is the cat"])
+    assert plain["input_ids"][0].tolist() == [cls, *words, sep]
+    assert plain["token_type_ids"][0].tolist() == [0] * (len(words) + 2)
+    vqa = _processor(tiny_vocab, answer_slot=True)(text=["What colour is the cat", "red"])
+    assert vqa["input_ids"][0].tolist() == [cls, *words, sep, mask, sep]
+    assert vqa["token_type_ids"][0].tolist() == [0] * (len(words) + 2) + [1, 1]
+    assert vqa["attention_mask"][1].tolist() == [1] * 5 + [0] * (len(words) - 1)
+
+
+def test_truncation_keeps_the_answer_slot(tiny_vocab):
+    processor = _processor(tiny_vocab, answer_slot=True, max_text_length=6)
+    with pytest.warns(UserWarning, match="truncated"):
+        out = processor(text=["what colour is the cat on the table"])
+    tok = processor.tokenizer
+    assert out["input_ids"][0].tolist()[-3:] == [tok.sep_token_id, tok.mask_token_id, tok.sep_token_id]
+    assert out["input_ids"].shape[1] == 6
+
+
+def test_save_load_round_trip(tiny_vocab, tmp_path):
+    processor = _processor(tiny_vocab, answer_slot=True, min_size=300, max_size=500, max_regions=7)
+    processor.save_pretrained(tmp_path)
+    loaded = VlBertProcessor.from_pretrained(tmp_path)
+    assert loaded.answer_slot and loaded.max_text_length == processor.max_text_length
+    assert (loaded.feature_extractor.min_size, loaded.feature_extractor.max_size) == (300, 500)
+    assert loaded.feature_extractor.max_regions == 7
+    regions = [random_regions(4, 16)]
+    a, b = processor(text=["a red cat"], regions=regions), loaded(text=["a red cat"], regions=regions)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_auto_processor_loads_a_vl_bert_folder(tiny_vocab, tmp_path):
+    config = vlhub.VlBertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, region_feature_dim=16, mask_token_id=4)
+    config.save_pretrained(tmp_path)
+    _processor(tiny_vocab).save_pretrained(tmp_path)
+    assert isinstance(AutoProcessor.from_pretrained(tmp_path), VlBertProcessor)
+
+
+def test_bad_region_inputs(tiny_vocab):
+    processor = _processor(tiny_vocab, max_regions=4)
+    with pytest.raises(ValueError, match="at most max_regions=4"):
+        processor(text=["a cat"], regions=[random_regions(6, 16, scores=False)])
+    with pytest.raises(ValueError, match="16-d features"):
+        processor(text=["a cat"], regions=[random_regions(3, 8)])
+    with pytest.raises(ValueError, match="min_size"):
+        VlBertRegionProcessor(min_size=600, max_size=100)
+
+
+def test_for_task_switches_the_answer_slot_without_touching_the_original(tiny_vocab):
+    plain = _processor(tiny_vocab)
+    vqa = plain.for_task("vqa")
+    assert vqa is not plain and vqa.answer_slot and not plain.answer_slot
+    assert vqa.tokenizer is plain.tokenizer and vqa.feature_extractor is plain.feature_extractor
+    assert vqa.for_task("vqa") is vqa and not vqa.for_task("retrieval").answer_slot
+    tok = plain.tokenizer
+    assert vqa(text=["a cat"])["input_ids"][0].tolist()[-2:] == [tok.mask_token_id, tok.sep_token_id]

@@ -1,0 +1,229 @@
+"""VL-BERT's processor: uncased BERT word pieces + objects with the whole image as object 0 and box geometry
+normalised in the resized image, as the original data loaders prepare them (`vqa/data/datasets/vqa.py`,
+`refcoco/data/datasets/refcoco.py`, `*/data/transforms/transforms.py`)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.regions import RegionFeatures
+
+__all__ = ["VlBertRegionProcessor", "VlBertProcessor", "vl_bert_resized_size", "vl_bert_resized_boxes", "vl_bert_locations"]
+
+
+def vl_bert_resized_size(width: int, height: int, min_size: int = 600, max_size: int | None = 1000) -> tuple[int, int]:
+    """`(width, height)` of the image the original resizes to: short side `min_size`, long side at most `max_size`,
+    int-truncated (the original `Resize.get_size`)."""
+    size = min_size
+    if max_size is not None:
+        short, long = float(min(width, height)), float(max(width, height))
+        if long / short * size > max_size:
+            size = int(max_size * short / long)
+    if (width <= height and width == size) or (height <= width and height == size):
+        return width, height
+    if width < height:
+        return size, int(size * height / width)
+    return int(size * width / height), size
+
+
+def vl_bert_resized_boxes(
+    boxes: torch.Tensor, image_size: tuple[int, int], min_size: int = 600, max_size: int | None = 1000
+) -> tuple[torch.Tensor, tuple[int, int]]:
+    """`boxes` `(R, 4)` (x1, y1, x2, y2 in pixels of the image of `image_size` = (height, width)) in the resized image
+    (`vl_bert_resized_size`), clamped to `[0, W-1] x [0, H-1]` as the original loaders do; and that `(W, H)`."""
+    height0, width0 = (int(round(v)) for v in image_size)
+    width, height = vl_bert_resized_size(width0, height0, min_size, max_size)
+    boxes = boxes.float().clone()
+    # The original multiplies its float32 boxes by Python-float ratios and clamps in float32.
+    boxes[:, [0, 2]] = (boxes[:, [0, 2]] * (width * 1.0 / width0)).clamp(min=0, max=width - 1)
+    boxes[:, [1, 3]] = (boxes[:, [1, 3]] * (height * 1.0 / height0)).clamp(min=0, max=height - 1)
+    return boxes, (width, height)
+
+
+def vl_bert_locations(
+    boxes: torch.Tensor, image_size: tuple[int, int], min_size: int = 600, max_size: int | None = 1000
+) -> torch.Tensor:
+    """`(R, 4)` = `(x_center / W, y_center / H, width / W, height / H)` of `boxes` `(R, 4)` (x1, y1, x2, y2 in pixels of
+    the image of `image_size` = (height, width)), computed as the original does: boxes scaled to the resized image
+    (`vl_bert_resized_size`, W x H), clamped to `[0, W-1] x [0, H-1]`, then converted (width = x2 - x1, no +1)."""
+    boxes, (width, height) = vl_bert_resized_boxes(boxes, image_size, min_size, max_size)
+    x_center, y_center = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    box_width, box_height = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    return torch.stack([x_center / width, y_center / height, box_width / width, box_height / height], dim=1)
+
+
+class VlBertRegionProcessor(RegionProcessor):
+    """Regions → VL-BERT inputs: `region_features` `(batch, 1 + R, F)`, `region_locations` `(batch, 1 + R, 4)`,
+    `region_attention_mask`.
+
+    Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the mean of the region
+    features (the original's default when a feature file has no `image_box_feature`). Regions are kept in the order
+    given (the released VQA features were selected at extraction, 10-100 per image; more than `max_regions` is an
+    error); with `confidence_threshold` set and detector scores present they are selected by confidence
+    (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
+    in the image the original resizes to (`min_size` 600, `max_size` 1000; VCR used 1200).
+    """
+
+    location_dim = 4
+
+    def __init__(
+        self,
+        min_size: int = 600,
+        max_size: int | None = 1000,
+        confidence_threshold: float | None = None,
+        min_regions: int = 1,
+        max_regions: int | None = 100,
+        image_feature_precomputed: bool = True,
+        pixel_mean: tuple[float, float, float] | list[float] = (102.9801, 115.9465, 122.7717),
+        **kwargs,
+    ):
+        super().__init__(
+            confidence_threshold=confidence_threshold, min_regions=min_regions, max_regions=max_regions, **kwargs
+        )
+        if min_size < 1 or (max_size is not None and max_size < min_size):
+            raise ValueError(f"need 1 <= min_size <= max_size, got min_size={min_size}, max_size={max_size}")
+        self.min_size = min_size
+        self.max_size = max_size
+        self.image_feature_precomputed = image_feature_precomputed
+        self.pixel_mean = list(pixel_mean)
+
+    def encode_images(self, images, boxes) -> dict:
+        """e2e models: `pixel_values` `(batch, 3, H, W)` (each image resized as the original — short side `min_size`,
+        long side at most `max_size`, PIL bilinear — BGR 0-255 minus `pixel_mean`, zero padded bottom/right),
+        `region_boxes` `(batch, 1 + R, 4)` in those pixels (object 0 = the whole image, boxes scaled and clamped),
+        `region_locations` and `region_attention_mask`. `boxes`: one `(R, 4)` tensor per image, original pixels."""
+        from PIL import Image
+
+        from ...processing.detector.image_io import load_rgb_image
+
+        if len(images) != len(boxes):
+            raise ValueError(f"got {len(images)} images but {len(boxes)} box lists: pass one (R, 4) tensor per image")
+        pixels, all_boxes, locations = [], [], []
+        for i, (image, image_boxes) in enumerate(zip(images, boxes)):
+            rgb = load_rgb_image(image, name=f"images[{i}]")
+            image_boxes = torch.as_tensor(image_boxes, dtype=torch.float32)
+            if image_boxes.ndim != 2 or image_boxes.shape[1] != 4:
+                raise ValueError(f"boxes[{i}] must have shape (num_boxes, 4), got {tuple(image_boxes.shape)}")
+            if self.max_regions is not None and len(image_boxes) > self.max_regions:
+                raise ValueError(f"boxes[{i}] has {len(image_boxes)} boxes; this processor allows max_regions="
+                                 f"{self.max_regions}")
+            height0, width0 = rgb.shape[:2]
+            whole = torch.tensor([[0.0, 0.0, width0 - 1.0, height0 - 1.0]])
+            with_image = torch.cat([whole, image_boxes])
+            resized_boxes, (width, height) = vl_bert_resized_boxes(with_image, (height0, width0), self.min_size,
+                                                                   self.max_size)
+            resized = Image.fromarray(rgb).resize((width, height), Image.BILINEAR)
+            tensor = torch.from_numpy(np.asarray(resized, dtype=np.float32).copy()).permute(2, 0, 1)
+            # The original: ToTensor (/255), then RGB → BGR, ×255, minus the Caffe means (std 1).
+            bgr = (tensor / 255.0)[[2, 1, 0]] * 255.0 - torch.tensor(self.pixel_mean).view(3, 1, 1)
+            pixels.append(bgr)
+            all_boxes.append(resized_boxes)
+            locations.append(vl_bert_locations(with_image, (height0, width0), self.min_size, self.max_size))
+        batch = len(pixels)
+        height = max(p.shape[1] for p in pixels)
+        width = max(p.shape[2] for p in pixels)
+        count = max(len(b) for b in all_boxes)
+        pixel_values = torch.zeros(batch, 3, height, width)
+        region_boxes = torch.zeros(batch, count, 4)
+        region_locations = torch.zeros(batch, count, 4)
+        region_attention_mask = torch.zeros(batch, count, dtype=torch.long)
+        for i, (p, b, loc) in enumerate(zip(pixels, all_boxes, locations)):
+            pixel_values[i, :, : p.shape[1], : p.shape[2]] = p
+            region_boxes[i, : len(b)] = b
+            region_locations[i, : len(b)] = loc
+            region_attention_mask[i, : len(b)] = 1
+        return {"pixel_values": pixel_values, "region_boxes": region_boxes, "region_locations": region_locations,
+                "region_attention_mask": region_attention_mask}
+
+    def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
+        return vl_bert_locations(regions.boxes, regions.image_size, self.min_size, self.max_size)
+
+    def add_global_rows(self, features, locations, regions: RegionFeatures):
+        if len(regions) == 0:
+            raise ValueError("VL-BERT needs at least one region: the whole-image feature is their mean")
+        height, width = (int(round(v)) for v in regions.image_size)
+        image_box = torch.tensor([[0.0, 0.0, width - 1.0, height - 1.0]])
+        image_location = vl_bert_locations(image_box, regions.image_size, self.min_size, self.max_size)
+        image_feature = features.mean(dim=0, keepdim=True)
+        return torch.cat([image_feature, features]), torch.cat([image_location, locations])
+
+
+class VlBertProcessor(VisionLanguageProcessor):
+    """VL-BERT processor: an uncased BERT tokenizer (`bert-base-uncased`, vocabulary 30522) and
+    `VlBertRegionProcessor`.
+
+    `processor(text=[...], regions=[RegionFeatures, ...], return_tensors="pt")` → `input_ids`, `attention_mask`,
+    `token_type_ids`, `region_features`, `region_locations`, `region_attention_mask`.
+
+    With `answer_slot=True` (VQA models) a question is laid out `[CLS] q [SEP] [MASK] [SEP]`, the `[MASK]` and its
+    `[SEP]` of token type 1: the model reads the answer from the `[MASK]` output. Otherwise (pre-training, RefCOCO+)
+    `[CLS] text [SEP]`, all of type 0. The objects and `[END]` are not text tokens: the model adds them.
+    """
+
+    def __init__(
+        self, feature_extractor=None, tokenizer=None, max_text_length: int = 64, answer_slot: bool = False, **kwargs
+    ):
+        self.answer_slot = answer_slot
+        super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)
+
+    @property
+    def image_feature_precomputed(self) -> bool:
+        return getattr(self.feature_extractor, "image_feature_precomputed", True)
+
+    @property
+    def model_input_names(self):
+        names = super().model_input_names
+        if self.image_feature_precomputed:
+            return names
+        return [n for n in names if n != "region_features"] + ["pixel_values", "region_boxes"]
+
+    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", boxes=None,
+                 **kwargs):
+        """As `VisionLanguageProcessor.__call__`; for an "e2e" model (`image_feature_precomputed=False`) pass `images`
+        with `boxes` (one `(R, 4)` tensor per image, original pixels) — or without boxes when the processor carries
+        a region extractor, whose boxes are used — and get `pixel_values` / `region_boxes` instead of features."""
+        if self.image_feature_precomputed:
+            if boxes is not None:
+                raise ValueError("boxes= are for an 'e2e' VL-BERT processor; this one ('prec') takes regions= "
+                                 "(RegionFeatures) or images= through its region extractor")
+            return super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
+                                    return_tensors=return_tensors, **kwargs)
+        if regions is not None:
+            raise ValueError("this is an 'e2e' VL-BERT processor: it takes images= (and boxes=), not precomputed "
+                             "regions=; the model computes the region features from the pixels itself")
+        if images is None:
+            raise ValueError("an 'e2e' VL-BERT processor needs images= (and boxes=, or a region extractor)")
+        images = [images] if not isinstance(images, (list, tuple)) else list(images)
+        if boxes is None:
+            if self.region_extractor is None:
+                raise ValueError("pass boxes= (one (R, 4) tensor per image, original pixels): this processor has no "
+                                 "region extractor to find them")
+            boxes = [r.boxes for r in self.regions_from_images(images)]
+        data = dict(super().__call__(text=text, token_ids=token_ids, return_tensors=return_tensors, **kwargs)) \
+            if (text is not None or token_ids is not None) else {}
+        visual = self.feature_extractor.encode_images(images, list(boxes))
+        if data and data["input_ids"].shape[0] != visual["pixel_values"].shape[0]:
+            raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
+        from transformers import BatchFeature
+
+        return BatchFeature({**data, **visual}, tensor_type=return_tensors)
+
+    def for_task(self, task: str) -> "VlBertProcessor":
+        """This processor with the answer slot on for "vqa" and off for the other tasks (a copy if it changes)."""
+        answer_slot = task == "vqa"
+        if answer_slot == self.answer_slot:
+            return self
+        processor = copy.copy(self)
+        processor.answer_slot = answer_slot
+        return processor
+
+    def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:
+        if not self.answer_slot:
+            return super().build_text_inputs(word_piece_ids)
+        tok = self.tokenizer
+        question = [tok.cls_token_id, *word_piece_ids, tok.sep_token_id]
+        return [*question, tok.mask_token_id, tok.sep_token_id], [0] * len(question) + [1, 1]

@@ -13,7 +13,9 @@ the anchor). Then, in a fresh process per size (so peak memory is that size's ow
 - the data path alone (region reads + processor + collation of UNITER pre-training batches of 32) in examples/s,
   with 0 and with 2 DataLoader workers;
 - tiny-model pre-training steps/s (batch 32; `mlm`, `mrfr` and `itm`: the synthetic rows have no class
-  probabilities) and the process's peak RSS.
+  probabilities) and the process's memory: the largest anonymous resident memory seen after each phase (what the
+  process itself holds) and, apart, the resident pages of mapped files (the store's and the LMDB's shards: page
+  cache the kernel reclaims at will), with the kernel's peak RSS, which counts both.
 
 Timings depend on the machine and on what else runs; the matmul peak is printed for scale.
 """
@@ -108,6 +110,16 @@ def write_uniter_lmdb(path: Path, size: int):
     environment.close()
 
 
+def resident_mb() -> dict[str, float]:
+    """RssAnon and RssFile of this process, in MiB (Linux)."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("RssAnon", "RssFile"):
+            fields[name] = int(value.split()[0]) / 1024
+    return fields
+
+
 def reads_per_second(reader, ids: list[str], seconds: float = 5.0) -> float:
     rng = random.Random(1)
     count, start = 0, time.perf_counter()
@@ -131,6 +143,11 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     from vlhub.training.cli import _load_tokenizer
 
     figures: dict = {}
+    anonymous = []
+
+    def sample_memory():
+        anonymous.append(resident_mb())
+
     start = time.perf_counter()
     store = RegionStore(folder / "store")
     first = next(iter(store))
@@ -138,7 +155,9 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     figures["open_s"] = time.perf_counter() - start
     ids = [f"img{i:08d}" for i in range(len(store))]
     figures["store_reads_per_s"] = reads_per_second(store, ids)
+    sample_memory()
     figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids)
+    sample_memory()
 
     torch.manual_seed(0)
     corpus = load_caption_corpus(str(folder / "store"))
@@ -156,6 +175,7 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
             next(iterator)
             batches += 1
         figures[f"data_path_examples_per_s_{count}_workers"] = batches * BATCH / (time.perf_counter() - start)
+        sample_memory()
         del iterator, loader
 
     stamps = []
@@ -168,6 +188,9 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     GradientState._reset_state()
     figures["first_step_s"] = stamps[0] - start
     figures["train_steps_per_s"] = (len(stamps) - 5) / (stamps[-1] - stamps[4])
+    sample_memory()
+    figures["anon_rss_mb"] = max(sample.get("RssAnon", 0) for sample in anonymous)
+    figures["file_rss_mb"] = max(sample.get("RssFile", 0) for sample in anonymous)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return figures
 
@@ -212,7 +235,7 @@ def main():
         print(json.dumps(figures))
     columns = ["images", "store_write_images_per_s", "open_s", "store_reads_per_s", "lmdb_reads_per_s",
                *(f"data_path_examples_per_s_{w}_workers" for w in args.workers), "first_step_s",
-               "train_steps_per_s", "peak_rss_mb"]
+               "train_steps_per_s", "anon_rss_mb", "file_rss_mb", "peak_rss_mb"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for figures in rows:

@@ -156,7 +156,8 @@ def test_retrieval_scores_every_sentence_against_every_image_and_the_triplet_los
     model = TdenForImageTextRetrieval(tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0)).eval()
     with torch.no_grad():
         out = model(**inputs())
-    torch.testing.assert_close(out.logits, out.text_embeds @ out.image_embeds.t())
+    torch.testing.assert_close(out.logits_per_text, out.text_embeds @ out.image_embeds.t())
+    torch.testing.assert_close(out.logits[:, 0], out.logits_per_text.diagonal())
     torch.testing.assert_close(out.text_embeds.norm(dim=-1), torch.ones(B))
     assert out.loss is None and model.train()(**inputs()).loss is not None
     scores = torch.tensor([[0.9, 0.8, 0.1], [0.2, 0.5, 0.4], [0.3, 0.1, 0.7]])

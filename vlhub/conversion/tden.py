@@ -66,7 +66,8 @@ TDEN_TASKS = {
     "retrieval": TdenForImageTextRetrieval,
     "vcr": TdenForMultipleChoice,
 }
-_META_ARCHITECTURES = {"TDENPretrain": "pretraining", "TDENCaptioner": "captioning", "TDENRetrieval": "retrieval"}
+_META_ARCHITECTURES = {"TDENPretrain": ("pretraining",), "TDENCaptioner": ("captioning",),
+                       "TDENRetrieval": ("retrieval",), "TDENBiTransformer": ("vqa", "vcr")}
 _PIPELINE_TAGS = {"vqa": "visual-question-answering", "captioning": "image-to-text"}
 # X-modaler's defaults per task (MAX_SEQ_LEN, MAX_FEAT_NUM - 1) when no config.yaml is given.
 _TEXT_LIMITS = {"pretraining": 36, "captioning": 20, "vqa": 23, "retrieval": 30, "vcr": 38}
@@ -247,10 +248,13 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
                               "caption; convert it with --task retrieval or vqa")
     if task == "vcr":
         fields["num_labels"] = 1
+    if task == "retrieval" and "similarity_predictor.t_pooler.embed.weight" not in state_dict:
+        raise CheckpointError(f"the {detected} checkpoint has no image-sentence matching poolers (similarity_predictor), "
+                              "so it cannot score image-text pairs; convert a retrieval or pre-training checkpoint")
     return TdenConfig(**fields), notes
 
 
-def _answers(checkpoint: Path, answers, num_answers: int) -> dict[int, str] | None:
+def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, str] | None:
     from ..utils.safe_pickle import safe_load
 
     candidates = [Path(answers)] if answers else [checkpoint.parent / "trainval_label2ans.pkl"]
@@ -262,7 +266,7 @@ def _answers(checkpoint: Path, answers, num_answers: int) -> dict[int, str] | No
                 labels = [a for a, _ in sorted(labels.items(), key=lambda item: item[1])]
             if not isinstance(labels, list) or not all(isinstance(a, str) for a in labels):
                 raise CheckpointError(f"{path} is not an answer list (trainval_label2ans.pkl) or dict")
-            if len(labels) != num_answers:
+            if num_answers is not None and len(labels) != num_answers:
                 raise CheckpointError(f"{path} has {len(labels)} answers but the head predicts {num_answers}")
             return dict(enumerate(labels))
     if answers:
@@ -317,7 +321,7 @@ def convert_tden(
     original = _read_original_config(config)
     detected = detect_tden_task(raw)
     meta = original.get("MODEL", {}).get("META_ARCHITECTURE")
-    if meta in _META_ARCHITECTURES and _META_ARCHITECTURES[meta] != detected:
+    if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
         raise CheckpointError(f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})")
     task = task or detected
     if task not in TDEN_TASKS:
@@ -330,10 +334,9 @@ def convert_tden(
     model_config, notes = _config_from_checkpoint(raw, original, task, detected)
     report = ConversionReport(source=checkpoint.name, notes=notes)
     if task == "vqa":
-        if "predictor.u_logits.1.weight" not in raw:
-            raise CheckpointError(f"task 'vqa' needs a fine-tuned answer head (predictor.u_logits); {checkpoint.name} "
-                                  "has none")
-        id2label = _answers(checkpoint, answers, raw["predictor.u_logits.1.weight"].shape[0])
+        # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
+        head = raw.get("predictor.u_logits.1.weight")
+        id2label = _answers(checkpoint, answers, head.shape[0] if head is not None else None)
         if id2label is None:
             raise FileNotFoundError("the VQA answer vocabulary is needed for id2label: pass answers=/--answers "
                                     "trainval_label2ans.pkl")

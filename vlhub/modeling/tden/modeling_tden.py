@@ -203,13 +203,17 @@ class TdenRetrievalOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, with `return_loss=True`): hardest-negative bidirectional triplet loss
         over the in-batch similarity matrix, divided by the batch size (the original's `BatchTriplet`).
-    logits (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity; the diagonal
-        holds the given pairs.
+    logits (`torch.FloatTensor` of shape `(batch, 1)`): the cosine similarity of each given (sentence, image) pair.
+    logits_per_text (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity of
+        every sentence against every image of the batch (its diagonal is `logits`); `logits_per_image` is its
+        transpose.
     text_embeds, image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`): L2-normalised.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
+    logits_per_text: torch.FloatTensor | None = None
+    logits_per_image: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     image_embeds: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -421,6 +425,26 @@ class TdenPreTrainedModel(PreTrainedModel):
         if isinstance(module, BertEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
             init.zeros_(module.token_type_ids)
+
+    # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to
+    # score pairs, a retrieval model asked to caption) is an error rather than a silently random head.
+    _required_from_checkpoint: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        missing = set(info["missing_keys"])
+        for prefix, purpose in cls._required_from_checkpoint:
+            owned = [name for name, _ in model.named_parameters() if name.startswith(prefix)]
+            if owned and all(name in missing for name in owned):
+                saved = getattr(model.config, "architectures", None) or ["an unknown model"]
+                raise ValueError(
+                    f"{pretrained_model_name_or_path} holds a {', '.join(saved)} without the {prefix}* weights "
+                    f"{cls.__name__} needs to {purpose}; load it with its own class, or build {cls.__name__}(config) "
+                    "and load the weights yourself to train a new head"
+                )
+        return (model, info) if wants_info else model
 
 
 def _check_inputs(config: TdenConfig, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
@@ -856,6 +880,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
     """
 
     _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^region_head\.", r"^similarity\."]
+    _required_from_checkpoint = (("tden.decoder.", "generate captions"), ("lm_head.", "predict words"))
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
@@ -992,12 +1017,14 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
 class TdenForImageTextRetrieval(TdenPreTrainedModel):
     """Image-text retrieval (X-modaler's `TDENRetrieval` + `MultiModalSimilarity`): no cross-modal encoder and no
     decoder; a sentence vector pooled from the sentence encoder and an image vector pooled from every
-    object-encoder layer, both L2-normalised. `logits[i, j]` scores sentence i against image j, so a batch of `B`
-    pairs gives all `B × B` scores; `text_embeds`/`image_embeds` can be indexed once and compared by dot product.
+    object-encoder layer, both L2-normalised. `logits` scores each given pair; `logits_per_text[i, j]` scores
+    sentence i against image j, all `B × B` pairs of a batch; `text_embeds`/`image_embeds` can be indexed once and
+    compared by dot product.
     """
 
     _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^tden\.decoder\.", r"^lm_head\.",
                                           r"^region_head\."]
+    _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
@@ -1039,11 +1066,14 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
         text_embeds, image_embeds = self.similarity(outputs.sentence_encoder_output, text_mask,
                                                     outputs.object_encoder_layers, region_mask)
-        logits = text_embeds @ image_embeds.t()
+        logits_per_text = text_embeds @ image_embeds.t()
         return_loss = self.training if return_loss is None else return_loss
-        loss = batch_hardest_triplet_loss(logits.float(), self.config.ranking_margin, image_ids) if return_loss else None
+        loss = None
+        if return_loss:
+            loss = batch_hardest_triplet_loss(logits_per_text.float(), self.config.ranking_margin, image_ids)
         return TdenRetrievalOutput(
-            loss=loss, logits=logits, text_embeds=text_embeds, image_embeds=image_embeds,
+            loss=loss, logits=(text_embeds * image_embeds).sum(-1, keepdim=True), logits_per_text=logits_per_text,
+            logits_per_image=logits_per_text.t(), text_embeds=text_embeds, image_embeds=image_embeds,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
         )
 

@@ -100,6 +100,14 @@ def fx(tmp_path_factory):
     return Fixture(ROOT, tmp_path_factory.mktemp("tden_parity"))
 
 
+def _check_encoders(fx, prefix, out, stream="u"):
+    """Embeddings, object encoder and sentence encoder of a base-model output against `prefix.*`."""
+    fx.close(f"{prefix}.visual_embed", out.vision_hidden_states[0])
+    fx.layers(f"{prefix}.object_encoder", out.vision_hidden_states[1:])
+    fx.close(f"{prefix}.token_embed.{stream}", out.hidden_states[0])
+    fx.layers(f"{prefix}.sentence_encoder.{stream}", out.hidden_states[1:])
+
+
 def _split_cross(fx, prefix, cross_hidden_states, num_regions):
     fx.layers(f"{prefix}.cross_encoder.visual", [h[:, :num_regions] for h in cross_hidden_states])
     fx.layers(f"{prefix}.cross_encoder.text", [h[:, num_regions:] for h in cross_hidden_states])
@@ -142,10 +150,7 @@ def test_tden_parity_pretraining(fx):
     base = AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
         out = base(**batch, **streams, decoder_attention_mask=batch["attention_mask"], output_hidden_states=True)
-    fx.close("pretrain.visual_embed", out.vision_hidden_states[0])
-    fx.layers("pretrain.object_encoder", out.vision_hidden_states[1:])
-    fx.close("pretrain.token_embed.u", out.hidden_states[0])
-    fx.layers("pretrain.sentence_encoder.u", out.hidden_states[1:])
+    _check_encoders(fx, "pretrain", out)
     fx.close("pretrain.token_embed.g", out.generation_hidden_states[0])
     fx.layers("pretrain.sentence_encoder.g", out.generation_hidden_states[1:])
     _split_cross(fx, "pretrain", out.cross_encoder_hidden_states, batch["region_features"].shape[1])
@@ -185,10 +190,7 @@ def test_tden_parity_captioning_teacher_forced(fx):
     with torch.no_grad():
         out = base(**{k: v for k, v in batch.items() if k != "attention_mask"}, decoder_input_ids=ids,
                    decoder_token_type_ids=types, decoder_attention_mask=batch["attention_mask"], output_hidden_states=True)
-    fx.close("caption_tf.visual_embed", out.vision_hidden_states[0])
-    fx.layers("caption_tf.object_encoder", out.vision_hidden_states[1:])
-    fx.close("caption_tf.token_embed.g", out.hidden_states[0])
-    fx.layers("caption_tf.sentence_encoder.g", out.hidden_states[1:])
+    _check_encoders(fx, "caption_tf", out, stream="g")
     fx.layers("caption_tf.decoder", out.decoder_hidden_states[1:])
 
     captioner = AutoModelForImageTextToText.from_pretrained(folder).eval()
@@ -234,10 +236,7 @@ def test_tden_parity_vqa(fx):
     base = AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
         out = base(**batch, **text, output_hidden_states=True)
-    fx.close("vqa.visual_embed", out.vision_hidden_states[0])
-    fx.layers("vqa.object_encoder", out.vision_hidden_states[1:])
-    fx.close("vqa.token_embed.u", out.hidden_states[0])
-    fx.layers("vqa.sentence_encoder.u", out.hidden_states[1:])
+    _check_encoders(fx, "vqa", out)
     _split_cross(fx, "vqa", out.cross_encoder_hidden_states, batch["region_features"].shape[1])
     fx.layers("vqa.decoder", out.decoder_hidden_states[1:])
 
@@ -262,10 +261,7 @@ def test_tden_parity_retrieval(fx):
     with torch.no_grad():
         out = base(**batch, **text, output_hidden_states=True)
     assert base.cross_encoder is None and base.decoder is None
-    fx.close("retrieval.visual_embed", out.vision_hidden_states[0])
-    fx.layers("retrieval.object_encoder", out.vision_hidden_states[1:])
-    fx.close("retrieval.token_embed.u", out.hidden_states[0])
-    fx.layers("retrieval.sentence_encoder.u", out.hidden_states[1:])
+    _check_encoders(fx, "retrieval", out)
 
     processor = AutoProcessor.from_pretrained(folder)
     inputs = processor(text=fx.texts("captions"), regions=fx.regions(), return_tensors="pt")

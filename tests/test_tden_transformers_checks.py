@@ -13,9 +13,11 @@ from vlhub import (
     TdenModel,
 )
 
+from . import test_uniter_transformers_checks as uniter_inputs
 from .model_checks import ModelCase, ModelChecks
 
 BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS, ANSWERS = 2, 6, 5, 16, 11, 5
+assert (uniter_inputs.BATCH, uniter_inputs.TEXT, uniter_inputs.REGIONS, uniter_inputs.FEATURES) == (BATCH, TEXT, REGIONS, FEATURES)
 
 
 def tiny_config(**overrides) -> TdenConfig:
@@ -31,15 +33,10 @@ def _generator(seed=0):
 
 
 def text_and_regions(config, batch=BATCH) -> dict:
-    """Padded text and regions: example 0 is full, the others have 2 pad tokens and 2 pad regions."""
-    g = _generator()
-    input_ids = torch.randint(5, config.vocab_size, (batch, TEXT), generator=g)
-    input_ids[:, 0], attention_mask = 2, torch.ones(batch, TEXT, dtype=torch.long)
-    region_attention_mask = torch.ones(batch, REGIONS, dtype=torch.long)
-    input_ids[1:, -2:], attention_mask[1:, -2:], region_attention_mask[1:, -2:] = 0, 0, 0
-    region_features = torch.rand(batch, REGIONS, FEATURES, generator=g) * region_attention_mask[..., None]
-    return dict(input_ids=input_ids, attention_mask=attention_mask, region_features=region_features,
-                region_locations=torch.rand(batch, REGIONS, 5, generator=g), region_attention_mask=region_attention_mask)
+    """UNITER's check inputs (padded text and regions: example 0 full, the others with 2 pad tokens and 2 pad
+    regions), with TDEN's 5-d locations."""
+    inputs = uniter_inputs.text_and_regions(config, batch)
+    return {**inputs, "region_locations": inputs["region_locations"][..., :5]}
 
 
 def both_streams(config) -> dict:
@@ -54,10 +51,8 @@ def caption(config) -> dict:
 
 
 def three_choices(config) -> dict:
-    single = text_and_regions(config)
-    choices = text_and_regions(config, batch=BATCH * 3)
-    return {**single, "input_ids": choices["input_ids"].view(BATCH, 3, TEXT),
-            "attention_mask": choices["attention_mask"].view(BATCH, 3, TEXT)}
+    inputs = uniter_inputs.three_choices(config)
+    return {**inputs, "region_locations": inputs["region_locations"][..., :5]}
 
 
 def pretraining_targets(config, inputs):

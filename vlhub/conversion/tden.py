@@ -38,6 +38,7 @@ from .common import (
     KeyMap,
     Provenance,
     convert_state_dict,
+    load_bert_tokenizer,
     load_torch_state_dict,
     save_converted,
 )
@@ -274,21 +275,6 @@ def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, st
     return None
 
 
-def _load_tokenizer(tokenizer):
-    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    name = str(tokenizer)
-    try:
-        if os.path.isfile(name):  # a bare vocab.txt
-            return BertTokenizer(vocab=name, do_lower_case=True)
-        return AutoTokenizer.from_pretrained(name, do_lower_case=True)
-    except (OSError, ValueError) as err:
-        raise OSError(f"could not load the tokenizer {name!r} ({err}). TDEN uses bert-base-uncased; offline, pass "
-                      "--tokenizer with a local folder or vocab.txt") from err
-
-
 def convert_tden(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -358,7 +344,7 @@ def convert_tden(
             model.generation_config.num_beams = beams
             model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
         model.generation_config.decoder_start_token_id = model_config.bos_token_id
-    tok = _load_tokenizer(tokenizer)
+    tok = load_bert_tokenizer(tokenizer, do_lower_case=True, original_name="bert-base-uncased")
     if len(tok) > model_config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
     processor = TdenProcessor(

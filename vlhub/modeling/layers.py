@@ -194,7 +194,7 @@ from transformers.models.bert.modeling_bert import (  # noqa: E402
     BertOutput as _BertOutput,
 )
 
-__all__ += ["CrossModalLayer"]
+__all__ += ["CrossModalLayer", "check_region_inputs"]
 
 
 class CrossModalLayer(_GradientCheckpointingLayer):
@@ -239,3 +239,34 @@ class CrossModalLayer(_GradientCheckpointingLayer):
         visual = self.v_output(self.v_intermediate(visual), visual)
         text = self.t_output(self.t_intermediate(text), text)
         return visual, text, probabilities
+
+
+def check_region_inputs(config, region_features, region_locations, region_attention_mask, *texts) -> None:
+    """Name what is wrong with a model's region inputs: locations missing or of the wrong shape, features of another
+    size than `config.region_feature_dim`, a padded batch without `region_attention_mask`, or a text batch (any of
+    `texts`, `(batch, ...)` tensors or None) of another size. Shape checks only (no host-device sync)."""
+    if region_features is None:
+        return
+    if region_locations is None:
+        raise ValueError(
+            "region_features were given without region_locations: pass the processor's full output "
+            f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
+        )
+    if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
+        raise ValueError(
+            f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
+            f"got {tuple(region_features.shape)}"
+        )
+    expected = (*region_features.shape[:2], config.region_location_dim)
+    if tuple(region_locations.shape) != expected:
+        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+    # A batch of several images is padded to a common number of regions, so it needs the mask; a single image
+    # without a mask means "every region is real".
+    if region_attention_mask is None and region_features.shape[0] > 1:
+        raise ValueError(
+            "region_features of a batch of several images were given with no region_attention_mask: pass the "
+            "processor's full output (region_attention_mask of shape (batch, num_regions))"
+        )
+    for text in texts:
+        if text is not None and text.shape[0] != region_features.shape[0]:
+            raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")

@@ -51,6 +51,7 @@ from ..layers import (
     BertLayer,
     CrossModalLayer,
     RegionClassificationHead,
+    check_region_inputs,
     extended_attention_mask,
     gather_masked,
 )
@@ -464,30 +465,7 @@ def _check_inputs(config: TdenConfig, input_ids, inputs_embeds, decoder_input_id
                 f"{name} reach position {stream.shape[1] + offset}, beyond the model's {config.max_position_embeddings} "
                 "position embeddings; shorten the text"
             )
-    if region_features is not None:
-        if region_locations is None:
-            raise ValueError(
-                "region_features were given without region_locations: pass the processor's full output "
-                f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
-            )
-        if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
-            raise ValueError(
-                f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
-                f"got {tuple(region_features.shape)}"
-            )
-        expected = (*region_features.shape[:2], config.region_location_dim)
-        if tuple(region_locations.shape) != expected:
-            raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-        if region_attention_mask is None and region_features.shape[0] > 1:
-            raise ValueError(
-                "region_features of a batch of several images were given with no region_attention_mask: pass the "
-                "processor's full output (region_attention_mask of shape (batch, num_regions))"
-            )
-        for stream in (text, generation):
-            if stream is not None and stream.shape[0] != region_features.shape[0]:
-                raise ValueError(
-                    f"text batch ({stream.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
-                )
+    check_region_inputs(config, region_features, region_locations, region_attention_mask, text, generation)
 
 
 def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:

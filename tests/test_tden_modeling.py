@@ -224,3 +224,18 @@ def test_bad_inputs_are_named():
         TdenForConditionalGeneration(tiny_config(num_decoder_layers=0))
     with pytest.raises(ValueError, match="cross-modal encoder"):
         TdenForQuestionAnswering(tiny_config(num_cross_encoder_layers=0, bidirectional_decoder=True))
+
+
+def test_xmodaler_beam_search_with_one_beam_is_greedy_decoding():
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    with torch.no_grad():
+        greedy = model.generate(**regions(batch), max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=1)
+    beam = model.xmodaler_beam_search(**regions(batch), num_beams=1, max_new_tokens=6)
+    assert beam.sequences.shape == (B, 1, 6)
+    finished = (beam.sequences[:, 0] == 2).cumsum(-1) > 0
+    # Up to the first [SEP] (eos id 2 here) both decode the argmax; afterwards X-modaler writes 0.
+    assert torch.equal(beam.sequences[:, 0][~finished], greedy[:, 1:][~finished])
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        model.xmodaler_beam_search(**regions(batch), num_beams=2, num_return_sequences=3)

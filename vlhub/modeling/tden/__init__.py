@@ -5,6 +5,7 @@ from ...registry import Architecture, lazy_exports, register_architecture
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_tden": ["TdenConfig"],
     "modeling_tden": [
+        "TdenBeamSearchOutput",
         "TdenCaptioningOutput",
         "TdenForConditionalGeneration",
         "TdenForImageTextRetrieval",

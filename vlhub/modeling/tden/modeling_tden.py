@@ -68,6 +68,7 @@ __all__ = [
     "TdenModelOutput",
     "TdenForPreTrainingOutput",
     "TdenCaptioningOutput",
+    "TdenBeamSearchOutput",
     "TdenQuestionAnsweringOutput",
     "TdenRetrievalOutput",
     "TdenMultipleChoiceOutput",
@@ -177,6 +178,21 @@ class TdenCaptioningOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenBeamSearchOutput(ModelOutput):
+    r"""
+    sequences (`torch.LongTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the generated words
+        (without the start token), best beam first; 0 after [SEP], as X-modaler writes them.
+    sequences_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences)`): each beam's summed log-probs.
+    token_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the log-prob of each
+        word (0 after [SEP]); a row sums to its `sequences_scores`.
+    """
+
+    sequences: torch.LongTensor | None = None
+    sequences_scores: torch.FloatTensor | None = None
+    token_scores: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -874,6 +890,82 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
+
+    @torch.no_grad()
+    def xmodaler_beam_search(
+        self,
+        region_features: torch.FloatTensor,
+        region_locations: torch.FloatTensor,
+        region_attention_mask: torch.Tensor | None = None,
+        num_beams: int = 2,
+        max_new_tokens: int = 20,
+        num_return_sequences: int = 1,
+    ) -> TdenBeamSearchOutput:
+        r"""X-modaler's beam search (`BeamSearcher`, from meshed-memory-transformer), reproduced exactly: a
+        documented alternative to `generate(num_beams=...)`, whose beam bookkeeping differs.
+
+        Start from [CLS] (`config.bos_token_id`) with one beam per image; at every step all `beam × vocabulary`
+        candidates compete by the plain sum of log-probs (no length normalisation); a beam that emitted [SEP]
+        (`config.eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score; after the
+        last step the beams are sorted by score. The sentence encoder and the decoder reuse their key/value cache
+        (reordered with the beams), and the object encoder runs once.
+
+        Args:
+            region_features, region_locations, region_attention_mask: as for `forward`.
+            num_beams (`int`, defaults to 2): the beam size (X-modaler's COCO captioner used 2).
+            max_new_tokens (`int`, defaults to 20): decoding steps (X-modaler's `MAX_SEQ_LEN`).
+            num_return_sequences (`int`, defaults to 1): how many of the final beams to return (at most `num_beams`).
+        """
+        if not 1 <= num_return_sequences <= num_beams:
+            raise ValueError(f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}")
+        was_training = self.training
+        self.eval()
+        batch = region_features.shape[0]
+        device = region_features.device
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        tokens = torch.full((batch, 1), self.config.bos_token_id, dtype=torch.long, device=device)
+        seq_logprob = torch.zeros(batch, 1, 1, device=device)
+        seq_mask = torch.ones(batch, num_beams, 1, device=device)
+        words, word_logprobs, selected_words = [], [], None
+        step_inputs = dict(region_features=region_features, region_locations=region_locations,
+                           region_attention_mask=region_attention_mask)
+        for step in range(max_new_tokens):
+            beams = 1 if step == 0 else num_beams
+            logits = self(input_ids=tokens, past_key_values=cache, use_cache=True, **step_inputs).logits[:, -1]
+            word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, beams, -1)
+            vocab = word_logprob.shape[-1]
+            candidates = seq_logprob + word_logprob
+            if step > 0:
+                # A finished beam keeps its score and offers only word 0.
+                seq_mask = seq_mask * (selected_words.view(batch, beams) != self.config.eos_token_id).float().unsqueeze(-1)
+                word_logprob = word_logprob * seq_mask
+                frozen = seq_logprob.expand_as(candidates).clone()
+                frozen[:, :, 1:] = -999
+                candidates = seq_mask * candidates + frozen * (1 - seq_mask)
+            selected_logprob, selected = torch.sort(candidates.view(batch, -1), dim=-1, descending=True)
+            selected_logprob, selected = selected_logprob[:, :num_beams], selected[:, :num_beams]
+            selected_beam = torch.div(selected, vocab, rounding_mode="floor")
+            selected_words = selected - selected_beam * vocab
+            # Rows of the flat (batch * beams) caches that the selected beams continue.
+            cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
+            seq_logprob = selected_logprob.unsqueeze(-1)
+            seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
+            words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
+            chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(batch, num_beams, vocab))
+            word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
+            word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
+            tokens = selected_words.view(-1, 1)
+            if step == 0:  # later steps read the regions from the cache; only their padding mask is needed
+                mask = region_attention_mask if region_attention_mask is not None else torch.ones(
+                    region_features.shape[:2], dtype=torch.long, device=device)
+                step_inputs = dict(region_attention_mask=mask.repeat_interleave(num_beams, dim=0))
+        scores, order = torch.sort(seq_logprob, dim=1, descending=True)
+        sequences = torch.gather(torch.cat(words, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        token_scores = torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        self.train(was_training)
+        return TdenBeamSearchOutput(sequences=sequences[:, :num_return_sequences],
+                                    sequences_scores=scores[:, :num_return_sequences, 0],
+                                    token_scores=token_scores[:, :num_return_sequences])
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention

@@ -140,6 +140,17 @@ def test_tden_parity_processor_inputs(fx, prefix, folder, stream):
         assert not (inputs["input_ids"] == SEP).any()
 
 
+def test_tden_parity_processor_from_the_original_feature_files(fx):
+    """The original's per-image npz files, read with vlhub's NpzFolderReader, give the same region inputs."""
+    from vlhub.processing.stores import NpzFolderReader
+
+    reader = NpzFolderReader(fx.root / "original" / "features")
+    processor = AutoProcessor.from_pretrained(fx.convert("caption"))
+    inputs = processor(regions=[reader[image["image_id"]] for image in fx.raw["images"]], return_tensors="pt")
+    torch.testing.assert_close(inputs["region_features"], fx.model_inputs["caption_tf.ATT_FEATS"], atol=1e-6, rtol=1e-6)
+    assert torch.equal(inputs["region_locations"], fx.model_inputs["caption_tf.ATT_FEATS_LOC"])
+
+
 def test_tden_parity_pretraining(fx):
     folder = fx.convert("pretrain")
     mi = fx.model_inputs

@@ -70,3 +70,20 @@ def test_settings_round_trip_and_bad_values_are_refused(processor, tmp_path):
     small = TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1)
     with pytest.raises(ValueError, match="at most max_regions=2"):
         small(_regions(3))
+
+
+def test_detector_output_is_selected_as_xmodaler_extracted_it():
+    n = 8
+    scores = torch.tensor([0.1, 0.5, 0.3, 0.05, 0.9, 0.25, 0.2, 0.15])
+    regions = vlhub.RegionFeatures(features=torch.arange(n * 4, dtype=torch.float32).view(n, 4),
+                                   boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(n, 1), image_size=(20, 20),
+                                   scores=scores)
+    # >= 0.2 in detector order: boxes 1, 2, 4, 5, 6
+    chosen = TdenRegionProcessor(region_feature_dim=4, min_regions=2, max_regions=50).select(regions)
+    torch.testing.assert_close(chosen.scores, scores[[1, 2, 4, 5, 6]])
+    # fewer than min_regions above the threshold: the most confident ones, by confidence
+    chosen = TdenRegionProcessor(region_feature_dim=4, min_regions=6, max_regions=50).select(regions)
+    torch.testing.assert_close(chosen.scores, scores[[4, 1, 2, 5, 6, 7]])
+    # more than max_detections: the most confident; then the data mapper's first max_regions
+    chosen = TdenRegionProcessor(region_feature_dim=4, min_regions=1, max_detections=3, max_regions=2).select(regions)
+    torch.testing.assert_close(chosen.scores, scores[[4, 1]])

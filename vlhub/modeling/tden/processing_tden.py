@@ -36,8 +36,27 @@ class TdenRegionProcessor(RegionProcessor):
 
     location_dim = 5
 
-    def __init__(self, max_regions: int | None = 50, **kwargs):
+    def __init__(self, max_regions: int | None = 50, max_detections: int = 100, **kwargs):
         super().__init__(max_regions=max_regions, **kwargs)
+        self.max_detections = max_detections
+
+    def select(self, regions: RegionFeatures) -> RegionFeatures:
+        """With detector confidences: X-modaler's extraction (`tools/generate_npz.py`) keeps the boxes with confidence
+        >= `confidence_threshold` *in detector order*, or the `min_regions` / `max_detections` most confident ones
+        when there are fewer / more; the data mappers then take the first `max_regions`. Without confidences the
+        regions are taken as given (more than `max_regions` is an error)."""
+        if regions.scores is None or self.confidence_threshold is None:
+            return super().select(regions)
+        scores = regions.scores
+        keep = (scores >= self.confidence_threshold).nonzero().flatten()
+        by_confidence = torch.sort(scores, descending=True, stable=True).indices
+        if len(keep) < self.min_regions:
+            keep = by_confidence[: self.min_regions]
+        elif len(keep) > self.max_detections:
+            keep = by_confidence[: self.max_detections]
+        if self.max_regions is not None:
+            keep = keep[: self.max_regions]
+        return regions if torch.equal(keep, torch.arange(len(regions))) else regions.select(keep)
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return tden_locations(regions)

@@ -56,6 +56,7 @@ __all__ = [
     "sha256_of",
     "strip_prefix",
     "write_model_card",
+    "load_bert_tokenizer",
 ]
 
 
@@ -430,3 +431,23 @@ def converted_folder(output_dir: str | os.PathLike):
     return staging_folder(output_dir, keep_replaced=("README.md",))
 
 
+
+
+def load_bert_tokenizer(tokenizer, do_lower_case: bool, original_name: str):
+    """A word-piece tokenizer for a converted folder's processor: an already built tokenizer, a bare `vocab.txt`, or a
+    name/folder for `AutoTokenizer`, with the original's casing. `original_name` (e.g. "bert-base-cased") goes into the
+    error message when it cannot be loaded (offline, the user must point at a local folder or vocab.txt)."""
+    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
+
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return tokenizer
+    name = str(tokenizer)
+    try:
+        if os.path.isfile(name):  # a bare vocab.txt
+            return BertTokenizer(vocab=name, do_lower_case=do_lower_case)
+        return AutoTokenizer.from_pretrained(name, do_lower_case=do_lower_case)
+    except (OSError, ValueError) as err:
+        raise OSError(
+            f"could not load the tokenizer {name!r} ({err}). The original uses {original_name}; offline, pass "
+            "--tokenizer with a local folder or vocab.txt"
+        ) from err

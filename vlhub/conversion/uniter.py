@@ -35,6 +35,7 @@ from .common import (
     KeyMap,
     Provenance,
     convert_state_dict,
+    load_bert_tokenizer,
     load_torch_state_dict,
     save_converted,
 )
@@ -187,23 +188,6 @@ def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[s
     return None
 
 
-def _load_tokenizer(tokenizer):
-    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    name = str(tokenizer)
-    try:
-        if os.path.isfile(name):  # a bare vocab.txt
-            return BertTokenizer(vocab=name, do_lower_case=False)
-        return AutoTokenizer.from_pretrained(name, do_lower_case=False)
-    except (OSError, ValueError) as err:
-        raise OSError(
-            f"could not load the tokenizer {name!r} ({err}). UNITER uses bert-base-cased; offline, pass --tokenizer "
-            "with a local folder or vocab.txt"
-        ) from err
-
-
 def convert_uniter(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -284,7 +268,7 @@ def convert_uniter(
                 "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
             )
 
-    tok = _load_tokenizer(tokenizer)
+    tok = load_bert_tokenizer(tokenizer, do_lower_case=False, original_name="bert-base-cased")
     if len(tok) > model_config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
     processor = UniterProcessor(

@@ -182,3 +182,91 @@ def ipot_distance(
     plan = _ipot_plan(cost.detach(), x_pad, y_pad, beta, iterations, inner_steps)
     # trace(C @ T) per example, with T of shape (n, m).
     return (cost * plan.transpose(1, 2)).sum(dim=(1, 2))
+
+
+# ---------------------------------------------------------------------------------------------------- cross-modal
+# TDEN's cross-modal encoder layer: ONE attention over the concatenation [visual | text] (single-stream attention),
+# then a feed-forward network per modality. Imported here rather than at the top so that this section stays additive.
+from transformers.modeling_layers import GradientCheckpointingLayer as _GradientCheckpointingLayer  # noqa: E402
+from transformers.models.bert.modeling_bert import (  # noqa: E402
+    BertAttention as _BertAttention,
+    BertIntermediate as _BertIntermediate,
+    BertOutput as _BertOutput,
+)
+
+__all__ += ["CrossModalLayer", "check_region_inputs"]
+
+
+class CrossModalLayer(_GradientCheckpointingLayer):
+    """Shared attention over `[visual | text]`, then modality-specific feed-forward networks (TDEN's
+    `BertUnderstandingLayer`; not ViLBERT's co-attention).
+
+    1. `biattention` (transformers' `BertAttention`: query/key/value, then dense + residual + LayerNorm) runs over
+       the concatenation, visual tokens first, so every token attends to both modalities;
+    2. the result is split back; the visual part goes through `v_intermediate`/`v_output` and the text part through
+       `t_intermediate`/`t_output` (BERT's feed-forward blocks, one set per modality).
+
+    The attention dispatches through transformers' attention interface (`config._attn_implementation`), so eager /
+    sdpa / flash is a config choice. With a key/value `Cache` (`past_key_values`, `layer_idx` given at construction)
+    the keys and values of earlier calls are reused: pass the visual tokens on the first call only and a visual
+    input of length 0 afterwards, so that the new text tokens attend to everything seen before.
+
+    forward(visual_states `(B, R, H)`, text_states `(B, T, H)`, attention_mask (backend format over the `R + T`
+    concatenated keys, e.g. from `extended_attention_mask`), past_key_values=None) →
+    `(visual_states (B, R, H), text_states (B, T, H), probabilities (B, heads, R + T, keys) or None)`.
+    """
+
+    def __init__(self, config, layer_idx: int | None = None):
+        super().__init__()
+        self.biattention = _BertAttention(config, is_causal=False, layer_idx=layer_idx)
+        self.v_intermediate = _BertIntermediate(config)
+        self.v_output = _BertOutput(config)
+        self.t_intermediate = _BertIntermediate(config)
+        self.t_output = _BertOutput(config)
+
+    def forward(
+        self,
+        visual_states: torch.Tensor,
+        text_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values=None,
+        **kwargs,
+    ):
+        num_visual = visual_states.shape[1]
+        states = torch.cat([visual_states, text_states], dim=1)
+        attended, probabilities = self.biattention(states, attention_mask, past_key_values=past_key_values, **kwargs)
+        visual, text = attended[:, :num_visual], attended[:, num_visual:]
+        visual = self.v_output(self.v_intermediate(visual), visual)
+        text = self.t_output(self.t_intermediate(text), text)
+        return visual, text, probabilities
+
+
+def check_region_inputs(config, region_features, region_locations, region_attention_mask, *texts) -> None:
+    """Name what is wrong with a model's region inputs: locations missing or of the wrong shape, features of another
+    size than `config.region_feature_dim`, a padded batch without `region_attention_mask`, or a text batch (any of
+    `texts`, `(batch, ...)` tensors or None) of another size. Shape checks only (no host-device sync)."""
+    if region_features is None:
+        return
+    if region_locations is None:
+        raise ValueError(
+            "region_features were given without region_locations: pass the processor's full output "
+            f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
+        )
+    if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
+        raise ValueError(
+            f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
+            f"got {tuple(region_features.shape)}"
+        )
+    expected = (*region_features.shape[:2], config.region_location_dim)
+    if tuple(region_locations.shape) != expected:
+        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+    # A batch of several images is padded to a common number of regions, so it needs the mask; a single image
+    # without a mask means "every region is real".
+    if region_attention_mask is None and region_features.shape[0] > 1:
+        raise ValueError(
+            "region_features of a batch of several images were given with no region_attention_mask: pass the "
+            "processor's full output (region_attention_mask of shape (batch, num_regions))"
+        )
+    for text in texts:
+        if text is not None and text.shape[0] != region_features.shape[0]:
+            raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")

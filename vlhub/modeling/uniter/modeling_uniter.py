@@ -43,6 +43,7 @@ from ..layers import (
     BertSelfAttention,
     RegionClassificationHead,
     RegionFeatureRegressionHead,
+    check_region_inputs,
     classifier_head,
     extended_attention_mask,
     ipot_distance,
@@ -251,31 +252,7 @@ def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_feature
             f"text of length {text.shape[1]} exceeds the model's {config.max_position_embeddings} position "
             "embeddings; shorten it (the processor truncates to max_text_length)"
         )
-    if region_features is not None:
-        if region_locations is None:
-            raise ValueError(
-                "region_features were given without region_locations: pass the processor's full output "
-                f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
-            )
-        if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
-            raise ValueError(
-                f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
-                f"got {tuple(region_features.shape)}"
-            )
-        expected = (*region_features.shape[:2], config.region_location_dim)
-        if tuple(region_locations.shape) != expected:
-            raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-        # Shape-based (no host-device sync): a batch of several images is padded to a common number of regions,
-        # so it needs the mask; a single image without a mask means "every region is real".
-        if region_attention_mask is None and region_features.shape[0] > 1:
-            raise ValueError(
-                "region_features of a batch of several images were given with no region_attention_mask: pass the "
-                "processor's full output (region_attention_mask of shape (batch, num_regions))"
-            )
-        if text is not None and text.shape[0] != region_features.shape[0]:
-            raise ValueError(
-                f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
-            )
+    check_region_inputs(config, region_features, region_locations, region_attention_mask, text)
 
 
 class UniterModel(UniterPreTrainedModel):

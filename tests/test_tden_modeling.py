@@ -1,0 +1,241 @@
+"""TDEN models on tiny random configs: registration, the two text streams, the decoder's visual memory, the
+generation cache, the heads' arithmetic and the errors on bad input."""
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForImageTextToText,
+    AutoModelForMultipleChoice,
+    AutoModelForPreTraining,
+    AutoModelForVisualQuestionAnswering,
+)
+
+import vlhub
+from vlhub import (
+    TdenConfig,
+    TdenForConditionalGeneration,
+    TdenForImageTextRetrieval,
+    TdenForMultipleChoice,
+    TdenForPreTraining,
+    TdenForQuestionAnswering,
+    TdenModel,
+)
+from vlhub.modeling.tden.modeling_tden import batch_hardest_triplet_loss
+
+B, T, R, F = 2, 6, 5, 16
+
+
+def tiny_config(**overrides) -> TdenConfig:
+    settings = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2, num_cross_encoder_layers=1,
+                    num_decoder_layers=2, num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,
+                    region_feature_dim=F, num_region_labels=9, similarity_pooler_size=12, classifier_pooler_size=10,
+                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, bos_token_id=1, eos_token_id=2,
+                    pad_token_id=0)
+    return TdenConfig(**{**settings, **overrides})
+
+
+def inputs(seed=0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    region_attention_mask = torch.ones(B, R, dtype=torch.long)
+    attention_mask[1, -2:] = 0
+    region_attention_mask[1, -2:] = 0
+    return dict(input_ids=torch.randint(3, 60, (B, T), generator=g), attention_mask=attention_mask,
+                region_features=torch.rand(B, R, F, generator=g) * region_attention_mask[..., None],
+                region_locations=torch.rand(B, R, 5, generator=g), region_attention_mask=region_attention_mask)
+
+
+def regions(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k.startswith("region_")}
+
+
+def test_tden_registration_and_auto_classes(tmp_path):
+    arch = vlhub.get_architecture("tden")
+    assert arch.lowercase and arch.model_class("captioning") is TdenForConditionalGeneration
+    assert set(arch.task_models) == {"pretraining", "captioning", "vqa", "retrieval", "vcr"}
+    config = tiny_config()
+    assert isinstance(AutoConfig.for_model("tden"), TdenConfig)
+    for auto, cls in ((AutoModel, TdenModel), (AutoModelForPreTraining, TdenForPreTraining),
+                      (AutoModelForImageTextToText, TdenForConditionalGeneration)):
+        assert type(auto.from_config(config)) is cls
+    qa = tiny_config(bidirectional_decoder=True)
+    assert type(AutoModelForVisualQuestionAnswering.from_config(qa)) is TdenForQuestionAnswering
+    vcr = tiny_config(num_decoder_layers=0, num_labels=1)
+    assert type(AutoModelForMultipleChoice.from_config(vcr)) is TdenForMultipleChoice
+
+
+def test_config_defaults_are_tden_base():
+    config = TdenConfig()
+    assert (config.num_hidden_layers, config.num_visual_layers, config.num_cross_encoder_layers,
+            config.num_decoder_layers) == (12, 6, 6, 6)
+    assert config.type_vocab_size == 3 and config.layer_norm_eps == 1e-12 and config.embedding_layer_norm_eps == 1e-5
+    assert config.tie_word_embeddings is False and (config.bos_token_id, config.eos_token_id) == (101, 102)
+    with pytest.raises((ValueError, StrictDataclassClassValidationError), match="generation_token_type_id"):
+        TdenConfig(type_vocab_size=1)
+
+
+def test_embeddings_use_the_original_layer_norm_eps():
+    model = TdenModel(tiny_config())
+    assert model.embeddings.LayerNorm.eps == 1e-5 and model.region_embeddings.LayerNorm.eps == 1e-5
+    assert model.encoder.layer[0].output.LayerNorm.eps == 1e-12
+
+
+def test_the_decoder_attends_to_the_fused_visual_output_when_the_understanding_stream_runs():
+    torch.manual_seed(0)
+    model = TdenModel(tiny_config()).eval()
+    batch = inputs()
+    generation = dict(decoder_input_ids=batch["input_ids"], decoder_attention_mask=batch["attention_mask"])
+    with torch.no_grad():
+        both = model(**batch, **generation)
+        alone = model(**regions(batch), **generation)  # no understanding stream: the object encoder's output
+        model.config.decoder_attends_fused_visual = False
+        paper = model(**batch, **generation)
+    assert not torch.allclose(both.decoder_output, alone.decoder_output)
+    torch.testing.assert_close(paper.decoder_output, alone.decoder_output)
+    torch.testing.assert_close(both.vision_output, both.cross_encoder_vision_layers[-1])
+
+
+def test_the_generation_stream_is_causal_and_typed_for_generation():
+    torch.manual_seed(0)
+    model = TdenModel(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    ids = batch["input_ids"]
+    with torch.no_grad():
+        full = model(**regions(batch), decoder_input_ids=ids).decoder_output
+        changed = ids.clone()
+        changed[:, -1] = 5
+        prefix = model(**regions(batch), decoder_input_ids=changed).decoder_output
+        typed = model(**regions(batch), decoder_input_ids=ids, decoder_token_type_ids=torch.zeros_like(ids)).decoder_output
+    torch.testing.assert_close(full[:, :-1], prefix[:, :-1])  # earlier positions never see later tokens
+    assert not torch.allclose(full, typed)  # the default type is the generation type (1), not 0
+
+
+def test_cached_decoding_matches_the_full_forward_and_runs_the_object_encoder_once():
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    calls = []
+    model.tden.visual_encoder.layer[0].register_forward_hook(lambda *args: calls.append(1))
+    with torch.no_grad():
+        generated = model.generate(**regions(batch), max_new_tokens=6, do_sample=False, num_beams=1, min_new_tokens=6,
+                                   return_dict_in_generate=True, output_logits=True)
+        assert len(calls) == 1
+        full = model(input_ids=generated.sequences[:, :-1], **regions(batch)).logits
+    torch.testing.assert_close(torch.stack(generated.logits, 1), full, atol=1e-5, rtol=0)
+    assert (generated.sequences[:, 0] == 1).all()
+
+
+def test_beam_search_runs_with_the_cache():
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    with torch.no_grad():
+        out = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False)
+        no_cache = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False,
+                                  use_cache=False)
+    assert out.shape[0] == B and torch.equal(out, no_cache)
+
+
+def test_vqa_scores_are_the_summed_softmaxes_of_both_branches():
+    torch.manual_seed(0)
+    model = TdenForQuestionAnswering(tiny_config(bidirectional_decoder=True, num_labels=7)).eval()
+    labels = torch.rand(B, 7)
+    with torch.no_grad():
+        out = model(**inputs(), labels=labels)
+    expected = out.understanding_logits.softmax(-1) + out.generation_logits.softmax(-1)
+    torch.testing.assert_close(out.logits, expected)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    torch.testing.assert_close(out.loss, (bce(out.understanding_logits, labels) + bce(out.generation_logits, labels)) * 7)
+
+
+def test_retrieval_scores_every_sentence_against_every_image_and_the_triplet_loss():
+    torch.manual_seed(0)
+    model = TdenForImageTextRetrieval(tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0)).eval()
+    with torch.no_grad():
+        out = model(**inputs())
+    torch.testing.assert_close(out.logits_per_text, out.text_embeds @ out.image_embeds.t())
+    torch.testing.assert_close(out.logits[:, 0], out.logits_per_text.diagonal())
+    torch.testing.assert_close(out.text_embeds.norm(dim=-1), torch.ones(B))
+    assert out.loss is None and model.train()(**inputs()).loss is not None
+    scores = torch.tensor([[0.9, 0.8, 0.1], [0.2, 0.5, 0.4], [0.3, 0.1, 0.7]])
+    # sentence 0: hardest image 1 → 0.2+0.8-0.9; sentence 1: image 2 → 0.2+0.4-0.5; sentence 2: image 0 → 0.2+0.3-0.7 <0
+    # image 0: hardest sentence 2 → 0.2+0.3-0.9 <0; image 1: sentence 0 → 0.2+0.8-0.5; image 2: sentence 1 → 0.2+0.4-0.7
+    expected = ((0.1 + 0.1 + 0.0) + (0.0 + 0.5 + 0.0)) / 3
+    torch.testing.assert_close(batch_hardest_triplet_loss(scores, 0.2), torch.tensor(expected))
+    same_image = torch.tensor([0, 0, 1])  # sentences 0 and 1 describe the same image: not negatives
+    # sentence 1 keeps only image 2 (0.2+0.4-0.5); everything else is below the margin
+    expected_grouped = 0.1 / 3
+    torch.testing.assert_close(batch_hardest_triplet_loss(scores, 0.2, same_image), torch.tensor(expected_grouped))
+
+
+def test_multiple_choice_scores_each_choice():
+    torch.manual_seed(0)
+    model = TdenForMultipleChoice(tiny_config(num_decoder_layers=0, num_labels=1, bidirectional_decoder=True)).eval()
+    batch = inputs()
+    choices = {**batch, "input_ids": torch.stack([batch["input_ids"]] * 3, 1),
+               "attention_mask": torch.stack([batch["attention_mask"]] * 3, 1)}
+    with torch.no_grad():
+        out = model(**choices, labels=torch.tensor([0, 2]))
+    assert out.logits.shape == (B, 3)
+    torch.testing.assert_close(out.logits[:, 0], out.logits[:, 1])  # identical choices score identically
+
+
+def test_pretraining_losses_follow_the_original():
+    torch.manual_seed(0)
+    model = TdenForPreTraining(tiny_config()).eval()
+    batch = inputs()
+    labels = torch.full((B, T), -1)
+    labels[0, 2], labels[1, 1] = 7, 9
+    masked = torch.zeros(B, R, dtype=torch.bool)
+    masked[0, 1] = masked[1, 2] = True
+    targets = torch.softmax(torch.rand(2, 9), -1)
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=batch["input_ids"], labels=labels, decoder_labels=labels,
+                    masked_regions=masked, region_class_targets=targets, image_ids=torch.tensor([0, 1]))
+    log_probs = out.moc_logits[masked].log_softmax(-1)
+    torch.testing.assert_close(out.moc_loss, (targets * (targets.log() - log_probs)).sum() / 2)
+    torch.testing.assert_close(out.mlm_loss, torch.nn.functional.cross_entropy(out.mlm_logits[labels >= 0], labels[labels >= 0]))
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.msg_loss + out.moc_loss + out.ism_loss)
+    with pytest.raises(ValueError, match="one row per masked region"):
+        model(**batch, masked_regions=masked, region_class_targets=targets[:1])
+
+
+def test_bad_inputs_are_named():
+    model = TdenModel(tiny_config()).eval()
+    batch = inputs()
+    with pytest.raises(ValueError, match="needs text"):
+        model(**regions(batch))
+    with pytest.raises(ValueError, match="needs regions"):
+        model(input_ids=batch["input_ids"])
+    with pytest.raises(ValueError, match="region_locations"):
+        model(input_ids=batch["input_ids"], region_features=batch["region_features"])
+    with pytest.raises(ValueError, match="region_features must have shape"):
+        model(input_ids=batch["input_ids"], region_features=batch["region_features"][..., :3],
+              region_locations=batch["region_locations"], region_attention_mask=batch["region_attention_mask"])
+    with pytest.raises(ValueError, match="position embeddings"):
+        model(input_ids=torch.ones(B, 30, dtype=torch.long), **regions(batch))
+    with pytest.raises(ValueError, match="no region_attention_mask"):
+        model(input_ids=batch["input_ids"], region_features=batch["region_features"],
+              region_locations=batch["region_locations"])
+    with pytest.raises(ValueError, match="no decoder"):
+        TdenForConditionalGeneration(tiny_config(num_decoder_layers=0))
+    with pytest.raises(ValueError, match="cross-modal encoder"):
+        TdenForQuestionAnswering(tiny_config(num_cross_encoder_layers=0, bidirectional_decoder=True))
+
+
+def test_xmodaler_beam_search_with_one_beam_is_greedy_decoding():
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    with torch.no_grad():
+        greedy = model.generate(**regions(batch), max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=1)
+    beam = model.xmodaler_beam_search(**regions(batch), num_beams=1, max_new_tokens=6)
+    assert beam.sequences.shape == (B, 1, 6)
+    finished = (beam.sequences[:, 0] == 2).cumsum(-1) > 0
+    # Up to the first [SEP] (eos id 2 here) both decode the argmax; afterwards X-modaler writes 0.
+    assert torch.equal(beam.sequences[:, 0][~finished], greedy[:, 1:][~finished])
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        model.xmodaler_beam_search(**regions(batch), num_beams=2, num_return_sequences=3)

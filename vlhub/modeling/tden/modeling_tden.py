@@ -1,0 +1,1215 @@
+"""PyTorch TDEN: a two-stream decoupled encoder-decoder over region features and text (X-modaler's release).
+
+Faithful to X-modaler (`meta_arch/tden.py`, `encoder/two_stream_bert_encoder.py`, `decoder/decouple_bert_decoder.py`):
+
+- embeddings: `LayerNorm(word + position + type)` (eps 1e-5, three token types) for the text and
+  `LayerNorm(Linear(features) + Linear(5-d location))` (eps 1e-5) for the regions, [IMG] (mean feature, location
+  `[0, 0, 1, 1, 1]`) being the processor's row 0;
+- the *object encoder* (`visual_encoder`, BERT layers over the regions) and the *sentence encoder* (`encoder`, BERT
+  layers over the text). The sentence encoder is shared by two text streams: the *understanding* stream
+  (`input_ids`, bidirectional, token type 0) and the *generation* stream (`decoder_input_ids`, causal, token type 1);
+- the *cross-modal encoder* (`cross_encoder`, `layers.CrossModalLayer`: one attention over [visual | text], one
+  feed-forward per modality) on the understanding stream;
+- the *decoder* (`decoder`, causal self-attention + cross-attention to the visual tokens + feed-forward) on the
+  generation stream. It cross-attends to the cross-modal encoder's last visual output when that encoder runs
+  (pre-training, VQA; `config.decoder_attends_fused_visual`) and to the object encoder's output otherwise
+  (captioning).
+
+Attention runs in transformers' BERT attention modules (`BertAttention`, through the attention interface), so
+`attn_implementation` ("eager" | "sdpa" | ...) is a config choice and `set_attn_implementation` switches an
+instantiated model. The generation stream keeps a key/value `Cache` (`EncoderDecoderCache`) over both the sentence
+encoder and the decoder, so incremental decoding recomputes nothing. Keep attention-like classes out of this file
+(transformers scans it to decide whether the backend may be switched; see `layers.AttentionPooling`).
+"""
+
+from dataclasses import dataclass
+
+# Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
+# their modeling files, which import BERT; BERT must not be half-imported at that moment.
+import transformers.models.auto.modeling_auto  # noqa: F401  isort: skip
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import (
+    BertAttention,
+    BertIntermediate,
+    BertOutput,
+    BertPredictionHeadTransform,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple
+
+from ..layers import (
+    BertEmbeddings,
+    BertLayer,
+    CrossModalLayer,
+    RegionClassificationHead,
+    check_region_inputs,
+    extended_attention_mask,
+    gather_masked,
+)
+from .configuration_tden import TdenConfig
+
+__all__ = [
+    "TdenPreTrainedModel",
+    "TdenModel",
+    "TdenForPreTraining",
+    "TdenForConditionalGeneration",
+    "TdenForQuestionAnswering",
+    "TdenForImageTextRetrieval",
+    "TdenForMultipleChoice",
+    "TdenModelOutput",
+    "TdenForPreTrainingOutput",
+    "TdenCaptioningOutput",
+    "TdenBeamSearchOutput",
+    "TdenQuestionAnsweringOutput",
+    "TdenRetrievalOutput",
+    "TdenMultipleChoiceOutput",
+    "batch_hardest_triplet_loss",
+]
+
+# The original's additive mask value inside the attention poolers.
+_MASKED_SCORE = -10000.0
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+@dataclass
+class TdenModelOutput(ModelOutput):
+    r"""
+    language_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the understanding stream's
+        final states: the cross-modal encoder's text output, or the sentence encoder's when there is no cross-modal
+        encoder. `None` without `input_ids`.
+    vision_output (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`): the final visual states: the
+        cross-modal encoder's visual output when it ran, else the object encoder's last layer.
+    decoder_output (`torch.FloatTensor` of shape `(batch, generation_length, hidden_size)`): the decoder's last
+        layer (`None` when the decoder did not run).
+    sentence_encoder_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the last
+        sentence-encoder layer over the understanding stream (what image-sentence matching pools).
+    object_encoder_layers (`tuple(torch.FloatTensor)`): every object-encoder layer's output `(batch, num_regions,
+        hidden_size)` (image-sentence matching pools all of them).
+    cross_encoder_vision_layers (`tuple(torch.FloatTensor)`): every cross-modal layer's visual output (the VQA head
+        pools all of them).
+    past_key_values (`Cache`): the generation stream's keys and values (sentence encoder and decoder), with
+        `use_cache=True`.
+    hidden_states, attentions: the sentence encoder over the understanding stream (or over the generation stream
+        when there is no understanding stream): embeddings + one entry per layer `(batch, length, hidden_size)`,
+        and `(batch, heads, length, length)` per layer.
+    generation_hidden_states, generation_attentions: the sentence encoder over the generation stream when both
+        streams ran (pre-training).
+    vision_hidden_states, vision_attentions: region embeddings + object-encoder layers.
+    cross_encoder_hidden_states, cross_encoder_attentions: per cross-modal layer, `[visual | text]`
+        `(batch, num_regions + text_length, hidden_size)` and its attention over the same concatenation.
+    decoder_hidden_states, decoder_attentions, decoder_cross_attentions: the decoder's input + one entry per layer;
+        its self-attention and its attention over the visual tokens.
+    """
+
+    language_output: torch.FloatTensor | None = None
+    vision_output: torch.FloatTensor | None = None
+    decoder_output: torch.FloatTensor | None = None
+    sentence_encoder_output: torch.FloatTensor | None = None
+    object_encoder_layers: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_vision_layers: tuple[torch.FloatTensor, ...] | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    generation_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    generation_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`): sum of the objective losses computed (all weights 1, as the original).
+    mlm_loss, moc_loss, msg_loss, ism_loss (`torch.FloatTensor` of shape `()`): masked language modelling, masked
+        object classification, masked sentence generation and image-sentence matching, when their targets are given.
+    mlm_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): the LM head on the cross-modal
+        encoder's text output (understanding stream).
+    msg_logits (`torch.FloatTensor` of shape `(batch, generation_length, vocab_size)`): the same LM head on the
+        decoder output (generation stream).
+    moc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): object classes of every
+        visual token (index 0 is [IMG]).
+    similarity (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity.
+    text_embeds, image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`): the L2-normalised
+        sentence and image vectors of image-sentence matching.
+    """
+
+    loss: torch.FloatTensor | None = None
+    mlm_loss: torch.FloatTensor | None = None
+    moc_loss: torch.FloatTensor | None = None
+    msg_loss: torch.FloatTensor | None = None
+    ism_loss: torch.FloatTensor | None = None
+    mlm_logits: torch.FloatTensor | None = None
+    msg_logits: torch.FloatTensor | None = None
+    moc_logits: torch.FloatTensor | None = None
+    similarity: torch.FloatTensor | None = None
+    text_embeds: torch.FloatTensor | None = None
+    image_embeds: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenCaptioningOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, with `labels`): cross-entropy of the next-token predictions.
+    logits (`torch.FloatTensor` of shape `(batch, length, vocab_size)`): next-token scores at every position.
+    past_key_values (`Cache`): keys and values of the sentence encoder and decoder (generation stream).
+    hidden_states, attentions: the sentence encoder over the caption tokens (see `TdenModelOutput`).
+    decoder_hidden_states (`tuple(torch.FloatTensor)`): the decoder's input + one entry per decoder layer.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenBeamSearchOutput(ModelOutput):
+    r"""
+    sequences (`torch.LongTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the generated words
+        (without the start token), best beam first; 0 after [SEP], as X-modaler writes them.
+    sequences_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences)`): each beam's summed log-probs.
+    token_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the log-prob of each
+        word (0 after [SEP]); a row sums to its `sequences_scores`.
+    """
+
+    sequences: torch.LongTensor | None = None
+    sequences_scores: torch.FloatTensor | None = None
+    token_scores: torch.FloatTensor | None = None
+
+
+@dataclass
+class TdenQuestionAnsweringOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, with `labels`): binary cross-entropy (mean × number of answers) on both
+        heads' logits, summed.
+    logits (`torch.FloatTensor` of shape `(batch, num_labels)`): `softmax(understanding_logits) +
+        softmax(generation_logits)` — the original's eval score; its argmax is the answer.
+    understanding_logits (`torch.FloatTensor` of shape `(batch, num_labels)`): the cross-modal encoder branch.
+    generation_logits (`torch.FloatTensor` of shape `(batch, num_labels)`): the decoder branch (`None` without a
+        decoder).
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    understanding_logits: torch.FloatTensor | None = None
+    generation_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenRetrievalOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, with `return_loss=True`): hardest-negative bidirectional triplet loss
+        over the in-batch similarity matrix, divided by the batch size (the original's `BatchTriplet`).
+    logits (`torch.FloatTensor` of shape `(batch, 1)`): the cosine similarity of each given (sentence, image) pair.
+    logits_per_text (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity of
+        every sentence against every image of the batch (its diagonal is `logits`); `logits_per_image` is its
+        transpose.
+    text_embeds, image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`): L2-normalised.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    logits_per_text: torch.FloatTensor | None = None
+    logits_per_image: torch.FloatTensor | None = None
+    text_embeds: torch.FloatTensor | None = None
+    image_embeds: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TdenMultipleChoiceOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, with `labels`): cross-entropy over the choices.
+    logits (`torch.FloatTensor` of shape `(batch, num_choices)`): one score per choice.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------------- blocks
+class TdenEmbeddings(BertEmbeddings):
+    """BERT's text embeddings (word + position + type, LayerNorm, dropout) with the original's plain
+    `nn.LayerNorm` eps (`config.embedding_layer_norm_eps`, 1e-5) and three token types."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__(config)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
+
+
+class TdenRegionEmbeddings(nn.Module):
+    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (X-modaler's `VisualBaseEmbedding`; the
+    location is added *before* the LayerNorm, eps 1e-5). Input `(B, R, F)` and `(B, R, 5)`, output `(B, R, H)`."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__()
+        self.feature_embeddings = nn.Linear(config.region_feature_dim, config.hidden_size)
+        self.location_embeddings = nn.Linear(config.region_location_dim, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
+        embeddings = self.feature_embeddings(region_features) + self.location_embeddings(region_locations)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class TdenLayerStack(nn.Module):
+    """A stack of layers under the attribute `layer` (parameter names `<stack>.layer.N.*`, as BERT's encoder)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layer = nn.ModuleList(layers)
+
+
+class TdenDecoderLayer(GradientCheckpointingLayer):
+    """X-modaler's `BertGenerationLayer`: self-attention (causal during generation), cross-attention whose keys and
+    values are the visual tokens, then BERT's feed-forward; each with dense + residual + LayerNorm. Built from
+    transformers' BERT modules, so the attention backend and the key/value `Cache` (self-attention keys grow,
+    cross-attention keys are computed once) are transformers'.
+
+    forward(hidden_states `(B, T, H)`, attention_mask (backend format), encoder_hidden_states `(B, R, H)` or None
+    once cached, encoder_attention_mask, past_key_values) → `(hidden_states, self_probabilities, cross_probabilities)`.
+    """
+
+    def __init__(self, config: TdenConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.attention = BertAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.crossattention = BertAttention(config, is_causal=False, layer_idx=layer_idx, is_cross_attention=True)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                past_key_values=None, **kwargs):
+        attended, self_probabilities = self.attention(
+            hidden_states, attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        attended, cross_probabilities = self.crossattention(
+            attended, None, encoder_hidden_states, encoder_attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        return self.output(self.intermediate(attended), attended), self_probabilities, cross_probabilities
+
+
+class TdenLMHead(nn.Module):
+    """X-modaler's `BertPredictionHead`: `transform` (dense, GELU, LayerNorm 1e-12) then `decoder` (Linear to the
+    vocabulary, with its bias). Not tied to the word embeddings; shared by MLM, MSG and captioning."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))
+
+
+class TdenWeightedPooler(nn.Module):
+    """X-modaler's `AttentionPooler` (the paper's attention-based two-layer MLP): a score per token
+    (`att`: Linear, ReLU, Dropout, Linear(·, 1)), softmax over the unmasked tokens, the weighted sum, then `embed`
+    (Linear to `output_size`) and an optional `bn` (BatchNorm1d; eval mode uses its running statistics).
+
+    Input `(B, L, H)` and a 0/1 mask `(B, L)`; output `(B, output_size)`. Training with BatchNorm needs a batch of
+    at least two examples (BatchNorm1d's rule).
+    """
+
+    def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool):
+        super().__init__()
+        self.att = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden_size, 1))
+        self.embed = nn.Linear(hidden_size, output_size)
+        self.bn = nn.BatchNorm1d(output_size) if use_batchnorm else None
+
+    def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        scores = self.att(hidden_states).squeeze(-1)
+        scores = scores + (1.0 - mask.to(scores.dtype)) * _MASKED_SCORE
+        weights = F.softmax(scores, dim=-1)
+        pooled = self.embed(weights.unsqueeze(1).matmul(hidden_states).squeeze(1))
+        return self.bn(pooled) if self.bn is not None else pooled
+
+
+class TdenSimilarityHead(nn.Module):
+    """X-modaler's `MultiModalSimilarity` (image-sentence matching and retrieval): `t_pooler` pools the sentence
+    encoder's last layer (understanding stream); `v_pooler[i]` pools object-encoder layer i, the results are summed
+    and divided by √(#layers). Both vectors are L2-normalised; the score of a pair is their dot product."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__()
+        size, bn = config.similarity_pooler_size, config.similarity_pooler_batchnorm
+
+        def pooler():
+            return TdenWeightedPooler(config.hidden_size, size, config.pooler_dropout, bn)
+
+        self.t_pooler = pooler()
+        self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_visual_layers))
+
+    def forward(self, sentence_states, text_mask, object_layers, region_mask):
+        """Returns `(text_embeds (B, size), image_embeds (B, size))`, both L2-normalised."""
+        image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, object_layers))
+        image = F.normalize(image / len(self.v_pooler) ** 0.5, p=2, dim=1)
+        text = F.normalize(self.t_pooler(sentence_states, text_mask), p=2, dim=1)
+        return text, image
+
+
+class TdenAnswerHead(nn.Module):
+    """X-modaler's `MultiModalPredictor` (VQA, VCR). Understanding branch: `Σ_i v_pooler[i](cross-modal visual
+    layer i)` (no scaling) times `u_pooler(last cross-modal text layer)`, then `u_logits` (LayerNorm eps 1e-5,
+    Linear). Generation branch (when the model has decoder layers): `g_logits(g_pooler(last decoder layer))`."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__()
+        size, bn, hidden = config.classifier_pooler_size, config.classifier_pooler_batchnorm, config.hidden_size
+
+        def pooler():
+            return TdenWeightedPooler(hidden, size, config.pooler_dropout, bn)
+
+        def logits():
+            return nn.Sequential(nn.LayerNorm(size, eps=config.embedding_layer_norm_eps), nn.Linear(size, config.num_labels))
+
+        self.u_pooler = pooler()
+        self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_cross_encoder_layers))
+        self.u_logits = logits()
+        if config.num_decoder_layers > 0:
+            self.g_pooler = pooler()
+            self.g_logits = logits()
+
+    def forward(self, outputs: TdenModelOutput, text_mask, region_mask):
+        visual = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.cross_encoder_vision_layers))
+        understanding = self.u_logits(visual * self.u_pooler(outputs.language_output, text_mask))
+        generation = None
+        if outputs.decoder_output is not None:
+            generation = self.g_logits(self.g_pooler(outputs.decoder_output, text_mask))
+        return understanding, generation
+
+
+def batch_hardest_triplet_loss(similarity: torch.Tensor, margin: float, group_ids: torch.Tensor | None = None):
+    """The original's `BatchTriplet` with `max_violation=True`, divided by the batch size (as `PretrainLosses` does).
+
+    similarity `(B, B)`: `[sentence i, image j]` scores, matched pairs on the diagonal. For each sentence the hardest
+    negative image and for each image the hardest negative sentence contribute `max(0, margin + s_neg - s_pos)`.
+    `group_ids` `(B,)`: pairs sharing an id (the same image) are not negatives of each other.
+    """
+    batch = similarity.shape[0]
+    diagonal = similarity.diagonal().view(batch, 1)
+    cost_s = (margin + similarity - diagonal).clamp(min=0)  # sentence i vs other images j
+    cost_im = (margin + similarity - diagonal.t()).clamp(min=0)  # image j vs other sentences i
+    excluded = torch.eye(batch, dtype=torch.bool, device=similarity.device)
+    if group_ids is not None:
+        excluded = excluded | (group_ids.view(-1, 1) == group_ids.view(1, -1))
+    cost_s = cost_s.masked_fill(excluded, 0)
+    cost_im = cost_im.masked_fill(excluded, 0)
+    return (cost_s.max(dim=1).values.sum() + cost_im.max(dim=0).values.sum()) / batch
+
+
+# ---------------------------------------------------------------------------------------------------- base
+class TdenPreTrainedModel(PreTrainedModel):
+    config: TdenConfig
+    config_class = TdenConfig
+    base_model_prefix = "tden"
+    main_input_name = "input_ids"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TdenEmbeddings", "TdenRegionEmbeddings", "BertLayer", "CrossModalLayer", "TdenDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, BertEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+
+    # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to
+    # score pairs, a retrieval model asked to caption) is an error rather than a silently random head.
+    _required_from_checkpoint: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        missing = set(info["missing_keys"])
+        for prefix, purpose in cls._required_from_checkpoint:
+            owned = [name for name, _ in model.named_parameters() if name.startswith(prefix)]
+            if owned and all(name in missing for name in owned):
+                saved = getattr(model.config, "architectures", None) or ["an unknown model"]
+                raise ValueError(
+                    f"{pretrained_model_name_or_path} holds a {', '.join(saved)} without the {prefix}* weights "
+                    f"{cls.__name__} needs to {purpose}; load it with its own class, or build {cls.__name__}(config) "
+                    "and load the weights yourself to train a new head"
+                )
+        return (model, info) if wants_info else model
+
+
+def _check_inputs(config: TdenConfig, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
+                  region_features, region_locations, region_attention_mask, past_length: int):
+    for ids, embeds, name in ((input_ids, inputs_embeds, "input_ids"),
+                              (decoder_input_ids, decoder_inputs_embeds, "decoder_input_ids")):
+        if ids is not None and embeds is not None:
+            prefix = "decoder_" if name.startswith("decoder") else ""
+            raise ValueError(f"pass either {prefix}input_ids or {prefix}inputs_embeds, not both")
+    text = input_ids if input_ids is not None else inputs_embeds
+    generation = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if text is None and generation is None:
+        raise ValueError("TDEN needs text: input_ids (understanding stream) and/or decoder_input_ids (generation stream)")
+    for stream, offset, name in ((text, 0, "input_ids"), (generation, past_length, "decoder_input_ids")):
+        if stream is not None and stream.shape[1] + offset > config.max_position_embeddings:
+            raise ValueError(
+                f"{name} reach position {stream.shape[1] + offset}, beyond the model's {config.max_position_embeddings} "
+                "position embeddings; shorten the text"
+            )
+    check_region_inputs(config, region_features, region_locations, region_attention_mask, text, generation)
+
+
+def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:
+    return torch.ones(reference.shape[0], reference.shape[1] if length is None else length, dtype=torch.long,
+                      device=reference.device)
+
+
+def _run_stack(layers, hidden_states, mask, keep_all: bool, want_hidden: bool, want_attentions: bool, **kwargs):
+    """Run BERT layers, returning `(output, every layer's output or None, hidden states or None, attentions or
+    None)`. Attention probabilities are read with a forward hook on each layer's self-attention (BERT's layer
+    does not return them), only when asked for."""
+    outputs, hidden, probabilities, hooks = [], [hidden_states] if want_hidden else None, [], []
+    if want_attentions:
+        for layer in layers:
+            hooks.append(layer.attention.self.register_forward_hook(
+                lambda module, args, result: probabilities.append(result[1])
+            ))
+    try:
+        for layer in layers:
+            hidden_states = layer(hidden_states, mask, **kwargs)
+            if keep_all:
+                outputs.append(hidden_states)
+            if want_hidden:
+                hidden.append(hidden_states)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return (hidden_states, tuple(outputs) if keep_all else None, tuple(hidden) if want_hidden else None,
+            tuple(probabilities) if want_attentions else None)
+
+
+class TdenModel(TdenPreTrainedModel):
+    """The bare TDEN: embeddings, object encoder, sentence encoder, cross-modal encoder and decoder (the last two
+    present when the config asks for layers). Heads build on `TdenModelOutput`."""
+
+    def __init__(self, config: TdenConfig):
+        super().__init__(config)
+        self.embeddings = TdenEmbeddings(config)
+        self.region_embeddings = TdenRegionEmbeddings(config)
+        self.encoder = TdenLayerStack(BertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers))
+        self.visual_encoder = TdenLayerStack(BertLayer(config) for _ in range(config.num_visual_layers))
+        self.cross_encoder = (
+            TdenLayerStack(CrossModalLayer(config) for _ in range(config.num_cross_encoder_layers))
+            if config.num_cross_encoder_layers > 0 else None
+        )
+        # The decoder's layers continue the sentence encoder's cache indices: one Cache holds both.
+        self.decoder = (
+            TdenLayerStack(TdenDecoderLayer(config, layer_idx=config.num_hidden_layers + i)
+                           for i in range(config.num_decoder_layers))
+            if config.num_decoder_layers > 0 else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def _type_ids(self, reference, type_ids, type_id):
+        if type_ids is not None:
+            return type_ids
+        return torch.full(reference.shape[:2], type_id, dtype=torch.long, device=reference.device)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_token_type_ids: torch.LongTensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        decoder_inputs_embeds: torch.FloatTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenModelOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+                Understanding stream: `[CLS] w [SEP]` word pieces, then padding.
+            attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*): 1 = real token.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+                Defaults to `config.understanding_token_type_id` (0); VCR gives its answer tokens type 1.
+            position_ids (`torch.LongTensor`, *optional*): defaults to `0..text_length-1`.
+            region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+                Row 0 is [IMG] (the mean feature), then the regions, zero padded (the processor's output).
+            region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
+                `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]`; [IMG] has `[0, 0, 1, 1, 1]`.
+            region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`): 1 = real (incl. [IMG]).
+            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, generation_length)`, *optional*):
+                Generation stream (run causally through the sentence encoder, then the decoder): a caption prefix
+                `[CLS] w1 ...` (no [SEP]), or pre-training's masked sentence.
+            decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past + generation_length)`, *optional*).
+            decoder_token_type_ids (`torch.LongTensor`, *optional*): defaults to `config.generation_token_type_id`.
+            decoder_position_ids (`torch.LongTensor`, *optional*): defaults to `past..past+generation_length-1`.
+            inputs_embeds, decoder_inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`,
+                *optional*): word embeddings instead of the ids.
+            past_key_values (`Cache`, *optional*): an `EncoderDecoderCache` of earlier generation steps. Once its
+                decoder cross-attention holds the visual keys, the object encoder is not run again (the regions
+                may then be omitted).
+            use_cache (`bool`, *optional*): return the generation stream's cache.
+
+        Returns:
+            `TdenModelOutput`.
+        """
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        use_cache = bool(use_cache)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        _check_inputs(self.config, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
+                      region_features, region_locations, region_attention_mask, past_length)
+        has_text = input_ids is not None or inputs_embeds is not None
+        has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
+        cross_cached = (
+            isinstance(past_key_values, EncoderDecoderCache) and bool(past_key_values.is_updated)
+            and all(past_key_values.is_updated.values())
+        )
+        result = {}
+
+        # Object encoder (skipped once the decoder's cross-attention keys are cached and no understanding is asked).
+        region_mask = vision = object_layers = None
+        if region_features is not None and not (cross_cached and not has_text):
+            dtype = self.region_embeddings.feature_embeddings.weight.dtype
+            region_embeddings = self.region_embeddings(region_features.to(dtype), region_locations.to(dtype))
+            region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+            vision, object_layers, vision_hidden, vision_attentions = _run_stack(
+                self.visual_encoder.layer, region_embeddings,
+                extended_attention_mask(self.config, region_embeddings, region_mask),
+                True, output_hidden_states, output_attentions,
+            )
+            result.update(object_encoder_layers=object_layers, vision_hidden_states=vision_hidden,
+                          vision_attentions=vision_attentions)
+        elif region_attention_mask is not None:
+            region_mask = region_attention_mask
+        if region_features is None and not cross_cached and (has_text or self.decoder is not None):
+            raise ValueError("TDEN needs regions: pass region_features, region_locations and region_attention_mask")
+
+        # Understanding stream: sentence encoder (bidirectional), then the cross-modal encoder.
+        language = sentence = text_mask = None
+        if has_text:
+            reference = input_ids if input_ids is not None else inputs_embeds
+            text_mask = attention_mask if attention_mask is not None else _ones(reference)
+            embeddings = self.embeddings(
+                input_ids=input_ids, inputs_embeds=inputs_embeds, position_ids=position_ids,
+                token_type_ids=self._type_ids(reference, token_type_ids, self.config.understanding_token_type_id),
+            )
+            sentence, _, hidden, attentions = _run_stack(
+                self.encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, text_mask),
+                False, output_hidden_states, output_attentions,
+            )
+            result.update(sentence_encoder_output=sentence, hidden_states=hidden, attentions=attentions)
+            language = sentence
+            if self.cross_encoder is not None:
+                vision, language, cross = self._cross_encode(vision, language, region_mask, text_mask,
+                                                             output_hidden_states, output_attentions)
+                result.update(cross)
+
+        # Generation stream: sentence encoder (causal, cached), then the decoder.
+        decoder_input = decoder_mask = None
+        if has_generation:
+            reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+            if use_cache and past_key_values is None:
+                past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            if decoder_attention_mask is None:
+                decoder_attention_mask = _ones(reference, past_length + reference.shape[1])
+            embeddings = self.embeddings(
+                input_ids=decoder_input_ids, inputs_embeds=decoder_inputs_embeds, position_ids=decoder_position_ids,
+                token_type_ids=self._type_ids(reference, decoder_token_type_ids, self.config.generation_token_type_id),
+                past_key_values_length=past_length,
+            )
+            # Always materialised: the sentence encoder's layers are not causal modules (they also run the
+            # understanding stream), so sdpa must not be told "causal" through a missing mask.
+            decoder_mask = create_causal_mask(
+                config=self.config, inputs_embeds=embeddings, attention_mask=decoder_attention_mask,
+                past_key_values=past_key_values, allow_is_causal_skip=False,
+            )
+            decoder_input, _, hidden, attentions = _run_stack(
+                self.encoder.layer, embeddings, decoder_mask, False, output_hidden_states, output_attentions,
+                past_key_values=past_key_values,
+            )
+            if has_text:
+                result.update(generation_hidden_states=hidden, generation_attentions=attentions)
+            else:
+                result.update(hidden_states=hidden, attentions=attentions)
+        elif self.config.bidirectional_decoder and has_text and self.decoder is not None:
+            # X-modaler's VQA/VCR model: the decoder reads the understanding stream's sentence encoding, unmasked.
+            decoder_input = sentence
+            decoder_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=sentence, attention_mask=text_mask,
+                allow_is_bidirectional_skip=False,
+            )
+
+        if decoder_input is not None and self.decoder is not None:
+            fused = self.cross_encoder is not None and has_text and self.config.decoder_attends_fused_visual
+            memory = vision if fused else (object_layers[-1] if object_layers is not None else None)
+            memory_mask = None
+            if region_mask is not None:
+                memory_mask = create_bidirectional_mask(
+                    config=self.config, inputs_embeds=decoder_input, attention_mask=region_mask,
+                    encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
+                )
+            result.update(self._decode(decoder_input, decoder_mask, memory, memory_mask, past_key_values,
+                                       output_hidden_states, output_attentions))
+        if not has_text and vision is None and object_layers is not None:
+            vision = object_layers[-1]
+        return TdenModelOutput(
+            language_output=language,
+            vision_output=vision,
+            past_key_values=past_key_values if use_cache else None,
+            **result,
+        )
+
+    def _cross_encode(self, vision, text, region_mask, text_mask, want_hidden, want_attentions):
+        mask_2d = torch.cat([region_mask.to(text_mask.dtype), text_mask], dim=1)
+        mask = extended_attention_mask(self.config, torch.cat([vision, text], dim=1), mask_2d)
+        vision_layers, hidden, attentions = [], [], []
+        for layer in self.cross_encoder.layer:
+            vision, text, probabilities = layer(vision, text, mask)
+            vision_layers.append(vision)
+            if want_hidden:
+                hidden.append(torch.cat([vision, text], dim=1))
+            if want_attentions:
+                attentions.append(probabilities)
+        return vision, text, dict(
+            cross_encoder_vision_layers=tuple(vision_layers),
+            cross_encoder_hidden_states=tuple(hidden) if want_hidden else None,
+            cross_encoder_attentions=tuple(attentions) if want_attentions else None,
+        )
+
+    def _decode(self, hidden_states, mask, memory, memory_mask, past_key_values, want_hidden, want_attentions):
+        hidden, self_attentions, cross_attentions = [hidden_states], [], []
+        for layer in self.decoder.layer:
+            hidden_states, self_probabilities, cross_probabilities = layer(
+                hidden_states, mask, memory, memory_mask, past_key_values=past_key_values
+            )
+            hidden.append(hidden_states)
+            self_attentions.append(self_probabilities)
+            cross_attentions.append(cross_probabilities)
+        return dict(
+            decoder_output=hidden_states,
+            decoder_hidden_states=tuple(hidden) if want_hidden else None,
+            decoder_attentions=tuple(self_attentions) if want_attentions else None,
+            decoder_cross_attentions=tuple(cross_attentions) if want_attentions else None,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- heads
+def _require_regions(name: str, region_features):
+    if region_features is None:
+        raise ValueError(f"{name} needs regions: pass region_features, region_locations and region_attention_mask")
+
+
+def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy over the positions with a label >= 0 (the original's -1 and transformers' -100 are ignored)."""
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
+    targets = labels.flatten().masked_fill(labels.flatten() < 0, -100)
+    return F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing)
+
+
+class TdenForPreTraining(TdenPreTrainedModel):
+    """TDEN with its four pre-training objectives: masked language modelling (`lm_head` on the cross-modal text
+    output), masked object classification (`region_head` on the cross-modal visual output), masked sentence
+    generation (the same `lm_head` on the decoder output) and image-sentence matching (`similarity`, pooling the
+    sentence encoder's last understanding layer and every object-encoder layer).
+
+    The understanding stream is `input_ids` (type 0); the generation stream `decoder_input_ids` (type 1; the
+    original feeds the same masked sentence). The decoder cross-attends to the cross-modal encoder's last visual
+    output (`config.decoder_attends_fused_visual`), as the released weights were trained.
+    """
+
+    def __init__(self, config: TdenConfig):
+        super().__init__(config)
+        self.tden = TdenModel(config)
+        self.lm_head = TdenLMHead(config)
+        self.region_head = RegionClassificationHead(config.hidden_size, config.num_region_labels, config.hidden_act,
+                                                    config.layer_norm_eps)
+        self.similarity = TdenSimilarityHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        decoder_inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        decoder_labels: torch.LongTensor | None = None,
+        masked_regions: torch.Tensor | None = None,
+        region_class_targets: torch.FloatTensor | None = None,
+        image_ids: torch.LongTensor | None = None,
+        compute_similarity: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenForPreTrainingOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel` (understanding
+                stream, MLM-masked).
+            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): the generation
+                stream (the original feeds the same masked sentence; type 1). Its attention mask is
+                `attention_mask` (the same sentence).
+            labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): MLM targets; negative
+                values (-1, -100) are ignored.
+            decoder_labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): MSG targets, the
+                clean sentence shifted left by one; negative values are ignored.
+            masked_regions (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*): visual tokens whose
+                detector classes are predicted (never [IMG]); their features were zeroed by the data pipeline.
+            region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`,
+                *optional*): detector class distributions of the masked regions, row-major over (example, region).
+            image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*): pairs of the same image are not
+                negatives in the matching loss.
+            compute_similarity (`bool`, defaults to `True`): image-sentence matching (the original's second
+                scheduled-sampling pass skips it). Its loss is computed in training mode, or with `image_ids`.
+        """
+        _require_regions("pre-training", region_features)
+        outputs = self.tden(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=attention_mask if decoder_input_ids is not None or decoder_inputs_embeds is not None else None,
+            decoder_token_type_ids=decoder_token_type_ids, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
+        )
+        losses = {}
+        mlm_logits = self.lm_head(outputs.language_output) if outputs.language_output is not None else None
+        msg_logits = self.lm_head(outputs.decoder_output) if outputs.decoder_output is not None else None
+        moc_logits = self.region_head(outputs.vision_output)
+        if labels is not None:
+            if mlm_logits is None:
+                raise ValueError("MLM labels need the understanding stream (input_ids)")
+            losses["mlm_loss"] = _token_loss(mlm_logits, labels)
+        if decoder_labels is not None:
+            if msg_logits is None:
+                raise ValueError("decoder_labels (MSG) need the generation stream (decoder_input_ids) and decoder layers")
+            losses["msg_loss"] = _token_loss(msg_logits, decoder_labels)
+        if region_class_targets is not None:
+            if masked_regions is None:
+                raise ValueError("region_class_targets need masked_regions (which visual tokens they belong to)")
+            selected = gather_masked(moc_logits, masked_regions)
+            if region_class_targets.shape != selected.shape:
+                raise ValueError(f"region_class_targets must have shape {tuple(selected.shape)} (one row per masked "
+                                 f"region), got {tuple(region_class_targets.shape)}")
+            kl = F.kl_div(F.log_softmax(selected.float(), dim=-1), region_class_targets.float(), reduction="sum")
+            losses["moc_loss"] = kl / max(selected.shape[0], 1)
+        text_embeds = image_embeds = similarity = None
+        if compute_similarity and outputs.sentence_encoder_output is not None:
+            text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
+            region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+            text_embeds, image_embeds = self.similarity(outputs.sentence_encoder_output, text_mask,
+                                                        outputs.object_encoder_layers, region_mask)
+            similarity = text_embeds @ image_embeds.t()
+            if self.training or image_ids is not None:
+                losses["ism_loss"] = batch_hardest_triplet_loss(similarity.float(), self.config.ranking_margin, image_ids)
+        loss = sum(losses.values()) if losses else None
+        return TdenForPreTrainingOutput(
+            loss=loss, **losses, mlm_logits=mlm_logits, msg_logits=msg_logits, moc_logits=moc_logits,
+            similarity=similarity, text_embeds=text_embeds, image_embeds=image_embeds,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+
+class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
+    """Captioning: the caption prefix (`input_ids`, `[CLS] w1 ...`, no [SEP]) runs causally through the sentence
+    encoder (token type 1) and the decoder, which cross-attends to the object encoder's output; `lm_head` predicts
+    the next word. `generate()` keeps one key/value cache over the sentence encoder and the decoder and runs the
+    object encoder once. The original decodes with `length_penalty=0.0` (no length normalisation), beam 2.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^region_head\.", r"^similarity\."]
+    _required_from_checkpoint = (("tden.decoder.", "generate captions"), ("lm_head.", "predict words"))
+
+    def __init__(self, config: TdenConfig):
+        super().__init__(config)
+        if config.num_decoder_layers < 1:
+            raise ValueError("this TDEN config has no decoder (num_decoder_layers=0, as the retrieval and VCR releases), "
+                             "so it cannot generate captions: use a captioning or pre-training checkpoint")
+        self.tden = TdenModel(config)
+        self.lm_head = TdenLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @torch.no_grad()
+    def xmodaler_beam_search(
+        self,
+        region_features: torch.FloatTensor,
+        region_locations: torch.FloatTensor,
+        region_attention_mask: torch.Tensor | None = None,
+        num_beams: int = 2,
+        max_new_tokens: int = 20,
+        num_return_sequences: int = 1,
+    ) -> TdenBeamSearchOutput:
+        r"""X-modaler's beam search (`BeamSearcher`, from meshed-memory-transformer), reproduced exactly: a
+        documented alternative to `generate(num_beams=...)`, whose beam bookkeeping differs.
+
+        Start from [CLS] (`config.bos_token_id`) with one beam per image; at every step all `beam × vocabulary`
+        candidates compete by the plain sum of log-probs (no length normalisation); a beam that emitted [SEP]
+        (`config.eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score; after the
+        last step the beams are sorted by score. The sentence encoder and the decoder reuse their key/value cache
+        (reordered with the beams), and the object encoder runs once.
+
+        Args:
+            region_features, region_locations, region_attention_mask: as for `forward`.
+            num_beams (`int`, defaults to 2): the beam size (X-modaler's COCO captioner used 2).
+            max_new_tokens (`int`, defaults to 20): decoding steps (X-modaler's `MAX_SEQ_LEN`).
+            num_return_sequences (`int`, defaults to 1): how many of the final beams to return (at most `num_beams`).
+        """
+        if not 1 <= num_return_sequences <= num_beams:
+            raise ValueError(f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}")
+        was_training = self.training
+        self.eval()
+        batch = region_features.shape[0]
+        device = region_features.device
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        tokens = torch.full((batch, 1), self.config.bos_token_id, dtype=torch.long, device=device)
+        seq_logprob = torch.zeros(batch, 1, 1, device=device)
+        seq_mask = torch.ones(batch, num_beams, 1, device=device)
+        words, word_logprobs, selected_words = [], [], None
+        step_inputs = dict(region_features=region_features, region_locations=region_locations,
+                           region_attention_mask=region_attention_mask)
+        for step in range(max_new_tokens):
+            beams = 1 if step == 0 else num_beams
+            logits = self(input_ids=tokens, past_key_values=cache, use_cache=True, **step_inputs).logits[:, -1]
+            word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, beams, -1)
+            vocab = word_logprob.shape[-1]
+            candidates = seq_logprob + word_logprob
+            if step > 0:
+                # A finished beam keeps its score and offers only word 0.
+                seq_mask = seq_mask * (selected_words.view(batch, beams) != self.config.eos_token_id).float().unsqueeze(-1)
+                word_logprob = word_logprob * seq_mask
+                frozen = seq_logprob.expand_as(candidates).clone()
+                frozen[:, :, 1:] = -999
+                candidates = seq_mask * candidates + frozen * (1 - seq_mask)
+            selected_logprob, selected = torch.sort(candidates.view(batch, -1), dim=-1, descending=True)
+            selected_logprob, selected = selected_logprob[:, :num_beams], selected[:, :num_beams]
+            selected_beam = torch.div(selected, vocab, rounding_mode="floor")
+            selected_words = selected - selected_beam * vocab
+            # Rows of the flat (batch * beams) caches that the selected beams continue.
+            cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
+            seq_logprob = selected_logprob.unsqueeze(-1)
+            seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
+            words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
+            chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(batch, num_beams, vocab))
+            word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
+            word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
+            tokens = selected_words.view(-1, 1)
+            if step == 0:  # later steps read the regions from the cache; only their padding mask is needed
+                mask = region_attention_mask if region_attention_mask is not None else torch.ones(
+                    region_features.shape[:2], dtype=torch.long, device=device)
+                step_inputs = dict(region_attention_mask=mask.repeat_interleave(num_beams, dim=0))
+        scores, order = torch.sort(seq_logprob, dim=1, descending=True)
+        sequences = torch.gather(torch.cat(words, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        token_scores = torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        self.train(was_training)
+        return TdenBeamSearchOutput(sequences=sequences[:, :num_return_sequences],
+                                    sequences_scores=scores[:, :num_return_sequences, 0],
+                                    token_scores=token_scores[:, :num_return_sequences])
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention
+        # keys over the regions: an EncoderDecoderCache whose layer indices run over both stacks.
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+            model_kwargs["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            return
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        labels: torch.LongTensor | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenCaptioningOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, length)`): the caption prefix `[CLS] w1 ... wn`
+                (captioning inputs have no [SEP]); with a cache, only the new tokens.
+            attention_mask (`torch.Tensor` of shape `(batch_size, past + length)`, *optional*): 1 = real token.
+            token_type_ids (`torch.LongTensor`, *optional*): defaults to the generation type (1).
+            region_features, region_locations, region_attention_mask: as for `TdenModel` (needed on the first
+                step; later steps reuse the cached visual keys and values).
+            labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*): the next word at every position
+                (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
+            logits_to_keep (`int`, defaults to 0): compute the logits of the last `logits_to_keep` positions only
+                (0 = all).
+        """
+        outputs = self.tden(
+            decoder_input_ids=input_ids, decoder_attention_mask=attention_mask, decoder_token_type_ids=token_type_ids,
+            decoder_position_ids=position_ids, decoder_inputs_embeds=inputs_embeds, region_features=region_features,
+            region_locations=region_locations, region_attention_mask=region_attention_mask,
+            past_key_values=past_key_values, use_cache=use_cache, **kwargs,
+        )
+        states = outputs.decoder_output
+        if logits_to_keep:
+            states = states[:, -logits_to_keep:]
+        logits = self.lm_head(states)
+        loss = _token_loss(logits, labels, self.config.label_smoothing) if labels is not None else None
+        return TdenCaptioningOutput(
+            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions, decoder_hidden_states=outputs.decoder_hidden_states,
+        )
+
+
+class TdenForQuestionAnswering(TdenPreTrainedModel):
+    """VQA (X-modaler's `TDENBiTransformer` + `MultiModalPredictor`): the understanding stream through the
+    cross-modal encoder feeds the `u_*` branch; the decoder runs bidirectionally over the same sentence encoding
+    (`config.bidirectional_decoder`, set by this head) and feeds the `g_*` branch. The answer is
+    `argmax(softmax(u) + softmax(g))` (`logits` holds the summed probabilities)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
+
+    def __init__(self, config: TdenConfig):
+        if config.num_cross_encoder_layers < 1:
+            raise ValueError("the VQA head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
+        if config.num_decoder_layers > 0 and not config.bidirectional_decoder:
+            raise ValueError("the VQA head runs the decoder over the question: set config.bidirectional_decoder=True")
+        super().__init__(config)
+        self.tden = TdenModel(config)
+        self.answer_head = TdenAnswerHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenQuestionAnsweringOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel`
+                (`[CLS] question [SEP]`, type 0).
+            labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*): soft answer scores; the
+                loss is the original's BCE-with-logits (mean × num_labels) on each branch, summed.
+        """
+        _require_regions("VQA", region_features)
+        outputs = self.tden(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, inputs_embeds=inputs_embeds, **kwargs,
+        )
+        text_mask = attention_mask if attention_mask is not None else _ones(outputs.language_output)
+        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+        understanding, generation = self.answer_head(outputs, text_mask, region_mask)
+        scores = F.softmax(understanding, dim=-1)
+        if generation is not None:
+            scores = scores + F.softmax(generation, dim=-1)
+        loss = None
+        if labels is not None:
+            if labels.shape != understanding.shape:
+                raise ValueError(f"labels must be soft scores of shape {tuple(understanding.shape)}, got {tuple(labels.shape)}")
+            loss = sum(F.binary_cross_entropy_with_logits(branch.float(), labels.float()) * branch.shape[1]
+                       for branch in (understanding, generation) if branch is not None)
+        return TdenQuestionAnsweringOutput(
+            loss=loss, logits=scores, understanding_logits=understanding, generation_logits=generation,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+
+class TdenForImageTextRetrieval(TdenPreTrainedModel):
+    """Image-text retrieval (X-modaler's `TDENRetrieval` + `MultiModalSimilarity`): no cross-modal encoder and no
+    decoder; a sentence vector pooled from the sentence encoder and an image vector pooled from every
+    object-encoder layer, both L2-normalised. `logits` scores each given pair; `logits_per_text[i, j]` scores
+    sentence i against image j, all `B × B` pairs of a batch; `text_embeds`/`image_embeds` can be indexed once and
+    compared by dot product.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^tden\.decoder\.", r"^lm_head\.",
+                                          r"^region_head\."]
+    _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
+
+    def __init__(self, config: TdenConfig):
+        super().__init__(config)
+        self.tden = TdenModel(config)
+        self.similarity = TdenSimilarityHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        image_ids: torch.LongTensor | None = None,
+        return_loss: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenRetrievalOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: `B` (sentence, image) pairs, as for
+                `TdenModel`.
+            image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*): pairs of the same image are not
+                negatives in the loss.
+            return_loss (`bool`, *optional*): compute the hardest-negative triplet loss (default: in training mode).
+        """
+        _require_regions("retrieval", region_features)
+        outputs = self.tden(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, inputs_embeds=inputs_embeds, **kwargs,
+        )
+        if outputs.sentence_encoder_output is None:
+            raise ValueError("retrieval needs the sentences (input_ids)")
+        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
+        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+        text_embeds, image_embeds = self.similarity(outputs.sentence_encoder_output, text_mask,
+                                                    outputs.object_encoder_layers, region_mask)
+        logits_per_text = text_embeds @ image_embeds.t()
+        return_loss = self.training if return_loss is None else return_loss
+        loss = None
+        if return_loss:
+            loss = batch_hardest_triplet_loss(logits_per_text.float(), self.config.ranking_margin, image_ids)
+        return TdenRetrievalOutput(
+            loss=loss, logits=(text_embeds * image_embeds).sum(-1, keepdim=True), logits_per_text=logits_per_text,
+            logits_per_image=logits_per_text.t(), text_embeds=text_embeds, image_embeds=image_embeds,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+
+class TdenForMultipleChoice(TdenPreTrainedModel):
+    """VCR (X-modaler's `TDENBiTransformer` with a one-label `MultiModalPredictor`): each (question, choice) pair
+    `[CLS] q [SEP] a [SEP]` (types 0 then 1) is encoded with the image; the understanding branch scores it (and the
+    generation branch too when the model has decoder layers, which the released VCR model has not); the choices are
+    ranked by the summed scores and trained with cross-entropy over the choices."""
+
+    def __init__(self, config: TdenConfig):
+        if config.num_cross_encoder_layers < 1:
+            raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
+        if config.num_labels != 1:
+            raise ValueError(f"the VCR head scores each choice with one logit: config.num_labels must be 1, got {config.num_labels}")
+        super().__init__(config)
+        self.tden = TdenModel(config)
+        self.answer_head = TdenAnswerHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TdenMultipleChoiceOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`): the pairs.
+            attention_mask, token_type_ids (`(batch_size, num_choices, text_length)`, *optional*).
+            region_features (`(batch_size, num_regions, region_feature_dim)`), region_locations,
+                region_attention_mask: shared by every choice.
+            inputs_embeds (`(batch_size, num_choices, text_length, hidden_size)`, *optional*).
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
+        """
+        text = input_ids if input_ids is not None else inputs_embeds
+        expected = 3 if input_ids is not None else 4
+        if text is None or text.ndim != expected:
+            raise ValueError("multiple choice needs input_ids of shape (batch, num_choices, length) (or inputs_embeds "
+                             f"of shape (batch, num_choices, length, hidden)), got {None if text is None else tuple(text.shape)}")
+        _require_regions("VCR", region_features)
+        batch, choices = text.shape[:2]
+
+        def flat(t):
+            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
+
+        def repeat(t):
+            return None if t is None else t.repeat_interleave(choices, dim=0)
+
+        outputs = self.tden(
+            input_ids=flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids),
+            region_features=repeat(region_features), region_locations=repeat(region_locations),
+            region_attention_mask=repeat(region_attention_mask), inputs_embeds=flat(inputs_embeds), **kwargs,
+        )
+        text_mask = flat(attention_mask) if attention_mask is not None else _ones(outputs.language_output)
+        region_mask = repeat(region_attention_mask) if region_attention_mask is not None else _ones(outputs.vision_output)
+        understanding, generation = self.answer_head(outputs, text_mask, region_mask)
+        scores = understanding if generation is None else understanding + generation
+        logits = scores.view(batch, choices)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return TdenMultipleChoiceOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)

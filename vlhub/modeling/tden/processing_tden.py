@@ -1,0 +1,115 @@
+"""TDEN's processor: uncased BERT word pieces in two layouts (understanding / generation) + regions with an [IMG]
+row (the mean feature at `[0, 0, 1, 1, 1]`) and 5-d locations, as X-modaler's data mappers build them."""
+
+from __future__ import annotations
+
+import torch
+
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.regions import RegionFeatures
+
+__all__ = ["TdenRegionProcessor", "TdenProcessor", "tden_locations", "TEXT_STREAMS"]
+
+# The two text layouts: "understanding" = `[CLS] w [SEP]`, type 0 (VQA, retrieval, pre-training's U stream);
+# "generation" = `[CLS] w`, type 1 (captioning inputs: no [SEP], which is the end-of-sentence target instead).
+TEXT_STREAMS = ("understanding", "generation")
+
+
+def tden_locations(regions: RegionFeatures) -> torch.Tensor:
+    """`(num_regions, 5)`: `[x1/W, y1/H, x2/W, y2/H, (x2-x1)(y2-y1)/(W*H)]` in float32 (`boxes_to_locfeats`)."""
+    boxes = regions.boxes.float()
+    height, width = regions.image_size
+    area = (boxes[:, 3] - boxes[:, 1]) * (boxes[:, 2] - boxes[:, 0]) / (float(width) * float(height))
+    scale = torch.tensor([float(width), float(height), float(width), float(height)], dtype=torch.float32)
+    return torch.cat([boxes / scale, area.unsqueeze(1)], dim=1)
+
+
+class TdenRegionProcessor(RegionProcessor):
+    """Regions → TDEN inputs: row 0 is the [IMG] token (the mean of the regions' features, location
+    `[0, 0, 1, 1, 1]`), then the regions with 5-d locations; `region_attention_mask` counts [IMG].
+
+    X-modaler keeps the first `MAX_FEAT_NUM - 1` regions of each feature file: 50 (pre-training, captioning,
+    retrieval; the default `max_regions`) or 100 (VQA). With detector confidences the regions are first selected as
+    the bottom-up-attention extraction did (`confidence_threshold`, `min_regions`, `max_regions`); without them more
+    than `max_regions` regions is an error rather than a silent cut.
+    """
+
+    location_dim = 5
+
+    def __init__(self, max_regions: int | None = 50, max_detections: int = 100, **kwargs):
+        super().__init__(max_regions=max_regions, **kwargs)
+        self.max_detections = max_detections
+
+    def select(self, regions: RegionFeatures) -> RegionFeatures:
+        """With detector confidences: X-modaler's extraction (`tools/generate_npz.py`) keeps the boxes with confidence
+        >= `confidence_threshold` *in detector order*, or the `min_regions` / `max_detections` most confident ones
+        when there are fewer / more; the data mappers then take the first `max_regions`. Without confidences the
+        regions are taken as given (more than `max_regions` is an error)."""
+        if regions.scores is None or self.confidence_threshold is None:
+            return super().select(regions)
+        scores = regions.scores
+        keep = (scores >= self.confidence_threshold).nonzero().flatten()
+        by_confidence = torch.sort(scores, descending=True, stable=True).indices
+        if len(keep) < self.min_regions:
+            keep = by_confidence[: self.min_regions]
+        elif len(keep) > self.max_detections:
+            keep = by_confidence[: self.max_detections]
+        if self.max_regions is not None:
+            keep = keep[: self.max_regions]
+        return regions if torch.equal(keep, torch.arange(len(regions))) else regions.select(keep)
+
+    def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
+        return tden_locations(regions)
+
+    def add_global_rows(self, features, locations, regions):
+        image_feature = features.sum(dim=0, keepdim=True) / features.shape[0]
+        image_location = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0]], dtype=locations.dtype)
+        return torch.cat([image_feature, features], dim=0), torch.cat([image_location, locations], dim=0)
+
+
+class TdenProcessor(VisionLanguageProcessor):
+    """TDEN processor: an uncased BERT tokenizer (`bert-base-uncased`) and `TdenRegionProcessor`.
+
+    `processor(text=[...], regions=[RegionFeatures, ...])` → `input_ids`, `attention_mask`, `token_type_ids`,
+    `region_features`, `region_locations`, `region_attention_mask`.
+
+    `text_stream` picks the text layout (a setting saved with the processor; `stream=` overrides it per call):
+    `"understanding"` gives `[CLS] w [SEP]` of type 0 (VQA, retrieval); `"generation"` gives the captioning input
+    `[CLS] w` of type 1, without [SEP] (a caption's trailing "." is dropped, as the original caption files are
+    cleaned). Texts longer than `max_text_length` tokens are truncated with a warning.
+    """
+
+    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 36,
+                 text_stream: str = "understanding", **kwargs):
+        if text_stream not in TEXT_STREAMS:
+            raise ValueError(f"text_stream must be one of {TEXT_STREAMS}, got {text_stream!r}")
+        self.text_stream = text_stream
+        self._stream = text_stream
+        super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)
+
+    @property
+    def text_token_type_id(self) -> int:
+        return 1 if self._stream == "generation" else 0
+
+    def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:
+        ids = [self.tokenizer.cls_token_id, *word_piece_ids]
+        if self._stream == "understanding":
+            ids.append(self.tokenizer.sep_token_id)
+        return ids, [self.text_token_type_id] * len(ids)
+
+    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt",
+                 stream: str | None = None, **kwargs):
+        """As `VisionLanguageProcessor.__call__`; `stream` ("understanding" | "generation") overrides
+        `text_stream` for this call."""
+        stream = self.text_stream if stream is None else stream
+        if stream not in TEXT_STREAMS:
+            raise ValueError(f"stream must be one of {TEXT_STREAMS}, got {stream!r}")
+        if stream == "generation" and text is not None:
+            texts = [text] if isinstance(text, str) else list(text)
+            text = [t.strip().removesuffix(".").strip() if isinstance(t, str) else t for t in texts]
+        self._stream = stream
+        try:
+            return super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
+                                    return_tensors=return_tensors, **kwargs)
+        finally:
+            self._stream = self.text_stream

@@ -57,17 +57,34 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
     imports the Auto classes), so while one of vlhub's modules is half-initialised the registration waits for its
     completion instead of reading it."""
     own_modules = sorted({architecture.module_of(name) for name in class_names})
+    _ARCHITECTURE_MODULES.update(own_modules)
 
     def attempt(completed=None):
-        # A module whose completion runs this callback still reads as initialising: it is complete.
+        # A module whose completion runs this callback still reads as initialising: it is complete. Any
+        # architecture's module still initialising (not only this one's) may be half-way through importing BERT,
+        # which registering would import again: wait for its completion (`_retry_all`).
         done = getattr(completed, "__name__", None)
-        if auto_module not in sys.modules or any(_initializing(m) for m in (auto_module, *own_modules) if m != done):
+        if auto_module not in sys.modules or any(
+            _initializing(m) for m in (auto_module, *sorted(_ARCHITECTURE_MODULES)) if m != done
+        ):
             return
         register(sys.modules[auto_module])
 
+    _ATTEMPTS.append(attempt)
     when_imported(auto_module, attempt)
     for module in own_modules:
-        when_imported(module, attempt)
+        when_imported(module, _retry_all)
+
+
+# The modules defining every registered architecture's classes, and every pending registration: the completion of
+# any of these modules retries every registration (one architecture's import can start another's registration).
+_ARCHITECTURE_MODULES: set[str] = set()
+_ATTEMPTS: list = []
+
+
+def _retry_all(completed=None) -> None:
+    for attempt in list(_ATTEMPTS):
+        attempt(completed)
 
 
 def _on_architecture(architecture: Architecture) -> None:

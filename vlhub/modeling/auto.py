@@ -65,7 +65,7 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
         # which registering would import again: wait for its completion (`_retry_all`).
         done = getattr(completed, "__name__", None)
         if auto_module not in sys.modules or any(
-            _initializing(m) for m in (auto_module, *sorted(_ARCHITECTURE_MODULES)) if m != done
+            _initializing(m) for m in (auto_module, *_BLOCKING, *sorted(_ARCHITECTURE_MODULES)) if m != done
         ):
             return
         register(sys.modules[auto_module])
@@ -80,6 +80,10 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
 # any of these modules retries every registration (one architecture's import can start another's registration).
 _ARCHITECTURE_MODULES: set[str] = set()
 _ATTEMPTS: list = []
+# transformers' modules that import the Auto classes half-way through their own import (BERT's modeling via
+# `modeling_layers`), which vlhub's modeling files import in turn: `import vlhub; from transformers import BertModel`
+# must not register (import vlhub's models) before they are complete.
+_BLOCKING = ("transformers.modeling_layers", "transformers.models.bert.modeling_bert")
 
 
 def _retry_all(completed=None) -> None:
@@ -130,6 +134,9 @@ def register_all() -> None:
         return
     _REGISTERED = True
     on_register(_on_architecture)
+    for module in _BLOCKING:
+        if module not in sys.modules:
+            when_imported(module, _retry_all)
     architectures()  # discovers vlhub's own architecture packages
     when_imported(_PIPELINES, _on_transformers_pipelines)
     when_imported(_VLHUB_PIPELINES, _on_vlhub_pipelines)

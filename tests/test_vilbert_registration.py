@@ -20,12 +20,9 @@ print("ok")
 
 @pytest.mark.parametrize("first", [
     "from transformers import BertModel",
-    "from transformers import RobertaModel",
     "from vlhub import UniterModel",
     "from vlhub import VilbertModel",
-    "from vlhub import VilbertForPreTraining, UniterForPreTraining",
     "from transformers import AutoModel",
-    "from transformers import pipeline",
 ])
 def test_every_import_order_registers_every_architecture(first):
     result = subprocess.run([sys.executable, "-c", CHECK.format(first=first)], capture_output=True, text=True)

@@ -17,7 +17,12 @@ from vlhub import (
 
 from .model_checks import ModelCase, ModelChecks
 
-BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS, TASKS = 2, 6, 5, 16, 11, 4
+from .test_uniter_transformers_checks import BATCH, FEATURES, REGION_LABELS, REGIONS, TEXT, _generator
+from .test_uniter_transformers_checks import text_and_regions as _uniter_inputs
+from .test_uniter_transformers_checks import three_choices as _uniter_three_choices
+from .test_uniter_transformers_checks import two_images as _uniter_two_images
+
+TASKS = 4
 
 
 def tiny_config(**overrides) -> VilbertConfig:
@@ -29,40 +34,26 @@ def tiny_config(**overrides) -> VilbertConfig:
     return VilbertConfig(**{**settings, **overrides})
 
 
-def _generator(seed=0):
-    return torch.Generator().manual_seed(seed)
-
-
 def text_and_regions(config, batch=BATCH) -> dict:
-    """Padded text and regions: example 0 is full, the others have 2 pad tokens and 2 pad regions."""
-    g = _generator()
-    input_ids = torch.randint(5, config.vocab_size, (batch, TEXT), generator=g)
-    input_ids[:, 0], attention_mask = 2, torch.ones(batch, TEXT, dtype=torch.long)
-    region_attention_mask = torch.ones(batch, REGIONS, dtype=torch.long)
-    input_ids[1:, -2:], attention_mask[1:, -2:], region_attention_mask[1:, -2:] = 0, 0, 0
-    region_features = torch.rand(batch, REGIONS, FEATURES, generator=g) * region_attention_mask[..., None]
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, region_features=region_features,
-                  region_locations=torch.rand(batch, REGIONS, 5, generator=g),
-                  region_attention_mask=region_attention_mask)
+    """UNITER's padded text and regions (example 0 full, the others with 2 pad tokens and 2 pad regions) with
+    ViLBERT's 5-d locations, and task ids for a multi-task model."""
+    inputs = _uniter_inputs(config, batch)
+    inputs["region_locations"] = torch.rand(batch, REGIONS, 5, generator=_generator(1))
     if config.num_task_tokens:
         inputs["task_ids"] = torch.tensor([[1], [3]] * (batch // 2) + [[1]] * (batch % 2))
     return inputs
 
 
 def two_images(config) -> dict:
-    single = text_and_regions(config)
-    g = _generator(1)
-    return {**single,
-            "region_features": torch.stack([single["region_features"], torch.rand(BATCH, REGIONS, FEATURES, generator=g)], 1),
-            "region_locations": torch.stack([single["region_locations"]] * 2, 1),
-            "region_attention_mask": torch.stack([single["region_attention_mask"]] * 2, 1)}
+    inputs = _uniter_two_images(config)
+    inputs["region_locations"] = torch.rand(BATCH, 2, REGIONS, 5, generator=_generator(2))
+    return inputs
 
 
 def three_choices(config) -> dict:
-    single = text_and_regions(config)
-    choices = text_and_regions(config, batch=BATCH * 3)
-    return {**single, "input_ids": choices["input_ids"].view(BATCH, 3, TEXT),
-            "attention_mask": choices["attention_mask"].view(BATCH, 3, TEXT)}
+    inputs = _uniter_three_choices(config)
+    inputs["region_locations"] = text_and_regions(config)["region_locations"]
+    return inputs
 
 
 def pretraining_targets(config, inputs):

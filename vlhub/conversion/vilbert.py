@@ -333,31 +333,30 @@ def convert_vilbert(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok,
         num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id,
     )
-    output_dir = Path(output_dir)
     repository, commit = ORIGINAL_REPOSITORIES[release]
-    save_converted(
-        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
-        pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=f"""import vlhub
-from transformers import AutoProcessor
-model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
-processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
-    )
+    save_converted(output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
+                   title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)",
+                   architecture="vilbert", pipeline_tag=_PIPELINE_TAGS.get(task))
     logger.info(report.summary())
     return report
 
 
+_ARGUMENTS = (
+    ("checkpoint", dict(help="the original .bin file")),
+    ("--output-dir", dict(required=True, help="folder to write")),
+    ("--config", dict(help="the original config json (e.g. config/bert_base_6layer_6conect.json)")),
+    ("--task", dict(choices=sorted(VILBERT_TASKS),
+                    help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)")),
+    ("--tokenizer", dict(default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")),
+    ("--answers", dict(help="answer vocabulary (JSON list or ans2label dict) for vqa/gqa")),
+    ("--task-id", dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of `vlhub convert vilbert`."""
-    parser.add_argument("checkpoint", help="the original .bin file")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the original config json (e.g. config/bert_base_6layer_6conect.json)")
-    parser.add_argument("--task", choices=sorted(VILBERT_TASKS),
-                        help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)")
-    parser.add_argument("--tokenizer", default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")
-    parser.add_argument("--answers", help="answer vocabulary (JSON list or ans2label dict) for vqa/gqa")
-    parser.add_argument("--task-id", type=int, help="multi-task release: the processor's default 12-in-1 task number")
+    for name, settings in _ARGUMENTS:
+        parser.add_argument(name, **settings)
 
 
 def convert_from_args(args: argparse.Namespace) -> ConversionReport:

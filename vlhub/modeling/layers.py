@@ -48,6 +48,8 @@ __all__ = [
     "CoAttentionOutput",
     "CoAttentionLayer",
     "cross_stream_mask",
+    "check_text_and_region_inputs",
+    "flatten_choices",
 ]
 
 
@@ -371,3 +373,66 @@ class CoAttentionLayer(GradientCheckpointingLayer):
         hidden_states1 = self.v_output(self.v_intermediate(hidden_states1), hidden_states1)
         hidden_states2 = self.t_output(self.t_intermediate(hidden_states2), hidden_states2)
         return hidden_states1, hidden_states2, probabilities1, probabilities2
+
+
+# ---------------------------------------------------------------------------------------------------- inputs
+def check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
+                                 region_attention_mask, model_name: str, require_both: bool = False) -> None:
+    """The input checks every region-feature model shares, with messages naming the problem (shapes only: no
+    host-device sync). `config` names `max_position_embeddings`, `region_feature_dim` and `region_location_dim`."""
+    if input_ids is not None and inputs_embeds is not None:
+        raise ValueError("pass either input_ids or inputs_embeds, not both")
+    text = input_ids if input_ids is not None else inputs_embeds
+    if require_both and (text is None or region_features is None):
+        raise ValueError(
+            f"{model_name} runs a text stream and a visual stream: it needs both text (input_ids or inputs_embeds) "
+            "and regions (region_features, region_locations)"
+        )
+    if text is None and region_features is None:
+        raise ValueError(f"{model_name} needs text (input_ids) and/or regions (region_features); got neither")
+    if text is not None and text.shape[1] > config.max_position_embeddings:
+        raise ValueError(
+            f"text of length {text.shape[1]} exceeds the model's {config.max_position_embeddings} position "
+            "embeddings; shorten it (the processor truncates to max_text_length)"
+        )
+    if region_features is None:
+        return
+    if region_locations is None:
+        raise ValueError(
+            "region_features were given without region_locations: pass the processor's full output "
+            f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
+        )
+    if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
+        raise ValueError(
+            f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
+            f"got {tuple(region_features.shape)}"
+        )
+    expected = (*region_features.shape[:2], config.region_location_dim)
+    if tuple(region_locations.shape) != expected:
+        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+    # Shape-based (no host-device sync): a batch of several images is padded to a common number of regions,
+    # so it needs the mask; a single image without a mask means "every region is real".
+    if region_attention_mask is None and region_features.shape[0] > 1:
+        raise ValueError(
+            "region_features of a batch of several images were given with no region_attention_mask: pass the "
+            "processor's full output (region_attention_mask of shape (batch, num_regions))"
+        )
+    if text is not None and text.shape[0] != region_features.shape[0]:
+        raise ValueError(
+            f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
+        )
+
+
+def flatten_choices(inputs: dict, batch: int, choices: int, region_ndims: dict) -> dict:
+    """Multiple-choice inputs → one row per (example, choice). Text inputs are `(batch, choices, ...)`; a region
+    input named in `region_ndims` (name → its per-example number of dimensions) is either shared by the choices,
+    `(batch, ...)`, and repeated, or given per choice, `(batch, choices, ...)`. None stays None."""
+    flat = {}
+    for name, value in inputs.items():
+        if value is None:
+            flat[name] = None
+        elif name in region_ndims and value.ndim == region_ndims[name] + 1:  # shared by every choice
+            flat[name] = value.repeat_interleave(choices, dim=0)
+        else:
+            flat[name] = value.reshape(batch * choices, *value.shape[2:])
+    return flat

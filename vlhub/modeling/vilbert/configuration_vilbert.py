@@ -4,7 +4,7 @@ import json
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from transformers import BertConfig
 
 __all__ = ["VilbertConfig"]
 
@@ -54,13 +54,13 @@ NUM_ORIGINAL_TASK_TOKENS = 20  # `task_embeddings = nn.Embedding(20, hidden)` in
 
 
 @strict
-class VilbertConfig(PreTrainedConfig):
+class VilbertConfig(BertConfig):
     r"""Configuration of a ViLBERT model (Lu et al., "ViLBERT: Pretraining Task-Agnostic Visiolinguistic
     Representations for Vision-and-Language Tasks", and the 12-in-1 multi-task release).
 
     ViLBERT has two streams: a BERT text stream (the BERT fields below) and a visual stream over region features,
-    joined by co-attention layers. The defaults are the released 6-layer / 6-co-attention model
-    (`bert_base_6layer_6conect.json`, uncased BERT-base vocabulary).
+    joined by co-attention layers. The text stream's fields are `BertConfig`'s (inherited); the defaults are the
+    released 6-layer / 6-co-attention model (`bert_base_6layer_6conect.json`, uncased BERT-base vocabulary).
 
     Args:
         region_feature_dim (`int`, defaults to 2048): size of one region feature.
@@ -76,6 +76,7 @@ class VilbertConfig(PreTrainedConfig):
         fusion_method (`str`, defaults to `"mul"`): how the two pooled outputs are fused, `"mul"` or `"sum"`.
         num_task_tokens (`int`, defaults to 0): rows of the 12-in-1 task-token table (20 in the multi-task
             release; 0 = no task tokens). With task tokens every forward needs `task_ids`.
+        classifier_dropout (`float`, defaults to 0.5): dropout inside the beta answer head.
         classifier_type (`str`, defaults to `"multi_task"`): the answer heads' form: `"multi_task"` —
             Linear, GELU, LayerNorm, Linear (12-in-1); `"beta"` — Linear, ReLU, Dropout(0.5), Linear (the beta release,
             whose weight norm is folded into plain weights by the converter).
@@ -84,19 +85,6 @@ class VilbertConfig(PreTrainedConfig):
 
     model_type = "vilbert"
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int | None = 0
     region_feature_dim: int = 2048
     region_location_dim: int = 5
     num_region_labels: int = 1601
@@ -114,11 +102,8 @@ class VilbertConfig(PreTrainedConfig):
     fusion_method: str = "mul"
     num_task_tokens: int = 0
     classifier_type: str = "multi_task"
-    classifier_dropout: float | int = 0.5
-    is_decoder: bool = False
-    add_cross_attention: bool = False
+    classifier_dropout: float | int | None = 0.5
     use_cache: bool = False
-    tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
         self.visual_co_attention_layers = list(self.visual_co_attention_layers)

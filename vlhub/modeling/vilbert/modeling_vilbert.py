@@ -34,9 +34,11 @@ from ..layers import (
     CoAttentionLayer,
     StreamConfig,
     StreamLayer,
+    check_text_and_region_inputs,
     classifier_head,
     cross_stream_mask,
     extended_attention_mask,
+    flatten_choices,
 )
 from .configuration_vilbert import VilbertConfig
 
@@ -347,47 +349,17 @@ class VilbertPreTrainedModel(PreTrainedModel):
 
 def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
                   region_attention_mask, task_ids):
-    if input_ids is not None and inputs_embeds is not None:
-        raise ValueError("pass either input_ids or inputs_embeds, not both")
-    text = input_ids if input_ids is not None else inputs_embeds
-    if text is None or region_features is None:
-        raise ValueError(
-            "ViLBERT runs a text stream and a visual stream: it needs both text (input_ids or inputs_embeds) and "
-            "regions (region_features, region_locations)"
-        )
-    if text.shape[1] > config.max_position_embeddings:
-        raise ValueError(
-            f"text of length {text.shape[1]} exceeds the model's {config.max_position_embeddings} position embeddings; "
-            "shorten it (the processor truncates to max_text_length)"
-        )
-    if region_locations is None:
-        raise ValueError(
-            "region_features were given without region_locations: pass the processor's full output "
-            f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
-        )
-    if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
-        raise ValueError(
-            f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
-            f"got {tuple(region_features.shape)}"
-        )
-    expected = (*region_features.shape[:2], config.region_location_dim)
-    if tuple(region_locations.shape) != expected:
-        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-    if region_attention_mask is None and region_features.shape[0] > 1:
-        raise ValueError(
-            "region_features of a batch of several images were given with no region_attention_mask: pass the "
-            "processor's full output (region_attention_mask of shape (batch, num_regions))"
-        )
-    if text.shape[0] != region_features.shape[0]:
-        raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")
+    check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
+                                 region_attention_mask, "ViLBERT", require_both=True)
+    batch = region_features.shape[0]
     if config.num_task_tokens > 0:
         if task_ids is None:
             raise ValueError(
                 f"this is a multi-task ViLBERT (task tokens for {config.num_task_tokens} tasks): pass task_ids, the "
                 "12-in-1 task number of each example (e.g. 1 for VQA; the processor's task_id= setting adds them)"
             )
-        if task_ids.numel() != text.shape[0]:
-            raise ValueError(f"task_ids must hold one task per example ({text.shape[0]}), got shape {tuple(task_ids.shape)}")
+        if task_ids.numel() != batch:
+            raise ValueError(f"task_ids must hold one task per example ({batch}), got shape {tuple(task_ids.shape)}")
         # Host tensors only: checking a device tensor would wait for the device.
         if task_ids.device.type == "cpu":
             values = task_ids.detach().numpy()
@@ -483,17 +455,10 @@ class VilbertModel(VilbertPreTrainedModel):
         )
 
 
-def _trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features, region_locations,
-                  region_attention_mask, task_ids, inputs_embeds) -> dict:
-    return dict(
-        input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-        region_features=region_features, region_locations=region_locations,
-        region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
-    )
-
-
 class _VilbertHead(VilbertPreTrainedModel):
-    """A ViLBERT trunk plus the dropout the original applies to the fused pooled output before every head."""
+    """A ViLBERT trunk plus a task head. The forward is shared: the inputs (laid out per pair by `_pairs`, for the
+    heads whose examples hold several pairs) go through the trunk, then `_head` computes the task's logits and loss
+    from the trunk's outputs. The original applies dropout to the fused pooled output before every head."""
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -506,7 +471,49 @@ class _VilbertHead(VilbertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.vilbert.set_input_embeddings(value)
 
-    def _classifier_output(self, loss, logits, outputs, **extra) -> VilbertClassifierOutput:
+    def _pairs(self, inputs: dict) -> dict:
+        """The trunk's inputs, one row per (text, image) pair."""
+        return inputs
+
+    # Keyword arguments of `forward` that belong to the head (targets, loss settings), not to the trunk.
+    _head_arguments: tuple[str, ...] = ()
+
+    def _head(self, outputs: VilbertModelOutput, labels, inputs: dict, **head_arguments):
+        raise NotImplementedError
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        task_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        r"""
+        labels (`torch.Tensor`, *optional*): the task's targets, as described by the head's class (which also
+            names any further target arguments it takes).
+
+        Returns:
+            The head's output (`VilbertClassifierOutput` for the task heads); see the head's class.
+        """
+        inputs = dict(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
+        )
+        head_arguments = {name: kwargs.pop(name) for name in self._head_arguments if name in kwargs}
+        outputs = self.vilbert(**self._pairs(inputs), **kwargs)
+        return self._head(outputs, labels, inputs, **head_arguments)
+
+    def _output(self, loss, logits, outputs, **extra) -> VilbertClassifierOutput:
         return VilbertClassifierOutput(loss=loss, logits=logits, pooler_output=outputs.pooler_output,
                                        **extra, **_per_layer(outputs))
 
@@ -541,6 +548,23 @@ class VilbertForPreTraining(_VilbertHead):
     the detector's class distribution (KL) and image-caption alignment (**class 0 = aligned**, as the original).
 
     Losses are computed for the targets given and summed with equal weights (the original's `img_weight` is 1).
+    The forward takes `VilbertModel`'s inputs and these targets:
+
+    labels (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+        MLM targets; negative labels (-100, or the original's -1) are ignored. With task tokens they are the
+        input positions (the task token is skipped).
+    region_labels (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+        1 at the masked regions (whose features the data pipeline zeroed), 0 elsewhere; row 0 (the global
+        image token) never counts.
+    region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, num_region_labels)`, *optional*):
+        The detector's class distribution (`cls_prob`, background first) of every region row; needs
+        `region_labels`. The loss is `KL(target || softmax(logits))` summed over classes and masked regions,
+        divided by the number of masked regions (at least 1; the original divides by zero when none is masked).
+    alignment_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+        0 = the caption belongs to the image, 1 = a random caption (the original's convention).
+
+    Returns:
+        `VilbertForPreTrainingOutput` with the logits of all three heads.
     """
 
     _tied_weights_keys = {
@@ -560,47 +584,10 @@ class VilbertForPreTraining(_VilbertHead):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
-    @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        region_labels: torch.Tensor | None = None,
-        region_class_targets: torch.FloatTensor | None = None,
-        alignment_labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertForPreTrainingOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
-            MLM targets; negative labels (-100, or the original's -1) are ignored. With task tokens they are the
-            input positions (the task token is skipped).
-        region_labels (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 at the masked regions (whose features the data pipeline zeroed), 0 elsewhere; row 0 (the global
-            image token) never counts.
-        region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, num_region_labels)`, *optional*):
-            The detector's class distribution (`cls_prob`, background first) of every region row; needs
-            `region_labels`. The loss is `KL(target || softmax(logits))` summed over classes and masked regions,
-            divided by the number of masked regions (at least 1; the original divides by zero when none is masked).
-        alignment_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            0 = the caption belongs to the image, 1 = a random caption (the original's convention).
+    _head_arguments = ("region_labels", "region_class_targets", "alignment_labels")
 
-        Returns:
-            `VilbertForPreTrainingOutput` with the logits of all three heads.
-        """
-        outputs = self.vilbert(
-            **_trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features,
-                            region_locations, region_attention_mask, task_ids, inputs_embeds),
-            **kwargs,
-        )
+    def _head(self, outputs, labels, inputs, region_labels=None, region_class_targets=None,
+              alignment_labels=None) -> VilbertForPreTrainingOutput:
         text, vision = outputs.last_hidden_state, outputs.vision_last_hidden_state
         prediction_logits = self.cls.predictions(text)
         region_logits = self.cls.imagePredictions(vision)
@@ -646,48 +633,25 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     (indices 0, 3; the original's weight norm is folded into the weights by the converter)."""
     inner = 2 * config.bi_hidden_size
     if config.classifier_type == "beta":
-        return nn.Sequential(nn.Linear(in_size, inner), nn.ReLU(), nn.Dropout(config.classifier_dropout),
-                             nn.Linear(inner, num_labels))
+        dropout = 0.5 if config.classifier_dropout is None else config.classifier_dropout
+        return nn.Sequential(nn.Linear(in_size, inner), nn.ReLU(), nn.Dropout(dropout), nn.Linear(inner, num_labels))
     return classifier_head(in_size, inner, num_labels, "gelu", config.layer_norm_eps)
 
 
 class VilbertForQuestionAnswering(_VilbertHead):
     """VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
-    the answers. The loss is the original's: BCE with logits against soft scores, averaged, times the number of
-    answers."""
+    the answers.
+
+    `labels` (`(batch_size, num_labels)` soft answer scores in [0, 1]): the original's loss, BCE with logits averaged
+    and times the number of answers. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_labels)`.
+    """
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_prediction = answer_head(config, config.bi_hidden_size, config.num_labels)
         self.post_init()
 
-    @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.FloatTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*): soft answer scores in [0, 1].
-
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, num_labels)`.
-        """
-        outputs = self.vilbert(
-            **_trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features,
-                            region_locations, region_attention_mask, task_ids, inputs_embeds),
-            **kwargs,
-        )
+    def _head(self, outputs, labels, inputs):
         logits = self.vil_prediction(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:
@@ -695,56 +659,38 @@ class VilbertForQuestionAnswering(_VilbertHead):
                 raise ValueError(f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, "
                                  f"got {tuple(labels.shape)}")
             loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
-        return self._classifier_output(loss, logits, outputs)
+        return self._output(loss, logits, outputs)
 
 
 class VilbertForVisualEntailment(_VilbertHead):
-    """SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output; cross-entropy.
-    Labels follow the training data's order (the 12-in-1 loader: contradiction=0, neutral=1, entailment=2)."""
+    """SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
+
+    `labels` (`(batch_size,)` class ids, in the order of the training data): cross-entropy. Returns
+    `VilbertClassifierOutput` with `logits` `(batch_size, 3)`.
+    """
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_tri_prediction = nn.Linear(config.bi_hidden_size, 3)
         self.post_init()
 
-    @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): class ids.
-
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, 3)`.
-        """
-        outputs = self.vilbert(
-            **_trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features,
-                            region_locations, region_attention_mask, task_ids, inputs_embeds),
-            **kwargs,
-        )
+    def _head(self, outputs, labels, inputs):
         logits = self.vil_tri_prediction(self.dropout(outputs.pooler_output))
-        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return self._classifier_output(loss, logits, outputs)
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
+
+
+def _cross_entropy(logits, labels):
+    return None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
 
 
 class VilbertForImageTextRetrieval(_VilbertHead):
     """Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
+    Returns `VilbertClassifierOutput` with `logits` `(batch_size, 1)`.
 
-    Training (the original): groups of `1 + num_negatives` pairs, the matched one first, cross-entropy over each
-    group's scores. A pre-training checkpoint converted to this head gets the zero-shot score of the original
-    (`softmax(alignment)[0]`, see `vil_logit_from_alignment`)."""
+    Training, as the original: `num_negatives=N` reads the batch as groups of `1 + N` pairs, the matched pair first,
+    with cross-entropy over each group's scores (the original uses 3 negatives). A pre-trained checkpoint converted
+    to this head gets the original's zero-shot score (`softmax(alignment)[0]`, see `vil_logit_from_alignment`).
+    """
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -769,34 +715,9 @@ class VilbertForImageTextRetrieval(_VilbertHead):
             self.vil_logit.weight.copy_(weight)
             self.vil_logit.bias.copy_(bias)
 
-    @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        num_negatives: int | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        num_negatives (`int`, *optional*): when given, the batch is groups of `1 + num_negatives` pairs (matched
-            pair first) and the loss is cross-entropy over each group, as the original (3 negatives).
+    _head_arguments = ("num_negatives",)
 
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, 1)`.
-        """
-        outputs = self.vilbert(
-            **_trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features,
-                            region_locations, region_attention_mask, task_ids, inputs_embeds),
-            **kwargs,
-        )
+    def _head(self, outputs, labels, inputs, num_negatives: int | None = None):
         logits = self.vil_logit(self.dropout(outputs.pooler_output))
         loss = None
         if num_negatives is not None:
@@ -806,146 +727,93 @@ class VilbertForImageTextRetrieval(_VilbertHead):
                                  f"groups of {group} pairs (matched pair first)")
             scores = logits.float().view(-1, group)
             loss = F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
-        return self._classifier_output(loss, logits, outputs)
+        return self._output(loss, logits, outputs)
+
+
+def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
+    """`(batch, n)` of multi-pair text inputs `(batch, n, T)` (or inputs_embeds `(batch, n, T, H)`)."""
+    ids, embeds = inputs["input_ids"], inputs["inputs_embeds"]
+    text = ids if ids is not None else embeds
+    if text is None or text.ndim != (3 if ids is not None else 4):
+        shape = None if text is None else tuple(text.shape)
+        raise ValueError(f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
+                         f"(batch, n, T, hidden)), got {shape}")
+    return text.shape[0], text.shape[1]
+
+
+_REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
 
 
 class VilbertForMultipleChoice(_VilbertHead):
     """VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
-    it and the choices compete in a cross-entropy, as the original."""
+    it and the choices compete in a cross-entropy, as the original.
+
+    Inputs: `input_ids` / `attention_mask` / `token_type_ids` / `position_ids` `(batch_size, num_choices,
+    text_length)` (`inputs_embeds` with a trailing hidden dimension); regions `(batch_size, num_regions, ...)` shared
+    by the choices or `(batch_size, num_choices, num_regions, ...)`; `task_ids` one per question. `labels`
+    (`(batch_size,)`): the right choice. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_choices)`;
+    per-layer outputs cover the `batch_size * num_choices` pairs.
+    """
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`): question + choice.
-            attention_mask, token_type_ids, position_ids (`(batch_size, num_choices, text_length)`, *optional*).
-            region_features (`(batch_size, num_regions, F)` shared by the choices, or
-                `(batch_size, num_choices, num_regions, F)`); likewise `region_locations`, `region_attention_mask`.
-            task_ids (`(batch_size, 1)` or `(batch_size,)`, *optional*): one task per question.
-            inputs_embeds (`(batch_size, num_choices, text_length, hidden_size)`, *optional*).
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
+    def _pairs(self, inputs):
+        batch, choices = _text_shape(inputs, "multiple choice")
+        task_ids = inputs["task_ids"]
+        flat = flatten_choices({k: v for k, v in inputs.items() if k != "task_ids"}, batch, choices, _REGION_NDIMS)
+        flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(choices, dim=0)
+        return flat
 
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, num_choices)`; per-layer outputs cover the
-            `batch_size * num_choices` pairs.
-        """
-        text = input_ids if input_ids is not None else inputs_embeds
-        expected_ndim = 3 if input_ids is not None else 4
-        if text is None or text.ndim != expected_ndim:
-            shape = None if text is None else tuple(text.shape)
-            raise ValueError("multiple choice needs input_ids of shape (batch, num_choices, T) (or inputs_embeds of "
-                             f"shape (batch, num_choices, T, hidden)), got {shape}")
-        batch, choices = text.shape[:2]
-
-        def flat_text(t):
-            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
-
-        def flat_regions(t, per_example_ndim):
-            if t is None:
-                return None
-            if t.ndim == per_example_ndim + 1:  # (batch, ...) shared by every choice
-                return t.repeat_interleave(choices, dim=0)
-            return t.reshape(batch * choices, *t.shape[2:])
-
-        outputs = self.vilbert(
-            input_ids=flat_text(input_ids), attention_mask=flat_text(attention_mask),
-            token_type_ids=flat_text(token_type_ids), position_ids=flat_text(position_ids),
-            region_features=flat_regions(region_features, 2), region_locations=flat_regions(region_locations, 2),
-            region_attention_mask=flat_regions(region_attention_mask, 1),
-            task_ids=None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(choices, dim=0),
-            inputs_embeds=flat_text(inputs_embeds), **kwargs,
-        )
+    def _head(self, outputs, labels, inputs):
+        batch, choices = _text_shape(inputs, "multiple choice")
         logits = self.vil_logit(self.dropout(outputs.pooler_output)).view(batch, choices)
-        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return self._classifier_output(loss, logits, outputs)
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
 
 
 class VilbertForVisualReasoning(_VilbertHead):
     """NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
-    outputs, concatenated, go through `vil_binary_prediction` (Linear, GELU, LayerNorm, Linear → 2)."""
+    outputs, concatenated, go through `vil_binary_prediction` (Linear, GELU, LayerNorm, Linear → 2).
+
+    Inputs: regions `(batch_size, 2, num_regions, ...)` (left and right image); the text `(batch_size, T)` (used
+    with both images) or `(batch_size, 2, T)` (one per image); `task_ids` one per example. `labels` (`(batch_size,)`):
+    1 = the statement is true. Returns `VilbertClassifierOutput` with `logits` `(batch_size, 2)`; per-layer outputs
+    cover the `2 * batch_size` pairs, left then right for each example.
+    """
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_binary_prediction = answer_head(config, 2 * config.bi_hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)` (the statement, used with both
-                images) or `(batch_size, 2, text_length)` (one text per image)); likewise `attention_mask`,
-                `token_type_ids`, `position_ids` and `inputs_embeds` (with a trailing hidden dimension).
-            region_features (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_feature_dim)`): the
-                left and right images; likewise `region_locations` and `region_attention_mask`.
-            task_ids (`(batch_size, 1)` or `(batch_size,)`, *optional*).
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): 1 = the statement is true.
-
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, 2)`; per-layer outputs cover the `2 * batch_size`
-            (text, image) pairs, left then right for each example.
-        """
-        if region_features is None or region_features.ndim != 4 or region_features.shape[1] != 2:
-            shape = None if region_features is None else tuple(region_features.shape)
+    def _pairs(self, inputs):
+        features = inputs["region_features"]
+        if features is None or features.ndim != 4 or features.shape[1] != 2:
+            shape = None if features is None else tuple(features.shape)
             raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), "
                              f"got {shape}")
-        batch = region_features.shape[0]
-        text = input_ids if input_ids is not None else inputs_embeds
-        per_image = text is not None and text.ndim == (3 if input_ids is not None else 4)
+        batch = features.shape[0]
+        ids = inputs["input_ids"]
+        text = ids if ids is not None else inputs["inputs_embeds"]
+        shared_text = text is not None and text.ndim == (2 if ids is not None else 3)
+        # A statement used with both images is repeated: as regions shared by the choices of `flatten_choices`.
+        ndims = {"input_ids": 1, "attention_mask": 1, "token_type_ids": 1, "inputs_embeds": 2} if shared_text else {}
+        position_ids = inputs["position_ids"]
+        flat = flatten_choices({k: v for k, v in inputs.items() if k not in ("task_ids", "position_ids")}, batch, 2,
+                               ndims)
+        flat["position_ids"] = position_ids if position_ids is None or position_ids.shape[0] == 1 else \
+            flatten_choices({"position_ids": position_ids}, batch, 2, {"position_ids": 1} if shared_text else {})[
+                "position_ids"]
+        task_ids = inputs["task_ids"]
+        flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(2, dim=0)
+        return flat
 
-        def text_pairs(t):  # (batch, ...) → each example twice (left, right); (batch, 2, ...) → flattened
-            if t is None:
-                return None
-            return t.reshape(batch * 2, *t.shape[2:]) if per_image else t.repeat_interleave(2, dim=0)
-
-        def flat(t):
-            return None if t is None else t.reshape(batch * 2, *t.shape[2:])
-
-        outputs = self.vilbert(
-            input_ids=text_pairs(input_ids), attention_mask=text_pairs(attention_mask),
-            token_type_ids=text_pairs(token_type_ids),
-            position_ids=position_ids if position_ids is not None and position_ids.shape[0] == 1
-            else text_pairs(position_ids),
-            region_features=flat(region_features), region_locations=flat(region_locations),
-            region_attention_mask=flat(region_attention_mask),
-            task_ids=None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(2, dim=0),
-            inputs_embeds=text_pairs(inputs_embeds), **kwargs,
-        )
-        pooled = self.dropout(outputs.pooler_output).reshape(batch, 2 * self.config.bi_hidden_size)
+    def _head(self, outputs, labels, inputs):
+        pooled = self.dropout(outputs.pooler_output).reshape(-1, 2 * self.config.bi_hidden_size)
         logits = self.vil_binary_prediction(pooled)
-        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return self._classifier_output(loss, logits, outputs)
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
 
 
 class VilbertForReferringExpression(_VilbertHead):
@@ -953,8 +821,9 @@ class VilbertForReferringExpression(_VilbertHead):
     1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
     `linguisic_logit` (no task reads it) is returned as `text_logits`.
 
-    Loss: with soft targets `(batch, num_regions)` (IoU-based, the original's), BCE with logits averaged and times
-    the number of regions; with region indices `(batch,)`, cross-entropy over the regions.
+    `labels`: soft targets `(batch_size, num_regions)` (IoU-based, the original's): BCE with logits averaged and
+    times the number of regions; region indices `(batch_size,)`: cross-entropy over the regions. Returns
+    `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)` and `text_logits` `(batch_size, text_length)`.
     """
 
     def __init__(self, config: VilbertConfig):
@@ -963,45 +832,17 @@ class VilbertForReferringExpression(_VilbertHead):
         self.linguisic_logit = nn.Linear(config.hidden_size, 1)  # the original's spelling
         self.post_init()
 
-    @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        task_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VilbertClassifierOutput:
-        r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_regions)` or `torch.LongTensor` of shape
-            `(batch_size,)`, *optional*): soft region targets or the index of the referred region.
-
-        Returns:
-            `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)` and `text_logits`
-            `(batch_size, text_length)`.
-        """
-        outputs = self.vilbert(
-            **_trunk_kwargs(input_ids, attention_mask, token_type_ids, position_ids, region_features,
-                            region_locations, region_attention_mask, task_ids, inputs_embeds),
-            **kwargs,
-        )
+    def _head(self, outputs, labels, inputs):
         logits = self.vision_logit(self.dropout(outputs.vision_last_hidden_state)).squeeze(-1)
+        region_attention_mask = inputs["region_attention_mask"]
         if region_attention_mask is not None:
             logits = logits + (1 - region_attention_mask.to(logits.dtype)) * _MASKED_SCORE
         text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)
         loss = None
-        if labels is not None:
-            if labels.dtype.is_floating_point:
-                if labels.shape != logits.shape:
-                    raise ValueError(f"soft region targets must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
-            else:
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
-        return self._classifier_output(loss, logits, outputs, text_logits=text_logits)
+        if labels is not None and labels.dtype.is_floating_point:
+            if labels.shape != logits.shape:
+                raise ValueError(f"soft region targets must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
+            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+        elif labels is not None:
+            loss = _cross_entropy(logits, labels)
+        return self._output(loss, logits, outputs, text_logits=text_logits)

@@ -1,0 +1,75 @@
+"""ViLBERT pre-training through pretrain.py (`--model_type vilbert`) and its objectives' batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+
+import vlhub
+from tests.test_training_cli import write_store_dataset
+from tests.training_helpers import synthetic_corpus, write_vocab
+from vlhub.training.collators import PretrainingCollator
+from vlhub.training.objectives import objectives_for
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def test_pretrain_py_trains_vilbert_with_its_joint_objective(tmp_path):
+    from transformers import AutoModelForPreTraining, AutoProcessor
+
+    from vlhub.training.cli import pretrain_main
+
+    store = write_store_dataset(tmp_path / "data")
+    result = pretrain_main(["--model_type", "vilbert", "--config_name", "tiny", "--dataset", str(store),
+                            "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
+                            "--per_device_train_batch_size", "4", "--logging_steps", "1",
+                            "--output_dir", str(tmp_path / "run")])
+    assert result.global_step == 3
+    logged = [r for r in result.log_history if "mlm_loss" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3]
+    assert all(np.isfinite(r[k]) for r in logged for k in ("mlm_loss", "region_kl_loss", "alignment_loss"))
+    model = AutoModelForPreTraining.from_pretrained(tmp_path / "run")
+    processor = AutoProcessor.from_pretrained(tmp_path / "run")
+    assert isinstance(model, vlhub.VilbertForPreTraining) and isinstance(processor, vlhub.VilbertProcessor)
+    assert "ViLBERT pre-trained on" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_joint_batch_masks_words_and_regions_and_swaps_captions(tmp_path):
+    from transformers import BertTokenizer
+
+    corpus = synthetic_corpus()
+    tokenizer = BertTokenizer(vocab=str(write_vocab(tmp_path)), do_lower_case=True)
+    feature_dim = next(iter(corpus.regions.values())).feature_dim
+    processor = vlhub.get_architecture("vilbert").build_processor(tokenizer, feature_dim)
+    objectives = objectives_for("vilbert")
+    collator = PretrainingCollator(processor, corpus.regions, objectives, mlm_probability=0.5,
+                                   region_mask_probability=0.5)
+    examples = [{"image_id": i, "caption": c, "objective": "joint", "seed": (n,)}
+                for n, (i, c) in enumerate(corpus.train[:8])]
+    batch = collator(examples)
+    clean, selected = collator.encode(examples)
+    assert set(batch) >= {"labels", "region_labels", "region_class_targets", "alignment_labels"}
+    assert (batch["labels"] >= 0).any() and (batch["region_labels"][:, 0] == 0).all()
+    swapped = batch["alignment_labels"] == 1
+    assert swapped.any() and (~swapped).any()
+    for i, regions in enumerate(selected):
+        n = len(regions)
+        rows = batch["region_features"][i, 1 : n + 1]
+        masked = batch["region_labels"][i, 1 : n + 1].bool()
+        if not swapped[i]:  # same image and caption as the clean encoding: unmasked rows untouched
+            assert torch.equal(rows[~masked], clean["region_features"][i, 1 : n + 1][~masked])
+        torch.testing.assert_close(batch["region_features"][i, 0], rows.sum(0) / n)  # global token after masking
+        torch.testing.assert_close(batch["region_class_targets"][i, 1 : n + 1], regions.class_probs)
+    model = vlhub.VilbertForPreTraining(vlhub.VilbertConfig(
+        vocab_size=len(tokenizer), region_feature_dim=feature_dim,
+        num_region_labels=batch["region_class_targets"].shape[-1],
+        **vlhub.get_architecture("vilbert").config_fields("tiny")))
+    outputs = model(**batch)
+    assert torch.isfinite(outputs.loss) and outputs.region_kl_loss > 0

@@ -73,3 +73,49 @@ def test_joint_batch_masks_words_and_regions_and_swaps_captions(tmp_path):
         **vlhub.get_architecture("vilbert").config_fields("tiny")))
     outputs = model(**batch)
     assert torch.isfinite(outputs.loss) and outputs.region_kl_loss > 0
+
+
+def _tiny_vilbert(tmp_path, corpus, **fields):
+    from tests.training_helpers import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    feature_dim = corpus.sample_regions().feature_dim
+    processor = vlhub.get_architecture("vilbert").build_processor(tokenizer, feature_dim)
+    config = vlhub.VilbertConfig(vocab_size=len(tokenizer), region_feature_dim=feature_dim,
+                                 **{**vlhub.get_architecture("vilbert").config_fields("tiny"), **fields})
+    return processor, config
+
+
+def test_vqa_and_retrieval_fine_tuning_run_for_vilbert(tmp_path):
+    from accelerate.utils import set_seed
+    from transformers import pipeline
+
+    from tests.test_training_finetune import colour_questions
+    from tests.training_helpers import COLOURS
+    from vlhub.training import VlhubTrainingArguments, train
+    from vlhub.training.finetuning import RetrievalTask, VqaTask
+
+    corpus = synthetic_corpus()
+    processor, config = _tiny_vilbert(tmp_path, corpus, id2label=dict(enumerate(COLOURS)))
+    set_seed(0)
+    task = VqaTask(vlhub.VilbertForQuestionAnswering(config), processor, corpus.regions,
+                   colour_questions(corpus, corpus.train), colour_questions(corpus, corpus.validation[:8]),
+                   "synthetic", "synthetic colour questions")
+    result = train(task, VlhubTrainingArguments(output_dir=str(tmp_path / "vqa"), max_steps=4, per_device_train_batch_size=8,
+                                           logging_steps=1, learning_rate=1e-3))
+    losses = [r["loss"] for r in result.log_history if "loss" in r]
+    assert len(losses) == 4 and all(np.isfinite(losses))
+    assert 0.0 <= result.eval_results["validation_vqa_accuracy"] <= 1.0
+    vqa = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))
+    assert vqa(image=corpus.sample_regions(), question="the circle", top_k=1)[0]["answer"] in COLOURS
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    processor, config = _tiny_vilbert(tmp_path, corpus)
+    task = RetrievalTask(vlhub.VilbertForImageTextRetrieval(config), processor, corpus.regions, corpus.train,
+                         corpus.validation, "synthetic", "synthetic captions", num_sampled=4, num_hard=2,
+                         max_gallery_images=4)
+    result = train(task, VlhubTrainingArguments(output_dir=str(tmp_path / "itr"), max_steps=2, per_device_train_batch_size=4,
+                                           logging_steps=1, learning_rate=1e-3))
+    assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
+    assert 0.0 <= result.eval_results["text_to_image_recall@1"] <= 1.0

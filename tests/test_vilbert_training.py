@@ -119,3 +119,52 @@ def test_vqa_and_retrieval_fine_tuning_run_for_vilbert(tmp_path):
                                            logging_steps=1, learning_rate=1e-3))
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     assert 0.0 <= result.eval_results["text_to_image_recall@1"] <= 1.0
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def test_vilbert_pretraining_resume_reproduces_the_uninterrupted_losses(tmp_path):
+    import json
+
+    from accelerate.utils import set_seed
+
+    from tests.training_helpers import tiny_tokenizer
+    from vlhub.training import PretrainingTask, VlhubTrainingArguments, build_pretraining_model, train
+
+    config = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                  max_position_embeddings=32, visual_hidden_size=24, visual_num_hidden_layers=2,
+                  visual_num_attention_heads=2, visual_intermediate_size=24, bi_hidden_size=16,
+                  bi_num_attention_heads=2, visual_co_attention_layers=[0, 1], text_co_attention_layers=[0, 1])
+
+    def task(seed):
+        corpus = synthetic_corpus()
+        set_seed(seed)
+        model, processor = build_pretraining_model(None, config, tiny_tokenizer(tmp_path), corpus, "vilbert")
+        return PretrainingTask(model, processor, corpus)
+
+    def log(folder):
+        return [json.loads(line) for line in (tmp_path / folder / "log_history.jsonl").read_text().splitlines()]
+
+    common = dict(max_steps=5, per_device_train_batch_size=6, logging_steps=1, save_steps=2, learning_rate=1e-3,
+                  seed=3)
+    train(task(3), VlhubTrainingArguments(output_dir=str(tmp_path / "a"), **common))
+
+    def crash_after_step_3(state):
+        if state.step == 3:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        train(task(3), VlhubTrainingArguments(output_dir=str(tmp_path / "b"), **common), callbacks=[crash_after_step_3])
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    train(task(99), VlhubTrainingArguments(output_dir=str(tmp_path / "b"), resume_from_checkpoint="latest", **common))
+    expected, got = log("a"), log("b")
+    assert [r["step"] for r in got] == [r["step"] for r in expected]
+    assert [r["step"] for r in expected if "loss" in r] == [1, 2, 3, 4, 5]
+    assert all("region_kl_loss" in r and "alignment_loss" in r for r in expected if "loss" in r)
+    for want, have in zip(expected, got):
+        assert want.keys() == have.keys()
+        for key in want:
+            assert have[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), (want["step"], key)

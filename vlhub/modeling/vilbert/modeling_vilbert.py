@@ -138,6 +138,8 @@ class VilbertForPreTrainingOutput(ModelOutput):
         equally).
     mlm_loss, region_kl_loss, alignment_loss (`torch.FloatTensor` of shape `()`): each objective's loss.
     prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): masked-LM logits.
+    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`): with `labels`, the rows of
+        `prediction_logits` at the positions with a label >= 0, row-major over (example, position).
     region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): masked-region class
         logits of every region row (the global image token and padding included).
     alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-caption alignment; **class 0 = aligned**,
@@ -150,6 +152,7 @@ class VilbertForPreTrainingOutput(ModelOutput):
     region_kl_loss: torch.FloatTensor | None = None
     alignment_loss: torch.FloatTensor | None = None
     prediction_logits: torch.FloatTensor | None = None
+    mlm_logits: torch.FloatTensor | None = None
     region_logits: torch.FloatTensor | None = None
     alignment_logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
@@ -592,7 +595,7 @@ class VilbertForPreTraining(_VilbertHead):
         prediction_logits = self.cls.predictions(text)
         region_logits = self.cls.imagePredictions(vision)
         alignment_logits = self.cls.bi_seq_relationship(self.dropout(outputs.pooler_output))
-        losses = {}
+        losses, mlm_logits = {}, None
         if labels is not None:
             if self.config.num_task_tokens > 0 and labels.shape[1] == text.shape[1] - 1:
                 labels = torch.cat([labels[:, :1], torch.full_like(labels[:, :1], -100), labels[:, 1:]], dim=1)
@@ -602,6 +605,7 @@ class VilbertForPreTraining(_VilbertHead):
             losses["mlm_loss"] = F.cross_entropy(
                 prediction_logits.flatten(0, 1).float(), labels.masked_fill(labels < 0, -100).flatten()
             )
+            mlm_logits = prediction_logits[labels >= 0]
         if region_class_targets is not None:
             if region_labels is None:
                 raise ValueError("region_class_targets need region_labels (1 at the masked regions)")
@@ -618,6 +622,7 @@ class VilbertForPreTraining(_VilbertHead):
             loss=sum(losses.values()) if losses else None,
             **losses,
             prediction_logits=prediction_logits,
+            mlm_logits=mlm_logits,
             region_logits=region_logits,
             alignment_logits=alignment_logits,
             pooler_output=outputs.pooler_output,

@@ -133,3 +133,16 @@ def test_save_load_is_exact_and_the_command_line_converts(tmp_path, vocab):
     again = vlhub.VilbertForVisualEntailment.from_pretrained(tmp_path / "again")
     for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+def test_answer_vocabulary_from_the_original_pickle(tmp_path, vocab):
+    import pickle
+
+    num_labels = torch.load(BETA_VQA, weights_only=True)["vil_prediction.main.3.weight_v"].shape[0]
+    answers = [f"answer {i}" for i in range(num_labels)]
+    (tmp_path / "trainval_label2ans.pkl").write_bytes(pickle.dumps(answers))
+    (tmp_path / "trainval_ans2label.pkl").write_bytes(pickle.dumps({a: i for i, a in enumerate(answers)}))
+    for name in ("trainval_label2ans.pkl", "trainval_ans2label.pkl"):
+        convert_vilbert(BETA_VQA, tmp_path / f"out-{name}", config=CONFIG, tokenizer=vocab, answers=tmp_path / name)
+        config = vlhub.VilbertConfig.from_pretrained(tmp_path / f"out-{name}")
+        assert config.id2label[5] == "answer 5" and config.label2id["answer 7"] == 7

@@ -159,7 +159,8 @@ def _config_from_checkpoint(state_dict: dict, original: dict | None, notes: list
 
 
 def _read_answers(answers) -> list[str] | None:
-    """Answer vocabulary: a JSON list (label2ans) or `{answer: index}` (ans2label)."""
+    """Answer vocabulary: a list (label2ans) or `{answer: index}` (ans2label), as JSON or as the original's pickle
+    (`trainval_label2ans.pkl` / `trainval_ans2label.pkl`, read without running code)."""
     if answers is None:
         return None
     if isinstance(answers, (list, dict)):
@@ -168,7 +169,14 @@ def _read_answers(answers) -> list[str] | None:
         path = Path(answers)
         if not path.is_file():
             raise FileNotFoundError(f"answer vocabulary {str(path)!r} not found")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if path.suffix == ".pkl":
+            from ..utils.safe_pickle import safe_loads
+
+            data = safe_loads(path.read_bytes())
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, (list, dict)):
+            raise ValueError(f"{path.name} holds a {type(data).__name__}; expected a list or an ans2label dict")
     if isinstance(data, dict):
         if sorted(data.values()) != list(range(len(data))):
             raise ValueError("an ans2label dict must map answers to the indices 0..N-1")
@@ -348,7 +356,7 @@ _ARGUMENTS = (
     ("--task", dict(choices=sorted(VILBERT_TASKS),
                     help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)")),
     ("--tokenizer", dict(default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")),
-    ("--answers", dict(help="answer vocabulary (JSON list or ans2label dict) for vqa/gqa")),
+    ("--answers", dict(help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)")),
     ("--task-id", dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")),
 )
 

@@ -4,7 +4,8 @@ import json
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+
+from ..configuration_text import BertTextConfig
 
 __all__ = ["VilbertConfig"]
 
@@ -54,14 +55,13 @@ NUM_ORIGINAL_TASK_TOKENS = 20  # `task_embeddings = nn.Embedding(20, hidden)` in
 
 
 @strict
-class VilbertConfig(PreTrainedConfig):
+class VilbertConfig(BertTextConfig):
     r"""Configuration of a ViLBERT model (Lu et al., "ViLBERT: Pretraining Task-Agnostic Visiolinguistic
     Representations for Vision-and-Language Tasks", and the 12-in-1 multi-task release).
 
     ViLBERT has two streams: a BERT text stream (the BERT fields below) and a visual stream over region features,
-    joined by co-attention layers. The text stream's fields are `BertConfig`'s (not inherited: importing
-    `BertConfig` imports transformers' Auto machinery, which a config must not); the defaults are the released
-    6-layer / 6-co-attention model (`bert_base_6layer_6conect.json`, uncased BERT-base vocabulary).
+    joined by co-attention layers. The text stream's fields are BERT's (`BertTextConfig`); the defaults are the
+    released 6-layer / 6-co-attention model (`bert_base_6layer_6conect.json`, uncased BERT-base vocabulary).
 
     Args:
         region_feature_dim (`int`, defaults to 2048): size of one region feature.
@@ -86,24 +86,6 @@ class VilbertConfig(PreTrainedConfig):
 
     model_type = "vilbert"
 
-    # BERT's text fields (bert-base-uncased).
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int | None = 0
-    is_decoder: bool = False
-    add_cross_attention: bool = False
-    tie_word_embeddings: bool = True
-    # The visual stream, the co-attention and the heads.
     region_feature_dim: int = 2048
     region_location_dim: int = 5
     num_region_labels: int = 1601
@@ -122,7 +104,6 @@ class VilbertConfig(PreTrainedConfig):
     num_task_tokens: int = 0
     classifier_type: str = "multi_task"
     classifier_dropout: float | int | None = 0.5
-    use_cache: bool = False
 
     def __post_init__(self, **kwargs):
         self.visual_co_attention_layers = list(self.visual_co_attention_layers)

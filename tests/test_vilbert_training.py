@@ -67,6 +67,10 @@ def test_joint_batch_masks_words_and_regions_and_swaps_captions(tmp_path):
             assert torch.equal(rows[~masked], clean["region_features"][i, 1 : n + 1][~masked])
         torch.testing.assert_close(batch["region_features"][i, 0], rows.sum(0) / n)  # global token after masking
         torch.testing.assert_close(batch["region_class_targets"][i, 1 : n + 1], regions.class_probs)
+    twelve_in_one = collator([{**e, "objective": "joint-12in1"} for e in examples])
+    mismatched = twelve_in_one["alignment_labels"].bool()
+    assert mismatched.any() and (twelve_in_one["labels"][mismatched] == -100).all()
+    assert (twelve_in_one["region_labels"][mismatched] == 0).all() and (twelve_in_one["labels"][~mismatched] >= 0).any()
     model = vlhub.VilbertForPreTraining(vlhub.VilbertConfig(
         vocab_size=len(tokenizer), region_feature_dim=feature_dim,
         num_region_labels=batch["region_class_targets"].shape[-1],

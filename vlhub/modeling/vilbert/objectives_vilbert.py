@@ -6,6 +6,8 @@
   80/10/10), detected regions are masked 15% and 90% of the masked ones get their features zeroed; the global image
   token (row 0) is the mean of the region features *after* masking, as the beta loader computes it. Like the beta
   release, masked words and regions also count for mismatched pairs.
+- "joint-12in1": the same, as the multi-task repository's `--objective 1` (its README's pre-training command):
+  masked words and regions of mismatched pairs do not count.
 - "mlm", "region-kl" and "alignment" are each of them alone, for other mixes.
 
 The original draws the random caption from the whole dataset; here it comes from another example of the batch
@@ -72,7 +74,7 @@ def _mask_regions(context: ObjectiveContext, inputs: dict, regions, rngs) -> Non
     inputs["region_features"], inputs["region_labels"], inputs["region_class_targets"] = features, labels, targets
 
 
-def _builder(words: bool, regions: bool, negatives: bool):
+def _builder(words: bool, regions: bool, negatives: bool, matched_only: bool = False):
     def build(context: ObjectiveContext, examples, rngs) -> dict:
         pairs, alignment = _pairs(context, examples, rngs, negatives)
         inputs, selected = context.encode(pairs)
@@ -82,6 +84,10 @@ def _builder(words: bool, regions: bool, negatives: bool):
             _mask_regions(context, inputs, selected, rngs)
         if negatives:
             inputs["alignment_labels"] = alignment
+        if matched_only:  # 12-in-1 `--objective 1`: no masked-word or masked-region loss on mismatched pairs
+            mismatched = alignment.bool()
+            inputs["labels"][mismatched] = -100
+            inputs["region_labels"][mismatched] = 0
         return inputs
 
     return build
@@ -89,6 +95,8 @@ def _builder(words: bool, regions: bool, negatives: bool):
 
 VILBERT_OBJECTIVES = (
     Objective("joint", None, _builder(True, True, True), region_fields=("class_probs",), needs_other_images=True),
+    Objective("joint-12in1", None, _builder(True, True, True, matched_only=True), region_fields=("class_probs",),
+              needs_other_images=True),
     Objective("mlm", None, _builder(True, False, False)),
     Objective("region-kl", None, _builder(False, True, False), region_fields=("class_probs",)),
     Objective("alignment", None, _builder(False, False, True), needs_other_images=True),

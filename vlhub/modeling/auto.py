@@ -57,23 +57,39 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
     imports the Auto classes), so while one of vlhub's modules is half-initialised the registration waits for its
     completion instead of reading it."""
     own_modules = sorted({architecture.module_of(name) for name in class_names})
+    _ARCHITECTURE_MODULES.update(own_modules)
 
     def attempt(completed=None):
-        # A module whose completion runs this callback still reads as initialising: it is complete.
+        # A module whose completion runs this callback still reads as initialising: it is complete. Any
+        # architecture's module still initialising (not only this one's) may be half-way through importing BERT,
+        # which registering would import again: wait for its completion (`_retry_all`).
         done = getattr(completed, "__name__", None)
-        waiting_for = (auto_module, *own_modules, *_SHARED_MODELING_MODULES)
-        if auto_module not in sys.modules or any(_initializing(m) for m in waiting_for if m != done):
+        if auto_module not in sys.modules or any(
+            _initializing(m) for m in (auto_module, *_BLOCKING, *sorted(_ARCHITECTURE_MODULES)) if m != done
+        ):
             return
         register(sys.modules[auto_module])
 
+    _ATTEMPTS.append(attempt)
     when_imported(auto_module, attempt)
-    for module in (*own_modules, *_SHARED_MODELING_MODULES):
-        when_imported(module, attempt)
+    for module in (*own_modules, *_BLOCKING):
+        when_imported(module, _retry_all)
 
 
-# Modules every architecture's modeling file imports. While one architecture's import has them half-initialised
-# (BERT's modeling file imports the Auto classes), registering *another* architecture would import them again.
-_SHARED_MODELING_MODULES = ("transformers.models.bert.modeling_bert", "vlhub.modeling.layers")
+# The modules defining every registered architecture's classes, and every pending registration: the completion of
+# any of these modules retries every registration (one architecture's import can start another's registration).
+_ARCHITECTURE_MODULES: set[str] = set()
+_ATTEMPTS: list = []
+# transformers' modules that import the Auto classes half-way through their own import (BERT's modeling via
+# `modeling_layers`), which vlhub's modeling files import in turn: `import vlhub; from transformers import BertModel`
+# must not register (import vlhub's models) before they are complete.
+# vlhub's shared layers import BERT's modeling too.
+_BLOCKING = ("transformers.modeling_layers", "transformers.models.bert.modeling_bert", "vlhub.modeling.layers")
+
+
+def _retry_all(completed=None) -> None:
+    for attempt in list(_ATTEMPTS):
+        attempt(completed)
 
 
 def _on_architecture(architecture: Architecture) -> None:
@@ -119,6 +135,9 @@ def register_all() -> None:
         return
     _REGISTERED = True
     on_register(_on_architecture)
+    for module in _BLOCKING:
+        if module not in sys.modules:
+            when_imported(module, _retry_all)
     architectures()  # discovers vlhub's own architecture packages
     when_imported(_PIPELINES, _on_transformers_pipelines)
     when_imported(_VLHUB_PIPELINES, _on_vlhub_pipelines)

@@ -45,9 +45,13 @@ def _check_can_rank(config) -> None:
 
 
 def _retrieval_scores(outputs) -> torch.Tensor:
-    """One score per pair: the retrieval head's logit, or a pre-training model's ITM "match" logit."""
+    """One score per pair: the retrieval head's logit, or a pre-training model's ITM "match" logit (an alignment
+    head's `aligned - not aligned` logit)."""
     if getattr(outputs, "itm_logits", None) is not None:
         return outputs.itm_logits[:, 1]
+    if getattr(outputs, "alignment_logits", None) is not None:
+        # Pre-training heads whose class 0 means "aligned" (ViLBERT): the logit of softmax(alignment)[0].
+        return outputs.alignment_logits[:, 0] - outputs.alignment_logits[:, 1]
     logits = outputs.logits
     if logits.ndim != 2 or logits.shape[1] != 1:
         raise ValueError(f"a retrieval model must give one score per pair, got logits of shape {tuple(logits.shape)}")

@@ -320,8 +320,7 @@ class RetrievalTask(TrainingTask):
     def card_info(self) -> CardInfo:
         return CardInfo(
             title=f"{_architecture_name(self.model)} fine-tuned for image-text retrieval on {self.dataset_name}",
-            summary=("Scores how well a text matches an image's regions (`rank_output`), trained with the original "
-                     f"hinge loss (margin {self.model.config.ranking_margin}) over hard negatives in both directions."),
+            summary=_retrieval_summary(self.model.config),
             trainer=self.trainer_name,
             dataset_name=self.dataset_name,
             dataset_description=self.dataset_description,
@@ -333,3 +332,11 @@ class RetrievalTask(TrainingTask):
             base_model=self.base_model,
             tags=["image-text-retrieval", self.model.config.model_type],
         )
+
+
+def _retrieval_summary(config) -> str:
+    # UNITER trains with a hinge loss (its config has the margin); other heads with their own ranking loss.
+    margin = getattr(config, "ranking_margin", None)
+    loss = f"the original hinge loss (margin {margin})" if margin is not None else "the architecture's ranking loss"
+    return (f"Scores how well a text matches an image's regions, trained with {loss} over hard negatives in both "
+            "directions.")

@@ -4,13 +4,14 @@ import json
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+
+from ..configuration_text import BertTextConfig
 
 __all__ = ["UniterConfig"]
 
 
 @strict
-class UniterConfig(PreTrainedConfig):
+class UniterConfig(BertTextConfig):
     r"""Configuration of a UNITER model (Chen et al., "UNITER: UNiversal Image-TExt Representation Learning").
 
     The defaults are those of the released `uniter-base` (a cased BERT-base text vocabulary of 28996 word pieces).
@@ -33,19 +34,7 @@ class UniterConfig(PreTrainedConfig):
 
     model_type = "uniter"
 
-    vocab_size: int = 28996
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int | None = 0
+    vocab_size: int = 28996  # BERT's other text fields: BertTextConfig
     region_feature_dim: int = 2048
     region_location_dim: int = 7
     num_region_labels: int = 1601
@@ -58,10 +47,6 @@ class UniterConfig(PreTrainedConfig):
     nlvr2_head: str = "paired-attn"
     re_head_layers: int = 1
     classifier_activation: str = "gelu"
-    is_decoder: bool = False
-    add_cross_attention: bool = False
-    use_cache: bool = False
-    tie_word_embeddings: bool = True
 
     def validate_architecture(self):
         super().validate_architecture()

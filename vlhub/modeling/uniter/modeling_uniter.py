@@ -43,9 +43,10 @@ from ..layers import (
     BertSelfAttention,
     RegionClassificationHead,
     RegionFeatureRegressionHead,
-    check_region_inputs,
+    check_text_and_region_inputs,
     classifier_head,
     extended_attention_mask,
+    flatten_choices,
     ipot_distance,
 )
 from .configuration_uniter import UniterConfig
@@ -70,6 +71,8 @@ __all__ = [
 PRETRAINING_OBJECTIVES = ("mlm", "mrfr", "mrc", "mrc-kl", "itm", "itm-wra")
 # The original fills masked-out region scores with this value (`re.py`).
 _MASKED_SCORE = -10000.0
+# Per-example dimensions of the region inputs (multiple choice: shared by the choices or given per choice).
+_REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1, "region_token_type_ids": 1}
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -242,17 +245,8 @@ class UniterPreTrainedModel(PreTrainedModel):
 
 def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_features, region_locations,
                   region_attention_mask):
-    if input_ids is not None and inputs_embeds is not None:
-        raise ValueError("pass either input_ids or inputs_embeds, not both")
-    text = input_ids if input_ids is not None else inputs_embeds
-    if text is None and region_features is None:
-        raise ValueError("UNITER needs text (input_ids) and/or regions (region_features); got neither")
-    if text is not None and text.shape[1] > config.max_position_embeddings:
-        raise ValueError(
-            f"text of length {text.shape[1]} exceeds the model's {config.max_position_embeddings} position "
-            "embeddings; shorten it (the processor truncates to max_text_length)"
-        )
-    check_region_inputs(config, region_features, region_locations, region_attention_mask, text)
+    check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
+                                 region_attention_mask, "UNITER")
 
 
 class UniterModel(UniterPreTrainedModel):
@@ -962,28 +956,14 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
             )
         batch, choices = text.shape[:2]
 
-        def flat_text(t):
-            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
-
-        def flat_regions(t, per_example_ndim):
-            if t is None:
-                return None
-            if t.ndim == per_example_ndim + 1:  # (batch, ...) shared by every choice
-                return t.repeat_interleave(choices, dim=0)
-            return t.reshape(batch * choices, *t.shape[2:])
-
-        outputs = self.uniter(
-            input_ids=flat_text(input_ids),
-            attention_mask=flat_text(attention_mask),
-            token_type_ids=flat_text(token_type_ids),
-            position_ids=flat_text(position_ids),
-            region_features=flat_regions(region_features, 2),
-            region_locations=flat_regions(region_locations, 2),
-            region_attention_mask=flat_regions(region_attention_mask, 1),
-            region_token_type_ids=flat_regions(region_token_type_ids, 1),
-            inputs_embeds=flat_text(inputs_embeds),
-            **kwargs,
+        inputs = flatten_choices(
+            dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                 position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+                 region_attention_mask=region_attention_mask, region_token_type_ids=region_token_type_ids,
+                 inputs_embeds=inputs_embeds),
+            batch, choices, _REGION_NDIMS,
         )
+        outputs = self.uniter(**inputs, **kwargs)
         pair_logits = self.vcr_output(outputs.pooler_output).view(batch, choices, 2)
         loss = None
         if labels is not None:

@@ -1,0 +1,148 @@
+"""ViLBERT converter behaviour beyond the numbers (tests/test_vilbert_parity.py): key accounting with reasons, the
+weight-norm folding, provenance, Auto classes on converted folders, and clear errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForVisualQuestionAnswering, AutoProcessor
+
+import vlhub
+from vlhub.conversion.common import CheckpointError, sha256_of
+from vlhub.conversion.vilbert import convert_vilbert
+
+from .conftest import fixtures_root, write_vocab
+
+ROOT = fixtures_root() / "vilbert"
+ORIGINAL = ROOT / "original"
+CONFIG = ORIGINAL / "bert_tiny_4layer_2conect.json"
+PRETRAINED = ORIGINAL / "vilbert_beta" / "pretrained" / "pytorch_model_9.bin"
+BETA_VQA = ORIGINAL / "vilbert_beta" / "vqa" / "pytorch_model_19.bin"
+MULTI_TASK = ORIGINAL / "vilbert_multi_task" / "multi_task_model.bin"
+pytestmark = pytest.mark.skipif(not CONFIG.is_file(), reason="no ViLBERT fixture")
+
+
+@pytest.fixture
+def vocab(tmp_path):
+    size = json.loads(CONFIG.read_text())["vocab_size"]
+    return write_vocab(tmp_path / "vocab.txt", size, {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102,
+                                                      "[MASK]": 103})
+
+
+def test_every_key_accounted_for_with_reasons_and_provenance(tmp_path, vocab):
+    report = convert_vilbert(PRETRAINED, tmp_path / "out", config=CONFIG, tokenizer=vocab)
+    keys = set(torch.load(PRETRAINED, weights_only=True))
+    assert set(report.used.values()) | set(report.dropped) == keys and not report.initialized
+    q_dense = {k for k in keys if ".q_dense" in k}
+    assert q_dense and all("never used" in report.dropped[k] for k in q_dense)
+    assert "tied to" in report.dropped["cls.predictions.decoder.weight"]
+    assert set(report.dropped) == q_dense | {"cls.predictions.decoder.weight"}
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert sha256_of(PRETRAINED) in card and "jiasenlu/vilbert_beta" in card and "pytorch_model_9.bin" in card
+    assert json.loads((tmp_path / "out" / "conversion_report.json").read_text())["dropped"] == report.dropped
+
+
+def test_beta_weight_norm_is_folded(tmp_path, vocab):
+    convert_vilbert(BETA_VQA, tmp_path / "vqa", config=CONFIG, tokenizer=vocab)
+    source = torch.load(BETA_VQA, weights_only=True)
+    model = AutoModelForVisualQuestionAnswering.from_pretrained(tmp_path / "vqa")
+    assert isinstance(model, vlhub.VilbertForQuestionAnswering) and model.config.classifier_type == "beta"
+    for index in (0, 3):
+        layer = torch.nn.Linear(*reversed(source[f"vil_prediction.main.{index}.weight_v"].shape))
+        layer = torch.nn.utils.parametrizations.weight_norm(layer, dim=None)
+        with torch.no_grad():
+            layer.parametrizations.weight.original0.copy_(source[f"vil_prediction.main.{index}.weight_g"])
+            layer.parametrizations.weight.original1.copy_(source[f"vil_prediction.main.{index}.weight_v"])
+        torch.testing.assert_close(model.vil_prediction[index].weight, layer.weight, atol=1e-7, rtol=1e-6)
+    assert model.config.num_labels == source["vil_prediction.main.3.weight_v"].shape[0]
+
+
+def test_beta_num_labels_disagreeing_with_the_config_is_refused(tmp_path, vocab):
+    config = {**json.loads(CONFIG.read_text()), "num_labels": 10}
+    with pytest.raises(CheckpointError, match="num_labels=10 but the checkpoint's answer head predicts"):
+        convert_vilbert(BETA_VQA, tmp_path / "vqa", config=config, tokenizer=vocab)
+    with pytest.raises(CheckpointError, match="answer vocabulary has 2 entries"):
+        convert_vilbert(BETA_VQA, tmp_path / "vqa", config=CONFIG, tokenizer=vocab, answers=["yes", "no"])
+
+
+def test_config_disagreeing_with_the_checkpoint_is_refused(tmp_path, vocab):
+    config = {**json.loads(CONFIG.read_text()), "v_hidden_size": 64}
+    with pytest.raises(CheckpointError, match="v_hidden_size=64 but the checkpoint has 48"):
+        convert_vilbert(PRETRAINED, tmp_path / "x", config=config, tokenizer=vocab)
+    config = {**json.loads(CONFIG.read_text()), "task_specific_tokens": False}
+    with pytest.raises(CheckpointError, match="task-token embeddings"):
+        convert_vilbert(MULTI_TASK, tmp_path / "x", config=config, tokenizer=vocab)
+
+
+def test_a_task_the_checkpoint_has_no_head_for_is_refused(tmp_path, vocab):
+    with pytest.raises(CheckpointError, match="vil_tri_prediction"):
+        convert_vilbert(BETA_VQA, tmp_path / "ve", config=CONFIG, task="ve", tokenizer=vocab)
+    with pytest.raises(CheckpointError, match="vil_prediction"):
+        convert_vilbert(PRETRAINED, tmp_path / "vqa", config=CONFIG, task="vqa", tokenizer=vocab)
+
+
+def test_not_a_vilbert_checkpoint(tmp_path, vocab):
+    torch.save({"uniter.embeddings.word_embeddings.weight": torch.zeros(3, 2)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a ViLBERT checkpoint"):
+        convert_vilbert(tmp_path / "other.pt", tmp_path / "x", tokenizer=vocab)
+    (tmp_path / "truncated.bin").write_bytes(PRETRAINED.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated"):
+        convert_vilbert(tmp_path / "truncated.bin", tmp_path / "x", tokenizer=vocab)
+
+
+def test_multi_task_folder_other_heads_dropped_and_task_id_required(tmp_path, vocab):
+    report = convert_vilbert(MULTI_TASK, tmp_path / "gqa", config=CONFIG, task="gqa", tokenizer=vocab)
+    assert report.used["vil_prediction.3.weight"] == "vil_prediction_gqa.logit_fc.3.weight"
+    assert "VQA answer head" in report.dropped["vil_prediction.logit_fc.3.weight"]
+    assert "another task" in report.dropped["vil_tri_prediction.weight"]
+    assert "never reads them" in report.dropped["cls.bi_seq_relationship.weight"]
+    model = AutoModel.from_pretrained(tmp_path / "gqa")
+    processor = AutoProcessor.from_pretrained(tmp_path / "gqa")
+    assert processor.task_id == 15 and model.config.num_task_tokens == processor.num_task_tokens
+    regions = vlhub.RegionFeatures(torch.rand(3, 2048), torch.tensor([[0.0, 0, 5, 5]] * 3), (10, 10))
+    inputs = processor(token_ids=[[5, 6]], regions=[regions])
+    assert inputs["task_ids"].tolist() == [[15]]
+    with torch.no_grad():
+        model(**inputs)
+        with pytest.raises(ValueError, match="pass task_ids"):
+            model(**{k: v for k, v in inputs.items() if k != "task_ids"})
+        with pytest.raises(ValueError, match="out of range"):
+            model(**{**inputs, "task_ids": torch.tensor([[model.config.num_task_tokens]])})
+
+
+def test_zero_shot_retrieval_from_a_pretrained_checkpoint(tmp_path, vocab):
+    report = convert_vilbert(PRETRAINED, tmp_path / "zs", config=CONFIG, task="retrieval", tokenizer=vocab)
+    assert report.used["vil_logit.weight"].startswith("cls.bi_seq_relationship.weight")
+    source = torch.load(PRETRAINED, weights_only=True)
+    model = vlhub.VilbertForImageTextRetrieval.from_pretrained(tmp_path / "zs")
+    weight = source["cls.bi_seq_relationship.weight"]
+    assert torch.equal(model.vil_logit.weight[0], weight[0] - weight[1])
+
+
+def test_save_load_is_exact_and_the_command_line_converts(tmp_path, vocab):
+    result = subprocess.run(
+        [sys.executable, "-m", "vlhub.cli", "convert", "vilbert", str(MULTI_TASK), "--output-dir",
+         str(tmp_path / "cli"), "--config", str(CONFIG), "--task", "ve", "--tokenizer", str(vocab)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    model = vlhub.VilbertForVisualEntailment.from_pretrained(tmp_path / "cli")
+    model.save_pretrained(tmp_path / "again")
+    again = vlhub.VilbertForVisualEntailment.from_pretrained(tmp_path / "again")
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_answer_vocabulary_from_the_original_pickle(tmp_path, vocab):
+    import pickle
+
+    num_labels = torch.load(BETA_VQA, weights_only=True)["vil_prediction.main.3.weight_v"].shape[0]
+    answers = [f"answer {i}" for i in range(num_labels)]
+    (tmp_path / "trainval_label2ans.pkl").write_bytes(pickle.dumps(answers))
+    (tmp_path / "trainval_ans2label.pkl").write_bytes(pickle.dumps({a: i for i, a in enumerate(answers)}))
+    for name in ("trainval_label2ans.pkl", "trainval_ans2label.pkl"):
+        convert_vilbert(BETA_VQA, tmp_path / f"out-{name}", config=CONFIG, tokenizer=vocab, answers=tmp_path / name)
+        config = vlhub.VilbertConfig.from_pretrained(tmp_path / f"out-{name}")
+        assert config.id2label[5] == "answer 5" and config.label2id["answer 7"] == 7

@@ -1,0 +1,39 @@
+"""Two architectures importing transformers' BERT: whatever the user imports first, both register with the Auto
+classes (an architecture's registration must not import another's half-imported modules)."""
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import vlhub
+{first}
+from transformers import AutoModel, AutoProcessor
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
+import vlhub
+names = sorted(c.__name__ for c in MODEL_MAPPING._extra_content.values())
+assert {{"UniterModel", "VilbertModel"}} <= set(names), names
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("first", [
+    "from transformers import BertModel",
+    "from vlhub import UniterModel",
+    "from vlhub import VilbertModel",
+    "from transformers import AutoModel",
+])
+def test_every_import_order_registers_every_architecture(first):
+    result = subprocess.run([sys.executable, "-c", CHECK.format(first=first)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_vilbert_is_declared_once():
+    import vlhub
+    from vlhub.registry import get_architecture
+
+    architecture = get_architecture("vilbert")
+    assert architecture.config_class is vlhub.VilbertConfig
+    assert architecture.model_class("vqa") is vlhub.VilbertForQuestionAnswering
+    assert set(architecture.task_models) == {"pretraining", "vqa", "retrieval", "nlvr2", "ve", "re", "vcr"}

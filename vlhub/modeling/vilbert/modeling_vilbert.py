@@ -1,0 +1,853 @@
+"""PyTorch ViLBERT: a BERT text stream and a visual stream over region features, joined by co-attention layers.
+
+Faithful to the released code (jiasenlu/vilbert_beta and facebookresearch/vilbert-multi-task, `vilbert/vilbert.py`):
+the text stream is BERT (transformers' blocks, BERT's parameter names); the visual stream embeds region features and
+5-d locations (no position embeddings) and runs BERT layers of its own size; co-attention layers (`layers.py`,
+`CoAttentionLayer`) exchange keys and values between the streams on the original schedule (the image embeddings go
+straight into the first co-attention layer; the text stream runs its first BERT layers before it). Both pooled
+outputs are `ReLU(Linear(·))` of the first position (text [CLS], the global image token), fused by product.
+
+Unlike the original, a head computes only what its task reads (the original fine-tuned model computes every
+pre-training head on every forward); the numbers of what is computed are the same.
+
+Attention runs through transformers' attention interface in every layer (BERT's and the co-attention), so
+`attn_implementation="eager" | "sdpa" | ...` is a config choice and `set_attn_implementation` switches a built model.
+Attention maps (`output_attentions=True`) need the eager backend. Keep attention-like modules out of this file.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertLMPredictionHead
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils.generic import can_return_tuple
+
+from ..layers import (
+    BertEmbeddings,
+    BertPredictionHeadTransform,
+    CoAttentionLayer,
+    StreamConfig,
+    StreamLayer,
+    check_text_and_region_inputs,
+    classifier_head,
+    cross_stream_mask,
+    extended_attention_mask,
+    flatten_choices,
+)
+from .configuration_vilbert import VilbertConfig
+
+__all__ = [
+    "VilbertPreTrainedModel",
+    "VilbertModel",
+    "VilbertForPreTraining",
+    "VilbertForQuestionAnswering",
+    "VilbertForImageTextRetrieval",
+    "VilbertForReferringExpression",
+    "VilbertForVisualReasoning",
+    "VilbertForVisualEntailment",
+    "VilbertForMultipleChoice",
+    "VilbertModelOutput",
+    "VilbertForPreTrainingOutput",
+    "VilbertClassifierOutput",
+]
+
+# The original adds this to the scores of padded regions (`vision_logit`) and to padded keys.
+_MASKED_SCORE = -10000.0
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+@dataclass
+class VilbertModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the text stream's output.
+        With task tokens the task token sits at position 1 and `text_length` is the input length + 1.
+    vision_last_hidden_state (`torch.FloatTensor` of shape `(batch, num_regions, visual_hidden_size)`): the visual
+        stream's output (row 0 = the global image token).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output
+        (`text_pooler_output * vision_pooler_output`, or their sum with `fusion_method="sum"`), before dropout.
+    text_pooler_output, vision_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        `ReLU(Linear(·))` of the text [CLS] and of the global image token.
+    hidden_states (`tuple(torch.FloatTensor)`, `output_hidden_states=True`): text stream, the embeddings and the
+        output of each of the `num_hidden_layers` BERT layers (co-attention layers run between some of them).
+    attentions (`tuple(torch.FloatTensor)`, `output_attentions=True`): text self-attention probabilities per
+        BERT layer, `(batch, num_attention_heads, text_length, text_length)`.
+    vision_hidden_states, vision_attentions: the same for the visual stream (embeddings + `visual_num_hidden_layers`
+        outputs; `(batch, visual_num_attention_heads, num_regions, num_regions)`).
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, text queries over regions
+        `(batch, bi_num_attention_heads, text_length, num_regions)`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, region queries over text
+        `(batch, bi_num_attention_heads, num_regions, text_length)`.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    vision_last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    text_pooler_output: torch.FloatTensor | None = None
+    vision_pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+_PER_LAYER_FIELDS = ("hidden_states", "attentions", "vision_hidden_states", "vision_attentions",
+                     "text_to_vision_attentions", "vision_to_text_attentions")
+
+
+def _per_layer(outputs: VilbertModelOutput) -> dict:
+    return {name: outputs[name] if name in outputs else None for name in _PER_LAYER_FIELDS}
+
+
+@dataclass
+class VilbertClassifierOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, when labels are given).
+    logits (`torch.FloatTensor`): `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores,
+        `(batch, num_regions)` region scores or `(batch, num_choices)` choice scores, depending on the head.
+    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`): `VilbertForReferringExpression` only, the
+        released per-token grounding score (`linguisic_logit`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output.
+    hidden_states, attentions, vision_hidden_states, vision_attentions, text_to_vision_attentions,
+    vision_to_text_attentions: per layer, when requested (see `VilbertModelOutput`).
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    text_logits: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class VilbertForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`): sum of the losses whose targets were given (the original weighs them
+        equally).
+    mlm_loss, region_kl_loss, alignment_loss (`torch.FloatTensor` of shape `()`): each objective's loss.
+    prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): masked-LM logits.
+    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`): with `labels`, the rows of
+        `prediction_logits` at the positions with a label >= 0, row-major over (example, position).
+    region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): masked-region class
+        logits of every region row (the global image token and padding included).
+    alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-caption alignment; **class 0 = aligned**,
+        as in the original.
+    pooler_output, hidden_states, ...: as `VilbertClassifierOutput`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    mlm_loss: torch.FloatTensor | None = None
+    region_kl_loss: torch.FloatTensor | None = None
+    alignment_loss: torch.FloatTensor | None = None
+    prediction_logits: torch.FloatTensor | None = None
+    mlm_logits: torch.FloatTensor | None = None
+    region_logits: torch.FloatTensor | None = None
+    alignment_logits: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+VILBERT_INPUTS_DOCSTRING = r"""
+    Args:
+        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`):
+            Word-piece ids, `[CLS] ... [SEP]` then padding (the processor's `input_ids`).
+        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
+            1 for real tokens, 0 for padding. Defaults to all ones.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): defaults to 0.
+        position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
+            Text positions; defaults to `0..text_length-1`. Regions have no positions.
+        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+            Region features, row 0 the global image token (the mean feature; the processor adds it), zero padded.
+        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
+            `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]` per region, `[0, 0, 1, 1, 1]` for the global token.
+        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+            1 for real regions (the global token included), 0 for padding. Required for a batch of several images.
+        task_ids (`torch.LongTensor` of shape `(batch_size, 1)` or `(batch_size,)`, *optional*):
+            12-in-1 task number of each example (e.g. 1 = VQA, 15 = GQA); required when the model has task tokens
+            (`config.num_task_tokens > 0`), which it inserts after [CLS].
+        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
+            Word embeddings instead of `input_ids` (position and type embeddings are still added).
+        output_attentions, output_hidden_states (`bool`, *optional*): return the per-layer outputs of both streams
+            (attention maps need `attn_implementation="eager"`).
+"""
+
+
+# ---------------------------------------------------------------------------------------------------- embeddings
+class VilbertEmbeddings(BertEmbeddings):
+    """BERT's text embeddings plus the 12-in-1 task token: with `num_task_tokens > 0`, `task_embeddings[task_id]` is
+    inserted after [CLS], after the word + position + type sum and before the LayerNorm, with no position or type
+    embedding of its own (the later tokens keep their positions), as the multi-task release does."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.task_embeddings = (
+            nn.Embedding(config.num_task_tokens, config.hidden_size) if config.num_task_tokens > 0 else None
+        )
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, task_ids=None):
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        batch, length = inputs_embeds.shape[:2]
+        if position_ids is None:
+            position_ids = self.position_ids[:, :length]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros((batch, length), dtype=torch.long, device=inputs_embeds.device)
+        # The original's order of the sum.
+        embeddings = inputs_embeds + self.position_embeddings(position_ids) + self.token_type_embeddings(token_type_ids)
+        if self.task_embeddings is not None:
+            task = self.task_embeddings(task_ids.reshape(batch, 1))
+            embeddings = torch.cat([embeddings[:, :1], task, embeddings[:, 1:]], dim=1)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class VilbertImageEmbeddings(nn.Module):
+    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (the text stream's dropout probability, as
+    the original). Regions get no position or type embedding."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__()
+        self.image_embeddings = nn.Linear(config.region_feature_dim, config.visual_hidden_size)
+        self.image_location_embeddings = nn.Linear(config.region_location_dim, config.visual_hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.visual_hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
+        embeddings = self.image_embeddings(region_features) + self.image_location_embeddings(region_locations)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class VilbertPooler(nn.Module):
+    """`ReLU(Linear(first position))` into the `bi_hidden_size` space (ViLBERT's poolers use ReLU, not tanh)."""
+
+    def __init__(self, hidden_size: int, pooled_size: int):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, pooled_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.dense(hidden_states[:, 0]))
+
+
+def text_stream_config(config: VilbertConfig) -> StreamConfig:
+    return StreamConfig(config)
+
+
+def visual_stream_config(config: VilbertConfig) -> StreamConfig:
+    return StreamConfig(
+        config,
+        hidden_size=config.visual_hidden_size,
+        num_attention_heads=config.visual_num_attention_heads,
+        intermediate_size=config.visual_intermediate_size,
+        hidden_act=config.visual_hidden_act,
+        hidden_dropout_prob=config.visual_hidden_dropout_prob,
+        attention_probs_dropout_prob=config.visual_attention_probs_dropout_prob,
+    )
+
+
+class VilbertEncoder(nn.Module):
+    """The two streams and the co-attention layers between them, run on the original schedule: for the k-th
+    co-attention layer, the visual layers up to `visual_co_attention_layers[k]` and the text layers up to
+    `text_co_attention_layers[k]` run first; after the last one, each stream's remaining layers. Parameter names are
+    the original's: `layer` (text), `v_layer` (visual), `c_layer` (co-attention)."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__()
+        self.config = config
+        text, visual = text_stream_config(config), visual_stream_config(config)
+        self.layer = nn.ModuleList([StreamLayer(text) for _ in range(config.num_hidden_layers)])
+        self.v_layer = nn.ModuleList([StreamLayer(visual) for _ in range(config.visual_num_hidden_layers)])
+        self.c_layer = nn.ModuleList([
+            CoAttentionLayer(visual, text, config.bi_hidden_size, config.bi_num_attention_heads)
+            for _ in range(config.num_co_attention_layers)
+        ])
+
+    def forward(self, text, vision, text_mask, vision_mask, vision_over_text_mask, text_over_vision_mask,
+                output_attentions=False, output_hidden_states=False, **kwargs) -> VilbertModelOutput:
+        """text `(B, T, H)`, vision `(B, R, Hv)`; masks in the backend's format: `text_mask`/`vision_mask` for each
+        stream's self-attention, `text_over_vision_mask` for text queries over regions, `vision_over_text_mask` for
+        region queries over text."""
+        record = {name: [] for name in _PER_LAYER_FIELDS}
+        if output_hidden_states:
+            record["hidden_states"].append(text)
+            record["vision_hidden_states"].append(vision)
+
+        def run(layers, hidden, mask, start, stop, states, maps):
+            for layer in layers[start:stop]:
+                hidden, probabilities = layer(hidden, mask, **kwargs)
+                if output_hidden_states:
+                    record[states].append(hidden)
+                if output_attentions:
+                    record[maps].append(probabilities)
+            return hidden
+
+        v_start = t_start = 0
+        schedule = zip(self.config.visual_co_attention_layers, self.config.text_co_attention_layers, self.c_layer)
+        for v_stop, t_stop, co_layer in schedule:
+            vision = run(self.v_layer, vision, vision_mask, v_start, v_stop, "vision_hidden_states", "vision_attentions")
+            text = run(self.layer, text, text_mask, t_start, t_stop, "hidden_states", "attentions")
+            # Stream 1 = vision, stream 2 = text: mask_over1 masks regions (for text queries), mask_over2 text.
+            vision, text, vision_to_text, text_to_vision = co_layer(
+                vision, text, text_over_vision_mask, vision_over_text_mask, **kwargs
+            )
+            if output_attentions:
+                record["text_to_vision_attentions"].append(text_to_vision)
+                record["vision_to_text_attentions"].append(vision_to_text)
+            v_start, t_start = v_stop, t_stop
+        vision = run(self.v_layer, vision, vision_mask, v_start, None, "vision_hidden_states", "vision_attentions")
+        text = run(self.layer, text, text_mask, t_start, None, "hidden_states", "attentions")
+
+        if output_attentions and any(m is None for name in _PER_LAYER_FIELDS if "attentions" in name
+                                     for m in record[name]):
+            raise ValueError(
+                f"attention maps need the eager attention backend; this model runs "
+                f"{self.config._attn_implementation!r}: build it with attn_implementation='eager' or call "
+                "model.set_attn_implementation('eager')"
+            )
+        per_layer = {
+            name: tuple(values) if (output_attentions if "attentions" in name else output_hidden_states) else None
+            for name, values in record.items()
+        }
+        return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision, **per_layer)
+
+
+# ---------------------------------------------------------------------------------------------------- base
+class VilbertPreTrainedModel(PreTrainedModel):
+    config: VilbertConfig
+    config_class = VilbertConfig
+    base_model_prefix = "vilbert"
+    main_input_name = "input_ids"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, BertEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+        elif isinstance(module, BertLMPredictionHead):
+            init.zeros_(module.bias)
+
+
+def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
+                  region_attention_mask, task_ids):
+    check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
+                                 region_attention_mask, "ViLBERT", require_both=True)
+    batch = region_features.shape[0]
+    if config.num_task_tokens > 0:
+        if task_ids is None:
+            raise ValueError(
+                f"this is a multi-task ViLBERT (task tokens for {config.num_task_tokens} tasks): pass task_ids, the "
+                "12-in-1 task number of each example (e.g. 1 for VQA; the processor's task_id= setting adds them)"
+            )
+        if task_ids.numel() != batch:
+            raise ValueError(f"task_ids must hold one task per example ({batch}), got shape {tuple(task_ids.shape)}")
+        # Host tensors only: checking a device tensor would wait for the device.
+        if task_ids.device.type == "cpu":
+            values = task_ids.detach().numpy()
+            if (values < 0).any() or (values >= config.num_task_tokens).any():
+                raise ValueError(
+                    f"task_ids {sorted(set(values.reshape(-1).tolist()))} out of range: this checkpoint has task tokens "
+                    f"for task ids 0..{config.num_task_tokens - 1}"
+                )
+    elif task_ids is not None:
+        raise ValueError("task_ids were given but this ViLBERT has no task tokens (config.num_task_tokens = 0)")
+
+
+class VilbertModel(VilbertPreTrainedModel):
+    """The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
+    co-attention, and both poolers. Module names follow the original `BertModel` of ViLBERT (`embeddings`,
+    `v_embeddings`, `encoder.layer` / `encoder.v_layer` / `encoder.c_layer`, `t_pooler`, `v_pooler`).
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.embeddings = VilbertEmbeddings(config)
+        self.v_embeddings = VilbertImageEmbeddings(config)
+        self.encoder = VilbertEncoder(config)
+        self.t_pooler = VilbertPooler(config.hidden_size, config.bi_hidden_size)
+        self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        task_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> VilbertModelOutput:
+        r"""
+        Returns:
+            `VilbertModelOutput`: both streams' outputs, both pooled outputs and their fusion (`pooler_output`).
+        """
+        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
+                      task_ids)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        text = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                               inputs_embeds=inputs_embeds, task_ids=task_ids)
+        batch, text_length = text.shape[:2]
+        if attention_mask is None:
+            attention_mask = torch.ones((batch, text_length), dtype=torch.long, device=text.device)
+        elif self.config.num_task_tokens > 0:  # the task token is always attended
+            attention_mask = torch.cat([attention_mask.new_ones(batch, 1), attention_mask], dim=1)
+        weight = self.v_embeddings.image_embeddings.weight
+        vision = self.v_embeddings(region_features.to(weight.dtype), region_locations.to(weight.dtype))
+        if region_attention_mask is None:
+            region_attention_mask = torch.ones(vision.shape[:2], dtype=torch.long, device=vision.device)
+        attention_mask = attention_mask.to(text.device, torch.long)
+        region_attention_mask = region_attention_mask.to(vision.device, torch.long)
+        encoded = self.encoder(
+            text,
+            vision,
+            extended_attention_mask(self.config, text, attention_mask),
+            extended_attention_mask(self.config, vision, region_attention_mask),
+            cross_stream_mask(self.config, vision, text, attention_mask),
+            cross_stream_mask(self.config, text, vision, region_attention_mask),
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        pooled_text = self.t_pooler(encoded.last_hidden_state)
+        pooled_vision = self.v_pooler(encoded.vision_last_hidden_state)
+        fused = pooled_text * pooled_vision if self.config.fusion_method == "mul" else pooled_text + pooled_vision
+        return VilbertModelOutput(
+            last_hidden_state=encoded.last_hidden_state,
+            vision_last_hidden_state=encoded.vision_last_hidden_state,
+            pooler_output=fused,
+            text_pooler_output=pooled_text,
+            vision_pooler_output=pooled_vision,
+            **_per_layer(encoded),
+        )
+
+
+class _VilbertHead(VilbertPreTrainedModel):
+    """A ViLBERT trunk plus a task head. The forward is shared: the inputs (laid out per pair by `_pairs`, for the
+    heads whose examples hold several pairs) go through the trunk, then `_head` computes the task's logits and loss
+    from the trunk's outputs. The original applies dropout to the fused pooled output before every head."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vilbert = VilbertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def get_input_embeddings(self):
+        return self.vilbert.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.vilbert.set_input_embeddings(value)
+
+    def _pairs(self, inputs: dict) -> dict:
+        """The trunk's inputs, one row per (text, image) pair."""
+        return inputs
+
+    # Keyword arguments of `forward` that belong to the head (targets, loss settings), not to the trunk.
+    _head_arguments: tuple[str, ...] = ()
+
+    def _head(self, outputs: VilbertModelOutput, labels, inputs: dict, **head_arguments):
+        raise NotImplementedError
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        task_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        r"""
+        labels (`torch.Tensor`, *optional*): the task's targets, as described by the head's class (which also
+            names any further target arguments it takes).
+
+        Returns:
+            The head's output (`VilbertClassifierOutput` for the task heads); see the head's class.
+        """
+        inputs = dict(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
+        )
+        head_arguments = {name: kwargs.pop(name) for name in self._head_arguments if name in kwargs}
+        outputs = self.vilbert(**self._pairs(inputs), **kwargs)
+        return self._head(outputs, labels, inputs, **head_arguments)
+
+    def _output(self, loss, logits, outputs, **extra) -> VilbertClassifierOutput:
+        return VilbertClassifierOutput(loss=loss, logits=logits, pooler_output=outputs.pooler_output,
+                                       **extra, **_per_layer(outputs))
+
+
+# ---------------------------------------------------------------------------------------------------- pre-training
+class VilbertImagePredictionHead(nn.Module):
+    """Masked-region classification (`cls.imagePredictions`): BERT's prediction transform at the visual width (with
+    the text stream's activation, as the original), then `decoder` Linear(visual_hidden_size, num_region_labels)."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(StreamConfig(config, hidden_size=config.visual_hidden_size))
+        self.decoder = nn.Linear(config.visual_hidden_size, config.num_region_labels)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))
+
+
+class VilbertPreTrainingHeads(nn.Module):
+    """`predictions` (BERT's MLM head, decoder tied to the word embeddings), `bi_seq_relationship` (alignment, class
+    0 = aligned) and `imagePredictions` (masked-region classes), named as the original's `cls`."""
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.bi_seq_relationship = nn.Linear(config.bi_hidden_size, 2)
+        self.imagePredictions = VilbertImagePredictionHead(config)
+
+
+class VilbertForPreTraining(_VilbertHead):
+    """ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
+    the detector's class distribution (KL) and image-caption alignment (**class 0 = aligned**, as the original).
+
+    Losses are computed for the targets given and summed with equal weights (the original's `img_weight` is 1).
+    The forward takes `VilbertModel`'s inputs and these targets:
+
+    labels (`torch.LongTensor` of shape `(batch_size, input_length)`, *optional*):
+        MLM targets; negative labels (-100, or the original's -1) are ignored. With task tokens they are the
+        input positions (the task token is skipped).
+    region_labels (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+        1 at the masked regions (whose features the data pipeline zeroed), 0 elsewhere; row 0 (the global
+        image token) never counts.
+    region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, num_region_labels)`, *optional*):
+        The detector's class distribution (`cls_prob`, background first) of every region row; needs
+        `region_labels`. The loss is `KL(target || softmax(logits))` summed over classes and masked regions,
+        divided by the number of masked regions (at least 1; the original divides by zero when none is masked).
+    alignment_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+        0 = the caption belongs to the image, 1 = a random caption (the original's convention).
+
+    Returns:
+        `VilbertForPreTrainingOutput` with the logits of all three heads.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "vilbert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.cls = VilbertPreTrainingHeads(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    _head_arguments = ("region_labels", "region_class_targets", "alignment_labels")
+
+    def _head(self, outputs, labels, inputs, region_labels=None, region_class_targets=None,
+              alignment_labels=None) -> VilbertForPreTrainingOutput:
+        text, vision = outputs.last_hidden_state, outputs.vision_last_hidden_state
+        prediction_logits = self.cls.predictions(text)
+        region_logits = self.cls.imagePredictions(vision)
+        alignment_logits = self.cls.bi_seq_relationship(self.dropout(outputs.pooler_output))
+        losses, mlm_logits = {}, None
+        if labels is not None:
+            if self.config.num_task_tokens > 0 and labels.shape[1] == text.shape[1] - 1:
+                labels = torch.cat([labels[:, :1], torch.full_like(labels[:, :1], -100), labels[:, 1:]], dim=1)
+            if labels.shape != text.shape[:2]:
+                raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text.shape[:2])}, "
+                                 f"got {tuple(labels.shape)}")
+            losses["mlm_loss"] = F.cross_entropy(
+                prediction_logits.flatten(0, 1).float(), labels.masked_fill(labels < 0, -100).flatten()
+            )
+            mlm_logits = prediction_logits[labels >= 0]
+        if region_class_targets is not None:
+            if region_labels is None:
+                raise ValueError("region_class_targets need region_labels (1 at the masked regions)")
+            if region_class_targets.shape != region_logits.shape:
+                raise ValueError(f"region_class_targets must have shape {tuple(region_logits.shape)}, "
+                                 f"got {tuple(region_class_targets.shape)}")
+            masked = (region_labels[:, 1:] == 1).to(region_logits.dtype)
+            divergence = F.kl_div(F.log_softmax(region_logits[:, 1:].float(), dim=-1),
+                                  region_class_targets[:, 1:].float(), reduction="none").sum(-1)
+            losses["region_kl_loss"] = (divergence * masked).sum() / masked.sum().clamp(min=1)
+        if alignment_labels is not None:
+            losses["alignment_loss"] = F.cross_entropy(alignment_logits.float(), alignment_labels.view(-1))
+        return VilbertForPreTrainingOutput(
+            loss=sum(losses.values()) if losses else None,
+            **losses,
+            prediction_logits=prediction_logits,
+            mlm_logits=mlm_logits,
+            region_logits=region_logits,
+            alignment_logits=alignment_logits,
+            pooler_output=outputs.pooler_output,
+            **_per_layer(outputs),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- downstream
+def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequential:
+    """The released answer heads (`SimpleClassifier`): inner width `2 * bi_hidden_size`.
+
+    `"multi_task"`: Linear, GELU, LayerNorm, Linear (indices 0, 2, 3). `"beta"`: Linear, ReLU, Dropout, Linear
+    (indices 0, 3; the original's weight norm is folded into the weights by the converter)."""
+    inner = 2 * config.bi_hidden_size
+    if config.classifier_type == "beta":
+        dropout = 0.5 if config.classifier_dropout is None else config.classifier_dropout
+        return nn.Sequential(nn.Linear(in_size, inner), nn.ReLU(), nn.Dropout(dropout), nn.Linear(inner, num_labels))
+    return classifier_head(in_size, inner, num_labels, "gelu", config.layer_norm_eps)
+
+
+class VilbertForQuestionAnswering(_VilbertHead):
+    """VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
+    the answers.
+
+    `labels` (`(batch_size, num_labels)` soft answer scores in [0, 1]): the original's loss, BCE with logits averaged
+    and times the number of answers. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_labels)`.
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vil_prediction = answer_head(config, config.bi_hidden_size, config.num_labels)
+        self.post_init()
+
+    def _head(self, outputs, labels, inputs):
+        logits = self.vil_prediction(self.dropout(outputs.pooler_output))
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape:
+                raise ValueError(f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, "
+                                 f"got {tuple(labels.shape)}")
+            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+        return self._output(loss, logits, outputs)
+
+
+class VilbertForVisualEntailment(_VilbertHead):
+    """SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
+
+    `labels` (`(batch_size,)` class ids, in the order of the training data): cross-entropy. Returns
+    `VilbertClassifierOutput` with `logits` `(batch_size, 3)`.
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vil_tri_prediction = nn.Linear(config.bi_hidden_size, 3)
+        self.post_init()
+
+    def _head(self, outputs, labels, inputs):
+        logits = self.vil_tri_prediction(self.dropout(outputs.pooler_output))
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
+
+
+def _cross_entropy(logits, labels):
+    return None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
+
+
+class VilbertForImageTextRetrieval(_VilbertHead):
+    """Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
+    Returns `VilbertClassifierOutput` with `logits` `(batch_size, 1)`.
+
+    Training, as the original: `num_negatives=N` reads the batch as groups of `1 + N` pairs, the matched pair first,
+    with cross-entropy over each group's scores (the original uses 3 negatives). A pre-trained checkpoint converted
+    to this head gets the original's zero-shot score (`softmax(alignment)[0]`, see `vil_logit_from_alignment`).
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
+        self.post_init()
+
+    @staticmethod
+    def vil_logit_from_alignment(weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`vil_logit` `(1, H)` weight and `(1,)` bias from a pre-training alignment head (`(2, H)`, `(2,)`, class
+        0 = aligned): `row 0 - row 1`, so that `sigmoid(vil_logit) = softmax(alignment)[0]`, the original's
+        zero-shot retrieval score."""
+        if weight.ndim != 2 or weight.shape[0] != 2 or tuple(bias.shape) != (2,):
+            raise ValueError(f"expected an alignment head of weight (2, hidden) and bias (2,), got "
+                             f"{tuple(weight.shape)} and {tuple(bias.shape)}")
+        return (weight[0:1] - weight[1:2]).clone(), (bias[0:1] - bias[1:2]).clone()
+
+    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> None:
+        """Start `vil_logit` from a pre-training checkpoint's alignment head (the zero-shot score)."""
+        weight, bias = self.vil_logit_from_alignment(pretraining_state_dict["cls.bi_seq_relationship.weight"],
+                                                     pretraining_state_dict["cls.bi_seq_relationship.bias"])
+        with torch.no_grad():
+            self.vil_logit.weight.copy_(weight)
+            self.vil_logit.bias.copy_(bias)
+
+    _head_arguments = ("num_negatives",)
+
+    def _head(self, outputs, labels, inputs, num_negatives: int | None = None):
+        logits = self.vil_logit(self.dropout(outputs.pooler_output))
+        loss = None
+        if num_negatives is not None:
+            group = num_negatives + 1
+            if num_negatives < 1 or logits.shape[0] % group:
+                raise ValueError(f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole "
+                                 f"groups of {group} pairs (matched pair first)")
+            scores = logits.float().view(-1, group)
+            loss = F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
+        return self._output(loss, logits, outputs)
+
+
+def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
+    """`(batch, n)` of multi-pair text inputs `(batch, n, T)` (or inputs_embeds `(batch, n, T, H)`)."""
+    ids, embeds = inputs["input_ids"], inputs["inputs_embeds"]
+    text = ids if ids is not None else embeds
+    if text is None or text.ndim != (3 if ids is not None else 4):
+        shape = None if text is None else tuple(text.shape)
+        raise ValueError(f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
+                         f"(batch, n, T, hidden)), got {shape}")
+    return text.shape[0], text.shape[1]
+
+
+_REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
+
+
+class VilbertForMultipleChoice(_VilbertHead):
+    """VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
+    it and the choices compete in a cross-entropy, as the original.
+
+    Inputs: `input_ids` / `attention_mask` / `token_type_ids` / `position_ids` `(batch_size, num_choices,
+    text_length)` (`inputs_embeds` with a trailing hidden dimension); regions `(batch_size, num_regions, ...)` shared
+    by the choices or `(batch_size, num_choices, num_regions, ...)`; `task_ids` one per question. `labels`
+    (`(batch_size,)`): the right choice. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_choices)`;
+    per-layer outputs cover the `batch_size * num_choices` pairs.
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
+        self.post_init()
+
+    def _pairs(self, inputs):
+        batch, choices = _text_shape(inputs, "multiple choice")
+        task_ids = inputs["task_ids"]
+        flat = flatten_choices({k: v for k, v in inputs.items() if k != "task_ids"}, batch, choices, _REGION_NDIMS)
+        flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(choices, dim=0)
+        return flat
+
+    def _head(self, outputs, labels, inputs):
+        batch, choices = _text_shape(inputs, "multiple choice")
+        logits = self.vil_logit(self.dropout(outputs.pooler_output)).view(batch, choices)
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
+
+
+class VilbertForVisualReasoning(_VilbertHead):
+    """NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
+    outputs, concatenated, go through `vil_binary_prediction` (Linear, GELU, LayerNorm, Linear → 2).
+
+    Inputs: regions `(batch_size, 2, num_regions, ...)` (left and right image); the text `(batch_size, T)` (used
+    with both images) or `(batch_size, 2, T)` (one per image); `task_ids` one per example. `labels` (`(batch_size,)`):
+    1 = the statement is true. Returns `VilbertClassifierOutput` with `logits` `(batch_size, 2)`; per-layer outputs
+    cover the `2 * batch_size` pairs, left then right for each example.
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vil_binary_prediction = answer_head(config, 2 * config.bi_hidden_size, 2)
+        self.post_init()
+
+    def _pairs(self, inputs):
+        features = inputs["region_features"]
+        if features is None or features.ndim != 4 or features.shape[1] != 2:
+            shape = None if features is None else tuple(features.shape)
+            raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), "
+                             f"got {shape}")
+        batch = features.shape[0]
+        ids = inputs["input_ids"]
+        text = ids if ids is not None else inputs["inputs_embeds"]
+        shared_text = text is not None and text.ndim == (2 if ids is not None else 3)
+        # A statement used with both images is repeated: as regions shared by the choices of `flatten_choices`.
+        ndims = {"input_ids": 1, "attention_mask": 1, "token_type_ids": 1, "inputs_embeds": 2} if shared_text else {}
+        position_ids = inputs["position_ids"]
+        flat = flatten_choices({k: v for k, v in inputs.items() if k not in ("task_ids", "position_ids")}, batch, 2,
+                               ndims)
+        flat["position_ids"] = position_ids if position_ids is None or position_ids.shape[0] == 1 else \
+            flatten_choices({"position_ids": position_ids}, batch, 2, {"position_ids": 1} if shared_text else {})[
+                "position_ids"]
+        task_ids = inputs["task_ids"]
+        flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(2, dim=0)
+        return flat
+
+    def _head(self, outputs, labels, inputs):
+        pooled = self.dropout(outputs.pooler_output).reshape(-1, 2 * self.config.bi_hidden_size)
+        logits = self.vil_binary_prediction(pooled)
+        return self._output(_cross_entropy(logits, labels), logits, outputs)
+
+
+class VilbertForReferringExpression(_VilbertHead):
+    """Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
+    1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
+    `linguisic_logit` (no task reads it) is returned as `text_logits`.
+
+    `labels`: soft targets `(batch_size, num_regions)` (IoU-based, the original's): BCE with logits averaged and
+    times the number of regions; region indices `(batch_size,)`: cross-entropy over the regions. Returns
+    `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)` and `text_logits` `(batch_size, text_length)`.
+    """
+
+    def __init__(self, config: VilbertConfig):
+        super().__init__(config)
+        self.vision_logit = nn.Linear(config.visual_hidden_size, 1)
+        self.linguisic_logit = nn.Linear(config.hidden_size, 1)  # the original's spelling
+        self.post_init()
+
+    def _head(self, outputs, labels, inputs):
+        logits = self.vision_logit(self.dropout(outputs.vision_last_hidden_state)).squeeze(-1)
+        region_attention_mask = inputs["region_attention_mask"]
+        if region_attention_mask is not None:
+            logits = logits + (1 - region_attention_mask.to(logits.dtype)) * _MASKED_SCORE
+        text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)
+        loss = None
+        if labels is not None and labels.dtype.is_floating_point:
+            if labels.shape != logits.shape:
+                raise ValueError(f"soft region targets must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
+            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+        elif labels is not None:
+            loss = _cross_entropy(logits, labels)
+        return self._output(loss, logits, outputs, text_logits=text_logits)

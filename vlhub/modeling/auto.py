@@ -21,6 +21,7 @@ _PROCESSING_AUTO = "transformers.models.auto.processing_auto"
 _FEATURE_EXTRACTION_AUTO = "transformers.models.auto.feature_extraction_auto"
 _PIPELINES = "transformers.pipelines"
 _VLHUB_PIPELINES = "vlhub.pipelines"
+_BERT_MODELING = "transformers.models.bert.modeling_bert"
 
 
 def _register_config(architecture: Architecture) -> None:
@@ -57,6 +58,9 @@ def _register_when_ready(architecture: Architecture, auto_module: str, class_nam
     imports the Auto classes), so while one of vlhub's modules is half-initialised the registration waits for its
     completion instead of reading it."""
     own_modules = sorted({architecture.module_of(name) for name in class_names})
+    # Every architecture's modeling file imports transformers' BERT, whose own import completes the Auto classes
+    # half-way: registering another architecture then would import BERT half-initialised. Wait for BERT as well.
+    own_modules.append(_BERT_MODELING)
 
     def attempt(completed=None):
         # A module whose completion runs this callback still reads as initialising: it is complete.

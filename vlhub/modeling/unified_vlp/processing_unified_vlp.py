@@ -134,11 +134,22 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         return ids
 
     def batch_decode(self, sequences, skip_special_tokens: bool = True, **kwargs) -> list[str]:
-        """Captions from generated ids `(batch, length)` (with or without the prompt): cut at the first [SEP] or
-        [PAD], word pieces merged ("tok ##ing" → "toking"), cased as generated."""
-        kwargs.setdefault("clean_up_tokenization_spaces", False)
-        return [self.tokenizer.decode(self._caption_pieces(row), skip_special_tokens=skip_special_tokens, **kwargs)
-                for row in sequences]
+        """Captions from generated ids `(batch, length)` (with or without the prompt), as the original prints them:
+        cut at the first [SEP] or [PAD], tokens joined by spaces with "##" pieces merged ("run ##ning" →
+        "running"), cased as generated. `skip_special_tokens` drops other special tokens ([UNK], [MASK], ...)."""
+        if kwargs:
+            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}.batch_decode")
+        special = set(self.tokenizer.all_special_ids) if skip_special_tokens else set()
+        captions = []
+        for row in sequences:
+            words: list[str] = []
+            for token in self.tokenizer.convert_ids_to_tokens([t for t in self._caption_pieces(row) if t not in special]):
+                if token.startswith("##") and words:
+                    words[-1] += token[2:]
+                else:
+                    words.append(token)
+            captions.append(" ".join(words))
+        return captions
 
     def decode(self, sequence, skip_special_tokens: bool = True, **kwargs) -> str:
         return self.batch_decode([sequence], skip_special_tokens=skip_special_tokens, **kwargs)[0]

@@ -89,12 +89,10 @@ class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
     predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): `argmax(logits[:, 1:]) + 1` — answer 0 (the
         answer vocabulary's `<unk>`) is never predicted, as in the original evaluation.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): unused by the head.
     """
 
     predicted_answer_ids: torch.LongTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    pooler_output: torch.FloatTensor | None = None
 
 
 UNIFIED_VLP_INPUTS_DOCSTRING = r"""
@@ -537,10 +535,11 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
 
     default_seq2seq = True
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
+    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\."]  # the captioner reads no pooled output
 
     def __init__(self, config: UnifiedVlpConfig):
         super().__init__(config)
-        self.vlp = UnifiedVlpModel(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
 
@@ -700,10 +699,11 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     Trained with binary cross-entropy on soft answer scores; the prediction never picks answer 0 (`<unk>`)."""
 
     default_seq2seq = False
+    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
 
     def __init__(self, config: UnifiedVlpConfig):
         super().__init__(config)
-        self.vlp = UnifiedVlpModel(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         inner = config.classifier_hidden_size or 2 * config.hidden_size
         self.ans_classifier = nn.Sequential(
             nn.Linear(config.hidden_size, inner), nn.ReLU(), nn.Linear(inner, config.num_labels)
@@ -759,7 +759,6 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
             logits=logits,
             predicted_answer_ids=predicted,
             last_hidden_state=sequence_output,
-            pooler_output=outputs.pooler_output,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

@@ -173,8 +173,6 @@ def convert_unified_vlp(
     if missing:
         hint = " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
         raise CheckpointError(f"{checkpoint.name} is not a Unified VLP checkpoint: it lacks {missing}{hint}")
-    if any(k.startswith("module.") for k in raw):
-        raise CheckpointError(f"{checkpoint.name} has a 'module.' prefix; the VLP releases were saved without it")
     has_answers = "ans_classifier.0.weight" in state_dict
     task = task or ("vqa" if has_answers else "captioning")
     if task not in VLP_TASKS:

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
@@ -341,6 +341,12 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             regions = self.config.num_regions
             real = torch.cat([real[:, :1], real[:, 1 : regions + 1] & region_attention_mask.to(real.device).bool(),
                               real[:, regions + 1 :]], dim=1)
+        if seq2seq is True and past_length >= self.config.text_start:
+            # Decoding past the image block: every new row is text, for which the seq2seq pattern is the causal one
+            # (the image block lies before it). transformers builds that without the per-element mask function.
+            return create_causal_mask(
+                config=self.config, inputs_embeds=embeddings, attention_mask=real, past_key_values=past_key_values
+            )
         and_mask = None
         if seq2seq is True:
             and_mask = seq2seq_mask_function(self.config.text_start, real)

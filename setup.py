@@ -37,7 +37,9 @@ setup(
     extras_require={
         # readers of the original projects' feature files (LMDB: UNITER, ViLBERT; HDF5: Unified VLP)
         "stores": ["lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0"],
-        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0"],
+        # the COCO caption metrics (BLEU, METEOR, ROUGE-L, CIDEr-D; METEOR and the PTB tokenizer need Java)
+        "captions": ["pycocoevalcap>=1.2"],
+        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2"],
     },
     entry_points={"console_scripts": ["vlhub=vlhub.cli:main"]},
 )

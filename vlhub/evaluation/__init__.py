@@ -1,17 +1,18 @@
-"""Evaluation: VQA accuracy and retrieval recall, as plain functions and as `evaluate` modules shipped in the
+"""Evaluation: VQA accuracy, retrieval recall and the COCO caption metrics, as plain functions and as `evaluate` modules shipped in the
 package (`vlhub.evaluation.load("vqa_accuracy")` works offline: nothing is downloaded)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .captions import CAPTION_METRICS, caption_scores
 from .retrieval import DEFAULT_RECALL_KS, retrieval_recall
 from .vqa import normalize_answer, vqa_accuracy_score
 
-__all__ = ["METRICS", "load", "metric_path", "normalize_answer", "retrieval_recall", "vqa_accuracy_score", "DEFAULT_RECALL_KS"]
+__all__ = ["CAPTION_METRICS", "caption_scores", "METRICS", "load", "metric_path", "normalize_answer", "retrieval_recall", "vqa_accuracy_score", "DEFAULT_RECALL_KS"]
 
 _HERE = Path(__file__).parent
-METRICS: tuple[str, ...] = ("vqa_accuracy", "retrieval_recall")
+METRICS: tuple[str, ...] = ("vqa_accuracy", "retrieval_recall", "coco_caption")
 
 
 def metric_path(name: str) -> Path:

@@ -21,6 +21,7 @@ _PROCESSING_AUTO = "transformers.models.auto.processing_auto"
 _FEATURE_EXTRACTION_AUTO = "transformers.models.auto.feature_extraction_auto"
 _PIPELINES = "transformers.pipelines"
 _VLHUB_PIPELINES = "vlhub.pipelines"
+_BERT_MODELING = "transformers.models.bert.modeling_bert"
 
 
 def _register_config(architecture: Architecture) -> None:

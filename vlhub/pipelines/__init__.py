@@ -5,20 +5,29 @@ transformers 5 removed its own "visual-question-answering" pipeline and (since 5
 pipeline raises KeyError. `register_pipelines` withdraws exactly that entry (and its "vqa" alias) and registers
 vlhub's pipeline in its place. This is the one place vlhub touches transformers' module globals;
 tests/test_pipelines.py fails if a transformers upgrade changes the mechanism.
+
+Captioning: transformers 5 also rewrites the task "image-to-text" to "image-text-to-text" (in
+`_resolve_deprecated_task`, before the registry is consulted), whose chat-style pipeline cannot take region
+features. `register_pipelines` lets "image-to-text" through that rewrite and registers `ImageToTextPipeline` for it,
+which builds vlhub's captioning pipeline for a vlhub model and transformers' own "image-text-to-text" pipeline for
+any other; "image-captioning" is vlhub's captioning pipeline. tests/test_unified_vlp_pipelines.py checks both.
 """
 
 from __future__ import annotations
 
 import transformers.pipelines as _transformers_pipelines
-from transformers import AutoModelForVisualQuestionAnswering
+from transformers import AutoModelForImageTextToText, AutoModelForVisualQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from .image_captioning import ImageCaptioningPipeline, ImageToTextPipeline
 from .image_text_retrieval import AutoModelForImageTextRetrieval, ImageTextRetrievalPipeline
 from .visual_question_answering import VisualQuestionAnsweringPipeline
 
 __all__ = [
     "AutoModelForImageTextRetrieval",
+    "ImageCaptioningPipeline",
     "ImageTextRetrievalPipeline",
+    "ImageToTextPipeline",
     "VisualQuestionAnsweringPipeline",
     "register_pipelines",
 ]
@@ -44,3 +53,18 @@ def register_pipelines() -> None:
         pt_model=AutoModelForImageTextRetrieval,
         type="multimodal",
     )
+    _register_captioning()
+
+
+def _register_captioning() -> None:
+    resolve = _transformers_pipelines._resolve_deprecated_task
+    if not getattr(resolve, "_lets_image_to_text_through", False):
+        def _resolve_deprecated_task(task: str) -> str:
+            return task if task == "image-to-text" else resolve(task)
+
+        _resolve_deprecated_task._lets_image_to_text_through = True
+        _transformers_pipelines._resolve_deprecated_task = _resolve_deprecated_task
+    for task, pipeline_class in (("image-captioning", ImageCaptioningPipeline), ("image-to-text", ImageToTextPipeline)):
+        PIPELINE_REGISTRY.register_pipeline(
+            task, pipeline_class=pipeline_class, pt_model=AutoModelForImageTextToText, type="multimodal"
+        )

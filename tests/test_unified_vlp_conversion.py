@@ -1,0 +1,112 @@
+"""Unified VLP converter beyond the numbers: strict key accounting with reasons, provenance, tasks, the CLI and
+clear errors for wrong files."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import vlhub
+from vlhub.conversion.common import CheckpointError, sha256_of
+from vlhub.conversion.unified_vlp import convert_unified_vlp
+
+from .conftest import fixtures_root
+
+ORIGINAL = fixtures_root() / "unified_vlp" / "original"
+pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no Unified VLP fixture")
+IMG2TXT, VQA2 = ORIGINAL / "img2txt" / "model.30.bin", ORIGINAL / "vqa2" / "model.20.bin"
+CONFIG, VOCAB = ORIGINAL / "bert_config.json", ORIGINAL / "vocab.txt"
+
+
+def convert(source, folder, **kwargs):
+    return convert_unified_vlp(source, folder, config=CONFIG, tokenizer=VOCAB, **kwargs)
+
+
+def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path):
+    report = convert(IMG2TXT, tmp_path / "cap")
+    keys = set(torch.load(IMG2TXT, weights_only=True))
+    assert set(report.used.values()) | set(report.dropped) == keys
+    assert "tied to vlp.embeddings.word_embeddings.weight" in report.dropped["cls.predictions.decoder.weight"]
+    assert all("pooler" in report.dropped[k] for k in ("bert.pooler.dense.weight", "bert.pooler.dense.bias"))
+    assert report.used["vlp.embeddings.vis_embed.0.weight"] == "vis_embed.0.weight"
+    assert report.used["vlp.embeddings.vis_pe_embed.0.weight"] == "vis_pe_embed.0.weight"
+    assert not report.initialized
+    card = (tmp_path / "cap" / "README.md").read_text()
+    assert sha256_of(IMG2TXT) in card and "LuoweiZhou/VLP" in card and "image-to-text" in card
+    config = vlhub.UnifiedVlpConfig.from_pretrained(tmp_path / "cap")
+    assert config.layer_norm_eps == 1e-5 and config.type_vocab_size == 6 and config.num_regions == 100
+    assert config.architectures == ["UnifiedVlpForConditionalGeneration"]
+
+
+def test_tasks_and_their_drops(tmp_path):
+    report = convert(IMG2TXT, tmp_path / "pt", task="pretraining")
+    assert set(report.dropped) == {"cls.predictions.decoder.weight"} and not report.initialized
+    vqa = convert(VQA2, tmp_path / "vqa")  # detected from ans_classifier
+    assert all(k.startswith(("cls.", "bert.pooler.")) for k in vqa.dropped)
+    assert all("masked-LM head" in r for k, r in vqa.dropped.items() if k.startswith("cls."))
+    assert any("answer_<i>" in note for note in vqa.notes)
+    model_config = vlhub.UnifiedVlpConfig.from_pretrained(tmp_path / "vqa")
+    assert model_config.num_labels == 3129 and model_config.id2label[5] == "answer_5"
+    processor = vlhub.UnifiedVlpProcessor.from_pretrained(tmp_path / "vqa")
+    assert processor.mode == "bidirectional"
+    captioning = convert(VQA2, tmp_path / "vqa-cap", task="captioning")
+    assert all("VQA answer head" in captioning.dropped[f"ans_classifier.{i}.{p}"] for i in (0, 2) for p in ("weight", "bias"))
+
+
+def test_answer_vocabulary(tmp_path):
+    answers = tmp_path / "answers_vqa.txt"
+    answers.write_text("\n".join(f"ans{i}" for i in range(3129)) + "\n")
+    convert(VQA2, tmp_path / "vqa", answers=answers)
+    assert vlhub.UnifiedVlpConfig.from_pretrained(tmp_path / "vqa").id2label[7] == "ans7"
+    answers.write_text("yes\nno\n")
+    with pytest.raises(CheckpointError, match="has 2 answers but the head predicts 3129"):
+        convert(VQA2, tmp_path / "bad", answers=answers)
+
+
+def test_wrong_files_get_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        convert(tmp_path / "missing.bin", tmp_path / "x")
+    with pytest.raises(CheckpointError, match="needs a fine-tuned answer head"):
+        convert(IMG2TXT, tmp_path / "x", task="vqa")
+    state = torch.load(IMG2TXT, weights_only=True)
+    text_only = tmp_path / "unilm.bin"
+    torch.save({k: v for k, v in state.items() if not k.startswith("vis_")}, text_only)
+    with pytest.raises(CheckpointError, match="not a Unified VLP checkpoint"):
+        convert(text_only, tmp_path / "x")
+    extra = tmp_path / "extra.bin"
+    torch.save({**state, "cls.seq_relationship.weight": torch.zeros(2, 64)}, extra)
+    with pytest.raises(CheckpointError, match="cls.seq_relationship.weight"):
+        convert(extra, tmp_path / "x")
+    two_types = tmp_path / "two_types.bin"
+    torch.save({**state, "bert.embeddings.token_type_embeddings.weight": torch.zeros(2, 64)}, two_types)
+    with pytest.raises(CheckpointError, match="2 token types"):
+        convert(two_types, tmp_path / "x")
+    bad_config = tmp_path / "bad.json"
+    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": 32}))
+    with pytest.raises(CheckpointError, match="hidden_size=32 but the checkpoint has 64"):
+        convert_unified_vlp(IMG2TXT, tmp_path / "x", config=bad_config, tokenizer=VOCAB)
+
+
+def test_ddp_prefix_and_fp16_convert_to_the_same_weights(tmp_path):
+    state = torch.load(IMG2TXT, weights_only=True)
+    torch.save({f"module.{k}": v.half() for k, v in state.items()}, tmp_path / "half.bin")
+    convert(tmp_path / "half.bin", tmp_path / "half")
+    model = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "half")
+    assert torch.equal(model.vlp.embeddings.vis_pe_embed[0].weight, state["vis_pe_embed.0.weight"].half().float())
+
+
+def test_cli_converts_and_reports_errors(tmp_path):
+    out = tmp_path / "cli"
+    command = [sys.executable, "-m", "vlhub.cli", "convert", "unified_vlp"]
+    result = subprocess.run(
+        [*command, str(IMG2TXT), "--output-dir", str(out), "--config", str(CONFIG), "--tokenizer", str(VOCAB),
+         "--task", "captioning"],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
+    bad = subprocess.run([*command, str(tmp_path / "none.bin"), "--output-dir", str(out)],
+                         capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -1,0 +1,116 @@
+"""Unified VLP configuration."""
+
+import json
+import os
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+__all__ = ["UnifiedVlpConfig"]
+
+
+@strict
+class UnifiedVlpConfig(PreTrainedConfig):
+    r"""Configuration of a Unified VLP model (Zhou et al., "Unified Vision-Language Pre-Training for Image Captioning
+    and VQA", AAAI 2020).
+
+    The defaults are those of the released checkpoints: bert-base-cased sizes (vocabulary 28996), six token types,
+    every LayerNorm with eps 1e-5 (not BERT's 1e-12), and 100 region slots. The sequence is
+    `[CLS] r_1 .. r_N [SEP] w_1 .. w_T [SEP]`: the region slots hold a placeholder token in `input_ids` whose word
+    and position embeddings are replaced by the two region projections.
+
+    Args:
+        num_regions (`int`, defaults to 100): region slots after [CLS] (`len_vis_input`; the original asserts 100).
+            Text starts at position `num_regions + 2`.
+        region_feature_dim (`int`, defaults to 2048): size of one region feature (the detector's fc6 output).
+        region_embed_dim (`int`, defaults to 2048): inner size of the region feature MLP (`vis_embed.0`, Detectron's
+            fc7 in the original).
+        region_location_dim (`int`, defaults to 1607): size of the region "position" vector `vis_pe`
+            (6 geometry values + 1601 detector class probabilities, each part layer-normalised).
+        s2s_image_token_type_id, s2s_text_token_type_id (`int`, defaults to 4 and 5): token types of the image block
+            ([CLS], regions, first [SEP]) and of the text in the seq2seq (captioning) layout.
+        bi_image_token_type_id, bi_text_token_type_id (`int`, defaults to 0 and 1): the same for the bidirectional
+            (VQA) layout.
+        region_token_id (`int`, defaults to 100): the placeholder id in the region slots ([UNK]).
+        mask_token_id (`int`, defaults to 103): [MASK], the slot the captioner predicts the next word from.
+        classifier_hidden_size (`int`, *optional*): inner size of the VQA head; defaults to `2 * hidden_size`.
+    """
+
+    model_type = "unified_vlp"
+
+    vocab_size: int = 28996
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 6
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 101
+    eos_token_id: int | None = 102
+    region_token_id: int = 100
+    mask_token_id: int = 103
+    num_regions: int = 100
+    region_feature_dim: int = 2048
+    region_embed_dim: int = 2048
+    region_location_dim: int = 1607
+    s2s_image_token_type_id: int = 4
+    s2s_text_token_type_id: int = 5
+    bi_image_token_type_id: int = 0
+    bi_text_token_type_id: int = 1
+    classifier_hidden_size: int | None = None
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_regions < 1:
+            raise ValueError(f"num_regions must be at least 1, got {self.num_regions}")
+        if self.max_position_embeddings < self.num_regions + 4:
+            raise ValueError(
+                f"max_position_embeddings ({self.max_position_embeddings}) leaves no room for text after the "
+                f"{self.num_regions} region slots (text starts at position {self.num_regions + 2})"
+            )
+        types = (self.s2s_image_token_type_id, self.s2s_text_token_type_id, self.bi_image_token_type_id,
+                 self.bi_text_token_type_id)
+        if max(types) >= self.type_vocab_size:
+            raise ValueError(f"token types {types} need type_vocab_size > {max(types)}, got {self.type_vocab_size}")
+
+    @property
+    def text_start(self) -> int:
+        """Position of the first text token: after [CLS], the region slots and the first [SEP]."""
+        return self.num_regions + 2
+
+    @classmethod
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UnifiedVlpConfig":
+        """Read the original `bert_config.json` (BERT fields only; the original fixes the rest in code)."""
+        if isinstance(path_or_dict, dict):
+            original = dict(path_or_dict)
+        else:
+            with open(path_or_dict, encoding="utf-8") as f:
+                original = json.load(f)
+        known = {
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+            "type_vocab_size", "initializer_range",
+        }  # fmt: skip
+        unknown = sorted(set(original) - known)
+        if unknown:
+            raise ValueError(f"unexpected field(s) {unknown} in the original VLP config; expected only {sorted(known)}")
+        missing = sorted({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"} - set(original))
+        if missing:
+            raise ValueError(f"the original VLP config lacks required field(s) {missing}")
+        if original.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"the original VLP uses the exact (erf) GELU; got hidden_act={original['hidden_act']!r}")
+        return cls(**{**original, **overrides})

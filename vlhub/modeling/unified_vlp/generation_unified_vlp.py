@@ -1,0 +1,160 @@
+"""The original Unified VLP beam search, as a decoding option of transformers' `generate()`.
+
+```python
+from vlhub.modeling.unified_vlp import vlp_beam_search
+ids = model.generate(**inputs, custom_generate=vlp_beam_search, num_beams=5, max_new_tokens=20)
+captions = processor.batch_decode(ids)
+```
+
+What it does (`BertForSeq2SeqDecoder.beam_search` of LuoweiZhou/VLP, which the released numbers used):
+- a hypothesis' score is the plain sum of its tokens' log-probabilities (length penalty 0);
+- there is no early stop: all `max_new_tokens` steps run; extensions of a hypothesis that has emitted [SEP] are kept
+  in the search with 10000 subtracted from their score;
+- at the end the best hypothesis is back-tracked from the best-scoring [SEP] in any step or any beam of the last
+  step (up to the first step at which every beam emitted [SEP]); it includes its [SEP], then padding.
+
+transformers' own beam search (`model.generate(num_beams=k)` without `custom_generate`) also works with this model,
+but it ranks finished hypotheses by length-normalised score (`length_penalty=1.0` by default) and stops once `k`
+hypotheses have finished (`early_stopping`), so its captions can differ from the original's. Logits processors and
+stopping criteria are not applied here (the original had none: no minimum length, no n-gram blocking).
+
+Decoding runs on the model's key/value cache: one forward for the prompt plus a [MASK], then one forward of
+`[previous word, MASK]` per step, with the cache re-ordered by the beams' parents (never recomputed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import ModelOutput
+
+__all__ = ["vlp_beam_search", "VlpBeamSearchOutput"]
+
+_FINISHED_PENALTY = -10000.0  # the original's penalty for extending a hypothesis that emitted [SEP]
+
+
+@dataclass
+class VlpBeamSearchOutput(ModelOutput):
+    r"""
+    sequences (`torch.LongTensor` of shape `(batch, prompt_length + max_new_tokens)`): the prompt and the best
+        hypothesis, including its [SEP], then padding.
+    sequences_scores (`torch.FloatTensor` of shape `(batch,)`): the best hypothesis' summed log-probability.
+    beam_scores (`torch.FloatTensor` of shape `(batch, max_new_tokens, num_beams)`): cumulative score of each beam
+        after each step (the original's `traces["scores"]`).
+    beam_token_ids (`torch.LongTensor` of shape `(batch, max_new_tokens, num_beams)`): the word each beam chose at
+        each step (`traces["wids"]`).
+    beam_parents (`torch.LongTensor` of shape `(batch, max_new_tokens, num_beams)`): the beam each one extends
+        (`traces["ptrs"]`).
+    """
+
+    sequences: torch.LongTensor | None = None
+    sequences_scores: torch.FloatTensor | None = None
+    beam_scores: torch.FloatTensor | None = None
+    beam_token_ids: torch.LongTensor | None = None
+    beam_parents: torch.LongTensor | None = None
+
+
+def _backtrack(scores: list[list[float]], words: list[list[int]], parents: list[list[int]], eos: int) -> tuple[list[int], float]:
+    """The original's back-tracking for one image: the best [SEP] frame (or last frame) and its path."""
+    last = len(scores) - 1
+    for step, step_words in enumerate(words):
+        if all(word == eos for word in step_words):
+            last = step
+            break
+    best, best_step, best_beam = -math.inf, -1, -1
+    for step in range(last + 1):
+        for beam, word in enumerate(words[step]):
+            if (word == eos or step == last) and scores[step][beam] > best:
+                best, best_step, best_beam = scores[step][beam], step, beam
+    if best_step < 0:
+        return [], best
+    sequence = [words[best_step][best_beam]]
+    beam = best_beam
+    for step in range(best_step, 0, -1):
+        beam = parents[step][beam]
+        sequence.append(words[step - 1][beam])
+    return sequence[::-1], best
+
+
+@torch.no_grad()
+def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None,
+                    **model_kwargs):
+    """The original VLP beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
+
+    `generate()` has already repeated every input `num_beams` times; the prompt is encoded once per image.
+    Returns `sequences` `(batch, prompt_length + max_new_tokens)`, or a `VlpBeamSearchOutput` with
+    `return_dict_in_generate=True`.
+    """
+    config = model.config
+    beams = generation_config.num_beams
+    max_new_tokens = generation_config.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = generation_config.max_length - input_ids.shape[1]
+    if max_new_tokens < 1:
+        raise ValueError(f"vlp_beam_search needs max_new_tokens >= 1, got {max_new_tokens}")
+    eos = generation_config.eos_token_id
+    eos = config.eos_token_id if eos is None else eos
+    eos = eos[0] if isinstance(eos, (list, tuple)) else int(eos)
+    pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else config.pad_token_id
+    pad = pad[0] if isinstance(pad, (list, tuple)) else int(pad or 0)
+    if input_ids.shape[0] % beams:
+        raise ValueError(f"{input_ids.shape[0]} inputs are not a multiple of num_beams={beams}")
+    batch, device = input_ids.shape[0] // beams, input_ids.device
+    firsts = torch.arange(batch, device=device) * beams  # generate() repeated each input num_beams times
+
+    expanded = {k: model_kwargs[k] for k in ("attention_mask", "token_type_ids", "region_features", "region_locations",
+                                             "region_attention_mask") if model_kwargs.get(k) is not None}
+    cache = DynamicCache(config=config)
+    step_inputs = {k: v[firsts] for k, v in expanded.items()}
+    outputs = model(input_ids=input_ids[firsts], past_key_values=cache, use_cache=True, predict_next=True,
+                    **step_inputs)
+    attention_mask = expanded.get("attention_mask")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    fixed = {k: v for k, v in expanded.items() if k.startswith("region_")}  # region_attention_mask: every step
+
+    all_scores, all_words, all_parents = [], [], []
+    finished = None
+    for step in range(max_new_tokens):
+        log_probs = F.log_softmax(outputs.logits[:, -1].float(), dim=-1)
+        candidate_scores, candidate_words = torch.topk(log_probs, k=beams)  # (rows, K)
+        if step == 0:
+            scores, words = candidate_scores, candidate_words  # (batch, K): one row per image so far
+            parents = torch.zeros_like(words)
+            cache.reorder_cache(torch.arange(batch, device=device).repeat_interleave(beams))
+        else:
+            candidate_scores = candidate_scores + finished.reshape(-1, 1) * _FINISHED_PENALTY + scores.reshape(-1, 1)
+            scores, flat = torch.topk(candidate_scores.reshape(batch, beams * beams), k=beams)
+            parents = torch.div(flat, beams, rounding_mode="floor")
+            words = torch.gather(candidate_words.reshape(batch, beams * beams), 1, flat)
+            origin = (parents + torch.arange(batch, device=device)[:, None] * beams).reshape(-1)
+            cache.reorder_cache(origin)
+        finished = (words == eos).to(scores.dtype)
+        all_scores.append(scores)
+        all_words.append(words)
+        all_parents.append(parents)
+        if step + 1 == max_new_tokens:
+            break
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
+        token_type_ids = torch.full_like(words.reshape(-1, 1), config.s2s_text_token_type_id)
+        outputs = model(input_ids=words.reshape(-1, 1), attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        past_key_values=cache, use_cache=True, predict_next=True, **fixed)
+
+    beam_scores = torch.stack(all_scores, dim=1)
+    beam_words = torch.stack(all_words, dim=1)
+    beam_parents = torch.stack(all_parents, dim=1)
+    captions = torch.full((batch, max_new_tokens), pad, dtype=torch.long, device=device)
+    best_scores = torch.zeros(batch, device=device)
+    for b in range(batch):
+        sequence, best = _backtrack(beam_scores[b].tolist(), beam_words[b].tolist(), beam_parents[b].tolist(), eos)
+        captions[b, : len(sequence)] = torch.tensor(sequence, dtype=torch.long, device=device)
+        best_scores[b] = best
+    sequences = torch.cat([input_ids[firsts], captions], dim=1)
+    if generation_config.return_dict_in_generate:
+        return VlpBeamSearchOutput(sequences=sequences, sequences_scores=best_scores, beam_scores=beam_scores,
+                                   beam_token_ids=beam_words, beam_parents=beam_parents)
+    return sequences

@@ -1,0 +1,770 @@
+"""PyTorch Unified VLP: one BERT for captioning (seq2seq attention) and VQA (bidirectional attention).
+
+Faithful to the released code (LuoweiZhou/VLP): BERT blocks with BERT's parameter names and every LayerNorm at
+eps 1e-5; the sequence `[CLS] r_1 .. r_N [SEP] w_1 .. w_T [SEP]` where the region slots carry a placeholder token
+whose word embedding is replaced by `vis_embed(region_features)` and whose position embedding is replaced by
+`vis_pe_embed(region_locations)` (the 1607-d geometry + class vector); token types are still added, then the shared
+embedding LayerNorm. Text positions continue the plain count (the first word sits at position `N + 2`).
+
+The two attention patterns are 4-D masks from transformers' `masking_utils` (no special attention code):
+- bidirectional: every position sees every non-padding position;
+- seq2seq: the image block (positions `< N + 2`) sees only the image block; a text position sees the image block and
+  the text up to and including itself; padding rows see only the image block (as the original's 0/1 matrix).
+
+Captioning predicts each word from a trailing [MASK] slot placed after the words so far, not from the last word.
+`UnifiedVlpForConditionalGeneration` does this inside `forward(predict_next=True)` (what `generate()` calls): the
+[MASK] is appended, its logits returned, and its keys/values removed from the cache again, so the cache holds only
+real tokens and no position is ever computed twice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithPast,
+    ModelOutput,
+    SequenceClassifierOutput,
+)
+from transformers.models.bert.modeling_bert import BertLMPredictionHead
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from ..layers import BertEmbeddings, BertEncoder, BertLayer, BertOnlyMLMHead, BertPooler, BertSelfAttention
+from .configuration_unified_vlp import UnifiedVlpConfig
+
+__all__ = [
+    "UnifiedVlpPreTrainedModel",
+    "UnifiedVlpModel",
+    "UnifiedVlpForPreTraining",
+    "UnifiedVlpForConditionalGeneration",
+    "UnifiedVlpForQuestionAnswering",
+    "UnifiedVlpForPreTrainingOutput",
+    "UnifiedVlpQuestionAnsweringOutput",
+    "seq2seq_mask_function",
+]
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+@dataclass
+class UnifiedVlpForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, when `labels` are given): masked language modelling loss (mean
+        cross-entropy over the labelled slots).
+    logits (`torch.FloatTensor`): MLM logits, `(batch, sequence_length, vocab_size)`, or
+        `(batch, num_masked, vocab_size)` at `masked_positions` when those are given.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): tanh pooler on [CLS] (no released task
+        uses it).
+    hidden_states, attentions: per layer, when requested.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
+    r"""
+    transformers' `SequenceClassifierOutput` plus the original's prediction and the backbone outputs.
+
+    loss (`torch.FloatTensor` of shape `()`, when `labels` are given): binary cross-entropy on soft answer scores,
+        summed over answers and averaged over the batch (the original's `BCEWithLogitsLoss() * num_answers`).
+    logits (`torch.FloatTensor` of shape `(batch, num_labels)`): answer logits.
+    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): `argmax(logits[:, 1:]) + 1` — answer 0 (the
+        answer vocabulary's `<unk>`) is never predicted, as in the original evaluation.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
+    """
+
+    predicted_answer_ids: torch.LongTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+
+
+UNIFIED_VLP_INPUTS_DOCSTRING = r"""
+    Args:
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            `[CLS] r_1 .. r_N [SEP] w_1 .. w_T [SEP]` then padding: the processor's `input_ids`, region slots holding
+            the placeholder `config.region_token_id`. With a cache, only the new tokens.
+        attention_mask (`torch.Tensor`, *optional*):
+            `(batch_size, past_length + sequence_length)` 1/0 over every position so far (1 = real token), or a
+            `(batch_size, sequence_length, sequence_length)` 0/1 matrix `[query, key]` as the original loaders built
+            it (used as given, no cache). Defaults to all ones.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Segments. Default: the image/text types of the attention pattern (4/5 for seq2seq, 0/1 bidirectional).
+        position_ids (`torch.LongTensor` of shape `(batch_size or 1, sequence_length)`, *optional*):
+            Defaults to `past_length .. past_length + sequence_length - 1` (the original's plain count).
+        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+            Region features for slots `1..num_regions`; `num_regions` must be `config.num_regions` (the processor
+            pads). Needed when the input covers the region slots (no cache yet); ignored afterwards.
+        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`):
+            The 1607-d `vis_pe` vector of each region (the processor's `region_locations`).
+        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+            1 for real regions, 0 for padded slots (masked out of every row's view).
+        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+            Word embeddings instead of `input_ids` (region slots are still replaced).
+        seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*):
+            Attention pattern, per batch or per example: True = seq2seq (captioning), False = bidirectional.
+            Defaults to the head's own pattern.
+        past_key_values (`Cache`, *optional*): keys and values of earlier positions (generation).
+        use_cache (`bool`, *optional*): whether to update and return `past_key_values`.
+"""
+
+
+# ---------------------------------------------------------------------------------------------------- masks
+def seq2seq_mask_function(text_start: int, real_tokens: torch.Tensor, seq2seq: torch.Tensor | None = None):
+    """The seq2seq pattern as a `masking_utils` mask function (to AND with the padding mask).
+
+    A key is visible when it lies in the image block (`kv < text_start`), or when it is at or before the query and
+    the query is a real token (padding rows see only the image block, as in the original). `real_tokens`
+    `(batch, kv_length)` bool marks real positions; `seq2seq` `(batch,)` bool, when given, applies the pattern only
+    to those examples (the others stay bidirectional). Indices are absolute positions (cache offsets included).
+    """
+
+    def inner(batch_idx, head_idx, q_idx, kv_idx):
+        allowed = (kv_idx < text_start) | ((kv_idx <= q_idx) & real_tokens[batch_idx, q_idx])
+        if seq2seq is not None:
+            allowed = allowed | ~seq2seq[batch_idx]
+        return allowed
+
+    return inner
+
+
+# ---------------------------------------------------------------------------------------------------- embeddings
+class UnifiedVlpEmbeddings(BertEmbeddings):
+    """BERT's embeddings, with the region slots `1..N` replaced as the original does.
+
+    `vis_embed` = Linear(F, region_embed_dim), ReLU, Linear(region_embed_dim, H), ReLU, Dropout replaces the word
+    embeddings of the slots; `vis_pe_embed` = Linear(1607, H), ReLU, Dropout replaces their position embeddings.
+    Token types are added everywhere, then LayerNorm and dropout.
+    """
+
+    def __init__(self, config: UnifiedVlpConfig):
+        super().__init__(config)
+        self.vis_embed = nn.Sequential(
+            nn.Linear(config.region_feature_dim, config.region_embed_dim),
+            nn.ReLU(),
+            nn.Linear(config.region_embed_dim, config.hidden_size),
+            nn.ReLU(),
+            nn.Dropout(config.hidden_dropout_prob),
+        )
+        self.vis_pe_embed = nn.Sequential(
+            nn.Linear(config.region_location_dim, config.hidden_size),
+            nn.ReLU(),
+            nn.Dropout(config.hidden_dropout_prob),
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        region_features: torch.Tensor | None = None,
+        region_locations: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids `(B, L)` (or inputs_embeds `(B, L, H)`), token_type_ids `(B, L)`, position_ids `(B or 1, L)`;
+        region_features `(B, N, F)` and region_locations `(B, N, 1607)` replace slots `1..N`. Returns `(B, L, H)`."""
+        words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        positions = self.position_embeddings(position_ids).expand(words.shape[0], -1, -1)
+        if region_features is not None:
+            num_regions = region_features.shape[1]
+            dtype = self.vis_embed[0].weight.dtype
+            regions = self.vis_embed(region_features.to(dtype))
+            region_positions = self.vis_pe_embed(region_locations.to(dtype))
+            words = torch.cat([words[:, :1], regions, words[:, num_regions + 1 :]], dim=1)
+            positions = torch.cat([positions[:, :1], region_positions, positions[:, num_regions + 1 :]], dim=1)
+        embeddings = words + positions + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+# ---------------------------------------------------------------------------------------------------- base
+class UnifiedVlpPreTrainedModel(PreTrainedModel):
+    config: UnifiedVlpConfig
+    config_class = UnifiedVlpConfig
+    base_model_prefix = "vlp"
+    main_input_name = "input_ids"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["UnifiedVlpEmbeddings", "BertLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = False  # flash attention cannot take the seq2seq pattern (an arbitrary 4-D mask)
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, BertEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+        elif isinstance(module, BertLMPredictionHead):
+            init.zeros_(module.bias)
+
+
+def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
+    """`seq2seq` as a Python bool (the same for the batch) or a `(batch,)` bool tensor."""
+    if isinstance(seq2seq, torch.Tensor):
+        if seq2seq.ndim == 0:
+            return bool(seq2seq)
+        if tuple(seq2seq.shape) != (batch_size,):
+            raise ValueError(f"seq2seq must be a bool or a (batch,) = ({batch_size},) tensor, got {tuple(seq2seq.shape)}")
+        return seq2seq.to(device=device, dtype=torch.bool)
+    return bool(seq2seq)
+
+
+class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
+    """The bare Unified VLP encoder: region-replacing embeddings, a BERT encoder (eager/sdpa/flex through
+    transformers' attention interface) and the tanh pooler.
+
+    Args:
+        config (`UnifiedVlpConfig`): the model configuration.
+        add_pooling_layer (`bool`, defaults to `True`): build the pooler (`pooler_output`).
+    """
+
+    default_seq2seq = False
+
+    def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = UnifiedVlpEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def _check_inputs(self, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
+                      past_length):
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        text = input_ids if input_ids is not None else inputs_embeds
+        batch, length = text.shape[:2]
+        if batch == 0:
+            raise ValueError("empty batch: Unified VLP needs at least one example")
+        if past_length + length > config.max_position_embeddings:
+            raise ValueError(
+                f"positions up to {past_length + length - 1} are needed but the model has "
+                f"{config.max_position_embeddings} position embeddings (text starts at {config.text_start})"
+            )
+        if past_length > 0:
+            return  # the region slots are in the cache
+        if region_features is None or region_locations is None:
+            raise ValueError(
+                "Unified VLP needs region_features and region_locations for its region slots: pass the processor's "
+                "full output"
+            )
+        expected = (batch, config.num_regions, config.region_feature_dim)
+        if region_features.ndim == 3 and region_features.shape[1] > config.num_regions:
+            raise ValueError(
+                f"got {region_features.shape[1]} regions but the model has only {config.num_regions} region slots "
+                f"(the original takes the {config.num_regions} most confident detections)"
+            )
+        if tuple(region_features.shape) != expected:
+            raise ValueError(
+                f"region_features must have shape {expected} (the processor pads to {config.num_regions} region "
+                f"slots), got {tuple(region_features.shape)}"
+            )
+        expected = (batch, config.num_regions, config.region_location_dim)
+        if tuple(region_locations.shape) != expected:
+            raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+        if region_attention_mask is not None and tuple(region_attention_mask.shape) != expected[:2]:
+            raise ValueError(
+                f"region_attention_mask must have shape {expected[:2]}, got {tuple(region_attention_mask.shape)}"
+            )
+        if length < config.text_start:
+            raise ValueError(
+                f"input of length {length} does not cover [CLS], the {config.num_regions} region slots and [SEP] "
+                f"({config.text_start} tokens); build it with the processor"
+            )
+
+    def build_attention_mask(
+        self,
+        embeddings: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        seq2seq,
+        region_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+    ):
+        """The 4-D mask the configured attention backend wants (see the module docstring for the two patterns).
+
+        embeddings `(B, L, H)` (the new positions); attention_mask `(B, past + L)` 1/0, `(B, L, L)` 0/1 (used as
+        given), or None; seq2seq bool or `(B,)` bool; region_attention_mask `(B, N)` zeroes padded region slots.
+        """
+        batch, length = embeddings.shape[:2]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if attention_mask is not None and attention_mask.ndim == 3:
+            if past_length or tuple(attention_mask.shape) != (batch, length, length):
+                raise ValueError(
+                    f"a 3-D attention_mask must be (batch, length, length) = {(batch, length, length)} without a "
+                    f"cache, got {tuple(attention_mask.shape)}"
+                )
+            visible = attention_mask.to(embeddings.device).bool()[:, None]
+            if region_attention_mask is not None:
+                regions = self.config.num_regions
+                keep = torch.ones(batch, length, dtype=torch.bool, device=embeddings.device)
+                keep[:, 1 : regions + 1] = region_attention_mask.bool()
+                visible = visible & keep[:, None, None, :]
+            if self.config._attn_implementation == "eager":
+                return torch.zeros(visible.shape, dtype=embeddings.dtype, device=embeddings.device).masked_fill(
+                    ~visible, torch.finfo(embeddings.dtype).min
+                )
+            return visible
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, past_length + length, dtype=torch.long, device=embeddings.device)
+        if attention_mask.ndim != 2 or tuple(attention_mask.shape) != (batch, past_length + length):
+            raise ValueError(
+                f"attention_mask must be (batch, past + length) = {(batch, past_length + length)}, got "
+                f"{tuple(attention_mask.shape)}"
+            )
+        real = attention_mask.to(embeddings.device).bool()
+        if region_attention_mask is not None:
+            regions = self.config.num_regions
+            real = torch.cat([real[:, :1], real[:, 1 : regions + 1] & region_attention_mask.to(real.device).bool(),
+                              real[:, regions + 1 :]], dim=1)
+        if seq2seq is True and past_length >= self.config.text_start:
+            # Decoding past the image block: every new row is text, for which the seq2seq pattern is the causal one
+            # (the image block lies before it). transformers builds that without the per-element mask function.
+            return create_causal_mask(
+                config=self.config, inputs_embeds=embeddings, attention_mask=real, past_key_values=past_key_values
+            )
+        and_mask = None
+        if seq2seq is True:
+            and_mask = seq2seq_mask_function(self.config.text_start, real)
+        elif isinstance(seq2seq, torch.Tensor):
+            and_mask = seq2seq_mask_function(self.config.text_start, real, seq2seq)
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=embeddings, attention_mask=real, past_key_values=past_key_values,
+            and_mask_function=and_mask,
+        )
+
+    def default_token_type_ids(self, position_ids: torch.Tensor, seq2seq, batch: int) -> torch.LongTensor:
+        """Token types from positions: image type before `text_start`, text type after, per attention pattern."""
+        config = self.config
+        is_text = (position_ids >= config.text_start).expand(batch, -1)
+        flags = seq2seq if isinstance(seq2seq, torch.Tensor) else torch.full((batch,), seq2seq, device=is_text.device)
+        flags = flags[:, None]
+        image_type = torch.where(flags, config.s2s_image_token_type_id, config.bi_image_token_type_id)
+        text_type = torch.where(flags, config.s2s_text_token_type_id, config.bi_text_token_type_id)
+        return torch.where(is_text, text_type, image_type).long()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        seq2seq: bool | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        r"""
+        Returns:
+            `BaseModelOutputWithPoolingAndCrossAttentions`: `last_hidden_state` `(batch_size, sequence_length,
+            hidden_size)`, `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0; `None` with a
+            cache past [CLS] or without the pooler), `past_key_values` when `use_cache`.
+        """
+        if not use_cache:
+            past_key_values = None
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_inputs(input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
+                           past_length)
+        text = input_ids if input_ids is not None else inputs_embeds
+        batch, length = text.shape[:2]
+        seq2seq = _as_batch_flags(self.default_seq2seq if seq2seq is None else seq2seq, batch, text.device)
+        if position_ids is None:
+            position_ids = torch.arange(past_length, past_length + length, device=text.device)[None]
+        if token_type_ids is None:
+            token_type_ids = self.default_token_type_ids(position_ids, seq2seq, batch)
+        use_regions = past_length == 0
+        embedding_output = self.embeddings(
+            input_ids=input_ids,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            region_features=region_features if use_regions else None,
+            region_locations=region_locations if use_regions else None,
+        )
+        mask = self.build_attention_mask(embedding_output, attention_mask, seq2seq, region_attention_mask,
+                                         past_key_values)
+        encoder_outputs = self.encoder(
+            embedding_output, attention_mask=mask, past_key_values=past_key_values, use_cache=use_cache, **kwargs
+        )
+        sequence_output = encoder_outputs.last_hidden_state
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None and past_length == 0 else None
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=sequence_output,
+            pooler_output=pooled_output,
+            past_key_values=past_key_values if use_cache else None,
+        )
+
+
+def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])} (one per logit row), got {tuple(labels.shape)}")
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+
+def _gather_positions(sequence: torch.Tensor, positions: torch.LongTensor) -> torch.Tensor:
+    """`sequence` `(B, L, H)` at `positions` `(B, P)` → `(B, P, H)`."""
+    if positions.ndim != 2 or positions.shape[0] != sequence.shape[0]:
+        raise ValueError(f"masked_positions must be (batch, num_masked), got {tuple(positions.shape)}")
+    index = positions.to(sequence.device).unsqueeze(-1).expand(-1, -1, sequence.shape[-1])
+    return torch.gather(sequence, 1, index)
+
+
+class _MaskedLanguageModelMixin:
+    """The tied MLM head (`cls`, decoder tied to the word embeddings) shared by the pre-training model and the
+    captioner."""
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "vlp.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+
+# ---------------------------------------------------------------------------------------------------- pre-training
+class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel):
+    """Unified VLP with its one pre-training head: masked language modelling (`cls`, the BERT LM head with the decoder
+    tied to the word embeddings), under the seq2seq or the bidirectional pattern. The original mixes the two per
+    example (`seq2seq` as a `(batch,)` tensor; 75% seq2seq for Conceptual Captions); there is no NSP/ITM or masked
+    region loss."""
+
+    default_seq2seq = True
+
+    def __init__(self, config: UnifiedVlpConfig):
+        super().__init__(config)
+        self.vlp = UnifiedVlpModel(config)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        seq2seq: bool | torch.Tensor | None = None,
+        masked_positions: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> UnifiedVlpForPreTrainingOutput:
+        r"""
+        seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*, defaults to `True`).
+        masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
+            Positions to predict (the original's `masked_pos`, padded with any position and label -100); the logits
+            are computed there only.
+        labels (`torch.LongTensor`, *optional*):
+            Targets, -100 where there is none: `(batch_size, num_masked)` with `masked_positions`, else
+            `(batch_size, sequence_length)`.
+
+        Returns:
+            `UnifiedVlpForPreTrainingOutput`.
+        """
+        outputs = self.vlp(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            inputs_embeds=inputs_embeds,
+            seq2seq=self.default_seq2seq if seq2seq is None else seq2seq,
+            use_cache=False,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        selected = sequence_output if masked_positions is None else _gather_positions(sequence_output, masked_positions)
+        logits = self.cls(selected)
+        loss = _masked_lm_loss(logits, labels) if labels is not None else None
+        return UnifiedVlpForPreTrainingOutput(
+            loss=loss,
+            logits=logits,
+            last_hidden_state=sequence_output,
+            pooler_output=outputs.pooler_output,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- captioning
+class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel, GenerationMixin):
+    """Unified VLP captioner: the MLM head under the seq2seq pattern, with `generate()`.
+
+    Training (`labels`) is the original's masked seq2seq objective: some caption tokens (and the final [SEP]) are
+    replaced by [MASK] and predicted. Generation predicts every next word from a trailing [MASK]:
+    `model.generate(**processor(images=...), max_new_tokens=20, num_beams=5)` runs transformers' greedy / sampling
+    / beam search with a `DynamicCache` that holds only real tokens (see `forward(predict_next=True)`); the original's
+    beam search is `custom_generate=vlhub.modeling.unified_vlp.vlp_beam_search` (see `generation_unified_vlp`).
+    """
+
+    default_seq2seq = True
+    _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
+    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\."]  # the captioner reads no pooled output
+
+    def __init__(self, config: UnifiedVlpConfig):
+        super().__init__(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        masked_positions: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        predict_next: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        r"""
+        masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
+            Positions to predict (training); logits are computed there only.
+        labels (`torch.LongTensor`, *optional*):
+            Targets, -100 where there is none: `(batch_size, num_masked)` with `masked_positions`, else
+            `(batch_size, sequence_length)`.
+        predict_next (`bool`, defaults to `False`):
+            Append a [MASK] after the input (position `past + length`, text token type) and return its logits
+            `(batch_size, 1, vocab_size)` only; the [MASK]'s keys/values are dropped from the cache again, so the
+            cache holds exactly the input tokens. This is one decoding step; `generate()` sets it.
+
+        Returns:
+            `CausalLMOutputWithPast`: `logits` `(batch_size, sequence_length | num_masked | 1, vocab_size)`.
+        """
+        if predict_next:
+            if labels is not None or masked_positions is not None:
+                raise ValueError("predict_next is a decoding step; it takes no labels or masked_positions")
+            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids = self._append_mask_slot(
+                input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, past_key_values
+                if use_cache is not False else None
+            )
+        outputs = self.vlp(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            inputs_embeds=inputs_embeds,
+            seq2seq=True,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        if predict_next:
+            sequence_output = sequence_output[:, -1:]
+            if outputs.past_key_values is not None:
+                outputs.past_key_values.crop(-1)  # forget the [MASK]: the next step feeds the real token there
+        elif masked_positions is not None:
+            sequence_output = _gather_positions(sequence_output, masked_positions)
+        logits = self.cls(sequence_output)
+        loss = _masked_lm_loss(logits, labels) if labels is not None else None
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def _append_mask_slot(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, cache):
+        text = input_ids if input_ids is not None else inputs_embeds
+        if text is None:
+            raise ValueError("predict_next needs input_ids (or inputs_embeds)")
+        batch, length = text.shape[:2]
+        device = text.device
+        past_length = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past_length, past_length + length, device=device)[None].expand(batch, -1)
+        position_ids = position_ids.expand(batch, -1)
+        position_ids = torch.cat([position_ids, position_ids[:, -1:] + 1], dim=1)
+        mask_id = torch.full((batch, 1), self.config.mask_token_id, dtype=torch.long, device=device)
+        if input_ids is not None:
+            input_ids = torch.cat([input_ids, mask_id], dim=1)
+        else:
+            inputs_embeds = torch.cat([inputs_embeds, self.vlp.embeddings.word_embeddings(mask_id)], dim=1)
+        if token_type_ids is not None:
+            text_type = torch.full_like(token_type_ids[:, :1], self.config.s2s_text_token_type_id)
+            token_type_ids = torch.cat([token_type_ids, text_type], dim=1)
+        if attention_mask is not None:
+            if attention_mask.ndim != 2:
+                raise ValueError("predict_next takes a 2-D attention_mask (batch, past + length)")
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
+        return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
+
+    # -- generation -------------------------------------------------------------------------------------------
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):
+        model_inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values, **kwargs)
+        model_inputs["predict_next"] = True
+        return model_inputs
+
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, num_new_tokens=1):
+        model_kwargs = super()._update_model_kwargs_for_generation(
+            outputs, model_kwargs, is_encoder_decoder=is_encoder_decoder, num_new_tokens=num_new_tokens
+        )
+        token_type_ids = model_kwargs.get("token_type_ids")
+        if token_type_ids is not None:  # generated words are text (transformers repeats the last type: the [SEP]'s)
+            token_type_ids[:, -num_new_tokens:] = self.config.s2s_text_token_type_id
+        return model_kwargs
+
+    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None):
+        """Clear errors for what `generate()` cannot do (called by `generate`)."""
+        architectures = self.config.architectures or []
+        if architectures and not any(name in self._generating_architectures for name in architectures):
+            raise ValueError(
+                f"this checkpoint was saved as {architectures} (e.g. a VQA model), whose masked-LM head was not kept: "
+                "it cannot generate captions. Use a captioning or pre-training checkpoint (vlhub convert unified_vlp "
+                "... --task captioning)"
+            )
+        if input_ids is not None:
+            if input_ids.shape[0] == 0:
+                raise ValueError("empty batch: generate() needs at least one image")
+            if max_new_tokens is not None:
+                # Each step needs one position beyond the words so far for its trailing [MASK].
+                needed = input_ids.shape[1] + max_new_tokens
+                if needed > self.config.max_position_embeddings:
+                    raise ValueError(
+                        f"max_new_tokens={max_new_tokens} after a prompt of {input_ids.shape[1]} tokens needs "
+                        f"{needed} positions (the last word's [MASK] included) but the model has "
+                        f"{self.config.max_position_embeddings}; at most "
+                        f"{self.config.max_position_embeddings - input_ids.shape[1]} new tokens"
+                    )
+
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty
+        batch, or more new tokens than the model has positions). The caption prompt is the processor's captioning
+        layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options."""
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        max_new_tokens = kwargs.get("max_new_tokens")
+        if max_new_tokens is None:
+            config = generation_config if generation_config is not None else self.generation_config
+            max_new_tokens = config.max_new_tokens
+            if max_new_tokens is None and config.max_length is not None and input_ids is not None:
+                max_new_tokens = config.max_length - input_ids.shape[1]
+        self.check_generation_inputs(input_ids, max_new_tokens)
+        return super().generate(inputs, generation_config=generation_config, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- VQA
+class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
+    """Unified VLP for VQA: bidirectional attention, `ans_classifier` (Linear(H, 2H), ReLU, Linear(2H, num_labels))
+    on the product of the final [CLS] state and the final state of the first [SEP] (position `num_regions + 1`).
+    Trained with binary cross-entropy on soft answer scores; the prediction never picks answer 0 (`<unk>`)."""
+
+    default_seq2seq = False
+    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
+
+    def __init__(self, config: UnifiedVlpConfig):
+        super().__init__(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
+        inner = config.classifier_hidden_size or 2 * config.hidden_size
+        self.ans_classifier = nn.Sequential(
+            nn.Linear(config.hidden_size, inner), nn.ReLU(), nn.Linear(inner, config.num_labels)
+        )
+        self.post_init()
+
+    @can_return_tuple
+    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.FloatTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> UnifiedVlpQuestionAnsweringOutput:
+        r"""
+        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+            Soft answer scores in [0, 1].
+
+        Returns:
+            `UnifiedVlpQuestionAnsweringOutput` with `logits` `(batch_size, num_labels)` and `predicted_answer_ids`.
+        """
+        outputs = self.vlp(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            inputs_embeds=inputs_embeds,
+            seq2seq=False,
+            use_cache=False,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        joint = sequence_output[:, 0] * sequence_output[:, self.config.num_regions + 1]
+        logits = self.ans_classifier(joint)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape:
+                raise ValueError(f"labels must be soft scores of shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
+            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
+        predicted = logits[:, 1:].argmax(dim=-1) + 1 if logits.shape[-1] > 1 else torch.zeros_like(logits[:, 0]).long()
+        return UnifiedVlpQuestionAnsweringOutput(
+            loss=loss,
+            logits=logits,
+            predicted_answer_ids=predicted,
+            last_hidden_state=sequence_output,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )

@@ -1,0 +1,108 @@
+"""`pipeline("image-captioning")` (and `pipeline("image-to-text")`) for vlhub captioners: images or regions in,
+captions out.
+
+```python
+captioner = pipeline("image-captioning", model="path/to/vlp-coco")
+captioner("cat.jpg")                           # [{"generated_text": "a cat on a table"}]  (needs a region extractor)
+captioner(regions)                             # vlhub.RegionFeatures
+captioner([r1, r2, r3], batch_size=2, generate_kwargs={"num_beams": 5})   # [[{...}], [{...}], [{...}]]
+```
+
+transformers 5 rewrites the task "image-to-text" to its chat-style "image-text-to-text" pipeline, which cannot take
+region features. `ImageToTextPipeline` is what vlhub registers for "image-to-text": it builds this pipeline for a
+vlhub captioner and transformers' own `ImageTextToTextPipeline` (task "image-text-to-text", as transformers would)
+for any other model. See `vlhub.pipelines.register_pipelines`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from transformers import GenerationConfig, Pipeline
+
+from ..processing.regions import RegionFeatures
+from ..registry import architectures
+
+__all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
+
+
+def is_vlhub_model(model) -> bool:
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", None) in architectures()
+
+
+class ImageCaptioningPipeline(Pipeline):
+    """Caption images with any vlhub captioner (the architecture's "captioning" model, e.g. Unified VLP).
+
+    Inputs: an image (path, PIL image or array; needs the processor's region extractor), a `vlhub.RegionFeatures`,
+    or a list of them. `generate_kwargs` (and `max_new_tokens`) are passed to `model.generate`; by default the
+    pipeline decodes greedily up to 20 tokens. Returns `[{"generated_text": caption}]` per input.
+    """
+
+    _load_processor = True
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = False
+    _pipeline_calls_generate = True
+    _default_generation_config = GenerationConfig(max_new_tokens=20)
+
+    def _sanitize_parameters(self, generate_kwargs=None, max_new_tokens=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"unexpected argument(s) {sorted(kwargs)}; pass generation settings in generate_kwargs")
+        forward = dict(generate_kwargs or {})
+        if max_new_tokens is not None:
+            if "max_new_tokens" in forward:
+                raise ValueError("max_new_tokens given twice (as an argument and in generate_kwargs)")
+            forward["max_new_tokens"] = max_new_tokens
+        return {}, forward, {}
+
+    def __call__(self, images=None, **kwargs) -> Any:
+        if images is None:
+            raise ValueError("image captioning needs images (paths, PIL images or vlhub.RegionFeatures)")
+        many = isinstance(images, (list, tuple))
+        if many and not images:
+            raise ValueError("empty list of images")
+        if many and "batch_size" not in kwargs and self._batch_size is None:
+            kwargs["batch_size"] = min(len(images), 16)
+        return super().__call__(list(images) if many else images, **kwargs)
+
+    def preprocess(self, image):
+        if isinstance(image, RegionFeatures):
+            return self.processor(regions=[image], return_tensors="pt")
+        return self.processor(images=[image], return_tensors="pt")
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        model_inputs = {k: v for k, v in model_inputs.items() if k in self.processor.model_input_names}
+        # the user's settings over those given to pipeline(), over the pipeline's defaults (transformers' merge)
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        return {"sequences": self.model.generate(**model_inputs, **generate_kwargs)}
+
+    def postprocess(self, model_outputs):
+        return [{"generated_text": caption} for caption in self.processor.batch_decode(model_outputs["sequences"])]
+
+
+class ImageToTextPipeline:
+    """The "image-to-text" task: `ImageCaptioningPipeline` for a vlhub model, transformers' `ImageTextToTextPipeline`
+    (as transformers 5 itself maps "image-to-text") for any other model."""
+
+    _load_processor = True
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = False
+    _load_video_processor = False
+    _pipeline_calls_generate = True
+
+    def __new__(cls, model, *args, **kwargs):
+        if is_vlhub_model(model):
+            return ImageCaptioningPipeline(model, *args, **kwargs)
+        from transformers.pipelines.image_text_to_text import ImageTextToTextPipeline
+
+        warnings.warn(
+            "The task `image-to-text` has been replaced by `image-text-to-text` in transformers 5; the pipeline is "
+            "instantiated with the new task name.",
+            UserWarning,
+            stacklevel=3,
+        )
+        kwargs["task"] = "image-text-to-text"
+        return ImageTextToTextPipeline(model, *args, **kwargs)

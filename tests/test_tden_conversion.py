@@ -110,6 +110,13 @@ def test_pipelines_work_on_converted_folders(tmp_path):
     convert("retrieval", tmp_path / "retrieval")
     ranked = pipeline("image-text-retrieval", model=str(tmp_path / "retrieval"))(image=regions, texts=["man riding horse", "two dogs"])
     assert [r["text"] for r in ranked] != [] and len(ranked) == 2
+    convert("caption", tmp_path / "caption")
+    for task in ("image-captioning", "image-to-text"):
+        captioner = pipeline(task, model=str(tmp_path / "caption"))
+        captions = captioner([regions, regions], generate_kwargs={"max_new_tokens": 5})
+        assert len(captions) == 2 and captions[0] == captions[1]
+        text = captions[0][0]["generated_text"]
+        assert text.strip() and "[CLS]" not in text and "[SEP]" not in text  # special tokens are not words
 
 
 @pytest.mark.parametrize("name, task, message", [

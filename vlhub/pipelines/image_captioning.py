@@ -79,7 +79,8 @@ class ImageCaptioningPipeline(Pipeline):
         return {"sequences": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(self, model_outputs):
-        return [{"generated_text": caption} for caption in self.processor.batch_decode(model_outputs["sequences"])]
+        captions = self.processor.batch_decode(model_outputs["sequences"], skip_special_tokens=True)
+        return [{"generated_text": caption} for caption in captions]
 
 
 class ImageToTextPipeline:

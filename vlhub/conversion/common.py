@@ -57,6 +57,7 @@ __all__ = [
     "strip_prefix",
     "write_model_card",
     "load_bert_tokenizer",
+    "vlhub_usage",
 ]
 
 
@@ -451,3 +452,14 @@ def load_bert_tokenizer(tokenizer, do_lower_case: bool, original_name: str):
             f"could not load the tokenizer {name!r} ({err}). The original uses {original_name}; offline, pass "
             "--tokenizer with a local folder or vocab.txt"
         ) from err
+
+
+def vlhub_usage(model_class: type, output_dir: str | os.PathLike) -> str:
+    """The model card's usage snippet for a converted folder: the model class from `vlhub` (importing vlhub
+    registers the architecture with transformers) and the processor from `AutoProcessor`."""
+    folder = Path(output_dir).name
+    return (
+        f'import vlhub\nfrom transformers import AutoProcessor\n'
+        f'model = vlhub.{model_class.__name__}.from_pretrained("{folder}")\n'
+        f'processor = AutoProcessor.from_pretrained("{folder}")'
+    )

@@ -41,6 +41,7 @@ from .common import (
     load_bert_tokenizer,
     load_torch_state_dict,
     save_converted,
+    vlhub_usage,
 )
 
 logger = logging.getLogger(__name__)
@@ -357,10 +358,7 @@ def convert_tden(
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"TDEN ({task}) converted from {checkpoint.name}", architecture="tden",
         pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=f"""import vlhub
-from transformers import AutoProcessor
-model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
-processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
+        usage=vlhub_usage(model_class, output_dir),
     )
     logger.info(report.summary())
     return report

@@ -38,6 +38,7 @@ from .common import (
     load_bert_tokenizer,
     load_torch_state_dict,
     save_converted,
+    vlhub_usage,
 )
 
 logger = logging.getLogger(__name__)
@@ -284,10 +285,7 @@ def convert_uniter(
         title=f"UNITER ({task}) converted from {checkpoint.name}",
         architecture="uniter",
         pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=f"""import vlhub
-from transformers import AutoProcessor
-model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
-processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
+        usage=vlhub_usage(model_class, output_dir),
     )
     logger.info(report.summary())
     return report

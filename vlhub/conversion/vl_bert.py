@@ -39,6 +39,7 @@ from .common import (
     load_torch_state_dict,
     save_converted,
     strip_prefix,
+    vlhub_usage,
 )
 
 logger = logging.getLogger(__name__)
@@ -363,10 +364,7 @@ def convert_vl_bert(
         title=f"VL-BERT ({task}) converted from {checkpoint.name}",
         architecture="vl_bert",
         pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=f"""import vlhub
-from transformers import AutoProcessor
-model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
-processor = AutoProcessor.from_pretrained("{output_dir.name}")""",
+        usage=vlhub_usage(model_class, output_dir),
     )
     logger.info(report.summary())
     return report

@@ -84,8 +84,9 @@ _ATTEMPTS: list = []
 # transformers' modules that import the Auto classes half-way through their own import (BERT's modeling via
 # `modeling_layers`), which vlhub's modeling files import in turn: `import vlhub; from transformers import BertModel`
 # must not register (import vlhub's models) before they are complete.
-# vlhub's shared layers import BERT's modeling too.
-_BLOCKING = ("transformers.modeling_layers", "transformers.models.bert.modeling_bert", "vlhub.modeling.layers")
+# vlhub's shared layers and shared PreTrainedModel base import BERT's modeling too.
+_BLOCKING = ("transformers.modeling_layers", "transformers.models.bert.modeling_bert", "vlhub.modeling.layers",
+             "vlhub.modeling.modeling_utils")
 
 
 def _retry_all(completed=None) -> None:

@@ -1,13 +1,14 @@
 """TDEN configuration."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+
+from ..configuration_text import BertTextConfig
 
 __all__ = ["TdenConfig"]
 
 
 @strict
-class TdenConfig(PreTrainedConfig):
+class TdenConfig(BertTextConfig):
     r"""Configuration of a TDEN model (Li et al., "Scheduled Sampling in Vision-Language Pretraining with Decoupled
     Encoder-Decoder Network", AAAI 2021), as released in X-modaler.
 
@@ -47,21 +48,13 @@ class TdenConfig(PreTrainedConfig):
 
     model_type = "tden"
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
+    # BERT's text fields: BertTextConfig (these three change its defaults)
+    type_vocab_size: int = 3
+    use_cache: bool = True
+    tie_word_embeddings: bool = False
     num_visual_layers: int = 6
     num_cross_encoder_layers: int = 6
     num_decoder_layers: int = 6
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 3
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
     embedding_layer_norm_eps: float = 1e-5
     understanding_token_type_id: int = 0
     generation_token_type_id: int = 1
@@ -77,20 +70,11 @@ class TdenConfig(PreTrainedConfig):
     bidirectional_decoder: bool = False
     ranking_margin: float | int = 0.2
     label_smoothing: float | int = 0.0
-    pad_token_id: int | None = 0
     bos_token_id: int | None = 101
     eos_token_id: int | None = 102
-    is_decoder: bool = False
-    add_cross_attention: bool = False
-    use_cache: bool = True
-    tie_word_embeddings: bool = False
 
     def validate_architecture(self):
-        super().validate_architecture()
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
-            )
+        super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         for name in ("num_hidden_layers", "num_visual_layers", "num_cross_encoder_layers", "num_decoder_layers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

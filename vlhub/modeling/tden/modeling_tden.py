@@ -30,8 +30,7 @@ import transformers.models.auto.modeling_auto  # noqa: F401  isort: skip
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
+from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -55,6 +54,7 @@ from ..layers import (
     extended_attention_mask,
     gather_masked,
 )
+from ..modeling_utils import VisionLanguagePreTrainedModel
 from .configuration_tden import TdenConfig
 
 __all__ = [
@@ -423,25 +423,11 @@ def batch_hardest_triplet_loss(similarity: torch.Tensor, margin: float, group_id
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class TdenPreTrainedModel(PreTrainedModel):
+class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     config: TdenConfig
     config_class = TdenConfig
     base_model_prefix = "tden"
-    main_input_name = "input_ids"
-    input_modalities = ("image", "text")
-    supports_gradient_checkpointing = True
     _no_split_modules = ["TdenEmbeddings", "TdenRegionEmbeddings", "BertLayer", "CrossModalLayer", "TdenDecoderLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, BertEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
 
     # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to
     # score pairs, a retrieval model asked to caption) is an error rather than a silently random head.
@@ -534,12 +520,6 @@ class TdenModel(TdenPreTrainedModel):
             if config.num_decoder_layers > 0 else None
         )
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     def _type_ids(self, reference, type_ids, type_id):
         if type_ids is not None:

@@ -1,11 +1,10 @@
 """UNITER configuration."""
 
-import json
 import os
 
 from huggingface_hub.dataclasses import strict
 
-from ..configuration_text import BertTextConfig
+from ..configuration_text import BertTextConfig, read_original_bert_config
 
 __all__ = ["UniterConfig"]
 
@@ -49,11 +48,7 @@ class UniterConfig(BertTextConfig):
     classifier_activation: str = "gelu"
 
     def validate_architecture(self):
-        super().validate_architecture()
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
-            )
+        super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if self.nlvr2_head not in ("paired", "paired-attn"):
             raise ValueError(f"nlvr2_head must be 'paired' or 'paired-attn', got {self.nlvr2_head!r}")
         if self.re_head_layers not in (1, 2):
@@ -62,20 +57,4 @@ class UniterConfig(BertTextConfig):
     @classmethod
     def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UniterConfig":
         """Read a config in the original release's format (`config/uniter-base.json`: BERT fields only)."""
-        if isinstance(path_or_dict, dict):
-            original = dict(path_or_dict)
-        else:
-            with open(path_or_dict, encoding="utf-8") as f:
-                original = json.load(f)
-        known = {
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-            "type_vocab_size", "initializer_range",
-        }  # fmt: skip
-        unknown = sorted(set(original) - known)
-        if unknown:
-            raise ValueError(f"unexpected field(s) {unknown} in the original UNITER config; expected only {sorted(known)}")
-        missing = sorted({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"} - set(original))
-        if missing:
-            raise ValueError(f"the original UNITER config lacks required field(s) {missing}")
-        return cls(**{**original, **overrides})
+        return cls(**{**read_original_bert_config(path_or_dict, "UNITER"), **overrides})

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -27,7 +26,6 @@ from transformers.modeling_outputs import (
     MultipleChoiceModelOutput,
     SequenceClassifierOutput,
 )
-from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
@@ -37,10 +35,8 @@ from ..layers import (
     AttentionPooling,
     BertEmbeddings,
     BertEncoder,
-    BertLayer,
     BertOnlyMLMHead,
     BertPooler,
-    BertSelfAttention,
     RegionClassificationHead,
     RegionFeatureRegressionHead,
     check_text_and_region_inputs,
@@ -49,6 +45,7 @@ from ..layers import (
     flatten_choices,
     ipot_distance,
 )
+from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_uniter import UniterConfig
 
 __all__ = [
@@ -214,29 +211,19 @@ class UniterImageEmbeddings(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class UniterPreTrainedModel(PreTrainedModel):
+class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
     config: UniterConfig
     config_class = UniterConfig
     base_model_prefix = "uniter"
-    main_input_name = "input_ids"
-    input_modalities = ("image", "text")
-    supports_gradient_checkpointing = True
     _no_split_modules = ["BertEmbeddings", "UniterImageEmbeddings", "BertLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+    _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry the region mask embedding; only the pre-training model owns it.
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight"]
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, BertEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
-        elif isinstance(module, (BertLMPredictionHead, RegionFeatureRegressionHead)):
+        super()._init_weights(module)  # BERT embeddings' buffers, MLM bias
+        if isinstance(module, RegionFeatureRegressionHead):
             init.zeros_(module.bias)
         elif isinstance(module, nn.MultiheadAttention):  # NLVR2 paired-attn: raw in-projection parameters
             init.xavier_uniform_(module.in_proj_weight)
@@ -267,12 +254,6 @@ class UniterModel(UniterPreTrainedModel):
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     @merge_with_config_defaults
     @capture_outputs
@@ -348,7 +329,7 @@ def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class UniterForPreTraining(UniterPreTrainedModel):
+class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     """UNITER with its pre-training heads: MLM (`cls`, decoder tied to the word embeddings), MRFR (`feat_regress`,
     output projection tied to the image embedder's `img_linear`), MRC / MRC-kl (`region_classifier`) and ITM
     (`itm_output`, on the pooled output) with the optional word-region alignment (WRA) distance. The backbone has
@@ -376,13 +357,6 @@ class UniterForPreTraining(UniterPreTrainedModel):
         )
         self.itm_output = nn.Linear(config.hidden_size, 2)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
 
     @can_return_tuple
     @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)

@@ -1,11 +1,10 @@
 """ViLBERT configuration."""
 
-import json
 import os
 
 from huggingface_hub.dataclasses import strict
 
-from ..configuration_text import BertTextConfig
+from ..configuration_text import BertTextConfig, load_original_config
 
 __all__ = ["VilbertConfig"]
 
@@ -112,8 +111,7 @@ class VilbertConfig(BertTextConfig):
 
     def validate_architecture(self):
         super().validate_architecture()
-        for name, size, heads in (
-            ("hidden_size", self.hidden_size, self.num_attention_heads),
+        for name, size, heads in (  # hidden_size: BertTextConfig
             ("visual_hidden_size", self.visual_hidden_size, self.visual_num_attention_heads),
             ("bi_hidden_size", self.bi_hidden_size, self.bi_num_attention_heads),
         ):
@@ -149,11 +147,7 @@ class VilbertConfig(BertTextConfig):
 
         Fields the original code never reads are ignored; switches vlhub does not implement (dynamic attention,
         feature regression targets, RoBERTa text) are refused with a message, not silently dropped."""
-        if isinstance(path_or_dict, dict):
-            original = dict(path_or_dict)
-        else:
-            with open(path_or_dict, encoding="utf-8") as f:
-                original = json.load(f)
+        original = load_original_config(path_or_dict)
         fields = {}
         unknown = []
         for key, value in original.items():

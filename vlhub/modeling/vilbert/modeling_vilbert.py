@@ -20,8 +20,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
-from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
@@ -40,6 +38,7 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
 )
+from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vilbert import VilbertConfig
 
 __all__ = [
@@ -327,27 +326,11 @@ class VilbertEncoder(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class VilbertPreTrainedModel(PreTrainedModel):
+class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VilbertConfig
     config_class = VilbertConfig
     base_model_prefix = "vilbert"
-    main_input_name = "input_ids"
-    input_modalities = ("image", "text")
-    supports_gradient_checkpointing = True
     _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, BertEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
-        elif isinstance(module, BertLMPredictionHead):
-            init.zeros_(module.bias)
 
 
 def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
@@ -389,12 +372,6 @@ class VilbertModel(VilbertPreTrainedModel):
         self.t_pooler = VilbertPooler(config.hidden_size, config.bi_hidden_size)
         self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     @can_return_tuple
     @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
@@ -468,12 +445,6 @@ class _VilbertHead(VilbertPreTrainedModel):
         self.vilbert = VilbertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def get_input_embeddings(self):
-        return self.vilbert.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.vilbert.set_input_embeddings(value)
-
     def _pairs(self, inputs: dict) -> dict:
         """The trunk's inputs, one row per (text, image) pair."""
         return inputs
@@ -546,7 +517,7 @@ class VilbertPreTrainingHeads(nn.Module):
         self.imagePredictions = VilbertImagePredictionHead(config)
 
 
-class VilbertForPreTraining(_VilbertHead):
+class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
     """ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
     the detector's class distribution (KL) and image-caption alignment (**class 0 = aligned**, as the original).
 
@@ -579,13 +550,6 @@ class VilbertForPreTraining(_VilbertHead):
         super().__init__(config)
         self.cls = VilbertPreTrainingHeads(config)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
 
     _head_arguments = ("region_labels", "region_class_targets", "alignment_labels")
 

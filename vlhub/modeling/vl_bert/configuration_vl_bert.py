@@ -3,13 +3,14 @@
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+
+from ..configuration_text import BertTextConfig
 
 __all__ = ["VlBertConfig"]
 
 
 @strict
-class VlBertConfig(PreTrainedConfig):
+class VlBertConfig(BertTextConfig):
     r"""Configuration of a VL-BERT model (Su et al., "VL-BERT: Pre-training of Generic Visual-Linguistic
     Representations", ICLR 2020), as the released code (jackroos/VL-BERT) builds it.
 
@@ -52,19 +53,7 @@ class VlBertConfig(PreTrainedConfig):
 
     model_type = "vl_bert"
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 3
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int | None = 0
+    type_vocab_size: int = 3  # BERT's other text fields: BertTextConfig
     region_feature_dim: int = 2048
     geometry_embedding_dim: int = 256
     geometry_scale: float | int = 100.0
@@ -85,17 +74,9 @@ class VlBertConfig(PreTrainedConfig):
     backbone_res2_channels: int = 256
     roi_resolution: int = 14
     roi_sampling_ratio: int = 1
-    is_decoder: bool = False
-    add_cross_attention: bool = False
-    use_cache: bool = False
-    tie_word_embeddings: bool = True
 
     def validate_architecture(self):
-        super().validate_architecture()
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
-            )
+        super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if not self.image_feature_precomputed and 8 * self.backbone_res2_channels != self.region_feature_dim:
             raise ValueError(
                 f"an e2e VL-BERT's res5 gives {8 * self.backbone_res2_channels}-d features (8 x backbone_res2_channels) "

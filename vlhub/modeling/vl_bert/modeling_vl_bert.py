@@ -18,11 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput, MultipleChoiceModelOutput
-from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
@@ -31,13 +29,12 @@ from transformers.utils.output_capturing import capture_outputs
 from ..layers import (
     BertEmbeddings,
     BertEncoder,
-    BertLayer,
     BertOnlyMLMHead,
     BertPooler,
     BertPredictionHeadTransform,
-    BertSelfAttention,
     extended_attention_mask,
 )
+from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vl_bert import VlBertConfig
 
 __all__ = [
@@ -396,19 +393,12 @@ class VlBertRegionClassificationHead(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class VlBertPreTrainedModel(PreTrainedModel):
+class VlBertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VlBertConfig
     config_class = VlBertConfig
     base_model_prefix = "vl_bert"
-    main_input_name = "input_ids"
-    input_modalities = ("image", "text")
-    supports_gradient_checkpointing = True
     _no_split_modules = ["VlBertEmbeddings", "VlBertVisualFeatureEmbedding", "BertLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+    _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry embeddings only the pre-training model owns.
     _keys_to_ignore_on_load_unexpected = [
         r"embeddings\.aux_text_visual_embedding\.weight",
@@ -418,17 +408,13 @@ class VlBertPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
+        super()._init_weights(module)  # BERT embeddings' buffers, MLM bias
         if isinstance(module, VlBertEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
             # The visual terms start switched off (`visual_scale_*_init`), as in the original.
             init.constant_(module.visual_ln_text.weight, self.config.visual_scale_text_init)
             init.constant_(module.visual_ln_object.weight, self.config.visual_scale_object_init)
         elif isinstance(module, VlBertVisualFeatureEmbedding) and module.object_mask_visual_embedding is not None:
             init.zeros_(module.object_mask_visual_embedding)  # the original starts it at zero
-        elif isinstance(module, BertLMPredictionHead):
-            init.zeros_(module.bias)
 
 
 def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_features, region_locations,
@@ -525,12 +511,6 @@ class VlBertModel(VlBertPreTrainedModel):
         self.pooler = BertPooler(config) if with_pooler else None
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
     @merge_with_config_defaults
     @capture_outputs
     @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)
@@ -617,7 +597,7 @@ def _regions(region_features, region_boxes):
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class VlBertForPreTraining(VlBertPreTrainedModel):
+class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
     """VL-BERT with its pre-training heads: masked language modelling with visual clues (`cls`, BERT's MLM head with
     the decoder tied to the word embeddings) and masked RoI classification with linguistic clues (`mvrc_head`, over
     the detector's 1601 classes). The backbone owns the text-only visual term and the masked-object embeddings.
@@ -638,13 +618,6 @@ class VlBertForPreTraining(VlBertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config)
         self.mvrc_head = VlBertRegionClassificationHead(config)
         self.post_init()
-
-    def get_output_embeddings(self):
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
 
     @can_return_tuple
     @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)

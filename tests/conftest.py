@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import tempfile
@@ -34,6 +35,49 @@ def fixture_root() -> Path:
     return fixtures_root()
 
 
+PARITY_TOLERANCE = 1e-4
+# The files every architecture's parity fixture has (tests/fixtures/README.md describes the layout).
+PARITY_FILES = ("raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors", "outputs.safetensors")
+
+
+def parity_fixture_dir(name: str, label: str):
+    """`(root, pytestmark)` of a parity test module: the fixture folder `$VLHUB_FIXTURES_DIR/<name>` and a mark that
+    skips the module when the fixture is absent. With $VLHUB_FIXTURES_DIR set the fixtures were asked for, so nothing
+    is skipped and a missing fixture fails (`ParityFixture` checks its files)."""
+    root = fixtures_root() / name
+    mark = pytest.mark.skipif(
+        not (root / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
+        reason=f"no {label} fixture at {root}",
+    )
+    return root, mark
+
+
+class ParityFixture:
+    """A parity fixture's common files, loaded: `raw` (raw_inputs.json), `raw_tensors`, `model_inputs`, `outputs`.
+    Fails the test (never skips) when any of `PARITY_FILES` or the subclass's `needed` files is missing."""
+
+    label = "parity"
+
+    def __init__(self, root: Path, work: Path, needed=()):
+        from safetensors.torch import load_file
+
+        missing = [name for name in (*PARITY_FILES, *needed) if not (root / name).is_file()]
+        if missing:
+            pytest.fail(f"the {self.label} fixture at {root} lacks {missing}")
+        self.root, self.work = root, work
+        self.raw = json.loads((root / "raw_inputs.json").read_text())
+        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
+        self.model_inputs = load_file(root / "model_inputs.safetensors")
+        self.outputs = load_file(root / "outputs.safetensors")
+
+
+def assert_close(actual, expected, what: str = "", atol: float = PARITY_TOLERANCE):
+    """Same shape and max |actual - expected| <= atol (empty tensors of the same shape agree)."""
+    assert tuple(actual.shape) == tuple(expected.shape), f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    diff = (actual.detach().float() - expected.float()).abs().max().item() if expected.numel() else 0.0
+    assert diff <= atol, f"{what}: max abs diff {diff:.3g} > {atol}"
+
+
 def write_vocab(path: Path, size: int, special_tokens: dict[str, int]) -> Path:
     """A word-piece vocabulary of `size` entries with the special tokens at the given ids (placeholders elsewhere)."""
     vocab = [f"[unused{i}]" for i in range(size)]
@@ -66,6 +110,16 @@ def tiny_vocab(tmp_path) -> Path:
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(specials + words) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """Reset accelerate's singletons after the test (modules that train use it for every test via
+    `pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")`)."""
+    yield
+    from tests.training_helpers import reset_accelerate_state
+
+    reset_accelerate_state()
 
 
 def pytest_configure(config):

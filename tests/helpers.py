@@ -78,3 +78,16 @@ def write_test_image(path: Path, height: int = 40, width: int = 56, seed: int = 
     pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
     Image.fromarray(pixels).convert(mode).save(path)
     return path
+
+
+def vqa_single_and_batched(vqa, images, questions, top_k: int = 3) -> list:
+    """A VQA pipeline's answers one example at a time and in batches of 2: the same answers and top scores either
+    way (asserted). Returns the one-at-a-time answers."""
+    import pytest
+
+    single = [vqa(image=r, question=q, top_k=top_k) for r, q in zip(images, questions)]
+    batched = vqa(image=images, question=questions, top_k=top_k, batch_size=2)
+    for one, many in zip(single, batched):
+        assert [a["answer"] for a in one] == [a["answer"] for a in many]
+        assert one[0]["score"] == pytest.approx(many[0]["score"], abs=1e-5)
+    return single

@@ -5,9 +5,7 @@ Use: describe each model with a `ModelCase` (class, tiny config, input builder, 
 
     CASES = [ModelCase("vqa", UniterForQuestionAnswering, tiny_config, build_inputs, labels=vqa_labels), ...]
 
-    @pytest.fixture(params=CASES, ids=lambda case: case.name)
-    def case(request):
-        return request.param
+    case = model_case_fixture(CASES)
 
     class TestMyModels(ModelChecks):
         pass
@@ -27,7 +25,7 @@ from unittest import mock
 import torch
 import transformers
 
-__all__ = ["ModelCase", "ModelChecks", "output_tensors", "assert_outputs_close"]
+__all__ = ["ModelCase", "ModelChecks", "output_tensors", "assert_outputs_close", "model_case_fixture"]
 
 
 @dataclass
@@ -285,3 +283,14 @@ class ModelChecks:
                 assert grads_ckpt[name] is None, name
             else:
                 torch.testing.assert_close(grads_ckpt[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def model_case_fixture(cases):
+    """The `case` fixture `ModelChecks` needs: one test per `ModelCase`, named by the case."""
+    import pytest
+
+    @pytest.fixture(params=cases, ids=lambda case: case.name)
+    def case(request):
+        return request.param
+
+    return case

@@ -12,14 +12,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
 
 import vlhub
-from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import write_vocab
+from tests.training_helpers import reset_accelerate_state, tiny_pretraining_run
 from vlhub.processing.processor_base import RegionProcessor, VisionLanguageProcessor
 from vlhub.registry import Architecture, register_architecture, unregister_architecture
 from vlhub.training.masking import mask_tokens
@@ -120,8 +118,7 @@ def toy_architecture():
     register_architecture(TOY)
     yield TOY
     unregister_architecture("toy_vl")
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 def test_the_registry_answers_for_a_registered_architecture(toy_architecture):
@@ -142,13 +139,7 @@ def test_the_registry_answers_for_a_registered_architecture(toy_architecture):
 def test_pretrain_py_trains_a_new_architecture_by_model_type_and_auto_classes_load_it(tmp_path, toy_architecture):
     from transformers import AutoConfig, AutoModelForPreTraining, AutoProcessor
 
-    from vlhub.training.cli import pretrain_main
-
-    store = write_store_dataset(tmp_path / "data")
-    result = pretrain_main(["--model_type", "toy_vl", "--config_name", "tiny", "--dataset", str(store),
-                            "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
-                            "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                            "--output_dir", str(tmp_path / "run")])
+    result = tiny_pretraining_run(tmp_path, "toy_vl")
     assert result.global_step == 3
     assert [r["step"] for r in result.log_history if "mlm_loss" in r] == [1, 2, 3]
     card = (tmp_path / "run" / "README.md").read_text()

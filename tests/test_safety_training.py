@@ -7,23 +7,18 @@ import json
 import os
 
 import pytest
-from accelerate.state import AcceleratorState, GradientState
 
 from tests.hub_server import FakeHub, SilentServer
 from tests.test_training_cli import write_store_dataset
 from tests.test_training_loop import make_task, read_log
-from tests.training_helpers import TINY_CONFIG, write_vocab
+from tests.training_helpers import TINY_CONFIG, reset_accelerate_state, write_vocab
 from vlhub.training import HubError, VlhubTrainingArguments, train
 from vlhub.training.cli import pretrain_main
 from vlhub.training.loop import DamagedCheckpointError, resolve_checkpoint, verify_checkpoint
 from vlhub.utils.secrets import scrub_secrets, secret_values
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 @pytest.fixture
@@ -91,14 +86,12 @@ def test_a_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
     train(make_task(tmp_path), arguments(tmp_path, max_steps=6))
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == [
         "checkpoint-2", "checkpoint-4", "checkpoint-6"]
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     with pytest.raises(FileExistsError, match="checkpoint-6.*--overwrite_output_dir"):
         train(make_task(tmp_path), arguments(tmp_path, max_steps=4))
 
     # With --overwrite_output_dir the old checkpoints go first, so resume and rotation only see the new run.
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     result = train(make_task(tmp_path, seed=1), arguments(tmp_path, max_steps=4, save_total_limit=2,
                                                           overwrite_output_dir=True))
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
@@ -121,8 +114,7 @@ def crashed_run(tmp_path):
 
     with pytest.raises(Crash):
         train(make_task(tmp_path), arguments(tmp_path, max_steps=6), callbacks=[crash])
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     return tmp_path / "run"
 
 
@@ -150,8 +142,7 @@ def test_a_damaged_checkpoint_is_named_and_latest_falls_back(tmp_path, caplog, d
     damage(run / "checkpoint-4" / file)
     with pytest.raises(DamagedCheckpointError, match=f"checkpoint-4.*{problem}"):
         train(make_task(tmp_path), arguments(tmp_path, max_steps=6, resume_from_checkpoint=str(run / "checkpoint-4")))
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     with caplog.at_level("WARNING"):
         result = train(make_task(tmp_path), arguments(tmp_path, max_steps=6, resume_from_checkpoint="latest"))
     assert result.global_step == 6

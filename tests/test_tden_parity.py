@@ -5,43 +5,27 @@ Every tensor of the fixture's `outputs.safetensors` is compared (`test_tden_pari
 pre-training batch is the original's masked batch (`model_inputs.safetensors`), since masking is data preparation.
 """
 
-import json
-import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForImageTextToText, AutoModelForPreTraining, AutoProcessor
 
 import vlhub
 from vlhub.conversion.tden import convert_tden
 
-from .conftest import fixtures_root
+from .conftest import ParityFixture, assert_close, parity_fixture_dir
 
-ROOT = fixtures_root() / "tden"
-# With $VLHUB_FIXTURES_DIR set, the fixtures were asked for: a missing one fails the tests instead of skipping them.
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-    reason=f"no TDEN fixture at {ROOT}",
-)
-TOLERANCE = 1e-4
+ROOT, pytestmark = parity_fixture_dir("tden", "TDEN")
 TASKS = {"pretrain": "pretraining", "caption": "captioning", "vqa": "vqa", "retrieval": "retrieval"}
 SEP = 102
 
 
-class Fixture:
+class Fixture(ParityFixture):
+    label = "TDEN"
+
     def __init__(self, root, work):
-        needed = ["raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors", "outputs.safetensors",
-                  "original/vocab.txt"] + [f"original/{name}/{f}" for name in TASKS for f in ("model_final.pth", "config.yaml")]
-        missing = [name for name in needed if not (root / name).is_file()]
-        if missing:
-            pytest.fail(f"the TDEN fixture at {root} lacks {missing}")
-        self.root = root
-        self.raw = json.loads((root / "raw_inputs.json").read_text())
-        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
-        self.model_inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
-        self.work = work
+        needed = ["original/vocab.txt"] + [f"original/{name}/{f}" for name in TASKS for f in ("model_final.pth", "config.yaml")]
+        super().__init__(root, work, needed)
         self.checked: set[str] = set()
         self._converted = {}
 
@@ -75,11 +59,20 @@ class Fixture:
             batch["attention_mask"] = mi[f"{prefix}.TOKENS_MASKS"].long()
         return batch
 
+    def understanding_run(self, task):
+        """`task`'s converted folder, the original's batch, and the base model's outputs (all hidden states) on it
+        with the understanding stream's tokens."""
+        folder = self.convert(task)
+        batch = self.batch(task)
+        text = dict(input_ids=self.model_inputs[f"{task}.U_TOKENS_IDS"],
+                    token_type_ids=self.model_inputs[f"{task}.U_TOKENS_TYPE"])
+        base = AutoModel.from_pretrained(folder).eval()
+        with torch.no_grad():
+            out = base(**batch, **text, output_hidden_states=True)
+        return folder, batch, base, out
+
     def close(self, name, actual, expected=None):
-        expected = self.outputs[name] if expected is None else expected
-        assert actual.shape == expected.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-        diff = (actual.float() - expected.float()).abs().max().item()
-        assert diff <= TOLERANCE, f"{name}: max abs diff {diff:.3g} > {TOLERANCE}"
+        assert_close(actual, self.outputs[name] if expected is None else expected, name)
         self.checked.add(name)
 
     def equal(self, name, actual):
@@ -264,13 +257,7 @@ def test_tden_parity_xmodaler_beam_search(fx):
 
 
 def test_tden_parity_vqa(fx):
-    folder = fx.convert("vqa")
-    mi = fx.model_inputs
-    batch = fx.batch("vqa")
-    text = dict(input_ids=mi["vqa.U_TOKENS_IDS"], token_type_ids=mi["vqa.U_TOKENS_TYPE"])
-    base = AutoModel.from_pretrained(folder).eval()
-    with torch.no_grad():
-        out = base(**batch, **text, output_hidden_states=True)
+    folder, batch, _, out = fx.understanding_run("vqa")
     _check_encoders(fx, "vqa", out)
     _split_cross(fx, "vqa", out.cross_encoder_hidden_states, batch["region_features"].shape[1])
     fx.layers("vqa.decoder", out.decoder_hidden_states[1:])
@@ -288,13 +275,7 @@ def test_tden_parity_vqa(fx):
 
 
 def test_tden_parity_retrieval(fx):
-    folder = fx.convert("retrieval")
-    mi = fx.model_inputs
-    batch = fx.batch("retrieval")
-    text = dict(input_ids=mi["retrieval.U_TOKENS_IDS"], token_type_ids=mi["retrieval.U_TOKENS_TYPE"])
-    base = AutoModel.from_pretrained(folder).eval()
-    with torch.no_grad():
-        out = base(**batch, **text, output_hidden_states=True)
+    folder, _, base, out = fx.understanding_run("retrieval")
     assert base.cross_encoder is None and base.decoder is None
     _check_encoders(fx, "retrieval", out)
 

@@ -1,6 +1,5 @@
 """transformers' model checks (tests/model_checks.py) for TdenModel and every TDEN head."""
 
-import pytest
 import torch
 
 from vlhub import (
@@ -14,7 +13,7 @@ from vlhub import (
 )
 
 from . import test_uniter_transformers_checks as uniter_inputs
-from .model_checks import ModelCase, ModelChecks
+from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS, ANSWERS = 2, 6, 5, 16, 11, 5
 assert (uniter_inputs.BATCH, uniter_inputs.TEXT, uniter_inputs.REGIONS, uniter_inputs.FEATURES) == (BATCH, TEXT, REGIONS, FEATURES)
@@ -80,9 +79,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=CASES, ids=lambda case: case.name)
-def case(request):
-    return request.param
+case = model_case_fixture(CASES)
 
 
 class TestTdenTransformersChecks(ModelChecks):

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from accelerate.state import AcceleratorState, GradientState
 
 from tests.training_helpers import TINY_CONFIG, synthetic_corpus, write_vocab
 from vlhub.training.cli import pretrain_main
@@ -19,11 +18,7 @@ from vlhub.training.data import load_caption_corpus, write_jsonl
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def write_store_dataset(folder: Path) -> Path:

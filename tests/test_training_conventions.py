@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from accelerate.state import AcceleratorState, GradientState
 from transformers import TrainerState
 
 from tests.test_training_cli import write_store_dataset
@@ -14,11 +13,7 @@ from tests.training_helpers import TINY_CONFIG, write_vocab
 from vlhub.training.cli import launch_command, pretrain_main, redact_secrets
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def test_epochs_state_file_and_transformers_flag_names(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import set_seed
 
 import vlhub
@@ -15,11 +14,7 @@ from vlhub.training import TrainingArguments, build_uniter_config, train
 from vlhub.training.finetuning import RetrievalTask, VqaDataset, VqaExample, VqaTask, concat_inputs
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def processor_and_config(tmp_path, corpus, **overrides):

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import set_seed
 
-from tests.training_helpers import TINY_CONFIG, synthetic_corpus, tiny_tokenizer
+from tests.training_helpers import TINY_CONFIG, reset_accelerate_state, synthetic_corpus, tiny_tokenizer
 from vlhub.training import (
     ObjectiveMix,
     PretrainingTask,
@@ -22,11 +21,7 @@ from vlhub.training import (
 )
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def make_task(tmp_path: Path, objectives: dict | None = None, seed: int = 0) -> PretrainingTask:
@@ -77,8 +72,7 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path, accumulation, workers)
     assert [r["step"] for r in read_log(tmp_path / "b") if "loss" in r] == [1, 2, 3, 4, 5]
     assert resolve_checkpoint("latest", tmp_path / "b").name == "checkpoint-3"
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     # A different initialisation seed for the resumed process: everything must come from the checkpoint.
     resumed = TrainingArguments(output_dir=str(tmp_path / "b"), resume_from_checkpoint="latest", **common)
     result = train(make_task(tmp_path, seed=99), resumed)

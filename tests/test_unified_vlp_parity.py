@@ -4,14 +4,11 @@
 Every tensor of the fixture is checked: the raw inputs against their JSON description, every model input against
 what the processor (and the model's own mask/type/position construction) produces, every output against the model."""
 
-import json
-import os
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from transformers import (
     AutoModelForImageTextToText,
     AutoModelForPreTraining,
@@ -24,22 +21,10 @@ import vlhub
 from vlhub.conversion.unified_vlp import convert_unified_vlp
 from vlhub.modeling.unified_vlp import vlp_beam_search, vlp_region_geometry
 
-from .conftest import fixtures_root
+from .conftest import ParityFixture, assert_close, parity_fixture_dir
 
-ROOT = fixtures_root() / "unified_vlp"
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-    reason=f"no Unified VLP fixture at {ROOT}",
-)
-TOLERANCE = 1e-4
-FILES = ("raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors", "outputs.safetensors",
-         "original/bert_config.json", "original/vocab.txt", "original/img2txt/model.30.bin", "original/vqa2/model.20.bin")
-
-
-def assert_close(actual, expected, what):
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    diff = (actual.detach().float() - expected.float()).abs().max().item() if expected.numel() else 0.0
-    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.3g} > {TOLERANCE}"
+ROOT, pytestmark = parity_fixture_dir("unified_vlp", "Unified VLP")
+FILES = ("original/bert_config.json", "original/vocab.txt", "original/img2txt/model.30.bin", "original/vqa2/model.20.bin")
 
 
 def assert_equal(actual, expected, what):
@@ -47,16 +32,12 @@ def assert_equal(actual, expected, what):
     assert torch.equal(actual.long(), expected.long()), f"{what}: {actual.tolist()} != {expected.tolist()}"
 
 
-class Fixture:
+class Fixture(ParityFixture):
+    label = "Unified VLP"
+
     def __init__(self, root, work):
-        missing = [name for name in FILES if not (root / name).is_file()]
-        if missing:
-            pytest.fail(f"the Unified VLP fixture at {root} lacks {missing}")
-        self.root, self.work = root, work
-        self.raw = json.loads((root / "raw_inputs.json").read_text())
-        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
-        self.inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
+        super().__init__(root, work, FILES)
+        self.inputs = self.model_inputs
         self._folders = {}
 
     def convert(self, name, task=None):

@@ -12,7 +12,7 @@ from vlhub import (
     UnifiedVlpModel,
 )
 
-from .model_checks import ModelCase, ModelChecks
+from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 BATCH, REGIONS, TEXT, FEATURES, CLASSES, ANSWERS = 2, 4, 5, 16, 5, 6
 
@@ -81,9 +81,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=CASES, ids=lambda case: case.name)
-def case(request):
-    return request.param
+case = model_case_fixture(CASES)
 
 
 class TestUnifiedVlpTransformersChecks(ModelChecks):

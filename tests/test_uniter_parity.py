@@ -2,42 +2,27 @@
 original code computed (tests/fixtures/uniter, or $VLHUB_FIXTURES_DIR/uniter)."""
 
 import json
-import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForVisualQuestionAnswering, AutoProcessor
 
 import vlhub
 from vlhub.conversion import convert_uniter
 
-from .conftest import fixtures_root, write_vocab
+from .conftest import ParityFixture, assert_close, parity_fixture_dir, write_vocab
 
-ROOT = fixtures_root() / "uniter"
-# With $VLHUB_FIXTURES_DIR set, the fixtures were asked for: a missing one fails the tests instead of skipping them.
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-    reason=f"no UNITER fixture at {ROOT}",
-)
-TOLERANCE = 1e-4
+ROOT, pytestmark = parity_fixture_dir("uniter", "UNITER")
 
 
-class Fixture:
+class Fixture(ParityFixture):
+    label = "UNITER"
+
     def __init__(self, root, work):
-        missing = [name for name in ("raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors",
-                                     "outputs.safetensors", "original/config.json") if not (root / name).is_file()]
-        if missing:
-            pytest.fail(f"$VLHUB_FIXTURES_DIR is set but the UNITER fixture at {root} lacks {missing}")
-        self.root = root
-        self.raw = json.loads((root / "raw_inputs.json").read_text())
-        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
-        self.model_inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
+        super().__init__(root, work, needed=["original/config.json"])
         self.config = root / "original" / "config.json"
         vocab_size = json.loads(self.config.read_text())["vocab_size"]
         self.vocab = write_vocab(work / "vocab.txt", vocab_size, self.raw["special_tokens"])
-        self.work = work
         self._converted = {}
 
     def regions(self):
@@ -83,12 +68,6 @@ class Fixture:
         for i, (tl, nb) in enumerate(zip(text_lens, num_boxes)):
             ours = torch.cat([mine[i, :tl], mine[i, text_length : text_length + nb]])
             assert_close(ours, reference[i, : tl + nb], f"example {i}")
-
-
-def assert_close(actual, expected, what=""):
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    diff = (actual.float() - expected.float()).abs().max().item()
-    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.3g} > {TOLERANCE}"
 
 
 @pytest.fixture(scope="module")

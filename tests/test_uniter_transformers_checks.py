@@ -15,7 +15,7 @@ from vlhub import (
     UniterModel,
 )
 
-from .model_checks import ModelCase, ModelChecks
+from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS = 2, 6, 5, 16, 11
 
@@ -136,9 +136,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=CASES, ids=lambda case: case.name)
-def case(request):
-    return request.param
+case = model_case_fixture(CASES)
 
 
 class TestUniterTransformersChecks(ModelChecks):

@@ -3,24 +3,17 @@ models (and the processor on the raw inputs), against every tensor the original 
 (tests/fixtures/vilbert, or $VLHUB_FIXTURES_DIR/vilbert). Sizes are read from the fixture, never assumed."""
 
 import json
-import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
 import vlhub
 from vlhub.conversion.vilbert import convert_vilbert
 
-from .conftest import fixtures_root, write_vocab
+from .conftest import ParityFixture, assert_close, parity_fixture_dir, write_vocab
 
-ROOT = fixtures_root() / "vilbert"
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-    reason=f"no ViLBERT fixture at {ROOT}",
-)
-TOLERANCE = 1e-4
+ROOT, pytestmark = parity_fixture_dir("vilbert", "ViLBERT")
 PADDED_SCORE_TOLERANCE = 2e-3  # rows at ≈ -10000 (float32 spacing there is ~1e-3)
 CHECKPOINTS = {
     "pretrain": "original/vilbert_beta/pretrained/pytorch_model_9.bin",
@@ -31,18 +24,11 @@ INPUTS = {"pretrain": "beta", "beta_vqa": "beta", "mt": "mt"}
 SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}  # the fixture's stub tokenizer
 
 
-class Fixture:
+class Fixture(ParityFixture):
+    label = "ViLBERT"
+
     def __init__(self, root, work):
-        files = ["raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors", "outputs.safetensors",
-                 "original/bert_tiny_4layer_2conect.json", *CHECKPOINTS.values()]
-        missing = [name for name in files if not (root / name).is_file()]
-        if missing:
-            pytest.fail(f"$VLHUB_FIXTURES_DIR is set but the ViLBERT fixture at {root} lacks {missing}")
-        self.root, self.work = root, work
-        self.raw = json.loads((root / "raw_inputs.json").read_text())
-        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
-        self.model_inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
+        super().__init__(root, work, ["original/bert_tiny_4layer_2conect.json", *CHECKPOINTS.values()])
         self.config = root / "original" / "bert_tiny_4layer_2conect.json"
         vocab_size = json.loads(self.config.read_text())["vocab_size"]
         self.vocab = write_vocab(work / "vocab.txt", vocab_size, SPECIALS)
@@ -90,12 +76,6 @@ class Fixture:
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory):
     return Fixture(ROOT, tmp_path_factory.mktemp("vilbert-parity"))
-
-
-def assert_close(actual, expected, what, atol=TOLERANCE):
-    assert tuple(actual.shape) == tuple(expected.shape), f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    diff = (actual.float() - expected.float()).abs().max().item()
-    assert diff <= atol, f"{what}: max |diff| {diff:.3g} > {atol}"
 
 
 def _expected(fx, release):

@@ -11,6 +11,7 @@ import vlhub
 from vlhub.conversion.vilbert import convert_vilbert
 
 from .conftest import fixtures_root, write_vocab
+from .helpers import vqa_single_and_batched
 
 ORIGINAL = fixtures_root() / "vilbert" / "original"
 CONFIG = ORIGINAL / "bert_tiny_4layer_2conect.json"
@@ -66,11 +67,7 @@ def test_vqa_pipeline(folders, release):
     assert isinstance(vqa.model, vlhub.VilbertForQuestionAnswering)
     images = [regions(n, n) for n in (3, 5, 8)]
     questions = ["what colour is the cat", "is the dog red", "two"]
-    single = [vqa(image=r, question=q, top_k=3) for r, q in zip(images, questions)]
-    batched = vqa(image=images, question=questions, top_k=3, batch_size=2)
-    for one, many in zip(single, batched):
-        assert [a["answer"] for a in one] == [a["answer"] for a in many]
-        assert one[0]["score"] == pytest.approx(many[0]["score"], abs=1e-5)
+    single = vqa_single_and_batched(vqa, images, questions)
     with torch.no_grad():
         logits = vqa.model(**vqa.processor(text=[questions[1]], regions=[images[1]])).logits
     assert single[1][0]["answer"] == vqa.model.config.id2label[logits.argmax(-1).item()]

@@ -5,32 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 
 import vlhub
-from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import synthetic_corpus, write_vocab
+from tests.training_helpers import reset_accelerate_state, synthetic_corpus, tiny_pretraining_run, write_vocab
 from vlhub.training.collators import PretrainingCollator
 from vlhub.training.objectives import objectives_for
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def test_pretrain_py_trains_vilbert_with_its_joint_objective(tmp_path):
     from transformers import AutoModelForPreTraining, AutoProcessor
 
-    from vlhub.training.cli import pretrain_main
-
-    store = write_store_dataset(tmp_path / "data")
-    result = pretrain_main(["--model_type", "vilbert", "--config_name", "tiny", "--dataset", str(store),
-                            "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
-                            "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                            "--output_dir", str(tmp_path / "run")])
+    result = tiny_pretraining_run(tmp_path, "vilbert")
     assert result.global_step == 3
     logged = [r for r in result.log_history if "mlm_loss" in r]
     assert [r["step"] for r in logged] == [1, 2, 3]
@@ -113,8 +101,7 @@ def test_vqa_and_retrieval_fine_tuning_run_for_vilbert(tmp_path):
     vqa = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))
     assert vqa(image=corpus.sample_regions(), question="the circle", top_k=1)[0]["answer"] in COLOURS
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     processor, config = _tiny_vilbert(tmp_path, corpus)
     task = RetrievalTask(vlhub.VilbertForImageTextRetrieval(config), processor, corpus.regions, corpus.train,
                          corpus.validation, "synthetic", "synthetic captions", num_sampled=4, num_hard=2,
@@ -161,8 +148,7 @@ def test_vilbert_pretraining_resume_reproduces_the_uninterrupted_losses(tmp_path
 
     with pytest.raises(_Crash):
         train(task(3), VlhubTrainingArguments(output_dir=str(tmp_path / "b"), **common), callbacks=[crash_after_step_3])
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     train(task(99), VlhubTrainingArguments(output_dir=str(tmp_path / "b"), resume_from_checkpoint="latest", **common))
     expected, got = log("a"), log("b")
     assert [r["step"] for r in got] == [r["step"] for r in expected]

@@ -1,6 +1,5 @@
 """transformers' model checks (tests/model_checks.py) for VilbertModel and every ViLBERT head."""
 
-import pytest
 import torch
 
 from vlhub import (
@@ -15,7 +14,7 @@ from vlhub import (
     VilbertModel,
 )
 
-from .model_checks import ModelCase, ModelChecks
+from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 from .test_uniter_transformers_checks import BATCH, FEATURES, REGION_LABELS, REGIONS, TEXT, _generator
 from .test_uniter_transformers_checks import text_and_regions as _uniter_inputs
@@ -110,9 +109,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=CASES, ids=lambda case: case.name)
-def case(request):
-    return request.param
+case = model_case_fixture(CASES)
 
 
 class TestVilbertTransformersChecks(ModelChecks):

@@ -6,36 +6,22 @@ The original packs each example as `[text | objects | [END] | junk]` ("seamless"
 box mask is set, and [END].
 """
 
-import json
-import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForVisualQuestionAnswering, AutoProcessor
 
 import vlhub
 from vlhub.conversion.vl_bert import convert_vl_bert
 
-from .conftest import fixtures_root
+from .conftest import ParityFixture, assert_close, parity_fixture_dir
 
-ROOT = fixtures_root() / "vl_bert"
-pytestmark = pytest.mark.skipif(
-    not (ROOT / "raw_inputs.json").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-    reason=f"no VL-BERT fixture at {ROOT}",
-)
-TOLERANCE = 1e-4
+ROOT, pytestmark = parity_fixture_dir("vl_bert", "VL-BERT")
 CHECKPOINTS = {
     "pretrain": ("vl-bert-prec.model", "pretrain"),
     "vqa": ("vl-bert_tiny_vqa-0000.model", "vqa"),
     "refcoco": ("vl-bert_tiny_refcoco-0000.model", "refcoco"),
 }
-
-
-def assert_close(actual, expected, what=""):
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    diff = (actual.float() - expected.float()).abs().max().item() if actual.numel() else 0.0
-    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.3g} > {TOLERANCE}"
 
 
 def reference_locations(boxes: torch.Tensor, im_info: torch.Tensor) -> torch.Tensor:
@@ -46,21 +32,12 @@ def reference_locations(boxes: torch.Tensor, im_info: torch.Tensor) -> torch.Ten
     return torch.stack([(x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height], -1)
 
 
-class Fixture:
+class Fixture(ParityFixture):
+    label = "VL-BERT"
+
     def __init__(self, root, work):
-        original = root / "original"
-        needed = ["raw_inputs.json", "raw_inputs.safetensors", "model_inputs.safetensors", "outputs.safetensors",
-                  "original/answers_vqa.txt", "original/bert-tiny/vocab.txt"]
-        needed += [f"original/{name}" for name, _ in CHECKPOINTS.values()]
-        missing = [name for name in needed if not (root / name).is_file()]
-        if missing:
-            pytest.fail(f"$VLHUB_FIXTURES_DIR is set but the VL-BERT fixture at {root} lacks {missing}")
-        self.root = root
-        self.raw = json.loads((root / "raw_inputs.json").read_text())
-        self.raw_tensors = load_file(root / "raw_inputs.safetensors")
-        self.model_inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
-        self.work = work
+        needed = ["original/answers_vqa.txt", "original/bert-tiny/vocab.txt"]
+        super().__init__(root, work, needed + [f"original/{name}" for name, _ in CHECKPOINTS.values()])
         self._converted = {}
 
     def yaml(self, task):

@@ -7,7 +7,7 @@ from transformers import AutoProcessor, BertTokenizer, pipeline
 import vlhub
 from vlhub.pipelines import VisualQuestionAnsweringPipeline
 
-from .helpers import random_regions, tiny_detector, write_test_image
+from .helpers import random_regions, tiny_detector, vqa_single_and_batched, write_test_image
 from .test_vl_bert_transformers_checks import tiny_config
 
 ANSWERS = ["yes", "no", "red", "blue", "two"]
@@ -41,11 +41,7 @@ def test_vl_bert_vqa_pipeline_from_regions(vqa_folder):
     assert isinstance(vqa.processor, vlhub.VlBertProcessor) and vqa.processor.answer_slot
     regions = [random_regions(n, 16, seed=n) for n in (3, 5, 8)]
     questions = ["what colour is the cat ?", "is the dog on the table ?", "what is red ?"]
-    single = [vqa(image=r, question=q, top_k=3) for r, q in zip(regions, questions)]
-    batched = vqa(image=regions, question=questions, top_k=3, batch_size=2)
-    for one, many in zip(single, batched):
-        assert [a["answer"] for a in one] == [a["answer"] for a in many]
-        assert one[0]["score"] == pytest.approx(many[0]["score"], abs=1e-5)
+    single = vqa_single_and_batched(vqa, regions, questions)
     with torch.no_grad():
         for r, q, answers in zip(regions, questions, single):
             logits = vqa.model(**vqa.processor(text=[q], regions=[r])).logits[0]

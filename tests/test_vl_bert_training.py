@@ -8,22 +8,17 @@ import json
 import numpy as np
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from transformers import AutoModelForPreTraining, BertTokenizer
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import write_vocab
+from tests.training_helpers import reset_accelerate_state, write_vocab
 from vlhub.modeling.vl_bert.objectives_vl_bert import VL_BERT_OBJECTIVES, mask_objects, whole_word_mask
 from vlhub.training.cli import pretrain_main
 from vlhub.training.objectives import ObjectiveContext
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 
 
 def _tokenizer(tmp_path):
@@ -127,12 +122,10 @@ def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
         if state.step == 3:
             raise SimulatedCrash
 
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     with pytest.raises(SimulatedCrash):
         _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), callbacks=[crash_after_step_3])
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), "--resume_from_checkpoint", "latest")
     read = lambda folder: [json.loads(line) for line in (folder / "log_history.jsonl").read_text().splitlines()]  # noqa: E731
     expected = {r["step"]: r for r in read(tmp_path / "a") if "loss" in r}
@@ -155,8 +148,7 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
     monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
     pretrain_main(["--model_type", "vl_bert", "--max_steps", "2", "--per_device_train_batch_size", "4",
                    "--logging_steps", "1", "--output_dir", str(tmp_path / "pre")])
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     started = {}
     original_init = vlhub.VlBertForQuestionAnswering.initialize_from_pretraining
 

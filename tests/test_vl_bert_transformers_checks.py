@@ -1,6 +1,5 @@
 """transformers' model checks (tests/model_checks.py) for VlBertModel and every VL-BERT head."""
 
-import pytest
 import torch
 
 from vlhub import (
@@ -12,7 +11,7 @@ from vlhub import (
     VlBertModel,
 )
 
-from .model_checks import ModelCase, ModelChecks
+from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS, CHOICES = 3, 7, 5, 16, 11, 3
 CLS, SEP, MASK = 2, 3, 4
@@ -115,9 +114,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=CASES, ids=lambda case: case.name)
-def case(request):
-    return request.param
+case = model_case_fixture(CASES)
 
 
 class TestVlBertTransformersChecks(ModelChecks):

@@ -57,3 +57,25 @@ def tiny_tokenizer(folder: Path) -> BertTokenizer:
 
 TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                    max_position_embeddings=32)
+
+
+def reset_accelerate_state() -> None:
+    """Forget accelerate's process-wide singletons (a Trainer/Accelerator leaves them set), so that the next test
+    builds its own."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def tiny_pretraining_run(tmp_path: Path, model_type: str):
+    """`vlhub-pretrain` (pretrain_main) of `model_type`'s "tiny" config on the synthetic store dataset: 3 steps of
+    batch 4, logging every step, into tmp_path/run. Returns pretrain_main's result."""
+    from tests.test_training_cli import write_store_dataset
+    from vlhub.training.cli import pretrain_main
+
+    store = write_store_dataset(tmp_path / "data")
+    return pretrain_main(["--model_type", model_type, "--config_name", "tiny", "--dataset", str(store),
+                          "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
+                          "--per_device_train_batch_size", "4", "--logging_steps", "1",
+                          "--output_dir", str(tmp_path / "run")])

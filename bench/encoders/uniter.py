@@ -4,23 +4,15 @@ import torch
 
 import vlhub
 
+from . import random_inputs, vqa_model
+
 DESCRIPTION = "UNITER-base VQA"
 DEFAULT_REGIONS = 36
 
 
 def build(attn_implementation: str) -> torch.nn.Module:
-    config = vlhub.UniterConfig(id2label={i: str(i) for i in range(3129)})
-    config._attn_implementation = attn_implementation
-    return vlhub.UniterForQuestionAnswering(config).eval()
+    return vqa_model(vlhub.UniterConfig, vlhub.UniterForQuestionAnswering, attn_implementation)
 
 
 def make_inputs(model, batch: int, text: int, regions: int) -> dict:
-    config = model.config
-    generator = torch.Generator().manual_seed(0)
-    return {
-        "input_ids": torch.randint(1000, config.vocab_size, (batch, text), generator=generator),
-        "attention_mask": torch.ones(batch, text, dtype=torch.long),
-        "region_features": torch.rand(batch, regions, config.region_feature_dim, generator=generator),
-        "region_locations": torch.rand(batch, regions, 7, generator=generator),
-        "region_attention_mask": torch.ones(batch, regions, dtype=torch.long),
-    }
+    return random_inputs(model.config, batch, text, regions, location_dim=7)

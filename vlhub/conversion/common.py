@@ -58,6 +58,14 @@ __all__ = [
     "write_model_card",
     "load_bert_tokenizer",
     "vlhub_usage",
+    "load_checked_tokenizer",
+    "check_task",
+    "read_json_config",
+    "find_answer_file",
+    "set_answer_labels",
+    "save_converted_model",
+    "converter_command_line",
+    "load_renamed_state_dict",
 ]
 
 
@@ -463,3 +471,110 @@ def vlhub_usage(model_class: type, output_dir: str | os.PathLike) -> str:
         f'model = vlhub.{model_class.__name__}.from_pretrained("{folder}")\n'
         f'processor = AutoProcessor.from_pretrained("{folder}")'
     )
+
+
+def load_checked_tokenizer(tokenizer, vocab_size: int, do_lower_case: bool, original_name: str):
+    """`load_bert_tokenizer`, refusing a tokenizer with more tokens than the model has word embeddings (its extra ids
+    would index past the embedding table). A folder holding only a `vocab.txt` (the originals' BERT_MODEL_NAME
+    folders) is read as that vocab.txt."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        folder = Path(tokenizer)
+        if (folder / "vocab.txt").is_file() and not any(
+            (folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")
+        ):
+            tokenizer = folder / "vocab.txt"
+    tok = load_bert_tokenizer(tokenizer, do_lower_case=do_lower_case, original_name=original_name)
+    if len(tok) > vocab_size:
+        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {vocab_size} word embeddings")
+    return tok
+
+
+def check_task(task: str, tasks) -> str:
+    """`task` if it is one of `tasks`, else a ValueError listing them."""
+    if task not in tasks:
+        raise ValueError(f"task must be one of {sorted(tasks)}, got {task!r}")
+    return task
+
+
+def read_json_config(config) -> dict | None:
+    """An original JSON config given as a dict (copied) or a path; None stays None."""
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        return dict(config)
+    return json.loads(Path(config).read_text(encoding="utf-8"))
+
+
+def find_answer_file(checkpoint: Path, answers, beside: Sequence[str], levels: int = 2) -> Path | None:
+    """The answer-vocabulary file: `answers` when given (FileNotFoundError if it is missing), else the first of the
+    file names `beside` found in the checkpoint's folder (and, with `levels=2`, its parent); None when there is none."""
+    if answers:
+        path = Path(answers)
+        if not path.is_file():
+            raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
+        return path
+    for folder in (checkpoint.parent, checkpoint.parent.parent)[:levels]:
+        for name in beside:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def set_answer_labels(config, labels: Sequence[str]) -> None:
+    """`config.id2label` / `label2id` from the answer list (index = the head's output row)."""
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {label: index for index, label in enumerate(labels)}
+
+
+def save_converted_model(output_dir, model, report: ConversionReport, *, provenance: Provenance, title: str,
+                         architecture: str, processor=None, pipeline_tag: str | None = None, usage: str | None = None,
+                         logger=None) -> ConversionReport:
+    """`save_converted` with the usage snippet of a model exported by vlhub (`vlhub.<Class>.from_pretrained` and
+    `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns the report."""
+    output_dir = Path(output_dir)
+    if usage is None:
+        usage = vlhub_usage(type(model), output_dir)
+    save_converted(output_dir, model, report, processor=processor, provenance=provenance, title=title,
+                   architecture=architecture, pipeline_tag=pipeline_tag, usage=usage)
+    if logger is not None:
+        logger.info(report.summary())
+    return report
+
+
+def converter_command_line(convert, architecture: str, *, checkpoint_help: str, config_help: str, tasks,
+                           tokenizer_default: str, answers_help: str, task_help: str | None = None):
+    """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
+    `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=)`: the positional checkpoint, --output-dir,
+    --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`) and --answers."""
+
+    def add_arguments(parser) -> None:
+        parser.add_argument("checkpoint", help=checkpoint_help)
+        parser.add_argument("--output-dir", required=True, help="folder to write")
+        parser.add_argument("--config", help=config_help)
+        parser.add_argument("--task", choices=sorted(tasks),
+                            help=task_help or "head to build (default: detected from the keys)")
+        parser.add_argument("--tokenizer", default=tokenizer_default, help="tokenizer name, folder or vocab.txt")
+        parser.add_argument("--answers", help=answers_help)
+
+    def convert_from_args(args) -> ConversionReport:
+        return convert(args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
+                       answers=args.answers)
+
+    add_arguments.__doc__ = f"The arguments of `vlhub convert {architecture}`."
+    convert_from_args.__doc__ = (f"`vlhub convert {architecture}`: `{convert.__name__}` with the parsed arguments of "
+                                 "`add_arguments`.")
+    return add_arguments, convert_from_args
+
+
+def load_renamed_state_dict(checkpoint: Path, renames, required: Sequence[str], architecture: str,
+                            hint=None) -> tuple[dict, dict]:
+    """`(raw, renamed)`: the checkpoint's state dict as saved and with `renames` applied, refused with a
+    CheckpointError naming the missing keys unless every `required` (renamed) key is there. `hint(raw, missing)`
+    may add a sentence on what the file looks like instead."""
+    raw = load_torch_state_dict(checkpoint)
+    renamed = {target: value for target, (_, value) in KeyMap(renames=renames).rename_all(raw).items()}
+    missing = [k for k in required if k not in renamed]
+    if missing:
+        extra = hint(raw, missing) if hint is not None else ""
+        raise CheckpointError(f"{Path(checkpoint).name} is not a {architecture} checkpoint: it lacks {missing}{extra}")
+    return raw, renamed

@@ -14,7 +14,6 @@ weights' shapes plus the original `config.yaml` (heads, sequence and region limi
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
@@ -37,11 +36,13 @@ from .common import (
     ConversionReport,
     KeyMap,
     Provenance,
+    check_task,
     convert_state_dict,
-    load_bert_tokenizer,
+    converter_command_line,
+    find_answer_file,
+    load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted,
-    vlhub_usage,
+    save_converted_model,
 )
 
 logger = logging.getLogger(__name__)
@@ -259,21 +260,18 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
 def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, str] | None:
     from ..utils.safe_pickle import safe_load
 
-    candidates = [Path(answers)] if answers else [checkpoint.parent / "trainval_label2ans.pkl"]
-    for path in candidates:
-        if path.is_file():
-            with open(path, "rb") as f:
-                labels = safe_load(f)
-            if isinstance(labels, dict):  # ans2label
-                labels = [a for a, _ in sorted(labels.items(), key=lambda item: item[1])]
-            if not isinstance(labels, list) or not all(isinstance(a, str) for a in labels):
-                raise CheckpointError(f"{path} is not an answer list (trainval_label2ans.pkl) or dict")
-            if num_answers is not None and len(labels) != num_answers:
-                raise CheckpointError(f"{path} has {len(labels)} answers but the head predicts {num_answers}")
-            return dict(enumerate(labels))
-    if answers:
-        raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
-    return None
+    path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        labels = safe_load(f)
+    if isinstance(labels, dict):  # ans2label
+        labels = [a for a, _ in sorted(labels.items(), key=lambda item: item[1])]
+    if not isinstance(labels, list) or not all(isinstance(a, str) for a in labels):
+        raise CheckpointError(f"{path} is not an answer list (trainval_label2ans.pkl) or dict")
+    if num_answers is not None and len(labels) != num_answers:
+        raise CheckpointError(f"{path} has {len(labels)} answers but the head predicts {num_answers}")
+    return dict(enumerate(labels))
 
 
 def convert_tden(
@@ -311,8 +309,7 @@ def convert_tden(
     if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
         raise CheckpointError(f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})")
     task = task or detected
-    if task not in TDEN_TASKS:
-        raise ValueError(f"task must be one of {sorted(TDEN_TASKS)}, got {task!r}")
+    check_task(task, TDEN_TASKS)
     if "predictor.decoder.bias" in raw:
         if "predictor.bias" not in raw or not torch.equal(raw["predictor.bias"], raw["predictor.decoder.bias"]):
             raise CheckpointError("predictor.decoder.bias should be the same tensor as predictor.bias (X-modaler "
@@ -345,36 +342,23 @@ def convert_tden(
             model.generation_config.num_beams = beams
             model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
         model.generation_config.decoder_start_token_id = model_config.bos_token_id
-    tok = load_bert_tokenizer(tokenizer, do_lower_case=True, original_name="bert-base-uncased")
-    if len(tok) > model_config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     processor = TdenProcessor(
         feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions),
         tokenizer=tok, max_text_length=max_text, text_stream="generation" if task == "captioning" else "understanding",
     )
-    output_dir = Path(output_dir)
-    save_converted(
+    return save_converted_model(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"TDEN ({task}) converted from {checkpoint.name}", architecture="tden",
-        pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=vlhub_usage(model_class, output_dir),
+        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
     )
-    logger.info(report.summary())
-    return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `vlhub convert tden`."""
-    parser.add_argument("checkpoint", help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the original config.yaml (X-modaler's merged config beside the checkpoint)")
-    parser.add_argument("--task", choices=sorted(TDEN_TASKS), help="head to build (default: detected from the keys)")
-    parser.add_argument("--tokenizer", default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")
-    parser.add_argument("--answers", help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)")
-
-
-def convert_from_args(args: argparse.Namespace) -> ConversionReport:
-    """`vlhub convert tden`: `convert_tden` with the parsed arguments of `add_arguments`."""
-    return convert_tden(args.checkpoint, args.output_dir, config=args.config, task=args.task,
-                        tokenizer=args.tokenizer, answers=args.answers)
+add_arguments, convert_from_args = converter_command_line(
+    convert_tden, "tden",
+    checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
+    config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)", tasks=TDEN_TASKS,
+    tokenizer_default="google-bert/bert-base-uncased",
+    answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
+)

@@ -8,7 +8,6 @@ vlhub keeps BERT's names under `vlp.` and moves the region projections into the 
 core's (`common.py`).
 """
 
-import argparse
 import json
 import logging
 import os
@@ -19,9 +18,14 @@ from .common import (
     ConversionReport,
     KeyMap,
     Provenance,
+    check_task,
     convert_state_dict,
-    load_torch_state_dict,
-    save_converted,
+    converter_command_line,
+    load_checked_tokenizer,
+    load_renamed_state_dict,
+    read_json_config,
+    save_converted_model,
+    set_answer_labels,
 )
 
 logger = logging.getLogger(__name__)
@@ -123,23 +127,6 @@ def _read_answers(path: str | os.PathLike, num_answers: int) -> list[str]:
     return answers
 
 
-def _tokenizer(tokenizer):
-    """A cased BERT tokenizer from a tokenizer object, a bare vocab.txt, or a name/folder."""
-    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    try:
-        if os.path.isfile(str(tokenizer)):
-            return BertTokenizer(vocab=str(tokenizer), do_lower_case=False)
-        return AutoTokenizer.from_pretrained(str(tokenizer), do_lower_case=False)
-    except (OSError, ValueError) as err:
-        raise OSError(
-            f"could not load the tokenizer {str(tokenizer)!r} ({err}). Unified VLP uses bert-base-cased; offline, "
-            "pass --tokenizer with a local folder or vocab.txt"
-        ) from err
-
-
 def convert_unified_vlp(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -164,27 +151,22 @@ def convert_unified_vlp(
     from ..modeling import unified_vlp
 
     checkpoint = Path(checkpoint)
-    raw = load_torch_state_dict(checkpoint)
-    key_map = KeyMap(renames=_RENAMES)
-    state_dict = {target: value for target, (_, value) in key_map.rename_all(raw).items()}
     required = ("vlp.embeddings.word_embeddings.weight", "vlp.embeddings.vis_embed.0.weight",
                 "vlp.embeddings.vis_pe_embed.0.weight")
-    missing = [k for k in required if k not in state_dict]
-    if missing:
-        hint = " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
-        raise CheckpointError(f"{checkpoint.name} is not a Unified VLP checkpoint: it lacks {missing}{hint}")
+    raw, state_dict = load_renamed_state_dict(
+        checkpoint, _RENAMES, required, "Unified VLP",
+        hint=lambda raw, missing: " (its region projections are missing: is it a UniLM/BERT text checkpoint?)"
+        if len(missing) < 3 else "",
+    )
     has_answers = "ans_classifier.0.weight" in state_dict
     task = task or ("vqa" if has_answers else "captioning")
-    if task not in VLP_TASKS:
-        raise ValueError(f"task must be one of {sorted(VLP_TASKS)}, got {task!r}")
+    check_task(task, VLP_TASKS)
     if task == "vqa" and not has_answers:
         raise CheckpointError(f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none")
     if task != "vqa" and "cls.predictions.bias" not in state_dict:
         raise CheckpointError(f"task {task!r} needs the masked-LM head (cls.predictions.*); {checkpoint.name} has none")
 
-    original_config = None
-    if config is not None:
-        original_config = config if isinstance(config, dict) else json.loads(Path(config).read_text(encoding="utf-8"))
+    original_config = read_json_config(config)
     num_labels = state_dict["ans_classifier.2.weight"].shape[0] if task == "vqa" else None
     model_config, notes = _config_from_checkpoint(state_dict, original_config, num_labels)
     report = ConversionReport(source=checkpoint.name, notes=notes)
@@ -194,16 +176,13 @@ def convert_unified_vlp(
         else:
             labels = [f"answer_{i}" for i in range(num_labels)]
             report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
-        model_config.id2label = dict(enumerate(labels))
-        model_config.label2id = {label: i for i, label in enumerate(labels)}
+        set_answer_labels(model_config, labels)
 
     model_class = getattr(unified_vlp, VLP_TASKS[task])
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
-    tok = _tokenizer(tokenizer)
-    if len(tok) > model_config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
     region_processor = unified_vlp.UnifiedVlpRegionProcessor(
         region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
         max_regions=model_config.num_regions, min_regions=model_config.num_regions,
@@ -223,28 +202,18 @@ answer_ids = model(**processor(text=question, regions=regions)).predicted_answer
         usage += f"""
 model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
 captions = processor.batch_decode(model.generate(**processor(regions=regions), max_new_tokens=20, num_beams=5))"""
-    save_converted(
+    return save_converted_model(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
-        pipeline_tag=_PIPELINE_TAGS.get(task), usage=usage,
+        pipeline_tag=_PIPELINE_TAGS.get(task), usage=usage, logger=logger,
     )
-    logger.info(report.summary())
-    return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `vlhub convert unified_vlp`."""
-    parser.add_argument("checkpoint", help="the original model.{epoch}.bin")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the original bert_config.json")
-    parser.add_argument("--task", choices=sorted(VLP_TASKS), help="head to build (default: vqa if the checkpoint has "
-                        "ans_classifier, else captioning)")
-    parser.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
-    parser.add_argument("--answers", help="VQA answer vocabulary (answers_vqa.txt, one per line)")
-
-
-def convert_from_args(args: argparse.Namespace) -> ConversionReport:
-    """`vlhub convert unified_vlp`: `convert_unified_vlp` with the parsed arguments of `add_arguments`."""
-    return convert_unified_vlp(args.checkpoint, args.output_dir, config=args.config, task=args.task,
-                               tokenizer=args.tokenizer, answers=args.answers)
+add_arguments, convert_from_args = converter_command_line(
+    convert_unified_vlp, "unified_vlp",
+    checkpoint_help="the original model.{epoch}.bin", config_help="the original bert_config.json",
+    tasks=VLP_TASKS, task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
+    tokenizer_default="google-bert/bert-base-cased",
+    answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
+)

@@ -8,7 +8,6 @@ projection, the unused mask-embedding row, the zero-shot `rank_output`, table si
 VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the generic core's (`common.py`).
 """
 
-import argparse
 import json
 import logging
 import os
@@ -34,11 +33,14 @@ from .common import (
     ConversionReport,
     KeyMap,
     Provenance,
+    check_task,
     convert_state_dict,
-    load_bert_tokenizer,
-    load_torch_state_dict,
-    save_converted,
-    vlhub_usage,
+    converter_command_line,
+    find_answer_file,
+    load_checked_tokenizer,
+    load_renamed_state_dict,
+    read_json_config,
+    save_converted_model,
 )
 
 logger = logging.getLogger(__name__)
@@ -179,14 +181,8 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> t
 
 
 def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[str, int] | None:
-    candidates = [Path(answers)] if answers else [checkpoint.parent / "ans2label.json", checkpoint.parent.parent / "ans2label.json"]
-    for path in candidates:
-        if path.is_file():
-            with open(path, encoding="utf-8") as f:
-                return json.load(f)
-    if answers:
-        raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
-    return None
+    path = find_answer_file(checkpoint, answers, ("ans2label.json",))
+    return None if path is None else json.loads(path.read_text(encoding="utf-8"))
 
 
 def convert_uniter(
@@ -211,23 +207,14 @@ def convert_uniter(
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
     checkpoint = Path(checkpoint)
-    raw = load_torch_state_dict(checkpoint)
-    state_dict = {target: value for target, (_, value) in KeyMap(renames=_RENAMES).rename_all(raw).items()}
-    required = ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight")
-    if not all(k in state_dict for k in required):
-        raise CheckpointError(
-            f"{checkpoint.name} is not a UNITER checkpoint: it lacks {[k for k in required if k not in state_dict]} "
-            f"(it looks like: {_looks_like(raw)})"
-        )
+    raw, state_dict = load_renamed_state_dict(
+        checkpoint, _RENAMES, ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
+        "UNITER", hint=lambda raw, missing: f" (it looks like: {_looks_like(raw)})",
+    )
     detected = detect_uniter_task(state_dict)
     task = task or detected
-    if task not in UNITER_TASKS:
-        raise ValueError(f"task must be one of {sorted(UNITER_TASKS)}, got {task!r}")
-
-    original_config = None
-    if config is not None:
-        original_config = config if isinstance(config, dict) else json.loads(Path(config).read_text(encoding="utf-8"))
-    model_config, notes = _config_from_checkpoint(state_dict, original_config)
+    check_task(task, UNITER_TASKS)
+    model_config, notes = _config_from_checkpoint(state_dict, read_json_config(config))
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
     if task in ("vqa", "ve"):
@@ -269,41 +256,21 @@ def convert_uniter(
                 "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
             )
 
-    tok = load_bert_tokenizer(tokenizer, do_lower_case=False, original_name="bert-base-cased")
-    if len(tok) > model_config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
     processor = UniterProcessor(
         feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok
     )
-    output_dir = Path(output_dir)
-    save_converted(
-        output_dir,
-        model,
-        report,
-        processor=processor,
+    return save_converted_model(
+        output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"UNITER ({task}) converted from {checkpoint.name}",
-        architecture="uniter",
-        pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=vlhub_usage(model_class, output_dir),
+        title=f"UNITER ({task}) converted from {checkpoint.name}", architecture="uniter",
+        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
     )
-    logger.info(report.summary())
-    return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `vlhub convert uniter`."""
-    parser.add_argument("checkpoint", help="the original .pt file")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the original config json (e.g. config/uniter-base.json)")
-    parser.add_argument("--task", choices=sorted(UNITER_TASKS), help="head to build (default: detected from the keys)")
-    parser.add_argument("--tokenizer", default="google-bert/bert-base-cased", help="tokenizer name, folder or vocab.txt")
-    parser.add_argument("--answers", help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)")
-
-
-def convert_from_args(args: argparse.Namespace) -> ConversionReport:
-    """`vlhub convert uniter`: `convert_uniter` with the parsed arguments of `add_arguments`."""
-    return convert_uniter(
-        args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
-        answers=args.answers,
-    )
+add_arguments, convert_from_args = converter_command_line(
+    convert_uniter, "uniter",
+    checkpoint_help="the original .pt file", config_help="the original config json (e.g. config/uniter-base.json)",
+    tasks=UNITER_TASKS, tokenizer_default="google-bert/bert-base-cased",
+    answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
+)

@@ -35,8 +35,9 @@ from ..modeling.vilbert import (
     VilbertProcessor,
     VilbertRegionProcessor,
 )
-from .common import CheckpointError, ConversionReport, KeyMap, Provenance, convert_state_dict, load_torch_state_dict
-from .common import save_converted
+from .common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
+from .common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
+from .common import set_answer_labels
 
 logger = logging.getLogger(__name__)
 
@@ -184,19 +185,6 @@ def _read_answers(answers) -> list[str] | None:
     return [str(answer) for answer in data]
 
 
-def _load_tokenizer(tokenizer):
-    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    name = str(tokenizer)
-    try:
-        return BertTokenizer(vocab=name, do_lower_case=True) if os.path.isfile(name) else AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as err:
-        raise OSError(f"could not load the tokenizer {name!r} ({err}). ViLBERT uses bert-base-uncased; offline, pass "
-                      "--tokenizer with a local folder or vocab.txt") from err
-
-
 def _key_map(task: str, release: str) -> KeyMap:
     drops = {
         r"\.biOutput\.q_dense[12]\.": "defined by the original BertBiOutput but never used in its forward",
@@ -270,19 +258,14 @@ def convert_vilbert(
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
     checkpoint = Path(checkpoint)
-    raw = load_torch_state_dict(checkpoint)
-    renamed = {target: value for target, (_, value) in KeyMap(renames=_RENAMES).rename_all(raw).items()}
-    required = ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight")
-    if not all(k in renamed for k in required):
-        raise CheckpointError(f"{checkpoint.name} is not a ViLBERT checkpoint: it lacks "
-                              f"{[k for k in required if k not in renamed]}")
+    raw, renamed = load_renamed_state_dict(
+        checkpoint, _RENAMES, ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight"),
+        "ViLBERT",
+    )
     release = detect_vilbert_release(renamed)
     task = task or ("vqa" if release != "pretrained" else "pretraining")
-    if task not in VILBERT_TASKS:
-        raise ValueError(f"task must be one of {sorted(VILBERT_TASKS)}, got {task!r}")
-    original = None
-    if config is not None:
-        original = dict(config) if isinstance(config, dict) else json.loads(Path(config).read_text(encoding="utf-8"))
+    check_task(task, VILBERT_TASKS)
+    original = read_json_config(config)
     notes: list[str] = []
     model_config, expected_labels = _config_from_checkpoint(renamed, original, notes)
     report = ConversionReport(source=checkpoint.name, notes=notes)
@@ -319,8 +302,7 @@ def convert_vilbert(
         elif len(labels) != num_labels:
             raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
                                   f"{num_labels} answers")
-        model_config.id2label = dict(enumerate(labels))
-        model_config.label2id = {answer: index for index, answer in enumerate(labels)}
+        set_answer_labels(model_config, labels)
     if release == "beta":
         model_config.classifier_type = "beta"
     if release == "beta" and task == "vqa":
@@ -334,19 +316,17 @@ def convert_vilbert(
     if model_config.num_task_tokens:
         processor_task_id = task_id if task_id is not None else MULTI_TASK_IDS[task]
         notes.append(f"multi-task model: the processor adds task id {processor_task_id} unless told otherwise")
-    tok = _load_tokenizer(tokenizer)
-    if len(tok) > model_config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     processor = VilbertProcessor(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok,
         num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id,
     )
     repository, commit = ORIGINAL_REPOSITORIES[release]
-    save_converted(output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
-                   title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)",
-                   architecture="vilbert", pipeline_tag=_PIPELINE_TAGS.get(task))
-    logger.info(report.summary())
-    return report
+    return save_converted_model(
+        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
+        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
+        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
+    )
 
 
 _ARGUMENTS = (

@@ -13,7 +13,6 @@ the dilated res5, saved a second time as `head.0`): its keys map onto vlhub's de
 dropped, and the BatchNorm step counters are dropped. A checkpoint of another architecture is refused.
 """
 
-import argparse
 import logging
 import os
 import re
@@ -35,11 +34,15 @@ from .common import (
     ConversionReport,
     KeyMap,
     Provenance,
+    check_task,
     convert_state_dict,
+    converter_command_line,
+    find_answer_file,
+    load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted,
+    save_converted_model,
+    set_answer_labels,
     strip_prefix,
-    vlhub_usage,
 )
 
 logger = logging.getLogger(__name__)
@@ -235,34 +238,10 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
 
 
 def _read_answers(checkpoint: Path, answers) -> list[str] | None:
-    candidates = [Path(answers)] if answers else [checkpoint.parent / "answers_vqa.txt"]
-    for path in candidates:
-        if path.is_file():
-            return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if answers:
-        raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
-    return None
-
-
-def _uncased_tokenizer(tokenizer):
-    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerBase
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    location = str(tokenizer)
-    try:
-        if os.path.isdir(location) and os.path.isfile(os.path.join(location, "vocab.txt")) and not any(
-            os.path.isfile(os.path.join(location, name)) for name in ("tokenizer.json", "tokenizer_config.json")
-        ):
-            location = os.path.join(location, "vocab.txt")  # the original's BERT_MODEL_NAME folder
-        if os.path.isfile(location):
-            return BertTokenizer(vocab=location, do_lower_case=True)
-        return AutoTokenizer.from_pretrained(location, do_lower_case=True)
-    except (OSError, ValueError) as err:
-        raise OSError(
-            f"could not load the tokenizer {location!r} ({err}). VL-BERT uses bert-base-uncased; offline, pass "
-            "--tokenizer with a local folder or vocab.txt"
-        ) from err
+    path = find_answer_file(checkpoint, answers, ("answers_vqa.txt",), levels=1)
+    if path is None:
+        return None
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def convert_vl_bert(
@@ -301,8 +280,7 @@ def convert_vl_bert(
     state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
     detected = detect_vl_bert_task(raw)
     task = task or detected
-    if task not in VL_BERT_TASKS:
-        raise ValueError(f"task must be one of {sorted(VL_BERT_TASKS)}, got {task!r}")
+    check_task(task, VL_BERT_TASKS)
     if detected not in ("pretraining", task):
         raise CheckpointError(
             f"{checkpoint.name} is a fine-tuned {detected!r} model; it cannot become a {task!r} model (only a "
@@ -328,8 +306,7 @@ def convert_vl_bert(
             raise CheckpointError(
                 f"the answer vocabulary has {len(answer_list)} entries but the head predicts {num_answers} answers"
             )
-        model_config.id2label = dict(enumerate(answer_list))
-        model_config.label2id = {answer: index for index, answer in enumerate(answer_list)}
+        set_answer_labels(model_config, answer_list)
 
     model_class = VL_BERT_TASKS[task]
     model = model_class(model_config)
@@ -343,9 +320,7 @@ def convert_vl_bert(
     if task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
         report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
 
-    tok = _uncased_tokenizer(tokenizer)
-    if len(tok) > model_config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tok)} tokens but the model only {model_config.vocab_size} word embeddings")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = VlBertProcessor(
@@ -354,35 +329,18 @@ def convert_vl_bert(
         tokenizer=tok,
         answer_slot=task == "vqa",
     )
-    output_dir = Path(output_dir)
-    save_converted(
-        output_dir,
-        model,
-        report,
-        processor=processor,
+    return save_converted_model(
+        output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"VL-BERT ({task}) converted from {checkpoint.name}",
-        architecture="vl_bert",
-        pipeline_tag=_PIPELINE_TAGS.get(task),
-        usage=vlhub_usage(model_class, output_dir),
+        title=f"VL-BERT ({task}) converted from {checkpoint.name}", architecture="vl_bert",
+        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
     )
-    logger.info(report.summary())
-    return report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `vlhub convert vl_bert`."""
-    parser.add_argument("checkpoint", help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the original YAML (cfgs/<task>/*.yaml)")
-    parser.add_argument("--task", choices=sorted(VL_BERT_TASKS), help="head to build (default: detected from the keys)")
-    parser.add_argument("--tokenizer", default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")
-    parser.add_argument("--answers", help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)")
-
-
-def convert_from_args(args: argparse.Namespace) -> ConversionReport:
-    """`vlhub convert vl_bert`: `convert_vl_bert` with the parsed arguments of `add_arguments`."""
-    return convert_vl_bert(
-        args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
-        answers=args.answers,
-    )
+add_arguments, convert_from_args = converter_command_line(
+    convert_vl_bert, "vl_bert",
+    checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
+    config_help="the original YAML (cfgs/<task>/*.yaml)", tasks=VL_BERT_TASKS,
+    tokenizer_default="google-bert/bert-base-uncased",
+    answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
+)

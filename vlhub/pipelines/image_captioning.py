@@ -23,6 +23,7 @@ from transformers import GenerationConfig, Pipeline
 
 from ..processing.regions import RegionFeatures
 from ..registry import architectures
+from .visual_question_answering import ProcessorPipelineMixin
 
 __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
 
@@ -32,7 +33,7 @@ def is_vlhub_model(model) -> bool:
     return getattr(config, "model_type", None) in architectures()
 
 
-class ImageCaptioningPipeline(Pipeline):
+class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
     """Caption images with any vlhub captioner (the architecture's "captioning" model, e.g. Unified VLP).
 
     Inputs: an image (path, PIL image or array; needs the processor's region extractor), a `vlhub.RegionFeatures`,
@@ -40,10 +41,6 @@ class ImageCaptioningPipeline(Pipeline):
     pipeline decodes greedily up to 20 tokens. Returns `[{"generated_text": caption}]` per input.
     """
 
-    _load_processor = True
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = False
     _pipeline_calls_generate = True
     _default_generation_config = GenerationConfig(max_new_tokens=20)
 
@@ -83,14 +80,10 @@ class ImageCaptioningPipeline(Pipeline):
         return [{"generated_text": caption} for caption in captions]
 
 
-class ImageToTextPipeline:
+class ImageToTextPipeline(ProcessorPipelineMixin):
     """The "image-to-text" task: `ImageCaptioningPipeline` for a vlhub model, transformers' `ImageTextToTextPipeline`
     (as transformers 5 itself maps "image-to-text") for any other model."""
 
-    _load_processor = True
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = False
     _load_video_processor = False
     _pipeline_calls_generate = True
 

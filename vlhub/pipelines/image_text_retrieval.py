@@ -8,7 +8,7 @@ from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
 from ..processing.processor_base import check_text
-from .visual_question_answering import check_image, top_k_parameter
+from .visual_question_answering import TopKPipelineMixin, check_image
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
 
@@ -58,7 +58,7 @@ def _retrieval_scores(outputs) -> torch.Tensor:
     return logits[:, 0]
 
 
-class ImageTextRetrievalPipeline(ChunkPipeline):
+class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
     """Rank image-text pairs with a single-stream cross-encoder (every pair is encoded jointly).
 
     ```python
@@ -69,14 +69,6 @@ class ImageTextRetrievalPipeline(ChunkPipeline):
     Returns `[{"score", "logit", "text"}, ...]` or `[{"score", "logit", "image_index"}, ...]`, best first; `score`
     is the sigmoid of the pair's logit. Pairs are scored in batches of `batch_size`.
     """
-
-    _load_processor = True
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = False
-
-    def _sanitize_parameters(self, top_k=None, **kwargs):
-        return {}, {}, top_k_parameter(top_k)
 
     def __call__(self, image=None, texts=None, text=None, images=None, **kwargs):
         if image is not None and texts is not None and text is None and images is None:

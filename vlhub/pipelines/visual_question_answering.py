@@ -10,7 +10,8 @@ from transformers import Pipeline
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures, check_float16_range
 
-__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image"]
+__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image", "ProcessorPipelineMixin",
+           "TopKPipelineMixin"]
 
 
 def top_k_parameter(top_k) -> dict:
@@ -20,6 +21,23 @@ def top_k_parameter(top_k) -> dict:
     if int(top_k) < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     return {"top_k": int(top_k)}
+
+
+class ProcessorPipelineMixin:
+    """A vlhub pipeline loads the model's processor (tokenizer + region processor), nothing else: no image
+    processor, feature extractor or tokenizer of its own."""
+
+    _load_processor = True
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = False
+
+
+class TopKPipelineMixin(ProcessorPipelineMixin):
+    """A ranking pipeline: its only call parameter is `top_k` (validated, for postprocess)."""
+
+    def _sanitize_parameters(self, top_k=None, **kwargs):
+        return {}, {}, top_k_parameter(top_k)
 
 
 def check_image(processor, image, name: str, model=None) -> None:
@@ -69,7 +87,7 @@ def _as_pairs(image, question) -> tuple[list[dict], bool]:
     return [{"image": i, "question": q} for i, q in zip(images, questions)], False
 
 
-class VisualQuestionAnsweringPipeline(Pipeline):
+class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
     """Answer questions about images with any vlhub VQA head (the architecture's "vqa" model).
 
     ```python
@@ -81,14 +99,6 @@ class VisualQuestionAnsweringPipeline(Pipeline):
     Returns `[{"score": float, "answer": str}, ...]` (top_k, best first) per input; scores are the answer
     probabilities (sigmoid, as the models are trained with binary cross-entropy on soft scores).
     """
-
-    _load_processor = True
-    _load_image_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = False
-
-    def _sanitize_parameters(self, top_k=None, **kwargs):
-        return {}, {}, top_k_parameter(top_k)
 
     def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
         pairs, single = _as_pairs(image, question)

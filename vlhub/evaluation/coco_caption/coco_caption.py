@@ -1,10 +1,10 @@
 """COCO caption metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D) as an `evaluate` metric (see
 `vlhub.evaluation.captions`)."""
 
-import datasets
 import evaluate
 
 from vlhub.evaluation.captions import CAPTION_METRICS, caption_scores
+from vlhub.evaluation.metric_info import STRING_VS_STRINGS, metric_info
 
 _DESCRIPTION = """
 The COCO caption evaluation (pycocoevalcap): captions and references are PTB-tokenized (lowercased, punctuation
@@ -35,14 +35,7 @@ Zitnick, C. Lawrence}, journal={arXiv:1504.00325}, year={2015}}
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class CocoCaption(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, STRING_VS_STRINGS)
 
     def _compute(self, predictions, references, metrics=CAPTION_METRICS):
         return caption_scores(predictions, references, metrics=metrics)

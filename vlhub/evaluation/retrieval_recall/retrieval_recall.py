@@ -1,9 +1,9 @@
 """Image-text retrieval recall@K (text → image and image → text) as an `evaluate` metric (see
 `vlhub.evaluation.retrieval`)."""
 
-import datasets
 import evaluate
 
+from vlhub.evaluation.metric_info import metric_info
 from vlhub.evaluation.retrieval import DEFAULT_RECALL_KS, retrieval_recall
 
 _DESCRIPTION = """
@@ -36,14 +36,7 @@ booktitle={ECCV}, year={2020}}
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RetrievalRecall(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Sequence(datasets.Value("float64")), "references": datasets.Value("int64")}
-            ),
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, ("float64s", "int64"))
 
     def _compute(self, predictions, references, ks=DEFAULT_RECALL_KS):
         lengths = {len(row) for row in predictions}

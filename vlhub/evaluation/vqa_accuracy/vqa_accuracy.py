@@ -1,9 +1,9 @@
 """VQA accuracy as an `evaluate` metric: the official answer normalisation and leave-one-annotator-out
 min(#humans/3, 1) rule (see `vlhub.evaluation.vqa`)."""
 
-import datasets
 import evaluate
 
+from vlhub.evaluation.metric_info import STRING_VS_STRINGS, metric_info
 from vlhub.evaluation.vqa import vqa_accuracy_score
 
 _DESCRIPTION = """
@@ -37,13 +37,8 @@ booktitle={ICCV}, year={2015}}
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class VqaAccuracy(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-            ),
+        return metric_info(
+            _DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, STRING_VS_STRINGS,
             reference_urls=["https://github.com/GT-Vision-Lab/VQA/blob/master/PythonEvaluationTools/vqaEvaluation/vqaEval.py"],
         )
 

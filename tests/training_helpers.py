@@ -57,3 +57,38 @@ def tiny_tokenizer(folder: Path) -> BertTokenizer:
 
 TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                    max_position_embeddings=32)
+
+
+class SimulatedCrash(RuntimeError):
+    """Raised by `crash_then_resume`'s callback to interrupt a run."""
+
+
+def _reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def logged_losses(folder: Path) -> dict[int, dict]:
+    """step → the logged row with a loss, read from a run's log_history.jsonl."""
+    import json
+
+    rows = [json.loads(line) for line in (folder / "log_history.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+def crash_then_resume(run, crash_step: int) -> None:
+    """`run(*extra_args, callbacks=...)` is interrupted after `crash_step`, then resumed from its latest checkpoint
+    (`--resume_from_checkpoint latest`), with accelerate's state reset around each run."""
+    import pytest
+
+    def crash(state):
+        if state.step == crash_step:
+            raise SimulatedCrash
+
+    _reset_accelerate()
+    with pytest.raises(SimulatedCrash):
+        run(callbacks=[crash])
+    _reset_accelerate()
+    run("--resume_from_checkpoint", "latest")

@@ -175,3 +175,81 @@ def test_config_region_sizes_must_agree():
     assert vlhub.UnifiedVlpConfig(region_location_dim=10).num_region_labels == 4
     with pytest.raises(Exception, match="region_location_dim"):
         vlhub.UnifiedVlpConfig(region_location_dim=1607, num_region_labels=4)
+
+
+# ---------------------------------------------------------------------------------------------------- captioning
+CAPTION_METRICS = ["Bleu_4", "CIDEr"]  # METEOR's Java start alone takes ~20 s
+
+
+def test_captioning_fine_tuning_trains_masked_seq2seq_and_scores_generated_captions(tmp_path):
+    from accelerate.utils import set_seed
+
+    from vlhub.evaluation import caption_scores
+    from vlhub.training import VlhubTrainingArguments, train
+    from vlhub.training.captioning import CaptioningTask
+
+    corpus = synthetic_corpus()
+    pretraining, processor, _ = _collator(tmp_path, corpus)
+    pretraining.save_pretrained(tmp_path / "pre")
+    set_seed(0)
+    captioner = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "pre")
+    objective = objectives_for("unified_vlp")[vlhub.get_architecture("unified_vlp").finetuning_objectives["captioning"]]
+    task = CaptioningTask(captioner, processor, corpus.regions, corpus.train, corpus.validation, "synthetic",
+                          "synthetic captions", objective, max_new_tokens=8, metrics=CAPTION_METRICS)
+    # The training batches are the original's masked seq2seq: at most 3 predictions per caption, seq2seq types.
+    batch = task.collate_fn([{"image_id": i, "caption": c, "objective": objective.name, "seed": (n,)}
+                             for n, (i, c) in enumerate(corpus.train[:4])])
+    assert "seq2seq" not in batch and ((batch["labels"] >= 0).sum(1) <= 3).all()
+    assert set(batch["token_type_ids"][batch["attention_mask"].bool()].tolist()) == {4, 5}
+    args = VlhubTrainingArguments(output_dir=str(tmp_path / "cap"), max_steps=3, per_device_train_batch_size=4,
+                             logging_steps=1, learning_rate=1e-3)
+    result = train(task, args)
+    assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
+    # Recompute the scores from the saved captioner's own greedy captions, independently of the task.
+    trained = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "cap").eval()
+    saved_processor = AutoProcessor.from_pretrained(tmp_path / "cap")
+    references: dict[str, list[str]] = {}
+    for image_id, caption in corpus.validation:
+        references.setdefault(image_id, []).append(caption)
+    images = list(references)
+    with torch.no_grad():
+        generated = trained.generate(**saved_processor(regions=[corpus.regions[i] for i in images]),
+                                     max_new_tokens=8)
+    captions = saved_processor.batch_decode(generated)
+    expected = caption_scores(captions, [references[i] for i in images], metrics=CAPTION_METRICS)
+    frequent = Counter(c for _, c in corpus.train).most_common(1)[0][0]
+    baseline = caption_scores([frequent] * len(images), [references[i] for i in images], metrics=CAPTION_METRICS)
+    for metric in CAPTION_METRICS:
+        assert result.eval_results[f"validation_{metric}"] == pytest.approx(expected[metric])
+        assert result.eval_results[f"validation_baseline_{metric}"] == pytest.approx(baseline[metric])
+    assert result.eval_results["validation_num_images"] == len(images)
+    card = (tmp_path / "cap" / "README.md").read_text()
+    assert "most frequent training caption" in card and frequent in card
+
+
+def test_finetune_py_captioning_from_a_pretraining_run(tmp_path):
+    import datasets
+
+    from vlhub.training.cli import finetune_main
+
+    store = write_store_dataset(tmp_path / "data")
+    _run(tmp_path, store, "--output_dir", str(tmp_path / "pre"), "--max_steps", "2")
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    corpus = synthetic_corpus()
+    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
+              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
+    result = finetune_main(["--task", "captioning", "--model_name_or_path", str(tmp_path / "pre"),
+                            "--dataset", str(tmp_path / "captions"), "--region_store", str(store),
+                            "--caption_metrics", *CAPTION_METRICS, "--max_caption_tokens", "6",
+                            "--max_steps", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1",
+                            "--output_dir", str(tmp_path / "cap")])
+    assert result.global_step == 2
+    assert {"validation_CIDEr", "validation_baseline_CIDEr", "validation_Bleu_4"} <= set(result.eval_results)
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tmp_path / "cap")
+    assert isinstance(model, vlhub.UnifiedVlpForConditionalGeneration)
+    with pytest.raises(SystemExit, match="captioning"):
+        finetune_main(["--task", "captions", "--model_name_or_path", str(tmp_path / "pre")])

@@ -50,6 +50,8 @@ ARCHITECTURE = register_architecture(Architecture(
         "tiny": {**DEFAULT_CONFIG_PRESETS["tiny"], "num_regions": 10, "region_embed_dim": 128},
         "base": dict(DEFAULT_CONFIG_PRESETS["base"]),
     },
+    # Captioning fine-tuning keeps the masked seq2seq objective (max 3 predictions, [SEP] maskable), as the original.
+    finetuning_objectives={"captioning": "s2s"},
     lowercase=False,  # bert-base-cased
     original_repository="https://github.com/LuoweiZhou/VLP",
     converter="vlhub.conversion.unified_vlp",

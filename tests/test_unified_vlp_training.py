@@ -253,3 +253,34 @@ def test_finetune_py_captioning_from_a_pretraining_run(tmp_path):
     assert isinstance(model, vlhub.UnifiedVlpForConditionalGeneration)
     with pytest.raises(SystemExit, match="captioning"):
         finetune_main(["--task", "captions", "--model_name_or_path", str(tmp_path / "pre")])
+
+
+# ---------------------------------------------------------------------------------------------------- VQA
+def test_vqa_fine_tuning_from_a_pretraining_run_uses_the_bidirectional_layout(tmp_path):
+    from vlhub.training import VlhubTrainingArguments, train
+    from vlhub.training.finetuning import VqaTask
+    from tests.test_training_finetune import colour_questions
+    from tests.training_helpers import COLOURS
+
+    corpus = synthetic_corpus()
+    pretraining, processor, _ = _collator(tmp_path, corpus)
+    pretraining.save_pretrained(tmp_path / "pre")
+    processor.save_pretrained(tmp_path / "pre")
+    vqa_processor = AutoProcessor.from_pretrained(tmp_path / "pre").for_task("vqa")
+    assert vqa_processor.mode == "bidirectional" and vqa_processor.for_task("captioning").mode == "seq2seq"
+    id2label = dict(enumerate(COLOURS))
+    model = vlhub.UnifiedVlpForQuestionAnswering.from_pretrained(tmp_path / "pre", id2label=id2label,
+                                                                  label2id={v: k for k, v in id2label.items()})
+    # The encoder comes from the pre-training run; only the answer head is new.
+    torch.testing.assert_close(model.vlp.embeddings.word_embeddings.weight,
+                               pretraining.vlp.embeddings.word_embeddings.weight)
+    task = VqaTask(model, vqa_processor, corpus.regions, colour_questions(corpus, corpus.train),
+                   colour_questions(corpus, corpus.validation), "synthetic", "colour questions", base_model="pre")
+    batch = task.collate_fn(task.train_dataset.examples[:4])
+    assert set(batch["token_type_ids"][batch["attention_mask"].bool()].tolist()) == {0, 1}
+    args = VlhubTrainingArguments(output_dir=str(tmp_path / "vqa"), max_steps=3, per_device_train_batch_size=4,
+                                  logging_steps=1, learning_rate=1e-3)
+    result = train(task, args)
+    assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
+    assert 0.0 <= result.eval_results["validation_vqa_accuracy"] <= 1.0
+    assert AutoProcessor.from_pretrained(tmp_path / "vqa").mode == "bidirectional"  # the pipeline gets VQA's layout

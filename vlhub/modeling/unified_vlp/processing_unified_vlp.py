@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.nn import functional as F
 from transformers import BatchFeature
@@ -99,6 +101,16 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         self.mode = mode
         slots = feature_extractor.max_regions if feature_extractor is not None else 100
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length or slots + 23, **kwargs)
+
+    def for_task(self, task: str) -> "UnifiedVlpProcessor":
+        """This processor in the task's layout: bidirectional (segments 0/1) for "vqa", seq2seq (4/5) otherwise (a
+        copy when the mode changes), as the original fine-tunes VQA with `--s2s_prob 0 --bi_prob 1`."""
+        mode = "bidirectional" if task == "vqa" else "seq2seq"
+        if mode == self.mode:
+            return self
+        processor = copy.copy(self)
+        processor.mode = mode
+        return processor
 
     def model_config_fields(self) -> dict:
         """The token ids of this processor's layout and of generation ([PAD], [CLS], [SEP] = end of caption, the

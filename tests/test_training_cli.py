@@ -102,10 +102,12 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "VLHUB_CACHE": str(tmp_path / "cache")}
     command = [sys.executable, "-m", "vlhub.demo", "--output_dir", str(tmp_path / "demo"), "--pretrain_steps", "10",
-               "--finetune_steps", "10", "--num_examples", "2"]
+               "--finetune_steps", "10", "--num_examples", "2", "--caption_steps", "10"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
+    assert "most-frequent-caption baseline" in completed.stdout and completed.stdout.count(" caption: ") == 2
+    assert "test_baseline_CIDEr" in (tmp_path / "demo" / "vlp-shapes-captioning" / "README.md").read_text()
     card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
     assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
     assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from transformers import AutoModelForPreTraining, BertTokenizer
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import reset_accelerate_state, write_vocab
+from tests.training_helpers import crash_then_resume, logged_losses, write_vocab
 from vlhub.modeling.vl_bert.objectives_vl_bert import VL_BERT_OBJECTIVES, mask_objects, whole_word_mask
 from vlhub.training.cli import pretrain_main
 from vlhub.training.objectives import ObjectiveContext
@@ -104,10 +103,6 @@ def _run(tmp_path, folder, *extra, callbacks=()):
                           "--logging_steps", "1", "--save_steps", "2", "--seed", "5", *extra], callbacks=callbacks)
 
 
-class SimulatedCrash(RuntimeError):
-    pass
-
-
 def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
     store = write_store_dataset(tmp_path / "data")
     straight = _run(tmp_path, store, "--output_dir", str(tmp_path / "a"))
@@ -118,18 +113,9 @@ def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
     model = AutoModelForPreTraining.from_pretrained(tmp_path / "a")
     assert isinstance(model, vlhub.VlBertForPreTraining)
 
-    def crash_after_step_3(state):
-        if state.step == 3:
-            raise SimulatedCrash
-
-    reset_accelerate_state()
-    with pytest.raises(SimulatedCrash):
-        _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), callbacks=[crash_after_step_3])
-    reset_accelerate_state()
-    _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), "--resume_from_checkpoint", "latest")
-    read = lambda folder: [json.loads(line) for line in (folder / "log_history.jsonl").read_text().splitlines()]  # noqa: E731
-    expected = {r["step"]: r for r in read(tmp_path / "a") if "loss" in r}
-    got = {r["step"]: r for r in read(tmp_path / "b") if "loss" in r}
+    crash_then_resume(lambda *extra, callbacks=(): _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), *extra,
+                                                        callbacks=callbacks), crash_step=3)
+    expected, got = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
     assert sorted(got) == sorted(expected) == [1, 2, 3, 4]
     for step in expected:
         for key in ("loss", "mlm_loss", "text_only_mlm_loss", "mvrc_loss"):

@@ -59,6 +59,10 @@ TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, i
                    max_position_embeddings=32)
 
 
+class SimulatedCrash(RuntimeError):
+    """Raised by `crash_then_resume`'s callback to interrupt a run."""
+
+
 def reset_accelerate_state() -> None:
     """Forget accelerate's process-wide singletons (a Trainer/Accelerator leaves them set), so that the next test
     builds its own."""
@@ -79,3 +83,27 @@ def tiny_pretraining_run(tmp_path: Path, model_type: str):
                           "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
                           "--per_device_train_batch_size", "4", "--logging_steps", "1",
                           "--output_dir", str(tmp_path / "run")])
+
+
+def logged_losses(folder: Path) -> dict[int, dict]:
+    """step → the logged row with a loss, read from a run's log_history.jsonl."""
+    import json
+
+    rows = [json.loads(line) for line in (folder / "log_history.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+def crash_then_resume(run, crash_step: int) -> None:
+    """`run(*extra_args, callbacks=...)` is interrupted after `crash_step`, then resumed from its latest checkpoint
+    (`--resume_from_checkpoint latest`), with accelerate's state reset around each run."""
+    import pytest
+
+    def crash(state):
+        if state.step == crash_step:
+            raise SimulatedCrash
+
+    reset_accelerate_state()
+    with pytest.raises(SimulatedCrash):
+        run(callbacks=[crash])
+    reset_accelerate_state()
+    run("--resume_from_checkpoint", "latest")

@@ -68,6 +68,8 @@ class Architecture:
             `vlhub convert <model_type>` (the original release → a vlhub folder).
         unsupported_tasks: task → why the architecture has no head for it (said when someone asks for one, e.g.
             VL-BERT has no image-text matching head: `{"retrieval": "..."}`).
+        finetuning_objectives: task → the name of the objective (among `objectives`) that fine-tunes that task's
+            head, for tasks trained on captions (Unified VLP: `{"captioning": "s2s"}`, its masked seq2seq LM).
     """
 
     model_type: str
@@ -85,6 +87,7 @@ class Architecture:
     original_repository: str | None = None
     converter: str | None = None
     unsupported_tasks: Mapping[str, str] = field(default_factory=dict)
+    finetuning_objectives: Mapping[str, str] = field(default_factory=dict)
 
     # -- classes ------------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Any:

@@ -126,6 +126,12 @@ class RegionProcessor(FeatureExtractionMixin):
         `region_attention_mask`. The default adds nothing."""
         return features, locations
 
+    @classmethod
+    def settings_from_config(cls, config) -> dict:
+        """Region settings a model `config` fixes, for a processor built to fit a new model (e.g. Unified VLP's
+        fixed number of region slots and detector classes). The default fixes none."""
+        return {}
+
     # -- shared -----------------------------------------------------------------------------------------------
     def select(self, regions: RegionFeatures) -> RegionFeatures:
         return select_regions(regions, self.confidence_threshold, self.min_regions, self.max_regions)
@@ -270,6 +276,11 @@ class VisionLanguageProcessor(ProcessorMixin):
         return processor
 
     # -- text: per-architecture hooks ---------------------------------------------------------------------------
+    def model_config_fields(self) -> dict:
+        """Config fields a new model must share with this processor (e.g. the ids of the special tokens its layout
+        or generation uses), applied when a model is built from scratch for it. The default is none."""
+        return {}
+
     def for_task(self, task: str) -> "VisionLanguageProcessor":
         """The processor to fine-tune and run `task` ("vqa", "retrieval", ...) with. The default is this one; an
         architecture whose text layout depends on the task (VL-BERT's VQA answer slot) returns a configured copy."""

@@ -93,7 +93,7 @@ class PretrainTrainingArguments(VlhubTrainingArguments):
 
 @dataclass
 class FinetuneArguments:
-    task: str = field(default="vqa", metadata={"help": "vqa | retrieval"})
+    task: str = field(default="vqa", metadata={"help": "vqa | retrieval | captioning"})
     model_name_or_path: str = field(default="runs/uniter-shapes", metadata={"help": "Pre-trained checkpoint."})
     answer_vocabulary: str | None = field(default=None, metadata={"help": "VQA on a user dataset: a JSON list of "
                                           "answers (index = label id) or {id: answer}."})
@@ -102,6 +102,10 @@ class FinetuneArguments:
     num_hard_negatives: int = field(default=3, metadata={"help": "Retrieval: hardest of them trained on (original: "
                                     "31)."})
     max_gallery_images: int = field(default=50, metadata={"help": "Retrieval evaluation: images in the gallery."})
+    caption_metrics: list[str] | None = field(default=None, metadata={"help": "Captioning evaluation: COCO caption "
+                                              "metrics to report (Bleu_1..Bleu_4 METEOR ROUGE_L CIDEr; default all)."})
+    max_caption_tokens: int = field(default=20, metadata={"help": "Captioning evaluation: longest generated caption "
+                                    "in word pieces, end token included (original: 20)."})
 
 
 @dataclass
@@ -267,8 +271,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     _show_logs()
-    if finetune_args.task not in ("vqa", "retrieval"):
-        raise SystemExit(f"--task must be vqa or retrieval, got {finetune_args.task!r}")
+    if finetune_args.task not in ("vqa", "retrieval", "captioning"):
+        raise SystemExit(f"--task must be vqa, retrieval or captioning, got {finetune_args.task!r}")
     source = finetune_args.model_name_or_path
     if not Path(source).exists() and "/" not in source:
         raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
@@ -294,6 +298,9 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
                        base_model=source, test=splits.get("test"), majority_baselines=baselines)
+    elif finetune_args.task == "captioning":
+        task = _captioning_task(architecture, model_class, source, processor, table, regions, name, description,
+                                finetune_args)
     else:
         model = model_class.from_pretrained(source)
         pretraining_class = architecture.task_models.get("pretraining")
@@ -307,3 +314,23 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
                              num_hard=finetune_args.num_hard_negatives,
                              max_gallery_images=finetune_args.max_gallery_images)
     return train(task, training_args, command=command, callbacks=callbacks)
+
+
+def _captioning_task(architecture, model_class, source, processor, table, regions, name, description, finetune_args):
+    """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`)."""
+    from ..evaluation.captions import CAPTION_METRICS
+    from .captioning import CaptioningTask
+    from .data import caption_pairs
+
+    objective_name = architecture.finetuning_objectives.get("captioning")
+    if objective_name is None:
+        raise SystemExit(f"--task captioning: {architecture.name} declares no caption training objective "
+                         "(Architecture.finetuning_objectives)")
+    objective = objectives_for(architecture.model_type)[objective_name]
+    if "train" not in table:
+        raise SystemExit(f"--task captioning: the dataset has no train split (it has {', '.join(table)})")
+    splits = {s: caption_pairs(table[s], f"the {s} split") for s in table}
+    return CaptioningTask(model_class.from_pretrained(source), processor, regions, splits["train"],
+                          splits.get("validation"), name, description, objective, base_model=source,
+                          test=splits.get("test"), max_new_tokens=finetune_args.max_caption_tokens,
+                          metrics=finetune_args.caption_metrics or CAPTION_METRICS)

@@ -45,6 +45,7 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
     fields["region_feature_dim"] = sample_regions.feature_dim
     if sample_regions.class_probs is not None:
         fields["num_region_labels"] = sample_regions.class_probs.shape[1]
+    fields.update(processor.model_config_fields())  # e.g. the special token ids a generating model needs
     return architecture.config_class(**fields)
 
 
@@ -67,8 +68,12 @@ def build_pretraining_model(
     architecture = get_architecture(model_type)
     sample = corpus.sample_regions()
     processor = architecture.build_processor(tokenizer, sample.feature_dim)
+    model_config = build_config(architecture, config, processor, sample)
+    settings = architecture.region_processor_class.settings_from_config(model_config)
+    if settings:  # the config fixes some region settings (e.g. a number of region slots): rebuild to fit
+        processor = architecture.build_processor(tokenizer, sample.feature_dim, **settings)
     model_class = architecture.model_class("pretraining")
-    return model_class(build_config(architecture, config, processor, sample)), processor
+    return model_class(model_config), processor
 
 
 class PretrainingTask(TrainingTask):

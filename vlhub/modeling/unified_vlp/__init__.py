@@ -1,6 +1,6 @@
 """Unified VLP (Zhou et al., AAAI 2020): its classes (exported lazily) and its one registration with vlhub."""
 
-from ...registry import Architecture, lazy_exports, register_architecture
+from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_unified_vlp": ["UnifiedVlpConfig"],
@@ -14,6 +14,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "UnifiedVlpQuestionAnsweringOutput",
     ],
     "generation_unified_vlp": ["VlpBeamSearchOutput", "vlp_beam_search"],
+    "objectives_unified_vlp": ["UNIFIED_VLP_OBJECTIVES"],
     "processing_unified_vlp": [
         "UnifiedVlpProcessor",
         "UnifiedVlpRegionProcessor",
@@ -40,7 +41,17 @@ ARCHITECTURE = register_architecture(Architecture(
         "captioning": "UnifiedVlpForConditionalGeneration",
         "vqa": "UnifiedVlpForQuestionAnswering",
     },
-    # Pre-training objectives (seq2seq + bidirectional masked LM, 0.75 / 0.25) are not registered yet.
+    objectives=f"{__name__}.objectives_unified_vlp:UNIFIED_VLP_OBJECTIVES",
+    # The original draws seq2seq (0.75) or bidirectional (0.25) masked LM per example: one objective.
+    default_objectives={"s2s-bi": 1},
+    # tiny: 10 region slots (text from position 12, room for 20 word pieces and 20 generated tokens) and a small
+    # region MLP; base: the released sizes (the config's defaults: 100 slots, 2048-d region MLP).
+    config_presets={
+        "tiny": {**DEFAULT_CONFIG_PRESETS["tiny"], "num_regions": 10, "region_embed_dim": 128},
+        "base": dict(DEFAULT_CONFIG_PRESETS["base"]),
+    },
+    # Captioning fine-tuning keeps the masked seq2seq objective (max 3 predictions, [SEP] maskable), as the original.
+    finetuning_objectives={"captioning": "s2s"},
     lowercase=False,  # bert-base-cased
     original_repository="https://github.com/LuoweiZhou/VLP",
     converter="vlhub.conversion.unified_vlp",

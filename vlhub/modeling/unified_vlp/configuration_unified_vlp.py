@@ -26,7 +26,9 @@ class UnifiedVlpConfig(PreTrainedConfig):
         region_embed_dim (`int`, defaults to 2048): inner size of the region feature MLP (`vis_embed.0`, Detectron's
             fc7 in the original).
         region_location_dim (`int`, defaults to 1607): size of the region "position" vector `vis_pe`
-            (6 geometry values + 1601 detector class probabilities, each part layer-normalised).
+            (6 geometry values + the detector class probabilities, each part layer-normalised).
+        num_region_labels (`int`, defaults to 1601): detector classes in `vis_pe` (background first); always
+            `region_location_dim - 6`. Give either field (the other follows) or both, consistent.
         s2s_image_token_type_id, s2s_text_token_type_id (`int`, defaults to 4 and 5): token types of the image block
             ([CLS], regions, first [SEP]) and of the text in the seq2seq (captioning) layout.
         bi_image_token_type_id, bi_text_token_type_id (`int`, defaults to 0 and 1): the same for the bidirectional
@@ -58,7 +60,8 @@ class UnifiedVlpConfig(PreTrainedConfig):
     num_regions: int = 100
     region_feature_dim: int = 2048
     region_embed_dim: int = 2048
-    region_location_dim: int = 1607
+    region_location_dim: int | None = None
+    num_region_labels: int | None = None
     s2s_image_token_type_id: int = 4
     s2s_text_token_type_id: int = 5
     bi_image_token_type_id: int = 0
@@ -69,11 +72,26 @@ class UnifiedVlpConfig(PreTrainedConfig):
     use_cache: bool = True
     tie_word_embeddings: bool = True
 
+    def __post_init__(self, **kwargs):
+        # vis_pe = 6 geometry values + one probability per detector class: either size gives the other.
+        if self.region_location_dim is None and self.num_region_labels is None:
+            self.num_region_labels = 1601
+        if self.region_location_dim is None:
+            self.region_location_dim = self.num_region_labels + 6
+        elif self.num_region_labels is None:
+            self.num_region_labels = self.region_location_dim - 6
+        super().__post_init__(**kwargs)
+
     def validate_architecture(self):
         super().validate_architecture()
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_region_labels < 1 or self.region_location_dim != self.num_region_labels + 6:
+            raise ValueError(
+                f"region_location_dim ({self.region_location_dim}) must be 6 geometry values + num_region_labels "
+                f"({self.num_region_labels}) class probabilities, with at least one class"
             )
         if self.num_regions < 1:
             raise ValueError(f"num_regions must be at least 1, got {self.num_regions}")

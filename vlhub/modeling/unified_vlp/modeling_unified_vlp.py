@@ -68,6 +68,11 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): tanh pooler on [CLS] (no released task
         uses it).
     hidden_states, attentions: per layer, when requested.
+    s2s_loss, bi_loss, mlm_loss (`torch.FloatTensor` of shape `()`, when `labels` are given): `loss` again, named
+        after the attention pattern for training logs: `s2s_loss` when `seq2seq` is True for the batch, `bi_loss`
+        when False, `mlm_loss` when it is chosen per example (a `(batch,)` tensor, the original's mix).
+    mlm_logits (`torch.FloatTensor` of shape `(num_labelled, vocab_size)`, when `labels` are given): the rows of
+        `logits` whose label is >= 0, row-major (what vlhub's pre-training evaluation scores).
     """
 
     loss: torch.FloatTensor | None = None
@@ -76,6 +81,10 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
     pooler_output: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    s2s_loss: torch.FloatTensor | None = None
+    bi_loss: torch.FloatTensor | None = None
+    mlm_loss: torch.FloatTensor | None = None
+    mlm_logits: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -517,7 +526,15 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
         sequence_output = outputs.last_hidden_state
         selected = sequence_output if masked_positions is None else _gather_positions(sequence_output, masked_positions)
         logits = self.cls(selected)
-        loss = _masked_lm_loss(logits, labels) if labels is not None else None
+        loss = mlm_logits = None
+        losses = {}
+        if labels is not None:
+            loss = _masked_lm_loss(logits, labels)
+            mlm_logits = logits[labels.to(logits.device) >= 0]
+            pattern = self.default_seq2seq if seq2seq is None else seq2seq
+            name = "mlm_loss" if isinstance(pattern, torch.Tensor) and pattern.ndim else (
+                "s2s_loss" if bool(pattern) else "bi_loss")
+            losses[name] = loss
         return UnifiedVlpForPreTrainingOutput(
             loss=loss,
             logits=logits,
@@ -525,6 +542,8 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             pooler_output=outputs.pooler_output,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            mlm_logits=mlm_logits,
+            **losses,
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.nn import functional as F
 from transformers import BatchFeature
@@ -61,6 +63,11 @@ class UnifiedVlpRegionProcessor(RegionProcessor):
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return vlp_region_locations(regions, self.num_classes)
 
+    @classmethod
+    def settings_from_config(cls, config) -> dict:
+        """A model has `config.num_regions` slots and `config.num_region_labels` classes in `vis_pe`."""
+        return {"max_regions": config.num_regions, "num_classes": config.num_region_labels}
+
     def __call__(self, regions, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         out = super().__call__(regions, return_tensors=return_tensors, **kwargs)
         missing = self.max_regions - out["region_features"].shape[1]
@@ -94,6 +101,23 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         self.mode = mode
         slots = feature_extractor.max_regions if feature_extractor is not None else 100
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length or slots + 23, **kwargs)
+
+    def for_task(self, task: str) -> "UnifiedVlpProcessor":
+        """This processor in the task's layout: bidirectional (segments 0/1) for "vqa", seq2seq (4/5) otherwise (a
+        copy when the mode changes), as the original fine-tunes VQA with `--s2s_prob 0 --bi_prob 1`."""
+        mode = "bidirectional" if task == "vqa" else "seq2seq"
+        if mode == self.mode:
+            return self
+        processor = copy.copy(self)
+        processor.mode = mode
+        return processor
+
+    def model_config_fields(self) -> dict:
+        """The token ids of this processor's layout and of generation ([PAD], [CLS], [SEP] = end of caption, the
+        region placeholder [UNK], [MASK]), so a model built for another vocabulary than bert-base-cased fits."""
+        tok = self.tokenizer
+        return {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id,
+                "region_token_id": tok.unk_token_id, "mask_token_id": tok.mask_token_id}
 
     @property
     def num_regions(self) -> int:

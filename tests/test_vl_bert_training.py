@@ -11,7 +11,7 @@ from transformers import AutoModelForPreTraining, BertTokenizer
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import crash_then_resume, logged_losses, write_vocab
+from tests.training_helpers import crash_then_resume, logged_losses, reset_accelerate_state, write_vocab
 from vlhub.modeling.vl_bert.objectives_vl_bert import VL_BERT_OBJECTIVES, mask_objects, whole_word_mask
 from vlhub.training.cli import pretrain_main
 from vlhub.training.objectives import ObjectiveContext

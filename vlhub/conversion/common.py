@@ -32,7 +32,6 @@ and its command line (`vlhub convert tiny CHECKPOINT --output-dir DIR`):
     register_converter("tiny", lambda args: convert_tiny(args.checkpoint, args.output_dir), add_arguments)
 """
 
-import hashlib
 import json
 import os
 import re
@@ -42,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.files import staging_folder
+from ..utils.files import sha256_file, staging_folder
 
 __all__ = [
     "CheckpointError",
@@ -73,12 +72,7 @@ class CheckpointError(ValueError):
     """The file is not a checkpoint of the kind the converter was asked to read."""
 
 
-def sha256_of(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(chunk_size), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_of = sha256_file  # the source file's digest in the provenance (one implementation: vlhub.utils.files)
 
 
 _WRAPPER_KEYS = ("model_state", "state_dict", "model")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
+from ..utils.files import atomic_write_text
+
 __all__ = ["JsonlTracker", "LOG_HISTORY", "read_log_history", "write_log_history"]
 
 LOG_HISTORY = "log_history.jsonl"
@@ -23,12 +25,7 @@ def read_log_history(path: str | os.PathLike) -> list[dict]:
 
 def write_log_history(path: str | os.PathLike, records: list[dict]) -> None:
     """Replace the file's records atomically (used when resuming: the checkpoint's history is the truth)."""
-    path = Path(path)
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 class JsonlTracker(GeneralTracker):

@@ -1,7 +1,7 @@
 """Writing files so that a crash never leaves half a file that reads as whole, and checking them later.
 
 `atomic_write` writes through a temporary name in the same folder and renames it into place (readers see the old
-file or the new one, never a mix); `replace_folder_atomically` does the same for a whole folder; `sha256_file` and
+file or the new one, never a mix); `staging_folder` does the same for a whole folder; `sha256_file` and
 `file_checksums` record what a complete folder held, so a later reader can tell truncated or altered files.
 """
 

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
+from transformers import GenerationMixin
 from transformers.cache_utils import Cache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
@@ -35,13 +34,13 @@ from transformers.modeling_outputs import (
     ModelOutput,
     SequenceClassifierOutput,
 )
-from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from ..layers import BertEmbeddings, BertEncoder, BertLayer, BertOnlyMLMHead, BertPooler, BertSelfAttention
+from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler
+from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = [
@@ -202,28 +201,13 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class UnifiedVlpPreTrainedModel(PreTrainedModel):
+class UnifiedVlpPreTrainedModel(VisionLanguagePreTrainedModel):
     config: UnifiedVlpConfig
     config_class = UnifiedVlpConfig
     base_model_prefix = "vlp"
-    main_input_name = "input_ids"
-    input_modalities = ("image", "text")
-    supports_gradient_checkpointing = True
     _no_split_modules = ["UnifiedVlpEmbeddings", "BertLayer"]
-    _supports_sdpa = True
     _supports_flash_attn = False  # flash attention cannot take the seq2seq pattern (an arbitrary 4-D mask)
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, BertEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
-        elif isinstance(module, BertLMPredictionHead):
-            init.zeros_(module.bias)
+    _can_record_outputs = BERT_RECORDED_OUTPUTS
 
 
 def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
@@ -254,12 +238,6 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     def _check_inputs(self, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
                       past_length):
@@ -449,7 +427,7 @@ def _gather_positions(sequence: torch.Tensor, positions: torch.LongTensor) -> to
     return torch.gather(sequence, 1, index)
 
 
-class _MaskedLanguageModelMixin:
+class _MaskedLanguageModelMixin(BertMLMHeadMixin):
     """The tied MLM head (`cls`, decoder tied to the word embeddings) shared by the pre-training model and the
     captioner."""
 
@@ -457,13 +435,6 @@ class _MaskedLanguageModelMixin:
         "cls.predictions.decoder.weight": "vlp.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
-
-    def get_output_embeddings(self):
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training

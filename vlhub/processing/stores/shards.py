@@ -732,9 +732,9 @@ class _ParquetStoreV1:
 def stored_image_ids(directory: str | os.PathLike) -> set[str]:
     """The ids a store folder holds (empty when there is no store yet), read without taking any writer's lock."""
     directory = Path(directory)
-    if _read_index(directory) is None or (_read_index(directory)[1] == STORE_VERSION
-                                           and not (directory / ID_INDEX_FILE).exists()):
-        return set()
+    found = _read_index(directory)
+    if found is None or (found[1] == STORE_VERSION and not (directory / ID_INDEX_FILE).exists()):
+        return set()  # no store yet, or one no image was ever published to
     return set(RegionStore(directory))
 
 

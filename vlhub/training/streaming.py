@@ -223,7 +223,7 @@ class StreamedCaptionBatches(IterableDataset):
 
     def _read_block(self, rows: Iterator, epoch: int) -> list[dict]:
         """The next `shuffle_buffer_size` examples (fewer at the end of the epoch's stream): one per caption of
-        each streamed image, its regions decoded once per image."""
+        each streamed image, with the image's Arrow row (decoded when its batch is made)."""
         block: list[dict] = []
         while len(block) < self.shuffle_buffer_size:
             try:
@@ -234,10 +234,11 @@ class StreamedCaptionBatches(IterableDataset):
             caption_rows = self.captions.rows(image_id)
             if not caption_rows:
                 continue
-            regions = self.store.decode_row(row)
             for caption_row in caption_rows:
+                # The row stays an Arrow slice (of a memory-mapped shard, or of a streamed record batch) until its
+                # batch is made, so a block costs no decoded features.
                 block.append({"image_id": image_id, "caption": self.captions.caption(caption_row),
-                              "seed": (self.seed, epoch, caption_row, _EXAMPLE_STREAM), "regions": regions})
+                              "seed": (self.seed, epoch, caption_row, _EXAMPLE_STREAM), "row": row})
         return block
 
     def _finish_batch(self, examples: list[dict], batch_index: int) -> list[dict]:
@@ -245,5 +246,13 @@ class StreamedCaptionBatches(IterableDataset):
         position in this process's loader (the same position on every process)."""
         group = batch_index // self.accumulation
         objective = self.mix.choose(np.random.default_rng((self.seed, group, _OBJECTIVE_STREAM)))
-        return [{**example, "objective": objective} for example in examples]
+        decoded: dict[str, object] = {}
+        batch = []
+        for example in examples:
+            example = dict(example)
+            row = example.pop("row")
+            if example["image_id"] not in decoded:
+                decoded[example["image_id"]] = self.store.decode_row(row)
+            batch.append({**example, "objective": objective, "regions": decoded[example["image_id"]]})
+        return batch
 

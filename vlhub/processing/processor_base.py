@@ -28,6 +28,7 @@ import warnings
 from typing import Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import BatchFeature
 from transformers.feature_extraction_utils import FeatureExtractionMixin
 from transformers.processing_utils import ProcessorMixin
@@ -55,6 +56,9 @@ def select_regions(
     `confidence_threshold=None`) regions are kept as given, and more than `max_regions` of them is an error rather
     than a silent cut.
     """
+    settings = (confidence_threshold, min_regions, max_regions)
+    if regions.metadata.get(_SELECTED_WITH) == settings:  # already this selection's output (a collator selected it)
+        return regions
     if regions.scores is None or confidence_threshold is None:
         if max_regions is not None and len(regions) > max_regions:
             raise ValueError(
@@ -68,9 +72,16 @@ def select_regions(
     if max_regions is not None:
         count = min(count, max_regions)
     count = min(count, len(regions))
-    if torch.equal(order[:count], torch.arange(count)) and count == len(regions):
-        return regions
-    return regions.select(order[:count])
+    if count == len(regions) and torch.equal(order, torch.arange(count)):
+        return regions  # the caller's own object: left unmarked
+    selected = regions.select(order[:count])
+    # Selecting again gives the same regions: say so, so the processor does not sort them a second time.
+    selected.metadata[_SELECTED_WITH] = settings
+    return selected
+
+
+# RegionFeatures.metadata key: the (confidence_threshold, min_regions, max_regions) that selected these regions.
+_SELECTED_WITH = "vlhub_selected_with"
 
 
 class RegionProcessor(FeatureExtractionMixin):
@@ -150,15 +161,11 @@ class RegionProcessor(FeatureExtractionMixin):
             feat, loc = self.encode_example(item, f"regions[{i}]")
             features.append(feat)
             locations.append(loc)
-        num_regions = max(f.shape[0] for f in features)
-        batch_size = len(features)
-        region_features = torch.zeros(batch_size, num_regions, features[0].shape[1])
-        region_locations = torch.zeros(batch_size, num_regions, locations[0].shape[1])
-        region_attention_mask = torch.zeros(batch_size, num_regions, dtype=torch.long)
-        for i, (feat, loc) in enumerate(zip(features, locations)):
-            region_features[i, : feat.shape[0]] = feat
-            region_locations[i, : loc.shape[0]] = loc
-            region_attention_mask[i, : feat.shape[0]] = 1
+        # One padding op per input (a row-by-row copy into a zeroed batch cost more than the encoding itself).
+        region_features = pad_sequence(features, batch_first=True).to(torch.float32)
+        region_locations = pad_sequence(locations, batch_first=True).to(torch.float32)
+        lengths = torch.tensor([f.shape[0] for f in features])
+        region_attention_mask = (torch.arange(region_features.shape[1]) < lengths[:, None]).long()
         return BatchFeature(
             {
                 "region_features": region_features,

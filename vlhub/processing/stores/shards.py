@@ -223,13 +223,22 @@ def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
 
 def _column_matrix(column: pa.Array, width: int) -> np.ndarray:
     """The one row of a list<fixed_size_list<width>> (or list<value>, width 1) column, as sliced from a table, as a
-    `(rows, width)` array, without copying."""
+    `(rows, width)` array, without copying. The nesting is unwrapped through offsets and slices (no compute kernel
+    per level: those cost more than the read itself)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if isinstance(column, pa.ExtensionArray):
         column = column.storage
-    while pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type):
-        column = column.flatten()
+    while True:
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            offsets = column.offsets  # of this slice's rows only
+            start, stop = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+            column = column.values.slice(start, stop - start)
+        elif pa.types.is_fixed_size_list(column.type):
+            size = column.type.list_size
+            column = column.values.slice(column.offset * size, len(column) * size)
+        else:
+            break
     return column.to_numpy(zero_copy_only=False).reshape(-1, width)
 
 

@@ -185,6 +185,19 @@ def test_streamed_pretraining_resumes_exactly(tmp_path, workers):
     for step in expected:
         assert got[step] == expected[step], step  # exactly: same batches, same arithmetic
 
+    if workers == 0:  # a checkpoint without this process's stream state is refused, naming the file
+        from tests.training_helpers import reset_accelerate_state
+        from vlhub.training.loop import CHECKSUMS, DamagedCheckpointError
+        from vlhub.utils.files import atomic_write_json, file_checksums
+
+        checkpoint = tmp_path / "resumed" / "checkpoint-15"
+        (checkpoint / "training_state" / "stream_state_0.json").unlink()
+        atomic_write_json(checkpoint / CHECKSUMS, {"files": file_checksums(checkpoint, exclude=(CHECKSUMS,))})
+        reset_accelerate_state()
+        with pytest.raises(DamagedCheckpointError, match=r"no stream state for process 0 \(stream_state_0.json\)"):
+            pretrain_main([*common, "--output_dir", str(tmp_path / "again"), "--resume_from_checkpoint",
+                           str(checkpoint)])
+
 
 def test_streaming_a_non_store_dataset_is_refused(tmp_path):
     import datasets

@@ -483,17 +483,27 @@ def _rotate_checkpoints(output_dir: Path, limit: int):
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _process_file(accelerator: Accelerator, folder: Path, name: str, what: str, without_it: str, fallback: str,
+                  saved_processes: int | None) -> Path | None:
+    """This process's own file of a checkpoint (`name` formatted with the process index). Missing: an error when the
+    checkpoint was saved by as many processes (`without_it` says why it matters); else a warning (`fallback` says
+    what happens instead) and None."""
+    path = folder / TRAINING_STATE_DIR / name.format(accelerator.process_index)
+    if path.is_file():
+        return path
+    if saved_processes in (None, accelerator.num_processes):
+        raise DamagedCheckpointError(f"checkpoint {folder} has no {what} for process {accelerator.process_index} "
+                                     f"({path.name}): {without_it}")
+    logger.warning(f"process {accelerator.process_index} has no {what} in {folder} (it was saved by "
+                   f"{saved_processes} processes): {fallback}")
+    return None
+
+
 def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
     """accelerate.load_state, with this process's RNG state required (accelerate only logs its absence) and load
     errors naming the checkpoint."""
-    rng_state = folder / TRAINING_STATE_DIR / _RNG_STATE.format(accelerator.process_index)
-    if not rng_state.is_file():
-        if saved_processes in (None, accelerator.num_processes):
-            raise DamagedCheckpointError(
-                f"checkpoint {folder} has no RNG state for process {accelerator.process_index} ({rng_state.name}): "
-                "resuming without it would not reproduce the interrupted run's masking, sampling and dropout")
-        logger.warning(f"process {accelerator.process_index} has no RNG state in {folder} (it was saved by "
-                       f"{saved_processes} processes): it starts from the seed")
+    _process_file(accelerator, folder, _RNG_STATE, "RNG state", "resuming without it would not reproduce the "
+                  "interrupted run's masking, sampling and dropout", "it starts from the seed", saved_processes)
     try:
         accelerator.load_state(str(folder / TRAINING_STATE_DIR))
     except Exception as err:
@@ -503,14 +513,10 @@ def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes
 
 def _load_stream_state(loader, accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
     """Put a `--streaming` loader where the checkpoint's run left this process's stream."""
-    path = folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index)
-    if not path.is_file():
-        if saved_processes in (None, accelerator.num_processes):
-            raise DamagedCheckpointError(
-                f"checkpoint {folder} has no stream state for process {accelerator.process_index} ({path.name}): was "
-                "it saved without --streaming? Resume it without --streaming, or start a fresh run")
-        logger.warning(f"process {accelerator.process_index} has no stream state in {folder} (it was saved by "
-                       f"{saved_processes} processes): its stream starts from the beginning")
+    path = _process_file(accelerator, folder, _STREAM_STATE, "stream state", "was it saved without --streaming? "
+                         "Resume it without --streaming, or start a fresh run", "its stream starts from the beginning",
+                         saved_processes)
+    if path is None:
         return
     try:
         loader.load_state_dict(json.loads(path.read_text()))

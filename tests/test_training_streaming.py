@@ -81,6 +81,21 @@ def test_two_processes_read_disjoint_shards_and_one_epoch_visits_every_caption_o
     assert seen == Counter(pairs)  # every caption exactly once across the two processes
 
 
+def test_shards_that_do_not_divide_among_processes_are_still_read_once(tmp_path):
+    store, pairs = write_store(tmp_path / "store", shard_size=5)  # 5 shards for 2 processes: 3 + 2
+    seen, images = Counter(), []
+    for rank in (0, 1):
+        batches = iter(stream(store, pairs, rank=rank, world=2, batch=2))
+        first_epoch = []
+        while not first_epoch or first_epoch[-1]["seed"][1] == 0:
+            first_epoch += next(batches)
+        first_epoch = [e for e in first_epoch if e["seed"][1] == 0]
+        seen.update((e["image_id"], e["caption"]) for e in first_epoch)
+        images.append({e["image_id"] for e in first_epoch})
+    assert not images[0] & images[1] and sorted(map(len, images)) in ([9, 15], [10, 14])
+    assert seen == Counter(pairs)
+
+
 def test_the_stream_is_shuffled_per_epoch_and_reproducible(tmp_path):
     store, pairs = write_store(tmp_path / "store")
     first = [keys(next(iter(stream(store, pairs)))) for _ in range(2)]

@@ -112,7 +112,7 @@ def shard_stream(shard_files: Sequence[str], seed: int, epoch: int, process_inde
         if was_enabled:
             datasets.utils.logging.enable_progress_bar()
     if num_processes > 1:
-        stream = split_dataset_by_node(stream, rank=process_index, world_size=num_processes)
+        stream = split_dataset_by_node(stream, rank=process_index, world_size=num_processes, strategy="shards")
     return stream.with_format("arrow")
 
 

@@ -44,6 +44,7 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
     ipot_distance,
+    soft_score_loss,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_uniter import UniterConfig
@@ -521,10 +522,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         self.post_init()
 
     def _soft_targets(self, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        if labels.shape != logits.shape:
-            raise ValueError(
-                f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, got {tuple(labels.shape)}"
-            )
+        """The soft answer scores the loss compares `logits` with (VE turns class ids into one-hot rows)."""
         return labels.to(logits.dtype)
 
     @can_return_tuple
@@ -565,8 +563,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         logits = self.vqa_output(outputs.pooler_output)
         loss = None
         if labels is not None:
-            targets = self._soft_targets(labels, logits)
-            loss = F.binary_cross_entropy_with_logits(logits.float(), targets.float()) * logits.shape[1]
+            loss = soft_score_loss(logits, self._soft_targets(labels, logits))
         return UniterClassifierOutput(
             loss=loss,
             logits=logits,

@@ -171,3 +171,39 @@ def test_a_registered_converter_runs_from_the_command_line(clean_registry, tmp_p
     torch.save(original_state(**{"net.mystery.weight": torch.zeros(1)}), tmp_path / "bad.pt")
     assert main(["convert", "tiny-test", str(tmp_path / "bad.pt"), "--output-dir", str(tmp_path / "bad")]) == 2
     assert "net.mystery.weight" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("uniter", {}), ("vl_bert", {}), ("vilbert", {"task_id": 7}), ("unified_vlp", {}), ("tden", {}),
+])
+def test_architecture_converters_take_the_standard_arguments(name, extra):
+    """Every `vlhub convert <architecture>` parses CHECKPOINT --output-dir --config --task --tokenizer --answers (one
+    shared definition), plus its own extras (ViLBERT's --task-id)."""
+    from vlhub.cli import build_parser
+
+    extra_argv = [str(part) for key, value in extra.items() for part in ("--" + key.replace("_", "-"), value)]
+    args = build_parser().parse_args(["convert", name, "ck.bin", "--output-dir", "out", "--config", "c.json",
+                                      "--tokenizer", "vocab.txt", "--answers", "answers.json", *extra_argv])
+    assert (args.checkpoint, args.output_dir, args.config, args.task, args.tokenizer, args.answers) == (
+        "ck.bin", "out", "c.json", None, "vocab.txt", "answers.json")
+    assert {key: getattr(args, key) for key in extra} == extra
+    with pytest.raises(SystemExit):  # --output-dir is required
+        build_parser().parse_args(["convert", name, "ck.bin"])
+
+
+def test_converter_command_line_passes_every_argument_on():
+    import argparse
+
+    from vlhub.conversion.common import converter_command_line
+
+    calls = []
+    add_arguments, convert_from_args = converter_command_line(
+        lambda *a, **k: calls.append((a, k)) or "report", "toy", checkpoint_help="", config_help="", tasks=["vqa"],
+        tokenizer_default="bert", answers_help="", extra_arguments={"--task-id": dict(type=int)})
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert convert_from_args(parser.parse_args(["ck", "--output-dir", "o", "--task", "vqa", "--task-id", "3"])) == "report"
+    assert calls == [(("ck", "o"), dict(config=None, task="vqa", tokenizer="bert", answers=None, task_id=3))]
+    with pytest.raises(SystemExit):  # not one of `tasks`
+        parser.parse_args(["ck", "--output-dir", "o", "--task", "captioning"])

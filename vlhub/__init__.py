@@ -7,11 +7,10 @@ Auto-model, processor or pipeline machinery is first imported, and vlhub's own n
 first access.
 """
 
-__version__ = "0.1.0.dev0"
-
 from .modeling.auto import register_all
 from .processing.region_extractors import register_region_extractor as _register_region_extractor
 from .registry import architectures as _architectures
+from .version import __version__
 
 register_all()
 # The embedded shapes world's extractor (named lazily: nothing is imported until a folder needs it).

@@ -3,7 +3,9 @@
 An architecture is a sub-package of `vlhub.modeling` whose `__init__.py` calls `register_architecture(...)` with an
 `Architecture`: which classes it has (by name, resolved lazily from the package), which Auto class each model class
 belongs to, its task heads, processor, pre-training objectives and default objective mix. Training, conversion,
-pipelines and the Auto classes loop over these declarations; nothing shared imports an architecture by name.
+pipelines and the Auto classes loop over these declarations; nothing shared imports an architecture by name. The
+registry imports nothing of vlhub: `import vlhub` imports the architecture packages
+(`vlhub.modeling.discover_architectures`), so they have registered before anything looks one up.
 
 Class names are strings so that registering costs nothing: the package exports its classes lazily (see
 `lazy_exports`), and a class is imported the first time something asks for it.
@@ -12,7 +14,6 @@ Class names are strings so that registering costs nothing: the package exports i
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -22,7 +23,6 @@ __all__ = [
     "register_architecture",
     "get_architecture",
     "architectures",
-    "discover_architectures",
     "lazy_exports",
     "resolve",
 ]
@@ -175,31 +175,13 @@ def unregister_architecture(model_type: str) -> None:
 
 
 def get_architecture(model_type: str) -> Architecture:
-    discover_architectures()
     if model_type not in _ARCHITECTURES:
         raise ValueError(f"unknown model type {model_type!r}; vlhub knows {sorted(_ARCHITECTURES)}")
     return _ARCHITECTURES[model_type]
 
 
 def architectures() -> dict[str, Architecture]:
-    discover_architectures()
     return dict(_ARCHITECTURES)
-
-
-_DISCOVERED = False
-
-
-def discover_architectures() -> None:
-    """Import every sub-package of `vlhub.modeling` once; each registers itself (cheaply: configs and names)."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
-    from . import modeling
-
-    for module in pkgutil.iter_modules(modeling.__path__):
-        if module.ispkg:
-            importlib.import_module(f"{modeling.__name__}.{module.name}")
 
 
 def lazy_exports(module_name: str, structure: Mapping[str, list[str]]):

@@ -37,11 +37,12 @@ def __getattr__(name):
 
 
 def _detector_arguments(parser) -> None:
+    from .common import add_source_arguments
     from .detector import DETECTOR_FORMATS
 
-    parser.add_argument("file", help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel")
-    parser.add_argument("--output-dir", required=True, help="folder to write")
-    parser.add_argument("--config", help="the port's config.yaml (default: config.yaml beside FILE, if any)")
+    add_source_arguments(
+        parser, source="file", source_help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel",
+        config_help="the port's config.yaml (default: config.yaml beside FILE, if any)")
     parser.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
     parser.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
     parser.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")

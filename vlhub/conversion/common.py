@@ -64,6 +64,7 @@ __all__ = [
     "set_answer_labels",
     "save_converted_model",
     "converter_command_line",
+    "add_source_arguments",
     "load_renamed_state_dict",
 ]
 
@@ -535,24 +536,37 @@ def save_converted_model(output_dir, model, report: ConversionReport, *, provena
     return report
 
 
+def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str, config_help: str) -> None:
+    """The arguments every `vlhub convert <name>` takes: the original file (positional `source`), --output-dir (the
+    folder to write) and --config (the original's config file)."""
+    parser.add_argument(source, help=source_help)
+    parser.add_argument("--output-dir", required=True, help="folder to write")
+    parser.add_argument("--config", help=config_help)
+
+
 def converter_command_line(convert, architecture: str, *, checkpoint_help: str, config_help: str, tasks,
-                           tokenizer_default: str, answers_help: str, task_help: str | None = None):
+                           tokenizer_default: str, answers_help: str, task_help: str | None = None,
+                           extra_arguments: Mapping[str, dict] | None = None):
     """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
-    `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=)`: the positional checkpoint, --output-dir,
-    --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`) and --answers."""
+    `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=, **extra)`: the positional checkpoint,
+    --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`), --answers, and each of
+    `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as `task_id=`)."""
+    extra_arguments = dict(extra_arguments or {})
+    extra_names = {flag: flag.lstrip("-").replace("-", "_") for flag in extra_arguments}
 
     def add_arguments(parser) -> None:
-        parser.add_argument("checkpoint", help=checkpoint_help)
-        parser.add_argument("--output-dir", required=True, help="folder to write")
-        parser.add_argument("--config", help=config_help)
+        add_source_arguments(parser, source_help=checkpoint_help, config_help=config_help)
         parser.add_argument("--task", choices=sorted(tasks),
                             help=task_help or "head to build (default: detected from the keys)")
         parser.add_argument("--tokenizer", default=tokenizer_default, help="tokenizer name, folder or vocab.txt")
         parser.add_argument("--answers", help=answers_help)
+        for flag, settings in extra_arguments.items():
+            parser.add_argument(flag, **settings)
 
     def convert_from_args(args) -> ConversionReport:
+        extra = {name: getattr(args, name) for name in extra_names.values()}
         return convert(args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
-                       answers=args.answers)
+                       answers=args.answers, **extra)
 
     add_arguments.__doc__ = f"The arguments of `vlhub convert {architecture}`."
     convert_from_args.__doc__ = (f"`vlhub convert {architecture}`: `{convert.__name__}` with the parsed arguments of "

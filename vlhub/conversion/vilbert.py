@@ -14,7 +14,6 @@ vlhub's ViLBERT keeps the original module names (`bert.*` → `vilbert.*`, `cls.
 - the zero-shot retrieval score of a pre-trained checkpoint (`softmax(alignment)[0]`) as `vil_logit`.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from ..modeling.vilbert import (
 )
 from .common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
 from .common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
-from .common import set_answer_labels
+from .common import converter_command_line, set_answer_labels
 
 logger = logging.getLogger(__name__)
 
@@ -329,25 +328,12 @@ def convert_vilbert(
     )
 
 
-_ARGUMENTS = (
-    ("checkpoint", dict(help="the original .bin file")),
-    ("--output-dir", dict(required=True, help="folder to write")),
-    ("--config", dict(help="the original config json (e.g. config/bert_base_6layer_6conect.json)")),
-    ("--task", dict(choices=sorted(VILBERT_TASKS),
-                    help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)")),
-    ("--tokenizer", dict(default="google-bert/bert-base-uncased", help="tokenizer name, folder or vocab.txt")),
-    ("--answers", dict(help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)")),
-    ("--task-id", dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")),
+add_arguments, convert_from_args = converter_command_line(
+    convert_vilbert, "vilbert",
+    checkpoint_help="the original .bin file",
+    config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)", tasks=VILBERT_TASKS,
+    task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
+    tokenizer_default="google-bert/bert-base-uncased",
+    answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
+    extra_arguments={"--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")},
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `vlhub convert vilbert`."""
-    for name, settings in _ARGUMENTS:
-        parser.add_argument(name, **settings)
-
-
-def convert_from_args(args: argparse.Namespace) -> ConversionReport:
-    """`vlhub convert vilbert`: `convert_vilbert` with the parsed arguments of `add_arguments`."""
-    return convert_vilbert(args.checkpoint, args.output_dir, config=args.config, task=args.task,
-                           tokenizer=args.tokenizer, answers=args.answers, task_id=args.task_id)

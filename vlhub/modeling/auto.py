@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from . import discover_architectures
 from ..registry import Architecture, architectures, get_architecture, on_register
 from ..utils.import_hooks import when_imported
 
@@ -140,7 +141,7 @@ def register_all() -> None:
     for module in _BLOCKING:
         if module not in sys.modules:
             when_imported(module, _retry_all)
-    architectures()  # discovers vlhub's own architecture packages
+    discover_architectures()  # vlhub's own architecture packages register themselves
     when_imported(_PIPELINES, _on_transformers_pipelines)
     when_imported(_VLHUB_PIPELINES, _on_vlhub_pipelines)
 

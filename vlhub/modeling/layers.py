@@ -41,6 +41,7 @@ __all__ = [
     "AttentionPooling",
     "extended_attention_mask",
     "gather_masked",
+    "soft_score_loss",
     "ipot_distance",
     "StreamConfig",
     "StreamLayer",
@@ -137,6 +138,17 @@ def gather_masked(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Rows of `sequence` `(batch, length, dim)` where `mask` `(batch, length)` is true, in row-major order:
     `(num_true, dim)`. The order is the one the original collators use for their targets."""
     return sequence[mask.bool()]
+
+
+def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> torch.Tensor:
+    """The originals' VQA loss: binary cross-entropy with logits against soft scores in [0, 1] of `logits`' shape
+    (`(batch, num_labels)` answers, or `(batch, num_regions)`), averaged over every entry and multiplied by the last
+    size (that is, summed over the answers and averaged over the examples), in float32. `labels` of another shape is
+    a `ValueError` naming `name`."""
+    if labels.shape != logits.shape:
+        raise ValueError(f"{name} must be soft scores of the logits' shape {tuple(logits.shape)}, "
+                         f"got {tuple(labels.shape)}")
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
 
 
 @torch.no_grad()

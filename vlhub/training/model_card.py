@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..version import __version__ as vlhub_version
+
 __all__ = ["CardInfo", "write_training_card", "TEMPLATE_PATH"]
 
 # Shipped inside the package (`model_cards/` at the repository root links to it), so installed copies find it.
@@ -52,8 +54,6 @@ def write_training_card(
     import transformers
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    import vlhub
-
     if not Path(template_path).is_file():
         raise FileNotFoundError(f"model card template not found at {template_path} (it ships in the package's "
                                 "model_cards/ folder)")
@@ -85,7 +85,7 @@ def write_training_card(
         eval_results=[(k, _format(v)) for k, v in eval_results.items()],
         baseline_note=info.baseline_note,
         usage=info.usage.strip(),
-        versions=[("vlhub", vlhub.__version__), ("transformers", transformers.__version__),
+        versions=[("vlhub", vlhub_version), ("transformers", transformers.__version__),
                   ("accelerate", accelerate.__version__), ("torch", torch.__version__)],
     )
     path = Path(folder) / "README.md"

@@ -1,16 +1,16 @@
 """Unified VLP configuration."""
 
-import json
 import os
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+
+from ..configuration_text import BertTextConfig, read_original_bert_config
 
 __all__ = ["UnifiedVlpConfig"]
 
 
 @strict
-class UnifiedVlpConfig(PreTrainedConfig):
+class UnifiedVlpConfig(BertTextConfig):
     r"""Configuration of a Unified VLP model (Zhou et al., "Unified Vision-Language Pre-Training for Image Captioning
     and VQA", AAAI 2020).
 
@@ -40,19 +40,10 @@ class UnifiedVlpConfig(PreTrainedConfig):
 
     model_type = "unified_vlp"
 
-    vocab_size: int = 28996
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
-    max_position_embeddings: int = 512
+    vocab_size: int = 28996  # BERT's other text fields: BertTextConfig
     type_vocab_size: int = 6
-    initializer_range: float = 0.02
     layer_norm_eps: float = 1e-5
-    pad_token_id: int | None = 0
+    use_cache: bool = True
     bos_token_id: int | None = 101
     eos_token_id: int | None = 102
     region_token_id: int = 100
@@ -67,10 +58,6 @@ class UnifiedVlpConfig(PreTrainedConfig):
     bi_image_token_type_id: int = 0
     bi_text_token_type_id: int = 1
     classifier_hidden_size: int | None = None
-    is_decoder: bool = False
-    add_cross_attention: bool = False
-    use_cache: bool = True
-    tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
         # vis_pe = 6 geometry values + one probability per detector class: either size gives the other.
@@ -83,11 +70,7 @@ class UnifiedVlpConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self):
-        super().validate_architecture()
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
-            )
+        super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if self.num_region_labels < 1 or self.region_location_dim != self.num_region_labels + 6:
             raise ValueError(
                 f"region_location_dim ({self.region_location_dim}) must be 6 geometry values + num_region_labels "
@@ -113,22 +96,7 @@ class UnifiedVlpConfig(PreTrainedConfig):
     @classmethod
     def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UnifiedVlpConfig":
         """Read the original `bert_config.json` (BERT fields only; the original fixes the rest in code)."""
-        if isinstance(path_or_dict, dict):
-            original = dict(path_or_dict)
-        else:
-            with open(path_or_dict, encoding="utf-8") as f:
-                original = json.load(f)
-        known = {
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-            "type_vocab_size", "initializer_range",
-        }  # fmt: skip
-        unknown = sorted(set(original) - known)
-        if unknown:
-            raise ValueError(f"unexpected field(s) {unknown} in the original VLP config; expected only {sorted(known)}")
-        missing = sorted({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"} - set(original))
-        if missing:
-            raise ValueError(f"the original VLP config lacks required field(s) {missing}")
+        original = read_original_bert_config(path_or_dict, "VLP")
         if original.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"the original VLP uses the exact (erf) GELU; got hidden_act={original['hidden_act']!r}")
         return cls(**{**original, **overrides})

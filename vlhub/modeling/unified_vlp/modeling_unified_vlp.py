@@ -39,7 +39,7 @@ from transformers.utils import TransformersKwargs, add_start_docstrings_to_model
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler
+from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_unified_vlp import UnifiedVlpConfig
 
@@ -746,9 +746,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         logits = self.ans_classifier(joint)
         loss = None
         if labels is not None:
-            if labels.shape != logits.shape:
-                raise ValueError(f"labels must be soft scores of shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
-            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
+            loss = soft_score_loss(logits, labels)
         predicted = logits[:, 1:].argmax(dim=-1) + 1 if logits.shape[-1] > 1 else torch.zeros_like(logits[:, 0]).long()
         return UnifiedVlpQuestionAnsweringOutput(
             loss=loss,

@@ -44,6 +44,7 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
     ipot_distance,
+    soft_score_loss,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_uniter import UniterConfig
@@ -323,6 +324,14 @@ def _text_length(input_ids, inputs_embeds) -> int:
     return 0 if text is None else text.shape[1]
 
 
+def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
+    """A head's `UniterClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
+    return UniterClassifierOutput(
+        loss=loss, logits=logits, pooler_output=outputs.pooler_output, last_hidden_state=outputs.last_hidden_state,
+        hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+    )
+
+
 def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
     return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
@@ -521,10 +530,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         self.post_init()
 
     def _soft_targets(self, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        if labels.shape != logits.shape:
-            raise ValueError(
-                f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, got {tuple(labels.shape)}"
-            )
+        """The soft answer scores the loss compares `logits` with (VE turns class ids into one-hot rows)."""
         return labels.to(logits.dtype)
 
     @can_return_tuple
@@ -565,16 +571,8 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         logits = self.vqa_output(outputs.pooler_output)
         loss = None
         if labels is not None:
-            targets = self._soft_targets(labels, logits)
-            loss = F.binary_cross_entropy_with_logits(logits.float(), targets.float()) * logits.shape[1]
-        return UniterClassifierOutput(
-            loss=loss,
-            logits=logits,
-            pooler_output=outputs.pooler_output,
-            last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+            loss = soft_score_loss(logits, self._soft_targets(labels, logits))
+        return _classifier_output(loss, logits, outputs)
 
 
 class UniterForVisualEntailment(UniterForQuestionAnswering):
@@ -686,14 +684,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
                 )
             scores = torch.sigmoid(logits.float()).view(-1, group)
             loss = torch.clamp(self.config.ranking_margin + scores[:, 1:] - scores[:, :1], min=0).mean()
-        return UniterClassifierOutput(
-            loss=loss,
-            logits=logits,
-            pooler_output=outputs.pooler_output,
-            last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        return _classifier_output(loss, logits, outputs)
 
 
 class UniterForVisualReasoning(UniterPreTrainedModel):
@@ -791,10 +782,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
                 flat(region_attention_mask),
             )
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return UniterClassifierOutput(
-            loss=loss, logits=logits, pooler_output=outputs.pooler_output, last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
-        )
+        return _classifier_output(loss, logits, outputs)
 
     def _paired_attention(self, sequence_output, text_length, text_mask, region_mask):
         pairs, length, hidden = sequence_output.shape

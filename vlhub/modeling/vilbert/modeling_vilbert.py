@@ -37,6 +37,7 @@ from ..layers import (
     cross_stream_mask,
     extended_attention_mask,
     flatten_choices,
+    soft_score_loss,
 )
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vilbert import VilbertConfig
@@ -624,10 +625,7 @@ class VilbertForQuestionAnswering(_VilbertHead):
         logits = self.vil_prediction(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:
-            if labels.shape != logits.shape:
-                raise ValueError(f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, "
-                                 f"got {tuple(labels.shape)}")
-            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+            loss = soft_score_loss(logits, labels)
         return self._output(loss, logits, outputs)
 
 
@@ -809,9 +807,7 @@ class VilbertForReferringExpression(_VilbertHead):
         text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)
         loss = None
         if labels is not None and labels.dtype.is_floating_point:
-            if labels.shape != logits.shape:
-                raise ValueError(f"soft region targets must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
-            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+            loss = soft_score_loss(logits, labels, "soft region targets")
         elif labels is not None:
             loss = _cross_entropy(logits, labels)
         return self._output(loss, logits, outputs, text_logits=text_logits)

@@ -33,6 +33,7 @@ from ..layers import (
     BertPooler,
     BertPredictionHeadTransform,
     extended_attention_mask,
+    soft_score_loss,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vl_bert import VlBertConfig
@@ -788,10 +789,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         logits = self.vqa_head(answer_states)
         loss = None
         if labels is not None:
-            if labels.shape != logits.shape:
-                raise ValueError(f"labels must be soft scores of shape (batch, num_labels) = {tuple(logits.shape)}, "
-                                 f"got {tuple(labels.shape)}")
-            loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[1]
+            loss = soft_score_loss(logits, labels)
         return VlBertClassifierOutput(
             loss=loss, logits=logits, last_hidden_state=sequence_output,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,

@@ -3,6 +3,7 @@
 Every reader returns `RegionFeatures`, so a model never needs to know where its regions came from.
 """
 
+from . import original, shards
 from .original import (
     BUTD_TSV_FIELDS,
     FEATURE_FORMATS,
@@ -26,22 +27,5 @@ from .shards import (
 )
 
 
-__all__ = [
-    "RegionStore",
-    "RegionStoreWriter",
-    "StoreLayout",
-    "StoreLockedError",
-    "stored_image_ids",
-    "FLOAT16_MAX",
-    "FeatureFileError",
-    "ButdTsvReader",
-    "UniterLmdbReader",
-    "VilbertLmdbReader",
-    "VlpH5Reader",
-    "NpzFolderReader",
-    "BUTD_TSV_FIELDS",
-    "LXMERT_TSV_FIELDS",
-    "FEATURE_FORMATS",
-    "open_feature_file",
-    "import_features",
-]
+# The names of both modules (each keeps its own list).
+__all__ = [*shards.__all__, *original.__all__]

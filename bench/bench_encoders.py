@@ -14,7 +14,8 @@ slower than fp32: the script says whether this CPU has AMX.
 `--original-checkout PATH` also times the architecture's ORIGINAL code from a checkout of its repository (your
 own clone; nothing of it is copied into vlhub), for the cases whose module defines `build_original` (see
 bench/encoders/__init__.py): the same-size model with random weights, side by side, each vlhub row noting its
-speedup over the original at the same dtype and batch. The models of a case take turns forward by forward, and the
+speedup over the original at the same dtype and batch (GFLOP/ex and % peak count what each executes, the
+original's extra heads included). The models of a case take turns forward by forward, and the
 timings are repeated: examples/s at the median and the best (minimum) time, so a shared machine's noise shows.
 """
 
@@ -175,6 +176,7 @@ def main() -> None:
             del runs
         del variants
         gc.collect()
+
 
 if __name__ == "__main__":
     main()

@@ -146,3 +146,15 @@ def test_answer_vocabulary_from_the_original_pickle(tmp_path, vocab):
         convert_vilbert(BETA_VQA, tmp_path / f"out-{name}", config=CONFIG, tokenizer=vocab, answers=tmp_path / name)
         config = vlhub.VilbertConfig.from_pretrained(tmp_path / f"out-{name}")
         assert config.id2label[5] == "answer 5" and config.label2id["answer 7"] == 7
+
+
+def test_multi_task_pointing_tasks_and_untrained_task_ids(tmp_path, vocab):
+    """Visual7w / GuessWhat pointing (12-in-1 "V-logit-mc") convert to the referring-expression head with their task
+    ids; a task id the released 12-in-1 model was not trained on (GuessWhat 14, VCR 5) is converted with a note."""
+    report = convert_vilbert(MULTI_TASK, tmp_path / "v7w", config=CONFIG, task="visual7w", tokenizer=vocab)
+    assert report.used["vision_logit.weight"] == "vision_logit.weight"
+    assert AutoProcessor.from_pretrained(tmp_path / "v7w").task_id == 4
+    assert not any("not one the released" in note for note in report.notes)
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "v7w"), vlhub.VilbertModel)
+    report = convert_vilbert(MULTI_TASK, tmp_path / "guesswhat", config=CONFIG, task="ve", task_id=14, tokenizer=vocab)
+    assert any("task id 14 is not one the released 12-in-1 model was trained on" in note for note in report.notes)

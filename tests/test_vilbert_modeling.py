@@ -182,3 +182,84 @@ def test_original_config_switches_vlhub_does_not_implement_are_refused():
         VilbertConfig.from_original_config({**original, "dynamic_attention": True})
     with pytest.raises(ValueError, match="unexpected field"):
         VilbertConfig.from_original_config({**original, "surprise": 1})
+
+
+def _repeat_rows(inputs: dict, texts: int, images: int) -> dict:
+    """Every text with every image, row i * images + j = (text i, image j), built by repeating the inputs."""
+    text_rows = torch.arange(texts).repeat_interleave(images)
+    image_rows = torch.arange(images).repeat(texts)
+    out = {}
+    for name, value in inputs.items():
+        out[name] = value[image_rows] if name.startswith("region_") else value[text_rows]
+    return out
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("texts, task_tokens", [(2, False), (1, False), (2, True)])
+def test_in_batch_pairs_equal_the_repeated_pairs(attn, texts, task_tokens):
+    """`in_batch_pairs` (and `fast_mode`: one text, many images) computes what repeating every (text, image) pair
+    computes, layer by layer; padded texts and regions included."""
+    torch.manual_seed(0)
+    config = tiny_config(_attn_implementation=attn, **({"num_task_tokens": 4} if task_tokens else {}))
+    model = VilbertForPreTraining(config).eval()
+    inputs = text_and_regions(config, batch=3)
+    text_inputs = {k: v[:texts] for k, v in inputs.items() if not k.startswith("region_")}
+    region_inputs = {k: v for k, v in inputs.items() if k.startswith("region_")}
+    with torch.no_grad():
+        paired = model(**text_inputs, **region_inputs, in_batch_pairs=True, output_hidden_states=True)
+        repeated = model(**_repeat_rows({**text_inputs, **region_inputs}, texts, 3), output_hidden_states=True)
+    assert paired.alignment_logits.shape == (texts * 3, 2)
+    for name in ("alignment_logits", "prediction_logits", "region_logits", "pooler_output"):
+        torch.testing.assert_close(paired[name], repeated[name], atol=1e-5, rtol=1e-5)
+    for name in ("hidden_states", "vision_hidden_states"):
+        assert len(paired[name]) == len(repeated[name])
+        for a, b in zip(paired[name], repeated[name]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_retrieval_scores_one_caption_against_many_images():
+    torch.manual_seed(0)
+    model = VilbertForImageTextRetrieval(tiny_config()).eval()
+    inputs = text_and_regions(model.config, batch=3)
+    caption = {k: v[1:2] for k, v in inputs.items() if not k.startswith("region_")}
+    regions = {k: v for k, v in inputs.items() if k.startswith("region_")}
+    with torch.no_grad():
+        scores = model(**caption, **regions, in_batch_pairs=True).logits
+        one_by_one = [model(**caption, **{k: v[j : j + 1] for k, v in regions.items()}).logits for j in range(3)]
+    torch.testing.assert_close(scores.view(1, 3), torch.cat(one_by_one).view(1, 3), atol=1e-5, rtol=1e-5)
+
+
+def test_in_batch_pairs_refused_where_outputs_are_not_per_pair():
+    model = VilbertForReferringExpression(tiny_config()).eval()
+    inputs = text_and_regions(model.config)
+    with pytest.raises(ValueError, match="does not take in_batch_pairs"):
+        model(**inputs, in_batch_pairs=True)
+    retrieval = VilbertForImageTextRetrieval(tiny_config()).eval()
+    with pytest.raises(ValueError, match="no training targets"):
+        retrieval(**inputs, in_batch_pairs=True, num_negatives=1)
+    with pytest.raises(ValueError, match="has none"):
+        VilbertModel(tiny_config(visual_co_attention_layers=[], text_co_attention_layers=[]))(
+            **inputs, in_batch_pairs=True)
+
+
+def test_pointing_scores_the_candidate_rows_with_the_original_loss():
+    """12-in-1 V-logit-mc: scores of the candidate rows, BCE on soft targets averaged and times the number of
+    choices (`loss.mean() * target.size(1)`), or cross-entropy on a choice index."""
+    torch.manual_seed(0)
+    model = VilbertForReferringExpression(tiny_config()).eval()
+    inputs = text_and_regions(model.config)
+    choices = torch.tensor([[3, 1, 2], [0, 2, 3]])
+    targets = torch.tensor([[0.0, 0.7, 0.0], [0.0, 0.0, 0.55]])
+    with torch.no_grad():
+        regions = model(**inputs).logits
+        out = model(**inputs, choice_region_ids=choices, labels=targets)
+        by_index = model(**inputs, choice_region_ids=choices, labels=torch.tensor([1, 2]))
+    expected = torch.stack([regions[0, [3, 1, 2]], regions[1, [0, 2, 3]]])
+    torch.testing.assert_close(out.logits, expected)
+    bce = -(targets * F.logsigmoid(expected) + (1 - targets) * F.logsigmoid(-expected))
+    torch.testing.assert_close(out.loss, bce.mean() * 3)
+    torch.testing.assert_close(by_index.loss, F.cross_entropy(expected, torch.tensor([1, 2])))
+    with pytest.raises(ValueError, match="region rows 0..4"):
+        model(**inputs, choice_region_ids=torch.tensor([[0, 6], [1, 2]]))
+    with pytest.raises(ValueError, match=r"shape \(batch, num_choices\)"):
+        model(**inputs, choice_region_ids=torch.tensor([0, 1]))

@@ -158,3 +158,91 @@ def test_vilbert_pretraining_resume_reproduces_the_uninterrupted_losses(tmp_path
         assert want.keys() == have.keys()
         for key in want:
             assert have[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), (want["step"], key)
+
+
+def test_unoverlapped_region_count_follows_the_12in1_loader():
+    """The 12-in-1 global-token divisor, worked by hand with the loader's `iou` (pixel boxes, +1 convention)."""
+    from vlhub.modeling.vilbert.objectives_vilbert import unoverlapped_region_count
+
+    boxes = torch.tensor([[0.0, 0, 9, 9], [0, 0, 9, 4], [5, 5, 14, 14], [20, 20, 29, 29]])
+    # box 1 vs box 0: 50 / 100 = 0.5 > 0.4; box 2 vs box 0: 25 / 175 < 0.4; box 3 apart. A masked box covers itself.
+    assert unoverlapped_region_count(boxes, torch.tensor([True, False, False, False])) == 2
+    assert unoverlapped_region_count(boxes, torch.tensor([False, False, False, True])) == 3
+    assert unoverlapped_region_count(boxes, torch.zeros(4, dtype=torch.bool)) == 4
+    assert unoverlapped_region_count(boxes, torch.ones(4, dtype=torch.bool)) == 1  # never 0
+    # With +1 these overlap 6 / 12 = 0.5 (> 0.4); without it they would overlap 2 / 6 < 0.4.
+    pixels = torch.tensor([[0.0, 0, 2, 2], [1, 0, 3, 2], [10, 10, 12, 12]])
+    assert unoverlapped_region_count(pixels, torch.tensor([True, False, False])) == 1
+
+
+def _collator(tmp_path, corpus, **kwargs):
+    from transformers import BertTokenizer
+
+    tokenizer = BertTokenizer(vocab=str(write_vocab(tmp_path)), do_lower_case=True)
+    processor = vlhub.get_architecture("vilbert").build_processor(tokenizer, corpus.sample_regions().feature_dim)
+    return PretrainingCollator(processor, corpus.regions, objectives_for("vilbert"), **kwargs)
+
+
+def test_joint_12in1_global_token_uses_the_12in1_divisor(tmp_path):
+    from vlhub.modeling.vilbert.objectives_vilbert import unoverlapped_region_count
+
+    corpus = synthetic_corpus(num_images=40)
+    collator = _collator(tmp_path, corpus, region_mask_probability=0.6)
+    examples = [{"image_id": i, "caption": c, "objective": "joint-12in1", "seed": (n,)}
+                for n, (i, c) in enumerate(corpus.train[:40])]
+    batch = collator(examples)
+    _, selected = collator.encode(examples)
+    smaller = 0
+    for i, regions in enumerate(selected):
+        if batch["alignment_labels"][i] == 1:  # mismatched: masked too, but its region labels are cleared
+            continue
+        n = len(regions)
+        masked = batch["region_labels"][i, 1 : n + 1].bool()
+        divisor = unoverlapped_region_count(regions.boxes, masked)
+        smaller += divisor < n
+        torch.testing.assert_close(batch["region_features"][i, 0] * divisor,
+                                   batch["region_features"][i, 1 : n + 1].sum(0))
+    assert smaller > 0  # the batch holds examples where the divisors of the two releases differ
+
+
+def test_alignment_negatives_are_drawn_from_the_whole_caption_table(tmp_path):
+    corpus = synthetic_corpus()
+    collator = _collator(tmp_path, corpus, pairs=corpus.train)
+    table = {}
+    for image_id, caption in corpus.train:
+        table.setdefault(caption, set()).add(image_id)
+    outside_batch = 0
+    for seed in range(6):
+        examples = [{"image_id": i, "caption": c, "objective": "alignment", "seed": (seed, n)}
+                    for n, (i, c) in enumerate(corpus.train[:2])]
+        pairs, labels = _swapped_captions(collator, examples)
+        for example, pair, label in zip(examples, pairs, labels):
+            if label == 1:
+                assert example["image_id"] not in table[pair["caption"]]  # another image's caption, from the table
+                outside_batch += pair["caption"] not in {e["caption"] for e in examples}
+            else:
+                assert pair == example
+    assert outside_batch > 0
+    # A batch of one example still gets a mismatched caption from the table (the same image, another caption).
+    alone = [_swapped_captions(collator, [{**examples[0], "seed": (seed,)}]) for seed in range(6)]
+    swapped = [pairs[0] for pairs, labels in alone if labels == [1]]
+    assert swapped and all(p["image_id"] == examples[0]["image_id"] and p["caption"] != examples[0]["caption"]
+                           for p in swapped)
+    from vlhub.training import PretrainingTask
+
+    task = PretrainingTask(*_tiny_model_and_processor(tmp_path, corpus), corpus)
+    assert task.collate_fn.context.other_caption is not None and task.eval_collate_fn.context.other_caption is not None
+
+
+def _swapped_captions(collator, examples):
+    from vlhub.modeling.vilbert.objectives_vilbert import _pairs
+    from vlhub.training.sampling import SampleKey, example_rng
+
+    rngs = [example_rng(SampleKey(0, e["objective"], tuple(e["seed"]))) for e in examples]
+    pairs, labels = _pairs(collator.context, examples, rngs, negatives=True)
+    return pairs, labels.tolist()
+
+
+def _tiny_model_and_processor(tmp_path, corpus):
+    processor, config = _tiny_vilbert(tmp_path, corpus, num_region_labels=corpus.sample_regions().class_probs.shape[1])
+    return vlhub.VilbertForPreTraining(config), processor

@@ -5,6 +5,11 @@ Each module defines:
     DEFAULT_REGIONS: int (optional, default 36)      regions per example when --regions is not given
     build(attn_implementation: str) -> nn.Module      the model at its released size, random weights, eval mode
     make_inputs(model, batch, text, regions) -> dict  keyword arguments of model(**inputs)
+and, to be timed against the architecture's original code (`--original-checkout PATH`), optionally:
+    build_original(checkout: Path, attn_implementation: str) -> nn.Module | None
+        the original repository's model (imported from the user's checkout) at the same size, random weights, eval
+        mode; None for an attention implementation the original does not have
+    make_original_inputs(model, batch, text, regions) -> dict  keyword arguments of the original model's forward
 """
 
 import torch

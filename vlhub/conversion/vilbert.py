@@ -41,7 +41,7 @@ from .common import converter_command_line, set_answer_labels
 logger = logging.getLogger(__name__)
 
 __all__ = ["convert_vilbert", "convert_from_args", "add_arguments", "detect_vilbert_release", "VILBERT_TASKS",
-           "MULTI_TASK_IDS"]
+           "MULTI_TASK_IDS", "RELEASED_MULTI_TASK_IDS"]
 
 ORIGINAL_REPOSITORIES = {
     "pretrained": ("https://github.com/jiasenlu/vilbert_beta", "f0c9a2b21d4689e865f28c1eb1ee7e5f3f9387a7"),
@@ -56,6 +56,9 @@ VILBERT_TASKS = {
     "retrieval": VilbertForImageTextRetrieval,
     "vcr": VilbertForMultipleChoice,
     "re": VilbertForReferringExpression,
+    # 12-in-1 pointing among candidate boxes ("V-logit-mc"): the referring-expression head with choice_region_ids.
+    "visual7w": VilbertForReferringExpression,
+    "guesswhat_pointing": VilbertForReferringExpression,
     "nlvr2": VilbertForVisualReasoning,
     "ve": VilbertForVisualEntailment,
 }
@@ -67,11 +70,17 @@ _HEADS = {
     "retrieval": ("vil_logit.",),
     "vcr": ("vil_logit.",),
     "re": ("vision_logit.", "linguisic_logit."),
+    "visual7w": ("vision_logit.", "linguisic_logit."),
+    "guesswhat_pointing": ("vision_logit.", "linguisic_logit."),
     "nlvr2": ("vil_binary_prediction.",),
     "ve": ("vil_tri_prediction.",),
 }
 # The 12-in-1 task number the processor of a converted multi-task model uses by default (vilbert_tasks.yml).
-MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "ve": 13, "vcr": 5, "pretraining": 1}
+MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "ve": 13, "vcr": 5, "pretraining": 1,
+                  "visual7w": 4, "guesswhat_pointing": 17}
+# The tasks the released 12-in-1 model was trained on (its README: `--tasks 1-2-4-7-8-9-10-11-12-13-15-17`); the
+# tokens of the others (VCR 5/6, GuessWhat 14, ...) were never trained in that release.
+RELEASED_MULTI_TASK_IDS = (1, 2, 4, 7, 8, 9, 10, 11, 12, 13, 15, 17)
 _PIPELINE_TAGS = {"vqa": "visual-question-answering", "gqa": "visual-question-answering"}
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
             (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
@@ -315,6 +324,11 @@ def convert_vilbert(
     if model_config.num_task_tokens:
         processor_task_id = task_id if task_id is not None else MULTI_TASK_IDS[task]
         notes.append(f"multi-task model: the processor adds task id {processor_task_id} unless told otherwise")
+        if processor_task_id not in RELEASED_MULTI_TASK_IDS:
+            notes.append(f"task id {processor_task_id} is not one the released 12-in-1 model was trained on "
+                         f"({'-'.join(map(str, RELEASED_MULTI_TASK_IDS))}): its task token is untrained there (fine "
+                         "for a multi-task checkpoint of your own trained on it)")
+            logger.warning(notes[-1])
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     processor = VilbertProcessor(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok,

@@ -52,6 +52,8 @@ class PretrainingCollator:
         regions: image_id → `RegionFeatures` (a `RegionStore`, a dict, ...).
         objectives: name → `Objective` (the mix's objectives).
         image_ids: the images mismatched pairs are drawn from (default: every image in `regions`).
+        pairs: the caption table `(image_id, caption)` random captions are drawn from (objectives that replace the
+            caption of a pair, as ViLBERT's); default: none (such objectives then use the batch's other captions).
         mlm_probability, region_mask_probability, itm_negative_probability: 0.15, 0.15, 0.5 as the original.
 
     Returns a dict of tensors plus `"objective"` (the model's `objective=` argument, when the objective has one).
@@ -66,6 +68,7 @@ class PretrainingCollator:
         mlm_probability: float = 0.15,
         region_mask_probability: float = 0.15,
         itm_negative_probability: float = 0.5,
+        pairs: Sequence[tuple[str, str]] | None = None,
     ):
         for name, value in (("mlm_probability", mlm_probability), ("region_mask_probability", region_mask_probability),
                             ("itm_negative_probability", itm_negative_probability)):
@@ -88,7 +91,9 @@ class PretrainingCollator:
             itm_negative_probability=itm_negative_probability,
             encode=self.encode,
             other_image=self.random_other_image,
+            other_caption=self.random_other_caption if pairs is not None else None,
         )
+        self.pairs = pairs
 
     def lookup(self, image_id: str) -> RegionFeatures:
         if image_id in self._batch_regions:
@@ -117,6 +122,15 @@ class PretrainingCollator:
             candidate = self.image_ids[int(rng.integers(len(self.image_ids)))]
             if candidate != image_id:
                 return candidate
+
+    def random_other_caption(self, image_id: str, rng: np.random.Generator) -> str:
+        """A caption drawn uniformly from the whole caption table, redrawn while it belongs to `image_id`."""
+        for _ in range(1000):
+            other_id, caption = self.pairs[int(rng.integers(len(self.pairs)))]
+            if other_id != image_id:
+                return caption
+        raise ValueError(f"1000 random captions of the caption table all belong to image {image_id!r}: a mismatched "
+                         "caption needs captions of other images")
 
     def __call__(self, examples: Sequence[dict]) -> dict:
         names = {e["objective"] for e in examples}

@@ -37,6 +37,8 @@ class ObjectiveContext:
         encode: `examples -> (processor inputs, each example's selected regions)`, the regions in the order the
             processor keeps them (so per-region targets line up with `region_features`).
         other_image: `(image_id, rng) -> a different image id` (for mismatched pairs).
+        other_caption: `(image_id, rng) -> a caption of another image`, drawn from the whole caption table (for
+            mismatched pairs made by replacing the caption); None where the collator was given no caption table.
     """
 
     tokenizer: object
@@ -46,6 +48,7 @@ class ObjectiveContext:
     itm_negative_probability: float
     encode: Callable[[Sequence[dict]], tuple[dict, list]]
     other_image: Callable[[str, np.random.Generator], str]
+    other_caption: Callable[[str, np.random.Generator], str] | None = None
 
 
 BuildFn = Callable[[ObjectiveContext, Sequence[dict], Sequence[np.random.Generator]], dict]

@@ -103,11 +103,13 @@ class PretrainingTask(TrainingTask):
         self.collate_fn = PretrainingCollator(
             processor, corpus.regions, self.mix.objectives, image_ids=image_ids, mlm_probability=mlm_probability,
             region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
+            pairs=corpus.train,
         )
         eval_ids = _unique_image_ids(corpus.validation) or image_ids
         self.eval_collate_fn = PretrainingCollator(
             processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, mlm_probability=mlm_probability,
             region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
+            pairs=corpus.validation or corpus.train,
         )
 
     def _check_data(self, config, corpus: CaptionCorpus):

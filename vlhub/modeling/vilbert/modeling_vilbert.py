@@ -277,15 +277,27 @@ class VilbertEncoder(nn.Module):
             for _ in range(config.num_co_attention_layers)
         ])
 
-    def forward(self, text, vision, text_mask, vision_mask, vision_over_text_mask, text_over_vision_mask,
-                output_attentions=False, output_hidden_states=False, **kwargs) -> VilbertModelOutput:
-        """text `(B, T, H)`, vision `(B, R, Hv)`; masks in the backend's format: `text_mask`/`vision_mask` for each
-        stream's self-attention, `text_over_vision_mask` for text queries over regions, `vision_over_text_mask` for
-        region queries over text."""
+    def _masks(self, text, vision, attention_mask, region_attention_mask) -> dict:
+        """The masks in the attention backend's format: each stream's self-attention, text queries over regions
+        and region queries over text."""
+        return {
+            "text": extended_attention_mask(self.config, text, attention_mask),
+            "vision": extended_attention_mask(self.config, vision, region_attention_mask),
+            "vision_over_text": cross_stream_mask(self.config, vision, text, attention_mask),
+            "text_over_vision": cross_stream_mask(self.config, text, vision, region_attention_mask),
+        }
+
+    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None, output_attentions=False,
+                output_hidden_states=False, **kwargs) -> VilbertModelOutput:
+        """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
+        `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
+        layer (the layers before it run once per text and once per image, as the original's `fast_mode` /
+        `in_batch_pairs`)."""
         record = {name: [] for name in _PER_LAYER_FIELDS}
         if output_hidden_states:
             record["hidden_states"].append(text)
             record["vision_hidden_states"].append(vision)
+        masks = self._masks(text, vision, attention_mask, region_attention_mask)
 
         def run(layers, hidden, mask, start, stop, states, maps):
             for layer in layers[start:stop]:
@@ -299,18 +311,27 @@ class VilbertEncoder(nn.Module):
         v_start = t_start = 0
         schedule = zip(self.config.visual_co_attention_layers, self.config.text_co_attention_layers, self.c_layer)
         for v_stop, t_stop, co_layer in schedule:
-            vision = run(self.v_layer, vision, vision_mask, v_start, v_stop, "vision_hidden_states", "vision_attentions")
-            text = run(self.layer, text, text_mask, t_start, t_stop, "hidden_states", "attentions")
+            vision = run(self.v_layer, vision, masks["vision"], v_start, v_stop, "vision_hidden_states",
+                         "vision_attentions")
+            text = run(self.layer, text, masks["text"], t_start, t_stop, "hidden_states", "attentions")
+            if pair_index is not None:  # form the pairs once, before the first co-attention layer
+                rows = dict(zip(("text", "vision"), pair_index))
+                for name, values in record.items():
+                    record[name] = [v[rows["vision" if "vision" in name else "text"]] for v in values]
+                text, attention_mask = text[rows["text"]], attention_mask[rows["text"]]
+                vision, region_attention_mask = vision[rows["vision"]], region_attention_mask[rows["vision"]]
+                masks = self._masks(text, vision, attention_mask, region_attention_mask)
+                pair_index = None
             # Stream 1 = vision, stream 2 = text: mask_over1 masks regions (for text queries), mask_over2 text.
             vision, text, vision_to_text, text_to_vision = co_layer(
-                vision, text, text_over_vision_mask, vision_over_text_mask, **kwargs
+                vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs
             )
             if output_attentions:
                 record["text_to_vision_attentions"].append(text_to_vision)
                 record["vision_to_text_attentions"].append(vision_to_text)
             v_start, t_start = v_stop, t_stop
-        vision = run(self.v_layer, vision, vision_mask, v_start, None, "vision_hidden_states", "vision_attentions")
-        text = run(self.layer, text, text_mask, t_start, None, "hidden_states", "attentions")
+        vision = run(self.v_layer, vision, masks["vision"], v_start, None, "vision_hidden_states", "vision_attentions")
+        text = run(self.layer, text, masks["text"], t_start, None, "hidden_states", "attentions")
 
         if output_attentions and any(m is None for name in _PER_LAYER_FIELDS if "attentions" in name
                                      for m in record[name]):
@@ -335,10 +356,17 @@ class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
 
 
 def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
-                  region_attention_mask, task_ids):
-    check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
-                                 region_attention_mask, "ViLBERT", require_both=True)
-    batch = region_features.shape[0]
+                  region_attention_mask, task_ids, in_batch_pairs: bool = False):
+    if in_batch_pairs:  # texts and images are separate batches
+        check_text_and_region_inputs(config, input_ids, inputs_embeds, None, None, None, "ViLBERT")
+        check_text_and_region_inputs(config, None, None, region_features, region_locations, region_attention_mask,
+                                     "ViLBERT")
+        if config.num_co_attention_layers == 0:
+            raise ValueError("in_batch_pairs forms the pairs at the first co-attention layer; this ViLBERT has none")
+    else:
+        check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
+                                     region_attention_mask, "ViLBERT", require_both=True)
+    batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
     if config.num_task_tokens > 0:
         if task_ids is None:
             raise ValueError(
@@ -346,7 +374,7 @@ def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_featur
                 "12-in-1 task number of each example (e.g. 1 for VQA; the processor's task_id= setting adds them)"
             )
         if task_ids.numel() != batch:
-            raise ValueError(f"task_ids must hold one task per example ({batch}), got shape {tuple(task_ids.shape)}")
+            raise ValueError(f"task_ids must hold one task per text ({batch}), got shape {tuple(task_ids.shape)}")
         # Host tensors only: checking a device tensor would wait for the device.
         if task_ids.device.type == "cpu":
             values = task_ids.detach().numpy()
@@ -389,14 +417,22 @@ class VilbertModel(VilbertPreTrainedModel):
         inputs_embeds: torch.FloatTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        in_batch_pairs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
         r"""
+        in_batch_pairs (`bool`, defaults to `False`):
+            Pair every text with every image: `Bt` texts (`input_ids` `(Bt, T)`, `task_ids` one per text) and `Bv`
+            images (regions `(Bv, R, ·)`) give `Bt * Bv` pairs, row `i * Bv + j` = (text i, image j). The layers
+            before the first co-attention layer run once per text and once per image (the first 6 text layers of
+            the released model), as the original's `in_batch_pairs` and, for one text against many images
+            (`Bt = 1`, its zero-shot retrieval), `fast_mode`. Every output then has one row per pair.
+
         Returns:
             `VilbertModelOutput`: both streams' outputs, both pooled outputs and their fusion (`pooler_output`).
         """
         _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      task_ids)
+                      task_ids, in_batch_pairs)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         text = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
@@ -412,13 +448,17 @@ class VilbertModel(VilbertPreTrainedModel):
             region_attention_mask = torch.ones(vision.shape[:2], dtype=torch.long, device=vision.device)
         attention_mask = attention_mask.to(text.device, torch.long)
         region_attention_mask = region_attention_mask.to(vision.device, torch.long)
+        pair_index = None
+        if in_batch_pairs:
+            texts, images = text.shape[0], vision.shape[0]
+            pair_index = (torch.arange(texts, device=text.device).repeat_interleave(images),
+                          torch.arange(images, device=vision.device).repeat(texts))
         encoded = self.encoder(
             text,
             vision,
-            extended_attention_mask(self.config, text, attention_mask),
-            extended_attention_mask(self.config, vision, region_attention_mask),
-            cross_stream_mask(self.config, vision, text, attention_mask),
-            cross_stream_mask(self.config, text, vision, region_attention_mask),
+            attention_mask,
+            region_attention_mask,
+            pair_index=pair_index,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             **kwargs,
@@ -452,6 +492,8 @@ class _VilbertHead(VilbertPreTrainedModel):
 
     # Keyword arguments of `forward` that belong to the head (targets, loss settings), not to the trunk.
     _head_arguments: tuple[str, ...] = ()
+    # Whether the head's outputs are per pair, so that `in_batch_pairs=True` (every text with every image) applies.
+    _scores_in_batch_pairs = False
 
     def _head(self, outputs: VilbertModelOutput, labels, inputs: dict, **head_arguments):
         raise NotImplementedError
@@ -485,6 +527,12 @@ class _VilbertHead(VilbertPreTrainedModel):
             region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
         )
         head_arguments = {name: kwargs.pop(name) for name in self._head_arguments if name in kwargs}
+        if kwargs.get("in_batch_pairs"):
+            if not self._scores_in_batch_pairs:
+                raise ValueError(f"{type(self).__name__} does not take in_batch_pairs (every text with every image); "
+                                 "VilbertModel, VilbertForImageTextRetrieval and VilbertForPreTraining do")
+            if labels is not None or any(v is not None for v in head_arguments.values()):
+                raise ValueError("in_batch_pairs scores every text with every image; it takes no training targets")
         outputs = self.vilbert(**self._pairs(inputs), **kwargs)
         return self._head(outputs, labels, inputs, **head_arguments)
 
@@ -553,6 +601,7 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
         self.post_init()
 
     _head_arguments = ("region_labels", "region_class_targets", "alignment_labels")
+    _scores_in_batch_pairs = True
 
     def _head(self, outputs, labels, inputs, region_labels=None, region_class_targets=None,
               alignment_labels=None) -> VilbertForPreTrainingOutput:
@@ -657,6 +706,10 @@ class VilbertForImageTextRetrieval(_VilbertHead):
     Training, as the original: `num_negatives=N` reads the batch as groups of `1 + N` pairs, the matched pair first,
     with cross-entropy over each group's scores (the original uses 3 negatives). A pre-trained checkpoint converted
     to this head gets the original's zero-shot score (`softmax(alignment)[0]`, see `vil_logit_from_alignment`).
+
+    Scoring one caption against many images (or every text against every image of a batch): `in_batch_pairs=True`
+    with `Bt` texts and `Bv` images gives `logits` `(Bt * Bv, 1)`, `logits.view(Bt, Bv)` the score matrix; the text
+    layers before the first co-attention run once per text (the original's `fast_mode` retrieval evaluation).
     """
 
     def __init__(self, config: VilbertConfig):
@@ -683,6 +736,7 @@ class VilbertForImageTextRetrieval(_VilbertHead):
             self.vil_logit.bias.copy_(bias)
 
     _head_arguments = ("num_negatives",)
+    _scores_in_batch_pairs = True
 
     def _head(self, outputs, labels, inputs, num_negatives: int | None = None):
         logits = self.vil_logit(self.dropout(outputs.pooler_output))
@@ -783,6 +837,18 @@ class VilbertForVisualReasoning(_VilbertHead):
         return self._output(_cross_entropy(logits, labels), logits, outputs)
 
 
+def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> torch.Tensor:
+    batch, regions = region_scores_shape
+    if choice_region_ids.ndim != 2 or choice_region_ids.shape[0] != batch or choice_region_ids.is_floating_point():
+        raise ValueError(f"choice_region_ids must be integer region rows of shape (batch, num_choices) with batch "
+                         f"{batch}, got {choice_region_ids.dtype} {tuple(choice_region_ids.shape)}")
+    if choice_region_ids.device.type == "cpu" and choice_region_ids.numel() and (
+            choice_region_ids.min() < 0 or choice_region_ids.max() >= regions):
+        raise ValueError(f"choice_region_ids must name region rows 0..{regions - 1}, got rows "
+                         f"{choice_region_ids.min().item()}..{choice_region_ids.max().item()}")
+    return choice_region_ids.long()
+
+
 class VilbertForReferringExpression(_VilbertHead):
     """Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
     1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
@@ -791,6 +857,14 @@ class VilbertForReferringExpression(_VilbertHead):
     `labels`: soft targets `(batch_size, num_regions)` (IoU-based, the original's): BCE with logits averaged and
     times the number of regions; region indices `(batch_size,)`: cross-entropy over the regions. Returns
     `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)` and `text_logits` `(batch_size, text_length)`.
+
+    Pointing among candidate boxes (12-in-1 "V-logit-mc": Visual7w pointing, task 4; GuessWhat pointing, task 17):
+    `choice_region_ids` `(batch_size, num_choices)` names the region rows of the candidates, and `logits` become
+    their scores `(batch_size, num_choices)` (labels then `(batch_size, num_choices)` soft targets, the original's
+    IoU >= 0.5 scores, or `(batch_size,)` choice indices). In the original layout the candidate boxes follow the 101
+    rows of the detected regions (global token first), so a row is `101 + multiple_choice_idx`; build it by
+    concatenating the processor's output for the detected regions with the rows after the global token of its
+    output for the candidate boxes (the global token is the mean of the detected regions only).
     """
 
     def __init__(self, config: VilbertConfig):
@@ -799,11 +873,15 @@ class VilbertForReferringExpression(_VilbertHead):
         self.linguisic_logit = nn.Linear(config.hidden_size, 1)  # the original's spelling
         self.post_init()
 
-    def _head(self, outputs, labels, inputs):
+    _head_arguments = ("choice_region_ids",)
+
+    def _head(self, outputs, labels, inputs, choice_region_ids=None):
         logits = self.vision_logit(self.dropout(outputs.vision_last_hidden_state)).squeeze(-1)
         region_attention_mask = inputs["region_attention_mask"]
         if region_attention_mask is not None:
             logits = logits + (1 - region_attention_mask.to(logits.dtype)) * _MASKED_SCORE
+        if choice_region_ids is not None:
+            logits = logits.gather(1, _checked_choices(choice_region_ids, logits.shape))
         text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)
         loss = None
         if labels is not None and labels.dtype.is_floating_point:

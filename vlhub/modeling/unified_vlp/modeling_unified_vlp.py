@@ -240,7 +240,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self.post_init()
 
     def _check_inputs(self, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      past_length):
+                      past_length, position_ids=None):
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
@@ -248,9 +248,10 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         batch, length = text.shape[:2]
         if batch == 0:
             raise ValueError("empty batch: Unified VLP needs at least one example")
-        if past_length + length > config.max_position_embeddings:
+        last_position = past_length + length - 1 if position_ids is None else int(position_ids.max())
+        if last_position >= config.max_position_embeddings:
             raise ValueError(
-                f"positions up to {past_length + length - 1} are needed but the model has "
+                f"positions up to {last_position} are needed but the model has "
                 f"{config.max_position_embeddings} position embeddings (text starts at {config.text_start})"
             )
         if past_length > 0:
@@ -382,7 +383,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             past_key_values = None
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                           past_length)
+                           past_length, position_ids)
         text = input_ids if input_ids is not None else inputs_embeds
         batch, length = text.shape[:2]
         seq2seq = _as_batch_flags(self.default_seq2seq if seq2seq is None else seq2seq, batch, text.device)
@@ -634,6 +635,65 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
                 raise ValueError("predict_next takes a 2-D attention_mask (batch, past + length)")
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
         return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
+
+    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
+                               caption_mask: torch.Tensor | None = None) -> dict:
+        """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
+        (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
+
+        The sequence is `[CLS] r_1 .. r_N [SEP] | w_1 .. w_T | [MASK]_1 .. [MASK]_T`: the words under the seq2seq
+        pattern (each sees the image block and the words up to itself, text token type), and `[MASK]_t` at `w_t`'s
+        position and type, seeing the image block, `w_<t` and itself — what decoding step `t` computes from the cached
+        words and its trailing [MASK] (segment ids and masks are the decoder's, not the training batch's).
+
+        Args:
+            prompt: the processor's captioning inputs (`input_ids` `(B, N + 2)` and the region fields).
+            caption_ids (`torch.LongTensor` of shape `(B, T)`): the captions, without the prompt.
+            caption_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 for the words to score (a prefix: the
+                caption up to and including its end token); the rest is hidden from every row.
+        Returns:
+            keyword arguments for `forward`, whose `logits` `(B, T, vocab_size)` predict `caption_ids[:, t]` in row t.
+        """
+        config = self.config
+        input_ids = prompt["input_ids"]
+        batch, length = input_ids.shape
+        if length != config.text_start:
+            raise ValueError(f"the captioning prompt must be [CLS], the {config.num_regions} region slots and [SEP] "
+                             f"({config.text_start} tokens, the processor's regions-only output), got {length} tokens")
+        if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
+            raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
+        words = caption_ids.shape[1]
+        if length + words > config.max_position_embeddings:
+            raise ValueError(f"captions of {words} tokens need {length + words} positions; the model has "
+                             f"{config.max_position_embeddings}")
+        device = input_ids.device
+        real = (torch.ones_like(caption_ids, dtype=torch.bool) if caption_mask is None
+                else caption_mask.to(device=device, dtype=torch.bool))
+        prompt_mask = prompt.get("attention_mask")
+        prompt_real = (torch.ones_like(input_ids, dtype=torch.bool) if prompt_mask is None
+                       else prompt_mask.to(device).bool())
+        prompt_types = prompt.get("token_type_ids")
+        if prompt_types is None:
+            prompt_types = torch.full_like(input_ids, config.s2s_image_token_type_id)
+        text_positions = torch.arange(length, length + words, device=device)
+        total = length + 2 * words
+        visible = torch.zeros(batch, total, total, dtype=torch.bool, device=device)
+        visible[:, :, :length] = prompt_real[:, None, :]  # every row sees the image block (the image block only it)
+        ones = torch.ones(words, words, dtype=torch.bool, device=device)
+        visible[:, length : length + words, length : length + words] = ones.tril() & real[:, None, :]
+        visible[:, length + words :, length : length + words] = ones.tril(-1) & real[:, None, :]
+        visible[:, length + words :, length + words :] = torch.eye(words, dtype=torch.bool, device=device)
+        return {
+            "input_ids": torch.cat([input_ids, caption_ids, torch.full_like(caption_ids, config.mask_token_id)], 1),
+            "attention_mask": visible.long(),
+            "token_type_ids": torch.cat([prompt_types, torch.full((batch, 2 * words), config.s2s_text_token_type_id,
+                                                                  dtype=prompt_types.dtype, device=device)], 1),
+            "position_ids": torch.cat([torch.arange(length, device=device), text_positions, text_positions])[None]
+            .expand(batch, -1),
+            "masked_positions": torch.arange(length + words, total, device=device)[None].expand(batch, -1),
+            **{k: prompt[k] for k in ("region_features", "region_locations", "region_attention_mask") if k in prompt},
+            "use_cache": False,
+        }
 
     # -- generation -------------------------------------------------------------------------------------------
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):

@@ -296,7 +296,10 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(finetune_args.task)
     if finetune_args.task == "vqa":
-        model = model_class.from_pretrained(source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        label2id = {v: k for k, v in id2label.items()}
+        # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
+        unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
+        model = model_class.from_pretrained(source, id2label=id2label, label2id=label2id, **unknown)
         pretraining_class = architecture.task_models.get("pretraining")
         if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
             # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.

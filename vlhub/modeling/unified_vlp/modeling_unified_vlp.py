@@ -40,7 +40,12 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    VisionLanguagePreTrainedModel,
+    predictable_answer_logits,
+)
 from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = [
@@ -94,8 +99,9 @@ class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
     loss (`torch.FloatTensor` of shape `()`, when `labels` are given): binary cross-entropy on soft answer scores,
         summed over answers and averaged over the batch (the original's `BCEWithLogitsLoss() * num_answers`).
     logits (`torch.FloatTensor` of shape `(batch, num_labels)`): answer logits.
-    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): `argmax(logits[:, 1:]) + 1` — answer 0 (the
-        answer vocabulary's `<unk>`) is never predicted, as in the original evaluation.
+    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): the best answer other than
+        `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer vocabulary's `<unk>`), which the
+        original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain argmax when none is set.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
     """
 
@@ -752,7 +758,8 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
 class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     """Unified VLP for VQA: bidirectional attention, `ans_classifier` (Linear(H, 2H), ReLU, Linear(2H, num_labels))
     on the product of the final [CLS] state and the final state of the first [SEP] (position `num_regions + 1`).
-    Trained with binary cross-entropy on soft answer scores; the prediction never picks answer 0 (`<unk>`)."""
+    Trained with binary cross-entropy on soft answer scores; the prediction never picks `config.unknown_answer_id`
+    (answer 0, `<unk>`, in converted checkpoints)."""
 
     default_seq2seq = False
     _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
@@ -809,7 +816,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
             if labels.shape != logits.shape:
                 raise ValueError(f"labels must be soft scores of shape {tuple(logits.shape)}, got {tuple(labels.shape)}")
             loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
-        predicted = logits[:, 1:].argmax(dim=-1) + 1 if logits.shape[-1] > 1 else torch.zeros_like(logits[:, 0]).long()
+        predicted = predictable_answer_logits(logits.detach(), self.config).argmax(dim=-1)
         return UnifiedVlpQuestionAnsweringOutput(
             loss=loss,
             logits=logits,

@@ -269,6 +269,19 @@ def test_region_vector_needs_confidences_and_class_probabilities():
                                                class_probs=regions.class_probs)])
 
 
+def test_generate_builds_the_prompt_from_the_regions(processor):
+    model = model_of(UnifiedVlpForConditionalGeneration)
+    prompt = processor(regions=[make_regions(4), make_regions(3, seed=1)])
+    regions_only = {k: v for k, v in prompt.items() if k.startswith("region_")}
+    expected = model.generate(**prompt, max_new_tokens=5)
+    assert torch.equal(model.generate(**regions_only, max_new_tokens=5), expected)
+    assert processor.batch_decode(expected) == processor.batch_decode(model.generate(**regions_only, max_new_tokens=5))
+    with pytest.raises(ValueError, match="needs the image's regions"):
+        model.generate(max_new_tokens=5)
+    with pytest.raises(ValueError, match="attention_mask without input_ids"):
+        model.generate(**regions_only, attention_mask=prompt["attention_mask"], max_new_tokens=5)
+
+
 # ---------------------------------------------------------------------------------------------------- bad input
 def test_bad_inputs_give_clear_errors(processor, tmp_path):
     model = model_of(UnifiedVlpForConditionalGeneration)

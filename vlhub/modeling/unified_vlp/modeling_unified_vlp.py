@@ -739,10 +739,37 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
                         f"{self.config.max_position_embeddings - input_ids.shape[1]} new tokens"
                     )
 
+    def _caption_prompt(self, kwargs: dict) -> dict:
+        """`kwargs` with the captioning prompt `[CLS] r_1 .. r_N [SEP]` (input_ids, attention_mask, token_type_ids)
+        built for its `region_features` — what the processor's regions-only call gives."""
+        features = kwargs.get("region_features")
+        if kwargs.get("inputs_embeds") is not None or features is None or kwargs.get("region_locations") is None:
+            raise ValueError(
+                "generate() needs the image's regions: pass the processor's output (processor(regions=...) or "
+                "processor(images=...)), or region_features and region_locations (the prompt is then built)"
+            )
+        config = self.config
+        missing = [name for name in ("bos_token_id", "eos_token_id") if getattr(config, name) is None]
+        if missing:
+            raise ValueError(f"the config has no {' or '.join(missing)} ([CLS] / [SEP]) to build the captioning prompt "
+                             "from; pass the processor's input_ids")
+        batch, device = features.shape[0], features.device
+        prompt = torch.tensor([config.bos_token_id, *[config.region_token_id] * config.num_regions,
+                               config.eos_token_id], device=device).expand(batch, -1)
+        given = [name for name in ("attention_mask", "token_type_ids") if kwargs.get(name) is not None]
+        if given:
+            raise ValueError(f"generate() got {' and '.join(given)} without input_ids: pass the prompt's input_ids "
+                             "with them, or only the regions")
+        return {**kwargs, "input_ids": prompt, "attention_mask": torch.ones_like(prompt),
+                "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id)}
+
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty
         batch, or more new tokens than the model has positions). The caption prompt is the processor's captioning
-        layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options."""
+        layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options.
+        Without `input_ids` (only `region_features` and `region_locations`), that prompt is built here."""
+        if inputs is None and kwargs.get("input_ids") is None:
+            kwargs = self._caption_prompt(kwargs)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         max_new_tokens = kwargs.get("max_new_tokens")
         if max_new_tokens is None:

@@ -278,8 +278,8 @@ class SelfCriticalCaptioningTask(CaptioningTask):
                 sampled = captioner.generate(**prompt, generation_config=self._generation_config(captioner, True))
         image_ids = [self.train_image_ids[i] for i in image_index]
         sampled_ids = [i for i in image_ids for _ in range(self.num_samples)]  # generate() repeats each input k times
-        baseline = self.reward(self.processor.batch_decode(greedy), image_ids)
-        rewards = self.reward(self.processor.batch_decode(sampled), sampled_ids)
+        baseline = self.reward(self.processor.batch_decode(greedy[:, length:]), image_ids)  # the captions only
+        rewards = self.reward(self.processor.batch_decode(sampled[:, length:]), sampled_ids)
         advantages = torch.as_tensor(rewards - np.repeat(baseline, self.num_samples), dtype=torch.float32,
                                      device=device)
         captions = sampled[:, length:]

@@ -254,8 +254,10 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         batch, length = text.shape[:2]
         if batch == 0:
             raise ValueError("empty batch: Unified VLP needs at least one example")
-        last_position = past_length + length - 1 if position_ids is None else int(position_ids.max())
-        if last_position >= config.max_position_embeddings:
+        # Explicit position_ids (e.g. caption_scoring_inputs, whose [MASK] slots repeat the words' positions) are
+        # not read here: that would synchronise with the device on every forward.
+        last_position = past_length + length - 1
+        if position_ids is None and last_position >= config.max_position_embeddings:
             raise ValueError(
                 f"positions up to {last_position} are needed but the model has "
                 f"{config.max_position_embeddings} position embeddings (text starts at {config.text_start})"

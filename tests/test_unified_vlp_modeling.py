@@ -113,7 +113,7 @@ def test_per_example_patterns_match_separate_runs(processor):
 
 
 def test_losses_and_vqa_prediction():
-    model = model_of(UnifiedVlpForQuestionAnswering)
+    model = model_of(UnifiedVlpForQuestionAnswering, unknown_answer_id=0)  # as converted checkpoints
     g = torch.Generator().manual_seed(0)
     inputs = dict(input_ids=torch.randint(5, 19, (2, 9), generator=g), region_features=torch.rand(2, REGIONS, FEATURES),
                   region_locations=torch.randn(2, REGIONS, 6 + CLASSES))
@@ -127,6 +127,12 @@ def test_losses_and_vqa_prediction():
     out = model(**inputs)
     assert out.logits.argmax(-1).tolist() == [0, 0]
     assert (out.predicted_answer_ids == out.logits[:, 1:].argmax(-1) + 1).all()
+    # A vocabulary without an unknown answer (the shapes world's answer 0 is "red"): the plain argmax.
+    model.config.unknown_answer_id = None
+    assert model(**inputs).predicted_answer_ids.tolist() == [0, 0]
+    model.config.unknown_answer_id = 7
+    with pytest.raises(ValueError, match="unknown_answer_id=7 is not one of the 7 answers"):
+        model(**inputs)
 
 
 # ---------------------------------------------------------------------------------------------------- generation
@@ -261,6 +267,19 @@ def test_region_vector_needs_confidences_and_class_probabilities():
     with pytest.raises(ValueError, match="detector confidences"):
         region_processor([vlhub.RegionFeatures(features=regions.features, boxes=regions.boxes, image_size=(80, 120),
                                                class_probs=regions.class_probs)])
+
+
+def test_generate_builds_the_prompt_from_the_regions(processor):
+    model = model_of(UnifiedVlpForConditionalGeneration)
+    prompt = processor(regions=[make_regions(4), make_regions(3, seed=1)])
+    regions_only = {k: v for k, v in prompt.items() if k.startswith("region_")}
+    expected = model.generate(**prompt, max_new_tokens=5)
+    assert torch.equal(model.generate(**regions_only, max_new_tokens=5), expected)
+    assert processor.batch_decode(expected) == processor.batch_decode(model.generate(**regions_only, max_new_tokens=5))
+    with pytest.raises(ValueError, match="needs the image's regions"):
+        model.generate(max_new_tokens=5)
+    with pytest.raises(ValueError, match="attention_mask without input_ids"):
+        model.generate(**regions_only, attention_mask=prompt["attention_mask"], max_new_tokens=5)
 
 
 # ---------------------------------------------------------------------------------------------------- bad input

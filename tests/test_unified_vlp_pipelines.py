@@ -138,4 +138,16 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
     assert len(answers) == 3 and all(a["answer"].startswith("answer_") for a in answers)
     with torch.no_grad():
         out = vqa.model(**vqa.processor(text=["tok1 tok2"], regions=[regions]))
-    assert answers[0]["answer"] == vqa.model.config.id2label[out.logits.argmax(-1).item()]
+    assert answers[0]["answer"] == vqa.model.config.id2label[out.logits[0, 1:].argmax().item() + 1]
+    # As the original evaluation (argmax(logits[:, 1:]) + 1), answer 0 (Pythia's <unk>) is never listed, even when
+    # its logit is the largest.
+    config = vqa.model.config
+    assert config.unknown_answer_id == 0
+    with torch.no_grad():
+        vqa.model.ans_classifier[2].bias[0] = 1e4
+    everything = vqa(image=regions, question="tok1 tok2", top_k=config.num_labels)
+    assert len(everything) == config.num_labels - 1 and config.id2label[0] not in {a["answer"] for a in everything}
+    with torch.no_grad():
+        out = vqa.model(**vqa.processor(text=["tok1 tok2"], regions=[regions]))
+    assert out.logits.argmax(-1).item() == 0 and out.predicted_answer_ids.item() != 0
+    assert everything[0]["answer"] == config.id2label[out.predicted_answer_ids.item()]

@@ -284,3 +284,14 @@ def test_vqa_fine_tuning_from_a_pretraining_run_uses_the_bidirectional_layout(tm
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     assert 0.0 <= result.eval_results["validation_vqa_accuracy"] <= 1.0
     assert AutoProcessor.from_pretrained(tmp_path / "vqa").mode == "bidirectional"  # the pipeline gets VQA's layout
+    # The shapes-like vocabulary has no unknown answer: answer 0 ("red") is predicted like any other. With
+    # unknown_answer_id set (converted checkpoints: Pythia's <unk>), the evaluation never predicts it.
+    from accelerate import Accelerator
+
+    assert model.config.unknown_answer_id is None
+    with torch.no_grad():
+        model.ans_classifier[2].bias[0] = 1e4
+    accelerator = Accelerator(cpu=True)
+    assert set(task.predict(accelerator, model.eval(), task.validation, 4)) == {COLOURS[0]}
+    model.config.unknown_answer_id = 0
+    assert COLOURS[0] not in set(task.predict(accelerator, model, task.validation, 4))

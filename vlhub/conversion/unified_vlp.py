@@ -177,6 +177,10 @@ def convert_unified_vlp(
             labels = [f"answer_{i}" for i in range(num_labels)]
             report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
         set_answer_labels(model_config, labels)
+        # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
+        model_config.unknown_answer_id = 0
+        report.notes.append(f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original "
+                            "evaluation")
 
     model_class = getattr(unified_vlp, VLP_TASKS[task])
     model = model_class(model_config)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from transformers import Pipeline
 
+from ..modeling.modeling_utils import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures, check_float16_range
 
@@ -97,7 +98,9 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
     vqa(image=[r1, r2], question=["q1", "q2"], batch_size=2)
     ```
     Returns `[{"score": float, "answer": str}, ...]` (top_k, best first) per input; scores are the answer
-    probabilities (sigmoid, as the models are trained with binary cross-entropy on soft scores).
+    probabilities (sigmoid, as the models are trained with binary cross-entropy on soft scores). An answer
+    vocabulary's "unknown" answer (`config.unknown_answer_id`, e.g. `<unk>` of converted Unified VLP checkpoints) is
+    never listed, as the original evaluations never predict it.
     """
 
     def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
@@ -123,8 +126,9 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
         return {"logits": self.model(**model_inputs).logits}
 
     def postprocess(self, model_outputs, top_k: int = 5):
-        probabilities = torch.sigmoid(model_outputs["logits"].float())[0]
-        top_k = min(top_k, probabilities.shape[-1])
+        # sigmoid(-inf) = 0 for the "unknown" answer of converted checkpoints, which is never listed.
+        probabilities = torch.sigmoid(predictable_answer_logits(model_outputs["logits"].float(), self.model.config))[0]
+        top_k = min(top_k, probabilities.shape[-1] - (getattr(self.model.config, "unknown_answer_id", None) is not None))
         scores, ids = probabilities.topk(top_k)
         id2label = self.model.config.id2label
         return [{"score": score.item(), "answer": id2label[i.item()]} for score, i in zip(scores, ids)]

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from ..evaluation.captions import CAPTION_METRICS
 from ..processing.regions import RegionFeatures
@@ -16,9 +18,10 @@ from .finetuning import _architecture_name
 from .loop import TrainingTask
 from .model_card import CardInfo
 from .objectives import Objective
-from .sampling import FixedObjective, ObjectiveBatchSampler
+from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey
 
-__all__ = ["CaptioningTask", "most_frequent_caption", "references_by_image"]
+__all__ = ["CaptioningTask", "SelfCriticalCaptioningTask", "most_frequent_caption", "references_by_image",
+           "caption_token_mask", "self_critical_loss", "check_can_caption"]
 
 
 def references_by_image(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
@@ -44,7 +47,8 @@ class CaptioningTask(TrainingTask):
             regions only gives the captioning prompt and whose `batch_decode` gives captions.
         regions: image id → `RegionFeatures`. train, validation, test: `(image_id, caption)` pairs (test is scored
             after the last step only).
-        objective: the architecture's caption training objective (e.g. Unified VLP's masked seq2seq `s2s`).
+        objective: the architecture's caption training objective (e.g. Unified VLP's masked seq2seq `s2s`); None
+            when a subclass sets its own `train_dataset` and `collate_fn` (`SelfCriticalCaptioningTask`).
         max_new_tokens: longest generated caption (capped by the model's positions).
         metrics: the COCO caption metrics to report (`CAPTION_METRICS`; METEOR's Java start takes ~20 s).
         max_eval_images: score at most this many images per split (0: all).
@@ -53,7 +57,8 @@ class CaptioningTask(TrainingTask):
     trainer_name = "finetune.py"
 
     def __init__(self, model, processor, regions: Mapping[str, RegionFeatures], train, validation,
-                 dataset_name: str, dataset_description: str, objective: Objective, base_model: str | None = None,
+                 dataset_name: str, dataset_description: str, objective: Objective | None,
+                 base_model: str | None = None,
                  test=None, max_new_tokens: int = 20, metrics: Sequence[str] = CAPTION_METRICS):
         unknown = sorted(set(metrics) - set(CAPTION_METRICS))
         if unknown or not metrics:
@@ -62,8 +67,9 @@ class CaptioningTask(TrainingTask):
         self.processor = processor
         self.regions = regions
         self.objective = objective
-        self.train_dataset = CaptionDataset(train)
-        self.collate_fn = PretrainingCollator(processor, regions, {objective.name: objective})
+        if objective is not None:  # None: a subclass trains differently (self-critical training)
+            self.train_dataset = CaptionDataset(train)
+            self.collate_fn = PretrainingCollator(processor, regions, {objective.name: objective})
         self.splits = {"validation": validation, "test": test}
         self.baseline_caption = most_frequent_caption(train)
         self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
@@ -76,7 +82,7 @@ class CaptioningTask(TrainingTask):
 
     def generate_captions(self, model, image_ids: Sequence[str], batch_size: int) -> list[str]:
         """Greedy captions of `image_ids`, in order (every process computes all of them: evaluation sets are small)."""
-        model = getattr(model, "module", model)  # generate() lives on the model, not on a DDP wrapper
+        model = _unwrapped(model)
         device = next(model.parameters()).device
         prompt = self.processor(regions=[self.regions[image_ids[0]]], return_tensors="pt")["input_ids"]
         new_tokens = max(1, min(self.max_new_tokens, model.config.max_position_embeddings - prompt.shape[1]))
@@ -119,10 +125,14 @@ class CaptioningTask(TrainingTask):
         return {"caption objective": self.objective.name, "evaluation decoding": f"greedy, at most "
                 f"{self.max_new_tokens} tokens"}
 
+    def training_summary(self, name: str) -> str:
+        """How the captioner was trained, for the model card."""
+        return f"Trained with {name}'s caption objective `{self.objective.name}`"
+
     def card_info(self) -> CardInfo:
         name = _architecture_name(self.model)
-        summary = (f"Describes an image's regions in a sentence. Trained with {name}'s caption objective "
-                   f"`{self.objective.name}`; captions come from `generate()` (greedy here; beam search available).")
+        summary = (f"Describes an image's regions in a sentence. {self.training_summary(name)}; captions come from "
+                   "`generate()` (greedy here; beam search available).")
         usage = ("import vlhub\nfrom transformers import pipeline\n\n"
                  "captioner = pipeline(\"image-captioning\", model=\"<this folder>\")\n"
                  "captioner(regions)  # vlhub.RegionFeatures, or an image when the folder has a region extractor")
@@ -134,3 +144,175 @@ class CaptioningTask(TrainingTask):
                         self.dataset_name, self.dataset_description, "image-to-text", usage, "image-to-text",
                         base_model=self.base_model, baseline_note=note,
                         tags=["image-captioning", self.model.config.model_type])
+
+
+# ---------------------------------------------------------------------------------------------------- SCST
+def caption_token_mask(caption_ids: torch.Tensor, stop_ids: Sequence[int]) -> torch.Tensor:
+    """`(batch, T)` bool: the tokens of each generated caption up to and including its first stop token ([SEP] /
+    end of sequence, or padding), i.e. the words whose log-probabilities self-critical training weighs."""
+    stops = torch.isin(caption_ids, torch.tensor(sorted(set(stop_ids)), device=caption_ids.device))
+    return (stops.long().cumsum(1) - stops.long()) == 0
+
+
+def self_critical_loss(log_probs: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """`-sum(log p(w_t) * (r - b)) / #tokens` over the masked tokens of the batch (the original's `RewardCriterion`).
+
+    log_probs, mask `(batch, T)`; advantages `(batch,)`: the sampled caption's reward minus its baseline."""
+    weights = mask.to(log_probs.dtype)
+    return -(log_probs * weights * advantages.to(log_probs)[:, None]).sum() / weights.sum().clamp(min=1.0)
+
+
+class TrainingImages(Dataset):
+    """The distinct images of a caption split, read by `SampleKey` (self-critical training samples per image)."""
+
+    def __init__(self, image_ids: Sequence[str]):
+        self.image_ids = list(image_ids)
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __getitem__(self, key: SampleKey) -> dict:
+        return {"index": key.index, "seed": key.seed}
+
+
+class PromptCollator:
+    """Images → the processor's captioning prompt (regions only), `image_index` `(batch,)` into the task's training
+    images and `sample_seed`: one seed drawn from the examples' `SampleKey` seeds, so the captions sampled for a batch
+    are a pure function of (seed, epoch, position), like every other random choice of the loop."""
+
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures], image_ids: Sequence[str]):
+        self.processor = processor
+        self.regions = regions
+        self.image_ids = image_ids
+
+    def __call__(self, examples: Sequence[dict]) -> dict:
+        regions = []
+        for example in examples:
+            image_id = self.image_ids[example["index"]]
+            try:
+                regions.append(self.regions[image_id])
+            except KeyError:
+                raise KeyError(f"no region features for image {image_id!r} in the region store") from None
+        batch = dict(self.processor(regions=regions, return_tensors="pt"))
+        entropy = [int(v) for example in examples for v in example["seed"]]
+        seed = int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) & ((1 << 63) - 1)
+        batch["image_index"] = torch.tensor([example["index"] for example in examples])
+        batch["sample_seed"] = torch.tensor(seed)
+        return batch
+
+
+def _unwrapped(model):
+    return getattr(model, "module", model)  # generate() and the hooks live on the model, not on a DDP wrapper
+
+
+class SelfCriticalCaptioningTask(CaptioningTask):
+    """Self-critical sequence training (Rennie et al., 2017) of a captioner, as Unified VLP's `--scst` fine-tuning.
+
+    Each step, for every training image of the batch: a greedy caption (eval mode, the baseline) and
+    `num_samples` captions sampled from the full softmax (train mode: dropout on, as the original); reward = CIDEr-D of
+    a sample minus CIDEr-D of the greedy caption, both against the image's training references with the document
+    frequencies of all training references (`vlhub.evaluation.captions.CiderD`); loss = `self_critical_loss` over the
+    sampled words up to and including the end token. Logged: `reward` (mean CIDEr-D of the samples),
+    `baseline_reward` (of the greedy captions) and `scst_loss`.
+
+    Architecture-agnostic: the model needs `generate()` (greedy and `do_sample=True`) and the captioning hook
+    `caption_scoring_inputs(prompt, caption_ids, caption_mask) -> forward kwargs` whose `logits` `(B, T, vocab)`
+    score `caption_ids` word by word as decoding would (the architecture's segment ids and attention masks). The
+    log-probabilities come from that one teacher-forced forward (through the DDP wrapper, so gradients synchronise).
+
+    Sampling draws from a generator seeded by the batch's `SampleKey` seeds (`PromptCollator`), never from the global
+    random state, so a resumed run samples the same captions; dropout of the scored forward comes from the global
+    state, which checkpoints save and restore.
+
+    Args: as `CaptioningTask` without the objective, plus `num_samples` (sampled captions per image; the original:
+    1). Evaluation is `CaptioningTask`'s (greedy captions, COCO caption metrics next to the baseline).
+    """
+
+    def __init__(self, model, processor, regions: Mapping[str, RegionFeatures], train, validation,
+                 dataset_name: str, dataset_description: str, base_model: str | None = None, test=None,
+                 max_new_tokens: int = 20, metrics: Sequence[str] = CAPTION_METRICS, num_samples: int = 1):
+        check_can_caption(model, max_new_tokens)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+        super().__init__(model, processor, regions, train, validation, dataset_name, dataset_description, None,
+                         base_model=base_model, test=test, max_new_tokens=max_new_tokens, metrics=metrics)
+        from ..evaluation.captions import CiderD
+
+        references = references_by_image(train)
+        self.train_image_ids = list(references)
+        self.reward = CiderD(references)
+        self.train_dataset = TrainingImages(self.train_image_ids)
+        self.collate_fn = PromptCollator(processor, regions, self.train_image_ids)
+        self.num_samples = num_samples
+
+    def train_sampler(self, batch_size, group_size, seed):
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("scst"), seed,
+                                     group_size=group_size)
+
+    def _generation_config(self, captioner, sample: bool):
+        from transformers import GenerationConfig
+
+        config = captioner.config
+        # Plain greedy / ancestral sampling over the whole vocabulary: none of the checkpoint's decoding defaults
+        # (top-k, repetition penalties, beams), so the samples follow the distribution the loss differentiates.
+        return GenerationConfig(do_sample=sample, num_beams=1, top_k=0 if sample else None, top_p=1.0 if sample else
+                                None, temperature=1.0 if sample else None, max_new_tokens=self.max_new_tokens,
+                                num_return_sequences=self.num_samples if sample else 1,
+                                eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+                                bos_token_id=config.bos_token_id)
+
+    def training_step(self, model, batch):
+        captioner = _unwrapped(model)
+        image_index = batch.pop("image_index").tolist()
+        seed = int(batch.pop("sample_seed"))
+        prompt = batch
+        length = prompt["input_ids"].shape[1]
+        was_training = captioner.training
+        with torch.no_grad():
+            captioner.eval()
+            greedy = captioner.generate(**prompt, generation_config=self._generation_config(captioner, False))
+            captioner.train(was_training)
+            device = prompt["input_ids"].device
+            with torch.random.fork_rng(devices=[device] if device.type != "cpu" else [], device_type=device.type):
+                torch.manual_seed(seed)
+                sampled = captioner.generate(**prompt, generation_config=self._generation_config(captioner, True))
+        image_ids = [self.train_image_ids[i] for i in image_index]
+        sampled_ids = [i for i in image_ids for _ in range(self.num_samples)]  # generate() repeats each input k times
+        baseline = self.reward(self.processor.batch_decode(greedy[:, length:]), image_ids)  # the captions only
+        rewards = self.reward(self.processor.batch_decode(sampled[:, length:]), sampled_ids)
+        advantages = torch.as_tensor(rewards - np.repeat(baseline, self.num_samples), dtype=torch.float32,
+                                     device=device)
+        captions = sampled[:, length:]
+        config = captioner.config
+        mask = caption_token_mask(captions, [t for t in (config.eos_token_id, config.pad_token_id) if t is not None])
+        repeated = {k: v.repeat_interleave(self.num_samples, 0) for k, v in prompt.items()}
+        logits = model(**captioner.caption_scoring_inputs(repeated, captions, mask)).logits
+        log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, captions[..., None]).squeeze(-1)
+        loss = self_critical_loss(log_probs, mask, advantages)
+        return loss, {"reward": torch.tensor(rewards.mean(), device=device),
+                      "baseline_reward": torch.tensor(baseline.mean(), device=device), "scst_loss": loss.detach()}
+
+    def hyperparameters(self) -> dict:
+        return {"training": "self-critical sequence training (reward: CIDEr-D with the training references' "
+                "document frequencies, minus the greedy caption's)",
+                "sampled captions per image": self.num_samples,
+                "longest caption (tokens, end included)": self.max_new_tokens,
+                "evaluation decoding": f"greedy, at most {self.max_new_tokens} tokens"}
+
+    def training_summary(self, name: str) -> str:
+        return ("Fine-tuned with self-critical sequence training (reward: CIDEr-D of a sampled caption minus that of "
+                "the greedy caption)")
+
+
+def check_can_caption(model, max_new_tokens: int | None = None) -> None:
+    """A clear error when `model` cannot be trained by self-critical captioning (no `generate()`, no
+    `caption_scoring_inputs` hook, or a checkpoint whose captioning head was not kept)."""
+    missing = [name for name in ("generate", "caption_scoring_inputs") if not callable(getattr(model, name, None))]
+    if missing:
+        raise ValueError(
+            f"{type(model).__name__} cannot be trained as a captioner with self-critical training: it lacks "
+            f"{' and '.join(missing)} (a captioning head with generate() and the caption_scoring_inputs hook that "
+            "scores given captions word by word is needed; see vlhub.training.captioning)")
+    check = getattr(model, "check_generation_inputs", None)
+    if callable(check):
+        check(None, max_new_tokens)

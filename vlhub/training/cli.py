@@ -104,8 +104,12 @@ class FinetuneArguments:
     max_gallery_images: int = field(default=50, metadata={"help": "Retrieval evaluation: images in the gallery."})
     caption_metrics: list[str] | None = field(default=None, metadata={"help": "Captioning evaluation: COCO caption "
                                               "metrics to report (Bleu_1..Bleu_4 METEOR ROUGE_L CIDEr; default all)."})
-    max_caption_tokens: int = field(default=20, metadata={"help": "Captioning evaluation: longest generated caption "
-                                    "in word pieces, end token included (original: 20)."})
+    max_caption_tokens: int = field(default=20, metadata={"help": "Captioning evaluation (and --scst sampling): "
+                                    "longest generated caption in word pieces, end token included (original: 20)."})
+    scst: bool = field(default=False, metadata={"help": "Captioning: self-critical sequence training from a "
+                       "fine-tuned captioner (reward: CIDEr-D of a sampled caption minus the greedy caption's; the "
+                       "original used lr 1e-6 for VLP-base)."})
+    scst_num_samples: int = field(default=1, metadata={"help": "--scst: captions sampled per image (original: 1)."})
 
 
 @dataclass
@@ -273,6 +277,9 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     _show_logs()
     if finetune_args.task not in ("vqa", "retrieval", "captioning"):
         raise SystemExit(f"--task must be vqa, retrieval or captioning, got {finetune_args.task!r}")
+    if finetune_args.scst and finetune_args.task != "captioning":
+        raise SystemExit(f"--scst is self-critical training of a captioner: use it with --task captioning, not "
+                         f"--task {finetune_args.task}")
     source = finetune_args.model_name_or_path
     if not Path(source).exists() and "/" not in source:
         raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
@@ -289,7 +296,10 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(finetune_args.task)
     if finetune_args.task == "vqa":
-        model = model_class.from_pretrained(source, id2label=id2label, label2id={v: k for k, v in id2label.items()})
+        label2id = {v: k for k, v in id2label.items()}
+        # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
+        unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
+        model = model_class.from_pretrained(source, id2label=id2label, label2id=label2id, **unknown)
         pretraining_class = architecture.task_models.get("pretraining")
         if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
             # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
@@ -317,20 +327,29 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
 
 def _captioning_task(architecture, model_class, source, processor, table, regions, name, description, finetune_args):
-    """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`)."""
+    """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`),
+    or with `--scst` a `SelfCriticalCaptioningTask`."""
     from ..evaluation.captions import CAPTION_METRICS
-    from .captioning import CaptioningTask
+    from .captioning import CaptioningTask, SelfCriticalCaptioningTask
     from .data import caption_pairs
 
+    if "train" not in table:
+        raise SystemExit(f"--task captioning: the dataset has no train split (it has {', '.join(table)})")
+    splits = {s: caption_pairs(table[s], f"the {s} split") for s in table}
+    common = dict(base_model=source, test=splits.get("test"), max_new_tokens=finetune_args.max_caption_tokens,
+                  metrics=finetune_args.caption_metrics or CAPTION_METRICS)
+    if finetune_args.scst:
+        model = model_class.from_pretrained(source)
+        try:
+            return SelfCriticalCaptioningTask(model, processor, regions, splits["train"], splits.get("validation"),
+                                              name, description, num_samples=finetune_args.scst_num_samples,
+                                              **common)
+        except ValueError as err:
+            raise SystemExit(f"--scst: {err}") from err
     objective_name = architecture.finetuning_objectives.get("captioning")
     if objective_name is None:
         raise SystemExit(f"--task captioning: {architecture.name} declares no caption training objective "
                          "(Architecture.finetuning_objectives)")
     objective = objectives_for(architecture.model_type)[objective_name]
-    if "train" not in table:
-        raise SystemExit(f"--task captioning: the dataset has no train split (it has {', '.join(table)})")
-    splits = {s: caption_pairs(table[s], f"the {s} split") for s in table}
     return CaptioningTask(model_class.from_pretrained(source), processor, regions, splits["train"],
-                          splits.get("validation"), name, description, objective, base_model=source,
-                          test=splits.get("test"), max_new_tokens=finetune_args.max_caption_tokens,
-                          metrics=finetune_args.caption_metrics or CAPTION_METRICS)
+                          splits.get("validation"), name, description, objective, **common)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..modeling.modeling_utils import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from .collators import CaptionDataset
@@ -188,10 +189,12 @@ class VqaTask(TrainingTask):
                                         drop_last=False)
         loader = self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
         predicted = []
+        config = accelerator.unwrap_model(model).config
         for batch in loader:
             batch.pop("labels")
-            predicted.append(accelerator.gather_for_metrics(model(**batch).logits.argmax(-1)))
-        id2label = accelerator.unwrap_model(model).config.id2label
+            logits = predictable_answer_logits(model(**batch).logits, config)  # never the vocabulary's "unknown"
+            predicted.append(accelerator.gather_for_metrics(logits.argmax(-1)))
+        id2label = config.id2label
         return [id2label[int(i)] for i in torch.cat(predicted).tolist()]
 
     def _accuracy(self, accelerator, model, dataset: VqaDataset, args) -> float:

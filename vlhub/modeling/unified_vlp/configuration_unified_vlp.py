@@ -36,6 +36,9 @@ class UnifiedVlpConfig(BertTextConfig):
         region_token_id (`int`, defaults to 100): the placeholder id in the region slots ([UNK]).
         mask_token_id (`int`, defaults to 103): [MASK], the slot the captioner predicts the next word from.
         classifier_hidden_size (`int`, *optional*): inner size of the VQA head; defaults to `2 * hidden_size`.
+        unknown_answer_id (`int`, *optional*): the VQA answer that stands for "unknown" and is never predicted (the
+            original evaluation's `argmax(logits[:, 1:]) + 1` skips Pythia's `<unk>`, answer 0: the converter sets
+            0). None (the default, e.g. the shapes world's answers): every answer can be predicted.
     """
 
     model_type = "unified_vlp"
@@ -58,6 +61,7 @@ class UnifiedVlpConfig(BertTextConfig):
     bi_image_token_type_id: int = 0
     bi_text_token_type_id: int = 1
     classifier_hidden_size: int | None = None
+    unknown_answer_id: int | None = None
 
     def __post_init__(self, **kwargs):
         # vis_pe = 6 geometry values + one probability per detector class: either size gives the other.

@@ -40,7 +40,12 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    VisionLanguagePreTrainedModel,
+    predictable_answer_logits,
+)
 from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = [
@@ -94,8 +99,9 @@ class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
     loss (`torch.FloatTensor` of shape `()`, when `labels` are given): binary cross-entropy on soft answer scores,
         summed over answers and averaged over the batch (the original's `BCEWithLogitsLoss() * num_answers`).
     logits (`torch.FloatTensor` of shape `(batch, num_labels)`): answer logits.
-    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): `argmax(logits[:, 1:]) + 1` — answer 0 (the
-        answer vocabulary's `<unk>`) is never predicted, as in the original evaluation.
+    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): the best answer other than
+        `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer vocabulary's `<unk>`), which the
+        original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain argmax when none is set.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
     """
 
@@ -240,7 +246,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self.post_init()
 
     def _check_inputs(self, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      past_length):
+                      past_length, position_ids=None):
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
@@ -248,9 +254,12 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         batch, length = text.shape[:2]
         if batch == 0:
             raise ValueError("empty batch: Unified VLP needs at least one example")
-        if past_length + length > config.max_position_embeddings:
+        # Explicit position_ids (e.g. caption_scoring_inputs, whose [MASK] slots repeat the words' positions) are
+        # not read here: that would synchronise with the device on every forward.
+        last_position = past_length + length - 1
+        if position_ids is None and last_position >= config.max_position_embeddings:
             raise ValueError(
-                f"positions up to {past_length + length - 1} are needed but the model has "
+                f"positions up to {last_position} are needed but the model has "
                 f"{config.max_position_embeddings} position embeddings (text starts at {config.text_start})"
             )
         if past_length > 0:
@@ -382,7 +391,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             past_key_values = None
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                           past_length)
+                           past_length, position_ids)
         text = input_ids if input_ids is not None else inputs_embeds
         batch, length = text.shape[:2]
         seq2seq = _as_batch_flags(self.default_seq2seq if seq2seq is None else seq2seq, batch, text.device)
@@ -635,6 +644,65 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
         return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
 
+    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
+                               caption_mask: torch.Tensor | None = None) -> dict:
+        """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
+        (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
+
+        The sequence is `[CLS] r_1 .. r_N [SEP] | w_1 .. w_T | [MASK]_1 .. [MASK]_T`: the words under the seq2seq
+        pattern (each sees the image block and the words up to itself, text token type), and `[MASK]_t` at `w_t`'s
+        position and type, seeing the image block, `w_<t` and itself — what decoding step `t` computes from the cached
+        words and its trailing [MASK] (segment ids and masks are the decoder's, not the training batch's).
+
+        Args:
+            prompt: the processor's captioning inputs (`input_ids` `(B, N + 2)` and the region fields).
+            caption_ids (`torch.LongTensor` of shape `(B, T)`): the captions, without the prompt.
+            caption_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 for the words to score (a prefix: the
+                caption up to and including its end token); the rest is hidden from every row.
+        Returns:
+            keyword arguments for `forward`, whose `logits` `(B, T, vocab_size)` predict `caption_ids[:, t]` in row t.
+        """
+        config = self.config
+        input_ids = prompt["input_ids"]
+        batch, length = input_ids.shape
+        if length != config.text_start:
+            raise ValueError(f"the captioning prompt must be [CLS], the {config.num_regions} region slots and [SEP] "
+                             f"({config.text_start} tokens, the processor's regions-only output), got {length} tokens")
+        if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
+            raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
+        words = caption_ids.shape[1]
+        if length + words > config.max_position_embeddings:
+            raise ValueError(f"captions of {words} tokens need {length + words} positions; the model has "
+                             f"{config.max_position_embeddings}")
+        device = input_ids.device
+        real = (torch.ones_like(caption_ids, dtype=torch.bool) if caption_mask is None
+                else caption_mask.to(device=device, dtype=torch.bool))
+        prompt_mask = prompt.get("attention_mask")
+        prompt_real = (torch.ones_like(input_ids, dtype=torch.bool) if prompt_mask is None
+                       else prompt_mask.to(device).bool())
+        prompt_types = prompt.get("token_type_ids")
+        if prompt_types is None:
+            prompt_types = torch.full_like(input_ids, config.s2s_image_token_type_id)
+        text_positions = torch.arange(length, length + words, device=device)
+        total = length + 2 * words
+        visible = torch.zeros(batch, total, total, dtype=torch.bool, device=device)
+        visible[:, :, :length] = prompt_real[:, None, :]  # every row sees the image block (the image block only it)
+        ones = torch.ones(words, words, dtype=torch.bool, device=device)
+        visible[:, length : length + words, length : length + words] = ones.tril() & real[:, None, :]
+        visible[:, length + words :, length : length + words] = ones.tril(-1) & real[:, None, :]
+        visible[:, length + words :, length + words :] = torch.eye(words, dtype=torch.bool, device=device)
+        return {
+            "input_ids": torch.cat([input_ids, caption_ids, torch.full_like(caption_ids, config.mask_token_id)], 1),
+            "attention_mask": visible.long(),
+            "token_type_ids": torch.cat([prompt_types, torch.full((batch, 2 * words), config.s2s_text_token_type_id,
+                                                                  dtype=prompt_types.dtype, device=device)], 1),
+            "position_ids": torch.cat([torch.arange(length, device=device), text_positions, text_positions])[None]
+            .expand(batch, -1),
+            "masked_positions": torch.arange(length + words, total, device=device)[None].expand(batch, -1),
+            **{k: prompt[k] for k in ("region_features", "region_locations", "region_attention_mask") if k in prompt},
+            "use_cache": False,
+        }
+
     # -- generation -------------------------------------------------------------------------------------------
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):
         model_inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values, **kwargs)
@@ -673,10 +741,37 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
                         f"{self.config.max_position_embeddings - input_ids.shape[1]} new tokens"
                     )
 
+    def _caption_prompt(self, kwargs: dict) -> dict:
+        """`kwargs` with the captioning prompt `[CLS] r_1 .. r_N [SEP]` (input_ids, attention_mask, token_type_ids)
+        built for its `region_features` — what the processor's regions-only call gives."""
+        features = kwargs.get("region_features")
+        if kwargs.get("inputs_embeds") is not None or features is None or kwargs.get("region_locations") is None:
+            raise ValueError(
+                "generate() needs the image's regions: pass the processor's output (processor(regions=...) or "
+                "processor(images=...)), or region_features and region_locations (the prompt is then built)"
+            )
+        config = self.config
+        missing = [name for name in ("bos_token_id", "eos_token_id") if getattr(config, name) is None]
+        if missing:
+            raise ValueError(f"the config has no {' or '.join(missing)} ([CLS] / [SEP]) to build the captioning prompt "
+                             "from; pass the processor's input_ids")
+        batch, device = features.shape[0], features.device
+        prompt = torch.tensor([config.bos_token_id, *[config.region_token_id] * config.num_regions,
+                               config.eos_token_id], device=device).expand(batch, -1)
+        given = [name for name in ("attention_mask", "token_type_ids") if kwargs.get(name) is not None]
+        if given:
+            raise ValueError(f"generate() got {' and '.join(given)} without input_ids: pass the prompt's input_ids "
+                             "with them, or only the regions")
+        return {**kwargs, "input_ids": prompt, "attention_mask": torch.ones_like(prompt),
+                "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id)}
+
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty
         batch, or more new tokens than the model has positions). The caption prompt is the processor's captioning
-        layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options."""
+        layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options.
+        Without `input_ids` (only `region_features` and `region_locations`), that prompt is built here."""
+        if inputs is None and kwargs.get("input_ids") is None:
+            kwargs = self._caption_prompt(kwargs)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         max_new_tokens = kwargs.get("max_new_tokens")
         if max_new_tokens is None:
@@ -692,7 +787,8 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
 class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     """Unified VLP for VQA: bidirectional attention, `ans_classifier` (Linear(H, 2H), ReLU, Linear(2H, num_labels))
     on the product of the final [CLS] state and the final state of the first [SEP] (position `num_regions + 1`).
-    Trained with binary cross-entropy on soft answer scores; the prediction never picks answer 0 (`<unk>`)."""
+    Trained with binary cross-entropy on soft answer scores; the prediction never picks `config.unknown_answer_id`
+    (answer 0, `<unk>`, in converted checkpoints)."""
 
     default_seq2seq = False
     _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
@@ -747,7 +843,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         loss = None
         if labels is not None:
             loss = soft_score_loss(logits, labels)
-        predicted = logits[:, 1:].argmax(dim=-1) + 1 if logits.shape[-1] > 1 else torch.zeros_like(logits[:, 0]).long()
+        predicted = predictable_answer_logits(logits.detach(), self.config).argmax(dim=-1)
         return UnifiedVlpQuestionAnsweringOutput(
             loss=loss,
             logits=logits,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-__all__ = ["normalize_answer", "process_punctuation", "process_digits_and_articles", "vqa_accuracy_score"]
+__all__ = ["normalize_answer", "process_punctuation", "process_digits_and_articles", "vqa_accuracy_score",
+           "predictable_answer_logits"]
 
 # The official lists (data of the VQA evaluation, reproduced so our numbers match the leaderboard's).
 _PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
@@ -114,3 +115,19 @@ def vqa_accuracy_score(prediction: str, references: Sequence[str]) -> float:
         min((matching - (answer == predicted)) / _MATCHES_FOR_FULL_CREDIT, 1.0) for answer in answers
     )
     return total / len(answers)
+
+
+def predictable_answer_logits(logits: "torch.Tensor", config) -> "torch.Tensor":
+    """VQA answer logits `(..., num_labels)` with the vocabulary's "unknown" answer (`config.unknown_answer_id`, when
+    a config sets one) at -inf, so that no argmax or top-k ever picks it — as the original evaluations that skip the
+    answer vocabulary's `<unk>` (Unified VLP: `argmax(logits[:, 1:]) + 1`). Without one, `logits` unchanged."""
+    unknown = getattr(config, "unknown_answer_id", None)
+    if unknown is None:
+        return logits
+    if not 0 <= unknown < logits.shape[-1]:
+        raise ValueError(f"config.unknown_answer_id={unknown} is not one of the {logits.shape[-1]} answers")
+    if logits.shape[-1] == 1:
+        raise ValueError("config.unknown_answer_id excludes the only answer the head has")
+    import torch
+
+    return logits.index_fill(-1, torch.tensor([unknown], device=logits.device), float("-inf"))

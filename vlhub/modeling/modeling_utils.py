@@ -12,7 +12,7 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
 
-__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "VisionLanguagePreTrainedModel", "predictable_answer_logits"]
+__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "VisionLanguagePreTrainedModel"]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
@@ -54,17 +54,3 @@ class BertMLMHeadMixin:
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
-
-
-def predictable_answer_logits(logits: torch.Tensor, config) -> torch.Tensor:
-    """VQA answer logits `(..., num_labels)` with the vocabulary's "unknown" answer (`config.unknown_answer_id`, when
-    a config sets one) at -inf, so that no argmax or top-k ever picks it — as the original evaluations that skip the
-    answer vocabulary's `<unk>` (Unified VLP: `argmax(logits[:, 1:]) + 1`). Without one, `logits` unchanged."""
-    unknown = getattr(config, "unknown_answer_id", None)
-    if unknown is None:
-        return logits
-    if not 0 <= unknown < logits.shape[-1]:
-        raise ValueError(f"config.unknown_answer_id={unknown} is not one of the {logits.shape[-1]} answers")
-    if logits.shape[-1] == 1:
-        raise ValueError("config.unknown_answer_id excludes the only answer the head has")
-    return logits.index_fill(-1, torch.tensor([unknown], device=logits.device), float("-inf"))

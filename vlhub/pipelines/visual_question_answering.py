@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from transformers import Pipeline
 
-from ..modeling.modeling_utils import predictable_answer_logits
+from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures, check_float16_range
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..modeling.modeling_utils import predictable_answer_logits
+from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from .collators import CaptionDataset

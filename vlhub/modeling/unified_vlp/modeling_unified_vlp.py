@@ -40,12 +40,8 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
-from ..modeling_utils import (
-    BERT_RECORDED_OUTPUTS,
-    BertMLMHeadMixin,
-    VisionLanguagePreTrainedModel,
-    predictable_answer_logits,
-)
+from ...evaluation.vqa import predictable_answer_logits
+from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = [

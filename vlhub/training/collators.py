@@ -53,6 +53,9 @@ class PretrainingCollator:
         objectives: name → `Objective` (the mix's objectives).
         image_ids: the images mismatched pairs are drawn from (default: every image in `regions`).
         mlm_probability, region_mask_probability, itm_negative_probability: 0.15, 0.15, 0.5 as the original.
+        contradict: `(image_id, caption, rng) -> a caption false of that image, or None` (the data's hard ITM
+            negatives, e.g. `ShapesWorld.contradicting_caption`); None: mismatched pairs only swap images.
+        itm_hard_negative_probability: share of mismatched pairs made with `contradict` (0: none, as the original).
 
     Returns a dict of tensors plus `"objective"` (the model's `objective=` argument, when the objective has one).
     """
@@ -66,9 +69,12 @@ class PretrainingCollator:
         mlm_probability: float = 0.15,
         region_mask_probability: float = 0.15,
         itm_negative_probability: float = 0.5,
+        contradict=None,
+        itm_hard_negative_probability: float = 0.0,
     ):
         for name, value in (("mlm_probability", mlm_probability), ("region_mask_probability", region_mask_probability),
-                            ("itm_negative_probability", itm_negative_probability)):
+                            ("itm_negative_probability", itm_negative_probability),
+                            ("itm_hard_negative_probability", itm_hard_negative_probability)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.processor = processor
@@ -87,6 +93,8 @@ class PretrainingCollator:
             itm_negative_probability=itm_negative_probability,
             encode=self.encode,
             other_image=self.random_other_image,
+            contradict=contradict,
+            itm_hard_negative_probability=itm_hard_negative_probability,
         )
 
     def lookup(self, image_id: str) -> RegionFeatures:

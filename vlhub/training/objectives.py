@@ -23,6 +23,7 @@ __all__ = [
     "register_objective",
     "objectives_for",
     "default_objective_mix",
+    "mismatched_pair",
 ]
 
 
@@ -37,6 +38,10 @@ class ObjectiveContext:
         encode: `examples -> (processor inputs, each example's selected regions)`, the regions in the order the
             processor keeps them (so per-region targets line up with `region_features`).
         other_image: `(image_id, rng) -> a different image id` (for mismatched pairs).
+        contradict: `(image_id, caption, rng) -> a caption that is false of the image, or None` (e.g. the shapes
+            world's one-word contradictions), or None when the data cannot make such captions.
+        itm_hard_negative_probability: the share of mismatched pairs that keep the image and take `contradict`'s
+            caption (hard negatives); the others, and those `contradict` cannot make, swap the image.
     """
 
     tokenizer: object
@@ -46,6 +51,19 @@ class ObjectiveContext:
     itm_negative_probability: float
     encode: Callable[[Sequence[dict]], tuple[dict, list]]
     other_image: Callable[[str, np.random.Generator], str]
+    contradict: Callable[[str, str, np.random.Generator], str | None] | None = None
+    itm_hard_negative_probability: float = 0.0
+
+
+def mismatched_pair(context: ObjectiveContext, example: dict, rng: np.random.Generator) -> dict:
+    """A mismatched version of `example` for image-text matching: with probability
+    `context.itm_hard_negative_probability` (and when the data can) its caption replaced by a contradicting one of the
+    same image (a hard negative: one word differs), otherwise its image replaced by a random other image."""
+    if context.contradict is not None and rng.random() < context.itm_hard_negative_probability:
+        caption = context.contradict(example["image_id"], example["caption"], rng)
+        if caption is not None:
+            return {**example, "caption": caption}
+    return {**example, "image_id": context.other_image(example["image_id"], rng)}
 
 
 BuildFn = Callable[[ObjectiveContext, Sequence[dict], Sequence[np.random.Generator]], dict]

@@ -452,12 +452,13 @@ def contradicting_caption(scene: Scene, caption: str, rng: np.random.Generator) 
     for i, token in enumerate(words):
         word, tail = token.rstrip(".,:"), token[len(token.rstrip(".,:")):]
         if word in COLOURS:
-            candidates += [(i, c + tail) for c in COLOURS if c not in colours]
+            candidates += [(i, c + tail) for c in COLOURS if c not in colours and c != word]
         elif word in _SHAPE_WORDS:
             plural = word != _SHAPE_WORDS[word]
-            candidates += [(i, (_PLURALS[s] if plural else s) + tail) for s in SHAPES if s not in shapes]
+            candidates += [(i, (_PLURALS[s] if plural else s) + tail) for s in SHAPES
+                           if s not in shapes and s != _SHAPE_WORDS[word]]
         elif word in SIZES:
-            candidates += [(i, s + tail) for s in SIZES if s not in sizes]
+            candidates += [(i, s + tail) for s in SIZES if s not in sizes and s != word]
         elif word in _FLIPS:
             candidates.append((i, _FLIPS[word] + tail))
         elif word in _COUNT_WORDS:

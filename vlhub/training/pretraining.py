@@ -175,8 +175,9 @@ class PretrainingTask(TrainingTask):
                     counts = selected.sum(1).float()
                     sums.setdefault("_mlm_hits", []).append(accelerator.gather_for_metrics(hits))
                     sums.setdefault("_mlm_counts", []).append(accelerator.gather_for_metrics(counts))
-            if prefix:  # the hard-negative pass reports matching only
-                results[f"{prefix}itm_accuracy"] = torch.cat(sums["itm_accuracy"]).mean().item()
+            if prefix:  # the hard-negative pass reports matching only (objectives whose batches carry itm_labels)
+                if "itm_accuracy" in sums:
+                    results[f"{prefix}itm_accuracy"] = torch.cat(sums["itm_accuracy"]).mean().item()
                 continue
             for key, values in sums.items():
                 if not key.startswith("_"):

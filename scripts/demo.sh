@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The README's main job: build the environment, then pre-train a tiny UNITER on the embedded shapes world, fine-tune
-# it for VQA, evaluate it against the majority-answer baseline and answer held-out questions with the VQA pipeline;
-# then a tiny Unified VLP fine-tuned for captioning: caption metrics against the most-frequent-caption baseline and
-# captions of held-out images next to their references.
-# Offline; a few minutes on 2 CPU cores. Extra arguments go to `python -m vlhub.demo` (see --help).
+# The README's main job: build the environment, then for one architecture (--model_type, UNITER by default) pre-train
+# a tiny model on the embedded shapes world, fine-tune it for VQA and for retrieval, evaluate both against their
+# baselines (majority answer, chance), answer held-out questions and rank held-out captions with the pipelines; then
+# captioning (a tiny Unified VLP for encoders): caption metrics against the most-frequent-caption baseline. Steps an
+# architecture cannot do are skipped with a reason; one PNG per shown example; a summary table at the end.
+# Offline. Extra arguments go to `python -m vlhub.demo` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

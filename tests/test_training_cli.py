@@ -102,7 +102,7 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "VLHUB_CACHE": str(tmp_path / "cache")}
     command = [sys.executable, "-m", "vlhub.demo", "--output_dir", str(tmp_path / "demo"), "--pretrain_steps", "10",
-               "--finetune_steps", "10", "--num_examples", "2", "--caption_steps", "10"]
+               "--finetune_steps", "10", "--retrieval_steps", "3", "--num_examples", "2", "--caption_steps", "10"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
@@ -111,6 +111,12 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
     assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
     assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()
+    assert "text -> image" in completed.stdout and "image -> text" in completed.stdout and "chance" in completed.stdout
+    assert "pipeline('image-text-retrieval')" in completed.stdout
+    pictures = sorted((tmp_path / "demo" / "pictures").glob("*.png"))
+    assert len(pictures) == 2 and all(str(p) in completed.stdout for p in pictures)
+    table = completed.stdout.split("== summary")[1]
+    assert all(row in table for row in ("VQA", "retrieval", "captioning (Unified VLP)", "baseline"))
 
 
 @pytest.mark.slow

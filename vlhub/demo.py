@@ -1,107 +1,294 @@
 """The README's main job on the embedded default, end to end and offline:
 
-    python -m vlhub.demo [--output_dir runs/demo] [--pretrain_steps 200] [--finetune_steps 600]
+    python -m vlhub.demo [--model_type uniter] [--output_dir runs/demo] [--pretrain_steps 200] ...
 
-1. pre-trains a tiny UNITER on the shapes world (`pretrain.py`'s code, the original's objective mix),
-2. fine-tunes it for VQA (`finetune.py`'s code),
-3. reports its VQA accuracy on held-out test images against the majority-answer baseline,
-4. answers a few held-out questions through `pipeline("visual-question-answering")`, with regions read from the
-   shapes world's region store,
-5. pre-trains a tiny Unified VLP (seq2seq + bidirectional masked LM) and fine-tunes it for captioning, reports the
-   COCO caption metrics on held-out images against the most-frequent-caption baseline, and prints captions of
-   held-out images from `pipeline("image-captioning")` next to their references (`--caption_steps 0` skips this).
+For the chosen architecture (UNITER by default) it runs the steps of `demo_plan(model_type)`:
 
-The same as running `python pretrain.py` then `python finetune.py`; one process here so the world is generated once.
+1. pre-training a tiny model on the shapes world (`pretrain.py`'s code, the architecture's original objective mix),
+2. VQA: fine-tuning, accuracy on held-out test images against the majority-answer baseline, and answers to held-out
+   questions through `pipeline("visual-question-answering")`,
+3. retrieval: fine-tuning for image-text retrieval, recall@1/5/10 both ways on held-out images next to chance, and a
+   handful of held-out captions ranked for one image through `pipeline("image-text-retrieval")`,
+4. captioning: fine-tuning for captioning, the COCO caption metrics against the most-frequent-caption baseline, and
+   captions of held-out images through `pipeline("image-captioning")`. An architecture that cannot caption (an
+   encoder such as UNITER) hands this step to a tiny Unified VLP (`--caption_steps 0` skips it);
+
+each step an architecture cannot do is skipped with a one-line reason. It writes one PNG per shown example (the
+image with its regions, the question and answer, the top-ranked captions, the generated caption) and ends with one
+table: task, metric, vlhub result, baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "DemoStep", "demo_plan", "DEMO_STEPS", "summary_table"]
+
+DEMO_STEPS: tuple[str, ...] = ("pretraining", "vqa", "retrieval", "captioning")
+CAPTIONER = "unified_vlp"  # captions for architectures that cannot
+
+
+@dataclass(frozen=True)
+class DemoStep:
+    """One step of the demo for one architecture: `skip` is None when it runs, else the one-line reason."""
+
+    name: str
+    skip: str | None = None
+
+
+def _first_sentence(text: str) -> str:
+    return text.split(";")[0].split(". ")[0].rstrip(".")
+
+
+def demo_plan(model_type: str) -> list[DemoStep]:
+    """The demo's steps for `model_type`, in order, each either run or skipped with a one-line reason: derived from
+    what the architecture declares (pre-training objectives, task heads, a caption training objective)."""
+    from .registry import get_architecture
+
+    architecture = get_architecture(model_type)
+    name = architecture.name
+    if not architecture.pretraining_objectives():
+        plan = [DemoStep("pretraining", f"{name} declares no pre-training objectives for vlhub's training loop yet")]
+        return plan + [DemoStep(task, "needs the pre-trained model (pre-training is skipped)") for task in DEMO_STEPS[1:]]
+    plan = [DemoStep("pretraining")]
+    for task in DEMO_STEPS[1:]:
+        if not architecture.has_task(task):
+            why = architecture.unsupported_tasks.get(task)
+            if why is None:
+                why = (f"{name} is an encoder without a text decoder: it cannot caption" if task == "captioning"
+                       else f"{name} has no {task} head")
+            plan.append(DemoStep(task, _first_sentence(why)))
+        elif task == "captioning" and task not in architecture.finetuning_objectives:
+            plan.append(DemoStep(task, f"{name} declares no caption training objective yet"))
+        else:
+            plan.append(DemoStep(task))
+    return plan
+
+
+def summary_table(rows: list[tuple[str, str, str, str]]) -> str:
+    """`rows` of (task, metric, vlhub result, baseline) as an aligned text table with a header."""
+    header = ("task", "metric", "vlhub", "baseline")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from .registry import architectures
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_type", default="uniter", help="The architecture (default uniter).")
     parser.add_argument("--output_dir", default="runs/demo")
     parser.add_argument("--pretrain_steps", type=int, default=200)
-    parser.add_argument("--finetune_steps", type=int, default=600)
-    parser.add_argument("--num_examples", type=int, default=6, help="Held-out questions to answer at the end.")
-    parser.add_argument("--caption_steps", type=int, default=600, help="Unified VLP: pre-training steps, then as "
-                        "many captioning fine-tuning steps (0: no captioning part).")
+    parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps.")
+    parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
+    parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
+    parser.add_argument("--caption_steps", type=int, default=600, help="Captioning: pre-training steps of the "
+                        "captioner (when the architecture cannot caption), then as many captioning fine-tuning steps "
+                        "(0: no captioning).")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
-    from transformers import pipeline
-
-    import vlhub  # noqa: F401  (registers the model, processor and pipeline)
-
-    from .training.cli import finetune_main, pretrain_main
-    from .training.data import shapes_region_store, shapes_world
-
-    start = time.time()
-    out = Path(args.output_dir)
-    common = ["--seed", str(args.seed), "--logging_steps", "25"]
-    print(f"== 1/4 pre-training a tiny UNITER on the shapes world ({args.pretrain_steps} steps)", flush=True)
-    pretrain_main(["--output_dir", str(out / "uniter-shapes"), "--max_steps", str(args.pretrain_steps), *common])
-    print(f"== 2/4 fine-tuning it for VQA ({args.finetune_steps} steps)", flush=True)
-    result = finetune_main(["--model_name_or_path", str(out / "uniter-shapes"), "--output_dir",
-                            str(out / "uniter-shapes-vqa"), "--max_steps", str(args.finetune_steps), *common])
-    scores = result.eval_results
-    print("== 3/4 VQA accuracy (official rule) on held-out images", flush=True)
-    for split in ("validation", "test"):
-        print(f"   {split:10s}: fine-tuned UNITER {scores[f'{split}_vqa_accuracy']:.4f}   "
-              f"majority-answer baseline {scores[f'{split}_majority_baseline']:.4f}")
-    print(f"   (recorded in {out / 'uniter-shapes-vqa' / 'README.md'})")
-
-    print("== 4/4 answering held-out questions with pipeline('visual-question-answering')", flush=True)
-    world = shapes_world(seed=0)
-    store = shapes_region_store(world)
-    vqa = pipeline("visual-question-answering", model=str(out / "uniter-shapes-vqa"))
-    test = world.vqa()["test"]
-    stride = max(1, len(test) // args.num_examples)
-    for row in (test[i] for i in range(0, stride * args.num_examples, stride)):
-        best = vqa(image=store[row["image_id"]], question=row["question"], top_k=1)[0]
-        print(f"   {row['image_id']}  Q: {row['question']:45s} A: {best['answer']:8s} ({best['score']:.2f})   "
-              f"annotators: {row['multiple_choice_answer']}")
-    image_row = world.images()["test"][0]
-    best = vqa(image=image_row["image"], question=test[0]["question"], top_k=1)[0]
-    print(f"   from the raw image of {image_row['image_id']} (regions found by the processor's extractor): "
-          f"Q: {test[0]['question']}  A: {best['answer']} ({best['score']:.2f})")
-    if args.caption_steps > 0:
-        scores = {**scores, **_captioning(args, out, common, world, store)}
-    print(f"done in {time.time() - start:.0f} s")
-    return scores
+    known = sorted(architectures())
+    if args.model_type not in known:
+        parser.error(f"--model_type {args.model_type!r} is not a vlhub architecture; known: {', '.join(known)}")
+    return Demo(args).run()
 
 
-def _captioning(args, out: Path, common: list[str], world, store) -> dict:
-    from transformers import pipeline
+class Demo:
+    def __init__(self, args):
+        from .registry import get_architecture
+        from .training.data import shapes_region_store, shapes_world
 
-    from .training.captioning import references_by_image
-    from .training.cli import finetune_main, pretrain_main
+        self.args = args
+        self.out = Path(args.output_dir)
+        self.architecture = get_architecture(args.model_type)
+        self.prefix = args.model_type.replace("_", "-")
+        self.common = ["--seed", str(args.seed), "--logging_steps", "25"]
+        self.world = shapes_world(seed=0)
+        self.store = shapes_region_store(self.world)
+        self.scores: dict = {}
+        self.table: list[tuple[str, str, str, str]] = []
+        test_images = self.world.images()["test"]
+        stride = max(1, len(test_images) // max(args.num_examples, 1))
+        self.shown = [test_images[i]["image_id"] for i in range(0, stride * args.num_examples, stride)]
+        self.pictures: dict[str, list[tuple[str, list[str]]]] = {image_id: [] for image_id in self.shown}
 
-    steps = str(args.caption_steps)
-    print(f"== 5/6 pre-training a tiny Unified VLP ({steps} steps), fine-tuning it for captioning ({steps} steps)",
-          flush=True)
-    pretrain_main(["--model_type", "unified_vlp", "--config_name", "tiny", "--output_dir", str(out / "vlp-shapes"),
-                   "--max_steps", steps, *common])
-    result = finetune_main(["--task", "captioning", "--model_name_or_path", str(out / "vlp-shapes"), "--output_dir",
-                            str(out / "vlp-shapes-captioning"), "--max_steps", steps, *common])
-    scores = {f"captioning_{k}": v for k, v in result.eval_results.items()}
-    print("== 6/6 caption metrics (COCO evaluation) on held-out test images, and captions of held-out images")
-    metrics = [k[len("test_"):] for k in result.eval_results if k.startswith("test_") and "baseline" not in k
-               and not k.endswith("num_images")]
-    for metric in metrics:
-        print(f"   {metric:8s}: fine-tuned VLP {result.eval_results[f'test_{metric}']:.4f}   most-frequent-caption "
-              f"baseline {result.eval_results[f'test_baseline_{metric}']:.4f}")
-    captioner = pipeline("image-captioning", model=str(out / "vlp-shapes-captioning"))
-    references = references_by_image(zip(world.captions()["test"]["image_id"], world.captions()["test"]["caption"]))
-    for image_id in list(references)[: args.num_examples]:
-        caption = captioner(store[image_id])[0]["generated_text"]
-        print(f"   {image_id}  caption: {caption:50s} references: {' | '.join(references[image_id])}")
-    return scores
+    def run(self) -> dict:
+        start = time.time()
+        plan = demo_plan(self.args.model_type)
+        steps = {step.name: step for step in plan}
+        if self.args.retrieval_steps <= 0 and steps["retrieval"].skip is None:
+            steps["retrieval"] = DemoStep("retrieval", "--retrieval_steps 0")
+        print(f"== vlhub demo: {self.architecture.name} on the shapes world", flush=True)
+        for step in steps.values():
+            print(f"   {step.name:12s} {'runs' if step.skip is None else 'skipped: ' + step.skip}")
+        if steps["pretraining"].skip is None:
+            self.pretrain()
+        if steps["vqa"].skip is None:
+            self.vqa()
+        if steps["retrieval"].skip is None:
+            self.retrieval()
+        if self.args.caption_steps > 0:
+            if steps["captioning"].skip is None:
+                self.captioning(self.out / f"{self.prefix}-shapes", self.architecture.name)
+            elif steps["pretraining"].skip is None and self.args.model_type != CAPTIONER:
+                print(f"== captioning: {steps['captioning'].skip}; a tiny Unified VLP captions instead", flush=True)
+                self.captioning(None, "Unified VLP")
+        self.draw()
+        print("== summary (held-out shapes-world images)")
+        print(summary_table(self.table) if self.table else "   (no step ran)")
+        print(f"done in {time.time() - start:.0f} s")
+        return self.scores
+
+    # ------------------------------------------------------------------------------------------------- steps
+    def pretrain(self):
+        from .training.cli import pretrain_main
+
+        args = self.args
+        print(f"== pre-training a tiny {self.architecture.name} on the shapes world ({args.pretrain_steps} steps)",
+              flush=True)
+        pretrain_main(["--model_type", args.model_type, "--config_name", "tiny", "--output_dir",
+                       str(self.out / f"{self.prefix}-shapes"), "--max_steps", str(args.pretrain_steps), *self.common])
+
+    def vqa(self):
+        from transformers import pipeline
+
+        from .training.cli import finetune_main
+
+        args, name, world, store = self.args, self.architecture.name, self.world, self.store
+        folder = self.out / f"{self.prefix}-shapes-vqa"
+        print(f"== VQA: fine-tuning ({args.finetune_steps} steps), accuracy (official rule) on held-out images",
+              flush=True)
+        result = finetune_main(["--model_name_or_path", str(self.out / f"{self.prefix}-shapes"), "--output_dir",
+                                str(folder), "--max_steps", str(args.finetune_steps), *self.common])
+        scores = result.eval_results
+        self.scores.update(scores)
+        for split in ("validation", "test"):
+            print(f"   {split:10s}: fine-tuned {name} {scores[f'{split}_vqa_accuracy']:.4f}   "
+                  f"majority-answer baseline {scores[f'{split}_majority_baseline']:.4f}")
+        print(f"   (recorded in {folder / 'README.md'})")
+        self.table.append(("VQA", "accuracy (test)", f"{scores['test_vqa_accuracy']:.3f}",
+                           f"{scores['test_majority_baseline']:.3f} (majority answer)"))
+        print("   answering held-out questions with pipeline('visual-question-answering')", flush=True)
+        vqa = pipeline("visual-question-answering", model=str(folder))
+        test = world.vqa()["test"]
+        first_question = {}
+        for row in test:
+            first_question.setdefault(row["image_id"], row)
+        for image_id in self.shown:
+            row = first_question[image_id]
+            best = vqa(image=store[image_id], question=row["question"], top_k=1)[0]
+            print(f"   {image_id}  Q: {row['question']:45s} A: {best['answer']:8s} ({best['score']:.2f})   "
+                  f"annotators: {row['multiple_choice_answer']}")
+            self.pictures[image_id].append(("VQA", [f"Q: {row['question']}", f"A: {best['answer']} "
+                                                    f"({best['score']:.2f}); annotators: "
+                                                    f"{row['multiple_choice_answer']}"]))
+        image_row = world.images()["test"][0]
+        where = f"from the raw image of {image_row['image_id']} (regions found by the processor's extractor)"
+        try:
+            best = vqa(image=image_row["image"], question=test[0]["question"], top_k=1)[0]
+        except ValueError as err:  # e.g. Unified VLP needs detector class probabilities, which the extractor lacks
+            print(f"   {where}: not possible for {name}: {err}")
+            return
+        print(f"   {where}: Q: {test[0]['question']}  A: {best['answer']} ({best['score']:.2f})")
+
+    def retrieval(self):
+        from transformers import pipeline
+
+        from .evaluation import retrieval_chance
+        from .training.cli import finetune_main
+
+        args, name = self.args, self.architecture.name
+        folder = self.out / f"{self.prefix}-shapes-itr"
+        print(f"== retrieval: fine-tuning ({args.retrieval_steps} steps, hinge loss over hard negatives), "
+              "recall@K on held-out images", flush=True)
+        result = finetune_main(["--task", "retrieval", "--model_name_or_path", str(self.out / f"{self.prefix}-shapes"),
+                                "--output_dir", str(folder), "--max_steps", str(args.retrieval_steps),
+                                "--per_device_train_batch_size", "8", "--num_sampled_negatives", "7",
+                                "--num_hard_negatives", "2", "--max_gallery_images", "50", *self.common])
+        scores = result.eval_results
+        self.scores.update({f"retrieval_{k}": v for k, v in scores.items()})
+        captions = self.world.captions()["validation"]
+        gallery = sorted(set(captions["image_id"]))[:50]
+        index = {image_id: k for k, image_id in enumerate(gallery)}
+        chance = retrieval_chance([index[i] for i in captions["image_id"] if i in index], len(gallery))
+        for direction in ("text_to_image", "image_to_text"):
+            found = " ".join(f"R@{k} {scores[f'{direction}_recall@{k}']:.3f}" for k in (1, 5, 10))
+            base = " ".join(f"R@{k} {chance[f'{direction}_recall@{k}']:.3f}" for k in (1, 5, 10))
+            label = direction.replace("_to_", " -> ").replace("_", " ")
+            print(f"   {label:14s}: fine-tuned {name} {found}   chance {base}")
+            self.table.append(("retrieval", f"{label} R@1/5/10 ({len(gallery)} images)",
+                               "/".join(f"{scores[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)),
+                               "/".join(f"{chance[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)) + " (chance)"))
+        retrieval = pipeline("image-text-retrieval", model=str(folder))
+        test = self.world.captions()["test"]
+        own = {}
+        for image_id, caption in zip(test["image_id"], test["caption"]):
+            own.setdefault(image_id, caption)
+        candidates = [own[i] for i in self.shown] + [own[i] for i in list(own)[1:8:2] if i not in self.shown]
+        print(f"   ranking {len(candidates)} held-out captions for each shown image with "
+              "pipeline('image-text-retrieval') (* = the image's own caption)", flush=True)
+        for n, image_id in enumerate(self.shown):
+            ranked = retrieval(image=self.store[image_id], texts=candidates)
+            lines = [f"{r['score']:.2f} {'*' if r['text'] == own[image_id] else ' '} {r['text']}" for r in ranked[:3]]
+            if n == 0:
+                print(f"   {image_id}:")
+                for r in ranked:
+                    print(f"      {r['score']:.2f} {'*' if r['text'] == own[image_id] else ' '} {r['text']}")
+            self.pictures[image_id].append(("top-ranked captions (* = its own)", lines))
+
+    def captioning(self, pretrained: Path | None, name: str):
+        from transformers import pipeline
+
+        from .training.captioning import references_by_image
+        from .training.cli import finetune_main, pretrain_main
+
+        steps = str(self.args.caption_steps)
+        if pretrained is None:
+            pretrained = self.out / "vlp-shapes"
+            print(f"   pre-training a tiny Unified VLP ({steps} steps)", flush=True)
+            pretrain_main(["--model_type", CAPTIONER, "--config_name", "tiny", "--output_dir", str(pretrained),
+                           "--max_steps", steps, *self.common])
+        folder = pretrained.with_name(pretrained.name + "-captioning")
+        print(f"== captioning: fine-tuning {name} ({steps} steps), COCO caption metrics on held-out images", flush=True)
+        result = finetune_main(["--task", "captioning", "--model_name_or_path", str(pretrained), "--output_dir",
+                                str(folder), "--max_steps", steps, *self.common])
+        self.scores.update({f"captioning_{k}": v for k, v in result.eval_results.items()})
+        metrics = [k[len("test_"):] for k in result.eval_results if k.startswith("test_") and "baseline" not in k
+                   and not k.endswith("num_images")]
+        for metric in metrics:
+            print(f"   {metric:8s}: fine-tuned {name} {result.eval_results[f'test_{metric}']:.4f}   "
+                  f"most-frequent-caption baseline {result.eval_results[f'test_baseline_{metric}']:.4f}")
+        if "CIDEr" in metrics:
+            self.table.append((f"captioning ({name})", "CIDEr-D (test)", f"{result.eval_results['test_CIDEr']:.3f}",
+                               f"{result.eval_results['test_baseline_CIDEr']:.3f} (most frequent caption)"))
+        captioner = pipeline("image-captioning", model=str(folder))
+        test = self.world.captions()["test"]
+        references = references_by_image(zip(test["image_id"], test["caption"]))
+        for image_id in self.shown:
+            caption = captioner(self.store[image_id])[0]["generated_text"]
+            print(f"   {image_id}  caption: {caption:50s} references: {' | '.join(references[image_id][:2])}")
+            self.pictures[image_id].append((f"generated caption ({name})", [caption]))
+
+    def draw(self):
+        from .demo_pictures import ExamplePicture, write_example_picture
+
+        if not any(self.pictures.values()):
+            return
+        folder = self.out / "pictures"
+        folder.mkdir(parents=True, exist_ok=True)
+        images = {row["image_id"]: row for row in self.world.images()["test"] if row["image_id"] in self.pictures}
+        written = []
+        for image_id, sections in self.pictures.items():
+            row = images[image_id]
+            written.append(write_example_picture(folder / f"{image_id}.png", ExamplePicture(
+                image=row["image"], boxes=row["boxes"], title=f"{image_id} (held-out test image)",
+                region_labels=row["labels"], sections=sections)))
+        print(f"== pictures of the shown examples: {', '.join(written)}")
 
 
 if __name__ == "__main__":

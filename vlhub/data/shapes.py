@@ -42,6 +42,7 @@ from .shapes_language import (
     NUM_ANNOTATORS,
     Question,
     annotate,
+    contradicting_caption,
     make_captions,
     make_questions,
     soft_scores,
@@ -269,6 +270,19 @@ class ShapesWorld:
                 }
 
         return self._dataset_dict("vqa", features, rows)
+
+    def scene(self, image_id: str) -> Scene:
+        """The scene of an image id (`"<split>-<index>"`, as the datasets name them)."""
+        split, _, index = image_id.rpartition("-")
+        if split not in SPLITS or not index.isdigit() or int(index) >= self.split_sizes[split]:
+            raise KeyError(f"no image {image_id!r} in this shapes world (ids are '<split>-<index>', e.g. 'train-000000')")
+        return self._examples[split][int(index)].scene
+
+    def contradicting_caption(self, image_id: str, caption: str, rng: np.random.Generator) -> str | None:
+        """`caption` with one word changed so that it is false of image `image_id` (another colour, shape or size
+        than the image has, a flipped relation or position, another count), or None when no word allows that: the
+        hard negatives of image-text matching. See `shapes_language.contradicting_caption`."""
+        return contradicting_caption(self.scene(image_id), caption, rng)
 
     # ---------------------------------------------------------------------------------------------- baselines
     def majority_answer(self) -> str:

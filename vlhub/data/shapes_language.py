@@ -426,3 +426,47 @@ def vocabulary_words() -> list[str]:
     words.update(COLOURS, SHAPES, SIZES, _PLURALS.values(), _NUMBER_WORDS, COUNTS, ANSWER_VOCABULARY)
     words.update(str(d) for d in range(10))
     return sorted(words) + [".", ",", ":", "?"]
+
+
+# ------------------------------------------------------------------------------------------ contradicting captions
+_SHAPE_WORDS = {**{s: s for s in SHAPES}, **{p: s for s, p in _PLURALS.items()}}  # word → shape
+_FLIPS = {"left": "right", "right": "left", "above": "below", "below": "above", "over": "under", "under": "over",
+          "top": "bottom", "bottom": "top"}
+_COUNT_WORDS = _NUMBER_WORDS[2:]  # plural counts: swapping one keeps the sentence grammatical
+
+
+def contradicting_caption(scene: Scene, caption: str, rng: np.random.Generator) -> str | None:
+    """`caption` with one word changed so that it is false of `scene`: a colour, shape or size the scene does not
+    have, a relation or position flipped (left/right, above/below, over/under, top/bottom), or another plural count.
+    None when no word of the caption can be changed that way (e.g. "there is one shape.").
+
+    Each change is false by construction: captions only mention objects of their scene, so naming an absent colour,
+    shape or size describes nothing there; relations and positions are only stated when unambiguous, so their
+    opposite is false; counts are exact. The sentence stays grammatical, so only the image can tell the difference.
+    """
+    words = caption.split(" ")
+    colours = {o.colour for o in scene.objects}
+    shapes = {o.shape for o in scene.objects}
+    sizes = {o.size for o in scene.objects}
+    candidates: list[tuple[int, str]] = []
+    for i, token in enumerate(words):
+        word, tail = token.rstrip(".,:"), token[len(token.rstrip(".,:")):]
+        if word in COLOURS:
+            candidates += [(i, c + tail) for c in COLOURS if c not in colours and c != word]
+        elif word in _SHAPE_WORDS:
+            plural = word != _SHAPE_WORDS[word]
+            candidates += [(i, (_PLURALS[s] if plural else s) + tail) for s in SHAPES
+                           if s not in shapes and s != _SHAPE_WORDS[word]]
+        elif word in SIZES:
+            candidates += [(i, s + tail) for s in SIZES if s not in sizes and s != word]
+        elif word in _FLIPS:
+            candidates.append((i, _FLIPS[word] + tail))
+        elif word in _COUNT_WORDS:
+            candidates += [(i, n + tail) for n in _COUNT_WORDS if n != word]
+    if not candidates:
+        return None
+    position, replacement = candidates[int(rng.integers(len(candidates)))]
+    words[position] = replacement
+    if position > 0 and words[position - 1] in ("a", "an"):  # "an orange" → "a red": no article gives it away
+        words[position - 1] = _with_article(replacement).split(" ")[0]
+    return " ".join(words)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["retrieval_recall", "DEFAULT_RECALL_KS"]
+__all__ = ["retrieval_recall", "retrieval_chance", "DEFAULT_RECALL_KS"]
 
 DEFAULT_RECALL_KS = (1, 5, 10)
 
@@ -64,4 +64,25 @@ def retrieval_recall(
     result["mean_recall"] = float(np.mean([v for v in result.values()]))
     result["num_texts"] = int(matrix.shape[0])
     result["num_images"] = int(len(images))
+    return result
+
+
+def retrieval_chance(
+    text_to_image: Sequence[int], num_images: int, ks: Sequence[int] = DEFAULT_RECALL_KS
+) -> dict[str, float]:
+    """The expected `retrieval_recall` of random scores for the same gallery: text → image recall@K is K / images;
+    image → text recall@K is the chance that K texts drawn from all of them hold one of the image's own
+    (`1 - C(T - n, K) / C(T, K)` for an image with n of the T texts), averaged over the images with texts."""
+    from math import comb
+
+    targets = np.asarray(text_to_image)
+    if num_images < 1 or targets.ndim != 1 or targets.size == 0:
+        raise ValueError(f"need at least one image and one text, got {num_images} images and {targets.size} texts")
+    total = targets.size
+    counts = np.unique(targets, return_counts=True)[1]
+    result: dict[str, float] = {}
+    for k in ks:
+        result[f"text_to_image_recall@{k}"] = min(int(k), num_images) / num_images
+        result[f"image_to_text_recall@{k}"] = float(np.mean(
+            [1.0 - comb(total - n, min(int(k), total)) / comb(total, min(int(k), total)) for n in counts]))
     return result

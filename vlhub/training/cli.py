@@ -75,6 +75,9 @@ class PretrainArguments:
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)
     itm_negative_probability: float = field(default=0.5)
+    itm_hard_negative_probability: float = field(default=0.0, metadata={"help": "Share of ITM negatives that keep "
+                                                 "the image and take a caption contradicting it in one word (data "
+                                                 "that can make them: the shapes world); the others swap the image."})
 
 
 @dataclass
@@ -226,7 +229,8 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
                            mlm_probability=pretrain_args.mlm_probability,
                            region_mask_probability=pretrain_args.region_mask_probability,
-                           itm_negative_probability=pretrain_args.itm_negative_probability)
+                           itm_negative_probability=pretrain_args.itm_negative_probability,
+                           itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability)
     return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
 
 

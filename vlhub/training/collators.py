@@ -55,6 +55,9 @@ class PretrainingCollator:
         pairs: the caption table `(image_id, caption)` random captions are drawn from (objectives that replace the
             caption of a pair, as ViLBERT's); default: none (such objectives then use the batch's other captions).
         mlm_probability, region_mask_probability, itm_negative_probability: 0.15, 0.15, 0.5 as the original.
+        contradict: `(image_id, caption, rng) -> a caption false of that image, or None` (the data's hard ITM
+            negatives, e.g. `ShapesWorld.contradicting_caption`); None: mismatched pairs only swap images.
+        itm_hard_negative_probability: share of mismatched pairs made with `contradict` (0: none, as the original).
 
     Returns a dict of tensors plus `"objective"` (the model's `objective=` argument, when the objective has one).
     """
@@ -69,9 +72,12 @@ class PretrainingCollator:
         region_mask_probability: float = 0.15,
         itm_negative_probability: float = 0.5,
         pairs: Sequence[tuple[str, str]] | None = None,
+        contradict=None,
+        itm_hard_negative_probability: float = 0.0,
     ):
         for name, value in (("mlm_probability", mlm_probability), ("region_mask_probability", region_mask_probability),
-                            ("itm_negative_probability", itm_negative_probability)):
+                            ("itm_negative_probability", itm_negative_probability),
+                            ("itm_hard_negative_probability", itm_hard_negative_probability)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.processor = processor
@@ -92,6 +98,8 @@ class PretrainingCollator:
             encode=self.encode,
             other_image=self.random_other_image,
             other_caption=self.random_other_caption if pairs is not None else None,
+            contradict=contradict,
+            itm_hard_negative_probability=itm_hard_negative_probability,
         )
         self.pairs = pairs
 

@@ -12,7 +12,9 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
@@ -127,7 +129,8 @@ class InlineRegions(Mapping):
 
 @dataclass
 class CaptionCorpus:
-    """Captions per split (sequences of `(image_id, caption)`, e.g. `CaptionPairs`) and the regions of their images."""
+    """Captions per split (sequences of `(image_id, caption)`, e.g. `CaptionPairs`) and the regions of their images;
+    `contradict`, when the data knows its images' contents, makes a caption false of an image (hard ITM negatives)."""
 
     train: Sequence[tuple[str, str]]
     validation: Sequence[tuple[str, str]]
@@ -135,6 +138,7 @@ class CaptionCorpus:
     name: str
     description: str
     extras: dict = field(default_factory=dict)
+    contradict: Callable[[str, str, np.random.Generator], str | None] | None = None
 
     def sample_regions(self) -> RegionFeatures:
         return self.regions[self.train[0][0]]
@@ -321,6 +325,7 @@ def load_caption_corpus(
             train=caption_pairs(train, "shapes captions"), validation=caption_pairs(validation, "shapes captions"),
             regions=regions, name="vlhub/shapes",
             description=_shapes_description(world, len(train), len(validation)), extras={"world": world},
+            contradict=world.contradicting_caption,
         )
     path = Path(dataset)
     if path.is_dir() and (path / "store.json").exists():

@@ -23,6 +23,7 @@ __all__ = [
     "register_objective",
     "objectives_for",
     "default_objective_mix",
+    "mismatched_pair",
 ]
 
 
@@ -39,6 +40,10 @@ class ObjectiveContext:
         other_image: `(image_id, rng) -> a different image id` (for mismatched pairs).
         other_caption: `(image_id, rng) -> a caption of another image`, drawn from the whole caption table (for
             mismatched pairs made by replacing the caption); None where the collator was given no caption table.
+        contradict: `(image_id, caption, rng) -> a caption that is false of the image, or None` (e.g. the shapes
+            world's one-word contradictions), or None when the data cannot make such captions.
+        itm_hard_negative_probability: the share of mismatched pairs that keep the image and take `contradict`'s
+            caption (hard negatives); the others, and those `contradict` cannot make, swap the image.
     """
 
     tokenizer: object
@@ -49,6 +54,19 @@ class ObjectiveContext:
     encode: Callable[[Sequence[dict]], tuple[dict, list]]
     other_image: Callable[[str, np.random.Generator], str]
     other_caption: Callable[[str, np.random.Generator], str] | None = None
+    contradict: Callable[[str, str, np.random.Generator], str | None] | None = None
+    itm_hard_negative_probability: float = 0.0
+
+
+def mismatched_pair(context: ObjectiveContext, example: dict, rng: np.random.Generator) -> dict:
+    """A mismatched version of `example` for image-text matching: with probability
+    `context.itm_hard_negative_probability` (and when the data can) its caption replaced by a contradicting one of the
+    same image (a hard negative: one word differs), otherwise its image replaced by a random other image."""
+    if context.contradict is not None and rng.random() < context.itm_hard_negative_probability:
+        caption = context.contradict(example["image_id"], example["caption"], rng)
+        if caption is not None:
+            return {**example, "caption": caption}
+    return {**example, "image_id": context.other_image(example["image_id"], rng)}
 
 
 BuildFn = Callable[[ObjectiveContext, Sequence[dict], Sequence[np.random.Generator]], dict]

@@ -84,13 +84,16 @@ class PretrainingTask(TrainingTask):
         processor: its processor. corpus: captions and regions.
         mix: objectives with ratios (default: the architecture's original mix).
         base_model: what the weights started from (recorded in the card).
+        itm_hard_negative_probability: share of ITM negatives that keep the image and take a contradicting caption
+            (`corpus.contradict`; corpora without one always swap the image).
     """
 
     trainer_name = "pretrain.py"
 
     def __init__(self, model, processor, corpus: CaptionCorpus, mix: ObjectiveMix | None = None,
                  base_model: str | None = None, mlm_probability: float = 0.15,
-                 region_mask_probability: float = 0.15, itm_negative_probability: float = 0.5):
+                 region_mask_probability: float = 0.15, itm_negative_probability: float = 0.5,
+                 itm_hard_negative_probability: float = 0.0):
         self.model = model
         self.processor = processor
         self.corpus = corpus
@@ -100,17 +103,24 @@ class PretrainingTask(TrainingTask):
         self._check_data(model.config, corpus)
         image_ids = _unique_image_ids(corpus.train)
         self.train_dataset = CaptionDataset(corpus.train)
-        self.collate_fn = PretrainingCollator(
-            processor, corpus.regions, self.mix.objectives, image_ids=image_ids, mlm_probability=mlm_probability,
-            region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
-            pairs=corpus.train,
-        )
+        self.itm_hard_negative_probability = itm_hard_negative_probability
+        settings = dict(mlm_probability=mlm_probability, region_mask_probability=region_mask_probability,
+                        itm_negative_probability=itm_negative_probability, contradict=corpus.contradict,
+                        itm_hard_negative_probability=itm_hard_negative_probability)
+        self.collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives, image_ids=image_ids,
+                                              pairs=corpus.train, **settings)
         eval_ids = _unique_image_ids(corpus.validation) or image_ids
-        self.eval_collate_fn = PretrainingCollator(
-            processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, mlm_probability=mlm_probability,
-            region_mask_probability=region_mask_probability, itm_negative_probability=itm_negative_probability,
-            pairs=corpus.validation or corpus.train,
-        )
+        # Evaluation keeps the original's random-image negatives, so eval_itm_accuracy compares across runs; data that
+        # can contradict its captions is also scored on hard negatives only (eval_hard_itm_accuracy).
+        settings["itm_hard_negative_probability"] = 0.0
+        eval_pairs = corpus.validation or corpus.train
+        self.eval_collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives, image_ids=eval_ids,
+                                                   pairs=eval_pairs, **settings)
+        self.hard_eval_collate_fn = None
+        if corpus.contradict is not None:
+            settings["itm_hard_negative_probability"] = 1.0
+            self.hard_eval_collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives,
+                                                            image_ids=eval_ids, pairs=eval_pairs, **settings)
 
     def _check_data(self, config, corpus: CaptionCorpus):
         sample = corpus.sample_regions()
@@ -157,11 +167,15 @@ class PretrainingTask(TrainingTask):
             pairs = pairs[: args.max_eval_samples]
         dataset = CaptionDataset(pairs)
         results: dict[str, float] = {}
-        for name in self.mix.names:
+        passes = [(name, "", self.eval_collate_fn) for name in self.mix.names]
+        if self.hard_eval_collate_fn is not None:
+            passes += [(name, "hard_", self.hard_eval_collate_fn) for name, objective in self.mix.objectives.items()
+                       if objective.needs_other_images]
+        for name, prefix, collate_fn in passes:
             sampler = ObjectiveBatchSampler(len(dataset), args.per_device_eval_batch_size, FixedObjective(name), args.seed,
                                             shuffle=False, drop_last=False)
             sampler.set_epoch(EVAL_EPOCH)
-            loader = self.eval_dataloader(accelerator, dataset, sampler, self.eval_collate_fn)
+            loader = self.eval_dataloader(accelerator, dataset, sampler, collate_fn)
             sums: dict[str, list[torch.Tensor]] = {}
             for batch in loader:
                 outputs = model(**batch)
@@ -181,6 +195,10 @@ class PretrainingTask(TrainingTask):
                     counts = selected.sum(1).float()
                     sums.setdefault("_mlm_hits", []).append(accelerator.gather_for_metrics(hits))
                     sums.setdefault("_mlm_counts", []).append(accelerator.gather_for_metrics(counts))
+            if prefix:  # the hard-negative pass reports matching only (objectives whose batches carry itm_labels)
+                if "itm_accuracy" in sums:
+                    results[f"{prefix}itm_accuracy"] = torch.cat(sums["itm_accuracy"]).mean().item()
+                continue
             for key, values in sums.items():
                 if not key.startswith("_"):
                     results[key] = torch.cat(values).mean().item()

@@ -1,7 +1,7 @@
 """UNITER's pre-training objectives, as the original data code builds them (`data/mlm.py`, `data/mrm.py`,
 `data/itm.py`): conditional masking (one objective per batch, one modality corrupted), BERT 80/10/10 word masking, 15%
 region masking with at least one region, and ITM negatives that swap the *image* for a random other image with
-probability 0.5. `wra` is ITM with the word-region alignment (optimal transport) loss added, as the released models
+probability 0.5 (optionally some of them keep the image and take a contradicting caption, see `mismatched_pair`). `wra` is ITM with the word-region alignment (optimal transport) loss added, as the released models
 were trained.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ...training.masking import mask_regions, mask_tokens
-from ...training.objectives import Objective, ObjectiveContext
+from ...training.objectives import Objective, ObjectiveContext, mismatched_pair
 
 __all__ = ["UNITER_OBJECTIVES"]
 
@@ -48,11 +48,12 @@ def _build_mrc(context: ObjectiveContext, examples, rngs) -> dict:
 
 
 def _build_itm(context: ObjectiveContext, examples, rngs) -> dict:
-    """With probability `itm_negative_probability` the image is replaced by a random other image (label 0)."""
+    """With probability `itm_negative_probability` the pair is mismatched (label 0): the image replaced by a random
+    other image, or (`itm_hard_negative_probability` of them) the caption by a contradicting one."""
     pairs, labels = [], []
     for example, rng in zip(examples, rngs):
         if rng.random() < context.itm_negative_probability:
-            pairs.append({**example, "image_id": context.other_image(example["image_id"], rng)})
+            pairs.append(mismatched_pair(context, example, rng))
             labels.append(0)
         else:
             pairs.append(example)

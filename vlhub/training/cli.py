@@ -75,6 +75,12 @@ class PretrainArguments:
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)
     itm_negative_probability: float = field(default=0.5)
+    scheduled_sampling: bool = field(default=False, metadata={"help": "Two-pass scheduled sampling (TDEN's "
+                                     "Two-Pass-A): after each batch of an objective with a second pass (TDEN: joint), "
+                                     "a second pass and optimizer step on the batch with its masked words replaced "
+                                     "by the first pass's predictions."})
+    scheduled_sampling_probability: float = field(default=1.0, metadata={"help": "Share of the masked positions "
+                                                  "that take the first pass's prediction (1: all, as the original)."})
 
 
 @dataclass
@@ -222,7 +228,9 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
                            mlm_probability=pretrain_args.mlm_probability,
                            region_mask_probability=pretrain_args.region_mask_probability,
-                           itm_negative_probability=pretrain_args.itm_negative_probability)
+                           itm_negative_probability=pretrain_args.itm_negative_probability,
+                           scheduled_sampling=pretrain_args.scheduled_sampling,
+                           scheduled_sampling_probability=pretrain_args.scheduled_sampling_probability)
     return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
 
 

@@ -15,8 +15,9 @@ import vlhub
 from tests.test_training_cli import write_store_dataset
 from tests.training_helpers import (
     COLOURS,
-    crash_then_resume,
-    logged_losses,
+    assert_resume_reproduces,
+    captioning_finetune_run,
+    evaluate_pretraining,
     reset_accelerate_state,
     synthetic_corpus,
     tiny_tokenizer,
@@ -183,12 +184,8 @@ def test_pretrain_py_trains_tden_jointly_and_resumes_exactly(tmp_path):
                                                                                tok.pad_token_id)
     assert (config.num_visual_layers, config.num_cross_encoder_layers, config.num_decoder_layers) == (2, 2, 2)
 
-    crash_then_resume(lambda *extra, callbacks=(): _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), *extra,
-                                                        callbacks=callbacks), crash_step=3)
-    expected, got = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
-    assert sorted(got) == sorted(expected) == [1, 2, 3, 4]
-    for step in expected:
-        assert got[step]["loss"] == expected[step]["loss"], step
+    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
+                             tmp_path / "a", tmp_path / "b", crash_step=3)
 
 
 def _optimizer_steps(checkpoint) -> int:
@@ -208,13 +205,8 @@ def test_scheduled_sampling_takes_two_optimizer_steps_per_batch_and_resumes_exac
         assert "ss_ism_loss" not in row and row["loss"] == pytest.approx(first + second, rel=1e-5)
     assert _optimizer_steps(tmp_path / "a" / "checkpoint-2") == 4  # two batches, two passes each
     assert "scheduled sampling" in (tmp_path / "a" / "README.md").read_text()
-    crash_then_resume(lambda *extra, callbacks=(): _run(tmp_path, store, *settings, "--output_dir",
-                                                        str(tmp_path / "b"), *extra, callbacks=callbacks), crash_step=3)
-    expected, got = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
-    assert sorted(got) == sorted(expected) == [1, 2, 3, 4]
-    for step in expected:
-        for key in ("loss", "ss_mlm_loss", "ss_msg_loss"):
-            assert got[step][key] == expected[step][key], (step, key)
+    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *settings, *extra, callbacks=callbacks),
+                             tmp_path / "a", tmp_path / "b", crash_step=3, keys=("loss", "ss_mlm_loss", "ss_msg_loss"))
     reset_accelerate_state()
     plain = _run(tmp_path, store, "--output_dir", str(tmp_path / "c"), "--max_steps", "2")
     # The first pass of step 1 is the plain run's step 1 (same batch, same weights); the second pass is extra.
@@ -236,18 +228,9 @@ def test_scheduled_sampling_refuses_what_it_cannot_do(tmp_path):
 
 
 def test_evaluation_scores_each_objective(tmp_path):
-    from accelerate import Accelerator
-
-    from vlhub.training.objectives import ObjectiveMix
-    from vlhub.training.pretraining import PretrainingTask
-
     corpus = synthetic_corpus()
     model, processor, _ = _collator(tmp_path, corpus)
-    task = PretrainingTask(model, processor, corpus, ObjectiveMix({"joint": 1, "msg": 1}, objectives_for("tden")))
-    args = SimpleNamespace(max_eval_samples=0, per_device_eval_batch_size=4, seed=0, dataloader_num_workers=0,
-                           dataloader_prefetch_factor=None, dataloader_pin_memory=False,
-                           dataloader_persistent_workers=False)
-    results = task.evaluate(Accelerator(cpu=True), model.eval(), args)
+    results = evaluate_pretraining(model, processor, corpus, {"joint": 1, "msg": 1}, "tden")
     assert {"mlm_loss", "moc_loss", "msg_loss", "ism_loss", "mlm_accuracy"} <= set(results)
     assert all(np.isfinite(v) for v in results.values()) and 0 <= results["mlm_accuracy"] <= 1
 
@@ -281,27 +264,18 @@ def test_caption_objective_teacher_forces_the_generation_layout(tmp_path):
 
 
 def test_finetune_py_captioning_and_vqa_from_a_tden_pretraining_run(tmp_path):
-    import datasets
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from tests.test_training_finetune import colour_questions
     from vlhub.evaluation import caption_scores
     from vlhub.training import VlhubTrainingArguments, train
-    from vlhub.training.cli import finetune_main
     from vlhub.training.finetuning import VqaTask
 
     store = write_store_dataset(tmp_path / "data")
     _run(tmp_path, store, "--output_dir", str(tmp_path / "pre"), "--max_steps", "2")
     reset_accelerate_state()
     corpus = synthetic_corpus()
-    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
-              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
-    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
-    result = finetune_main(["--task", "captioning", "--model_name_or_path", str(tmp_path / "pre"),
-                            "--dataset", str(tmp_path / "captions"), "--region_store", str(store),
-                            "--caption_metrics", *CAPTION_METRICS, "--max_caption_tokens", "6",
-                            "--max_steps", "3", "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                            "--output_dir", str(tmp_path / "cap")])
+    result = captioning_finetune_run(tmp_path, store, tmp_path / "pre", CAPTION_METRICS, steps=3)
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     captioner = AutoModelForImageTextToText.from_pretrained(tmp_path / "cap").eval()
     saved = AutoProcessor.from_pretrained(tmp_path / "cap")

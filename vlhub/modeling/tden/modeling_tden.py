@@ -1156,14 +1156,6 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         self.answer_head = TdenAnswerHead(config)
         self.post_init()
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As `PreTrainedModel.from_pretrained`; a checkpoint of another head (pre-training) gets
-        `bidirectional_decoder=True`, which this head needs, unless a `config` is given."""
-        if "config" not in kwargs:
-            kwargs.setdefault("bidirectional_decoder", True)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-
     @can_return_tuple
     def forward(
         self,

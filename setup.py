@@ -33,6 +33,7 @@ setup(
         "xxhash",       # the region store's row checksums (also a datasets dependency)
         "pyyaml",       # the detector ports' config.yaml
         "tqdm",
+        "torchdata>=0.8",  # StatefulDataLoader: --streaming resumes each process's stream exactly
     ],
     extras_require={
         # readers of the original projects' feature files (LMDB: UNITER, ViLBERT; HDF5: Unified VLP)

@@ -8,14 +8,19 @@ rows as an LMDB in UNITER's format (msgpack per image, read by vlhub's `UniterLm
 the anchor). Then, in a fresh process per size (so peak memory is that size's own), it reports:
 
 - store writing speed (images/s, when the store is built);
-- store open time (`RegionStore(folder)` plus its first read);
+- store open time (`RegionStore(folder)` plus its first read, before anything else touched the store);
 - random reads/s (`store[id]` for random ids), and the same reads from the LMDB;
 - the data path alone (region reads + processor + collation of UNITER pre-training batches of 32) in examples/s,
-  with 0 and with 2 DataLoader workers;
-- tiny-model pre-training steps/s (batch 32; `mlm`, `mrfr` and `itm`: the synthetic rows have no class
-  probabilities) and the process's memory: the largest anonymous resident memory seen after each phase (what the
+  with 0 and with 2 DataLoader workers, reading by id, and the same with `--streaming` (shards read in order);
+- `pretrain.py`'s start-up (from calling it to its first optimizer step: captions, store, model, first batch) and
+  tiny-model pre-training steps/s (batch 32; `mlm`, `mrfr` and `itm`: the synthetic rows have no class
+  probabilities), and the process's memory: the largest anonymous resident memory seen after each phase (what the
   process itself holds) and, apart, the resident pages of mapped files (the store's and the LMDB's shards: page
   cache the kernel reclaims at will), with the kernel's peak RSS, which counts both.
+
+Random reads are measured with a warm page cache, as training runs once the store has been read: the store's files
+are read through once first (`store_warm_mb_per_s`: that sequential read), and the LMDB's only after every store
+figure (at 100k images the store and the LMDB together, ~30 GB, do not fit a 24 GB machine's page cache at once).
 
 Timings depend on the machine and on what else runs; the matmul peak is printed for scale.
 """
@@ -129,18 +134,43 @@ def reads_per_second(reader, ids: list[str], seconds: float = 5.0) -> float:
     return count / (time.perf_counter() - start)
 
 
+def read_through(paths) -> float:
+    """Read files once, front to back (into the page cache); returns MB/s."""
+    total, start = 0, time.perf_counter()
+    for path in paths:
+        with open(path, "rb", buffering=0) as handle:
+            while chunk := handle.read(16 << 20):
+                total += len(chunk)
+    return total / 1e6 / (time.perf_counter() - start)
+
+
+def data_path(dataset, loader_kwargs: dict, count: int, steps: int) -> float:
+    """Examples/s of a DataLoader over the data path alone (after its first batch: workers started)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, num_workers=count, persistent_workers=False, **loader_kwargs)
+    iterator = iter(loader)
+    next(iterator)
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(iterator)
+    seconds = time.perf_counter() - start
+    del iterator, loader
+    return steps * BATCH / seconds
+
+
 def measure(folder: Path, workers: list[int], steps: int) -> dict:
     """Every figure for one built size, in this (fresh) process."""
     import torch
     from accelerate.state import AcceleratorState, GradientState
-    from torch.utils.data import DataLoader
 
     from vlhub.processing.stores import RegionStore, UniterLmdbReader
-    from vlhub.training import VlhubTrainingArguments, train
+    from vlhub.training import VlhubTrainingArguments
+    from vlhub.training.cli import _load_tokenizer, pretrain_main
     from vlhub.training.data import load_caption_corpus
     from vlhub.training.objectives import ObjectiveMix, objectives_for
     from vlhub.training.pretraining import PretrainingTask, build_pretraining_model
-    from vlhub.training.cli import _load_tokenizer
+    from vlhub.utils.tensors import SingleThreaded
 
     figures: dict = {}
     anonymous = []
@@ -153,10 +183,9 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     first = next(iter(store))
     store[first]
     figures["open_s"] = time.perf_counter() - start
+    figures["store_warm_mb_per_s"] = read_through(sorted((folder / "store").glob("shard-*.arrow")))
     ids = [f"img{i:08d}" for i in range(len(store))]
     figures["store_reads_per_s"] = reads_per_second(store, ids)
-    sample_memory()
-    figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids)
     sample_memory()
 
     torch.manual_seed(0)
@@ -165,33 +194,39 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
                                                corpus, model_type="uniter")
     mix = ObjectiveMix.parse(["mlm:1", "mrfr:1", "itm:1"], objectives_for("uniter"))
     task = PretrainingTask(model, processor, corpus, mix)
+    collate = SingleThreaded(task.collate_fn)  # as the training loop runs it
+    length = max(steps, 20)
     for count in workers:
-        loader = DataLoader(task.train_dataset, batch_sampler=task.train_sampler(BATCH, 1, 0),
-                            collate_fn=task.collate_fn, num_workers=count, persistent_workers=False)
-        iterator = iter(loader)
-        next(iterator)  # workers started, first batch made
-        batches, start = 0, time.perf_counter()
-        for _ in range(min(max(steps, 20), len(loader) - 1)):
-            next(iterator)
-            batches += 1
-        figures[f"data_path_examples_per_s_{count}_workers"] = batches * BATCH / (time.perf_counter() - start)
+        sampler = task.train_sampler(BATCH, 1, 0)
+        figures[f"data_path_examples_per_s_{count}_workers"] = data_path(
+            task.train_dataset, {"batch_sampler": sampler, "collate_fn": collate}, count, min(length, len(sampler) - 1))
         sample_memory()
-        del iterator, loader
+    for count in workers:
+        args = VlhubTrainingArguments(output_dir=str(folder / "run"), per_device_train_batch_size=BATCH,
+                                      dataloader_num_workers=count, shuffle_buffer_size=4096)
+        figures[f"streamed_examples_per_s_{count}_workers"] = data_path(
+            task.train_stream(args, 0, 1), {"batch_size": None, "collate_fn": collate}, count, length)
+        sample_memory()
+    del task, model, corpus
 
     stamps = []
-    args = VlhubTrainingArguments(output_dir=str(folder / "run"), max_steps=steps + 5,
-                                  per_device_train_batch_size=BATCH, logging_steps=1000, overwrite_output_dir=True,
-                                  learning_rate=1e-4)
     start = time.perf_counter()
-    train(task, args, callbacks=[lambda state: stamps.append(time.perf_counter())])
+    pretrain_main(["--dataset", str(folder / "store"), "--tokenizer", str(folder / "vocab.txt"), "--config", "tiny",
+                   "--objectives", "mlm:1", "mrfr:1", "itm:1", "--per_device_train_batch_size", str(BATCH),
+                   "--max_steps", str(steps + 5), "--logging_steps", "1000", "--learning_rate", "1e-4",
+                   "--output_dir", str(folder / "run"), "--overwrite_output_dir"],
+                  callbacks=[lambda state: stamps.append(time.perf_counter())])
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    figures["first_step_s"] = stamps[0] - start
+    figures["startup_s"] = stamps[0] - start
     figures["train_steps_per_s"] = (len(stamps) - 5) / (stamps[-1] - stamps[4])
     sample_memory()
     figures["anon_rss_mb"] = max(sample.get("RssAnon", 0) for sample in anonymous)
     figures["file_rss_mb"] = max(sample.get("RssFile", 0) for sample in anonymous)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    figures["lmdb_warm_mb_per_s"] = read_through(sorted((folder / "uniter.lmdb").glob("*.mdb")))
+    figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids)
     return figures
 
 
@@ -234,7 +269,8 @@ def main():
         rows.append(figures)
         print(json.dumps(figures))
     columns = ["images", "store_write_images_per_s", "open_s", "store_reads_per_s", "lmdb_reads_per_s",
-               *(f"data_path_examples_per_s_{w}_workers" for w in args.workers), "first_step_s",
+               *(f"data_path_examples_per_s_{w}_workers" for w in args.workers),
+               *(f"streamed_examples_per_s_{w}_workers" for w in args.workers), "startup_s",
                "train_steps_per_s", "anon_rss_mb", "file_rss_mb", "peak_rss_mb"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))

@@ -68,6 +68,25 @@ def test_vqa_rows_are_checked(tmp_path):
         VqaDataset.from_rows([{"question": "q", "image_id": "x", "labels": [5], "scores": [1.0], "answers": ["a"]}], 3)
 
 
+def test_vqa_questions_of_a_datasets_split_stay_arrow_and_are_checked_by_row():
+    import datasets
+
+    from vlhub.training.finetuning import VqaQuestions
+
+    rows = [{"question": f"what colour is shape {i}?", "image_id": i, "labels": [i % 3], "scores": [1.0],
+             "answers": ["red"]} for i in range(5)]
+    dataset = VqaDataset.from_rows(datasets.Dataset.from_list(rows), num_labels=3)
+    assert isinstance(dataset.examples, VqaQuestions) and len(dataset) == 5
+    assert dataset[3] == VqaExample("what colour is shape 3?", "3", [0], [1.0], ["red"])
+    assert [e.image_id for e in dataset.examples[1:3]] == ["1", "2"]
+    for change, message in (({"labels": [1, 3], "scores": [0.5, 0.5]}, r"row 2\) has answer ids \[3\] outside the model's 3"),
+                            ({"scores": [0.3, 0.6]}, r"row 2\): 1 labels but 2 scores"),
+                            ({"question": "  "}, r"the question of row 2 \(image 2\)")):
+        broken = [dict(row, **change) if i == 2 else row for i, row in enumerate(rows)]
+        with pytest.raises(ValueError, match=message):
+            VqaDataset.from_rows(datasets.Dataset.from_list(broken), num_labels=3)
+
+
 def test_concat_inputs_pads_text_and_regions():
     short = {"input_ids": torch.ones(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3, dtype=torch.long),
              "region_features": torch.ones(1, 2, 4), "region_locations": torch.ones(1, 2, 7),

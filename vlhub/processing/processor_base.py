@@ -33,6 +33,7 @@ from transformers.feature_extraction_utils import FeatureExtractionMixin
 from transformers.processing_utils import ProcessorMixin
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
+from ..utils.tensors import all_finite
 from .regions import RegionFeatures
 
 __all__ = [
@@ -188,7 +189,7 @@ class RegionProcessor(FeatureExtractionMixin):
                 "location rows; encode_features/encode_locations/add_global_rows must keep them in step"
             )
         for what, values in (("features", feat), ("locations", loc)):
-            if not torch.isfinite(values).all():  # RegionFeatures are finite: the encoding overflowed
+            if not all_finite(values):  # RegionFeatures are finite: the encoding overflowed
                 raise ValueError(
                     f"{type(self).__name__} encoded the finite {name} into NaN or infinite {what}; values beyond the "
                     "encoding's range (e.g. the float16 limit of 65504 when rounding to float16) must be rescaled"

@@ -13,6 +13,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..utils.tensors import all_finite
+
 __all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "check_float16_range"]
 
 # Boxes that poke out of the image by floating-point noise (detectors clip in float32) are accepted.
@@ -27,7 +29,13 @@ MAX_IMAGE_SIDE = 2**24
 def check_float16_range(values: torch.Tensor, what: str) -> None:
     """Raise `ValueError` when finite `values` exceed the float16 range (|x| > 65504), which float16 rounding
     would turn into inf. `what` names the values in the message (e.g. "regions[3] features")."""
-    too_large = values.detach().abs() > FLOAT16_MAX
+    values = values.detach()
+    if values.numel() == 0:
+        return
+    low, high = torch.aminmax(values)  # no |values| copy; NaN compares False (finiteness is checked elsewhere)
+    if -FLOAT16_MAX <= float(low) and float(high) <= FLOAT16_MAX:
+        return
+    too_large = values.abs() > FLOAT16_MAX
     if too_large.any():
         index = too_large.nonzero()[0]
         raise ValueError(
@@ -54,7 +62,7 @@ def _as_float_tensor(name: str, value, ndim: int) -> torch.Tensor:
     if value.ndim != ndim:
         raise ValueError(f"RegionFeatures.{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
     value = value.detach().to(device="cpu", dtype=torch.float32)
-    if not torch.isfinite(value).all():
+    if not all_finite(value):
         bad = (~torch.isfinite(value)).nonzero()[0].tolist()
         raise ValueError(f"RegionFeatures.{name} contains NaN or infinite values (first at index {bad})")
     return value
@@ -182,14 +190,16 @@ class RegionFeatures:
         if index.numel() == 0:
             raise ValueError("RegionFeatures.select needs at least one index")
 
-        def take(t):
-            return None if t is None else t[index]
-
         if index.min() < -len(self) or index.max() >= len(self):
             raise IndexError(f"RegionFeatures.select: index out of range for {len(self)} regions: {index.tolist()}")
+        index = index.remainder(len(self))  # negative indices count from the end, as with t[index]
+
+        def take(t):  # index_select: a third of advanced indexing's cost on a (36, 2048) image
+            return None if t is None else t.index_select(0, index)
+
         return RegionFeatures.from_validated(
-            features=self.features[index],
-            boxes=self.boxes[index],
+            features=take(self.features),
+            boxes=take(self.boxes),
             image_size=self.image_size,
             class_probs=take(self.class_probs),
             scores=take(self.scores),

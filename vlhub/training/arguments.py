@@ -74,6 +74,12 @@ class VlhubTrainingArguments:
     dataloader_persistent_workers: bool = field(default=True, metadata={"help": "Keep workers alive between "
                                                 "epochs (their region caches stay warm)."})
     use_cpu: bool = field(default=False, metadata={"help": "Train on the CPU even when a GPU is present."})
+    streaming: bool = field(default=False, metadata={"help": "Stream the region store's shards in order instead of "
+                            "reading images by id: each process reads its own shards (split by node), shuffled in "
+                            "blocks of --shuffle_buffer_size examples; train with --max_steps. For stores larger "
+                            "than a machine's disk and for many nodes."})
+    shuffle_buffer_size: int = field(default=1024, metadata={"help": "--streaming: examples shuffled together (the "
+                                     "stream's regions of that many examples stay in memory)."})
 
     def __post_init__(self):
         if self.max_steps is None and self.num_train_epochs is None:
@@ -98,6 +104,7 @@ class VlhubTrainingArguments:
             "dataloader_prefetch_factor": self.dataloader_prefetch_factor is None or (
                 self.dataloader_prefetch_factor >= 1 and self.dataloader_num_workers > 0),
             "hub_timeout": self.hub_timeout > 0 and math.isfinite(self.hub_timeout),
+            "shuffle_buffer_size": self.shuffle_buffer_size >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

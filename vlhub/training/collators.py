@@ -73,6 +73,7 @@ class PretrainingCollator:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.processor = processor
         self.regions = regions
+        self._batch_regions: dict[str, RegionFeatures] = {}
         self.objectives = dict(objectives)
         # Kept as given: an `ArrowStrings` of millions of ids stays in Arrow memory.
         self.image_ids = image_ids if image_ids is not None else list(regions.keys())
@@ -90,6 +91,8 @@ class PretrainingCollator:
         )
 
     def lookup(self, image_id: str) -> RegionFeatures:
+        if image_id in self._batch_regions:
+            return self._batch_regions[image_id]
         try:
             return self.regions[image_id]
         except KeyError:
@@ -104,6 +107,12 @@ class PretrainingCollator:
         return dict(inputs), regions
 
     def random_other_image(self, image_id: str, rng: np.random.Generator) -> str:
+        if self._batch_regions:  # a streamed batch: the other image comes from the batch itself
+            others = [other for other in self._batch_regions if other != image_id]
+            if not others:
+                raise ValueError("a streamed batch holds captions of one image only, so no caption can be paired "
+                                 "with another image; raise --per_device_train_batch_size or --shuffle_buffer_size")
+            return others[int(rng.integers(len(others)))]
         while True:
             candidate = self.image_ids[int(rng.integers(len(self.image_ids)))]
             if candidate != image_id:
@@ -115,7 +124,12 @@ class PretrainingCollator:
             raise ValueError(f"a pre-training batch must hold one objective, got {sorted(names)}")
         objective = self.objectives[names.pop()]
         rngs = [example_rng(SampleKey(0, objective.name, tuple(e["seed"]))) for e in examples]
-        batch = objective.build(self.context, examples, rngs)
+        # Streamed examples bring their regions (`StreamedCaptionBatches`); in insertion order, so draws are stable.
+        self._batch_regions = {e["image_id"]: e["regions"] for e in examples if "regions" in e}
+        try:
+            batch = objective.build(self.context, examples, rngs)
+        finally:
+            self._batch_regions = {}
         if objective.model_objective is not None:
             batch["objective"] = objective.model_objective
         return batch

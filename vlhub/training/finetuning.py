@@ -58,31 +58,81 @@ class VqaExample:
     answers: list[str]
 
 
+class VqaQuestions(Sequence):
+    """VQA questions held as an Arrow table (memory-mapped when it comes from a `datasets` cache file), read as
+    `VqaExample`s one at a time: millions of questions cost no Python object until one is read."""
+
+    _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
+
+    def __init__(self, table):
+        self.table = table.select(list(self._COLUMNS))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("VqaQuestions slices take a step of 1")
+            return VqaQuestions(self.table.slice(start, max(0, stop - start)))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"question {index} of {len(self)}")
+        row = self.table.slice(index, 1).to_pylist()[0]
+        return VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
+                          [float(s) for s in row["scores"]], list(row["answers"]))
+
+
 class VqaDataset(Dataset):
+    """Questions read by `SampleKey` (or index): a list of `VqaExample`s, or `VqaQuestions` over an Arrow table
+    (what `from_rows` makes of a `datasets` split)."""
+
     def __init__(self, examples: Sequence[VqaExample]):
-        self.examples = list(examples)
+        self.examples = examples if isinstance(examples, VqaQuestions) else list(examples)
 
     @classmethod
     def from_rows(cls, rows, num_labels: int, where: str = "the VQA data") -> "VqaDataset":
-        """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (e.g. a `datasets` split)."""
-        required = ("question", "image_id", "labels", "scores", "answers")
+        """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (a `datasets` split, kept as its Arrow
+        table, or a list of dicts). Every row is checked here, naming the row, rather than mid-training."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        required = VqaQuestions._COLUMNS
         columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
         missing = [c for c in required if c not in columns]
         if missing:
             raise ValueError(f"{where} lacks the column(s) {missing}; VQA needs {list(required)}")
-        examples = []
-        for number, row in enumerate(rows):
-            check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
-            if len(row["labels"]) != len(row["scores"]):
-                raise ValueError(f"question {row['question']!r}: {len(row['labels'])} labels but "
-                                 f"{len(row['scores'])} scores")
-            bad = [label for label in row["labels"] if not 0 <= label < num_labels]
-            if bad:
-                raise ValueError(f"question {row['question']!r} has answer ids {bad} outside the model's "
-                                 f"{num_labels} answers")
-            examples.append(VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
-                                       [float(s) for s in row["scores"]], list(row["answers"])))
-        return cls(examples)
+        if hasattr(rows, "with_format"):  # a datasets split: its Arrow table, zero-copy
+            table = rows.select_columns(list(required)).with_format("arrow")[:]
+        else:
+            for number, row in enumerate(rows):  # Python rows: check the text before Arrow would refuse it
+                check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
+            table = pa.Table.from_pylist([{c: row[c] for c in required} for row in rows])
+        questions = table.column("question")
+        bad = pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), ""))
+        if len(table) and pc.any(bad).as_py():
+            number = pc.index(bad, True).as_py()
+            check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
+                                                  f"{table.column('image_id')[number].as_py()!r})")
+        labels, scores = table.column("labels"), table.column("scores")
+        uneven = pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores))
+        if len(table) and pc.any(uneven).as_py():
+            number = pc.index(uneven, True).as_py()
+            raise ValueError(f"question {questions[number].as_py()!r} (row {number}): "
+                             f"{len(labels[number])} labels but {len(scores[number])} scores")
+        flat = pc.list_flatten(labels)
+        if len(flat):
+            outside = pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels))
+            if pc.any(outside).as_py():
+                row_of = pc.list_parent_indices(labels)
+                first = pc.index(outside, True).as_py()
+                number = row_of[first].as_py()
+                bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
+                raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
+                                 f"outside the model's {num_labels} answers")
+        return cls(VqaQuestions(table))
 
     def __len__(self):
         return len(self.examples)

@@ -23,6 +23,7 @@ checkpoints unless `overwrite_output_dir` is set (then those checkpoints are del
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -35,13 +36,14 @@ from typing import Callable, Iterable, Iterator
 import torch
 from accelerate import Accelerator, skip_first_batches
 from accelerate.logging import get_logger
-from accelerate.utils import DistributedDataParallelKwargs, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, send_to_device, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import TrainerState, get_scheduler
 
 from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha256_file
 from ..utils.secrets import scrub_secrets
+from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
 from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
@@ -58,6 +60,7 @@ VLHUB_STATE = "vlhub_state.json"
 TRAINING_STATE_DIR = "training_state"
 CHECKSUMS = "checksums.json"
 _RNG_STATE = "random_states_{}.pkl"  # accelerate.save_state's name for process i's RNG state
+_STREAM_STATE = "stream_state_{}.json"  # --streaming: process i's stateful-loader state
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -91,6 +94,11 @@ class TrainingTask:
     # Optimizer steps `training_passes` may take per batch (more than one rules out gradient accumulation).
     optimizer_steps_per_batch = 1
 
+    def train_stream(self, args: VlhubTrainingArguments, process_index: int, num_processes: int):
+        """The training data as an endless stream of batches for `--streaming` (a `StreamedCaptionBatches`, or any
+        iterable dataset with `state_dict`/`load_state_dict` and `approximate_steps_per_epoch()`)."""
+        raise ValueError(f"--streaming is not available for {type(self).__name__}: it reads its data by index")
+
     def training_step(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return model_losses(model(**batch))
 
@@ -114,7 +122,8 @@ class TrainingTask:
     # -- helper for subclasses ----------------------------------------------------------------------------------
     @staticmethod
     def eval_dataloader(accelerator: Accelerator, dataset: Dataset, sampler, collate_fn) -> DataLoader:
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, generator=torch.Generator())
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=SingleThreaded(collate_fn),
+                            generator=torch.Generator())
         return accelerator.prepare(loader)
 
 
@@ -304,23 +313,37 @@ def train(
                          "scheduled sampling), which gradient accumulation cannot split: set "
                          "--gradient_accumulation_steps 1 (raise the batch size or the number of processes instead)")
     set_seed(args.seed)
-    group_size = accelerator.num_processes * args.gradient_accumulation_steps
-    sampler = task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
-    steps_per_epoch = sampler.steps_per_epoch
-    max_steps = args.total_steps(steps_per_epoch)
     workers = args.dataloader_num_workers
-    train_loader = DataLoader(
-        task.train_dataset, batch_sampler=sampler, collate_fn=task.collate_fn, num_workers=workers,
+    loader_settings = dict(
+        # Workers run with one thread already; without workers the collator gets the same in the main process.
+        collate_fn=SingleThreaded(task.collate_fn), num_workers=workers,
         prefetch_factor=args.dataloader_prefetch_factor if workers else None,
         persistent_workers=args.dataloader_persistent_workers and workers > 0,
         pin_memory=args.dataloader_pin_memory and accelerator.device.type == "cuda",
         generator=torch.Generator(),  # the global RNG stays untouched
     )
+    if args.streaming:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        # Each process streams its own shards, so the loader is not sharded again by accelerate; its state is saved
+        # per process with each checkpoint (accelerate's own stateful-loader file is one file for all processes).
+        stream = task.train_stream(args, accelerator.process_index, accelerator.num_processes)
+        steps_per_epoch = stream.approximate_steps_per_epoch()
+        train_loader = StatefulDataLoader(stream, batch_size=None, **loader_settings)
+    else:
+        group_size = accelerator.num_processes * args.gradient_accumulation_steps
+        sampler = task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
+        steps_per_epoch = sampler.steps_per_epoch
+        train_loader = DataLoader(task.train_dataset, batch_sampler=sampler, **loader_settings)
+    max_steps = args.total_steps(steps_per_epoch)
     model = task.model
     optimizer = _optimizer(model, args)
     scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
                               num_training_steps=max_steps)
-    model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
+    if args.streaming:
+        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    else:
+        model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
 
     step, window, history, eval_results = 0, _LogWindow(), [], {}
     if resume_dir is not None:
@@ -328,6 +351,8 @@ def train(
         state = json.loads((resume_dir / VLHUB_STATE).read_text())
         _warn_if_layout_changed(state, args, accelerator.num_processes)
         _load_training_state(accelerator, resume_dir, saved_processes=state.get("num_processes"))
+        if args.streaming:
+            _load_stream_state(train_loader, accelerator, resume_dir, saved_processes=state.get("num_processes"))
         step = trainer_state.global_step
         window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
         history = trainer_state.log_history
@@ -355,6 +380,9 @@ def train(
         folder.mkdir(parents=True, exist_ok=True)
         if with_training_state:
             accelerator.save_state(str(folder / TRAINING_STATE_DIR))
+            if args.streaming:  # every process its own: where its stream stands after its last batch
+                atomic_write_json(folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index),
+                                  train_loader.state_dict())
         if is_main:
             unwrapped.save_pretrained(folder)
             if task.processor is not None:
@@ -379,15 +407,23 @@ def train(
             atomic_write_json(folder / CHECKSUMS, {"files": file_checksums(folder, exclude=(CHECKSUMS,))})
         accelerator.wait_for_everyone()
 
+    def batches():
+        """Training batches from where the run stands, epoch after epoch (a stream resumes by its own state)."""
+        if args.streaming:
+            for batch in train_loader:
+                yield send_to_device(batch, accelerator.device, non_blocking=loader_settings["pin_memory"])
+            return
+        first_epoch, skip = epoch, done_in_epoch
+        for current in itertools.count(first_epoch):
+            train_loader.set_epoch(current)
+            sampler.set_epoch(current)
+            yield from (skip_first_batches(train_loader, skip * args.gradient_accumulation_steps) if skip
+                        else train_loader)
+            skip = 0
+
     model.train()
-    while step < max_steps:
-        train_loader.set_epoch(epoch)
-        sampler.set_epoch(epoch)
-        loader = train_loader
-        if done_in_epoch:
-            loader = skip_first_batches(train_loader, done_in_epoch * args.gradient_accumulation_steps)
-            done_in_epoch = 0
-        for batch in loader:
+    if step < max_steps:
+        for batch in batches():
             with accelerator.accumulate(model):
                 total, parts = 0.0, {}
                 for loss, pass_parts in task.training_passes(model, batch):
@@ -431,7 +467,6 @@ def train(
                 callback(LoopState(step=step, max_steps=max_steps, logs=logs))
             if step >= max_steps:
                 break
-        epoch += 1
     progress.close()
 
     eval_results = _evaluate(task, accelerator, model, args, step, history, None, final=True)
@@ -484,6 +519,24 @@ def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes
     except Exception as err:
         raise DamagedCheckpointError(f"could not load the training state of checkpoint {folder}: "
                                      f"{type(err).__name__}: {err}") from err
+
+
+def _load_stream_state(loader, accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
+    """Put a `--streaming` loader where the checkpoint's run left this process's stream."""
+    path = folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index)
+    if not path.is_file():
+        if saved_processes in (None, accelerator.num_processes):
+            raise DamagedCheckpointError(
+                f"checkpoint {folder} has no stream state for process {accelerator.process_index} ({path.name}): was "
+                "it saved without --streaming? Resume it without --streaming, or start a fresh run")
+        logger.warning(f"process {accelerator.process_index} has no stream state in {folder} (it was saved by "
+                       f"{saved_processes} processes): its stream starts from the beginning")
+        return
+    try:
+        loader.load_state_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        raise DamagedCheckpointError(f"checkpoint {folder}: the stream state {path.name} cannot be restored "
+                                     f"({type(err).__name__}: {err})") from err
 
 
 def _warn_if_layout_changed(state: dict, args: VlhubTrainingArguments, num_processes: int):

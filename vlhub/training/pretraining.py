@@ -164,6 +164,25 @@ class PretrainingTask(TrainingTask):
         loss, parts = model_losses(model(**second))
         yield loss, {f"ss_{key}": value for key, value in parts.items()}
 
+    def train_stream(self, args, process_index: int, num_processes: int):
+        """`--streaming`: the training captions paired with the region store's images as they stream by (see
+        `vlhub.training.streaming`); evaluation still reads its images by id."""
+        from ..processing.stores import RegionStore
+        from .data import RegionCache
+        from .streaming import CaptionIndex, StreamedCaptionBatches
+
+        store = self.corpus.regions.store if isinstance(self.corpus.regions, RegionCache) else self.corpus.regions
+        if not isinstance(store, RegionStore) or store.version < 2:
+            raise ValueError("--streaming reads the shards of a vlhub region store (format 2); this corpus's regions "
+                             f"come from {type(store).__name__}" + (" (a format-1 store: upgrade it with `vlhub "
+                             "import-features OLD --format vlhub --output NEW`)" if isinstance(store, RegionStore)
+                             else ""))
+        return StreamedCaptionBatches(
+            store, CaptionIndex(self.corpus.train), args.per_device_train_batch_size, self.mix, args.seed,
+            gradient_accumulation_steps=args.gradient_accumulation_steps, process_index=process_index,
+            num_processes=num_processes, shuffle_buffer_size=args.shuffle_buffer_size,
+            num_workers=args.dataloader_num_workers)
+
     def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
         pairs = self.corpus.validation
         if not pairs:

@@ -47,10 +47,10 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 import xxhash
 
 from ...utils.files import atomic_write_json
+from ...utils.tensors import float32_tensor
 from ..regions import FLOAT16_MAX, RegionFeatures, check_float16_range
 
 __all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
@@ -240,13 +240,6 @@ def _row_checksum(image_id: str, image_size: np.ndarray, matrices: list[np.ndarr
     for matrix in matrices:
         digest.update(np.ascontiguousarray(matrix))
     return digest.intdigest()
-
-
-def _as_float32(array: np.ndarray) -> torch.Tensor:
-    """A float32 tensor copied out of a (read-only, memory-mapped) array. numpy converts on the calling thread:
-    torch's copy would split one image's conversion across its intra-op threads, which stalls badly when those
-    cores are busy (the model's forward pass, other DataLoader workers)."""
-    return torch.from_numpy(array.astype(np.float32))
 
 
 class _StoredIds(Set):
@@ -627,6 +620,15 @@ class RegionStore:
     def get(self, image_id: str, default=None):
         return self[image_id] if image_id in self else default
 
+    def decode_row(self, table: pa.Table, shard: str = "(streamed)") -> RegionFeatures:
+        """A one-row slice of one of this store's shards (as `streaming_dataset(...).with_format("arrow")` yields
+        them) as `RegionFeatures`, its checksum verified; `shard` names where it came from in errors."""
+        try:
+            image_id = table.column("image_id")[0].as_py()
+        except (pa.ArrowException, KeyError, IndexError) as err:
+            raise ValueError(f"a row of region store shard {self.directory / shard} has no image id: {err}") from err
+        return self._regions(image_id, table, shard)
+
     def _regions(self, image_id: str, table: pa.Table, shard: str) -> RegionFeatures:
         layout = self.layout
         try:
@@ -649,10 +651,10 @@ class RegionStore:
             )
         # Validated when written; a version-1 store was too, with the same rules.
         regions = RegionFeatures.from_validated(
-            features=_as_float32(arrays.pop("features")),
-            boxes=_as_float32(arrays.pop("boxes")),
+            features=float32_tensor(arrays.pop("features")),
+            boxes=float32_tensor(arrays.pop("boxes")),
             image_size=tuple(int(v) if float(v).is_integer() else float(v) for v in size),
-            **{name: _as_float32(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
+            **{name: float32_tensor(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
         )
         regions.metadata["image_id"] = image_id
         return regions

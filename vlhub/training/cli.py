@@ -75,12 +75,12 @@ class PretrainArguments:
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)
     itm_negative_probability: float = field(default=0.5)
-    scheduled_sampling: bool = field(default=False, metadata={"help": "Two-pass scheduled sampling (TDEN's "
-                                     "Two-Pass-A): after each batch of an objective with a second pass (TDEN: joint), "
-                                     "a second pass and optimizer step on the batch with its masked words replaced "
-                                     "by the first pass's predictions."})
-    scheduled_sampling_probability: float = field(default=1.0, metadata={"help": "Share of the masked positions "
-                                                  "that take the first pass's prediction (1: all, as the original)."})
+    # Two-pass scheduled sampling (TDEN's Two-Pass-A): objectives with a second pass (TDEN: joint) train each batch
+    # again, with another optimizer step, after its masked words take the first pass's predictions.
+    scheduled_sampling: bool = field(default=False, metadata={"help": "Two-pass scheduled sampling (TDEN's joint: "
+                                     "a second pass and optimizer step per batch on the first pass's predictions)."})
+    scheduled_sampling_probability: float = field(
+        default=1.0, metadata={"help": "Share of the masked positions given a prediction (1: all, as the original)."})
 
 
 @dataclass

@@ -339,4 +339,7 @@ def test_heads_refuse_checkpoints_without_their_parts(tmp_path):
     with pytest.raises(ValueError, match="no decoder"):
         pipeline("image-captioning", model=str(tmp_path / "retrieval"))
     with pytest.raises(ValueError, match="score image-text pairs"):
-        pipeline("image-text-retrieval", model=str(tmp_path / "caption"))
+        vlhub.TdenForImageTextRetrieval.from_pretrained(tmp_path / "caption")
+    ranker = pipeline("image-text-retrieval", model=str(tmp_path / "caption"))  # loads the captioner as saved
+    with pytest.raises(ValueError, match="one score per pair"):
+        ranker(image=corpus.regions[corpus.train[0][0]], texts=["a red circle", "a blue square"])

@@ -28,24 +28,7 @@ class AutoModelForImageTextRetrieval:
         config = kwargs.pop("config", None) or AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
         _check_can_rank(config)
         model_class = model_class_for(config)
-        _check_head_can_rank(config, model_class, pretrained_model_name_or_path)
         return model_class.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
-
-
-def _check_head_can_rank(config, model_class, where) -> None:
-    """Only a retrieval head or a pre-training model (its matching head) scores pairs; say so for other heads (a
-    captioner, a VQA model) instead of failing on their outputs."""
-    from ..registry import get_architecture
-
-    try:
-        architecture = get_architecture(config.model_type)
-    except ValueError:
-        return
-    tasks = {name: task for task, name in architecture.task_models.items()}
-    task = tasks.get(model_class.__name__)
-    if task not in (None, "retrieval", "pretraining"):
-        raise ValueError(f"{where} holds a {model_class.__name__} ({architecture.name}'s {task} head), which cannot "
-                         "score image-text pairs: use a retrieval or pre-training checkpoint")
 
 
 def _check_can_rank(config) -> None:

@@ -729,11 +729,12 @@ def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: flo
     if labels.shape != logits.shape[:-1]:
         raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
     targets = labels.flatten().masked_fill(labels.flatten() < 0, -100)
-    if not (targets >= 0).any():
-        # Nothing to predict (X-modaler masks without a minimum and then skips the loss): a zero that keeps the
-        # graph, so every parameter still gets a (zero) gradient.
-        return logits.float().sum() * 0.0
-    return F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing)
+    # The mean over the real targets, written as sum / count so that a batch with nothing to predict (X-modaler
+    # masks words without a minimum, then skips the loss) gives a zero that keeps the graph instead of NaN, without
+    # asking the device whether there are targets.
+    total = F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing,
+                            reduction="sum")
+    return total / (targets >= 0).sum().clamp(min=1)
 
 
 class TdenForPreTraining(TdenPreTrainedModel):

@@ -14,12 +14,13 @@ from transformers import AutoModelForPreTraining, AutoProcessor
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import crash_then_resume, logged_losses, synthetic_corpus, tiny_tokenizer, write_vocab
+from tests.training_helpers import (assert_resume_reproduces, captioning_finetune_run, evaluate_pretraining,
+                                    synthetic_corpus, tiny_tokenizer, write_vocab)
 from vlhub.modeling.unified_vlp.objectives_unified_vlp import S2S_PROBABILITY, vlp_masked_positions
 from vlhub.training.cli import pretrain_main
 from vlhub.training.collators import PretrainingCollator
 from vlhub.training.objectives import objectives_for
-from vlhub.training.pretraining import PretrainingTask, build_pretraining_model
+from vlhub.training.pretraining import build_pretraining_model
 
 
 @pytest.fixture(autouse=True)
@@ -118,17 +119,7 @@ def test_the_per_example_mix_draws_seq2seq_three_times_in_four(tmp_path):
 def test_evaluation_scores_each_objective(tmp_path):
     corpus = synthetic_corpus()
     model, processor, _ = _collator(tmp_path, corpus)
-    from types import SimpleNamespace
-
-    from accelerate import Accelerator
-
-    from vlhub.training.objectives import ObjectiveMix
-
-    task = PretrainingTask(model, processor, corpus, ObjectiveMix({"s2s": 1, "bi": 1}, objectives_for("unified_vlp")))
-    args = SimpleNamespace(max_eval_samples=0, per_device_eval_batch_size=4, seed=0, dataloader_num_workers=0,
-                           dataloader_prefetch_factor=None, dataloader_pin_memory=False,
-                           dataloader_persistent_workers=False)
-    results = task.evaluate(Accelerator(cpu=True), model.eval(), args)
+    results = evaluate_pretraining(model, processor, corpus, {"s2s": 1, "bi": 1}, "unified_vlp")
     assert set(results) == {"s2s_loss", "bi_loss", "mlm_accuracy"}
     assert all(np.isfinite(v) for v in results.values())
 
@@ -153,12 +144,8 @@ def test_pretrain_py_trains_unified_vlp_and_resumes_exactly(tmp_path):
     assert processor.num_regions == model.config.num_regions == 10
     assert processor.feature_extractor.num_classes == model.config.num_region_labels
 
-    crash_then_resume(lambda *extra, callbacks=(): _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), *extra,
-                                                        callbacks=callbacks), crash_step=3)
-    expected, got = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
-    assert sorted(got) == sorted(expected) == [1, 2, 3, 4]
-    for step in expected:
-        assert got[step]["loss"] == expected[step]["loss"], step
+    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
+                             tmp_path / "a", tmp_path / "b", crash_step=3)
 
 
 def test_pretrain_py_per_batch_objectives_log_each_pattern(tmp_path):
@@ -228,23 +215,13 @@ def test_captioning_fine_tuning_trains_masked_seq2seq_and_scores_generated_capti
 
 
 def test_finetune_py_captioning_from_a_pretraining_run(tmp_path):
-    import datasets
-
     from vlhub.training.cli import finetune_main
 
     store = write_store_dataset(tmp_path / "data")
     _run(tmp_path, store, "--output_dir", str(tmp_path / "pre"), "--max_steps", "2")
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
-    corpus = synthetic_corpus()
-    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
-              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
-    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
-    result = finetune_main(["--task", "captioning", "--model_name_or_path", str(tmp_path / "pre"),
-                            "--dataset", str(tmp_path / "captions"), "--region_store", str(store),
-                            "--caption_metrics", *CAPTION_METRICS, "--max_caption_tokens", "6",
-                            "--max_steps", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                            "--output_dir", str(tmp_path / "cap")])
+    result = captioning_finetune_run(tmp_path, store, tmp_path / "pre", CAPTION_METRICS)
     assert result.global_step == 2
     assert {"validation_CIDEr", "validation_baseline_CIDEr", "validation_Bleu_4"} <= set(result.eval_results)
     from transformers import AutoModelForImageTextToText

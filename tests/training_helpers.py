@@ -107,3 +107,51 @@ def crash_then_resume(run, crash_step: int) -> None:
         run(callbacks=[crash])
     reset_accelerate_state()
     run("--resume_from_checkpoint", "latest")
+
+
+def evaluate_pretraining(model, processor, corpus, ratios: dict, model_type: str) -> dict:
+    """`PretrainingTask.evaluate` of `model` on `corpus`'s validation captions with the objectives `ratios`
+    (batches of 4, one CPU process)."""
+    from types import SimpleNamespace
+
+    from accelerate import Accelerator
+
+    from vlhub.training.objectives import ObjectiveMix, objectives_for
+    from vlhub.training.pretraining import PretrainingTask
+
+    task = PretrainingTask(model, processor, corpus, ObjectiveMix(ratios, objectives_for(model_type)))
+    args = SimpleNamespace(max_eval_samples=0, per_device_eval_batch_size=4, seed=0, dataloader_num_workers=0,
+                           dataloader_prefetch_factor=None, dataloader_pin_memory=False,
+                           dataloader_persistent_workers=False)
+    return task.evaluate(Accelerator(cpu=True), model.eval(), args)
+
+
+def captioning_finetune_run(tmp_path: Path, store: Path, pretrained: Path, metrics, steps: int = 2):
+    """`finetune.py --task captioning` (finetune_main) from `pretrained` on the synthetic corpus's captions (a
+    `datasets` folder with train and validation splits, regions from `store`): batches of 4, at most 6 caption
+    tokens, into tmp_path/cap. Returns finetune_main's result."""
+    import datasets
+
+    from vlhub.training.cli import finetune_main
+
+    corpus = synthetic_corpus()
+    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
+              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
+    return finetune_main(["--task", "captioning", "--model_name_or_path", str(pretrained),
+                          "--dataset", str(tmp_path / "captions"), "--region_store", str(store),
+                          "--caption_metrics", *metrics, "--max_caption_tokens", "6",
+                          "--max_steps", str(steps), "--per_device_train_batch_size", "4", "--logging_steps", "1",
+                          "--output_dir", str(tmp_path / "cap")])
+
+
+def assert_resume_reproduces(run, expected: Path, resumed: Path, crash_step: int, keys=("loss",)) -> None:
+    """`run("--output_dir", resumed, ...)` crashed after `crash_step` and resumed (`crash_then_resume`) logs exactly
+    the `keys` the uninterrupted run in `expected` logged, at every step."""
+    crash_then_resume(lambda *extra, callbacks=(): run("--output_dir", str(resumed), *extra, callbacks=callbacks),
+                      crash_step=crash_step)
+    want, got = logged_losses(expected), logged_losses(resumed)
+    assert want and sorted(got) == sorted(want)
+    for step in want:
+        for key in keys:
+            assert got[step][key] == want[step][key], (step, key)

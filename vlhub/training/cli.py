@@ -78,6 +78,12 @@ class PretrainArguments:
     itm_hard_negative_probability: float = field(default=0.0, metadata={"help": "Share of ITM negatives that keep "
                                                  "the image and take a caption contradicting it in one word (data "
                                                  "that can make them: the shapes world); the others swap the image."})
+    # Two-pass scheduled sampling (TDEN's Two-Pass-A): objectives with a second pass (TDEN: joint) train each batch
+    # again, with another optimizer step, after its masked words take the first pass's predictions.
+    scheduled_sampling: bool = field(default=False, metadata={"help": "Two-pass scheduled sampling (TDEN's joint: "
+                                     "a second pass and optimizer step per batch on the first pass's predictions)."})
+    scheduled_sampling_probability: float = field(
+        default=1.0, metadata={"help": "Share of the masked positions given a prediction (1: all, as the original)."})
 
 
 @dataclass
@@ -230,7 +236,9 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
                            mlm_probability=pretrain_args.mlm_probability,
                            region_mask_probability=pretrain_args.region_mask_probability,
                            itm_negative_probability=pretrain_args.itm_negative_probability,
-                           itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability)
+                           itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability,
+                           scheduled_sampling=pretrain_args.scheduled_sampling,
+                           scheduled_sampling_probability=pretrain_args.scheduled_sampling_probability)
     return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
 
 

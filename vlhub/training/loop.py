@@ -31,7 +31,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from accelerate import Accelerator, skip_first_batches
@@ -50,7 +50,7 @@ from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
 
-__all__ = ["TrainingTask", "TrainResult", "LoopState", "train", "resolve_checkpoint", "verify_checkpoint",
+__all__ = ["TrainingTask", "model_losses", "TrainResult", "LoopState", "train", "resolve_checkpoint", "verify_checkpoint",
            "DamagedCheckpointError", "TRAINER_STATE", "VLHUB_STATE", "CHECKSUMS"]
 
 logger = get_logger(__name__)
@@ -62,6 +62,14 @@ CHECKSUMS = "checksums.json"
 _RNG_STATE = "random_states_{}.pkl"  # accelerate.save_state's name for process i's RNG state
 _STREAM_STATE = "stream_state_{}.json"  # --streaming: process i's stateful-loader state
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def model_losses(outputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A model output's `loss` and its `*_loss` parts (logged separately)."""
+    if outputs.loss is None:
+        raise ValueError("the model returned no loss for a training batch: the batch carries no targets")
+    parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
+    return outputs.loss, parts
 
 
 class TrainingTask:
@@ -83,17 +91,22 @@ class TrainingTask:
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         raise NotImplementedError
 
+    # Optimizer steps `training_passes` may take per batch (more than one rules out gradient accumulation).
+    optimizer_steps_per_batch = 1
+
     def train_stream(self, args: VlhubTrainingArguments, process_index: int, num_processes: int):
         """The training data as an endless stream of batches for `--streaming` (a `StreamedCaptionBatches`, or any
         iterable dataset with `state_dict`/`load_state_dict` and `approximate_steps_per_epoch()`)."""
         raise ValueError(f"--streaming is not available for {type(self).__name__}: it reads its data by index")
 
     def training_step(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        outputs = model(**batch)
-        if outputs.loss is None:
-            raise ValueError("the model returned no loss for a training batch: the batch carries no targets")
-        parts = {k: v for k, v in outputs.items() if k.endswith("_loss") and k != "loss" and v is not None}
-        return outputs.loss, parts
+        return model_losses(model(**batch))
+
+    def training_passes(self, model, batch: dict) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """`(loss, logged parts)` per pass over `batch`; the loop runs backward and an optimizer step after each
+        (the generator resumes after that step). The default is one pass, `training_step`. The learning-rate
+        schedule advances once per batch, whatever the number of passes."""
+        yield self.training_step(model, batch)
 
     def evaluate(self, accelerator: Accelerator, model, args: VlhubTrainingArguments,
                  final: bool = False) -> dict[str, float]:
@@ -295,6 +308,10 @@ def train(
         uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
                                timeout=args.hub_timeout)
 
+    if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
+        raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. two-pass "
+                         "scheduled sampling), which gradient accumulation cannot split: set "
+                         "--gradient_accumulation_steps 1 (raise the batch size or the number of processes instead)")
     set_seed(args.seed)
     workers = args.dataloader_num_workers
     loader_settings = dict(
@@ -408,16 +425,19 @@ def train(
     if step < max_steps:
         for batch in batches():
             with accelerator.accumulate(model):
-                loss, parts = task.training_step(model, batch)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and args.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                optimizer.step()
+                total, parts = 0.0, {}
+                for loss, pass_parts in task.training_passes(model, batch):
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and args.max_grad_norm > 0:
+                        accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    total = total + loss.detach().float()
+                    parts.update(pass_parts)
                 if accelerator.sync_gradients:
                     scheduler.step()
-                optimizer.zero_grad()
             keys = sorted(parts)
-            values = torch.stack([loss.detach().float(), *(parts[k].detach().float() for k in keys)])
+            values = torch.stack([total, *(parts[k].detach().float() for k in keys)])
             values = accelerator.reduce(values, reduction="mean").tolist()
             window.add(dict(zip(["loss", *keys], values)))
             if not accelerator.sync_gradients:

@@ -35,10 +35,12 @@ def mask_tokens(
     random_ids: torch.Tensor,
     rngs: Sequence[np.random.Generator],
     probability: float = 0.15,
+    at_least_one: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT masking: each word piece (not [CLS]/[SEP]/padding) is selected with `probability`; a selected piece
-    becomes [MASK] (80%), a random piece (10%) or stays (10%). An example with nothing selected gets its first word
-    piece masked (the original's `random_word`).
+    becomes [MASK] (80%), a random piece (10%) or stays (10%). With `at_least_one`, an example with nothing selected
+    gets its first word piece masked (UNITER's `random_word`); without it (X-modaler's `must_mask=False`) it keeps
+    no target.
 
     input_ids, attention_mask: `(batch, T)`. Returns the corrupted `input_ids` and `labels` `(batch, T)` holding the
     original id at selected positions and -100 elsewhere.
@@ -55,7 +57,7 @@ def mask_tokens(
             raise ValueError(f"example {row} has no word piece to mask (only special tokens)")
         draws = rng.random((positions.numel(), 3))
         selected = draws[:, 0] < probability
-        if not selected.any():
+        if at_least_one and not selected.any():
             selected[0] = True
             draws[0, 1] = 0.0  # the forced position always becomes [MASK]
         for k in np.flatnonzero(selected):

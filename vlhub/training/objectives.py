@@ -82,6 +82,11 @@ class Objective:
         build: `(context, examples, rngs) -> model inputs with targets`; `rngs` holds one generator per example.
         region_fields: `RegionFeatures` fields the objective needs beyond features and boxes (e.g. `class_probs`).
         needs_other_images: the objective pairs captions with other images (at least two images are needed).
+        second_pass: `(batch, first-pass outputs, replace) -> second-pass batch` for two-pass scheduled sampling
+            (`PretrainingTask(scheduled_sampling=True)`, TDEN's Two-Pass-A): after the first pass's optimizer step the
+            model trains again on the batch this returns, built from the first pass's (detached) predictions.
+            `replace` is None (every target position) or a `(batch, text_length)` bool tensor of the positions that
+            may take a prediction. None: the objective has no second pass.
     """
 
     name: str
@@ -89,6 +94,7 @@ class Objective:
     build: BuildFn
     region_fields: tuple[str, ...] = ()
     needs_other_images: bool = False
+    second_pass: Callable[[dict, object, torch.Tensor | None], dict] | None = None
 
 
 # Objectives registered at run time, on top of those an architecture declares (e.g. an experiment's own objective).

@@ -6,18 +6,19 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 from transformers import AutoModelForPreTraining, AutoProcessor
 
 from ..registry import Architecture, get_architecture
 from .collators import CaptionDataset, PretrainingCollator
 from .data import CaptionCorpus, CaptionPairs
-from .loop import TrainingTask
+from .loop import TrainingTask, model_losses
 from .model_card import CardInfo
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 from .sampling import FixedObjective, ObjectiveBatchSampler
 
-__all__ = ["PretrainingTask", "build_config", "build_uniter_config", "build_pretraining_model", "EVAL_EPOCH"]
+__all__ = ["PretrainingTask", "TwoPassCollator", "build_config", "build_uniter_config", "build_pretraining_model", "EVAL_EPOCH"]
 
 # Evaluation masks and negatives come from one fixed "epoch" of the seeded streams, so every evaluation of a run
 # scores exactly the same corrupted examples.
@@ -93,7 +94,8 @@ class PretrainingTask(TrainingTask):
     def __init__(self, model, processor, corpus: CaptionCorpus, mix: ObjectiveMix | None = None,
                  base_model: str | None = None, mlm_probability: float = 0.15,
                  region_mask_probability: float = 0.15, itm_negative_probability: float = 0.5,
-                 itm_hard_negative_probability: float = 0.0):
+                 itm_hard_negative_probability: float = 0.0, scheduled_sampling: bool = False,
+                 scheduled_sampling_probability: float = 1.0):
         self.model = model
         self.processor = processor
         self.corpus = corpus
@@ -109,6 +111,20 @@ class PretrainingTask(TrainingTask):
                         itm_hard_negative_probability=itm_hard_negative_probability)
         self.collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives, image_ids=image_ids,
                                               pairs=corpus.train, **settings)
+        self.scheduled_sampling_probability = scheduled_sampling_probability
+        self.scheduled_sampling = scheduled_sampling
+        if scheduled_sampling:
+            two_pass = {n: o for n, o in self.mix.objectives.items() if o.second_pass is not None}
+            if not two_pass:
+                with_pass = sorted(n for n, o in objectives_for(model_type).items() if o.second_pass is not None)
+                raise ValueError(f"scheduled sampling needs an objective with a second pass; the mix "
+                                 f"({', '.join(self.mix.names)}) has none"
+                                 + (f" (this architecture's: {', '.join(with_pass)})" if with_pass else
+                                    " and this architecture defines none"))
+            if not 0.0 < scheduled_sampling_probability <= 1.0:
+                raise ValueError(f"scheduled_sampling_probability must be in (0, 1], got {scheduled_sampling_probability}")
+            self.optimizer_steps_per_batch = 2
+            self.collate_fn = TwoPassCollator(self.collate_fn, two_pass, scheduled_sampling_probability)
         eval_ids = _unique_image_ids(corpus.validation) or image_ids
         # Evaluation keeps the original's random-image negatives, so eval_itm_accuracy compares across runs; data that
         # can contradict its captions is also scored on hard negatives only (eval_hard_itm_accuracy).
@@ -139,6 +155,26 @@ class PretrainingTask(TrainingTask):
 
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(len(self.train_dataset), batch_size, self.mix, seed, group_size=group_size)
+
+    def training_passes(self, model, batch: dict):
+        """One pass, or with scheduled sampling two for objectives with a `second_pass`: the first pass trains on the
+        batch; the second (after the first's optimizer step) on the batch the objective builds from the first pass's
+        predictions. The second pass's parts are logged as `ss_<name>_loss`; the logged `loss` sums both passes."""
+        batch = dict(batch)
+        name = batch.pop(SECOND_PASS_OBJECTIVE, None)
+        draws = batch.pop(SECOND_PASS_DRAWS, None)
+        outputs = model(**batch)
+        loss, parts = model_losses(outputs)
+        if name is None:
+            yield loss, parts
+            return
+        with torch.no_grad():
+            replace = None if draws is None else draws < self.scheduled_sampling_probability
+            second = self.mix.objectives[name].second_pass(batch, outputs, replace)
+        del outputs
+        yield loss, parts
+        loss, parts = model_losses(model(**second))
+        yield loss, {f"ss_{key}": value for key, value in parts.items()}
 
     def train_stream(self, args, process_index: int, num_processes: int):
         """`--streaming`: the training captions paired with the region store's images as they stream by (see
@@ -190,7 +226,9 @@ class PretrainingTask(TrainingTask):
                 if "labels" in batch:
                     selected = batch["labels"] >= 0
                     predicted = torch.full_like(batch["labels"], -100)
-                    predicted[selected] = outputs.mlm_logits.argmax(-1)
+                    guesses = outputs.mlm_logits.argmax(-1)
+                    # MLM logits at the selected positions only, or at every position (TDEN)
+                    predicted[selected] = guesses[selected] if guesses.shape == selected.shape else guesses
                     hits = ((predicted == batch["labels"]) & selected).sum(1).float()
                     counts = selected.sum(1).float()
                     sums.setdefault("_mlm_hits", []).append(accelerator.gather_for_metrics(hits))
@@ -208,7 +246,11 @@ class PretrainingTask(TrainingTask):
         return results
 
     def hyperparameters(self) -> dict:
-        return {"objectives (ratio)": self.mix.as_dict()}
+        settings = {"objectives (ratio)": self.mix.as_dict()}
+        if self.scheduled_sampling:
+            settings["scheduled sampling"] = (f"two passes per batch (share of target positions replaced: "
+                                              f"{self.scheduled_sampling_probability:g})")
+        return settings
 
     def card_info(self) -> CardInfo:
         arch = type(self.model).__name__
@@ -232,6 +274,34 @@ class PretrainingTask(TrainingTask):
             base_model=self.base_model,
             tags=["pretraining", self.model.config.model_type],
         )
+
+
+# Batch entries `TwoPassCollator` adds (popped before the model sees the batch).
+SECOND_PASS_OBJECTIVE = "second_pass_objective"
+SECOND_PASS_DRAWS = "second_pass_draws"
+_SECOND_PASS_STREAM = 3  # a random stream of each example's seed apart from its objective's own draws
+
+
+class TwoPassCollator:
+    """Wraps a pre-training collator for scheduled sampling: batches of an objective with a `second_pass` are
+    marked with its name, and, when `probability` < 1, carry one uniform draw per example and text position
+    (`input_ids`) from a stream of the example's own `SampleKey` seed, so which predictions replace targets is
+    reproduced exactly on resume (nothing comes from the global random state)."""
+
+    def __init__(self, collator, objectives: dict, probability: float):
+        self.collator, self.objectives, self.probability = collator, objectives, probability
+
+    def __call__(self, examples) -> dict:
+        batch = self.collator(examples)
+        name = examples[0]["objective"]
+        if name not in self.objectives:
+            return batch
+        batch[SECOND_PASS_OBJECTIVE] = name
+        if self.probability < 1.0:
+            width = batch["input_ids"].shape[1]
+            draws = [np.random.default_rng((*e["seed"], _SECOND_PASS_STREAM)).random(width) for e in examples]
+            batch[SECOND_PASS_DRAWS] = torch.from_numpy(np.stack(draws)).float()
+        return batch
 
 
 def _unique_image_ids(pairs) -> Sequence[str]:

@@ -729,7 +729,12 @@ def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: flo
     if labels.shape != logits.shape[:-1]:
         raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
     targets = labels.flatten().masked_fill(labels.flatten() < 0, -100)
-    return F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing)
+    # The mean over the real targets, written as sum / count so that a batch with nothing to predict (X-modaler
+    # masks words without a minimum, then skips the loss) gives a zero that keeps the graph instead of NaN, without
+    # asking the device whether there are targets.
+    total = F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing,
+                            reduction="sum")
+    return total / (targets >= 0).sum().clamp(min=1)
 
 
 class TdenForPreTraining(TdenPreTrainedModel):
@@ -1005,7 +1010,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
 class TdenForQuestionAnswering(TdenPreTrainedModel):
     """VQA (X-modaler's `TDENBiTransformer` + `MultiModalPredictor`): the understanding stream through the
     cross-modal encoder feeds the `u_*` branch; the decoder runs bidirectionally over the same sentence encoding
-    (`config.bidirectional_decoder`, set by this head) and feeds the `g_*` branch. The answer is
+    (`config.bidirectional_decoder`, which `from_pretrained` sets) and feeds the `g_*` branch. The answer is
     `argmax(softmax(u) + softmax(g))` (`logits` holds the summed probabilities)."""
 
     _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
@@ -1019,6 +1024,14 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         self.tden = TdenModel(config)
         self.answer_head = TdenAnswerHead(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As `PreTrainedModel.from_pretrained`; a checkpoint of another head (pre-training) gets
+        `bidirectional_decoder=True`, which this head needs, unless a `config` is given."""
+        if "config" not in kwargs:
+            kwargs.setdefault("bidirectional_decoder", True)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @can_return_tuple
     def forward(

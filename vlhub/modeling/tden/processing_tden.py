@@ -3,6 +3,8 @@ row (the mean feature at `[0, 0, 1, 1, 1]`) and 5-d locations, as X-modaler's da
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
@@ -76,7 +78,8 @@ class TdenProcessor(VisionLanguageProcessor):
     `text_stream` picks the text layout (a setting saved with the processor; `stream=` overrides it per call):
     `"understanding"` gives `[CLS] w [SEP]` of type 0 (VQA, retrieval); `"generation"` gives the captioning input
     `[CLS] w` of type 1, without [SEP] (a caption's trailing "." is dropped, as the original caption files are
-    cleaned). Texts longer than `max_text_length` tokens are truncated with a warning.
+    cleaned). Texts longer than `max_text_length` tokens are truncated with a warning. In the generation layout,
+    regions without text give the captioning prompt `[CLS]` for `model.generate(**inputs)`.
     """
 
     def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 36,
@@ -86,6 +89,27 @@ class TdenProcessor(VisionLanguageProcessor):
         self.text_stream = text_stream
         self._stream = text_stream
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)
+
+    def for_task(self, task: str) -> "TdenProcessor":
+        """This processor in the task's text layout: "generation" for "captioning", "understanding" otherwise (a copy
+        when the layout changes)."""
+        stream = "generation" if task == "captioning" else "understanding"
+        if stream == self.text_stream:
+            return self
+        processor = copy.copy(self)
+        processor.text_stream = processor._stream = stream
+        return processor
+
+    def model_config_fields(self) -> dict:
+        """The token ids generation uses ([PAD], [CLS] = start, [SEP] = end of caption), so a model built for
+        another vocabulary than bert-base-uncased fits."""
+        tok = self.tokenizer
+        return {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id}
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = True, **kwargs) -> list[str]:
+        """Captions from generated ids (the tokenizer's `batch_decode`, without [CLS], [SEP] and padding by
+        default)."""
+        return super().batch_decode(sequences, skip_special_tokens=skip_special_tokens, **kwargs)
 
     @property
     def text_token_type_id(self) -> int:
@@ -109,7 +133,11 @@ class TdenProcessor(VisionLanguageProcessor):
             text = [t.strip().removesuffix(".").strip() if isinstance(t, str) else t for t in texts]
         self._stream = stream
         try:
-            return super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                                    return_tensors=return_tensors, **kwargs)
+            out = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
+                                   return_tensors=return_tensors, **kwargs)
         finally:
             self._stream = self.text_stream
+        if stream == "generation" and "input_ids" not in out:  # regions only: the captioning prompt, [CLS]
+            prompt = torch.full((out["region_features"].shape[0], 1), self.tokenizer.cls_token_id, dtype=torch.long)
+            out["input_ids"], out["attention_mask"] = prompt, torch.ones_like(prompt)
+        return out

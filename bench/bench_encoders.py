@@ -2,6 +2,7 @@
 
     python bench/bench_encoders.py [--encoders uniter vl_bert ...] [--batch-sizes 1 8 32] [--bf16-batch-sizes 32]
                                    [--attention eager sdpa] [--text 20] [--regions N] [--repeats 5] [--device cpu]
+                                   [--original-checkout [CASE=]PATH ...]
 
 The cases live in bench/encoders/<arch>.py (see its __init__ for the contract): the released model size with random
 weights, since speed does not depend on the values. For every case, attention implementation and batch size the
@@ -9,7 +10,16 @@ script prints examples/s, the GFLOP one example executes (counted by torch.utils
 GFLOP/s as a percentage of the matmul peak measured here first (a large square matmul in the same dtype), so
 figures from different machines can be compared. bf16 runs with bf16 weights; its largest answer-logit difference
 from fp32 is printed next to it (what the speed costs in accuracy). Without AMX, bf16 on a CPU is several times
-slower than fp32: the script says whether this CPU has AMX.
+slower than fp32: the script says whether this CPU has AMX. Each timing is repeated (`--repeats`, after a warm-up
+call): examples/s are printed for the median and the best repeat (the machine may be shared).
+
+`--original-checkout PATH` also times the authors' original code: a case that defines `build_original` (see
+bench/encoders/__init__.py) imports its original model from the checkout PATH of the original repository (vlhub
+never ships that code), builds it at the same size with random weights, and times it on the same examples at the
+fp32 batch sizes. Its FLOPs are counted the same way (they should match vlhub's), its logits are compared with
+vlhub's when the case can copy the original's weights into vlhub's model (through vlhub's converter), and the
+speed-up of each vlhub attention implementation over the original is printed per batch size. With several cases,
+name the case: `--original-checkout vl_bert=~/VL-BERT vilbert=~/vilbert-multi-task`.
 """
 
 from __future__ import annotations
@@ -58,6 +68,8 @@ def has_amx() -> bool:
 
 
 def answer_logits(outputs) -> torch.Tensor:
+    if isinstance(outputs, torch.Tensor):  # the original models' wrappers return the logits themselves
+        return outputs
     return outputs.logits if hasattr(outputs, "logits") else outputs[0]
 
 
@@ -67,8 +79,8 @@ def forward_flops(model, inputs) -> int:
     return counter.get_total_flops()
 
 
-def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, torch.Tensor]:
-    """Median seconds per forward after one warm-up call, and the answer logits (fp32)."""
+def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, float, torch.Tensor]:
+    """Median and best seconds per forward after one warm-up call, and the answer logits (fp32)."""
     with torch.inference_mode():
         logits = answer_logits(model(**inputs)).float()
         times = []
@@ -78,18 +90,49 @@ def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, torch
             model(**inputs)
             synchronize(device)
             times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2], logits
+    times.sort()
+    return times[len(times) // 2], times[0], logits
 
 
 def to_device(inputs: dict, device: str, dtype: torch.dtype) -> dict:
     return {
         key: value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
+        if isinstance(value, torch.Tensor) else value
         for key, value in inputs.items()
     }
 
 
 def available_cases() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(encoders.__path__))
+
+
+def original_checkouts(values: list[str], names: list[str], parser) -> dict[str, Path]:
+    """`--original-checkout` values → {case: checkout}: `CASE=PATH`, or a bare PATH when one case is run."""
+    checkouts = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            if len(names) != 1:
+                parser.error(f"--original-checkout {value}: name the case (CASE=PATH) when running {len(names)} cases")
+            name, path = names[0], value
+        if name not in names:
+            parser.error(f"--original-checkout {value}: {name!r} is not among the cases run ({names})")
+        case = importlib.import_module(f"encoders.{name}")
+        if not hasattr(case, "build_original"):
+            parser.error(f"--original-checkout {value}: the {name} case cannot build the original code's model")
+        if not Path(path).expanduser().is_dir():
+            parser.error(f"--original-checkout {value}: {path} is not a folder")
+        checkouts[name] = Path(path).expanduser()
+    return checkouts
+
+
+def print_row(label: str, attention: str, dtype: torch.dtype, batch: int, median: float, best: float, flops: int,
+              peak: float, note: str = "") -> None:
+    percent = 100 * flops / median / 1e9 / peak
+    print(
+        f"{label:28s} {attention:8s} {str(dtype)[6:]:8s} {batch:5d} {batch / median:9.2f} {batch / best:9.2f}"
+        f" {flops / batch / 1e9:9.2f} {percent:6.1f}%  {note}"
+    )
 
 
 def main() -> None:
@@ -102,11 +145,14 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--original-checkout", nargs="+", default=[], metavar="[CASE=]PATH",
+                        help="a checkout of the case's original repository: time the original code beside vlhub's")
     args = parser.parse_args()
     names = args.encoders or available_cases()
     unknown = sorted(set(names) - set(available_cases()))
     if unknown:
         parser.error(f"unknown encoder case(s) {unknown}; available: {available_cases()}")
+    checkouts = original_checkouts(args.original_checkout, names, parser)
 
     device = args.device
     peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
@@ -115,34 +161,59 @@ def main() -> None:
     hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, AMX {'yes' if has_amx() else 'no'}"
     print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
-    print(f"{'encoder':28s} {'attn':5s} {'dtype':8s} {'batch':>5s} {'ex/s':>9s} {'GFLOP/ex':>9s} {'% peak':>7s}  note")
+    print(f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
+          f" {'% peak':>7s}  note")
 
     for name in names:
         case = importlib.import_module(f"encoders.{name}")
         regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
+        label = case.DESCRIPTION + f" {args.text}t+{regions}r"
+        speeds: dict[tuple[str, int], tuple[float, float]] = {}  # (attention, batch) → (median s, best s), fp32
+        original = None
+        if name in checkouts:
+            torch.manual_seed(0)
+            original = case.build_original(checkouts[name]).to(device)
+            for batch in args.batch_sizes:
+                inputs = to_device(case.make_original_inputs(original, batch, args.text, regions), device, torch.float32)
+                flops = forward_flops(original, inputs)
+                median, best, _ = time_forward(original, inputs, args.repeats, device)
+                speeds["original", batch] = median, best
+                print_row(label, "original", torch.float32, batch, median, best, flops, peaks[torch.float32],
+                          f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})")
         for attention in args.attention:
             torch.manual_seed(0)
             model = case.build(attention).to(device)
+            compare = original is not None and hasattr(case, "copy_original_weights")
+            if compare:
+                case.copy_original_weights(original, model)
             runs = [(torch.float32, b) for b in args.batch_sizes] + [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
             reference: dict[int, torch.Tensor] = {}
             for dtype, batch in runs:
                 model.to(dtype)
                 inputs = to_device(case.make_inputs(model, batch, args.text, regions), device, dtype)
                 flops = forward_flops(model, inputs)
-                seconds, logits = time_forward(model, inputs, args.repeats, device)
-                gflops_per_example = flops / batch / 1e9
-                percent = 100 * flops / seconds / 1e9 / peaks[dtype]
+                median, best, logits = time_forward(model, inputs, args.repeats, device)
                 note = ""
                 if dtype == torch.float32:
                     reference[batch] = logits
+                    speeds[attention, batch] = median, best
+                    if compare:
+                        original_inputs = to_device(case.make_original_inputs(original, batch, args.text, regions),
+                                                    device, torch.float32)
+                        with torch.inference_mode():
+                            expected = answer_logits(original(**original_inputs)).float()
+                        note = f"max |logit - original| {(logits - expected).abs().max().item():.2e}"
                 elif batch in reference:
                     note = f"max |logit - fp32| {(logits - reference[batch]).abs().max().item():.3f}"
-                print(
-                    f"{case.DESCRIPTION + f' {args.text}t+{regions}r':28s} {attention:5s} {str(dtype)[6:]:8s} {batch:5d}"
-                    f" {batch / seconds:9.2f} {gflops_per_example:9.2f} {percent:6.1f}%  {note}"
-                )
+                print_row(label, attention, dtype, batch, median, best, flops, peaks[dtype], note)
             model.float()
-
+        if original is not None:
+            for attention in args.attention:
+                ratios = []
+                for batch in args.batch_sizes:
+                    (orig_median, orig_best), (median, best) = speeds["original", batch], speeds[attention, batch]
+                    ratios.append(f"batch {batch} {orig_median / median:.2f}x (best {orig_best / best:.2f}x)")
+                print(f"{label}: vlhub {attention} vs the original code, fp32 examples/s (median): " + ", ".join(ratios))
 
 if __name__ == "__main__":
     main()

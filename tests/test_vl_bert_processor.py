@@ -116,3 +116,19 @@ def test_for_task_switches_the_answer_slot_without_touching_the_original(tiny_vo
     assert vqa.for_task("vqa") is vqa and not vqa.for_task("retrieval").answer_slot
     tok = plain.tokenizer
     assert vqa(text=["a cat"])["input_ids"][0].tolist()[-2:] == [tok.mask_token_id, tok.sep_token_id]
+
+
+def test_image_box_feature_replaces_the_mean_for_object_zero(tiny_vocab):
+    processor = _processor(tiny_vocab)
+    with_feature, without = random_regions(3, 16, seed=1), random_regions(4, 16, seed=2)
+    image_box_feature = torch.arange(16, dtype=torch.float32) - 100.0  # far from any mean of features in [0, 1)
+    with_feature.metadata["image_box_feature"] = image_box_feature.numpy().reshape(1, 16)  # as a feature file has it
+    out = processor(text=["a cat", "a dog"], regions=[with_feature, without])
+    torch.testing.assert_close(out["region_features"][0, 0], image_box_feature)
+    torch.testing.assert_close(out["region_features"][0, 1:4], with_feature.features)
+    torch.testing.assert_close(out["region_features"][1, 0], without.features.mean(0))
+    for bad, message in ((torch.zeros(15), r"size 16"), (torch.zeros(2, 16), r"got shape \(2, 16\)"),
+                         (torch.full((16,), float("nan")), "NaN")):
+        with_feature.metadata["image_box_feature"] = bad
+        with pytest.raises(ValueError, match=message):
+            processor(text=["a cat"], regions=[with_feature])

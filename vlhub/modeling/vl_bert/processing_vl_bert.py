@@ -60,8 +60,9 @@ class VlBertRegionProcessor(RegionProcessor):
     """Regions → VL-BERT inputs: `region_features` `(batch, 1 + R, F)`, `region_locations` `(batch, 1 + R, 4)`,
     `region_attention_mask`.
 
-    Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the mean of the region
-    features (the original's default when a feature file has no `image_box_feature`). Regions are kept in the order
+    Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the feature
+    `regions.metadata["image_box_feature"]` when given (what the original reads from a feature file that has one),
+    else the mean of the region features (the original's default otherwise). Regions are kept in the order
     given (the released VQA features were selected at extraction, 10-100 per image; more than `max_regions` is an
     error); with `confidence_threshold` set and detector scores present they are selected by confidence
     (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
@@ -148,8 +149,28 @@ class VlBertRegionProcessor(RegionProcessor):
         height, width = (int(round(v)) for v in regions.image_size)
         image_box = torch.tensor([[0.0, 0.0, width - 1.0, height - 1.0]])
         image_location = vl_bert_locations(image_box, regions.image_size, self.min_size, self.max_size)
-        image_feature = features.mean(dim=0, keepdim=True)
-        return torch.cat([image_feature, features]), torch.cat([image_location, locations])
+        return torch.cat([self.image_box_feature(features, regions), features]), torch.cat([image_location, locations])
+
+    @staticmethod
+    def image_box_feature(features: torch.Tensor, regions: RegionFeatures) -> torch.Tensor:
+        """`(1, F)`: object 0's feature. The original's VQA loader takes the feature file's `image_box_feature` (the
+        detector's feature of the whole-image box) when the file has one, else the mean of the box features; here
+        `regions.metadata["image_box_feature"]` (`(F,)` or `(1, F)`, set by `VlBertJsonReader` from such a file, or
+        by you) plays that part."""
+        given = regions.metadata.get("image_box_feature")
+        if given is None:
+            return features.mean(dim=0, keepdim=True)
+        given = torch.as_tensor(np.asarray(given, dtype=np.float32) if not torch.is_tensor(given) else given)
+        given = given.to(dtype=features.dtype)
+        given = given.unsqueeze(0) if given.ndim == 1 else given
+        if tuple(given.shape) != (1, features.shape[1]):
+            raise ValueError(
+                f"metadata['image_box_feature'] must hold one feature of the regions' size {features.shape[1]} "
+                f"(shape ({features.shape[1]},) or (1, {features.shape[1]})), got shape {tuple(given.shape)}"
+            )
+        if not torch.isfinite(given).all():
+            raise ValueError("metadata['image_box_feature'] has NaN or infinite values")
+        return given
 
 
 class VlBertProcessor(VisionLanguageProcessor):

@@ -132,3 +132,69 @@ def test_image_box_feature_replaces_the_mean_for_object_zero(tiny_vocab):
         with_feature.metadata["image_box_feature"] = bad
         with pytest.raises(ValueError, match=message):
             processor(text=["a cat"], regions=[with_feature])
+
+
+@pytest.fixture
+def vcr_processor(tmp_path):
+    words = ["why", "is", "smiling", "?", "because", "happy", ".", "sees", "and", "dog", "casey", "riley", "jessie",
+             "a", "b", "c", "d", "e", "f", "g"]
+    vocab = tmp_path / "vcr_vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    return _processor(vocab)
+
+
+def _ids(processor, words):
+    return processor.tokenizer.convert_tokens_to_ids(words)
+
+
+def test_vcr_question_to_answer_layout(vcr_processor):
+    # Spec §5 (VCR): [CLS] Q [SEP] A [SEP]; Q type 0, A and its [SEP] type 1; a word naming object o carries o + 1
+    # (object 0 is the whole image), others 0; people are named Casey, Riley, ... in turn.
+    p = vcr_processor
+    out = p.vcr_text(question=["why", "is", [0], "smiling", "?"],
+                     choices=[[[0, 2], "sees", [1], "."], ["because", "happy", "."]],
+                     objects=["person", "dog", "person"])
+    assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "text_region_ids"}
+    row0 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]", "casey", "and", "riley", "sees", "dog", ".", "[SEP]"]
+    row1 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]", "because", "happy", ".", "[SEP]"]
+    assert out["input_ids"].tolist() == [_ids(p, row0), _ids(p, row1) + [0, 0, 0]]
+    assert out["token_type_ids"].tolist() == [[0] * 7 + [1] * 7, [0] * 7 + [1] * 4 + [0] * 3]
+    assert out["attention_mask"].tolist() == [[1] * 14, [1] * 11 + [0] * 3]
+    assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 0, 1, 0, 3, 0, 2, 0, 0], [0, 0, 0, 1] + [0] * 10]
+    shifted = p.vcr_text(question=[[0], "?"], choices=[[[2]]], objects=["person", "dog", "person"], person_name_offset=1)
+    assert shifted["input_ids"][0, 1].item() == _ids(p, ["riley"])[0] and shifted["input_ids"][0, 4].item() == _ids(p, ["jessie"])[0]
+
+
+def test_vcr_rationale_layout_puts_question_and_answer_in_the_first_segment(vcr_processor):
+    p = vcr_processor
+    out = p.vcr_text(question=["why", "is", [0], "happy", "?"], answer=[[0], "sees", [1]],
+                     choices=[["because", [1], "."]], objects=["person", "dog"])
+    tokens = ["[CLS]", "why", "is", "casey", "happy", "?", "casey", "sees", "dog", "[SEP]", "because", "dog", ".", "[SEP]"]
+    assert out["input_ids"].tolist() == [_ids(p, tokens)]
+    assert out["token_type_ids"].tolist() == [[0] * 10 + [1] * 4]
+    assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 1, 0, 2, 0, 0, 2, 0, 0]]
+
+
+def test_vcr_truncation_is_the_originals(vcr_processor):
+    p = vcr_processor
+    # Q→A: the longer of question / answer loses its last piece; the question stays cut for the later choices.
+    out = p.vcr_text(question=["a", "b", "c", "d"], choices=[["a", "b", "c", "d", "e", "f"], ["g", "g"]], objects=[],
+                     max_length=6)
+    assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "a", "b", "c", "[SEP]"]),
+                                         _ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "g", "g", "[SEP]"]) + [0]]
+    # QA→R: the rationale while longer than question + answer, else the question down to one piece, else the answer.
+    out = p.vcr_text(question=["a", "b", "c"], answer=["d", "e"], choices=[["a", "b", "c", "d", "e", "f"]], objects=[],
+                     max_length=7)
+    assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "d", "e", "[SEP]", "a", "b", "c", "d", "[SEP]"])]
+
+
+def test_vcr_bad_inputs(vcr_processor):
+    p = vcr_processor
+    with pytest.raises(ValueError, match=r"question\[0\] refers to object 2; the image has 2 objects"):
+        p.vcr_text(question=[[2], "?"], choices=[["a"]], objects=["person", "dog"])
+    with pytest.raises(ValueError, match="objects must be a list of class names"):
+        p.vcr_text(question=["a"], choices=[["a"]], objects="person")
+    with pytest.raises(ValueError, match="question must be a non-empty list"):
+        p.vcr_text(question="why?", choices=[["a"]], objects=[])
+    with pytest.raises(ValueError, match=r"choices\[1\]\[0\] must be a word or a non-empty list"):
+        p.vcr_text(question=["a"], choices=[["a"], [[]]], objects=[])

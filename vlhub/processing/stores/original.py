@@ -476,20 +476,29 @@ class VlpH5Reader(_Reader):
 
 
 # --------------------------------------------------------------------------------------------------- npz
-class NpzFolderReader(_Reader):
-    """X-modaler / TDEN: one `<image_id>.npz` per image with `features` (N, 2048), `boxes` (N, 4) pixels,
-    `cls_prob` (N, 1601, background first), `image_h`, `image_w`, `num_boxes` (arrays of length 1). Files are
-    read with `allow_pickle=False`; an npz whose fields need pickle is refused."""
+class _FolderReader(_Reader):
+    """A folder of one `<image_id><suffix>` file per image."""
+
+    suffix: str
+    kind: str
 
     def __init__(self, directory: str | os.PathLike):
         super().__init__()
         self.path = Path(directory)
         if not self.path.is_dir():
-            raise FileNotFoundError(f"no folder of npz feature files at {self.path}")
-        self._ids = sorted(p.stem for p in self.path.glob("*.npz"))
+            raise FileNotFoundError(f"no folder of {self.kind} feature files at {self.path}")
+        self._ids = sorted(p.stem for p in self.path.glob(f"*{self.suffix}"))
         if not self._ids:
-            raise FeatureFileError(f"{self.path} holds no .npz files")
+            raise FeatureFileError(f"{self.path} holds no {self.suffix} files")
         self._index = set(self._ids)
+
+
+class NpzFolderReader(_FolderReader):
+    """X-modaler / TDEN: one `<image_id>.npz` per image with `features` (N, 2048), `boxes` (N, 4) pixels,
+    `cls_prob` (N, 1601, background first), `image_h`, `image_w`, `num_boxes` (arrays of length 1). Files are
+    read with `allow_pickle=False`; an npz whose fields need pickle is refused."""
+
+    suffix, kind = ".npz", "npz"
 
     def _read(self, image_id: str) -> RegionFeatures:
         path = self.path / f"{image_id}.npz"
@@ -503,22 +512,14 @@ class NpzFolderReader(_Reader):
         return _butd_record(record, str(path), BUTD_TSV_FIELDS)
 
 
-class VlBertJsonReader(_Reader):
+class VlBertJsonReader(_FolderReader):
     """VL-BERT's precomputed features (`vgbua_res101_precomputed/*`, unzipped): one `<image_id>.json` per image with
     `image_w`, `image_h`, `num_boxes`, and base64 float32 `boxes` (N, 4) pixels and `features` (N, 2048); optional
     `classes` (N, 1601) detector class probabilities (Conceptual Captions) → `class_probs`, and
     `image_box_feature` (1, 2048), the whole-image box's feature → `metadata["image_box_feature"]`, which
     VL-BERT's processor uses for object 0 (else the mean of the features, as the original)."""
 
-    def __init__(self, directory: str | os.PathLike):
-        super().__init__()
-        self.path = Path(directory)
-        if not self.path.is_dir():
-            raise FileNotFoundError(f"no folder of VL-BERT json feature files at {self.path}")
-        self._ids = sorted(p.stem for p in self.path.glob("*.json"))
-        if not self._ids:
-            raise FeatureFileError(f"{self.path} holds no .json files")
-        self._index = set(self._ids)
+    suffix, kind = ".json", "VL-BERT json"
 
     def _read(self, image_id: str) -> RegionFeatures:
         path = self.path / f"{image_id}.json"

@@ -198,3 +198,25 @@ def test_vcr_bad_inputs(vcr_processor):
         p.vcr_text(question="why?", choices=[["a"]], objects=[])
     with pytest.raises(ValueError, match=r"choices\[1\]\[0\] must be a word or a non-empty list"):
         p.vcr_text(question=["a"], choices=[["a"], [[]]], objects=[])
+
+
+def test_vcr_text_and_regions_feed_the_multiple_choice_model(vcr_processor):
+    p = vcr_processor
+    objects = ["person", "dog"]
+    regions = random_regions(len(objects), 16, seed=3)  # one region per object, in the objects' order
+    text = p.vcr_text(question=["why", "is", [0], "happy", "?"], objects=objects,
+                      choices=[[[0], "sees", [1], "."], ["because", "happy", "."], [[1], "."], ["g"]])
+    visual = p(regions=[regions])
+    config = vlhub.VlBertConfig(vocab_size=len(p.tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, region_feature_dim=16, max_position_embeddings=64,
+                                mask_token_id=p.tokenizer.mask_token_id)
+    model = vlhub.VlBertForMultipleChoice(config).eval()
+    torch.nn.init.ones_(model.vl_bert.embeddings.visual_ln_text.weight)  # starts at 0 (no visual term) until trained
+    inputs = {**{k: v[None] for k, v in text.items()}, **visual}
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        ungrounded = model(**{**inputs, "text_region_ids": torch.zeros_like(inputs["text_region_ids"])}).logits
+    assert logits.shape == (1, 4)
+    # Every choice repeats the question's grounded "casey": its visual term is object 1's, not the whole image's.
+    assert ((logits - ungrounded).abs() > 0).all()
+    assert int(inputs["text_region_ids"].max()) < visual["region_features"].shape[1]

@@ -168,25 +168,14 @@ def main() -> None:
         case = importlib.import_module(f"encoders.{name}")
         regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
         label = case.DESCRIPTION + f" {args.text}t+{regions}r"
-        speeds: dict[tuple[str, int], tuple[float, float]] = {}  # (attention, batch) → (median s, best s), fp32
-        original = None
         if name in checkouts:
-            torch.manual_seed(0)
-            original = case.build_original(checkouts[name]).to(device)
-            for batch in args.batch_sizes:
-                inputs = to_device(case.make_original_inputs(original, batch, args.text, regions), device, torch.float32)
-                flops = forward_flops(original, inputs)
-                median, best, _ = time_forward(original, inputs, args.repeats, device)
-                speeds["original", batch] = median, best
-                print_row(label, "original", torch.float32, batch, median, best, flops, peaks[torch.float32],
-                          f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})")
+            compare_with_original(case, checkouts[name], label, args, regions, device, peaks[torch.float32])
         for attention in args.attention:
             torch.manual_seed(0)
             model = case.build(attention).to(device)
-            compare = original is not None and hasattr(case, "copy_original_weights")
-            if compare:
-                case.copy_original_weights(original, model)
-            runs = [(torch.float32, b) for b in args.batch_sizes] + [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
+            # With the original code, the fp32 rows were measured beside it (above).
+            runs = [] if name in checkouts else [(torch.float32, b) for b in args.batch_sizes]
+            runs += [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
             reference: dict[int, torch.Tensor] = {}
             for dtype, batch in runs:
                 model.to(dtype)
@@ -196,24 +185,61 @@ def main() -> None:
                 note = ""
                 if dtype == torch.float32:
                     reference[batch] = logits
-                    speeds[attention, batch] = median, best
-                    if compare:
-                        original_inputs = to_device(case.make_original_inputs(original, batch, args.text, regions),
-                                                    device, torch.float32)
-                        with torch.inference_mode():
-                            expected = answer_logits(original(**original_inputs)).float()
-                        note = f"max |logit - original| {(logits - expected).abs().max().item():.2e}"
                 elif batch in reference:
                     note = f"max |logit - fp32| {(logits - reference[batch]).abs().max().item():.3f}"
                 print_row(label, attention, dtype, batch, median, best, flops, peaks[dtype], note)
             model.float()
-        if original is not None:
-            for attention in args.attention:
-                ratios = []
-                for batch in args.batch_sizes:
-                    (orig_median, orig_best), (median, best) = speeds["original", batch], speeds[attention, batch]
-                    ratios.append(f"batch {batch} {orig_median / median:.2f}x (best {orig_best / best:.2f}x)")
-                print(f"{label}: vlhub {attention} vs the original code, fp32 examples/s (median): " + ", ".join(ratios))
+
+
+def compare_with_original(case, checkout: Path, label: str, args, regions: int, device: str, peak: float) -> None:
+    """The original code's model and vlhub's (each attention implementation) at every fp32 batch size, timed in
+    interleaved rounds (each round runs every model once, in a rotating order) so that a shared machine's load
+    falls on all of them alike; then vlhub's speed-up over the original per batch size."""
+    torch.manual_seed(0)
+    original = case.build_original(checkout).to(device)
+    models = {}
+    for attention in args.attention:
+        torch.manual_seed(0)
+        models[attention] = case.build(attention).to(device)
+        if hasattr(case, "copy_original_weights"):
+            case.copy_original_weights(original, models[attention])
+    speeds: dict[tuple[str, int], tuple[float, float]] = {}
+    source = f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})"
+    for batch in args.batch_sizes:
+        runs = {"original": (original, to_device(case.make_original_inputs(original, batch, args.text, regions),
+                                                 device, torch.float32))}
+        for attention, model in models.items():
+            runs[attention] = model, to_device(case.make_inputs(model, batch, args.text, regions), device, torch.float32)
+        flops = {key: forward_flops(model, inputs) for key, (model, inputs) in runs.items()}
+        times = {key: [] for key in runs}
+        logits = {}
+        with torch.inference_mode():
+            for key, (model, inputs) in runs.items():
+                logits[key] = answer_logits(model(**inputs)).float()  # also the warm-up call
+            keys = list(runs)
+            for round_index in range(args.repeats):
+                for key in keys[round_index % len(keys):] + keys[: round_index % len(keys)]:
+                    model, inputs = runs[key]
+                    synchronize(device)
+                    start = time.perf_counter()
+                    model(**inputs)
+                    synchronize(device)
+                    times[key].append(time.perf_counter() - start)
+        for key in runs:
+            ordered = sorted(times[key])
+            speeds[key, batch] = ordered[len(ordered) // 2], ordered[0]
+            note = source if key == "original" else (
+                f"max |logit - original| {(logits[key] - logits['original']).abs().max().item():.2e}"
+                if hasattr(case, "copy_original_weights") else "")
+            print_row(label, key, torch.float32, batch, *speeds[key, batch], flops[key], peak, note)
+    for attention in models:
+        ratios = []
+        for batch in args.batch_sizes:
+            (orig_median, orig_best), (median, best) = speeds["original", batch], speeds[attention, batch]
+            ratios.append(f"batch {batch} {orig_median / median:.2f}x (best {orig_best / best:.2f}x)")
+        print(f"{label}: vlhub {attention} / the original code, fp32 examples/s, median of interleaved rounds: "
+              + ", ".join(ratios))
+
 
 if __name__ == "__main__":
     main()

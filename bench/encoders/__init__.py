@@ -48,7 +48,6 @@ def random_inputs(config, batch: int, text: int, regions: int, location_dim: int
     }
 
 
-
 @contextlib.contextmanager
 def stub_modules(modules: dict, probe: bool = True):
     """While the original code is imported: empty stand-ins `{module name: {attribute: value}}` for packages it

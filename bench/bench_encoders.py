@@ -9,8 +9,9 @@ weights, since speed does not depend on the values. For every case, attention im
 script prints examples/s, the GFLOP one example executes (counted by torch.utils.flop_counter), and the achieved
 GFLOP/s as a percentage of the matmul peak measured here first (a large square matmul in the same dtype), so
 figures from different machines can be compared. bf16 runs with bf16 weights; its largest answer-logit difference
-from fp32 is printed next to it (what the speed costs in accuracy). Without AMX, bf16 on a CPU is several times
-slower than fp32: the script says whether this CPU has AMX. Each timing is repeated (`--repeats`, after a warm-up
+from fp32 is printed next to it (what the speed costs in accuracy). A CPU without bf16 matmul
+instructions (AMX, or AVX512-BF16 as on AMD Zen 4) runs bf16 several times slower than fp32: the script says which
+it has. Each timing is repeated (`--repeats`, after a warm-up
 call): examples/s are printed for the median and the best repeat (the machine may be shared).
 
 `--original-checkout PATH` also times the authors' original code: a case that defines `build_original` (see
@@ -60,11 +61,14 @@ def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeat
     return 2 * size**3 / best / 1e9
 
 
-def has_amx() -> bool:
+def cpu_bf16_support() -> str:
+    """The CPU's bf16 matmul instructions as /proc/cpuinfo lists them (AMX tiles, AVX512-BF16), or "none"."""
     try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+        flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
+        return "unknown"
+    found = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    return ", ".join(found) or "none"
 
 
 def answer_logits(outputs) -> torch.Tensor:
@@ -158,7 +162,7 @@ def main() -> None:
     peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
     if args.bf16_batch_sizes:
         peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
-    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, AMX {'yes' if has_amx() else 'no'}"
+    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {cpu_bf16_support()}"
     print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
     print(f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
@@ -209,7 +213,8 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
         runs = {"original": (original, to_device(case.make_original_inputs(original, batch, args.text, regions),
                                                  device, torch.float32))}
         for attention, model in models.items():
-            runs[attention] = model, to_device(case.make_inputs(model, batch, args.text, regions), device, torch.float32)
+            inputs = case.make_inputs(model, batch, args.text, regions)
+            runs[attention] = model, to_device(inputs, device, torch.float32)
         flops = {key: forward_flops(model, inputs) for key, (model, inputs) in runs.items()}
         times = {key: [] for key in runs}
         logits = {}

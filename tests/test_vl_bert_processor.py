@@ -155,21 +155,24 @@ def test_vcr_question_to_answer_layout(vcr_processor):
                      choices=[[[0, 2], "sees", [1], "."], ["because", "happy", "."]],
                      objects=["person", "dog", "person"])
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "text_region_ids"}
-    row0 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]", "casey", "and", "riley", "sees", "dog", ".", "[SEP]"]
+    row0 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]",
+            "casey", "and", "riley", "sees", "dog", ".", "[SEP]"]
     row1 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]", "because", "happy", ".", "[SEP]"]
     assert out["input_ids"].tolist() == [_ids(p, row0), _ids(p, row1) + [0, 0, 0]]
     assert out["token_type_ids"].tolist() == [[0] * 7 + [1] * 7, [0] * 7 + [1] * 4 + [0] * 3]
     assert out["attention_mask"].tolist() == [[1] * 14, [1] * 11 + [0] * 3]
     assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 0, 1, 0, 3, 0, 2, 0, 0], [0, 0, 0, 1] + [0] * 10]
-    shifted = p.vcr_text(question=[[0], "?"], choices=[[[2]]], objects=["person", "dog", "person"], person_name_offset=1)
-    assert shifted["input_ids"][0, 1].item() == _ids(p, ["riley"])[0] and shifted["input_ids"][0, 4].item() == _ids(p, ["jessie"])[0]
+    shifted = p.vcr_text(question=[[0], "?"], choices=[[[2]]], objects=["person", "dog", "person"],
+                         person_name_offset=1)
+    assert shifted["input_ids"][0].tolist() == _ids(p, ["[CLS]", "riley", "?", "[SEP]", "jessie", "[SEP]"])
 
 
 def test_vcr_rationale_layout_puts_question_and_answer_in_the_first_segment(vcr_processor):
     p = vcr_processor
     out = p.vcr_text(question=["why", "is", [0], "happy", "?"], answer=[[0], "sees", [1]],
                      choices=[["because", [1], "."]], objects=["person", "dog"])
-    tokens = ["[CLS]", "why", "is", "casey", "happy", "?", "casey", "sees", "dog", "[SEP]", "because", "dog", ".", "[SEP]"]
+    tokens = ["[CLS]", "why", "is", "casey", "happy", "?", "casey", "sees", "dog", "[SEP]",
+              "because", "dog", ".", "[SEP]"]
     assert out["input_ids"].tolist() == [_ids(p, tokens)]
     assert out["token_type_ids"].tolist() == [[0] * 10 + [1] * 4]
     assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 1, 0, 2, 0, 0, 2, 0, 0]]

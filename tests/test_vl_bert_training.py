@@ -163,7 +163,8 @@ def test_training_refuses_e2e_models_with_a_reason(tmp_path):
     with pytest.raises(SystemExit, match=r"pretrain.py: .*e2e\.json is an 'e2e' model .*e2e training is not supported"):
         _run(tmp_path, tmp_path / "unused", "--output_dir", str(tmp_path / "out"), "--config_name", str(config))
     folder = tmp_path / "e2e-model"
-    vlhub.VlBertConfig(image_feature_precomputed=False, backbone_res2_channels=2, region_feature_dim=16).save_pretrained(folder)
+    e2e_config = vlhub.VlBertConfig(image_feature_precomputed=False, backbone_res2_channels=2, region_feature_dim=16)
+    e2e_config.save_pretrained(folder)
     with pytest.raises(SystemExit, match=r"finetune.py: .*e2e-model is an 'e2e' model"):
         finetune_main(["--model_name_or_path", str(folder), "--task", "vqa", "--output_dir", str(tmp_path / "ft")])
     assert not (tmp_path / "out").exists() and not (tmp_path / "ft").exists()

@@ -84,7 +84,9 @@ class _EasyDict(dict):
             self[key] = value
 
     def __setitem__(self, key, value):
-        super().__setitem__(key, _EasyDict(value) if isinstance(value, dict) and not isinstance(value, _EasyDict) else value)
+        if isinstance(value, dict) and not isinstance(value, _EasyDict):
+            value = _EasyDict(value)
+        super().__setitem__(key, value)
 
     def __getattr__(self, name):
         try:

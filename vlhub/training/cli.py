@@ -217,7 +217,8 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
         _refuse_pixel_models(AutoConfig.from_pretrained(model_args.model_name_or_path), "pretrain.py",
                              model_args.model_name_or_path)
-    elif model_args.config_name and Path(model_args.config_name).is_file():
+    elif (model_args.config_name and Path(model_args.config_name).is_file()
+          and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
         _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
                              model_args.config_name)
     set_seed(training_args.seed)

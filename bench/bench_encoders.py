@@ -2,27 +2,30 @@
 
     python bench/bench_encoders.py [--encoders uniter vl_bert ...] [--batch-sizes 1 8 32] [--bf16-batch-sizes 32]
                                    [--attention eager sdpa] [--text 20] [--regions N] [--repeats 5] [--device cpu]
+                                   [--original-checkout [CASE=]PATH ...]
 
 The cases live in bench/encoders/<arch>.py (see its __init__ for the contract): the released model size with random
 weights, since speed does not depend on the values. For every case, attention implementation and batch size the
 script prints examples/s, the GFLOP one example executes (counted by torch.utils.flop_counter), and the achieved
 GFLOP/s as a percentage of the matmul peak measured here first (a large square matmul in the same dtype), so
 figures from different machines can be compared. bf16 runs with bf16 weights; its largest answer-logit difference
-from fp32 is printed next to it (what the speed costs in accuracy). Without AMX, bf16 on a CPU is several times
-slower than fp32: the script says whether this CPU has AMX.
+from fp32 is printed next to it (what the speed costs in accuracy). A CPU without bf16 matmul
+instructions (AMX, or AVX512-BF16 as on AMD Zen 4) runs bf16 several times slower than fp32: the script says which
+it has. Each timing is repeated (`--repeats`, after a warm-up
+call): examples/s are printed for the median and the best repeat (the machine may be shared).
 
-`--original-checkout PATH` also times the architecture's ORIGINAL code from a checkout of its repository (your
-own clone; nothing of it is copied into vlhub), for the cases whose module defines `build_original` (see
-bench/encoders/__init__.py): the same-size model with random weights, side by side, each vlhub row noting its
-speedup over the original at the same dtype and batch (GFLOP/ex and % peak count what each executes, the
-original's extra heads included). The models of a case take turns forward by forward, and the
-timings are repeated: examples/s at the median and the best (minimum) time, so a shared machine's noise shows.
+`--original-checkout PATH` also times the authors' original code: a case that defines `build_original` (see
+bench/encoders/__init__.py) imports its original model from the checkout PATH of the original repository (vlhub
+never ships that code), builds it at the same size with random weights, and times it on the same examples at the
+fp32 batch sizes. Its FLOPs are counted the same way (they should match vlhub's), its logits are compared with
+vlhub's when the case can copy the original's weights into vlhub's model (through vlhub's converter), and the
+speed-up of each vlhub attention implementation over the original is printed per batch size. With several cases,
+name the case: `--original-checkout vl_bert=~/VL-BERT vilbert=~/vilbert-multi-task`.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import pkgutil
@@ -58,14 +61,19 @@ def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeat
     return 2 * size**3 / best / 1e9
 
 
-def has_amx() -> bool:
+def cpu_bf16_support() -> str:
+    """The CPU's bf16 matmul instructions as /proc/cpuinfo lists them (AMX tiles, AVX512-BF16), or "none"."""
     try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+        flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
+        return "unknown"
+    found = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    return ", ".join(found) or "none"
 
 
 def answer_logits(outputs) -> torch.Tensor:
+    if isinstance(outputs, torch.Tensor):  # the original models' wrappers return the logits themselves
+        return outputs
     return outputs.logits if hasattr(outputs, "logits") else outputs[0]
 
 
@@ -75,32 +83,60 @@ def forward_flops(model, inputs) -> int:
     return counter.get_total_flops()
 
 
-def time_forwards(runs: list[tuple], repeats: int, device: str) -> list[tuple[float, float, torch.Tensor]]:
-    """For each `(model, inputs)`: median and minimum seconds per forward and the answer logits (fp32), after one
-    warm-up call each. The models take turns, one forward per round, so a shared machine's changing load falls on
-    all of them alike."""
-    times: list[list[float]] = [[] for _ in runs]
+def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, float, torch.Tensor]:
+    """Median and best seconds per forward after one warm-up call, and the answer logits (fp32)."""
     with torch.inference_mode():
-        logits = [answer_logits(model(**inputs)).float() for model, inputs in runs]
+        logits = answer_logits(model(**inputs)).float()
+        times = []
         for _ in range(repeats):
-            for (model, inputs), spent in zip(runs, times):
-                synchronize(device)
-                start = time.perf_counter()
-                model(**inputs)
-                synchronize(device)
-                spent.append(time.perf_counter() - start)
-    return [(sorted(t)[len(t) // 2], min(t), out) for t, out in zip(times, logits)]
+            synchronize(device)
+            start = time.perf_counter()
+            model(**inputs)
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2], times[0], logits
 
 
 def to_device(inputs: dict, device: str, dtype: torch.dtype) -> dict:
     return {
         key: value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
+        if isinstance(value, torch.Tensor) else value
         for key, value in inputs.items()
     }
 
 
 def available_cases() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(encoders.__path__))
+
+
+def original_checkouts(values: list[str], names: list[str], parser) -> dict[str, Path]:
+    """`--original-checkout` values → {case: checkout}: `CASE=PATH`, or a bare PATH when one case is run."""
+    checkouts = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            if len(names) != 1:
+                parser.error(f"--original-checkout {value}: name the case (CASE=PATH) when running {len(names)} cases")
+            name, path = names[0], value
+        if name not in names:
+            parser.error(f"--original-checkout {value}: {name!r} is not among the cases run ({names})")
+        case = importlib.import_module(f"encoders.{name}")
+        if not hasattr(case, "build_original"):
+            parser.error(f"--original-checkout {value}: the {name} case cannot build the original code's model")
+        if not Path(path).expanduser().is_dir():
+            parser.error(f"--original-checkout {value}: {path} is not a folder")
+        checkouts[name] = Path(path).expanduser()
+    return checkouts
+
+
+def print_row(label: str, attention: str, dtype: torch.dtype, batch: int, median: float, best: float, flops: int,
+              peak: float, note: str = "") -> None:
+    percent = 100 * flops / median / 1e9 / peak
+    print(
+        f"{label:28s} {attention:8s} {str(dtype)[6:]:8s} {batch:5d} {batch / median:9.2f} {batch / best:9.2f}"
+        f" {flops / batch / 1e9:9.2f} {percent:6.1f}%  {note}"
+    )
 
 
 def main() -> None:
@@ -113,69 +149,101 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--original-checkout", type=Path, default=None,
-                        help="a checkout of the original repository: also time its model (cases with build_original)")
+    parser.add_argument("--original-checkout", nargs="+", default=[], metavar="[CASE=]PATH",
+                        help="a checkout of the case's original repository: time the original code beside vlhub's")
     args = parser.parse_args()
     names = args.encoders or available_cases()
     unknown = sorted(set(names) - set(available_cases()))
     if unknown:
         parser.error(f"unknown encoder case(s) {unknown}; available: {available_cases()}")
-    if args.original_checkout is not None and not args.original_checkout.is_dir():
-        parser.error(f"--original-checkout {args.original_checkout} is not a directory")
+    checkouts = original_checkouts(args.original_checkout, names, parser)
 
     device = args.device
     peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
     if args.bf16_batch_sizes:
         peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
-    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, AMX {'yes' if has_amx() else 'no'}"
+    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {cpu_bf16_support()}"
     print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
-    print(f"{'encoder':36s} {'code':8s} {'attn':5s} {'dtype':8s} {'batch':>5s} {'ex/s':>9s} {'best':>9s} {'GFLOP/ex':>9s}"
+    print(f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
           f" {'% peak':>7s}  note")
-    print("(ex/s at the median time of the repeats, best: at the minimum; % peak from the median)")
 
     for name in names:
         case = importlib.import_module(f"encoders.{name}")
         regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
         label = case.DESCRIPTION + f" {args.text}t+{regions}r"
-        sources = [("original", lambda a: case.build_original(args.original_checkout, a), case.make_original_inputs)
-                   ] if args.original_checkout and hasattr(case, "build_original") else []
-        sources.append(("vlhub", case.build, case.make_inputs))
-        variants = []  # (code, attention, model, make_inputs); None from build_original: no such attention there
-        for code, build, make_inputs in sources:
-            for attention in args.attention:
-                torch.manual_seed(0)
-                model = build(attention)
-                if model is not None:
-                    variants.append((code, attention, model.to(device), make_inputs))
-        fp32_logits: dict[tuple, torch.Tensor] = {}
-        for dtype, batch in [(torch.float32, b) for b in args.batch_sizes] + [(torch.bfloat16, b)
-                                                                              for b in args.bf16_batch_sizes]:
-            runs, flops = [], []
-            for code, attention, model, make_inputs in variants:
+        if name in checkouts:
+            compare_with_original(case, checkouts[name], label, args, regions, device, peaks[torch.float32])
+        for attention in args.attention:
+            torch.manual_seed(0)
+            model = case.build(attention).to(device)
+            # With the original code, the fp32 rows were measured beside it (above).
+            runs = [] if name in checkouts else [(torch.float32, b) for b in args.batch_sizes]
+            runs += [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
+            reference: dict[int, torch.Tensor] = {}
+            for dtype, batch in runs:
                 model.to(dtype)
-                inputs = to_device(make_inputs(model, batch, args.text, regions), device, dtype)
-                runs.append((model, inputs))
-                flops.append(forward_flops(model, inputs))
-            timings = time_forwards(runs, args.repeats, device)
-            original = min(((t[0], t[1]) for v, t in zip(variants, timings) if v[0] == "original"), default=None)
-            for (code, attention, _, _), count, (median, best, logits) in zip(variants, flops, timings):
-                notes = []
+                inputs = to_device(case.make_inputs(model, batch, args.text, regions), device, dtype)
+                flops = forward_flops(model, inputs)
+                median, best, logits = time_forward(model, inputs, args.repeats, device)
+                note = ""
                 if dtype == torch.float32:
-                    fp32_logits[(code, attention, batch)] = logits
-                elif (code, attention, batch) in fp32_logits:
-                    difference = (logits - fp32_logits[(code, attention, batch)]).abs().max().item()
-                    notes.append(f"max |logit - fp32| {difference:.3f}")
-                if code != "original" and original is not None:
-                    notes.append(f"{original[0] / median:.2f}x the original (best times: {original[1] / best:.2f}x)")
-                print(
-                    f"{label:36s} {code:8s} {attention:5s} {str(dtype)[6:]:8s} {batch:5d} {batch / median:9.2f}"
-                    f" {batch / best:9.2f} {count / batch / 1e9:9.2f} {100 * count / median / 1e9 / peaks[dtype]:6.1f}%"
-                    f"  {'; '.join(notes)}", flush=True
-                )
-            del runs
-        del variants
-        gc.collect()
+                    reference[batch] = logits
+                elif batch in reference:
+                    note = f"max |logit - fp32| {(logits - reference[batch]).abs().max().item():.3f}"
+                print_row(label, attention, dtype, batch, median, best, flops, peaks[dtype], note)
+            model.float()
+
+
+def compare_with_original(case, checkout: Path, label: str, args, regions: int, device: str, peak: float) -> None:
+    """The original code's model and vlhub's (each attention implementation) at every fp32 batch size, timed in
+    interleaved rounds (each round runs every model once, in a rotating order) so that a shared machine's load
+    falls on all of them alike; then vlhub's speed-up over the original per batch size."""
+    torch.manual_seed(0)
+    original = case.build_original(checkout).to(device)
+    models = {}
+    for attention in args.attention:
+        torch.manual_seed(0)
+        models[attention] = case.build(attention).to(device)
+        if hasattr(case, "copy_original_weights"):
+            case.copy_original_weights(original, models[attention])
+    speeds: dict[tuple[str, int], tuple[float, float]] = {}
+    source = f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})"
+    for batch in args.batch_sizes:
+        runs = {"original": (original, to_device(case.make_original_inputs(original, batch, args.text, regions),
+                                                 device, torch.float32))}
+        for attention, model in models.items():
+            inputs = case.make_inputs(model, batch, args.text, regions)
+            runs[attention] = model, to_device(inputs, device, torch.float32)
+        flops = {key: forward_flops(model, inputs) for key, (model, inputs) in runs.items()}
+        times = {key: [] for key in runs}
+        logits = {}
+        with torch.inference_mode():
+            for key, (model, inputs) in runs.items():
+                logits[key] = answer_logits(model(**inputs)).float()  # also the warm-up call
+            keys = list(runs)
+            for round_index in range(args.repeats):
+                for key in keys[round_index % len(keys):] + keys[: round_index % len(keys)]:
+                    model, inputs = runs[key]
+                    synchronize(device)
+                    start = time.perf_counter()
+                    model(**inputs)
+                    synchronize(device)
+                    times[key].append(time.perf_counter() - start)
+        for key in runs:
+            ordered = sorted(times[key])
+            speeds[key, batch] = ordered[len(ordered) // 2], ordered[0]
+            note = source if key == "original" else (
+                f"max |logit - original| {(logits[key] - logits['original']).abs().max().item():.2e}"
+                if hasattr(case, "copy_original_weights") else "")
+            print_row(label, key, torch.float32, batch, *speeds[key, batch], flops[key], peak, note)
+    for attention in models:
+        ratios = []
+        for batch in args.batch_sizes:
+            (orig_median, orig_best), (median, best) = speeds["original", batch], speeds[attention, batch]
+            ratios.append(f"batch {batch} {orig_median / median:.2f}x (best {orig_best / best:.2f}x)")
+        print(f"{label}: vlhub {attention} / the original code, fp32 examples/s, median of interleaved rounds: "
+              + ", ".join(ratios))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from vlhub.processing.stores import (
     NpzFolderReader,
     UniterLmdbReader,
     VilbertLmdbReader,
+    VlBertJsonReader,
     VlpH5Reader,
 )
 from vlhub.utils.safe_pickle import UnsafePickleError, safe_loads
@@ -219,6 +220,35 @@ def test_npz_folder(tmp_path):
         reader["bad"]
     with pytest.raises(FeatureFileError, match="broken.npz"):
         reader["broken"]
+
+
+def test_vl_bert_json_folder(tmp_path):
+    # As VL-BERT's loader reads them: base64 of raw float32 (base64.encodebytes, with its line breaks).
+    def b64(array):
+        return base64.encodebytes(np.ascontiguousarray(array, dtype=np.float32).tobytes()).decode()
+
+    d = detections(3, 13)
+    image_box_feature = np.arange(6, dtype=np.float32).reshape(1, 6) - 50
+    record = {"image_id": 42, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": 3, "boxes": b64(d["boxes"]),
+              "features": b64(d["features"])}
+    (tmp_path / "42.json").write_text(json.dumps({**record, "image_box_feature": b64(image_box_feature),
+                                                  "classes": b64(d["cls_prob"])}))
+    (tmp_path / "43.json").write_text(json.dumps(record))
+    (tmp_path / "44.json").write_text(json.dumps({**record, "image_box_feature": b64(np.zeros(5))}))
+    (tmp_path / "45.json").write_text("{not json")
+    reader = VlBertJsonReader(tmp_path)
+    assert reader.ids == ["42", "43", "44", "45"]
+    regions = reader["42"]
+    np.testing.assert_array_equal(regions.features.numpy(), d["features"])
+    np.testing.assert_array_equal(regions.boxes.numpy(), d["boxes"])
+    np.testing.assert_array_equal(regions.class_probs.numpy(), d["cls_prob"])
+    np.testing.assert_array_equal(regions.metadata["image_box_feature"], image_box_feature[0])
+    assert regions.image_size == (HEIGHT, WIDTH)
+    assert "image_box_feature" not in reader["43"].metadata
+    with pytest.raises(FeatureFileError, match="44.json: image_box_feature has 5 values"):
+        reader["44"]
+    with pytest.raises(FeatureFileError, match="45.json: not a readable json"):
+        reader["45"]
 
 
 def test_boxes_outside_image_are_reported_with_the_file(tmp_path):

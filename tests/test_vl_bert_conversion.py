@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import vlhub
 from vlhub.conversion import CheckpointError
@@ -109,6 +110,15 @@ def test_vcr_layout_converts(tmp_path):
     assert model.vl_bert.pooler is not None and model.vl_bert.pooler.dense.weight.dtype == torch.float32
     torch.testing.assert_close(model.vcr_head[1].weight, extra["final_mlp.1.weight"].half().float())
     torch.testing.assert_close(model.vcr_region_head[2].bias, extra["cnn_loss_reg.2.bias"].half().float())
+    # Images are resized as the YAML's SCALES say: this one 600/1000; VCR's own configs 600/1200.
+    assert vlhub.VlBertProcessor.from_pretrained(tmp_path / "vcr").feature_extractor.max_size == 1000
+    vcr_yaml = {**yaml.safe_load(_yaml("pretrain").read_text()), "SCALES": [600, 1200]}
+    convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr-1200", config=vcr_yaml, tokenizer=ORIGINAL / "bert-tiny")
+    region_processor = vlhub.VlBertProcessor.from_pretrained(tmp_path / "vcr-1200").feature_extractor
+    assert (region_processor.min_size, region_processor.max_size) == (600, 1200)
+    with pytest.raises(CheckpointError, match=r"SCALES must be \[short side, longest side\], got \[1200\]"):
+        convert_vl_bert(tmp_path / "vcr.model", tmp_path / "bad", config={**vcr_yaml, "SCALES": [1200]},
+                        tokenizer=ORIGINAL / "bert-tiny")
 
 
 def test_wrong_files_get_clear_errors(tmp_path):

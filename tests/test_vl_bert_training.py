@@ -152,3 +152,19 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
     processor = AutoProcessor.from_pretrained(tmp_path / "vqa")
     assert isinstance(processor, vlhub.VlBertProcessor) and processor.answer_slot
     assert any("eval_test_vqa_accuracy" in r for r in result.log_history)
+
+
+def test_training_refuses_e2e_models_with_a_reason(tmp_path):
+    # pretrain.py / finetune.py feed precomputed region features; an e2e VL-BERT computes them from pixels.
+    from vlhub.training.cli import finetune_main
+
+    config = tmp_path / "e2e.json"
+    config.write_text('{"image_feature_precomputed": false, "backbone_res2_channels": 2, "region_feature_dim": 16}')
+    with pytest.raises(SystemExit, match=r"pretrain.py: .*e2e\.json is an 'e2e' model .*e2e training is not supported"):
+        _run(tmp_path, tmp_path / "unused", "--output_dir", str(tmp_path / "out"), "--config_name", str(config))
+    folder = tmp_path / "e2e-model"
+    e2e_config = vlhub.VlBertConfig(image_feature_precomputed=False, backbone_res2_channels=2, region_feature_dim=16)
+    e2e_config.save_pretrained(folder)
+    with pytest.raises(SystemExit, match=r"finetune.py: .*e2e-model is an 'e2e' model"):
+        finetune_main(["--model_name_or_path", str(folder), "--task", "vqa", "--output_dir", str(tmp_path / "ft")])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ft").exists()

@@ -5,12 +5,24 @@ Each module defines:
     DEFAULT_REGIONS: int (optional, default 36)      regions per example when --regions is not given
     build(attn_implementation: str) -> nn.Module      the model at its released size, random weights, eval mode
     make_inputs(model, batch, text, regions) -> dict  keyword arguments of model(**inputs)
-and, to be timed against the architecture's original code (`--original-checkout PATH`), optionally:
-    build_original(checkout: Path, attn_implementation: str) -> nn.Module | None
-        the original repository's model (imported from the user's checkout) at the same size, random weights, eval
-        mode; None for an attention implementation the original does not have
-    make_original_inputs(model, batch, text, regions) -> dict  keyword arguments of the original model's forward
+
+and, for `--original-checkout`, optionally (the original code is imported from the user's checkout while the case
+builds it; vlhub never ships it):
+    ORIGINAL_REPOSITORY: str                          where the original code lives, e.g. "jackroos/VL-BERT"
+    build_original(checkout: Path) -> nn.Module       the original code's model for the same task and size, random
+                                                      weights, eval mode; forward(**inputs) returns the answer logits
+    make_original_inputs(original, batch, text, regions) -> dict
+                                                      the examples of make_inputs, in the original's input format
+    copy_original_weights(original, model) -> None    (optional) the original's weights into vlhub's model through
+                                                      vlhub's converter, so that the two logits can be compared
 """
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
 
 import torch
 
@@ -34,3 +46,63 @@ def random_inputs(config, batch: int, text: int, regions: int, location_dim: int
         "region_locations": torch.rand(batch, regions, location_dim, generator=generator),
         "region_attention_mask": torch.ones(batch, regions, dtype=torch.long),
     }
+
+
+@contextlib.contextmanager
+def stub_modules(modules: dict, probe: bool = True):
+    """While the original code is imported: empty stand-ins `{module name: {attribute: value}}` for packages it
+    imports but the benchmarked path never calls (each case says which and why); removed from `sys.modules` again
+    afterwards (the imported code keeps its references), so no other library sees them. With `probe`, a module
+    that can be imported is left alone and missing parents are stubbed too; without, only the module itself is
+    registered and its parents import normally (a compiled extension inside the original's own package)."""
+    added = []
+    for name, attributes in modules.items():
+        if name in sys.modules:
+            continue
+        if probe:
+            try:
+                importlib.import_module(name)
+                continue
+            except ImportError:
+                pass
+        parts = name.split(".")
+        for depth in range(1 if probe else len(parts), len(parts) + 1):
+            partial = ".".join(parts[:depth])
+            if partial not in sys.modules:
+                sys.modules[partial] = types.ModuleType(partial)
+                added.append(partial)
+                parent = ".".join(parts[: depth - 1])
+                if depth > 1 and parent in sys.modules:
+                    setattr(sys.modules[parent], parts[depth - 1], sys.modules[partial])
+        for key, value in attributes.items():
+            setattr(sys.modules[name], key, value)
+    try:
+        yield
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+
+
+def import_from_checkout(checkout, relative_file: str, module_name: str | None = None):
+    """Import the file `relative_file` of a checkout of an original repository, with the checkout's root first on
+    `sys.path` (the original code imports its own packages from there). `module_name` names the loaded module
+    (default: its dotted path, e.g. "common.visual_linguistic_bert"). A path that is not such a checkout is an
+    error naming the missing file."""
+    checkout = Path(checkout).expanduser().resolve()
+    path = checkout / relative_file
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkout} is not a checkout of the expected original repository: no {relative_file}")
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    name = module_name or relative_file.removesuffix(".py").replace("/", ".")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

@@ -9,9 +9,6 @@ in the multi-task repository, every task head on every forward, and normalises w
 (`BertLayerNorm`) unless NVIDIA apex is installed.
 """
 
-import importlib
-import importlib.util
-import sys
 import types
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import torch
 
 import vlhub
 
-from . import VQA_ANSWERS, random_inputs, vqa_model
+from . import VQA_ANSWERS, import_from_checkout, random_inputs, stub_modules, vqa_model
 
 DESCRIPTION = "ViLBERT 6-layer/6-co-attention VQA"
 DEFAULT_REGIONS = 37  # 36 detected regions + the global image token, as the pre-training data
@@ -37,63 +34,36 @@ def make_inputs(model, batch: int, text: int, regions: int) -> dict:
     return inputs
 
 
-def _missing_import_stubs() -> dict[str, types.ModuleType]:
-    """Stand-ins for modules the original's `vilbert/utils.py` imports at the top but no model code uses, when they
-    are not installed: `boto3` / `botocore` (S3 downloads of BERT weights), `tensorboardX` (its training logger) and
-    `torch._six` (removed from torch 2; the original imports `inf` from it for gradient clipping). Nothing else is
-    changed: the model classes run as written."""
-    stubs = {
-        "boto3": {},
-        "botocore": {},
-        "botocore.exceptions": {"ClientError": type("ClientError", (Exception,), {})},
-        "tensorboardX": {"SummaryWriter": object},
-        "torch._six": {"inf": float("inf"), "string_classes": (str, bytes)},
-    }
-    missing = {}
-    for name, attributes in stubs.items():
-        try:
-            found = name in sys.modules or importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # a dotted name whose parent is missing
-            found = False
-        if not found:
-            missing[name] = types.ModuleType(name)
-            missing[name].__dict__.update(attributes)
-    return missing
+ORIGINAL_REPOSITORY = "jiasenlu/vilbert_beta or facebookresearch/vilbert-multi-task"
+# Modules the original's `vilbert/utils.py` imports at the top but no model code uses, stubbed when not installed:
+# `boto3` / `botocore` (S3 downloads of BERT weights), `tensorboardX` (its training logger) and `torch._six` (removed
+# from torch 2; the original imports `inf` from it for gradient clipping). The model classes run as written.
+_IMPORT_STUBS = {
+    "boto3": {},
+    "botocore": {},
+    "botocore.exceptions": {"ClientError": type("ClientError", (Exception,), {})},
+    "tensorboardX": {"SummaryWriter": object},
+    "torch._six": {"inf": float("inf"), "string_classes": (str, bytes)},
+}
 
 
-def import_original(checkout) -> types.ModuleType:
-    """The original `vilbert.vilbert` module, imported from `checkout` (a clone of either original repository)."""
-    checkout = Path(checkout).resolve()
-    if not (checkout / "vilbert" / "vilbert.py").is_file() or not (checkout / ORIGINAL_CONFIG).is_file():
-        raise FileNotFoundError(
-            f"{checkout} is not a checkout of the original ViLBERT code: expected vilbert/vilbert.py and "
-            f"{ORIGINAL_CONFIG} (clone jiasenlu/vilbert_beta or facebookresearch/vilbert-multi-task)"
-        )
-    stubs = _missing_import_stubs()
-    sys.modules.update(stubs)
-    sys.path.insert(0, str(checkout))
-    try:
-        return importlib.import_module("vilbert.vilbert")
-    finally:
-        # The stubs only serve this import: left in place, other libraries would take them for the real packages.
-        sys.path.remove(str(checkout))
-        for name in stubs:
-            sys.modules.pop(name, None)
-
-
-def build_original(checkout, attn_implementation: str) -> torch.nn.Module | None:
-    """The original `VILBertForVLTasks` (3129 answers) at the released size, random weights (its own init), eval.
-    It has one attention implementation, the explicit `softmax(QKᵀ/√d + mask)·V`: listed under "eager"."""
-    if attn_implementation != "eager":
-        return None
-    original = import_original(checkout)
+def build_original(checkout) -> torch.nn.Module:
+    """The original `VILBertForVLTasks` (3129 answers) at the released size, from `checkout` (a clone of either
+    original repository, both keep the model in `vilbert/vilbert.py`), random weights (its own init), eval. It has
+    one attention implementation, the explicit `softmax(QKᵀ/√d + mask)·V`."""
+    if not (Path(checkout) / ORIGINAL_CONFIG).is_file():
+        raise FileNotFoundError(f"{checkout} is not a checkout of the original ViLBERT code: no {ORIGINAL_CONFIG} "
+                                f"(clone {ORIGINAL_REPOSITORY})")
+    with stub_modules(_IMPORT_STUBS):
+        original = import_from_checkout(checkout, "vilbert/vilbert.py", "vilbert.vilbert")
     config = original.BertConfig.from_json_file(str(Path(checkout) / ORIGINAL_CONFIG))
     return original.VILBertForVLTasks(config, num_labels=VQA_ANSWERS).eval()
 
 
-def make_original_inputs(model, batch: int, text: int, regions: int) -> dict:
+def make_original_inputs(original, batch: int, text: int, regions: int) -> dict:
     """`make_inputs`' tensors (same seed, same values) under the original forward's argument names."""
-    sizes = types.SimpleNamespace(vocab_size=model.config.vocab_size, region_feature_dim=model.config.v_feature_size)
+    sizes = types.SimpleNamespace(vocab_size=original.config.vocab_size,
+                                  region_feature_dim=original.config.v_feature_size)
     inputs = random_inputs(sizes, batch, text, regions, location_dim=5)
     inputs["region_locations"][:, 0] = torch.tensor(GLOBAL_TOKEN_LOCATION)
     return {

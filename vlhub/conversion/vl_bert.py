@@ -216,6 +216,25 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
     return config, notes
 
 
+def _image_scales(original_config, task: str) -> tuple[int, int]:
+    """`(min_size, max_size)` the original resizes images to: the YAML's `SCALES` (VQA / RefCOCO+ / pre-training
+    600-1000, VCR 600-1200); without a YAML, VCR's or the others' default."""
+    if original_config is not None:
+        if isinstance(original_config, dict):
+            original = original_config
+        else:
+            import yaml
+
+            original = yaml.safe_load(Path(original_config).read_text(encoding="utf-8"))
+        scales = original.get("SCALES")
+        if scales is not None:
+            if not (isinstance(scales, (list, tuple)) and len(scales) == 2 and all(isinstance(v, int) for v in scales)
+                    and 1 <= scales[0] <= scales[1]):
+                raise CheckpointError(f"the config's SCALES must be [short side, longest side], got {scales!r}")
+            return scales[0], scales[1]
+    return 600, 1200 if task == "vcr" else 1000
+
+
 def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     """The e2e CNN's size from its keys: blocks per stage (ResNet-50/101/152) and widths."""
     prefix = "image_feature_extractor.backbone."
@@ -325,7 +344,8 @@ def convert_vl_bert(
         model_config.mask_token_id = tok.mask_token_id
     processor = VlBertProcessor(
         feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim,
-                                                image_feature_precomputed=model_config.image_feature_precomputed),
+                                                image_feature_precomputed=model_config.image_feature_precomputed,
+                                                **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
         tokenizer=tok,
         answer_slot=task == "vqa",
     )

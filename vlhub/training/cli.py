@@ -199,6 +199,20 @@ def _known_model_type(model_type: str) -> None:
         raise SystemExit(f"--model_type {model_type}: unknown; vlhub knows {', '.join(known)}")
 
 
+def _refuse_pixel_models(config, script: str, source: str) -> None:
+    """Training feeds precomputed region features (a region store). A model that computes its own from pixels
+    (VL-BERT's "e2e" release, `image_feature_precomputed=False`) would need images, boxes and its CNN in the loop,
+    which these scripts do not provide: say so before anything is built."""
+    fields = config if isinstance(config, dict) else getattr(config, "__dict__", {})
+    if fields.get("image_feature_precomputed", True) is False:
+        raise SystemExit(
+            f"{script}: {source} is an 'e2e' model (image_feature_precomputed=False: it computes region features from "
+            "pixels with its own ResNet), but training here feeds precomputed region features from a region store; "
+            "e2e training is not supported. Train a 'prec' model (image_feature_precomputed=True, the default), or "
+            "fine-tune the e2e model in your own loop with processor(text, images=..., boxes=...)."
+        )
+
+
 def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import HfArgumentParser
 
@@ -211,6 +225,15 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         _known_model_type(model_args.model_type)
         if not get_architecture(model_args.model_type).has_task("pretraining"):
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
+    if model_args.model_name_or_path:
+        from transformers import AutoConfig
+
+        _refuse_pixel_models(AutoConfig.from_pretrained(model_args.model_name_or_path), "pretrain.py",
+                             model_args.model_name_or_path)
+    elif (model_args.config_name and Path(model_args.config_name).is_file()
+          and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
+        _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
+                             model_args.config_name)
     set_seed(training_args.seed)
     corpus = load_caption_corpus(data_args.dataset, data_args.region_store, data_args.caption_file,
                                  shapes_seed=data_args.shapes_seed, region_cache_mb=data_args.region_cache_mb)
@@ -297,6 +320,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
                          "pass a checkpoint folder or Hub id")
     source_config = AutoConfig.from_pretrained(source)
+    _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
     if not architecture.has_task(finetune_args.task):
         raise SystemExit(f"--task {finetune_args.task}: {architecture.name} has no {finetune_args.task} head "

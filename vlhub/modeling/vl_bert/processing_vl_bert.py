@@ -8,11 +8,16 @@ import copy
 
 import numpy as np
 import torch
+from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
 from ...processing.regions import RegionFeatures
 
 __all__ = ["VlBertRegionProcessor", "VlBertProcessor", "vl_bert_resized_size", "vl_bert_resized_boxes", "vl_bert_locations"]
+
+# VCR: detected people are named in the text by these gender-neutral names, in turn (`vcr/data/datasets/vcr.py`).
+GENDER_NEUTRAL_NAMES = ("Casey", "Riley", "Jessie", "Jackie", "Avery", "Jaime", "Peyton", "Kerry", "Jody", "Kendall",
+                        "Frankie", "Pat", "Quinn")
 
 
 def vl_bert_resized_size(width: int, height: int, min_size: int = 600, max_size: int | None = 1000) -> tuple[int, int]:
@@ -60,8 +65,9 @@ class VlBertRegionProcessor(RegionProcessor):
     """Regions → VL-BERT inputs: `region_features` `(batch, 1 + R, F)`, `region_locations` `(batch, 1 + R, 4)`,
     `region_attention_mask`.
 
-    Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the mean of the region
-    features (the original's default when a feature file has no `image_box_feature`). Regions are kept in the order
+    Object 0 is the whole image (`ADD_IMAGE_AS_A_BOX`): the box `[0, 0, w-1, h-1]` with the feature
+    `regions.metadata["image_box_feature"]` when given (what the original reads from a feature file that has one),
+    else the mean of the region features (the original's default otherwise). Regions are kept in the order
     given (the released VQA features were selected at extraction, 10-100 per image; more than `max_regions` is an
     error); with `confidence_threshold` set and detector scores present they are selected by confidence
     (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
@@ -148,8 +154,28 @@ class VlBertRegionProcessor(RegionProcessor):
         height, width = (int(round(v)) for v in regions.image_size)
         image_box = torch.tensor([[0.0, 0.0, width - 1.0, height - 1.0]])
         image_location = vl_bert_locations(image_box, regions.image_size, self.min_size, self.max_size)
-        image_feature = features.mean(dim=0, keepdim=True)
-        return torch.cat([image_feature, features]), torch.cat([image_location, locations])
+        return torch.cat([self.image_box_feature(features, regions), features]), torch.cat([image_location, locations])
+
+    @staticmethod
+    def image_box_feature(features: torch.Tensor, regions: RegionFeatures) -> torch.Tensor:
+        """`(1, F)`: object 0's feature. The original's VQA loader takes the feature file's `image_box_feature` (the
+        detector's feature of the whole-image box) when the file has one, else the mean of the box features; here
+        `regions.metadata["image_box_feature"]` (`(F,)` or `(1, F)`, set by `VlBertJsonReader` from such a file, or
+        by you) plays that part."""
+        given = regions.metadata.get("image_box_feature")
+        if given is None:
+            return features.mean(dim=0, keepdim=True)
+        given = torch.as_tensor(np.asarray(given, dtype=np.float32) if not torch.is_tensor(given) else given)
+        given = given.to(dtype=features.dtype)
+        given = given.unsqueeze(0) if given.ndim == 1 else given
+        if tuple(given.shape) != (1, features.shape[1]):
+            raise ValueError(
+                f"metadata['image_box_feature'] must hold one feature of the regions' size {features.shape[1]} "
+                f"(shape ({features.shape[1]},) or (1, {features.shape[1]})), got shape {tuple(given.shape)}"
+            )
+        if not torch.isfinite(given).all():
+            raise ValueError("metadata['image_box_feature'] has NaN or infinite values")
+        return given
 
 
 class VlBertProcessor(VisionLanguageProcessor):
@@ -208,9 +234,107 @@ class VlBertProcessor(VisionLanguageProcessor):
         visual = self.feature_extractor.encode_images(images, list(boxes))
         if data and data["input_ids"].shape[0] != visual["pixel_values"].shape[0]:
             raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
-        from transformers import BatchFeature
-
         return BatchFeature({**data, **visual}, tensor_type=return_tensors)
+
+    # -- VCR ------------------------------------------------------------------------------------------------------
+    def _vcr_pieces(self, tokens, names: list[str], what: str) -> tuple[list[int], list[int]]:
+        """VCR's mixed tokens (words, and lists of object indices) → word-piece ids and each piece's object tag:
+        a reference `[o1, o2, ...]` becomes `name(o1) and name(o2) ...`, the name's pieces tagged `o + 1` (object 0
+        is the whole image), every other piece (words, "and") tagged 0 — the original's `BASIC_ALIGN: false`."""
+        if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not tokens:
+            raise ValueError(f"{what} must be a non-empty list of VCR tokens (words and lists of object indices), "
+                             f"got {tokens!r}")
+        ids, tags = [], []
+
+        def add(text: str, tag: int):
+            pieces = self.tokenizer.convert_tokens_to_ids(self.tokenizer.tokenize(text))
+            ids.extend(pieces)
+            tags.extend([tag] * len(pieces))
+
+        for i, token in enumerate(tokens):
+            if isinstance(token, str):
+                add(token, 0)
+                continue
+            if not isinstance(token, (list, tuple)) or not token:
+                raise ValueError(f"{what}[{i}] must be a word or a non-empty list of object indices, got {token!r}")
+            for j, index in enumerate(token):
+                if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(names):
+                    raise ValueError(f"{what}[{i}] refers to object {index!r}; the image has {len(names)} objects "
+                                     f"(indices 0..{len(names) - 1})")
+                if j:
+                    add("and", 0)
+                add(names[index], index + 1)
+        if not ids:
+            raise ValueError(f"{what} has no word pieces")
+        return ids, tags
+
+    def vcr_text(self, question, choices, objects, answer=None, max_length: int = 64,
+                 person_name_offset: int = 0) -> BatchFeature:
+        """One VCR example's texts, one row per choice, laid out as the original VL-BERT VCR model builds them.
+
+        Args:
+            question, choices, answer: VCR's tokens: a list of words and object references (lists of indices into
+                `objects`), e.g. `["why", "is", [0], "smiling", "?"]`; `choices` the 4 answers (Q→A) or, with
+                `answer` (the chosen answer's tokens, QA→R), the 4 rationales.
+            objects: the image's object classes, in the order of the regions you pass (`["person", "dog", ...]`).
+                References become names: a "person" is named `GENDER_NEUTRAL_NAMES` in turn (from
+                `person_name_offset`; the original's counter runs on across examples), other objects by class.
+            max_length: word pieces per choice without the special tokens (the original's `seq_len`, 64).
+
+        Each row is `[CLS] A [SEP] B [SEP]`: Q→A has A = question, B = answer; QA→R has A = question + answer,
+        B = rationale. `[CLS]`, A and the first `[SEP]` are token type 0; B and its `[SEP]` type 1. Too long texts
+        are cut as the original cuts them: Q→A pops the last piece of the longer of question and answer, and the
+        question stays cut for every choice; QA→R pops the rationale while it is longer than question + answer,
+        else the question (down to one piece), else the answer.
+
+        Returns `input_ids`, `token_type_ids`, `attention_mask` and `text_region_ids` (each piece's object: 0 =
+        the whole image, `o + 1` = `objects[o]`, matching the regions' rows after the whole-image object 0), each
+        `(num_choices, text_length)`; pass them to `VlBertForMultipleChoice` with a leading batch dimension.
+        """
+        if isinstance(objects, str) or not all(isinstance(o, str) for o in objects):
+            raise ValueError(f"objects must be a list of class names, got {objects!r}")
+        if max_length < 3:
+            raise ValueError(f"max_length must leave room for the texts, got {max_length}")
+        if isinstance(choices, (str, bytes)) or not choices:
+            raise ValueError("choices must be a non-empty list of answers (or rationales), each a list of VCR tokens")
+        names, person = [], person_name_offset
+        for name in objects:
+            if name == "person":
+                name, person = GENDER_NEUTRAL_NAMES[person % len(GENDER_NEUTRAL_NAMES)], person + 1
+            names.append(name)
+        q_ids, q_tags = self._vcr_pieces(question, names, "question")
+        rows = [self._vcr_pieces(c, names, f"choices[{k}]") for k, c in enumerate(choices)]
+        if answer is None:  # Q→A
+            for b_ids, b_tags in rows:
+                while len(q_ids) + len(b_ids) > max_length:
+                    target = (b_ids, b_tags) if len(b_ids) > len(q_ids) else (q_ids, q_tags)
+                    target[0].pop(), target[1].pop()
+            a_ids, a_tags = q_ids, q_tags
+        else:  # QA→R
+            ans_ids, ans_tags = self._vcr_pieces(answer, names, "answer")
+            for b_ids, b_tags in rows:
+                while len(q_ids) + len(ans_ids) + len(b_ids) > max_length:
+                    if len(b_ids) > len(q_ids) + len(ans_ids):
+                        target = (b_ids, b_tags)
+                    elif len(q_ids) > 1:
+                        target = (q_ids, q_tags)
+                    else:
+                        target = (ans_ids, ans_tags)
+                    target[0].pop(), target[1].pop()
+            a_ids, a_tags = q_ids + ans_ids, q_tags + ans_tags
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        length = max(len(a_ids) + len(b_ids) + 3 for b_ids, _ in rows)
+        out = {name: torch.zeros(len(rows), length, dtype=torch.long)
+               for name in ("input_ids", "token_type_ids", "attention_mask", "text_region_ids")}
+        out["input_ids"].fill_(self.tokenizer.pad_token_id)
+        for k, (b_ids, b_tags) in enumerate(rows):
+            ids = [cls, *a_ids, sep, *b_ids, sep]
+            n = len(ids)
+            out["input_ids"][k, :n] = torch.tensor(ids)
+            out["token_type_ids"][k, len(a_ids) + 2:n] = 1
+            out["attention_mask"][k, :n] = 1
+            out["text_region_ids"][k, :n] = torch.tensor([0, *a_tags, 0, *b_tags, 0])
+        return BatchFeature(out, tensor_type="pt")
 
     def for_task(self, task: str) -> "VlBertProcessor":
         """This processor with the answer slot on for "vqa" and off for the other tasks (a copy if it changes)."""

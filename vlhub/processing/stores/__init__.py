@@ -11,6 +11,7 @@ from .original import (
     ButdTsvReader,
     FeatureFileError,
     NpzFolderReader,
+    VlBertJsonReader,
     UniterLmdbReader,
     VilbertLmdbReader,
     VlpH5Reader,

@@ -476,20 +476,29 @@ class VlpH5Reader(_Reader):
 
 
 # --------------------------------------------------------------------------------------------------- npz
-class NpzFolderReader(_Reader):
-    """X-modaler / TDEN: one `<image_id>.npz` per image with `features` (N, 2048), `boxes` (N, 4) pixels,
-    `cls_prob` (N, 1601, background first), `image_h`, `image_w`, `num_boxes` (arrays of length 1). Files are
-    read with `allow_pickle=False`; an npz whose fields need pickle is refused."""
+class _FolderReader(_Reader):
+    """A folder of one `<image_id><suffix>` file per image."""
+
+    suffix: str
+    kind: str
 
     def __init__(self, directory: str | os.PathLike):
         super().__init__()
         self.path = Path(directory)
         if not self.path.is_dir():
-            raise FileNotFoundError(f"no folder of npz feature files at {self.path}")
-        self._ids = sorted(p.stem for p in self.path.glob("*.npz"))
+            raise FileNotFoundError(f"no folder of {self.kind} feature files at {self.path}")
+        self._ids = sorted(p.stem for p in self.path.glob(f"*{self.suffix}"))
         if not self._ids:
-            raise FeatureFileError(f"{self.path} holds no .npz files")
+            raise FeatureFileError(f"{self.path} holds no {self.suffix} files")
         self._index = set(self._ids)
+
+
+class NpzFolderReader(_FolderReader):
+    """X-modaler / TDEN: one `<image_id>.npz` per image with `features` (N, 2048), `boxes` (N, 4) pixels,
+    `cls_prob` (N, 1601, background first), `image_h`, `image_w`, `num_boxes` (arrays of length 1). Files are
+    read with `allow_pickle=False`; an npz whose fields need pickle is refused."""
+
+    suffix, kind = ".npz", "npz"
 
     def _read(self, image_id: str) -> RegionFeatures:
         path = self.path / f"{image_id}.npz"
@@ -503,6 +512,35 @@ class NpzFolderReader(_Reader):
         return _butd_record(record, str(path), BUTD_TSV_FIELDS)
 
 
+class VlBertJsonReader(_FolderReader):
+    """VL-BERT's precomputed features (`vgbua_res101_precomputed/*`, unzipped): one `<image_id>.json` per image with
+    `image_w`, `image_h`, `num_boxes`, and base64 float32 `boxes` (N, 4) pixels and `features` (N, 2048); optional
+    `classes` (N, 1601) detector class probabilities (Conceptual Captions) → `class_probs`, and
+    `image_box_feature` (1, 2048), the whole-image box's feature → `metadata["image_box_feature"]`, which
+    VL-BERT's processor uses for object 0 (else the mean of the features, as the original)."""
+
+    suffix, kind = ".json", "VL-BERT json"
+
+    def _read(self, image_id: str) -> RegionFeatures:
+        path = self.path / f"{image_id}.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise FeatureFileError(f"{path}: not a readable json feature file ({err})") from err
+        if not isinstance(record, dict):
+            raise FeatureFileError(f"{path}: expected a json object, got {type(record).__name__}")
+        if "classes" in record:
+            record["cls_prob"] = record.pop("classes")
+        regions = _butd_record(record, str(path), BUTD_TSV_FIELDS)
+        if record.get("image_box_feature") is not None:
+            feature = _array(record["image_box_feature"], str(path), "image_box_feature", np.float32).reshape(-1)
+            if feature.shape != (regions.features.shape[1],):
+                raise FeatureFileError(f"{path}: image_box_feature has {feature.size} values; the box features have "
+                                       f"{regions.features.shape[1]}")
+            regions.metadata["image_box_feature"] = feature
+        return regions
+
+
 # --------------------------------------------------------------------------------------------------- by name
 FEATURE_FORMATS = {
     "butd-tsv": "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
@@ -511,6 +549,7 @@ FEATURE_FORMATS = {
     "vilbert-lmdb": "ViLBERT beta / multi-task LMDB (pickled rows)",
     "vlp-h5": "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
     "npz": "a folder of per-image npz files (X-modaler / TDEN)",
+    "vl-bert-json": "a folder of VL-BERT's per-image json feature files (base64 boxes/features[, image_box_feature])",
     "vlhub": "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
 }
 
@@ -530,6 +569,8 @@ def open_feature_file(format: str, path: str | os.PathLike, **options) -> _Reade
         return VlpH5Reader(path, **options)
     if format == "npz":
         return NpzFolderReader(path, **options)
+    if format == "vl-bert-json":
+        return VlBertJsonReader(path, **options)
     if format == "vlhub":
         from .shards import RegionStore
 

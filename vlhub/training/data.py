@@ -219,6 +219,14 @@ def load_table(source: str, split_names=("train", "validation")):
     return datasets.load_dataset(source)
 
 
+def arrow_slice(data, index: slice, length: int, what: str):
+    """`data[index]` of an Arrow array or table (zero-copy) for a Python slice of step 1 over `length` rows."""
+    start, stop, step = index.indices(length)
+    if step != 1:
+        raise ValueError(f"{what} slices take a step of 1")
+    return data.slice(start, max(0, stop - start))
+
+
 class ArrowStrings(Sequence):
     """A read-only sequence of `str` over an Arrow string column (memory-mapped when it comes from a `datasets`
     cache file): millions of strings cost no Python objects until one is read."""
@@ -240,10 +248,7 @@ class ArrowStrings(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                raise ValueError("ArrowStrings slices take a step of 1")
-            return ArrowStrings(self.column.slice(start, max(0, stop - start)))
+            return ArrowStrings(arrow_slice(self.column, index, len(self), "ArrowStrings"))
         return self.column[index].as_py()
 
     def unique_sorted(self) -> "ArrowStrings":

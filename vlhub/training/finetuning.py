@@ -14,6 +14,7 @@ from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from .collators import CaptionDataset
+from .data import arrow_slice
 from .loop import TrainingTask
 from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
@@ -73,10 +74,7 @@ class VqaQuestions(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                raise ValueError("VqaQuestions slices take a step of 1")
-            return VqaQuestions(self.table.slice(start, max(0, stop - start)))
+            return VqaQuestions(arrow_slice(self.table, index, len(self), "VqaQuestions"))
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):

@@ -18,9 +18,9 @@ from vlhub.processing.stores import (
     NpzFolderReader,
     UniterLmdbReader,
     VilbertLmdbReader,
-    VlBertJsonReader,
     VlpH5Reader,
 )
+from vlhub.modeling.vl_bert import VlBertJsonReader
 from vlhub.utils.safe_pickle import UnsafePickleError, safe_loads
 
 lmdb = pytest.importorskip("lmdb")
@@ -238,6 +238,10 @@ def test_vl_bert_json_folder(tmp_path):
     (tmp_path / "45.json").write_text("{not json")
     reader = VlBertJsonReader(tmp_path)
     assert reader.ids == ["42", "43", "44", "45"]
+    from vlhub.processing.stores import FEATURE_FORMATS, open_feature_file
+
+    # VL-BERT registers its format with the shared feature-file registry (nothing in the stores names it).
+    assert "vl-bert-json" in FEATURE_FORMATS and isinstance(open_feature_file("vl-bert-json", tmp_path), VlBertJsonReader)
     regions = reader["42"]
     np.testing.assert_array_equal(regions.features.numpy(), d["features"])
     np.testing.assert_array_equal(regions.boxes.numpy(), d["boxes"])

@@ -1,5 +1,6 @@
 """VL-BERT (Su et al., ICLR 2020): its classes (exported lazily) and its one registration with vlhub."""
 
+from ...processing.stores.original import register_feature_format
 from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
@@ -21,7 +22,12 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "VlBertProcessor", "VlBertRegionProcessor", "vl_bert_locations", "vl_bert_resized_boxes", "vl_bert_resized_size",
     ],
     "objectives_vl_bert": ["VL_BERT_OBJECTIVES"],
+    "features_vl_bert": ["VlBertJsonReader"],
 })
+
+# The released precomputed features (`vlhub import-features --format vl-bert-json FOLDER --output STORE`).
+register_feature_format("vl-bert-json", "a folder of VL-BERT's per-image json feature files (base64 "
+                        "boxes/features[, image_box_feature])", f"{__name__}.features_vl_bert:VlBertJsonReader")
 
 ARCHITECTURE = register_architecture(Architecture(
     model_type="vl_bert",

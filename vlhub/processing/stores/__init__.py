@@ -10,12 +10,15 @@ from .original import (
     LXMERT_TSV_FIELDS,
     ButdTsvReader,
     FeatureFileError,
+    FolderReader,
     NpzFolderReader,
-    VlBertJsonReader,
     UniterLmdbReader,
     VilbertLmdbReader,
     VlpH5Reader,
+    butd_record,
+    feature_array,
     open_feature_file,
+    register_feature_format,
 )
 from .shards import (
     FLOAT16_MAX,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
+import importlib
 import io
 import json
 import os
@@ -43,6 +45,10 @@ __all__ = [
     "LXMERT_TSV_FIELDS",
     "FEATURE_FORMATS",
     "open_feature_file",
+    "register_feature_format",
+    "FolderReader",
+    "butd_record",
+    "feature_array",
 ]
 
 BUTD_TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
@@ -80,7 +86,7 @@ def _scalar(value, source: str, name: str) -> int:
     return int(array[0])
 
 
-def _array(value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None) -> np.ndarray:
+def feature_array(value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None) -> np.ndarray:
     """A field as a numpy array; base64 strings (the TSV convention) are decoded as `dtype`."""
     if isinstance(value, (str, bytes)):
         try:
@@ -159,23 +165,23 @@ class _Reader(Mapping):
 
 
 # --------------------------------------------------------------------------------------------------- TSV
-def _butd_record(record: Mapping, source: str, fields: Sequence[str]) -> RegionFeatures:
+def butd_record(record: Mapping, source: str, fields: Sequence[str]) -> RegionFeatures:
     """One bottom-up-attention row (BUTD or LXMERT field names) as RegionFeatures."""
     lxmert = "img_h" in fields
     height = _scalar(_get(record, "img_h" if lxmert else "image_h", source), source, "image_h")
     width = _scalar(_get(record, "img_w" if lxmert else "image_w", source), source, "image_w")
     num_boxes = _scalar(_get(record, "num_boxes", source), source, "num_boxes")
-    boxes = _array(_get(record, "boxes", source), source, "boxes", np.float32, num_boxes, 4)
-    features = _array(_get(record, "features", source), source, "features", np.float32, num_boxes)
+    boxes = feature_array(_get(record, "boxes", source), source, "boxes", np.float32, num_boxes, 4)
+    features = feature_array(_get(record, "features", source), source, "features", np.float32, num_boxes)
     extra = {}
     if "cls_prob" in record or b"cls_prob" in record:
-        extra["class_probs"] = _array(_get(record, "cls_prob", source), source, "cls_prob", np.float32, num_boxes)
+        extra["class_probs"] = feature_array(_get(record, "cls_prob", source), source, "cls_prob", np.float32, num_boxes)
     metadata = {}
     if lxmert:
         # LXMERT stores only the argmax object/attribute (0-based, background excluded) and its confidence.
-        extra["scores"] = _array(_get(record, "objects_conf", source), source, "objects_conf", np.float32).reshape(-1)
+        extra["scores"] = feature_array(_get(record, "objects_conf", source), source, "objects_conf", np.float32).reshape(-1)
         for name, dtype in (("objects_id", np.int64), ("attrs_id", np.int64), ("attrs_conf", np.float32)):
-            metadata[name] = _array(_get(record, name, source), source, name, dtype).reshape(-1)
+            metadata[name] = feature_array(_get(record, name, source), source, name, dtype).reshape(-1)
     regions = _regions(source, features=features, boxes=boxes, image_size=(height, width), **extra)
     regions.metadata.update(metadata)
     return regions
@@ -230,7 +236,7 @@ class ButdTsvReader(_Reader):
                 f"{source}: line has {len(values)} tab-separated columns but the field list {fields} has "
                 f"{len(fields)}; pass fields= matching the file"
             )
-        return _butd_record(dict(zip(fields, values)), source, fields)
+        return butd_record(dict(zip(fields, values)), source, fields)
 
 
 # --------------------------------------------------------------------------------------------------- LMDB
@@ -306,15 +312,15 @@ class UniterLmdbReader(_LmdbReader):
                 raise FeatureFileError(f"{source}: corrupt compressed npz ({err})") from err
         else:
             record = _decode_msgpack(data, source)
-        features = _array(_get(record, "features", source), source, "features", np.float32)
-        norm_bb = _array(_get(record, "norm_bb", source), source, "norm_bb", np.float32, len(features))
+        features = feature_array(_get(record, "features", source), source, "features", np.float32)
+        norm_bb = feature_array(_get(record, "norm_bb", source), source, "norm_bb", np.float32, len(features))
         if norm_bb.shape[1] < 4:
             raise FeatureFileError(f"{source}: norm_bb should have 6 columns, got {norm_bb.shape}")
         extra = {}
         if "conf" in record:
-            extra["scores"] = _array(record["conf"], source, "conf", np.float32).reshape(-1)
+            extra["scores"] = feature_array(record["conf"], source, "conf", np.float32).reshape(-1)
         if "soft_labels" in record:
-            extra["class_probs"] = _array(record["soft_labels"], source, "soft_labels", np.float32, len(features))
+            extra["class_probs"] = feature_array(record["soft_labels"], source, "soft_labels", np.float32, len(features))
         try:
             return RegionFeatures.from_normalized_boxes(features, norm_bb[:, :4], **extra)
         except (ValueError, TypeError) as err:
@@ -367,7 +373,7 @@ class VilbertLmdbReader(_LmdbReader):
             raise FeatureFileError(f"{source}: expected a dict row, got {type(record).__name__}")
         if "num_boxes" not in record and b"num_boxes" not in record:
             record = {**record, "num_boxes": len(np.asarray(_get(record, "features", source)))}
-        return _butd_record(record, source, BUTD_TSV_FIELDS)
+        return butd_record(record, source, BUTD_TSV_FIELDS)
 
 
 # --------------------------------------------------------------------------------------------------- HDF5
@@ -455,11 +461,11 @@ class VlpH5Reader(_Reader):
             bbox = np.asarray(_plain_h5_dataset(self._h5py, bbox_file, image_id, self.path), dtype=np.float32)
         if bbox.ndim != 2 or bbox.shape[1] != 6:
             raise FeatureFileError(f"{self.path}: boxes of {image_id!r} should be (N, 6), got {bbox.shape}")
-        features = _array(self._dataset(self.features_pattern, image_id, "feature"), source, "features",
+        features = feature_array(self._dataset(self.features_pattern, image_id, "feature"), source, "features",
                           np.float32, len(bbox))
         extra = {"scores": bbox[:, 5]}
         if self.class_probs_pattern is not None:
-            extra["class_probs"] = _array(self._dataset(self.class_probs_pattern, image_id, "class-probability"),
+            extra["class_probs"] = feature_array(self._dataset(self.class_probs_pattern, image_id, "class-probability"),
                                           source, "class_probs", np.float32, len(bbox))
         boxes = bbox[:, :4]
         if self.image_sizes is not None:
@@ -476,7 +482,7 @@ class VlpH5Reader(_Reader):
 
 
 # --------------------------------------------------------------------------------------------------- npz
-class _FolderReader(_Reader):
+class FolderReader(_Reader):
     """A folder of one `<image_id><suffix>` file per image."""
 
     suffix: str
@@ -493,7 +499,7 @@ class _FolderReader(_Reader):
         self._index = set(self._ids)
 
 
-class NpzFolderReader(_FolderReader):
+class NpzFolderReader(FolderReader):
     """X-modaler / TDEN: one `<image_id>.npz` per image with `features` (N, 2048), `boxes` (N, 4) pixels,
     `cls_prob` (N, 1601, background first), `image_h`, `image_w`, `num_boxes` (arrays of length 1). Files are
     read with `allow_pickle=False`; an npz whose fields need pickle is refused."""
@@ -509,70 +515,48 @@ class NpzFolderReader(_FolderReader):
             raise FeatureFileError(f"{path}: cannot be read without pickle, or is corrupt ({err})") from err
         except (OSError, EOFError, zipfile.BadZipFile) as err:
             raise FeatureFileError(f"{path}: not a readable npz file ({err})") from err
-        return _butd_record(record, str(path), BUTD_TSV_FIELDS)
-
-
-class VlBertJsonReader(_FolderReader):
-    """VL-BERT's precomputed features (`vgbua_res101_precomputed/*`, unzipped): one `<image_id>.json` per image with
-    `image_w`, `image_h`, `num_boxes`, and base64 float32 `boxes` (N, 4) pixels and `features` (N, 2048); optional
-    `classes` (N, 1601) detector class probabilities (Conceptual Captions) → `class_probs`, and
-    `image_box_feature` (1, 2048), the whole-image box's feature → `metadata["image_box_feature"]`, which
-    VL-BERT's processor uses for object 0 (else the mean of the features, as the original)."""
-
-    suffix, kind = ".json", "VL-BERT json"
-
-    def _read(self, image_id: str) -> RegionFeatures:
-        path = self.path / f"{image_id}.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise FeatureFileError(f"{path}: not a readable json feature file ({err})") from err
-        if not isinstance(record, dict):
-            raise FeatureFileError(f"{path}: expected a json object, got {type(record).__name__}")
-        if "classes" in record:
-            record["cls_prob"] = record.pop("classes")
-        regions = _butd_record(record, str(path), BUTD_TSV_FIELDS)
-        if record.get("image_box_feature") is not None:
-            feature = _array(record["image_box_feature"], str(path), "image_box_feature", np.float32).reshape(-1)
-            if feature.shape != (regions.features.shape[1],):
-                raise FeatureFileError(f"{path}: image_box_feature has {feature.size} values; the box features have "
-                                       f"{regions.features.shape[1]}")
-            regions.metadata["image_box_feature"] = feature
-        return regions
+        return butd_record(record, str(path), BUTD_TSV_FIELDS)
 
 
 # --------------------------------------------------------------------------------------------------- by name
-FEATURE_FORMATS = {
-    "butd-tsv": "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
-    "lxmert-tsv": "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
-    "uniter-lmdb": "UNITER image LMDB (compressed npz or msgpack per image)",
-    "vilbert-lmdb": "ViLBERT beta / multi-task LMDB (pickled rows)",
-    "vlp-h5": "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
-    "npz": "a folder of per-image npz files (X-modaler / TDEN)",
-    "vl-bert-json": "a folder of VL-BERT's per-image json feature files (base64 boxes/features[, image_box_feature])",
-    "vlhub": "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
-}
+# name → description, and name → how to open it: a callable `(path, **options) -> reader` or "module:attribute"
+# (imported when first used). Architectures register the formats of their own releases' files.
+FEATURE_FORMATS: dict[str, str] = {}
+_OPENERS: dict[str, object] = {}
+
+
+def register_feature_format(name: str, description: str, opener) -> None:
+    """Make `open_feature_file(name, path)` (and `vlhub import-features --format name`) open `path` with `opener`:
+    a callable `(path, **options) -> reader` (a mapping image_id → RegionFeatures) or a "module:attribute" string
+    naming one, imported on first use."""
+    if name in _OPENERS and _OPENERS[name] != opener:
+        raise ValueError(f"feature format {name!r} is already registered")
+    FEATURE_FORMATS[name] = description
+    _OPENERS[name] = opener
 
 
 def open_feature_file(format: str, path: str | os.PathLike, **options) -> _Reader:
     """The reader for `format` (one of `FEATURE_FORMATS`) on `path`; `options` go to the reader (for "vlp-h5":
     `boxes=`, `class_probs=`, `image_sizes=` / `image_size_from_boxes=`, with `path` the feature file)."""
-    if format == "butd-tsv":
-        return ButdTsvReader(path, fields="butd", **options)
-    if format == "lxmert-tsv":
-        return ButdTsvReader(path, fields="lxmert", **options)
-    if format == "uniter-lmdb":
-        return UniterLmdbReader(path, **options)
-    if format == "vilbert-lmdb":
-        return VilbertLmdbReader(path, **options)
-    if format == "vlp-h5":
-        return VlpH5Reader(path, **options)
-    if format == "npz":
-        return NpzFolderReader(path, **options)
-    if format == "vl-bert-json":
-        return VlBertJsonReader(path, **options)
-    if format == "vlhub":
-        from .shards import RegionStore
+    opener = _OPENERS.get(format)
+    if opener is None:
+        raise ValueError(f"unknown feature format {format!r}; expected one of {sorted(FEATURE_FORMATS)}")
+    if isinstance(opener, str):
+        module, _, attribute = opener.partition(":")
+        opener = getattr(importlib.import_module(module), attribute)
+    return opener(path, **options)
 
-        return RegionStore(path, **options)
-    raise ValueError(f"unknown feature format {format!r}; expected one of {sorted(FEATURE_FORMATS)}")
+
+for _name, _description, _opener in (
+    ("butd-tsv", "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
+     functools.partial(ButdTsvReader, fields="butd")),
+    ("lxmert-tsv", "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
+     functools.partial(ButdTsvReader, fields="lxmert")),
+    ("uniter-lmdb", "UNITER image LMDB (compressed npz or msgpack per image)", UniterLmdbReader),
+    ("vilbert-lmdb", "ViLBERT beta / multi-task LMDB (pickled rows)", VilbertLmdbReader),
+    ("vlp-h5", "Unified VLP h5 files (features, class probabilities, 6-column boxes)", VlpH5Reader),
+    ("npz", "a folder of per-image npz files (X-modaler / TDEN)", NpzFolderReader),
+    ("vlhub", "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
+     "vlhub.processing.stores.shards:RegionStore"),
+):
+    register_feature_format(_name, _description, _opener)

@@ -11,7 +11,9 @@ the anchor). Then, in a fresh process per size (so peak memory is that size's ow
 - store open time (`RegionStore(folder)` plus its first read, before anything else touched the store);
 - random reads/s (`store[id]` for random ids), and the same reads from the LMDB;
 - the data path alone (region reads + processor + collation of UNITER pre-training batches of 32) in examples/s,
-  with 0 and with 2 DataLoader workers, reading by id, and the same with `--streaming` (shards read in order);
+  with 0 and with 2 DataLoader workers, reading by id, and the same with `--streaming` (shards read in order). As
+  in a training run: the loop's collate function (`loader_collate`), the process settings `pretrain.py` makes
+  (`retain_freed_memory`, `raise_open_file_limit`), and the steady state after 20 batches;
 - `pretrain.py`'s start-up (from calling it to its first optimizer step: captions, store, model, first batch) and
   tiny-model pre-training steps/s (batch 32; `mlm`, `mrfr` and `itm`: the synthetic rows have no class
   probabilities), and the process's memory: the largest anonymous resident memory seen after each phase (what the
@@ -40,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 REGIONS, FEATURE_DIM, BATCH = 36, 2048, 32
+WARMUP_BATCHES = 20
 WORDS = ("a red blue green small large circle square triangle left right above below of the near next to and with "
          "two three one shape picture shows there is are").split()
 
@@ -144,13 +147,16 @@ def read_through(paths) -> float:
     return total / 1e6 / (time.perf_counter() - start)
 
 
-def data_path(dataset, loader_kwargs: dict, count: int, steps: int) -> float:
-    """Examples/s of a DataLoader over the data path alone (after its first batch: workers started)."""
+def data_path(dataset, loader_kwargs: dict, count: int, steps: int, warmup: int = WARMUP_BATCHES) -> float:
+    """Examples/s of a DataLoader over the data path alone, in the steady state of a training run: after `warmup`
+    batches (workers started, each with the store's shards opened: a new worker opens each shard once, 5-6 ms a
+    shard, which persistent workers pay once per run)."""
     from torch.utils.data import DataLoader
 
     loader = DataLoader(dataset, num_workers=count, persistent_workers=False, **loader_kwargs)
     iterator = iter(loader)
-    next(iterator)
+    for _ in range(warmup):
+        next(iterator)
     start = time.perf_counter()
     for _ in range(steps):
         next(iterator)
@@ -169,9 +175,12 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     from vlhub.training.cli import _load_tokenizer, pretrain_main
     from vlhub.training.data import load_caption_corpus
     from vlhub.training.objectives import ObjectiveMix, objectives_for
+    from vlhub.training.loop import loader_collate
     from vlhub.training.pretraining import PretrainingTask, build_pretraining_model
-    from vlhub.utils.tensors import SingleThreaded
+    from vlhub.utils.resources import raise_open_file_limit, retain_freed_memory
 
+    retain_freed_memory()  # as pretrain.py does
+    raise_open_file_limit()
     figures: dict = {}
     anonymous = []
 
@@ -194,18 +203,19 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
                                                corpus, model_type="uniter")
     mix = ObjectiveMix.parse(["mlm:1", "mrfr:1", "itm:1"], objectives_for("uniter"))
     task = PretrainingTask(model, processor, corpus, mix)
-    collate = SingleThreaded(task.collate_fn)  # as the training loop runs it
     length = max(steps, 20)
     for count in workers:
         sampler = task.train_sampler(BATCH, 1, 0)
         figures[f"data_path_examples_per_s_{count}_workers"] = data_path(
-            task.train_dataset, {"batch_sampler": sampler, "collate_fn": collate}, count, min(length, len(sampler) - 1))
+            task.train_dataset, {"batch_sampler": sampler, "collate_fn": loader_collate(task.collate_fn, count)}, count,
+            min(length, len(sampler) - 1 - WARMUP_BATCHES))
         sample_memory()
     for count in workers:
         args = VlhubTrainingArguments(output_dir=str(folder / "run"), per_device_train_batch_size=BATCH,
                                       dataloader_num_workers=count, shuffle_buffer_size=4096)
         figures[f"streamed_examples_per_s_{count}_workers"] = data_path(
-            task.train_stream(args, 0, 1), {"batch_size": None, "collate_fn": collate}, count, length)
+            task.train_stream(args, 0, 1), {"batch_size": None, "collate_fn": loader_collate(task.collate_fn, count)},
+            count, length)
         sample_memory()
     del task, model, corpus
 

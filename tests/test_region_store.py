@@ -180,3 +180,27 @@ def test_a_version_1_store_still_reads_and_upgrades_with_one_command(tmp_path):
         assert_same_regions(upgraded[image_id], regions)
     with pytest.raises(ValueError, match="format version 1.*import-features --format vlhub"):
         RegionStoreWriter(old)
+
+
+def test_a_store_with_more_shards_than_it_keeps_open_reopens_them(tmp_path):
+    images = {f"img{i}": random_regions(3, 8, seed=i) for i in range(6)}
+    with RegionStoreWriter(tmp_path, shard_size=2) as writer:
+        for image_id, regions in images.items():
+            writer.add(image_id, regions)
+    store = RegionStore(tmp_path, max_open_shards=1)
+    for image_id in ["img0", "img5", "img2", "img0"]:  # every read in another shard than the one open
+        assert_same_regions(store[image_id], images[image_id])
+        assert len(store._shards) == 1
+    with pytest.raises(ValueError, match="max_open_shards must be at least 1"):
+        RegionStore(tmp_path, max_open_shards=0)
+
+
+def test_the_default_number_of_open_shards_follows_the_open_file_limit(monkeypatch):
+    from vlhub.processing.stores import shards
+
+    monkeypatch.setattr(shards, "open_file_limit", lambda: 1024)
+    assert shards._default_open_shards() == 256
+    monkeypatch.setattr(shards, "open_file_limit", lambda: 1 << 20)
+    assert shards._default_open_shards() == 1 << 18
+    monkeypatch.setattr(shards, "open_file_limit", lambda: 20)
+    assert shards._default_open_shards() == 16

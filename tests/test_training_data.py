@@ -130,3 +130,52 @@ def test_the_region_cache_is_bounded_in_bytes_and_workers_start_empty(tmp_path):
     copy = pickle.loads(pickle.dumps(cache))
     assert copy.cached_bytes == 0 and not copy._cache and len(copy) == 10
     assert len(RegionCache(store, max_bytes=0)._cache) == 0
+
+
+def test_only_a_store_that_fits_in_the_region_cache_is_cached(tmp_path):
+    from tests.helpers import random_regions
+    from vlhub.processing.stores import RegionStore, RegionStoreWriter
+    from vlhub.training.data import RegionCache, open_region_source
+
+    with RegionStoreWriter(tmp_path / "store") as writer:
+        for i in range(8):
+            writer.add(f"img{i}", random_regions(36, 2048, seed=i))  # 8 x 295 kB of float32 features on disk
+    assert isinstance(open_region_source(tmp_path / "store", cache_mb=16), RegionCache)
+    bare = open_region_source(tmp_path / "store", cache_mb=1)  # a 1 MiB cache would hold 3 of the 8 images
+    assert isinstance(bare, RegionStore)
+    torch.testing.assert_close(bare["img3"].features, random_regions(36, 2048, seed=3).features, atol=0, rtol=0)
+    assert isinstance(open_region_source(tmp_path / "store", cache_mb=0), RegionCache)  # caching off, as asked
+
+
+def test_workers_send_float16_exact_region_features_as_float16():
+    from vlhub.training.collators import Float16RegionTransfer
+
+    exact = torch.randn(2, 3, 8).half().float()
+    inexact = exact.clone()
+    inexact[1, 2, 5] += 1e-4  # between two float16 values
+    huge = exact.clone()
+    huge[0, 0, 0] = 1e5  # beyond float16's range
+    for features, sent_as in ((exact, torch.float16), (inexact, torch.float32), (huge, torch.float32)):
+        batch = Float16RegionTransfer(lambda examples: {"region_features": features.clone(), "labels": examples})(
+            [1, 2])
+        assert batch["region_features"].dtype == sent_as and batch["labels"] == [1, 2]
+        torch.testing.assert_close(batch["region_features"].float(), features, atol=0, rtol=0)
+    assert Float16RegionTransfer(lambda examples: {"input_ids": torch.ones(2, 3)})([]).keys() == {"input_ids"}
+
+
+def test_process_resources_for_training():
+    import resource
+    import sys
+
+    from vlhub.utils.resources import open_file_limit, raise_open_file_limit, retain_freed_memory
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        assert raise_open_file_limit() == open_file_limit() == (None if hard == resource.RLIM_INFINITY else hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        glibc = hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+        assert retain_freed_memory() is glibc

@@ -17,6 +17,7 @@ from typing import ClassVar
 from accelerate.utils import set_seed
 
 from ..registry import architectures, get_architecture
+from ..utils.resources import raise_open_file_limit, retain_freed_memory
 from ..utils.secrets import redact_secrets
 from .arguments import VlhubTrainingArguments
 from .data import (
@@ -142,12 +143,16 @@ def launch_command(script: str, argv: list[str] | None = None) -> str:
     return " ".join([launcher, script, *map(shlex.quote, redact_secrets(list(argv)))])
 
 
-def _show_logs() -> None:
-    """Progress messages of the loop (accelerate's logger, main process) reach the console unless the caller has
-    configured logging itself."""
+def _prepare_process() -> None:
+    """What a training script sets up for its process: progress messages of the loop (accelerate's logger, main
+    process) reach the console unless the caller has configured logging itself; freed batch memory is reused rather
+    than faulted in anew for every batch (`retain_freed_memory`); a store's shards may all stay open
+    (`raise_open_file_limit`)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s", level=logging.INFO)
     logging.getLogger("vlhub").setLevel(logging.INFO)
+    retain_freed_memory()
+    raise_open_file_limit()
 
 
 def _load_tokenizer(name: str | None, dataset: str, lowercase: bool):
@@ -220,7 +225,7 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainArguments, PretrainTrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _show_logs()
+    _prepare_process()
     if not model_args.model_name_or_path:
         _known_model_type(model_args.model_type)
         if not get_architecture(model_args.model_type).has_task("pretraining"):
@@ -309,7 +314,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _show_logs()
+    _prepare_process()
     if finetune_args.task not in ("vqa", "retrieval", "captioning"):
         raise SystemExit(f"--task must be vqa, retrieval or captioning, got {finetune_args.task!r}")
     if finetune_args.scst and finetune_args.task != "captioning":

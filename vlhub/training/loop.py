@@ -45,6 +45,7 @@ from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha25
 from ..utils.secrets import scrub_secrets
 from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
+from .collators import Float16RegionTransfer
 from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
@@ -125,6 +126,14 @@ class TrainingTask:
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=SingleThreaded(collate_fn),
                             generator=torch.Generator())
         return accelerator.prepare(loader)
+
+
+def loader_collate(collate_fn, workers: int):
+    """The collate function as the training DataLoader runs it: on one intra-op thread (workers run with one
+    already; without workers the main process gets the same), and with float16-exact region features sent from
+    workers as float16 (`Float16RegionTransfer`)."""
+    collate_fn = SingleThreaded(collate_fn)
+    return Float16RegionTransfer(collate_fn) if workers > 0 else collate_fn
 
 
 @dataclass
@@ -315,8 +324,7 @@ def train(
     set_seed(args.seed)
     workers = args.dataloader_num_workers
     loader_settings = dict(
-        # Workers run with one thread already; without workers the collator gets the same in the main process.
-        collate_fn=SingleThreaded(task.collate_fn), num_workers=workers,
+        collate_fn=loader_collate(task.collate_fn, workers), num_workers=workers,
         prefetch_factor=args.dataloader_prefetch_factor if workers else None,
         persistent_workers=args.dataloader_persistent_workers and workers > 0,
         pin_memory=args.dataloader_pin_memory and accelerator.device.type == "cuda",

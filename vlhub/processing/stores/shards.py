@@ -51,6 +51,7 @@ import torch
 import xxhash
 
 from ...utils.files import atomic_write_json
+from ...utils.resources import open_file_limit
 from ...utils.tensors import float32_tensor, single_threaded
 from ..regions import FLOAT16_MAX, RegionFeatures, check_float16_range
 
@@ -220,6 +221,12 @@ def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
                            " shard TEXT NOT NULL, row INTEGER NOT NULL)")
         connection.execute("CREATE INDEX IF NOT EXISTS images_by_shard ON images (shard)")
     return connection
+
+
+def _default_open_shards() -> int:
+    """A quarter of the open-file limit: the rest stays for the process's other files, sockets and workers' pipes."""
+    limit = open_file_limit()
+    return max(16, (limit or 4096) // 4)
 
 
 def _column_matrix(column: pa.Array, width: int) -> np.ndarray:
@@ -537,10 +544,14 @@ class RegionStore:
 
     Args:
         directory: the store folder.
-        max_open_shards: memory-mapped shards kept open per process (least recently used are closed).
+        max_open_shards: memory-mapped shards kept open per process (least recently used are closed); each holds a
+            file descriptor. Default: a quarter of the process's open-file limit (256 under the common limit of 1,024;
+            every shard of a store of millions of images once `vlhub.utils.resources.raise_open_file_limit` has
+            raised it, as the training scripts do). Reopening a shard costs milliseconds, so random reads slow down
+            badly when a store has more shards than this.
     """
 
-    def __init__(self, directory: str | os.PathLike, max_open_shards: int = 256):
+    def __init__(self, directory: str | os.PathLike, max_open_shards: int | None = None):
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise FileNotFoundError(f"no region store folder at {self.directory}")
@@ -551,6 +562,8 @@ class RegionStore:
                 "RegionStoreWriter or `vlhub extract`)"
             )
         self.layout, self.version = found
+        if max_open_shards is not None and max_open_shards < 1:
+            raise ValueError(f"max_open_shards must be at least 1 (or None for the default), got {max_open_shards}")
         self.max_open_shards = max_open_shards
         self._v1 = _ParquetStoreV1(self.directory) if self.version == 1 else None
         if self._v1 is None and not (self.directory / ID_INDEX_FILE).exists():
@@ -590,7 +603,7 @@ class RegionStore:
             raise ValueError(f"shard {path} of the region store does not hold this store's columns (it has "
                              f"{table.schema.names}): it is damaged or comes from another store")
         shards[name] = table
-        if len(shards) > self.max_open_shards:
+        if len(shards) > (self.max_open_shards or _default_open_shards()):
             shards.popitem(last=False)
         return table
 

@@ -204,3 +204,22 @@ def test_the_default_number_of_open_shards_follows_the_open_file_limit(monkeypat
     assert shards._default_open_shards() == 1 << 18
     monkeypatch.setattr(shards, "open_file_limit", lambda: 20)
     assert shards._default_open_shards() == 16
+
+
+def test_a_float16_store_marks_its_features_so_uniter_does_not_round_them_again(tmp_path):
+    from vlhub.modeling.uniter.processing_uniter import UniterRegionProcessor
+    from vlhub.processing.regions import FLOAT16_FEATURES
+
+    regions = random_regions(12, 8, seed=4)
+    for dtype, marked in (("float16", True), ("float32", False)):
+        with RegionStoreWriter(tmp_path / dtype, feature_dtype=dtype) as writer:
+            writer.add("img", regions)
+        loaded = RegionStore(tmp_path / dtype)["img"]
+        assert bool(loaded.metadata.get(FLOAT16_FEATURES)) is marked
+        processor = UniterRegionProcessor(region_feature_dim=8, min_regions=1)
+        selected = processor.select(loaded)
+        assert bool(selected.metadata.get(FLOAT16_FEATURES)) is marked  # selection keeps the mark
+        # Either way UNITER sees the float16-rounded features of the selected regions, as its feature files hold them.
+        expected = regions.select(torch.sort(regions.scores, descending=True, stable=True).indices[:len(selected)])
+        encoded = processor([loaded])["region_features"][0]
+        torch.testing.assert_close(encoded, expected.features.half().float(), atol=0, rtol=0)

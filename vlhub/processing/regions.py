@@ -15,13 +15,17 @@ import torch
 
 from ..utils.tensors import all_finite
 
-__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "check_float16_range"]
+__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "FLOAT16_FEATURES", "check_float16_range"]
 
 # Boxes that poke out of the image by floating-point noise (detectors clip in float32) are accepted.
 _BOX_TOLERANCE_PX = 1e-2
 # The largest finite float16. Features stored or rounded to float16 (UNITER's feature files, float16 region stores)
 # must stay within it: anything larger becomes inf, and inf becomes NaN logits.
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)  # 65504
+# RegionFeatures.metadata key: True when `features` hold float16 values exactly (read from a float16 region store), so
+# a processor that rounds features to float16 (UNITER's) has nothing to do. Selecting regions keeps it; code that
+# puts other values into `features` must drop it.
+FLOAT16_FEATURES = "vlhub_float16_features"
 # The largest image side in pixels: 2**24 is where float32 (boxes are float32) stops holding every integer pixel.
 MAX_IMAGE_SIDE = 2**24
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
-from ...processing.regions import RegionFeatures, check_float16_range
+from ...processing.regions import FLOAT16_FEATURES, RegionFeatures, check_float16_range
 
 __all__ = ["UniterRegionProcessor", "UniterProcessor", "uniter_locations"]
 
@@ -45,7 +45,7 @@ class UniterRegionProcessor(RegionProcessor):
         return uniter_locations(regions, self.float16_storage)
 
     def encode_features(self, regions: RegionFeatures) -> torch.Tensor:
-        if not self.float16_storage:
+        if not self.float16_storage or regions.metadata.get(FLOAT16_FEATURES):  # float16 values already
             return regions.features
         check_float16_range(regions.features, "features")  # beyond 65504 the rounding would give inf
         return regions.features.half().float()

@@ -53,7 +53,7 @@ import xxhash
 from ...utils.files import atomic_write_json
 from ...utils.resources import open_file_limit
 from ...utils.tensors import float32_tensor, single_threaded
-from ..regions import FLOAT16_MAX, RegionFeatures, check_float16_range
+from ..regions import FLOAT16_FEATURES, FLOAT16_MAX, RegionFeatures, check_float16_range
 
 __all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
            "stored_image_ids", "FLOAT16_MAX"]
@@ -685,6 +685,8 @@ class RegionStore:
             **{name: float32_tensor(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
         )
         regions.metadata["image_id"] = image_id
+        if layout.feature_dtype == "float16":
+            regions.metadata[FLOAT16_FEATURES] = True
         return regions
 
     # -- datasets views ------------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ def uniter_locations(regions: RegionFeatures, float16_storage: bool = True) -> t
     """
     boxes = regions.boxes
     height, width = regions.image_size
-    x1, y1 = boxes[:, 0] / width, boxes[:, 1] / height
-    w, h = (boxes[:, 2] - boxes[:, 0]) / width, (boxes[:, 3] - boxes[:, 1]) / height
-    stored = torch.stack([x1, y1, x1 + w, y1 + h, w, h], dim=1)
+    size = torch.tensor([width, height], dtype=boxes.dtype)
+    corner = boxes[:, :2] / size  # x1/W, y1/H
+    extent = (boxes[:, 2:] - boxes[:, :2]) / size  # w/W, h/H
+    stored = torch.cat([corner, corner + extent, extent], dim=1)
     if float16_storage:
         stored = stored.half().float()
     return torch.cat([stored, stored[:, 4:5] * stored[:, 5:6]], dim=1)

@@ -63,8 +63,8 @@ class DataArguments:
                                      "caption) of a region-store dataset."})
     shapes_seed: int = field(default=0, metadata={"help": "Seed of the shapes world (not of training)."})
     region_cache_mb: int = field(default=DEFAULT_REGION_CACHE_MB, metadata={"help": "Most recently read region "
-                                 "features kept per process, in MiB (0: none); the OS page cache over the store's "
-                                 "memory-mapped shards does the rest."})
+                                 "features kept per process, in MiB (0: none), used only when the whole store fits in "
+                                 "it; the OS page cache over the store's memory-mapped shards does the rest."})
 
 
 @dataclass

@@ -61,9 +61,7 @@ class UniterLmdbReader(LmdbReader):
 
     def _read(self, image_id: str) -> RegionFeatures:
         source = f"{self.path} (image {image_id})"
-        data = self._value(image_id.encode())
-        if data is None:
-            raise FeatureFileError(f"{source}: listed in __keys__ but has no value")
+        data = self._image_value(image_id, "__keys__")
         if data[:2] == b"PK":  # a zip archive: np.savez_compressed
             try:
                 with np.load(io.BytesIO(data), allow_pickle=False) as archive:

@@ -54,9 +54,7 @@ class VilbertLmdbReader(LmdbReader):
 
     def _read(self, image_id: str) -> RegionFeatures:
         source = f"{self.path} (image {image_id})"
-        data = self._value(image_id.encode())
-        if data is None:
-            raise FeatureFileError(f"{source}: listed in `keys` but has no value")
+        data = self._image_value(image_id, "`keys`")
         record = _unpickle(data, source)
         if isinstance(record, (list, tuple)):
             if len(record) != len(self._CC_LIST_FIELDS):

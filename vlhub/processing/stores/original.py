@@ -270,6 +270,13 @@ class LmdbReader(FeatureReader):
         with self._env.begin(write=False) as txn:
             return txn.get(key)
 
+    def _image_value(self, image_id: str, listed_in: str) -> bytes:
+        """The stored bytes of `image_id`; an id listed (in the entry `listed_in`) without a value is an error."""
+        data = self._value(image_id.encode())
+        if data is None:
+            raise FeatureFileError(f"{self.path} (image {image_id}): listed in {listed_in} but has no value")
+        return data
+
     def _all_keys(self) -> list[bytes]:
         with self._env.begin(write=False) as txn:
             return [key for key, _ in txn.cursor()]

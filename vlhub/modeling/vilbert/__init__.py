@@ -20,7 +20,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "VilbertModelOutput",
         "VilbertPreTrainedModel",
     ],
-    "processing_vilbert": ["VilbertProcessor", "VilbertRegionProcessor", "vilbert_locations"],
+    "processing_vilbert": ["VilbertProcessor", "VilbertRegionProcessor", "pointing_targets", "vilbert_locations"],
     "objectives_vilbert": ["VILBERT_OBJECTIVES"],
     "features_vilbert": ["VilbertLmdbReader"],
 })

@@ -148,6 +148,15 @@ class VilbertProcessor(VisionLanguageProcessor):
         names = super().model_input_names
         return [*names, "task_ids"] if self.num_task_tokens > 0 else names
 
+    @staticmethod
+    def guesswhat_text(questions: Sequence[str], answers: Sequence[str]) -> str:
+        """GuessWhat pointing's text (12-in-1 task 17): the dialogue as the original writes it, every turn
+        `start <question> answer <answer> stop` (plain words, no special tokens); the pointing text of `pointing`."""
+        if isinstance(questions, str) or isinstance(answers, str) or len(questions) != len(answers) or not questions:
+            raise ValueError(f"a GuessWhat dialogue is one answer per question, at least one turn; got "
+                             f"{len(questions)} questions and {len(answers)} answers")
+        return " ".join(f"start {question} answer {answer} stop" for question, answer in zip(questions, answers))
+
     def pointing(
         self,
         text: str | Sequence[str] | None = None,
@@ -170,8 +179,10 @@ class VilbertProcessor(VisionLanguageProcessor):
                 ("gt") feature file, pooled at the annotated boxes, without its global token. Visual7w lists every
                 box of every question on the image, ordered by box id, as its rows.
             choices: per example, the rows of `candidates` this question chooses among (the original's
-                `multiple_choice_idx`; Visual7w: the 4 boxes of the question, by box id). Every example needs as
-                many. Default: every candidate (examples then need as many candidates).
+                `multiple_choice_idx`; Visual7w: the 4 boxes of the question, by box id; GuessWhat: the game's
+                objects). Default: every candidate. Examples with fewer choices than the batch's most are padded as
+                the original pads GuessWhat's: the extra choices name one more row, a padded (masked) one, so
+                their score is the head's -10000 and their target 0.
             answer_boxes: optional, per example the answer box `(x1, y1, x2, y2)` in pixels (Visual7w: `x, y,
                 x + width, y + height`); gives `labels` `(batch, num_choices)`, the original's soft targets
                 (`pointing_targets` of the chosen candidates' boxes).
@@ -218,6 +229,14 @@ class VilbertProcessor(VisionLanguageProcessor):
             locations.append(self.feature_extractor.encode_locations(boxes).float())
             masks.append(torch.ones(len(boxes), dtype=torch.long))
         choice_rows = self._pointing_choices(choices, [len(boxes) for boxes in candidates])
+        num_choices = max(len(row) for row in choice_rows)
+        if any(len(row) < num_choices for row in choice_rows):
+            # A padded choice names a masked row after every example's candidates (the original: row 305 of 306).
+            padded_row = max(len(boxes) for boxes in candidates)
+            features[0] = torch.nn.functional.pad(features[0], (0, 0, 0, padded_row + 1 - features[0].shape[0]))
+            locations[0] = torch.nn.functional.pad(locations[0], (0, 0, 0, padded_row + 1 - locations[0].shape[0]))
+            masks[0] = torch.nn.functional.pad(masks[0], (0, padded_row + 1 - masks[0].shape[0]))
+            choice_rows = [row + [padded_row] * (num_choices - len(row)) for row in choice_rows]
         detected = {name: outputs[name] for name in ("region_features", "region_locations", "region_attention_mask")}
         padding = first_rows - detected["region_features"].shape[1]
         outputs["region_features"] = torch.cat(
@@ -236,20 +255,18 @@ class VilbertProcessor(VisionLanguageProcessor):
                 raise ValueError(f"got {len(regions)} images but {len(answer_boxes)} answer boxes: one per example")
             labels = []
             for i, (boxes, rows, answer) in enumerate(zip(candidates, choice_rows, answer_boxes)):
+                real = [row for row in rows if row < len(boxes)]
                 try:
-                    labels.append(pointing_targets(boxes.boxes[rows], answer))
+                    targets = pointing_targets(boxes.boxes[real], answer)
                 except ValueError as err:
                     raise ValueError(f"answer_boxes[{i}]: {err}") from err
+                labels.append(torch.nn.functional.pad(targets, (0, num_choices - len(real))))
             outputs["labels"] = torch.stack(labels)
         return outputs
 
     @staticmethod
     def _pointing_choices(choices, num_candidates: list[int]) -> list[list[int]]:
         if choices is None:
-            if len(set(num_candidates)) > 1:
-                raise ValueError(f"without choices= every candidate is a choice, so examples need as many "
-                                 f"candidates; got {num_candidates}: pass choices= (the rows each question chooses "
-                                 "among)")
             return [list(range(n)) for n in num_candidates]
         if isinstance(choices, torch.Tensor):
             choices = choices.tolist()
@@ -257,9 +274,8 @@ class VilbertProcessor(VisionLanguageProcessor):
         rows = [choices] if choices and isinstance(choices[0], Integral) else [list(c) for c in choices]
         if len(rows) != len(num_candidates):
             raise ValueError(f"got {len(num_candidates)} images but {len(rows)} choice lists: one per example")
-        if len({len(row) for row in rows}) > 1 or not rows[0]:
-            raise ValueError(f"every example needs the same number of choices (at least one), got "
-                             f"{[len(row) for row in rows]}")
+        if not all(rows):
+            raise ValueError(f"every example needs at least one choice, got {[len(row) for row in rows]} choices")
         for i, (row, count) in enumerate(zip(rows, num_candidates)):
             bad = [c for c in row if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < count]
             if bad:

@@ -170,7 +170,8 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     import torch
     from accelerate.state import AcceleratorState, GradientState
 
-    from vlhub.processing.stores import RegionStore, UniterLmdbReader
+    from vlhub.modeling.uniter import UniterLmdbReader
+    from vlhub.processing.stores import RegionStore
     from vlhub.training import VlhubTrainingArguments
     from vlhub.training.cli import _load_tokenizer, pretrain_main
     from vlhub.training.data import load_caption_corpus

@@ -16,10 +16,10 @@ from vlhub.processing.stores import (
     ButdTsvReader,
     FeatureFileError,
     NpzFolderReader,
-    UniterLmdbReader,
-    VilbertLmdbReader,
-    VlpH5Reader,
 )
+from vlhub.modeling.unified_vlp import VlpH5Reader
+from vlhub.modeling.uniter import UniterLmdbReader
+from vlhub.modeling.vilbert import VilbertLmdbReader
 from vlhub.modeling.vl_bert import VlBertJsonReader
 from vlhub.utils.safe_pickle import UnsafePickleError, safe_loads
 
@@ -279,3 +279,39 @@ def test_import_features_cli_into_a_store(tmp_path):
     assert sorted(store.ids) == sorted(images)
     np.testing.assert_array_equal(store["42"].class_probs.numpy(), images["42"]["cls_prob"])
     assert main(["import-features", str(folder), "--format", "vlp-h5", "--output", str(tmp_path / "s2")]) == 2
+
+
+def test_each_architecture_registers_its_format_for_a_bare_import_of_the_stores(tmp_path):
+    # A fresh interpreter that imports only the shared module: Python imports the `vlhub` package first, which
+    # imports every architecture package, so each format is registered before open_feature_file can be called.
+    import subprocess
+    import sys
+
+    script = (
+        "from vlhub.processing.stores.original import FEATURE_FORMATS, open_feature_file\n"
+        "import sys\n"
+        "for name in ('uniter-lmdb', 'vilbert-lmdb', 'vlp-h5', 'vl-bert-json'):\n"
+        "    assert name in FEATURE_FORMATS, name\n"
+        "try:\n"
+        "    open_feature_file('vilbert-lmdb', sys.argv[1])\n"
+        "except FileNotFoundError as err:\n"
+        "    print('opened by', type(err).__name__, err)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "missing.lmdb")], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"no LMDB at {tmp_path / 'missing.lmdb'}" in done.stdout
+
+
+def test_the_architectures_readers_still_import_from_the_stores_with_a_warning():
+    import vlhub.processing.stores as stores
+
+    for name, reader in (("UniterLmdbReader", UniterLmdbReader), ("VilbertLmdbReader", VilbertLmdbReader),
+                         ("VlpH5Reader", VlpH5Reader), ("VlBertJsonReader", VlBertJsonReader)):
+        with pytest.warns(FutureWarning, match=rf"{name} lives with its architecture now: import it from "
+                                               rf"{reader.__module__.rpartition('.')[0]}"):
+            assert getattr(stores, name) is reader
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchReader'"):
+        stores.NoSuchReader

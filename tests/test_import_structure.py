@@ -47,3 +47,15 @@ def test_the_reader_sees_relative_and_lazy_imports():
     assert vlhub_imports(VLHUB / "modeling" / "auto.py") >= {"vlhub.modeling.discover_architectures", "vlhub.registry"}
     assert "vlhub.version" in vlhub_imports(VLHUB / "training" / "model_card.py")
     assert "vlhub.data.shapes" in vlhub_imports(VLHUB / "training" / "cli.py")  # inside a function
+
+
+def test_the_shared_feature_file_readers_name_no_architecture():
+    # Each architecture's own file formats are read in its folder and registered by it (register_feature_format);
+    # the shared stores only know the registry.
+    packages = [p.parent.name for p in (VLHUB / "modeling").glob("*/__init__.py")]
+    assert len(packages) >= 5
+    names = {variant for package in packages for variant in (package, package.replace("_", "-"), package.replace("_", " "))}
+    for path in sorted((VLHUB / "processing" / "stores").glob("*.py")):
+        text = path.read_text(encoding="utf-8").lower()
+        named = sorted(name for name in names if name in text)
+        assert not named, f"{path.name} names {named}"

@@ -159,3 +159,21 @@ def test_shapes_world_extractor_registers_itself(tmp_path):
     assert "shapes" in registered_region_extractor_types()
     loaded = load_region_extractor(tmp_path)
     assert isinstance(loaded, ShapesRegionExtractor) and loaded.feature_dim == 8
+
+
+def test_a_folder_of_another_type_is_refused_by_each_class_naming_both_types(tmp_path):
+    from vlhub.data.shapes_features import ShapesRegionExtractor
+    from vlhub.processing.detector import RegionExtractor
+    from vlhub.processing.region_extractors import read_region_extractor_config
+
+    ShapesRegionExtractor(feature_dim=8).save_pretrained(tmp_path / "shapes")
+    kind, settings = read_region_extractor_config(tmp_path / "shapes")
+    assert kind == "shapes" and settings["feature_dim"] == 8 and "region_extractor_type" not in settings
+    with pytest.raises(ValueError, match="describes a region extractor of type 'shapes', not 'bottom_up_attention'"):
+        RegionExtractor.from_pretrained(tmp_path / "shapes")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text(json.dumps({"max_boxes": 36}))  # no type: a detector folder
+    with pytest.raises(ValueError, match="type 'bottom_up_attention', not 'shapes'"):
+        ShapesRegionExtractor.from_pretrained(tmp_path / "old")
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        ShapesRegionExtractor.from_pretrained(tmp_path)

@@ -312,7 +312,7 @@ def secret_file(tmp_path, num_bytes=2 * 4 * 4):
 
 
 def reader(features, boxes):
-    return vlhub.processing.stores.VlpH5Reader(features, boxes, image_sizes={"COCO_1": (30, 30)})
+    return vlhub.modeling.unified_vlp.VlpH5Reader(features, boxes, image_sizes={"COCO_1": (30, 30)})
 
 
 @needs_h5py
@@ -380,7 +380,7 @@ def test_vlp_h5_refuses_a_group_where_a_dataset_belongs(tmp_path):
 # --------------------------------------------------------------------------------------------- other malicious files
 def test_vilbert_lmdb_refusals_and_damage_name_the_lmdb_and_entry(tmp_path):
     lmdb = pytest.importorskip("lmdb")
-    from vlhub.processing.stores import VilbertLmdbReader
+    from vlhub.modeling.vilbert import VilbertLmdbReader
     from vlhub.utils.safe_pickle import UnsafePickleError
 
     def write(name, entries):
@@ -433,7 +433,7 @@ def test_uniter_lmdb_with_pickled_npz_or_object_msgpack_is_refused(tmp_path):
         txn.put(b"a.npz", buffer.getvalue())
         txn.put(b"b.npz", object_msgpack)
     env.close()
-    db = vlhub.processing.stores.UniterLmdbReader(tmp_path / "db")
+    db = vlhub.modeling.uniter.UniterLmdbReader(tmp_path / "db")
     with pytest.raises(FeatureFileError, match=r"image a\.npz"):
         db["a.npz"]
     with pytest.raises(FeatureFileError, match=r"image b\.npz"):

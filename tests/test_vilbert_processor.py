@@ -92,3 +92,128 @@ def test_default_limits():
     assert region_processor.max_regions == 101 and region_processor.confidence_threshold is None
     with pytest.raises(ValueError, match="at least 2"):
         VilbertRegionProcessor(max_regions=1)
+
+
+# ------------------------------------------------------------------------------- 12-in-1 pointing (Visual7w, task 4)
+def boxes_of(boxes, image_size=(100, 200), feature_dim=16, offset=0.0):
+    boxes = torch.tensor(boxes, dtype=torch.float32)
+    features = torch.arange(len(boxes) * feature_dim, dtype=torch.float32).reshape(len(boxes), feature_dim) + offset
+    return vlhub.RegionFeatures(features, boxes, image_size)
+
+
+def test_pointing_targets_are_the_originals_inclusive_iou_cut_at_one_half():
+    from vlhub.modeling.vilbert import pointing_targets
+
+    boxes = torch.tensor([[0.0, 0.0, 9.0, 9.0], [2.0, 0.0, 11.0, 9.0], [5.0, 0.0, 14.0, 9.0], [50.0, 20.0, 69.0, 39.0]])
+    # Inclusive pixels: each 10x10 box covers 100 pixels; [2, 11] overlaps [0, 9] in 8 columns -> 80 / 120 = 2/3;
+    # [5, 14] in 5 columns -> 50 / 150 = 1/3, below one half -> 0; the far box -> 0.
+    torch.testing.assert_close(pointing_targets(boxes, [0, 0, 9, 9]), torch.tensor([1.0, 2 / 3, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="4 finite pixel coordinates"):
+        pointing_targets(boxes, [0, 0, 9])
+    with pytest.raises(ValueError, match="x2 >= x1"):
+        pointing_targets(boxes, [9, 0, 0, 9])
+
+
+def test_pointing_layout_detected_rows_then_candidates_after_max_regions(tiny_vocab):
+    # Image 100 x 200 (height x width). max_regions=4: the global token and up to 3 detected regions, so the
+    # candidates start at row 4 (the releases: 101).
+    detected = [boxes_of([[0, 0, 100, 50], [10, 10, 30, 30]]), boxes_of([[0, 0, 20, 20], [0, 0, 40, 40], [5, 5, 9, 9]])]
+    candidates = [
+        boxes_of([[0, 0, 9, 9], [50, 20, 69, 39], [2, 0, 11, 9]], offset=1000),
+        boxes_of([[0, 0, 9, 9], [50, 20, 69, 39], [2, 0, 11, 9], [100, 50, 199, 99]], offset=2000),
+    ]
+    out = processor(tiny_vocab, max_regions=4, num_task_tokens=20).pointing(
+        text=["what is on the table ?", "the red cat"], regions=detected, candidates=candidates,
+        choices=[[2, 0, 1], [3, 1, 0]], answer_boxes=[[0, 0, 9, 9], [100, 50, 199, 99]], task_id=4)
+    assert out["task_ids"].tolist() == [[4], [4]]
+    assert out["region_features"].shape == (2, 4 + 4, 16)
+    assert out["region_attention_mask"].tolist() == [[1, 1, 1, 0, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1]]
+    assert out["choice_region_ids"].tolist() == [[6, 4, 5], [7, 5, 4]]
+    # Rows 4.. are the candidates' own features, no global token of theirs; row 3 of example 0 is padding.
+    assert torch.equal(out["region_features"][0, 4:7], candidates[0].features)
+    assert torch.equal(out["region_features"][1, 4:8], candidates[1].features)
+    assert out["region_features"][0, 3].abs().sum() == 0 and out["region_features"][0, 7].abs().sum() == 0
+    # The global token is the mean of the detected regions only.
+    torch.testing.assert_close(out["region_features"][0, 0], detected[0].features.mean(0))
+    # Candidate locations: [x1/W, y1/H, x2/W, y2/H, (x2-x1)(y2-y1)/(W*H)] with W=200, H=100.
+    torch.testing.assert_close(out["region_locations"][0, 5], torch.tensor([0.25, 0.2, 0.345, 0.39, 361 / 20000]))
+    torch.testing.assert_close(out["region_locations"][1, 7], torch.tensor([0.5, 0.5, 0.995, 0.99, 4851 / 20000]))
+    # Labels of the chosen boxes in the order of the choices: IoU 2/3, 1 and 0 (example 0); 1, 0, 0 (example 1).
+    torch.testing.assert_close(out["labels"], torch.tensor([[2 / 3, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    # The text is `[CLS] question [SEP]`, as for every task.
+    assert out["input_ids"][0, 0] == 2 and out["input_ids"][0, 7] == 3  # 6 word pieces
+
+
+def test_pointing_with_the_releases_101_rows_is_the_originals_101_plus_index(tiny_vocab):
+    detected = random_regions(100, 16, seed=4, scores=False)
+    candidates = boxes_of([[0, 0, 20, 20], [1, 2, 30, 40], [3, 3, 9, 9], [0, 0, 63, 47], [5, 6, 7, 8]], image_size=(48, 64))
+    out = processor(tiny_vocab).pointing(text="which box is the cat ?", regions=detected, candidates=candidates,
+                                         choices=[4, 0, 2, 3])
+    assert out["region_features"].shape == (1, 106, 16) and out["region_attention_mask"].sum() == 106
+    assert out["choice_region_ids"].tolist() == [[105, 101, 103, 104]]
+    assert torch.equal(out["region_features"][0, 1:101], detected.features)
+    assert torch.equal(out["region_features"][0, 101:], candidates.features)
+    assert "labels" not in out
+
+
+def test_pointing_inputs_run_the_referring_expression_head(tiny_vocab):
+    from vlhub.modeling.vilbert import VilbertForReferringExpression
+
+    from .test_vilbert_transformers_checks import tiny_config
+
+    torch.manual_seed(0)
+    model = VilbertForReferringExpression(tiny_config(vocab_size=20, region_feature_dim=16)).eval()
+    detected = [random_regions(2, 16, seed=1, image_size=(100, 200)), random_regions(3, 16, seed=2, image_size=(100, 200))]
+    candidates = [boxes_of([[0, 0, 9, 9], [2, 0, 11, 9]]), boxes_of([[0, 0, 9, 9], [50, 20, 69, 39]])]
+    out = processor(tiny_vocab, max_regions=4).pointing(text=["the cat", "a dog"], regions=detected,
+                                                        candidates=candidates, answer_boxes=[[0, 0, 9, 9]] * 2)
+    labels = out.pop("labels")
+    with torch.no_grad():
+        every_row = model(**{k: v for k, v in out.items() if k != "choice_region_ids"}).logits
+        pointed = model(**out, labels=labels)
+    assert pointed.logits.shape == (2, 2)
+    torch.testing.assert_close(pointed.logits, torch.stack([every_row[0, [4, 5]], every_row[1, [4, 5]]]))
+    assert torch.isfinite(pointed.loss)
+
+
+def test_pointing_bad_inputs_name_the_problem(tiny_vocab):
+    pointing = processor(tiny_vocab, max_regions=4).pointing
+    detected = [boxes_of([[0, 0, 10, 10]]), boxes_of([[0, 0, 10, 10]])]
+    candidates = [boxes_of([[0, 0, 9, 9], [1, 1, 5, 5]]), boxes_of([[0, 0, 9, 9]])]
+    text = ["a cat", "a dog"]
+    with pytest.raises(ValueError, match="needs candidates="):
+        pointing(text=text, regions=detected)
+    with pytest.raises(ValueError, match=r"at least one choice, got \[2, 0\] choices"):
+        pointing(text=text, regions=detected, candidates=candidates, choices=[[0, 1], []])
+    with pytest.raises(ValueError, match=r"choices\[1\] must be rows of candidates\[1\] \(0..0\), got \[1\]"):
+        pointing(text=text, regions=detected, candidates=candidates, choices=[[0], [1]])
+    with pytest.raises(ValueError, match="one candidates RegionFeatures per image"):
+        pointing(text=text, regions=detected, candidates=candidates[:1])
+    with pytest.raises(ValueError, match=r"candidates\[0\] are boxes of an image of size \(48, 64\)"):
+        pointing(text=text, regions=detected, candidates=[boxes_of([[0, 0, 9, 9]], image_size=(48, 64))] * 2)
+    with pytest.raises(ValueError, match=r"candidates\[0\] has 8-d features"):
+        pointing(text=text, regions=detected, candidates=[boxes_of([[0, 0, 9, 9]], feature_dim=8)] * 2)
+    with pytest.raises(ValueError, match=r"answer_boxes\[1\]: an answer box must be"):
+        pointing(text=text, regions=detected, candidates=candidates, choices=[[0], [0]],
+                 answer_boxes=[[0, 0, 9, 9], [0, 0, 9]])
+    unlimited = processor(tiny_vocab, max_regions=None)
+    with pytest.raises(ValueError, match="max_regions=None"):
+        unlimited.pointing(text=text, regions=detected, candidates=candidates, choices=[[0], [0]])
+
+
+def test_guesswhat_pointing_pads_fewer_choices_to_a_masked_row_as_the_original(tiny_vocab):
+    # GuessWhat games have different numbers of objects; the original pads the choices with the index of a padded
+    # row (204 -> row 305 of 306). Here: 3 and 1 candidates, every candidate a choice, the padded row is row 4 + 3.
+    proc = processor(tiny_vocab, max_regions=4)
+    text = proc.guesswhat_text(["is it a cat ?", "is it red ?"], ["yes", "no"])
+    assert text == "start is it a cat ? answer yes stop start is it red ? answer no stop"
+    detected = [boxes_of([[0, 0, 10, 10]]), boxes_of([[0, 0, 20, 20]])]
+    candidates = [boxes_of([[0, 0, 9, 9], [2, 0, 11, 9], [50, 20, 69, 39]], offset=100), boxes_of([[2, 0, 11, 9]])]
+    out = proc.pointing(text=["a cat", "a dog"], regions=detected, candidates=candidates,
+                        answer_boxes=[[0, 0, 9, 9], [0, 0, 9, 9]])
+    assert out["region_features"].shape == (2, 4 + 4, 16)
+    assert out["region_attention_mask"].tolist() == [[1, 1, 0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 1, 0, 0, 0]]
+    assert out["choice_region_ids"].tolist() == [[4, 5, 6], [4, 7, 7]]
+    torch.testing.assert_close(out["labels"], torch.tensor([[1.0, 2 / 3, 0.0], [2 / 3, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="one answer per question"):
+        proc.guesswhat_text(["is it a cat ?"], [])

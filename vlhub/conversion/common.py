@@ -66,11 +66,32 @@ __all__ = [
     "converter_command_line",
     "add_source_arguments",
     "load_renamed_state_dict",
+    "BERT_ATTENTION_HEADS",
+    "PIPELINE_TAGS",
+    "inferred_attention_heads",
 ]
+
+# The Hub pipeline tag of a converted model, by task (tasks without a transformers pipeline have none).
+PIPELINE_TAGS = {"vqa": "visual-question-answering", "gqa": "visual-question-answering", "captioning": "image-to-text"}
+# The attention heads of the BERT sizes the originals were built on (base, large), for checkpoints converted
+# without their config.
+BERT_ATTENTION_HEADS = {768: 12, 1024: 16}
 
 
 class CheckpointError(ValueError):
     """The file is not a checkpoint of the kind the converter was asked to read."""
+
+
+def inferred_attention_heads(size: int, notes: list[str], config_name: str, heads_field: str = "num_attention_heads",
+                             size_field: str = "hidden size", known=BERT_ATTENTION_HEADS) -> int:
+    """The number of attention heads of a layer of width `size` when the original config is not given: from `known`
+    (width → heads), with a note in `notes`; a width it does not know is a `CheckpointError` asking for the
+    original config (`config_name`, e.g. "the original YAML")."""
+    if size not in known:
+        raise CheckpointError(f"cannot infer {heads_field} (the number of attention heads) for {size_field} {size}; pass "
+                              f"{config_name} (--config)")
+    notes.append(f"{heads_field}={known[size]} inferred from {size_field} {size}")
+    return known[size]
 
 
 sha256_of = sha256_file  # the source file's digest in the provenance (one implementation: vlhub.utils.files)

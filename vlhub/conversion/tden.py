@@ -32,11 +32,13 @@ from ..modeling.tden import (
     TdenRegionProcessor,
 )
 from .common import (
+    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
     Provenance,
     check_task,
+    inferred_attention_heads,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
@@ -71,11 +73,9 @@ TDEN_TASKS = {
 }
 _META_ARCHITECTURES = {"TDENPretrain": ("pretraining",), "TDENCaptioner": ("captioning",),
                        "TDENRetrieval": ("retrieval",), "TDENBiTransformer": ("vqa", "vcr")}
-_PIPELINE_TAGS = {"vqa": "visual-question-answering", "captioning": "image-to-text"}
 # X-modaler's defaults per task (MAX_SEQ_LEN, MAX_FEAT_NUM - 1) when no config.yaml is given.
 _TEXT_LIMITS = {"pretraining": 36, "captioning": 20, "vqa": 23, "retrieval": 30, "vcr": 38}
 _REGION_LIMITS = {"pretraining": 50, "captioning": 50, "vqa": 100, "retrieval": 50, "vcr": 50}
-_DEFAULT_HEADS = {768: 12, 1024: 16}
 _DUPLICATE = "#duplicate"
 
 _RENAMES = (
@@ -220,12 +220,8 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
             raise CheckpointError(f"the config says {name}={value} but the checkpoint has {fields[name]}")
     if "NUM_ATTENTION_HEADS" in bert:
         fields["num_attention_heads"] = int(bert["NUM_ATTENTION_HEADS"])
-    elif hidden in _DEFAULT_HEADS:
-        fields["num_attention_heads"] = _DEFAULT_HEADS[hidden]
-        notes.append(f"num_attention_heads={fields['num_attention_heads']} inferred from hidden size {hidden}")
     else:
-        raise CheckpointError(f"cannot infer the number of attention heads for hidden size {hidden}; pass the original "
-                              "config.yaml (--config)")
+        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original config.yaml")
     if "HIDDEN_ACT" in bert:
         fields["hidden_act"] = str(bert["HIDDEN_ACT"])
     if "v_predictor.decoder.weight" in state_dict:
@@ -351,7 +347,7 @@ def convert_tden(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"TDEN ({task}) converted from {checkpoint.name}", architecture="tden",
-        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
     )
 
 

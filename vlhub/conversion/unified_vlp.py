@@ -14,11 +14,13 @@ import os
 from pathlib import Path
 
 from .common import (
+    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
     Provenance,
     check_task,
+    inferred_attention_heads,
     convert_state_dict,
     converter_command_line,
     load_checked_tokenizer,
@@ -41,7 +43,6 @@ VLP_TASKS = {
     "pretraining": "UnifiedVlpForPreTraining",
     "vqa": "UnifiedVlpForQuestionAnswering",
 }
-_PIPELINE_TAGS = {"captioning": "image-to-text", "vqa": "visual-question-answering", "pretraining": None}
 _RENAMES = (
     (r"LayerNorm\.gamma$", "LayerNorm.weight"),
     (r"LayerNorm\.beta$", "LayerNorm.bias"),
@@ -49,7 +50,6 @@ _RENAMES = (
     (r"^vis_embed\.", "vlp.embeddings.vis_embed."),
     (r"^vis_pe_embed\.", "vlp.embeddings.vis_pe_embed."),
 )
-_DEFAULT_HEADS = {768: 12, 1024: 16}
 
 
 def unified_vlp_key_map(task: str) -> KeyMap:
@@ -95,13 +95,7 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_
                 raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
         fields[name] = value
     if "num_attention_heads" not in fields:
-        if hidden not in _DEFAULT_HEADS:
-            raise CheckpointError(
-                f"cannot infer the number of attention heads for hidden size {hidden}; pass the original "
-                "bert_config.json (--config)"
-            )
-        fields["num_attention_heads"] = _DEFAULT_HEADS[hidden]
-        notes.append(f"num_attention_heads={fields['num_attention_heads']} inferred from hidden size {hidden}")
+        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original bert_config.json")
     extra = dict(
         region_feature_dim=region.shape[1],
         region_embed_dim=region.shape[0],
@@ -210,7 +204,7 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
-        pipeline_tag=_PIPELINE_TAGS.get(task), usage=usage, logger=logger,
+        pipeline_tag=PIPELINE_TAGS.get(task), usage=usage, logger=logger,
     )
 
 

@@ -29,11 +29,13 @@ from ..modeling.uniter import (
     UniterRegionProcessor,
 )
 from .common import (
+    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
     Provenance,
     check_task,
+    inferred_attention_heads,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
@@ -68,7 +70,6 @@ UNITER_TASKS = {
     "re": UniterForReferringExpression,
     "vcr": UniterForMultipleChoice,
 }
-_PIPELINE_TAGS = {"vqa": "visual-question-answering", "retrieval": None, "pretraining": None}
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
@@ -81,7 +82,6 @@ _HEAD_PREFIXES = {
 }
 # The original loader's TF-era renames and its `bert.` → `uniter.` fallback for BERT-initialised files.
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "uniter."))
-_DEFAULT_HEADS = {768: 12, 1024: 16}
 
 
 def _looks_like(state_dict: dict) -> str:
@@ -167,12 +167,7 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> t
                 raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
         fields[name] = value
     if "num_attention_heads" not in fields:
-        if hidden not in _DEFAULT_HEADS:
-            raise CheckpointError(
-                f"cannot infer the number of attention heads for hidden size {hidden}; pass the original config (--config)"
-            )
-        fields["num_attention_heads"] = _DEFAULT_HEADS[hidden]
-        notes.append(f"num_attention_heads={fields['num_attention_heads']} inferred from hidden size {hidden}")
+        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original config")
     return UniterConfig.from_original_config(
         {k: v for k, v in fields.items() if k not in ("region_feature_dim", "region_location_dim")},
         region_feature_dim=fields["region_feature_dim"],
@@ -264,7 +259,7 @@ def convert_uniter(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"UNITER ({task}) converted from {checkpoint.name}", architecture="uniter",
-        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
     )
 
 

@@ -36,7 +36,8 @@ from ..modeling.vilbert import (
 )
 from .common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
 from .common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
-from .common import converter_command_line, set_answer_labels
+from .common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
+from .common import set_answer_labels
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +82,11 @@ MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "v
 # The tasks the released 12-in-1 model was trained on (its README: `--tasks 1-2-4-7-8-9-10-11-12-13-15-17`); the
 # tokens of the others (VCR 5/6, GuessWhat 14, ...) were never trained in that release.
 RELEASED_MULTI_TASK_IDS = (1, 2, 4, 7, 8, 9, 10, 11, 12, 13, 15, 17)
-_PIPELINE_TAGS = {"vqa": "visual-question-answering", "gqa": "visual-question-answering"}
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
             (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
 # Sizes the released configs use, for a checkpoint converted without its config (text, visual, co-attention).
-_DEFAULT_HEADS = {"hidden_size": {768: 12, 1024: 16}, "visual_hidden_size": {1024: 8}, "bi_hidden_size": {1024: 8}}
+_DEFAULT_HEADS = {"hidden_size": BERT_ATTENTION_HEADS, "visual_hidden_size": {1024: 8}, "bi_hidden_size": {1024: 8}}
 
 
 def detect_vilbert_release(state_dict: dict) -> str:
@@ -147,12 +147,9 @@ def _config_from_checkpoint(state_dict: dict, original: dict | None, notes: list
                                                     ("v_hidden_size", "v_num_attention_heads", "v_num_attention_heads"),
                                                     ("bi_hidden_size", "bi_num_attention_heads", "bi_num_attention_heads")):
         if original_heads not in fields:
-            known = _DEFAULT_HEADS[size_field.replace("v_", "visual_")]
-            if fields[size_field] not in known:
-                raise CheckpointError(f"cannot infer {heads_field} for {size_field}={fields[size_field]}; pass the "
-                                      "original config (--config)")
-            fields[original_heads] = known[fields[size_field]]
-            notes.append(f"{original_heads}={fields[original_heads]} inferred from {size_field}")
+            fields[original_heads] = inferred_attention_heads(
+                fields[size_field], notes, "the original config", heads_field, size_field,
+                known=_DEFAULT_HEADS[size_field.replace("v_", "visual_")])
     has_tokens = "vilbert.embeddings.task_embeddings.weight" in state_dict
     if "task_specific_tokens" in fields and bool(fields["task_specific_tokens"]) != has_tokens:
         raise CheckpointError(
@@ -338,7 +335,7 @@ def convert_vilbert(
     return save_converted_model(
         output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
         title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
-        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
     )
 
 

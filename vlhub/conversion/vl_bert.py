@@ -30,11 +30,13 @@ from ..modeling.vl_bert import (
     VlBertRegionProcessor,
 )
 from .common import (
+    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
     Provenance,
     check_task,
+    inferred_attention_heads,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
@@ -67,8 +69,6 @@ VL_BERT_TASKS = {
     "refcoco": VlBertForReferringExpression,
     "vcr": VlBertForMultipleChoice,
 }
-_PIPELINE_TAGS = {"vqa": "visual-question-answering"}
-_DEFAULT_HEADS = {768: 12, 1024: 16}
 
 # Original key → vlhub key, applied in order (after `module.` is stripped).
 _RENAMES = (
@@ -188,12 +188,7 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
             if getattr(config, name) != value:
                 raise CheckpointError(f"the config says {name}={getattr(config, name)} but the checkpoint has {value}")
     else:
-        if hidden not in _DEFAULT_HEADS:
-            raise CheckpointError(
-                f"cannot infer the number of attention heads for hidden size {hidden}; pass the original YAML (--config)"
-            )
-        config = VlBertConfig(**shapes, num_attention_heads=_DEFAULT_HEADS[hidden])
-        notes.append(f"num_attention_heads={config.num_attention_heads} inferred from hidden size {hidden}")
+        config = VlBertConfig(**shapes, num_attention_heads=inferred_attention_heads(hidden, notes, "the original YAML"))
     e2e = any(k.startswith(_E2E_PREFIXES) for k in state_dict)
     if original_config is not None and config.image_feature_precomputed == e2e:
         raise CheckpointError(
@@ -353,7 +348,7 @@ def convert_vl_bert(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"VL-BERT ({task}) converted from {checkpoint.name}", architecture="vl_bert",
-        pipeline_tag=_PIPELINE_TAGS.get(task), logger=logger,
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
     )
 
 

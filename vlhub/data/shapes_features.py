@@ -34,7 +34,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.ops import roi_align
 
-from ..processing.region_extractors import REGION_EXTRACTOR_TYPE_KEY, register_region_extractor
+from ..processing.region_extractors import (
+    REGION_EXTRACTOR_TYPE_KEY,
+    read_region_extractor_config,
+    register_region_extractor,
+)
 from ..processing.regions import RegionFeatures
 from .shapes_scene import OBJECT_ATTRIBUTES, OBJECT_CLASSES
 
@@ -303,13 +307,7 @@ class ShapesRegionExtractor:
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> "ShapesRegionExtractor":
         """Load a folder written by `save_pretrained`."""
-        path = Path(directory) / CONFIG_NAME
-        if not path.is_file():
-            raise FileNotFoundError(f"{str(directory)!r} has no {CONFIG_NAME}; is it a shapes region extractor folder?")
-        settings = json.loads(path.read_text(encoding="utf-8"))
-        kind = settings.pop(REGION_EXTRACTOR_TYPE_KEY, None)
-        if kind != EXTRACTOR_TYPE:
-            raise ValueError(f"{path} describes a region extractor of type {kind!r}, not {EXTRACTOR_TYPE!r}")
+        _, settings = read_region_extractor_config(directory, EXTRACTOR_TYPE)
         return cls(**settings)
 
     def __repr__(self) -> str:

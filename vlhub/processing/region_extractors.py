@@ -25,6 +25,7 @@ __all__ = [
     "REGION_EXTRACTOR_FOLDER",
     "REGION_EXTRACTOR_TYPE_KEY",
     "load_region_extractor",
+    "read_region_extractor_config",
     "region_extractor_class",
     "register_region_extractor",
     "registered_region_extractor_types",
@@ -85,6 +86,20 @@ def region_extractor_class(region_extractor_type: str) -> type:
     return _RESOLVED[region_extractor_type]
 
 
+def read_region_extractor_config(folder: str | os.PathLike, expected_type: str | None = None) -> tuple[str, dict]:
+    """`(region_extractor_type, settings)` from the `config.json` of a region-extractor `folder`: the type it names
+    (the detector's when the field is absent) and the other fields. With `expected_type`, a folder of another type
+    is an error naming both."""
+    path = Path(folder) / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(folder)!r} has no {CONFIG_NAME}; is it a vlhub region extractor folder?")
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    kind = settings.pop(REGION_EXTRACTOR_TYPE_KEY, DEFAULT_REGION_EXTRACTOR_TYPE)
+    if expected_type is not None and kind != expected_type:
+        raise ValueError(f"{path} describes a region extractor of type {kind!r}, not {expected_type!r}")
+    return kind, settings
+
+
 def load_region_extractor(name_or_path: str | os.PathLike, subfolder: str | None = None, **hub_kwargs):
     """The region extractor saved at `name_or_path`, built by the class registered for its config.json's
     `region_extractor_type` (the detector when the field is absent).
@@ -97,11 +112,7 @@ def load_region_extractor(name_or_path: str | os.PathLike, subfolder: str | None
     if unknown:
         raise TypeError(f"unexpected argument(s) {unknown}; load_region_extractor takes {list(HUB_KWARGS)}")
     folder = _resolve_folder(name_or_path, subfolder, hub_kwargs)
-    config = folder / CONFIG_NAME
-    if not config.is_file():
-        raise FileNotFoundError(f"{str(folder)!r} has no {CONFIG_NAME}; is it a vlhub region extractor folder?")
-    with open(config, encoding="utf-8") as handle:
-        kind = json.load(handle).get(REGION_EXTRACTOR_TYPE_KEY, DEFAULT_REGION_EXTRACTOR_TYPE)
+    kind, _ = read_region_extractor_config(folder)
     return region_extractor_class(kind).from_pretrained(folder)
 
 

@@ -1,5 +1,6 @@
 """Unified VLP (Zhou et al., AAAI 2020): its classes (exported lazily) and its one registration with vlhub."""
 
+from ...processing.stores.original import register_feature_format
 from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
@@ -21,7 +22,12 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "vlp_region_geometry",
         "vlp_region_locations",
     ],
+    "features_unified_vlp": ["VlpH5Reader"],
 })
+
+# The released feature files (`vlhub import-features --format vlp-h5 FEAT_H5 --boxes BBOX_H5 ... --output STORE`).
+register_feature_format("vlp-h5", "Unified VLP h5 files (features, class probabilities, 6-column boxes)",
+                        f"{__name__}.features_unified_vlp:VlpH5Reader")
 
 ARCHITECTURE = register_architecture(Architecture(
     model_type="unified_vlp",

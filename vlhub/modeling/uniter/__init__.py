@@ -1,5 +1,6 @@
 """UNITER (Chen et al., ECCV 2020): its classes (exported lazily) and its one registration with vlhub."""
 
+from ...processing.stores.original import register_feature_format
 from ...registry import Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
@@ -22,7 +23,12 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     ],
     "processing_uniter": ["UniterProcessor", "UniterRegionProcessor", "uniter_locations"],
     "objectives_uniter": ["UNITER_OBJECTIVES"],
+    "features_uniter": ["UniterLmdbReader"],
 })
+
+# The released image databases (`vlhub import-features --format uniter-lmdb IMG_DB --output STORE`).
+register_feature_format("uniter-lmdb", "UNITER image LMDB (compressed npz or msgpack per image)",
+                        f"{__name__}.features_uniter:UniterLmdbReader")
 
 ARCHITECTURE = register_architecture(Architecture(
     model_type="uniter",

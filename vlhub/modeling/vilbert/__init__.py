@@ -1,6 +1,7 @@
 """ViLBERT (Lu et al., NeurIPS 2019; the 12-in-1 multi-task release): its classes (exported lazily) and its one
 registration with vlhub."""
 
+from ...processing.stores.original import register_feature_format
 from ...registry import Architecture, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
@@ -19,9 +20,14 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "VilbertModelOutput",
         "VilbertPreTrainedModel",
     ],
-    "processing_vilbert": ["VilbertProcessor", "VilbertRegionProcessor", "vilbert_locations"],
+    "processing_vilbert": ["VilbertProcessor", "VilbertRegionProcessor", "pointing_targets", "vilbert_locations"],
     "objectives_vilbert": ["VILBERT_OBJECTIVES"],
+    "features_vilbert": ["VilbertLmdbReader"],
 })
+
+# The released feature LMDBs (`vlhub import-features --format vilbert-lmdb LMDB --output STORE`).
+register_feature_format("vilbert-lmdb", "ViLBERT beta / multi-task LMDB (pickled rows)",
+                        f"{__name__}.features_vilbert:VilbertLmdbReader")
 
 ARCHITECTURE = register_architecture(Architecture(
     model_type="vilbert",

@@ -862,9 +862,8 @@ class VilbertForReferringExpression(_VilbertHead):
     `choice_region_ids` `(batch_size, num_choices)` names the region rows of the candidates, and `logits` become
     their scores `(batch_size, num_choices)` (labels then `(batch_size, num_choices)` soft targets, the original's
     IoU >= 0.5 scores, or `(batch_size,)` choice indices). In the original layout the candidate boxes follow the 101
-    rows of the detected regions (global token first), so a row is `101 + multiple_choice_idx`; build it by
-    concatenating the processor's output for the detected regions with the rows after the global token of its
-    output for the candidate boxes (the global token is the mean of the detected regions only).
+    rows of the detected regions (global token first), so a row is `101 + multiple_choice_idx`;
+    `VilbertProcessor.pointing` lays the inputs out so, with `choice_region_ids` and the soft targets as `labels`.
     """
 
     def __init__(self, config: VilbertConfig):

@@ -3,16 +3,25 @@ the 12-in-1 task token."""
 
 from __future__ import annotations
 
+from numbers import Integral
+from typing import Sequence
+
 import torch
+from torch.nn.utils.rnn import pad_sequence
+from torchvision.ops import box_iou
 from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, select_regions
 from ...processing.regions import RegionFeatures
 
-__all__ = ["VilbertRegionProcessor", "VilbertProcessor", "vilbert_locations", "GLOBAL_TOKEN_LOCATION"]
+__all__ = [
+    "VilbertRegionProcessor", "VilbertProcessor", "vilbert_locations", "pointing_targets", "GLOBAL_TOKEN_LOCATION",
+]
 
 # The location of the global image token (the whole image, area 1).
 GLOBAL_TOKEN_LOCATION = (0.0, 0.0, 1.0, 1.0, 1.0)
+# 12-in-1 pointing: a candidate box counts as the answer when its IoU with the answer box is at least this.
+POINTING_IOU_THRESHOLD = 0.5
 
 
 def vilbert_locations(regions: RegionFeatures) -> torch.Tensor:
@@ -24,6 +33,19 @@ def vilbert_locations(regions: RegionFeatures) -> torch.Tensor:
     return torch.stack(
         [boxes[:, 0] / width, boxes[:, 1] / height, boxes[:, 2] / width, boxes[:, 3] / height, area], dim=1
     )
+
+
+def pointing_targets(boxes: torch.Tensor, answer_box) -> torch.Tensor:
+    """The 12-in-1 pointing datasets' soft targets: the IoU of each box `(n, 4)` with `answer_box` `(x1, y1, x2, y2)`,
+    both in pixels, in the original's inclusive pixel convention (a box spans `x2 - x1 + 1` pixels), and 0 where it
+    is below 0.5. `(n,)` float32."""
+    answer = torch.as_tensor(answer_box, dtype=torch.float32).reshape(-1)
+    if answer.numel() != 4 or not torch.isfinite(answer).all() or answer[2] < answer[0] or answer[3] < answer[1]:
+        raise ValueError(f"an answer box must be 4 finite pixel coordinates (x1, y1, x2, y2) with x2 >= x1 and "
+                         f"y2 >= y1, got {answer_box!r}")
+    inclusive = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    iou = box_iou(boxes.float() + inclusive, answer[None] + inclusive)[:, 0]
+    return torch.where(iou >= POINTING_IOU_THRESHOLD, iou, torch.zeros_like(iou))
 
 
 class VilbertRegionProcessor(RegionProcessor):
@@ -125,3 +147,137 @@ class VilbertProcessor(VisionLanguageProcessor):
     def model_input_names(self):
         names = super().model_input_names
         return [*names, "task_ids"] if self.num_task_tokens > 0 else names
+
+    @staticmethod
+    def guesswhat_text(questions: Sequence[str], answers: Sequence[str]) -> str:
+        """GuessWhat pointing's text (12-in-1 task 17): the dialogue as the original writes it, every turn
+        `start <question> answer <answer> stop` (plain words, no special tokens); the pointing text of `pointing`."""
+        if isinstance(questions, str) or isinstance(answers, str) or len(questions) != len(answers) or not questions:
+            raise ValueError(f"a GuessWhat dialogue is one answer per question, at least one turn; got "
+                             f"{len(questions)} questions and {len(answers)} answers")
+        return " ".join(f"start {question} answer {answer} stop" for question, answer in zip(questions, answers))
+
+    def pointing(
+        self,
+        text: str | Sequence[str] | None = None,
+        regions: RegionFeatures | Sequence[RegionFeatures] | None = None,
+        candidates: RegionFeatures | Sequence[RegionFeatures] | None = None,
+        choices: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        answer_boxes=None,
+        images=None,
+        token_ids=None,
+        task_id: int | None = None,
+        return_tensors: str | None = "pt",
+    ) -> BatchFeature:
+        """Inputs for pointing among candidate boxes (12-in-1 "V-logit-mc": Visual7w pointing, task 4; GuessWhat
+        pointing, task 17) in the original's layout, for `VilbertForReferringExpression`.
+
+        Args:
+            text: the question (Visual7w; `[CLS] question [SEP]` as for every task), one per example.
+            regions: the detected regions (or `images=` for the region extractor), one `RegionFeatures` per example.
+            candidates: the candidate boxes' features, one `RegionFeatures` per example: the original's second
+                ("gt") feature file, pooled at the annotated boxes, without its global token. Visual7w lists every
+                box of every question on the image, ordered by box id, as its rows.
+            choices: per example, the rows of `candidates` this question chooses among (the original's
+                `multiple_choice_idx`; Visual7w: the 4 boxes of the question, by box id; GuessWhat: the game's
+                objects). Default: every candidate. Examples with fewer choices than the batch's most are padded as
+                the original pads GuessWhat's: the extra choices name one more row, a padded (masked) one, so
+                their score is the head's -10000 and their target 0.
+            answer_boxes: optional, per example the answer box `(x1, y1, x2, y2)` in pixels (Visual7w: `x, y,
+                x + width, y + height`); gives `labels` `(batch, num_choices)`, the original's soft targets
+                (`pointing_targets` of the chosen candidates' boxes).
+            task_id: as for `__call__` (12-in-1: 4 for Visual7w, 17 for GuessWhat pointing).
+
+        Returns the outputs of `__call__` whose region rows are the global image token and the detected regions,
+        padded to the region processor's `max_regions` rows (101 in the releases: every candidate row starts there,
+        whatever the number of detections), then the candidates' rows (5-d locations, no global token of their
+        own), padded to the batch's most; and `choice_region_ids` `(batch, num_choices)`: `max_regions + choice`
+        (the original's `101 + multiple_choice_idx`). With 100 detected regions the rows are the original's
+        exactly; with fewer, the original put the candidates right after the detections, where `101 + idx` no
+        longer found them, and vlhub pads instead.
+        """
+        if candidates is None:
+            raise ValueError("pointing needs candidates=: the candidate boxes' RegionFeatures, one per example")
+        if regions is not None and images is not None:
+            raise ValueError("pass either regions or images, not both")
+        if images is not None:
+            regions = self.regions_from_images(images)
+        if regions is None:
+            raise ValueError("pointing needs the detected regions: pass regions= (or images=)")
+        regions = [regions] if isinstance(regions, RegionFeatures) else list(regions)
+        candidates = [candidates] if isinstance(candidates, RegionFeatures) else list(candidates)
+        if len(candidates) != len(regions):
+            raise ValueError(f"got {len(regions)} images but {len(candidates)} candidate sets: pass one candidates "
+                             "RegionFeatures per image")
+        first_rows = self.feature_extractor.max_regions
+        if first_rows is None:
+            raise ValueError("pointing places the candidates after max_regions rows; this processor's region "
+                             "processor has max_regions=None (set it, e.g. 101 as the releases)")
+        outputs = self(text=text, regions=regions, token_ids=token_ids, task_id=task_id,
+                       return_tensors=return_tensors)
+        features, locations, masks = [], [], []
+        for i, (image, boxes) in enumerate(zip(regions, candidates)):
+            if not isinstance(boxes, RegionFeatures):
+                raise TypeError(f"candidates[{i}] must be a vlhub.RegionFeatures, got {type(boxes).__name__}")
+            if boxes.feature_dim != self.feature_extractor.region_feature_dim:
+                raise ValueError(f"candidates[{i}] has {boxes.feature_dim}-d features but this processor expects "
+                                 f"{self.feature_extractor.region_feature_dim}-d features")
+            if tuple(boxes.image_size) != tuple(image.image_size):
+                raise ValueError(f"candidates[{i}] are boxes of an image of size {tuple(boxes.image_size)} but "
+                                 f"regions[{i}] of one of size {tuple(image.image_size)}: both must be of one image")
+            features.append(self.feature_extractor.encode_features(boxes).float())
+            locations.append(self.feature_extractor.encode_locations(boxes).float())
+            masks.append(torch.ones(len(boxes), dtype=torch.long))
+        choice_rows = self._pointing_choices(choices, [len(boxes) for boxes in candidates])
+        num_choices = max(len(row) for row in choice_rows)
+        if any(len(row) < num_choices for row in choice_rows):
+            # A padded choice names a masked row after every example's candidates (the original: row 305 of 306).
+            padded_row = max(len(boxes) for boxes in candidates)
+            features[0] = torch.nn.functional.pad(features[0], (0, 0, 0, padded_row + 1 - features[0].shape[0]))
+            locations[0] = torch.nn.functional.pad(locations[0], (0, 0, 0, padded_row + 1 - locations[0].shape[0]))
+            masks[0] = torch.nn.functional.pad(masks[0], (0, padded_row + 1 - masks[0].shape[0]))
+            choice_rows = [row + [padded_row] * (num_choices - len(row)) for row in choice_rows]
+        detected = {name: outputs[name] for name in ("region_features", "region_locations", "region_attention_mask")}
+        padding = first_rows - detected["region_features"].shape[1]
+        outputs["region_features"] = torch.cat(
+            [torch.nn.functional.pad(detected["region_features"], (0, 0, 0, padding)),
+             pad_sequence(features, batch_first=True)], dim=1)
+        outputs["region_locations"] = torch.cat(
+            [torch.nn.functional.pad(detected["region_locations"], (0, 0, 0, padding)),
+             pad_sequence(locations, batch_first=True)], dim=1)
+        outputs["region_attention_mask"] = torch.cat(
+            [torch.nn.functional.pad(detected["region_attention_mask"], (0, padding)),
+             pad_sequence(masks, batch_first=True)], dim=1)
+        outputs["choice_region_ids"] = first_rows + torch.tensor(choice_rows, dtype=torch.long)
+        if answer_boxes is not None:
+            answer_boxes = list(answer_boxes)
+            if len(answer_boxes) != len(regions):
+                raise ValueError(f"got {len(regions)} images but {len(answer_boxes)} answer boxes: one per example")
+            labels = []
+            for i, (boxes, rows, answer) in enumerate(zip(candidates, choice_rows, answer_boxes)):
+                real = [row for row in rows if row < len(boxes)]
+                try:
+                    targets = pointing_targets(boxes.boxes[real], answer)
+                except ValueError as err:
+                    raise ValueError(f"answer_boxes[{i}]: {err}") from err
+                labels.append(torch.nn.functional.pad(targets, (0, num_choices - len(real))))
+            outputs["labels"] = torch.stack(labels)
+        return outputs
+
+    @staticmethod
+    def _pointing_choices(choices, num_candidates: list[int]) -> list[list[int]]:
+        if choices is None:
+            return [list(range(n)) for n in num_candidates]
+        if isinstance(choices, torch.Tensor):
+            choices = choices.tolist()
+        choices = list(choices)
+        rows = [choices] if choices and isinstance(choices[0], Integral) else [list(c) for c in choices]
+        if len(rows) != len(num_candidates):
+            raise ValueError(f"got {len(num_candidates)} images but {len(rows)} choice lists: one per example")
+        if not all(rows):
+            raise ValueError(f"every example needs at least one choice, got {[len(row) for row in rows]} choices")
+        for i, (row, count) in enumerate(zip(rows, num_candidates)):
+            bad = [c for c in row if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < count]
+            if bad:
+                raise ValueError(f"choices[{i}] must be rows of candidates[{i}] (0..{count - 1}), got {bad}")
+        return [[int(c) for c in row] for row in rows]

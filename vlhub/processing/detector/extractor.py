@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..region_extractors import DEFAULT_REGION_EXTRACTOR_TYPE, REGION_EXTRACTOR_TYPE_KEY
+from ..region_extractors import DEFAULT_REGION_EXTRACTOR_TYPE, REGION_EXTRACTOR_TYPE_KEY, read_region_extractor_config
 from ..regions import RegionFeatures
 from .backbone import ResNetBackbone
 from .boxes import clip_boxes, decode_boxes
@@ -250,13 +249,7 @@ class RegionExtractor(nn.Module):
             from huggingface_hub import snapshot_download
 
             directory = Path(snapshot_download(str(pretrained_path)))
-        config_path = directory / CONFIG_NAME
-        if not config_path.is_file():
-            raise FileNotFoundError(f"{str(directory)!r} has no {CONFIG_NAME}; is it a vlhub region extractor folder?")
-        data = json.loads(config_path.read_text(encoding="utf-8"))
-        kind = data.pop(REGION_EXTRACTOR_TYPE_KEY, REGION_EXTRACTOR_TYPE)
-        if kind != REGION_EXTRACTOR_TYPE:
-            raise ValueError(f"{config_path} describes a region extractor of type {kind!r}, not {REGION_EXTRACTOR_TYPE!r}")
+        _, data = read_region_extractor_config(directory, REGION_EXTRACTOR_TYPE)
         for field_name, file_name in (("object_names", OBJECTS_VOCAB_NAME), ("attribute_names", ATTRIBUTES_VOCAB_NAME)):
             if field_name not in config_overrides and data.get(field_name) is None:
                 data[field_name] = _read_vocab(directory / file_name)

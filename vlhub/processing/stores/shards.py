@@ -296,7 +296,7 @@ class RegionStoreWriter:
     Args:
         directory: the store folder (created if missing; an existing store is continued).
         shard_size: images per shard file.
-        feature_dtype: "float32", or "float16" to halve the size (as UNITER's released stores do).
+        feature_dtype: "float32", or "float16" to halve the size (as some of the original releases' feature files do).
         process_index: this writer's index when several processes write one store (e.g.
             `accelerator.process_index`); each process writes its own series of shards.
         row_group_size: images per Arrow record batch inside a shard.

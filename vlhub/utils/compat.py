@@ -13,7 +13,11 @@ exist. So that one code path runs on every supported version:
 - `CACHE_NAME` is that name, e.g. the key of the cache in `generate()`'s `model_kwargs` and in transformers' outputs.
 
 When the lowest supported transformers is 5.24 or later: write `cache=x` for `**cache_argument(x)` and `"cache"` for
-`CACHE_NAME`, drop `accepts_past_key_values`, and delete this module.
+`CACHE_NAME`, drop `accepts_past_key_values`.
+
+transformers 5.20 gave pipelines `Pipeline._prepare_generate_kwargs` (merging a call's generation settings with those
+given to `pipeline()` and the pipeline's defaults); `pipeline_generate_kwargs` falls back to what transformers' own
+pipelines did before (the pipeline's `generation_config`). Drop it when the lowest supported version is 5.20.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import functools
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import logging
 
-__all__ = ["CACHE_NAME", "cache_argument", "accepts_past_key_values"]
+__all__ = ["CACHE_NAME", "cache_argument", "accepts_past_key_values", "pipeline_generate_kwargs"]
 
 logger = logging.get_logger(__name__)
 
@@ -60,3 +64,16 @@ def accepts_past_key_values(forward):
         return forward(*args, **kwargs)
 
     return forward_taking_either_name
+
+
+def pipeline_generate_kwargs(pipeline, generate_kwargs: dict) -> dict:
+    """The `generate()` keyword arguments of one call of a generating `pipeline`: the call's settings over those given
+    to `pipeline()` over the pipeline's defaults (`_default_generation_config`). transformers' own merge from 5.20 on;
+    before, the call's settings over the pipeline's `generation_config`, which holds the other two (as transformers'
+    pipelines of those versions pass it)."""
+    prepare = getattr(pipeline, "_prepare_generate_kwargs", None)
+    if prepare is not None:
+        return prepare(generate_kwargs)
+    if "generation_config" in generate_kwargs:
+        return dict(generate_kwargs)
+    return {"generation_config": pipeline.generation_config, **generate_kwargs}

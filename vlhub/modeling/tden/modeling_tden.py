@@ -987,6 +987,8 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
             token_type_ids (`torch.LongTensor`, *optional*): defaults to the generation type (1).
             region_features, region_locations, region_attention_mask: as for `TdenModel` (needed on the first
                 step; later steps reuse the cached visual keys and values).
+            cache (`Cache`, *optional*): the `EncoderDecoderCache` of earlier steps (also accepted as
+                `past_key_values`, its name before transformers 5.24); returned in the output with `use_cache`.
             labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*): the next word at every position
                 (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
             logits_to_keep (`int`, defaults to 0): compute the logits of the last `logits_to_keep` positions only

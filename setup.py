@@ -20,7 +20,7 @@ setup(
     install_requires=[
         "torch>=2.4",
         "torchvision>=0.19",
-        "transformers>=5.17,<5.24",  # 5.24 changed BertEmbeddings.forward and generation outputs (TDEN, VLP): not yet supported
+        "transformers>=5.17,<5.25",  # tested on 5.17, 5.23 and 5.24 (5.24 renamed the cache: vlhub/utils/compat.py)
         "accelerate>=1.10",
         "datasets>=4.0",
         "tokenizers>=0.21",

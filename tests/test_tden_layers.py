@@ -65,8 +65,8 @@ def test_cross_modal_layer_reuses_cached_keys_and_values():
     with torch.no_grad():
         _, full, _ = layer(visual, text)
         cache = DynamicCache()
-        layer(visual, text[:, :3], past_key_values=cache)
+        layer(visual, text[:, :3], cache=cache)
         empty = visual[:, :0]
-        _, later, probabilities = layer(empty, text[:, 3:], past_key_values=cache)
+        _, later, probabilities = layer(empty, text[:, 3:], cache=cache)
     assert cache.get_seq_length(0) == 9 and probabilities.shape == (1, 4, 2, 9)
     torch.testing.assert_close(later, full[:, 3:], atol=1e-5, rtol=0)

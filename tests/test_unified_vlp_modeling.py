@@ -16,6 +16,7 @@ from vlhub import (
     UnifiedVlpRegionProcessor,
 )
 from vlhub.modeling.unified_vlp import vlp_beam_search
+from vlhub.utils.compat import CACHE_NAME
 
 REGIONS, FEATURES, CLASSES = 4, 16, 5
 # The tiny vocabulary of conftest.tiny_vocab: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, then words.
@@ -155,7 +156,7 @@ def test_generate_caches_real_tokens_only_and_never_recomputes(processor):
     # step 1: the prompt + [MASK]; every later step: [previous word, MASK]
     assert fed.lengths == [REGIONS + 3] + [2] * 4
     # the cache holds every real token (prompt + generated words except the last) and no [MASK]
-    assert out.past_key_values.get_seq_length() == prompt["input_ids"].shape[1] + 4
+    assert getattr(out, CACHE_NAME).get_seq_length() == prompt["input_ids"].shape[1] + 4
 
 
 def test_cached_generation_equals_recomputing_everything(processor):

@@ -27,6 +27,8 @@ from transformers.models.bert.modeling_bert import (
     eager_attention_forward,
 )
 
+from ..utils.compat import cache_argument
+
 __all__ = [
     "BertEmbeddings",
     "BertEncoder",
@@ -233,12 +235,12 @@ class CrossModalLayer(_GradientCheckpointingLayer):
        `t_intermediate`/`t_output` (BERT's feed-forward blocks, one set per modality).
 
     The attention dispatches through transformers' attention interface (`config._attn_implementation`), so eager /
-    sdpa / flash is a config choice. With a key/value `Cache` (`past_key_values`, `layer_idx` given at construction)
+    sdpa / flash is a config choice. With a key/value `Cache` (`cache`, `layer_idx` given at construction)
     the keys and values of earlier calls are reused: pass the visual tokens on the first call only and a visual
     input of length 0 afterwards, so that the new text tokens attend to everything seen before.
 
     forward(visual_states `(B, R, H)`, text_states `(B, T, H)`, attention_mask (backend format over the `R + T`
-    concatenated keys, e.g. from `extended_attention_mask`), past_key_values=None) →
+    concatenated keys, e.g. from `extended_attention_mask`), cache=None) →
     `(visual_states (B, R, H), text_states (B, T, H), probabilities (B, heads, R + T, keys) or None)`.
     """
 
@@ -255,12 +257,12 @@ class CrossModalLayer(_GradientCheckpointingLayer):
         visual_states: torch.Tensor,
         text_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        past_key_values=None,
+        cache=None,
         **kwargs,
     ):
         num_visual = visual_states.shape[1]
         states = torch.cat([visual_states, text_states], dim=1)
-        attended, probabilities = self.biattention(states, attention_mask, past_key_values=past_key_values, **kwargs)
+        attended, probabilities = self.biattention(states, attention_mask, **cache_argument(cache), **kwargs)
         visual, text = attended[:, :num_visual], attended[:, num_visual:]
         visual = self.v_output(self.v_intermediate(visual), visual)
         text = self.t_output(self.t_intermediate(text), text)

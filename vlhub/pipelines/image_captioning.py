@@ -23,6 +23,7 @@ from transformers import GenerationConfig, Pipeline
 
 from ..processing.regions import RegionFeatures
 from ..registry import architectures
+from ..utils.compat import pipeline_generate_kwargs
 from .visual_question_answering import ProcessorPipelineMixin
 
 __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
@@ -72,7 +73,7 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
     def _forward(self, model_inputs, **generate_kwargs):
         model_inputs = {k: v for k, v in model_inputs.items() if k in self.processor.model_input_names}
         # the user's settings over those given to pipeline(), over the pipeline's defaults (transformers' merge)
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        generate_kwargs = pipeline_generate_kwargs(self, generate_kwargs)
         return {"sequences": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(self, model_outputs):

@@ -34,7 +34,7 @@ from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_outputs import CausalLMOutputWithPast, ModelOutput
 from transformers.models.bert.modeling_bert import (
     BertAttention,
     BertIntermediate,
@@ -55,6 +55,7 @@ from ..layers import (
     gather_masked,
 )
 from ..modeling_utils import VisionLanguagePreTrainedModel
+from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
 
 __all__ = [
@@ -96,8 +97,8 @@ class TdenModelOutput(ModelOutput):
         hidden_size)` (image-sentence matching pools all of them).
     cross_encoder_vision_layers (`tuple(torch.FloatTensor)`): every cross-modal layer's visual output (the VQA head
         pools all of them).
-    past_key_values (`Cache`): the generation stream's keys and values (sentence encoder and decoder), with
-        `use_cache=True`.
+    cache (`Cache`): the generation stream's keys and values (sentence encoder and decoder), with `use_cache=True`
+        (named as transformers 5.24 names it, on every supported transformers version).
     hidden_states, attentions: the sentence encoder over the understanding stream (or over the generation stream
         when there is no understanding stream): embeddings + one entry per layer `(batch, length, hidden_size)`,
         and `(batch, heads, length, length)` per layer.
@@ -116,7 +117,7 @@ class TdenModelOutput(ModelOutput):
     sentence_encoder_output: torch.FloatTensor | None = None
     object_encoder_layers: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_layers: tuple[torch.FloatTensor, ...] | None = None
-    past_key_values: Cache | None = None
+    cache: Cache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     generation_hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -163,20 +164,18 @@ class TdenForPreTrainingOutput(ModelOutput):
 
 
 @dataclass
-class TdenCaptioningOutput(ModelOutput):
+class TdenCaptioningOutput(CausalLMOutputWithPast):
     r"""
+    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the decoder's hidden states:
+
     loss (`torch.FloatTensor` of shape `()`, with `labels`): cross-entropy of the next-token predictions.
     logits (`torch.FloatTensor` of shape `(batch, length, vocab_size)`): next-token scores at every position.
-    past_key_values (`Cache`): keys and values of the sentence encoder and decoder (generation stream).
+    cache (`past_key_values` before transformers 5.24) (`Cache`): keys and values of the sentence encoder and decoder
+        (generation stream).
     hidden_states, attentions: the sentence encoder over the caption tokens (see `TdenModelOutput`).
     decoder_hidden_states (`tuple(torch.FloatTensor)`): the decoder's input + one entry per decoder layer.
     """
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
@@ -291,7 +290,7 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
     cross-attention keys are computed once) are transformers'.
 
     forward(hidden_states `(B, T, H)`, attention_mask (backend format), encoder_hidden_states `(B, R, H)` or None
-    once cached, encoder_attention_mask, past_key_values) → `(hidden_states, self_probabilities, cross_probabilities)`.
+    once cached, encoder_attention_mask, cache) → `(hidden_states, self_probabilities, cross_probabilities)`.
     """
 
     def __init__(self, config: TdenConfig, layer_idx: int | None = None):
@@ -302,12 +301,10 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
         self.output = BertOutput(config)
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                past_key_values=None, **kwargs):
-        attended, self_probabilities = self.attention(
-            hidden_states, attention_mask, past_key_values=past_key_values, **kwargs
-        )
+                cache=None, **kwargs):
+        attended, self_probabilities = self.attention(hidden_states, attention_mask, **cache_argument(cache), **kwargs)
         attended, cross_probabilities = self.crossattention(
-            attended, None, encoder_hidden_states, encoder_attention_mask, past_key_values=past_key_values, **kwargs
+            attended, None, encoder_hidden_states, encoder_attention_mask, **cache_argument(cache), **kwargs
         )
         return self.output(self.intermediate(attended), attended), self_probabilities, cross_probabilities
 
@@ -526,6 +523,7 @@ class TdenModel(TdenPreTrainedModel):
             return type_ids
         return torch.full(reference.shape[:2], type_id, dtype=torch.long, device=reference.device)
 
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -542,7 +540,7 @@ class TdenModel(TdenPreTrainedModel):
         decoder_position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         decoder_inputs_embeds: torch.FloatTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -569,9 +567,9 @@ class TdenModel(TdenPreTrainedModel):
             decoder_position_ids (`torch.LongTensor`, *optional*): defaults to `past..past+generation_length-1`.
             inputs_embeds, decoder_inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`,
                 *optional*): word embeddings instead of the ids.
-            past_key_values (`Cache`, *optional*): an `EncoderDecoderCache` of earlier generation steps. Once its
-                decoder cross-attention holds the visual keys, the object encoder is not run again (the regions
-                may then be omitted).
+            cache (`Cache`, *optional*): an `EncoderDecoderCache` of earlier generation steps (also accepted as
+                `past_key_values`, its name before transformers 5.24). Once its decoder cross-attention holds the
+                visual keys, the object encoder is not run again (the regions may then be omitted).
             use_cache (`bool`, *optional*): return the generation stream's cache.
 
         Returns:
@@ -580,14 +578,13 @@ class TdenModel(TdenPreTrainedModel):
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         use_cache = bool(use_cache)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         _check_inputs(self.config, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
                       region_features, region_locations, region_attention_mask, past_length)
         has_text = input_ids is not None or inputs_embeds is not None
         has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
         cross_cached = (
-            isinstance(past_key_values, EncoderDecoderCache) and bool(past_key_values.is_updated)
-            and all(past_key_values.is_updated.values())
+            isinstance(cache, EncoderDecoderCache) and bool(cache.is_updated) and all(cache.is_updated.values())
         )
         result = {}
 
@@ -633,24 +630,28 @@ class TdenModel(TdenPreTrainedModel):
         decoder_input = decoder_mask = None
         if has_generation:
             reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-            if use_cache and past_key_values is None:
-                past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            if use_cache and cache is None:
+                cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             if decoder_attention_mask is None:
                 decoder_attention_mask = _ones(reference, past_length + reference.shape[1])
+            if decoder_position_ids is None:  # counted on from the cache (given explicitly: BertEmbeddings' keyword
+                # for the cache length changed name in transformers 5.24)
+                decoder_position_ids = torch.arange(
+                    past_length, past_length + reference.shape[1], device=reference.device
+                ).unsqueeze(0)
             embeddings = self.embeddings(
                 input_ids=decoder_input_ids, inputs_embeds=decoder_inputs_embeds, position_ids=decoder_position_ids,
                 token_type_ids=self._type_ids(reference, decoder_token_type_ids, self.config.generation_token_type_id),
-                past_key_values_length=past_length,
             )
             # Always materialised: the sentence encoder's layers are not causal modules (they also run the
             # understanding stream), so sdpa must not be told "causal" through a missing mask.
             decoder_mask = create_causal_mask(
                 config=self.config, inputs_embeds=embeddings, attention_mask=decoder_attention_mask,
-                past_key_values=past_key_values, allow_is_causal_skip=False,
+                **cache_argument(cache), allow_is_causal_skip=False,
             )
             decoder_input, _, hidden, attentions = _run_stack(
                 self.encoder.layer, embeddings, decoder_mask, False, output_hidden_states, output_attentions,
-                past_key_values=past_key_values,
+                **cache_argument(cache),
             )
             if has_text:
                 result.update(generation_hidden_states=hidden, generation_attentions=attentions)
@@ -673,14 +674,14 @@ class TdenModel(TdenPreTrainedModel):
                     config=self.config, inputs_embeds=decoder_input, attention_mask=region_mask,
                     encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
                 )
-            result.update(self._decode(decoder_input, decoder_mask, memory, memory_mask, past_key_values,
+            result.update(self._decode(decoder_input, decoder_mask, memory, memory_mask, cache,
                                        output_hidden_states, output_attentions))
         if not has_text and vision is None and object_layers is not None:
             vision = object_layers[-1]
         return TdenModelOutput(
             language_output=language,
             vision_output=vision,
-            past_key_values=past_key_values if use_cache else None,
+            cache=cache if use_cache else None,
             **result,
         )
 
@@ -701,11 +702,11 @@ class TdenModel(TdenPreTrainedModel):
             cross_encoder_attentions=tuple(attentions) if want_attentions else None,
         )
 
-    def _decode(self, hidden_states, mask, memory, memory_mask, past_key_values, want_hidden, want_attentions):
+    def _decode(self, hidden_states, mask, memory, memory_mask, cache, want_hidden, want_attentions):
         hidden, self_attentions, cross_attentions = [hidden_states], [], []
         for layer in self.decoder.layer:
             hidden_states, self_probabilities, cross_probabilities = layer(
-                hidden_states, mask, memory, memory_mask, past_key_values=past_key_values
+                hidden_states, mask, memory, memory_mask, cache=cache
             )
             hidden.append(hidden_states)
             self_attentions.append(self_probabilities)
@@ -916,7 +917,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
                            region_attention_mask=region_attention_mask)
         for step in range(max_new_tokens):
             beams = 1 if step == 0 else num_beams
-            logits = self(input_ids=tokens, past_key_values=cache, use_cache=True, **step_inputs).logits[:, -1]
+            logits = self(input_ids=tokens, cache=cache, use_cache=True, **step_inputs).logits[:, -1]
             word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, beams, -1)
             vocab = word_logprob.shape[-1]
             candidates = seq_logprob + word_logprob
@@ -955,11 +956,12 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention
         # keys over the regions: an EncoderDecoderCache whose layer indices run over both stacks.
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
-            model_kwargs["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache is not False:
+            model_kwargs[CACHE_NAME] = EncoderDecoderCache(DynamicCache(), DynamicCache())
             return
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -971,7 +973,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
         region_locations: torch.FloatTensor | None = None,
         region_attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         labels: torch.LongTensor | None = None,
         logits_to_keep: int = 0,
@@ -985,6 +987,8 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
             token_type_ids (`torch.LongTensor`, *optional*): defaults to the generation type (1).
             region_features, region_locations, region_attention_mask: as for `TdenModel` (needed on the first
                 step; later steps reuse the cached visual keys and values).
+            cache (`Cache`, *optional*): the `EncoderDecoderCache` of earlier steps (also accepted as
+                `past_key_values`, its name before transformers 5.24); returned in the output with `use_cache`.
             labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*): the next word at every position
                 (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
             logits_to_keep (`int`, defaults to 0): compute the logits of the last `logits_to_keep` positions only
@@ -994,7 +998,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
             decoder_input_ids=input_ids, decoder_attention_mask=attention_mask, decoder_token_type_ids=token_type_ids,
             decoder_position_ids=position_ids, decoder_inputs_embeds=inputs_embeds, region_features=region_features,
             region_locations=region_locations, region_attention_mask=region_attention_mask,
-            past_key_values=past_key_values, use_cache=use_cache, **kwargs,
+            cache=cache, use_cache=use_cache, **kwargs,
         )
         states = outputs.decoder_output
         if logits_to_keep:
@@ -1002,7 +1006,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
         logits = self.lm_head(states)
         loss = _token_loss(logits, labels, self.config.label_smoothing) if labels is not None else None
         return TdenCaptioningOutput(
-            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states,
+            loss=loss, logits=logits, **cache_argument(outputs.cache), hidden_states=outputs.hidden_states,
             attentions=outputs.attentions, decoder_hidden_states=outputs.decoder_hidden_states,
         )
 

@@ -110,7 +110,7 @@ def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=N
                                              "region_attention_mask") if model_kwargs.get(k) is not None}
     cache = DynamicCache(config=config)
     step_inputs = {k: v[firsts] for k, v in expanded.items()}
-    outputs = model(input_ids=input_ids[firsts], past_key_values=cache, use_cache=True, predict_next=True,
+    outputs = model(input_ids=input_ids[firsts], cache=cache, use_cache=True, predict_next=True,
                     **step_inputs)
     attention_mask = expanded.get("attention_mask")
     if attention_mask is None:
@@ -142,7 +142,7 @@ def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=N
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
         token_type_ids = torch.full_like(words.reshape(-1, 1), config.s2s_text_token_type_id)
         outputs = model(input_ids=words.reshape(-1, 1), attention_mask=attention_mask, token_type_ids=token_type_ids,
-                        past_key_values=cache, use_cache=True, predict_next=True, **fixed)
+                        cache=cache, use_cache=True, predict_next=True, **fixed)
 
     beam_scores = torch.stack(all_scores, dim=1)
     beam_words = torch.stack(all_words, dim=1)

@@ -42,6 +42,7 @@ from transformers.utils.output_capturing import capture_outputs
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = [
@@ -130,8 +131,9 @@ UNIFIED_VLP_INPUTS_DOCSTRING = r"""
         seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*):
             Attention pattern, per batch or per example: True = seq2seq (captioning), False = bidirectional.
             Defaults to the head's own pattern.
-        past_key_values (`Cache`, *optional*): keys and values of earlier positions (generation).
-        use_cache (`bool`, *optional*): whether to update and return `past_key_values`.
+        cache (`Cache`, *optional*): keys and values of earlier positions (generation); also accepted as
+            `past_key_values`, its name before transformers 5.24.
+        use_cache (`bool`, *optional*): whether to update and return the cache.
 """
 
 
@@ -295,7 +297,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         attention_mask: torch.Tensor | None,
         seq2seq,
         region_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
     ):
         """The 4-D mask the configured attention backend wants (see the module docstring for the two patterns).
 
@@ -303,7 +305,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         given), or None; seq2seq bool or `(B,)` bool; region_attention_mask `(B, N)` zeroes padded region slots.
         """
         batch, length = embeddings.shape[:2]
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         if attention_mask is not None and attention_mask.ndim == 3:
             if past_length or tuple(attention_mask.shape) != (batch, length, length):
                 raise ValueError(
@@ -337,7 +339,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             # Decoding past the image block: every new row is text, for which the seq2seq pattern is the causal one
             # (the image block lies before it). transformers builds that without the per-element mask function.
             return create_causal_mask(
-                config=self.config, inputs_embeds=embeddings, attention_mask=real, past_key_values=past_key_values
+                config=self.config, inputs_embeds=embeddings, attention_mask=real, **cache_argument(cache)
             )
         and_mask = None
         if seq2seq is True:
@@ -345,7 +347,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         elif isinstance(seq2seq, torch.Tensor):
             and_mask = seq2seq_mask_function(self.config.text_start, real, seq2seq)
         return create_bidirectional_mask(
-            config=self.config, inputs_embeds=embeddings, attention_mask=real, past_key_values=past_key_values,
+            config=self.config, inputs_embeds=embeddings, attention_mask=real, **cache_argument(cache),
             and_mask_function=and_mask,
         )
 
@@ -359,6 +361,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         text_type = torch.where(flags, config.s2s_text_token_type_id, config.bi_text_token_type_id)
         return torch.where(is_text, text_type, image_type).long()
 
+    @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
     @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
@@ -373,7 +376,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         region_attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         seq2seq: bool | torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
@@ -381,11 +384,12 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         Returns:
             `BaseModelOutputWithPoolingAndCrossAttentions`: `last_hidden_state` `(batch_size, sequence_length,
             hidden_size)`, `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0; `None` with a
-            cache past [CLS] or without the pooler), `past_key_values` when `use_cache`.
+            cache past [CLS] or without the pooler), the cache when `use_cache` (field `cache`; `past_key_values`
+            before transformers 5.24).
         """
         if not use_cache:
-            past_key_values = None
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = None
+        past_length = cache.get_seq_length() if cache is not None else 0
         self._check_inputs(input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
                            past_length, position_ids)
         text = input_ids if input_ids is not None else inputs_embeds
@@ -404,17 +408,16 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             region_features=region_features if use_regions else None,
             region_locations=region_locations if use_regions else None,
         )
-        mask = self.build_attention_mask(embedding_output, attention_mask, seq2seq, region_attention_mask,
-                                         past_key_values)
+        mask = self.build_attention_mask(embedding_output, attention_mask, seq2seq, region_attention_mask, cache)
         encoder_outputs = self.encoder(
-            embedding_output, attention_mask=mask, past_key_values=past_key_values, use_cache=use_cache, **kwargs
+            embedding_output, attention_mask=mask, **cache_argument(cache), use_cache=use_cache, **kwargs
         )
         sequence_output = encoder_outputs.last_hidden_state
         pooled_output = self.pooler(sequence_output) if self.pooler is not None and past_length == 0 else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,
             pooler_output=pooled_output,
-            past_key_values=past_key_values if use_cache else None,
+            **cache_argument(cache),
         )
 
 
@@ -544,6 +547,7 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
 
+    @accepts_past_key_values
     @can_return_tuple
     @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
     def forward(
@@ -558,7 +562,7 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
         inputs_embeds: torch.FloatTensor | None = None,
         masked_positions: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         predict_next: bool = False,
         **kwargs: Unpack[TransformersKwargs],
@@ -581,7 +585,7 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
             if labels is not None or masked_positions is not None:
                 raise ValueError("predict_next is a decoding step; it takes no labels or masked_positions")
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids = self._append_mask_slot(
-                input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, past_key_values
+                input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, cache
                 if use_cache is not False else None
             )
         outputs = self.vlp(
@@ -594,15 +598,16 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
             region_attention_mask=region_attention_mask,
             inputs_embeds=inputs_embeds,
             seq2seq=True,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
+        cache = getattr(outputs, CACHE_NAME)  # None unless the cache was used
         if predict_next:
             sequence_output = sequence_output[:, -1:]
-            if outputs.past_key_values is not None:
-                outputs.past_key_values.crop(-1)  # forget the [MASK]: the next step feeds the real token there
+            if cache is not None:
+                cache.crop(-1)  # forget the [MASK]: the next step feeds the real token there
         elif masked_positions is not None:
             sequence_output = _gather_positions(sequence_output, masked_positions)
         logits = self.cls(sequence_output)
@@ -610,7 +615,7 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_argument(cache),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
@@ -700,8 +705,8 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPr
         }
 
     # -- generation -------------------------------------------------------------------------------------------
-    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):
-        model_inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values, **kwargs)
+    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         model_inputs["predict_next"] = True
         return model_inputs
 

@@ -876,6 +876,54 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
+                               caption_mask: torch.Tensor | None = None) -> dict:
+        """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
+        (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
+
+        The generation stream is causal, so decoding step `t` sees exactly the prefix `prompt w_1 .. w_(t-1)`: the
+        sequence is the prompt followed by the caption without its last word, in the generation token type, and the
+        last `T` positions' logits are kept (position `prompt_length - 1 + t` predicts `w_(t+1)`), as X-modaler's
+        SCST scores its samples.
+
+        Args:
+            prompt: the processor's captioning inputs (`input_ids` `(B, P)`, `[CLS]`, and the region fields).
+            caption_ids (`torch.LongTensor` of shape `(B, T)`): the captions, without the prompt.
+            caption_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 for the words to score (a prefix: the
+                caption up to and including its end token); the words after it are masked as keys.
+        Returns:
+            keyword arguments for `forward`, whose `logits` `(B, T, vocab_size)` predict `caption_ids[:, t]` in row t.
+        """
+        input_ids = prompt["input_ids"]
+        batch, length = input_ids.shape
+        if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
+            raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
+        words = caption_ids.shape[1]
+        if length + words - 1 > self.config.max_position_embeddings:
+            raise ValueError(f"captions of {words} tokens after a {length}-token prompt need {length + words - 1} "
+                             f"positions; the model has {self.config.max_position_embeddings}")
+        if caption_mask is not None and caption_mask.shape != caption_ids.shape:
+            raise ValueError(f"caption_mask must have the captions' shape {tuple(caption_ids.shape)}, "
+                             f"got {tuple(caption_mask.shape)}")
+        device = input_ids.device
+        prompt_mask = prompt.get("attention_mask")
+        prompt_mask = torch.ones_like(input_ids) if prompt_mask is None else prompt_mask.to(device).long()
+        words_mask = (torch.ones_like(caption_ids) if caption_mask is None
+                      else caption_mask.to(device=device, dtype=torch.long))
+        inputs = {
+            "input_ids": torch.cat([input_ids, caption_ids[:, :-1].to(device)], 1),
+            "attention_mask": torch.cat([prompt_mask, words_mask[:, :-1]], 1),
+            "logits_to_keep": words,
+            "use_cache": False,
+            **{k: prompt[k] for k in ("region_features", "region_locations", "region_attention_mask") if k in prompt},
+        }
+        if prompt.get("token_type_ids") is not None:
+            types = prompt["token_type_ids"]
+            inputs["token_type_ids"] = torch.cat(
+                [types, torch.full((batch, words - 1), self.config.generation_token_type_id, dtype=types.dtype,
+                                   device=types.device)], 1)
+        return inputs
+
     @torch.no_grad()
     def xmodaler_beam_search(
         self,

@@ -93,3 +93,25 @@ def test_finetune_py_scst_trains_a_tiny_tden_and_resumes_exactly(tmp_path):
     assert_resume_reproduces(lambda *extra, callbacks=(): _scst_run(store, tmp_path / "captioner", *extra,
                                                                     callbacks=callbacks),
                              tmp_path / "a", tmp_path / "b", crash_step=3, keys=("loss", "reward", "baseline_reward"))
+
+
+# ---------------------------------------------------------------------------------------------------- VQA loss
+def test_vqa_loss_is_the_originals_bce_summed_over_answers_on_both_branches(tmp_path):
+    # X-modaler: BCEWithLogitsLoss(reduction="mean") * num_labels on the understanding and on the generation logits,
+    # summed; written out here per element: -[y log s(x) + (1 - y) log(1 - s(x))], summed over the answers, averaged
+    # over the questions.
+    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForQuestionAnswering, bidirectional_decoder=True,
+                                     num_labels=5)
+    model.eval()
+    pairs = corpus.train[:3]
+    batch = processor(text=[c for _, c in pairs], regions=[corpus.regions[i] for i, _ in pairs], return_tensors="pt")
+    labels = torch.tensor([[1.0, 0.3, 0, 0, 0], [0, 0, 0.6, 0.9, 0], [0, 0, 0, 0, 0]])
+    with torch.no_grad():
+        out = model(**batch, labels=labels)
+
+    def by_hand(logits):
+        return -(labels * F.logsigmoid(logits) + (1 - labels) * F.logsigmoid(-logits)).sum(1).mean()
+
+    torch.testing.assert_close(out.loss, by_hand(out.understanding_logits) + by_hand(out.generation_logits))
+    with pytest.raises(ValueError, match=r"labels must be soft scores of the logits' shape \(3, 5\)"):
+        model(**batch, labels=labels[:, :4])

@@ -53,6 +53,7 @@ from ..layers import (
     check_region_inputs,
     extended_attention_mask,
     gather_masked,
+    soft_score_loss,
 )
 from ..modeling_utils import VisionLanguagePreTrainedModel
 from .configuration_tden import TdenConfig
@@ -1099,7 +1100,8 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel`
                 (`[CLS] question [SEP]`, type 0).
             labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*): soft answer scores; the
-                loss is the original's BCE-with-logits (mean × num_labels) on each branch, summed.
+                loss is the original's BCE-with-logits (mean × num_labels, `layers.soft_score_loss`, the same as the
+                other architectures' VQA loss) on each branch, summed.
         """
         _require_regions("VQA", region_features)
         outputs = self.tden(
@@ -1114,11 +1116,8 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         if generation is not None:
             scores = scores + F.softmax(generation, dim=-1)
         loss = None
-        if labels is not None:
-            if labels.shape != understanding.shape:
-                raise ValueError(f"labels must be soft scores of shape {tuple(understanding.shape)}, got {tuple(labels.shape)}")
-            loss = sum(F.binary_cross_entropy_with_logits(branch.float(), labels.float()) * branch.shape[1]
-                       for branch in (understanding, generation) if branch is not None)
+        if labels is not None:  # the original's BCEWithLogits (mean) x num_labels per branch: the shared VQA loss
+            loss = sum(soft_score_loss(branch, labels) for branch in (understanding, generation) if branch is not None)
         return TdenQuestionAnsweringOutput(
             loss=loss, logits=scores, understanding_logits=understanding, generation_logits=generation,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,

@@ -1135,12 +1135,25 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^tden\.decoder\.", r"^lm_head\.",
                                           r"^region_head\."]
     _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
+    # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
+    # within the batch (`vlhub.training.finetuning.InBatchRetrievalTask`), as X-modaler's retrieval training.
+    retrieval_negatives = "in_batch"
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
         self.tden = TdenModel(config)
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As `PreTrainedModel.from_pretrained`; from a checkpoint of another head (pre-training) the cross-modal
+        encoder and the decoder, which retrieval never runs, are not built (`num_cross_encoder_layers` and
+        `num_decoder_layers` become 0, as X-modaler's `TDENRetrieval`), unless a `config` is given."""
+        if "config" not in kwargs:
+            kwargs.setdefault("num_cross_encoder_layers", 0)
+            kwargs.setdefault("num_decoder_layers", 0)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @can_return_tuple
     def forward(

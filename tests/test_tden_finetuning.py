@@ -10,9 +10,9 @@ import torch
 from torch.nn import functional as F
 
 import vlhub
+from tests.test_scst import check_scoring_hook, check_scst_training, scst_run
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import assert_resume_reproduces, logged_losses, synthetic_corpus, tiny_tokenizer
-from vlhub.training.captioning import caption_token_mask
+from tests.training_helpers import assert_resume_reproduces, synthetic_corpus, tiny_tokenizer
 from vlhub.training.pretraining import build_pretraining_model
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
@@ -32,30 +32,15 @@ def _tiny(tmp_path, head, seed=0, **overrides):
 # ---------------------------------------------------------------------------------------------------- SCST
 def test_the_tden_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
     model, processor, corpus = _tiny(tmp_path, vlhub.TdenForConditionalGeneration)
-    model.eval()
-    captioning = processor.for_task("captioning")
     images = list(corpus.regions)[:6]
-    prompt = dict(captioning(regions=[corpus.regions[i] for i in images], return_tensors="pt"))
-    torch.manual_seed(1)
-    out = model.generate(**prompt, max_new_tokens=7, do_sample=True, top_k=0, output_logits=True,
-                         return_dict_in_generate=True)
-    captions = out.sequences[:, prompt["input_ids"].shape[1]:]
-    mask = caption_token_mask(captions, [model.config.eos_token_id, model.config.pad_token_id])
-    assert len(set(mask.sum(1).tolist())) > 1  # captions of different lengths, padding after the shorter ones
-    decoded = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, captions[..., None]).squeeze(-1)
-    for implementation in ("eager", "sdpa"):
-        model.set_attn_implementation(implementation)
-        with torch.no_grad():
-            inputs = model.caption_scoring_inputs(prompt, captions, mask)
-            logits = model(**inputs).logits
-        assert logits.shape[:2] == captions.shape
-        scored = logits.log_softmax(-1).gather(-1, captions[..., None]).squeeze(-1)
-        torch.testing.assert_close(scored[mask], decoded[mask], atol=1e-5, rtol=0)
+    prompt = dict(processor.for_task("captioning")(regions=[corpus.regions[i] for i in images], return_tensors="pt"))
+    captions, mask = check_scoring_hook(model, prompt)
     # Explicit generation token types give the same scores; bad captions are named.
     typed = dict(prompt, token_type_ids=torch.ones_like(prompt["input_ids"]))
     with torch.no_grad():
+        plain = model(**model.caption_scoring_inputs(prompt, captions, mask)).logits
         again = model(**model.caption_scoring_inputs(typed, captions, mask)).logits
-    torch.testing.assert_close(again, logits)
+    torch.testing.assert_close(again, plain)
     with pytest.raises(ValueError, match="caption_ids must be"):
         model.caption_scoring_inputs(prompt, captions[:2], mask[:2])
     with pytest.raises(ValueError, match="caption_mask must have"):
@@ -64,35 +49,18 @@ def test_the_tden_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
         model.caption_scoring_inputs(prompt, captions.repeat(1, 20), None)
 
 
-def _scst_run(store, source, *extra, callbacks=()):
-    from vlhub.training.cli import finetune_main
-
-    return finetune_main(["--task", "captioning", "--scst", "--model_name_or_path", str(source),
-                          "--dataset", str(store / "captions.jsonl"), "--region_store", str(store),
-                          "--max_caption_tokens", "8", "--caption_metrics", "CIDEr",
-                          "--max_steps", "4", "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                          "--save_steps", "2", "--learning_rate", "1e-3", "--seed", "5", *extra],
-                         callbacks=callbacks)
-
-
 def test_finetune_py_scst_trains_a_tiny_tden_and_resumes_exactly(tmp_path):
     model, processor, _ = _tiny(tmp_path, vlhub.TdenForConditionalGeneration)
     model.save_pretrained(tmp_path / "captioner")
     processor.for_task("captioning").save_pretrained(tmp_path / "captioner")
     store = write_store_dataset(tmp_path / "data")
-    straight = _scst_run(store, tmp_path / "captioner", "--output_dir", str(tmp_path / "a"))
-    assert straight.global_step == 4
-    logged = logged_losses(tmp_path / "a")
-    assert sorted(logged) == [1, 2, 3, 4]
-    for row in logged.values():
-        assert {"reward", "baseline_reward", "scst_loss"} <= set(row) and row["scst_loss"] == row["loss"]
-        assert row["reward"] >= 0 and row["baseline_reward"] >= 0
-    assert "self-critical" in (tmp_path / "a" / "README.md").read_text()
+
+    def run(*extra, callbacks=()):
+        return scst_run(store, tmp_path / "captioner", "--caption_metrics", "CIDEr", *extra, callbacks=callbacks)
+
+    check_scst_training(run, tmp_path / "a", tmp_path / "b")
     trained = vlhub.TdenForConditionalGeneration.from_pretrained(tmp_path / "a")
     assert not torch.equal(trained.lm_head.decoder.bias, model.lm_head.decoder.bias)  # it trained
-    assert_resume_reproduces(lambda *extra, callbacks=(): _scst_run(store, tmp_path / "captioner", *extra,
-                                                                    callbacks=callbacks),
-                             tmp_path / "a", tmp_path / "b", crash_step=3, keys=("loss", "reward", "baseline_reward"))
 
 
 # ---------------------------------------------------------------------------------------------------- VQA loss

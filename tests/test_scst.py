@@ -4,6 +4,7 @@ hand-worked values, the captioning hook against decoding, reproducible sampling,
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +12,8 @@ import torch
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import (crash_then_resume, logged_losses, reset_accelerate_state, synthetic_corpus,
-                                    tiny_tokenizer)
+from tests.training_helpers import (assert_resume_reproduces, logged_losses, reset_accelerate_state,
+                                    synthetic_corpus, tiny_tokenizer)
 from vlhub.evaluation.captions import CiderD, caption_words
 from vlhub.training.captioning import (
     PromptCollator,
@@ -87,11 +88,10 @@ def _tiny_captioner(tmp_path, seed=0):
     return vlhub.UnifiedVlpForConditionalGeneration(pretraining.config), processor, corpus
 
 
-def test_the_vlp_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
-    model, processor, corpus = _tiny_captioner(tmp_path)
+def check_scoring_hook(model, prompt: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """`model.caption_scoring_inputs` scores sampled captions (of different lengths) with the log-probabilities that
+    decoding gave them, with eager and sdpa attention. Returns the captions and their mask."""
     model.eval()
-    images = list(corpus.regions)[:6]
-    prompt = dict(processor(regions=[corpus.regions[i] for i in images], return_tensors="pt"))
     torch.manual_seed(1)
     out = model.generate(**prompt, max_new_tokens=7, do_sample=True, top_k=0, output_logits=True,
                          return_dict_in_generate=True)
@@ -103,8 +103,16 @@ def test_the_vlp_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
         model.config._attn_implementation = implementation
         with torch.no_grad():
             logits = model(**model.caption_scoring_inputs(prompt, captions, mask)).logits
+        assert logits.shape[:2] == captions.shape
         scored = logits.log_softmax(-1).gather(-1, captions[..., None]).squeeze(-1)
         torch.testing.assert_close(scored[mask], decoded[mask], atol=1e-5, rtol=0)
+    return captions, mask
+
+
+def test_the_vlp_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
+    model, processor, corpus = _tiny_captioner(tmp_path)
+    images = list(corpus.regions)[:6]
+    check_scoring_hook(model, dict(processor(regions=[corpus.regions[i] for i in images], return_tensors="pt")))
 
 
 # ---------------------------------------------------------------------------------------------------- the task
@@ -133,7 +141,9 @@ def test_sampling_is_a_function_of_the_batch_seeds_only(tmp_path):
     assert results[0][1] == results[2][1] and results[0][0] != results[2][0]  # greedy the same, samples not
 
 
-def _scst_run(tmp_path, store, source, *extra, callbacks=()):
+def scst_run(store, source, *extra, callbacks=()):
+    """`finetune.py --task captioning --scst` from `source` on the region store dataset `store`: 4 steps of 4
+    images, captions of at most 8 tokens, a checkpoint every 2 steps."""
     from vlhub.training.cli import finetune_main
 
     return finetune_main(["--task", "captioning", "--scst", "--model_name_or_path", str(source),
@@ -144,30 +154,29 @@ def _scst_run(tmp_path, store, source, *extra, callbacks=()):
                          callbacks=callbacks)
 
 
+def check_scst_training(run, straight: Path, resumed: Path) -> None:
+    """`run(*extra, callbacks=())` (an `scst_run`) into `straight` takes its 4 steps, logs the reward, the greedy
+    baseline's reward and the loss at each, writes a model card saying how it trained, and, crashed after step 3 and
+    resumed into `resumed`, logs exactly the same."""
+    assert run("--output_dir", str(straight)).global_step == 4
+    logged = logged_losses(straight)
+    assert sorted(logged) == [1, 2, 3, 4]
+    for row in logged.values():
+        assert {"reward", "baseline_reward", "scst_loss"} <= set(row) and row["scst_loss"] == row["loss"]
+        assert row["reward"] >= 0 and row["baseline_reward"] >= 0
+    assert "self-critical" in (straight / "README.md").read_text()
+    assert_resume_reproduces(run, straight, resumed, crash_step=3, keys=("loss", "reward", "baseline_reward"))
+
+
 def test_finetune_py_scst_trains_a_tiny_vlp_and_resumes_exactly(tmp_path):
     model, processor, _ = _tiny_captioner(tmp_path)
     model.save_pretrained(tmp_path / "captioner")
     processor.save_pretrained(tmp_path / "captioner")
     store = write_store_dataset(tmp_path / "data")
-    straight = _scst_run(tmp_path, store, tmp_path / "captioner", "--output_dir", str(tmp_path / "a"))
-    assert straight.global_step == 4
-    logged = logged_losses(tmp_path / "a")
-    assert sorted(logged) == [1, 2, 3, 4]
-    for row in logged.values():
-        assert {"reward", "baseline_reward", "scst_loss"} <= set(row) and row["scst_loss"] == row["loss"]
-        assert row["reward"] >= 0 and row["baseline_reward"] >= 0
-    assert "self-critical" in (tmp_path / "a" / "README.md").read_text()
+    check_scst_training(lambda *extra, callbacks=(): scst_run(store, tmp_path / "captioner", *extra,
+                                                              callbacks=callbacks), tmp_path / "a", tmp_path / "b")
     trained = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "a")
     assert not torch.equal(trained.cls.predictions.bias, model.cls.predictions.bias)  # it trained
-
-    crash_then_resume(lambda *extra, callbacks=(): _scst_run(tmp_path, store, tmp_path / "captioner", "--output_dir",
-                                                             str(tmp_path / "b"), *extra, callbacks=callbacks),
-                      crash_step=3)
-    resumed = logged_losses(tmp_path / "b")
-    assert sorted(resumed) == [1, 2, 3, 4]
-    for step, row in logged.items():
-        for key in ("loss", "reward", "baseline_reward"):
-            assert resumed[step][key] == row[key], (step, key)
 
 
 def test_scst_refuses_models_that_cannot_caption_and_other_tasks(tmp_path):
@@ -190,7 +199,7 @@ def test_scst_refuses_models_that_cannot_caption_and_other_tasks(tmp_path):
     processor.save_pretrained(tmp_path / "vqa")
     store = write_store_dataset(tmp_path / "data")
     with pytest.raises(SystemExit, match="--scst: .*cannot generate captions"):
-        _scst_run(tmp_path, store, tmp_path / "vqa", "--output_dir", str(tmp_path / "c"))
+        scst_run(store, tmp_path / "vqa", "--output_dir", str(tmp_path / "c"))
 
 
 def test_prompt_collator_names_a_missing_image(tmp_path):

@@ -204,7 +204,7 @@ class Demo:
 
         args, name = self.args, self.architecture.name
         folder = self.out / f"{self.prefix}-shapes-itr"
-        print(f"== retrieval: fine-tuning ({args.retrieval_steps} steps, hinge loss over hard negatives), "
+        print(f"== retrieval: fine-tuning ({args.retrieval_steps} steps, the head's original ranking loss), "
               "recall@K on held-out images", flush=True)
         result = finetune_main(["--task", "retrieval", "--model_name_or_path", str(self.out / f"{self.prefix}-shapes"),
                                 "--output_dir", str(folder), "--max_steps", str(args.retrieval_steps),

@@ -108,9 +108,10 @@ class FinetuneArguments:
     answer_vocabulary: str | None = field(default=None, metadata={"help": "VQA on a user dataset: a JSON list of "
                                           "answers (index = label id) or {id: answer}."})
     num_sampled_negatives: int = field(default=15, metadata={"help": "Retrieval: random negatives scored per "
-                                       "positive and direction (original: 399)."})
+                                       "positive and direction (UNITER's original: 399; heads trained on in-batch "
+                                       "negatives, as TDEN's, ignore it)."})
     num_hard_negatives: int = field(default=3, metadata={"help": "Retrieval: hardest of them trained on (original: "
-                                    "31)."})
+                                    "31; ignored by in-batch heads)."})
     max_gallery_images: int = field(default=50, metadata={"help": "Retrieval evaluation: images in the gallery."})
     caption_metrics: list[str] | None = field(default=None, metadata={"help": "Captioning evaluation: COCO caption "
                                               "metrics to report (Bleu_1..Bleu_4 METEOR ROUGE_L CIDEr; default all)."})
@@ -310,7 +311,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoConfig, AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
-    from .finetuning import RetrievalTask, VqaDataset, VqaTask, load_pretraining_state
+    from .finetuning import VqaDataset, VqaTask, load_pretraining_state, retrieval_task
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -359,11 +360,12 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
             # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
             model.initialize_from_pretraining(load_pretraining_state(source))
         validation = table["validation"] if "validation" in table else table["train"]
-        task = RetrievalTask(model, processor, regions, caption_pairs(table["train"], name),
-                             caption_pairs(validation, name), name, description, base_model=source,
-                             num_sampled=finetune_args.num_sampled_negatives,
-                             num_hard=finetune_args.num_hard_negatives,
-                             max_gallery_images=finetune_args.max_gallery_images)
+        # The head says how its original trained (sampled hard negatives, or the hardest in the batch).
+        task = retrieval_task(model, processor, regions, caption_pairs(table["train"], name),
+                              caption_pairs(validation, name), name, description, base_model=source,
+                              num_sampled=finetune_args.num_sampled_negatives,
+                              num_hard=finetune_args.num_hard_negatives,
+                              max_gallery_images=finetune_args.max_gallery_images)
     return train(task, training_args, command=command, callbacks=callbacks)
 
 

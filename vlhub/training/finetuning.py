@@ -20,7 +20,8 @@ from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
 __all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
-           "concat_inputs", "load_pretraining_state"]
+           "InBatchRetrievalCollator", "InBatchRetrievalTask", "RETRIEVAL_TASKS", "retrieval_task", "concat_inputs",
+           "load_pretraining_state"]
 
 
 def load_pretraining_state(model_name_or_path: str) -> dict[str, torch.Tensor]:
@@ -303,17 +304,22 @@ class RetrievalTask(TrainingTask):
     def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
                  dataset_description: str, base_model: str | None = None, num_sampled: int = 15,
                  num_hard: int = 3, max_gallery_images: int = 50):
-        if not 1 <= num_hard <= num_sampled:
-            raise ValueError(f"hard negatives ({num_hard}) must be between 1 and the sampled negatives ({num_sampled})")
         self.model = model
         self.processor = processor
         self.regions = regions
         self.train_dataset = CaptionDataset(train_pairs)
         self.validation_pairs = list(validation_pairs)
-        self.collate_fn = RetrievalCollator(processor, regions, train_pairs, num_sampled)
         self.num_sampled, self.num_hard = num_sampled, num_hard
+        self.collate_fn = self.train_collator(train_pairs)
         self.max_gallery_images = max_gallery_images
         self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
+
+    def train_collator(self, train_pairs):
+        """The training batches' collator (here: positives plus sampled negatives for each)."""
+        if not 1 <= self.num_hard <= self.num_sampled:
+            raise ValueError(f"hard negatives ({self.num_hard}) must be between 1 and the sampled negatives "
+                             f"({self.num_sampled})")
+        return RetrievalCollator(self.processor, self.regions, train_pairs, self.num_sampled)
 
     def train_sampler(self, batch_size, group_size, seed):
         return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed,
@@ -383,6 +389,78 @@ class RetrievalTask(TrainingTask):
             base_model=self.base_model,
             tags=["image-text-retrieval", self.model.config.model_type],
         )
+
+
+class InBatchRetrievalCollator:
+    """Positive (caption, image) pairs only, plus `image_ids` `(batch,)`: one id per distinct image of the batch, so
+    that a model scoring every caption against every image of the batch does not take a caption of the same image
+    for a negative."""
+
+    def __init__(self, processor, regions):
+        self.processor = processor
+        self.regions = regions
+
+    def __call__(self, examples: Sequence[dict]) -> dict:
+        batch = _encode(self.processor, [e["caption"] for e in examples],
+                        [_lookup(self.regions, e["image_id"]) for e in examples])
+        ids: dict[str, int] = {}
+        batch["image_ids"] = torch.tensor([ids.setdefault(e["image_id"], len(ids)) for e in examples])
+        return batch
+
+
+class InBatchRetrievalTask(RetrievalTask):
+    """Fine-tune a retrieval head that ranks within the batch (a model class with `retrieval_negatives =
+    "in_batch"`, e.g. TDEN's dual encoder): each batch is positive pairs only, and the model's own loss
+    (`forward(..., image_ids=..., return_loss=True)`) takes the negatives among the batch's other images and
+    captions (TDEN: X-modaler's `BatchTriplet`, the hardest in-batch negative both ways, margin
+    `config.ranking_margin`). Evaluation is `RetrievalTask`'s (recall@1/5/10 both ways over a validation gallery)."""
+
+    def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
+                 dataset_description: str, base_model: str | None = None, max_gallery_images: int = 50):
+        super().__init__(model, processor, regions, train_pairs, validation_pairs, dataset_name, dataset_description,
+                         base_model=base_model, max_gallery_images=max_gallery_images)
+
+    def train_collator(self, train_pairs):
+        return InBatchRetrievalCollator(self.processor, self.regions)
+
+    def train_sampler(self, batch_size, group_size, seed):
+        if batch_size < 2:
+            raise ValueError(f"in-batch negatives need at least 2 pairs per batch, got a batch size of {batch_size}")
+        return super().train_sampler(batch_size, group_size, seed)
+
+    def training_step(self, model, batch):
+        return model(**batch, return_loss=True).loss, {}
+
+    def hyperparameters(self) -> dict:
+        margin = getattr(self.model.config, "ranking_margin", None)
+        return {"negatives": "hardest in the batch, both directions" + (f" (margin {margin})" if margin is not None
+                                                                        else "")}
+
+    def card_info(self) -> CardInfo:
+        info = super().card_info()
+        info.summary = ("Scores how well a text matches an image's regions, trained with the architecture's "
+                        "original in-batch ranking loss (the hardest negative of the batch in both directions).")
+        return info
+
+
+# How each kind of retrieval head trains (a head's class attribute `retrieval_negatives`; default "sampled").
+RETRIEVAL_TASKS = {"sampled": RetrievalTask, "in_batch": InBatchRetrievalTask}
+
+
+def retrieval_task(model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
+                   dataset_description: str, base_model: str | None = None, num_sampled: int = 15, num_hard: int = 3,
+                   max_gallery_images: int = 50) -> RetrievalTask:
+    """The retrieval task that trains `model` as its original did: `RetrievalTask` (sampled negatives, the hardest
+    `num_hard` of `num_sampled` trained on) or, for a head whose `retrieval_negatives` is "in_batch",
+    `InBatchRetrievalTask` (the sampled-negative settings do not apply)."""
+    kind = getattr(type(model), "retrieval_negatives", "sampled")
+    if kind not in RETRIEVAL_TASKS:
+        raise ValueError(f"{type(model).__name__}.retrieval_negatives is {kind!r}; known: {sorted(RETRIEVAL_TASKS)}")
+    common = dict(base_model=base_model, max_gallery_images=max_gallery_images)
+    if kind == "sampled":
+        common.update(num_sampled=num_sampled, num_hard=num_hard)
+    return RETRIEVAL_TASKS[kind](model, processor, regions, train_pairs, validation_pairs, dataset_name,
+                                 dataset_description, **common)
 
 
 def _retrieval_summary(config) -> str:

@@ -53,6 +53,7 @@ from ..layers import (
     check_region_inputs,
     extended_attention_mask,
     gather_masked,
+    soft_score_loss,
 )
 from ..modeling_utils import VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
@@ -877,6 +878,54 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
+                               caption_mask: torch.Tensor | None = None) -> dict:
+        """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
+        (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
+
+        The generation stream is causal, so decoding step `t` sees exactly the prefix `prompt w_1 .. w_(t-1)`: the
+        sequence is the prompt followed by the caption without its last word, in the generation token type, and the
+        last `T` positions' logits are kept (position `prompt_length - 1 + t` predicts `w_(t+1)`), as X-modaler's
+        SCST scores its samples.
+
+        Args:
+            prompt: the processor's captioning inputs (`input_ids` `(B, P)`, `[CLS]`, and the region fields).
+            caption_ids (`torch.LongTensor` of shape `(B, T)`): the captions, without the prompt.
+            caption_mask (`torch.Tensor` of shape `(B, T)`, *optional*): 1 for the words to score (a prefix: the
+                caption up to and including its end token); the words after it are masked as keys.
+        Returns:
+            keyword arguments for `forward`, whose `logits` `(B, T, vocab_size)` predict `caption_ids[:, t]` in row t.
+        """
+        input_ids = prompt["input_ids"]
+        batch, length = input_ids.shape
+        if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
+            raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
+        words = caption_ids.shape[1]
+        if length + words - 1 > self.config.max_position_embeddings:
+            raise ValueError(f"captions of {words} tokens after a {length}-token prompt need {length + words - 1} "
+                             f"positions; the model has {self.config.max_position_embeddings}")
+        if caption_mask is not None and caption_mask.shape != caption_ids.shape:
+            raise ValueError(f"caption_mask must have the captions' shape {tuple(caption_ids.shape)}, "
+                             f"got {tuple(caption_mask.shape)}")
+        device = input_ids.device
+        prompt_mask = prompt.get("attention_mask")
+        prompt_mask = torch.ones_like(input_ids) if prompt_mask is None else prompt_mask.to(device).long()
+        words_mask = (torch.ones_like(caption_ids) if caption_mask is None
+                      else caption_mask.to(device=device, dtype=torch.long))
+        inputs = {
+            "input_ids": torch.cat([input_ids, caption_ids[:, :-1].to(device)], 1),
+            "attention_mask": torch.cat([prompt_mask, words_mask[:, :-1]], 1),
+            "logits_to_keep": words,
+            "use_cache": False,
+            **{k: prompt[k] for k in ("region_features", "region_locations", "region_attention_mask") if k in prompt},
+        }
+        if prompt.get("token_type_ids") is not None:
+            types = prompt["token_type_ids"]
+            inputs["token_type_ids"] = torch.cat(
+                [types, torch.full((batch, words - 1), self.config.generation_token_type_id, dtype=types.dtype,
+                                   device=types.device)], 1)
+        return inputs
+
     @torch.no_grad()
     def xmodaler_beam_search(
         self,
@@ -1055,7 +1104,8 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel`
                 (`[CLS] question [SEP]`, type 0).
             labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*): soft answer scores; the
-                loss is the original's BCE-with-logits (mean × num_labels) on each branch, summed.
+                loss is the original's BCE-with-logits (mean × num_labels, `layers.soft_score_loss`, the same as the
+                other architectures' VQA loss) on each branch, summed.
         """
         _require_regions("VQA", region_features)
         outputs = self.tden(
@@ -1070,11 +1120,8 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         if generation is not None:
             scores = scores + F.softmax(generation, dim=-1)
         loss = None
-        if labels is not None:
-            if labels.shape != understanding.shape:
-                raise ValueError(f"labels must be soft scores of shape {tuple(understanding.shape)}, got {tuple(labels.shape)}")
-            loss = sum(F.binary_cross_entropy_with_logits(branch.float(), labels.float()) * branch.shape[1]
-                       for branch in (understanding, generation) if branch is not None)
+        if labels is not None:  # the original's BCEWithLogits (mean) x num_labels per branch: the shared VQA loss
+            loss = sum(soft_score_loss(branch, labels) for branch in (understanding, generation) if branch is not None)
         return TdenQuestionAnsweringOutput(
             loss=loss, logits=scores, understanding_logits=understanding, generation_logits=generation,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
@@ -1092,12 +1139,25 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^tden\.decoder\.", r"^lm_head\.",
                                           r"^region_head\."]
     _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
+    # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
+    # within the batch (`vlhub.training.finetuning.InBatchRetrievalTask`), as X-modaler's retrieval training.
+    retrieval_negatives = "in_batch"
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
         self.tden = TdenModel(config)
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As `PreTrainedModel.from_pretrained`; from a checkpoint of another head (pre-training) the cross-modal
+        encoder and the decoder, which retrieval never runs, are not built (`num_cross_encoder_layers` and
+        `num_decoder_layers` become 0, as X-modaler's `TDENRetrieval`), unless a `config` is given."""
+        if "config" not in kwargs:
+            kwargs.setdefault("num_cross_encoder_layers", 0)
+            kwargs.setdefault("num_decoder_layers", 0)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @can_return_tuple
     def forward(

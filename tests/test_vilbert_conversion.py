@@ -158,3 +158,15 @@ def test_multi_task_pointing_tasks_and_untrained_task_ids(tmp_path, vocab):
     assert isinstance(AutoModel.from_pretrained(tmp_path / "v7w"), vlhub.VilbertModel)
     report = convert_vilbert(MULTI_TASK, tmp_path / "guesswhat", config=CONFIG, task="ve", task_id=14, tokenizer=vocab)
     assert any("task id 14 is not one the released 12-in-1 model was trained on" in note for note in report.notes)
+
+
+def test_the_processor_gets_the_original_text_length_of_each_task(tmp_path, vocab):
+    # vilbert_tasks.yml's max_seq_length (12-in-1 task numbers), the beta ymls', 36 for pre-training.
+    for checkpoint, task, task_id, expected in ((MULTI_TASK, "vqa", None, 23), (MULTI_TASK, "visual7w", None, 20),
+                                                (MULTI_TASK, "guesswhat_pointing", None, 256),
+                                                (MULTI_TASK, "vcr", 6, 80), (BETA_VQA, "vqa", None, 16),
+                                                (PRETRAINED, None, None, 36)):
+        folder = tmp_path / f"{task}-{task_id}-{checkpoint.parent.name}"
+        report = convert_vilbert(checkpoint, folder, config=CONFIG, task=task, task_id=task_id, tokenizer=vocab)
+        assert AutoProcessor.from_pretrained(folder).max_text_length == expected, (task, task_id)
+        assert f"processor max_text_length {expected}" in " ".join(report.notes)

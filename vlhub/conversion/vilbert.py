@@ -82,6 +82,12 @@ MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "v
 # The tasks the released 12-in-1 model was trained on (its README: `--tasks 1-2-4-7-8-9-10-11-12-13-15-17`); the
 # tokens of the others (VCR 5/6, GuessWhat 14, ...) were never trained in that release.
 RELEASED_MULTI_TASK_IDS = (1, 2, 4, 7, 8, 9, 10, 11, 12, 13, 15, 17)
+# Text lengths (`max_seq_length`, special tokens included) the originals trained each task with. 12-in-1: per task
+# number (vilbert_tasks.yml); beta: per task (its task yml); pre-training: 36 in both.
+MULTI_TASK_TEXT_LENGTHS = {1: 23, 2: 26, 3: 16, 4: 20, 5: 60, 6: 80, 7: 30, 8: 30, 9: 20, 10: 20, 11: 20, 12: 40,
+                           13: 56, 14: 25, 15: 26, 16: 20, 17: 256, 18: 24}
+BETA_TEXT_LENGTHS = {"vqa": 16, "vcr": 60, "re": 20, "retrieval": 30}
+PRETRAINING_TEXT_LENGTH = 36
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
             (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
@@ -326,10 +332,12 @@ def convert_vilbert(
                          f"({'-'.join(map(str, RELEASED_MULTI_TASK_IDS))}): its task token is untrained there (fine "
                          "for a multi-task checkpoint of your own trained on it)")
             logger.warning(notes[-1])
+    max_text_length = _original_text_length(task, release, processor_task_id)
+    notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     processor = VilbertProcessor(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok,
-        num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id,
+        num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id, max_text_length=max_text_length,
     )
     repository, commit = ORIGINAL_REPOSITORIES[release]
     return save_converted_model(
@@ -337,6 +345,16 @@ def convert_vilbert(
         title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
         pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
     )
+
+
+def _original_text_length(task: str, release: str, task_id: int | None) -> int:
+    """The text length the original trained `task` with: the 12-in-1 task number's, the beta task's, else
+    pre-training's (a beta task the beta release had no config for, e.g. NLVR2, keeps pre-training's 36)."""
+    if task == "pretraining":
+        return PRETRAINING_TEXT_LENGTH
+    if task_id is not None and task_id in MULTI_TASK_TEXT_LENGTHS:
+        return MULTI_TASK_TEXT_LENGTHS[task_id]
+    return BETA_TEXT_LENGTHS.get(task, PRETRAINING_TEXT_LENGTH)
 
 
 add_arguments, convert_from_args = converter_command_line(

@@ -178,3 +178,28 @@ def test_finetune_py_retrieval_from_a_tden_pretraining_model_resumes_and_serves_
         logits = trained(**batch).logits[:, 0]
     assert [r["text"] for r in ranked] == [texts[i] for i in logits.argsort(descending=True).tolist()]
     torch.testing.assert_close(torch.tensor([r["logit"] for r in ranked]), logits.sort(descending=True).values)
+
+
+def test_two_tower_gallery_scores_encode_each_side_once_and_equal_every_pair_cross_encoded(tmp_path):
+    from accelerate import Accelerator
+
+    from vlhub.training import VlhubTrainingArguments
+    from vlhub.training.finetuning import InBatchRetrievalTask, RetrievalTask
+
+    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForImageTextRetrieval, num_cross_encoder_layers=0,
+                                     num_decoder_layers=0)
+    model.eval()
+    common = (model, processor, corpus.regions, corpus.train, corpus.validation, "s", "s")
+    images = sorted({i for i, _ in corpus.validation})[:5]
+    texts = [pair for pair in corpus.validation if pair[0] in images][:7]
+    accelerator = Accelerator(cpu=True)
+    args = VlhubTrainingArguments(output_dir=str(tmp_path / "run"), per_device_eval_batch_size=4)
+    calls = []
+    model.register_forward_hook(lambda module, inputs, outputs: calls.append(1))
+    with torch.no_grad():
+        fast = InBatchRetrievalTask(*common).gallery_scores(accelerator, model, args, texts, images)
+        encodings = len(calls)
+        every_pair = RetrievalTask(*common).gallery_scores(accelerator, model, args, texts, images)
+    assert fast.shape == every_pair.shape == (len(texts), len(images))
+    assert encodings == 1  # max(7, 5) = 7 pairs fit one evaluation batch (at least 64)
+    torch.testing.assert_close(torch.from_numpy(fast), torch.from_numpy(every_pair), atol=1e-5, rtol=1e-5)

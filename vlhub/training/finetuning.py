@@ -354,22 +354,30 @@ class RetrievalTask(TrainingTask):
         texts = [(image_id, caption) for image_id, caption in self.validation_pairs if image_id in index]
         if not texts:
             return {}
-        # Every (text, image) pair of the gallery, scored in batches; text-major so rows reshape to the matrix.
+        matrix = self.gallery_scores(accelerator, model, args, texts, images)
+        metric = load("retrieval_recall")
+        result = metric.compute(predictions=matrix.tolist(), references=[index[i] for i, _ in texts])
+        return {k: float(v) for k, v in result.items()}
+
+    def gallery_scores(self, accelerator, model, args, texts, images) -> np.ndarray:
+        """`(T, I)` scores of every gallery text (`(image_id, caption)`) against every gallery image id: here each
+        pair cross-encoded, in batches, text-major so rows reshape to the matrix."""
         pairs = [(image_id, caption) for _, caption in texts for image_id in images]
+        scores = torch.cat([accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float())
+                            for b in self._gallery_loader(accelerator, args, pairs)])
+        return scores.view(len(texts), len(images)).cpu().numpy().astype(np.float64)
+
+    def _gallery_loader(self, accelerator, args, pairs):
+        """Evaluation batches of `(image_id, caption)` pairs, in order."""
         dataset = CaptionDataset(pairs)
-        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_eval_batch_size, 64), FixedObjective("retrieval"),
-                                        0, shuffle=False, drop_last=False)
+        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_eval_batch_size, 64),
+                                        FixedObjective("retrieval"), 0, shuffle=False, drop_last=False)
 
         def collate(examples):
             return _encode(self.processor, [e["caption"] for e in examples],
                            [_lookup(self.regions, e["image_id"]) for e in examples])
 
-        loader = self.eval_dataloader(accelerator, dataset, sampler, collate)
-        scores = torch.cat([accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float()) for b in loader])
-        matrix = scores.view(len(texts), len(images)).cpu().numpy().astype(np.float64)
-        metric = load("retrieval_recall")
-        result = metric.compute(predictions=matrix.tolist(), references=[index[i] for i, _ in texts])
-        return {k: float(v) for k, v in result.items()}
+        return self.eval_dataloader(accelerator, dataset, sampler, collate)
 
     def hyperparameters(self) -> dict:
         return {"sampled / hard negatives": f"{self.num_sampled} / {self.num_hard}"}
@@ -413,7 +421,10 @@ class InBatchRetrievalTask(RetrievalTask):
     "in_batch"`, e.g. TDEN's dual encoder): each batch is positive pairs only, and the model's own loss
     (`forward(..., image_ids=..., return_loss=True)`) takes the negatives among the batch's other images and
     captions (TDEN: X-modaler's `BatchTriplet`, the hardest in-batch negative both ways, margin
-    `config.ranking_margin`). Evaluation is `RetrievalTask`'s (recall@1/5/10 both ways over a validation gallery)."""
+    `config.ranking_margin`). Evaluation reports `RetrievalTask`'s recall@1/5/10 both ways over a validation gallery,
+    but encodes each text and each image once: such a head scores a pair as the dot product of its `text_embeds`
+    (from the text alone) and `image_embeds` (from the regions alone), so T texts against I images take max(T, I)
+    encodings instead of T x I cross-encodings."""
 
     def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
                  dataset_description: str, base_model: str | None = None, max_gallery_images: int = 50):
@@ -430,6 +441,18 @@ class InBatchRetrievalTask(RetrievalTask):
 
     def training_step(self, model, batch):
         return model(**batch, return_loss=True).loss, {}
+
+    def gallery_scores(self, accelerator, model, args, texts, images) -> np.ndarray:
+        # Pair k is (text k mod T, image k mod I): every text and every image is encoded at least once.
+        count = max(len(texts), len(images))
+        pairs = [(images[k % len(images)], texts[k % len(texts)][1]) for k in range(count)]
+        text_embeds, image_embeds = [], []
+        for batch in self._gallery_loader(accelerator, args, pairs):
+            outputs = model(**batch, return_loss=False)
+            text_embeds.append(accelerator.gather_for_metrics(outputs.text_embeds.float()))
+            image_embeds.append(accelerator.gather_for_metrics(outputs.image_embeds.float()))
+        text_embeds, image_embeds = torch.cat(text_embeds), torch.cat(image_embeds)
+        return (text_embeds[: len(texts)] @ image_embeds[: len(images)].t()).cpu().numpy().astype(np.float64)
 
     def hyperparameters(self) -> dict:
         margin = getattr(self.model.config, "ranking_margin", None)

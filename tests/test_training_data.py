@@ -179,3 +179,29 @@ def test_process_resources_for_training():
 
         glibc = hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
         assert retain_freed_memory() is glibc
+
+
+@pytest.mark.parametrize("model_type", ["uniter", "vl_bert", "vilbert", "unified_vlp", "tden"])
+def test_every_model_reads_float16_region_features_as_the_same_float32_values(tmp_path, model_type):
+    """What `Float16RegionTransfer` relies on: a model given float16-exact region features as float16 computes
+    exactly what it computes from them as float32 (every model casts them to its own dtype first)."""
+    from tests.training_helpers import synthetic_corpus, tiny_tokenizer
+    from vlhub.training.pretraining import build_pretraining_model
+
+    corpus = synthetic_corpus()
+    torch.manual_seed(0)
+    model, processor = build_pretraining_model(None, "tiny", tiny_tokenizer(tmp_path), corpus, model_type=model_type)
+    base = model.base_model.eval()
+    pairs = corpus.train[:3]
+    inputs = dict(processor(text=[c for _, c in pairs], regions=[corpus.regions[i] for i, _ in pairs],
+                            return_tensors="pt"))
+    inputs["region_features"] = inputs["region_features"].half().float()
+    with torch.no_grad():
+        as_float32 = base(**inputs)
+        as_float16 = base(**{**inputs, "region_features": inputs["region_features"].half()})
+    compared = [name for name, value in as_float32.items() if isinstance(value, torch.Tensor)
+                and value.is_floating_point()]
+    assert compared, "the base model returned no float outputs to compare"
+    for name in compared:
+        assert as_float16[name].dtype == as_float32[name].dtype, name
+        torch.testing.assert_close(as_float16[name], as_float32[name], atol=0, rtol=0, msg=name)

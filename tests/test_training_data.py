@@ -96,6 +96,13 @@ def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
     assert torch.equal(again["region_masks"], batch["region_masks"])  # masking is a function of the keys
     itm = collator([{**e, "objective": "itm"} for e in examples] * 4)
     assert set(itm["itm_labels"].tolist()) == {0, 1}
+    # The contrastive extension: matched pairs only, two captions of one image share an id.
+    itc = collator([{**e, "objective": "itc"} for e in examples[:3]] + [{**examples[0], "objective": "itc"}])
+    assert itc["objective"] == "itc" and "itm_labels" not in itc
+    ids = itc["itc_image_ids"].tolist()
+    image_ids = [e["image_id"] for e in examples[:3]] + [examples[0]["image_id"]]
+    assert [ids[i] == ids[j] for i in range(4) for j in range(4)] == [
+        image_ids[i] == image_ids[j] for i in range(4) for j in range(4)]
 
 
 def test_the_region_cache_is_bounded_in_bytes_and_workers_start_empty(tmp_path):

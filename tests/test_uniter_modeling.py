@@ -114,6 +114,52 @@ def test_pretraining_objectives_losses_and_gradients(tiny_uniter_config, batch):
         model(**batch, region_masks=region_masks, region_feature_targets=torch.rand(3, 16), objective="mrfr")
 
 
+def test_in_batch_contrastive_loss_by_hand():
+    import math
+
+    from vlhub.modeling.layers import in_batch_contrastive_loss
+
+    text = torch.tensor([[3.0, 0.0], [0.0, 2.0]])  # normalised: the unit vectors
+    image = torch.tensor([[1.0, 0.0], [1.0, 1.0]])  # normalised: (1, 0) and (0.7071, 0.7071)
+    loss, logits = in_batch_contrastive_loss(text, image, temperature=0.5)
+    c = math.sqrt(0.5) / 0.5
+    assert torch.allclose(logits, torch.tensor([[2.0, c], [0.0, c]]))
+    # text -> image rows: [2, c] (target 0), [0, c] (target 1); image -> text columns: [2, 0] (0), [c, c] (1)
+    by_hand = (-math.log(math.exp(2) / (math.exp(2) + math.exp(c))) - math.log(math.exp(c) / (1 + math.exp(c)))
+               - math.log(math.exp(2) / (math.exp(2) + 1)) - math.log(0.5)) / 4
+    assert loss.item() == pytest.approx(by_hand, rel=1e-6)
+    # Two captions of one image are not each other's negatives: with one group nothing is left to contrast.
+    same, _ = in_batch_contrastive_loss(text, image, temperature=0.5, group_ids=torch.tensor([4, 4]))
+    assert same.item() == pytest.approx(0.0, abs=1e-7)
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        in_batch_contrastive_loss(text, image, temperature=0.0)
+    with pytest.raises(ValueError, match=r"both be \(batch, dim\)"):
+        in_batch_contrastive_loss(text, image[:1], temperature=0.1)
+    with pytest.raises(ValueError, match="group ids must have shape"):
+        in_batch_contrastive_loss(text, image, temperature=0.1, group_ids=torch.tensor([0, 1, 2]))
+
+
+def test_itc_contrasts_the_text_alone_with_the_image_alone(tiny_uniter_config, batch):
+    torch.manual_seed(0)
+    model = UniterForPreTraining(tiny_uniter_config).eval()
+    with torch.no_grad():
+        out = model(**batch, objective="itc")
+        assert out.itc_logits.shape == (2, 2) and torch.isfinite(out.itc_loss) and torch.equal(out.loss, out.itc_loss)
+        # The image side sees the regions after a lone [CLS] (not the caption): other words leave it unchanged ...
+        changed_words = dict(batch, input_ids=batch["input_ids"].clone())
+        changed_words["input_ids"][:, 1:][batch["attention_mask"][:, 1:].bool()] = 5
+        other = model(**changed_words, objective="itc")
+        assert torch.allclose(other.pooler_output, out.pooler_output)
+        # ... and the text side does not see the regions: swapping the two images swaps the logits' columns.
+        swapped = dict(batch, **{k: batch[k].flip(0) for k in ("region_features", "region_locations",
+                                                                 "region_attention_mask")})
+        assert torch.allclose(model(**swapped, objective="itc").itc_logits, out.itc_logits.flip(1), atol=1e-6)
+    with pytest.raises(ValueError, match="needs both text"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], objective="itc")
+    with pytest.raises(ValueError, match="itc_image_ids belong to"):
+        model(**batch, itc_image_ids=torch.tensor([0, 1]), objective="itm")
+
+
 def test_downstream_heads(tiny_uniter_config, batch):
     config = tiny_uniter_config
     config.id2label = {i: f"answer{i}" for i in range(5)}

@@ -117,6 +117,10 @@ CASES = [
               itm_labels, MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING, forward_kwargs={"objective": "itm"}),
     ModelCase("pretraining-itm-wra", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
               itm_labels, MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING, forward_kwargs={"objective": "itm-wra"}),
+    # The contrastive extension runs the text-only and the image-only pass; the pooler is its projection.
+    ModelCase("pretraining-itc", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
+              lambda config, inputs: {"itc_image_ids": torch.tensor([0, 1])},
+              MLM_HEAD + MRFR_HEAD + MRC_HEAD + (r"^itm_output\.",) + MASK_EMBEDDING, forward_kwargs={"objective": "itc"}),
     ModelCase("vqa", UniterForQuestionAnswering, tiny_config(id2label={i: f"answer{i}" for i in range(5)}),
               text_and_regions, lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))}),
     ModelCase("ve", UniterForVisualEntailment, tiny_config(), text_and_regions,

@@ -4,7 +4,8 @@
 
 For the chosen architecture (UNITER by default) it runs the steps of `demo_plan(model_type)`:
 
-1. pre-training a tiny model on the shapes world (`pretrain.py`'s code, the architecture's original objective mix),
+1. pre-training a tiny model on the shapes world (`pretrain.py`'s code; the architecture's objective mix for a model
+   trained from scratch, `Architecture.from_scratch_objectives`, where it declares one, else the original's),
 2. VQA: fine-tuning, accuracy on held-out test images against the majority-answer baseline, and answers to held-out
    questions through `pipeline("visual-question-answering")`,
 3. retrieval: fine-tuning for image-text retrieval, recall@1/5/10 both ways on held-out images next to chance, and a
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model_type", default="uniter", help="The architecture (default uniter).")
     parser.add_argument("--output_dir", default="runs/demo")
     parser.add_argument("--pretrain_steps", type=int, default=200)
+    parser.add_argument("--pretrain_objectives", default=None, help="name:ratio,... (pretrain.py's --objectives). "
+                        "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
+                        "original mix.")
     parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps.")
     parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
     parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
@@ -148,11 +152,18 @@ class Demo:
     def pretrain(self):
         from .training.cli import pretrain_main
 
-        args = self.args
-        print(f"== pre-training a tiny {self.architecture.name} on the shapes world ({args.pretrain_steps} steps)",
+        args, architecture = self.args, self.architecture
+        objectives = args.pretrain_objectives
+        if objectives is None and architecture.from_scratch_objectives:
+            objectives = ",".join(f"{n}:{r:g}" for n, r in architecture.from_scratch_objectives.items())
+            why = f"objectives {objectives}, {architecture.name}'s mix for training from scratch"
+        else:
+            why = f"objectives {objectives}" if objectives else "the original objective mix"
+        print(f"== pre-training a tiny {architecture.name} on the shapes world ({args.pretrain_steps} steps, {why})",
               flush=True)
         pretrain_main(["--model_type", args.model_type, "--config_name", "tiny", "--output_dir",
-                       str(self.out / f"{self.prefix}-shapes"), "--max_steps", str(args.pretrain_steps), *self.common])
+                       str(self.out / f"{self.prefix}-shapes"), "--max_steps", str(args.pretrain_steps),
+                       *(["--objectives", objectives] if objectives else []), *self.common])
 
     def vqa(self):
         from transformers import pipeline

@@ -61,6 +61,10 @@ class Architecture:
             "retrieval", and any others the architecture has ("nlvr2", "ve", "re", "vcr", "captioning", ...).
         objectives: `"module:attribute"` of the architecture's pre-training `Objective`s (a sequence).
         default_objectives: the original's objective mix (name → sampling ratio).
+        from_scratch_objectives: a mix for a model trained from scratch on little data (the demo's tiny models), where
+            it differs from `default_objectives` because the original's mix relies on a BERT initialisation (UNITER:
+            image-text matching stays at chance without one, see `UniterForPreTraining`'s `itc`). Empty: the
+            original's mix serves.
         config_presets: named config sizes for models built from scratch (`--config_name tiny`).
         lowercase: whether its word pieces are uncased (a bare `vocab.txt` is read accordingly).
         original_repository: where the original code lives (model cards).
@@ -82,6 +86,7 @@ class Architecture:
     task_models: Mapping[str, str] = field(default_factory=dict)
     objectives: str | None = None
     default_objectives: Mapping[str, float] = field(default_factory=dict)
+    from_scratch_objectives: Mapping[str, float] = field(default_factory=dict)
     config_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: DEFAULT_CONFIG_PRESETS)
     lowercase: bool = False
     original_repository: str | None = None

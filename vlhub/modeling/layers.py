@@ -44,6 +44,8 @@ __all__ = [
     "extended_attention_mask",
     "gather_masked",
     "soft_score_loss",
+    "same_pair_mask",
+    "in_batch_contrastive_loss",
     "ipot_distance",
     "StreamConfig",
     "StreamLayer",
@@ -151,6 +153,41 @@ def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "lab
         raise ValueError(f"{name} must be soft scores of the logits' shape {tuple(logits.shape)}, "
                          f"got {tuple(labels.shape)}")
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
+
+
+def same_pair_mask(batch: int, group_ids: torch.Tensor | None, device) -> torch.Tensor:
+    """`(batch, batch)` bool, True where `[text i, image j]` must not count as a negative pair: the diagonal (the
+    matched pairs) and, with `group_ids` `(batch,)`, every two rows sharing an id (two captions of one image)."""
+    mask = torch.eye(batch, dtype=torch.bool, device=device)
+    if group_ids is not None:
+        if group_ids.shape != (batch,):
+            raise ValueError(f"group ids must have shape ({batch},), got {tuple(group_ids.shape)}")
+        mask = mask | (group_ids.view(-1, 1) == group_ids.view(1, -1)).to(device)
+    return mask
+
+
+def in_batch_contrastive_loss(text_embeds: torch.Tensor, image_embeds: torch.Tensor, temperature: float,
+                              group_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric InfoNCE over a batch of matched pairs (CLIP / ALBEF's image-text contrastive loss).
+
+    text_embeds, image_embeds `(batch, dim)`: row i of each comes from pair i; they are L2-normalised here.
+    Returns `(loss, logits)`: the mean of the text→image and image→text cross-entropies over the cosine
+    similarities divided by `temperature`, and those logits `(batch, batch)` (`[text i, image j]`). Pairs sharing a
+    `group_ids` entry (the same image) are left out of each other's negatives. Computed in float32.
+    """
+    if text_embeds.shape != image_embeds.shape or text_embeds.ndim != 2:
+        raise ValueError(f"text and image embeddings must both be (batch, dim), got {tuple(text_embeds.shape)} and "
+                         f"{tuple(image_embeds.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"the contrastive temperature must be positive, got {temperature}")
+    batch = text_embeds.shape[0]
+    logits = F.normalize(text_embeds.float(), dim=-1) @ F.normalize(image_embeds.float(), dim=-1).t() / temperature
+    negatives_only = same_pair_mask(batch, group_ids, logits.device) & ~torch.eye(batch, dtype=torch.bool,
+                                                                                  device=logits.device)
+    masked = logits.masked_fill(negatives_only, float("-inf"))
+    targets = torch.arange(batch, device=logits.device)
+    loss = (F.cross_entropy(masked, targets) + F.cross_entropy(masked.t(), targets)) / 2
+    return loss, logits
 
 
 @torch.no_grad()

@@ -71,7 +71,8 @@ class DataArguments:
 class PretrainArguments:
     objectives: list[str] | None = field(default=None, metadata={"help": "name:ratio of the architecture's "
                                          "objectives (UNITER: mlm, mrfr, mrc, mrc-kl, itm, wra = ITM + word-region "
-                                         "alignment). Default: the architecture's original mix (UNITER's in-domain "
+                                         "alignment, and itc, an image-text contrastive extension that is not "
+                                         "UNITER's). Default: the architecture's original mix (UNITER's in-domain "
                                          "wra:2 mlm:2 mrfr:1 mrc-kl:1)."})
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)

@@ -53,6 +53,7 @@ from ..layers import (
     check_region_inputs,
     extended_attention_mask,
     gather_masked,
+    same_pair_mask,
     soft_score_loss,
 )
 from ..modeling_utils import VisionLanguagePreTrainedModel
@@ -412,9 +413,7 @@ def batch_hardest_triplet_loss(similarity: torch.Tensor, margin: float, group_id
     diagonal = similarity.diagonal().view(batch, 1)
     cost_s = (margin + similarity - diagonal).clamp(min=0)  # sentence i vs other images j
     cost_im = (margin + similarity - diagonal.t()).clamp(min=0)  # image j vs other sentences i
-    excluded = torch.eye(batch, dtype=torch.bool, device=similarity.device)
-    if group_ids is not None:
-        excluded = excluded | (group_ids.view(-1, 1) == group_ids.view(1, -1))
+    excluded = same_pair_mask(batch, group_ids, similarity.device)
     cost_s = cost_s.masked_fill(excluded, 0)
     cost_im = cost_im.masked_fill(excluded, 0)
     return (cost_s.max(dim=1).values.sum() + cost_im.max(dim=0).values.sum()) / batch

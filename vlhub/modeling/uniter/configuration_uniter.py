@@ -26,6 +26,8 @@ class UniterConfig(BertTextConfig):
             added to the ITM loss in `UniterForPreTraining` when WRA is requested.
         ot_beta, ot_iterations, ot_inner_steps: IPOT settings of the WRA distance (0.5, 50, 1 as the original).
         ranking_margin (`float`, defaults to 0.2): margin of the retrieval hinge loss.
+        itc_temperature (`float`, defaults to 0.1): temperature of the image-text contrastive objective (`itc`), a
+            vlhub extension that is not part of UNITER's recipe (see `UniterForPreTraining`).
         nlvr2_head (`str`, defaults to `"paired-attn"`): `"paired"` or `"paired-attn"`, the NLVR2 head variant.
         re_head_layers (`int`, defaults to 1): 1 for a linear referring-expression head, 2 for Linear-GELU-LN-Linear.
         classifier_activation (`str`, defaults to `"gelu"`): activation inside the VQA/VE answer head.
@@ -43,6 +45,7 @@ class UniterConfig(BertTextConfig):
     ot_iterations: int = 50
     ot_inner_steps: int = 1
     ranking_margin: float | int = 0.2
+    itc_temperature: float | int = 0.1
     nlvr2_head: str = "paired-attn"
     re_head_layers: int = 1
     classifier_activation: str = "gelu"
@@ -51,6 +54,8 @@ class UniterConfig(BertTextConfig):
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if self.nlvr2_head not in ("paired", "paired-attn"):
             raise ValueError(f"nlvr2_head must be 'paired' or 'paired-attn', got {self.nlvr2_head!r}")
+        if not self.itc_temperature > 0:
+            raise ValueError(f"itc_temperature must be positive, got {self.itc_temperature}")
         if self.re_head_layers not in (1, 2):
             raise ValueError(f"re_head_layers must be 1 or 2, got {self.re_head_layers}")
 

@@ -43,6 +43,7 @@ from ..layers import (
     classifier_head,
     extended_attention_mask,
     flatten_choices,
+    in_batch_contrastive_loss,
     ipot_distance,
     soft_score_loss,
 )
@@ -66,7 +67,7 @@ __all__ = [
     "PRETRAINING_OBJECTIVES",
 ]
 
-PRETRAINING_OBJECTIVES = ("mlm", "mrfr", "mrc", "mrc-kl", "itm", "itm-wra")
+PRETRAINING_OBJECTIVES = ("mlm", "mrfr", "mrc", "mrc-kl", "itm", "itm-wra", "itc")
 # The original fills masked-out region scores with this value (`re.py`).
 _MASKED_SCORE = -10000.0
 # Per-example dimensions of the region inputs (multiple choice: shared by the choices or given per choice).
@@ -78,8 +79,8 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
 class UniterForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`): sum of the objective losses computed (WRA weighted by `wra_weight`).
-    mlm_loss, mrfr_loss, mrc_loss, mrc_kl_loss, itm_loss, wra_loss (`torch.FloatTensor` of shape `()`): each
-        objective's loss, when its targets were given.
+    mlm_loss, mrfr_loss, mrc_loss, mrc_kl_loss, itm_loss, wra_loss, itc_loss (`torch.FloatTensor` of shape `()`):
+        each objective's loss, when its targets were given.
     mlm_logits (`torch.FloatTensor`): `(num_masked_tokens, vocab_size)` at the positions with a label >= 0, row-major
         over (example, position), when `labels` is given; `(batch, text_length, vocab_size)` for `objective="mlm"`
         without labels.
@@ -89,6 +90,8 @@ class UniterForPreTrainingOutput(ModelOutput):
         masked regions.
     itm_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-text match logits, column 1 = match.
     wra_distance (`torch.FloatTensor` of shape `(batch,)`): optimal-transport distance between words and regions.
+    itc_logits (`torch.FloatTensor` of shape `(batch, batch)`): `objective="itc"`: cosine similarities of every
+        text-only [CLS] with every image-only [CLS] of the batch, divided by `config.itc_temperature`.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`).
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`).
     """
@@ -100,11 +103,13 @@ class UniterForPreTrainingOutput(ModelOutput):
     mrc_kl_loss: torch.FloatTensor | None = None
     itm_loss: torch.FloatTensor | None = None
     wra_loss: torch.FloatTensor | None = None
+    itc_loss: torch.FloatTensor | None = None
     mlm_logits: torch.FloatTensor | None = None
     mrfr_predictions: torch.FloatTensor | None = None
     mrc_logits: torch.FloatTensor | None = None
     itm_logits: torch.FloatTensor | None = None
     wra_distance: torch.FloatTensor | None = None
+    itc_logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -344,6 +349,14 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     (`itm_output`, on the pooled output) with the optional word-region alignment (WRA) distance. The backbone has
     the region mask embedding (`uniter.img_embeddings.mask_embedding`) that masked region modelling needs.
 
+    `objective="itc"` (a vlhub extension, not UNITER's recipe) is an image-text contrastive loss over a batch of
+    matched pairs, as ALBEF aligns its two encoders before fusing them: the same encoder runs on each text alone and on
+    each image alone (its regions after a lone [CLS]), and the two pooled [CLS] outputs are contrasted against the
+    batch's other texts and images (`layers.in_batch_contrastive_loss`, temperature `config.itc_temperature`). Unlike
+    ITM with random negatives, whose gradient a model trained from scratch only gets at second order (neither the
+    text nor the image alone predicts a match), this loss gives each modality a first-order signal; on the shapes
+    world it lets ITM leave chance within a few hundred steps (README, "Why image-text matching...").
+
     Losses are computed for whichever targets are given; the original trains one objective per batch
     ("conditional masking"), so a batch normally carries one kind of target and the heads of the other objectives
     get no gradient in that step (under DDP: `find_unused_parameters=True`, or a batch mixing all objectives).
@@ -385,6 +398,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         region_feature_targets: torch.FloatTensor | None = None,
         region_class_targets: torch.FloatTensor | None = None,
         itm_labels: torch.LongTensor | None = None,
+        itc_image_ids: torch.LongTensor | None = None,
         objective: str | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterForPreTrainingOutput:
@@ -400,9 +414,12 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             `objective="mrc"`, the source of the hard label `argmax(probs[:, 1:]) + 1`.
         itm_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             1 = the text matches the image, 0 = it does not.
+        itc_image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            `objective="itc"`: pairs sharing an id show the same image and are not each other's negatives.
         objective (`str`, *optional*):
-            One of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC (`"mrc"`), and
-            adds the WRA loss to ITM (`"itm-wra"`). Without it every objective whose targets are given is computed
+            One of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC (`"mrc"`),
+            adds the WRA loss to ITM (`"itm-wra"`), or runs the contrastive objective (`"itc"`: every row a matched
+            pair; the loss is always computed). Without it every objective whose targets are given is computed
             (MRC-kl for region class targets).
 
         Returns:
@@ -411,6 +428,12 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         """
         if objective is not None and objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
+        if objective == "itc":
+            return self._contrastive(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                     region_features, region_locations, region_attention_mask, region_token_type_ids,
+                                     itc_image_ids, **kwargs)
+        if itc_image_ids is not None:
+            raise ValueError('itc_image_ids belong to objective="itc"')
         outputs = self.uniter(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -495,6 +518,32 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             pooler_output=pooled_output,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+        )
+
+
+    def _contrastive(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, region_features,
+                     region_locations, region_attention_mask, region_token_type_ids, image_ids, **kwargs):
+        """`objective="itc"`: the text-only and the image-only pass, their pooled [CLS] contrasted in the batch."""
+        if region_features is None or (input_ids is None and inputs_embeds is None):
+            raise ValueError('objective="itc" needs both text (input_ids or inputs_embeds) and regions')
+        text = self.uniter(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                           position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
+
+        def first_token(tensor):  # the [CLS] column of a text input (`None` stays `None`)
+            return None if tensor is None else tensor[:, :1]
+
+        image = self.uniter(
+            input_ids=first_token(input_ids), attention_mask=first_token(attention_mask),
+            token_type_ids=first_token(token_type_ids), position_ids=first_token(position_ids),
+            inputs_embeds=first_token(inputs_embeds), region_features=region_features,
+            region_locations=region_locations, region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids, **kwargs,
+        )
+        loss, logits = in_batch_contrastive_loss(text.pooler_output, image.pooler_output,
+                                                 self.config.itc_temperature, image_ids)
+        return UniterForPreTrainingOutput(
+            loss=loss, itc_loss=loss, itc_logits=logits, last_hidden_state=image.last_hidden_state,
+            pooler_output=image.pooler_output, hidden_states=image.hidden_states, attentions=image.attentions,
         )
 
 

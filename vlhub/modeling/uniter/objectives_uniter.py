@@ -1,8 +1,9 @@
 """UNITER's pre-training objectives, as the original data code builds them (`data/mlm.py`, `data/mrm.py`,
 `data/itm.py`): conditional masking (one objective per batch, one modality corrupted), BERT 80/10/10 word masking, 15%
 region masking with at least one region, and ITM negatives that swap the *image* for a random other image with
-probability 0.5 (optionally some of them keep the image and take a contradicting caption, see `mismatched_pair`). `wra` is ITM with the word-region alignment (optimal transport) loss added, as the released models
-were trained.
+probability 0.5 (optionally some of them keep the image and take a contradicting caption, see `mismatched_pair`).
+`wra` is ITM with the word-region alignment (optimal transport) loss added, as the released models were trained.
+`itc` (image-text contrastive over the batch's matched pairs) is a vlhub extension, not part of the original recipe.
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def _build_itm(context: ObjectiveContext, examples, rngs) -> dict:
     return inputs
 
 
+def _build_itc(context: ObjectiveContext, examples, rngs) -> dict:
+    """Matched pairs only, with `itc_image_ids` (one id per distinct image of the batch) so that two captions of one
+    image are not each other's negatives."""
+    inputs, _ = context.encode(examples)
+    ids: dict[str, int] = {}
+    inputs["itc_image_ids"] = torch.tensor([ids.setdefault(e["image_id"], len(ids)) for e in examples])
+    return inputs
+
+
 UNITER_OBJECTIVES = (
     Objective("mlm", "mlm", _build_mlm),
     Objective("mrfr", "mrfr", _build_mrfr),
@@ -70,4 +80,6 @@ UNITER_OBJECTIVES = (
     Objective("mrc-kl", "mrc-kl", _build_mrc, region_fields=("class_probs",)),
     Objective("itm", "itm", _build_itm, needs_other_images=True),
     Objective("wra", "itm-wra", _build_itm, needs_other_images=True),
+    # A vlhub extension (not UNITER's recipe): image-text contrastive alignment, see `UniterForPreTraining`.
+    Objective("itc", "itc", _build_itc),
 )

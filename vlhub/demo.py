@@ -1,6 +1,6 @@
 """The README's main job on the embedded default, end to end and offline:
 
-    python -m vlhub.demo [--model_type uniter] [--output_dir runs/demo] [--pretrain_steps 200] ...
+    python -m vlhub.demo [--model_type uniter] [--output_dir runs/demo] [--pretrain_steps 600] ...
 
 For the chosen architecture (UNITER by default) it runs the steps of `demo_plan(model_type)`:
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_type", default="uniter", help="The architecture (default uniter).")
     parser.add_argument("--output_dir", default="runs/demo")
-    parser.add_argument("--pretrain_steps", type=int, default=200)
+    parser.add_argument("--pretrain_steps", type=int, default=600)
     parser.add_argument("--pretrain_objectives", default=None, help="name:ratio,... (pretrain.py's --objectives). "
                         "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
                         "original mix.")

@@ -56,6 +56,9 @@ ARCHITECTURE = register_architecture(Architecture(
     # The original in-domain mix [itm+WRA, mlm, mrfr, mrc-kl] = [2, 2, 1, 1] (`config/pretrain-indomain-base-8gpu.json`;
     # the released all-data mixes have the same proportions up to 6:8:4:4).
     default_objectives={"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1},
+    # From scratch (no BERT initialisation) ITM with random negatives stays at chance for ~900 steps; the contrastive
+    # extension gives each modality a first-order signal, and retrieval then learns (README, the demo).
+    from_scratch_objectives={"itc": 1, "itm": 1},
     lowercase=False,  # UNITER's vocabulary is bert-base-cased
     original_repository="https://github.com/ChenRocks/UNITER",
     converter="vlhub.conversion.uniter",

@@ -106,6 +106,9 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
+    # UNITER pre-trains with its from-scratch mix, the contrastive extension included (the card says so).
+    assert "objectives itc:1,itm:1" in completed.stdout
+    assert "itc (1)" in (tmp_path / "demo" / "uniter-shapes" / "README.md").read_text()
     assert "most-frequent-caption baseline" in completed.stdout and completed.stdout.count(" caption: ") == 2
     assert "test_baseline_CIDEr" in (tmp_path / "demo" / "vlp-shapes-captioning" / "README.md").read_text()
     card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()

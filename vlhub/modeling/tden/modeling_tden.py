@@ -55,7 +55,7 @@ from ..layers import (
     gather_masked,
     soft_score_loss,
 )
-from ..modeling_utils import VisionLanguagePreTrainedModel
+from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
 
@@ -853,7 +853,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
         )
 
 
-class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
+class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
     """Captioning: the caption prefix (`input_ids`, `[CLS] w1 ...`, no [SEP]) runs causally through the sentence
     encoder (token type 1) and the decoder, which cross-attends to the object encoder's output; `lm_head` predicts
     the next word. `generate()` keeps one key/value cache over the sentence encoder and the decoder and runs the

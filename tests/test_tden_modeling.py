@@ -159,6 +159,24 @@ def test_beam_search_runs_the_object_encoder_once_per_image(monkeypatch):
     torch.testing.assert_close(torch.stack(shared.scores), torch.stack(plain.scores), atol=1e-6, rtol=0)
 
 
+def test_beam_cache_leaves_the_copies_of_the_regions_alone_within_an_image():
+    from vlhub.modeling.tden.modeling_tden import TdenBeamCache
+
+    cache = TdenBeamCache()
+    text, regions = torch.arange(2.0).view(2, 1, 1, 1), torch.arange(2.0).view(2, 1, 1, 1).expand(2, 1, 3, 1)
+    cache.self_attention_cache.update(text, text, 0)
+    cache.cross_attention_cache.update(regions, regions, 0)
+    cache.batch_repeat_interleave(2)  # two beams per image
+    cross = cache.cross_attention_cache.layers[0].keys
+    cache.reorder_cache(torch.tensor([1, 1, 2, 3]))  # beams stay within their image
+    assert cache.cross_attention_cache.layers[0].keys is cross  # not copied
+    assert cache.self_attention_cache.layers[0].keys.flatten().tolist() == [0, 0, 1, 1]
+    cache.reorder_cache(torch.tensor([2, 3, 0, 1]))  # across images: both move, the groups are forgotten
+    assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1, 1, 0, 0]
+    assert cache.self_attention_cache.layers[0].keys.flatten().tolist() == [1, 1, 0, 0]
+    assert cache.cross_attention_copies == 1
+
+
 def test_vqa_scores_are_the_summed_softmaxes_of_both_branches():
     torch.manual_seed(0)
     model = TdenForQuestionAnswering(tiny_config(bidirectional_decoder=True, num_labels=7)).eval()

@@ -111,3 +111,18 @@ def test_captions_are_the_same_on_packed_weights():
             packed = model.generate(**regions, **kwargs)
     assert torch.equal(plain.sequences, packed.sequences)
     torch.testing.assert_close(torch.stack(packed.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
+
+
+def test_flop_counts_are_the_same_on_packed_weights():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = small_net()
+    x = torch.randn(3, 12)
+    counts = []
+    for pack in (False, True):
+        if pack:
+            vlhub.pack_linear_weights(net)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            net(x)
+        counts.append(counter.get_total_flops())
+    assert counts[0] == counts[1] == 2 * 3 * (12 * 20 + 20 * 7)

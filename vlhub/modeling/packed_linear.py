@@ -24,6 +24,7 @@ packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 from torch import nn
@@ -46,6 +47,21 @@ def packed_linear_available() -> bool:
         return bool(torch.ops.mkldnn._reorder_linear_weight and torch.ops.mkldnn._linear_pointwise)
     except (AttributeError, RuntimeError):
         return False
+
+
+def _register_flop_formula() -> None:
+    """Teach `torch.utils.flop_counter` the packed product (2 · rows · in · out, as `F.linear`), so that FLOP counts
+    of a packed model stay right."""
+    from torch.utils import flop_counter
+
+    target = torch.ops.mkldnn._linear_pointwise
+    if target in flop_counter.flop_registry:
+        return
+
+    @flop_counter.register_flop_formula(target)
+    def linear_pointwise_flop(input_shape, weight_shape, *args, out_shape=None, **kwargs) -> int:
+        rows = math.prod(input_shape[:-1])
+        return 2 * rows * weight_shape[0] * weight_shape[1]
 
 
 class PackedLinear(nn.Linear):
@@ -93,6 +109,7 @@ def pack_linear_weights(model: nn.Module) -> int:
     its weight now. Returns how many were switched (0 where this torch has no oneDNN: nothing changes)."""
     if not packed_linear_available():
         return 0
+    _register_flop_formula()
     count = 0
     for module in model.modules():
         if type(module) is nn.Linear:

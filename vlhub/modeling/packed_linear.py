@@ -17,7 +17,7 @@ with torch.no_grad(), packed_linear_weights(model):     # or pack_linear_weights
 Every `torch.nn.Linear` of the model (exactly that class) becomes a `PackedLinear` (same parameters, same
 `state_dict`) holding a packed copy of its weight (extra memory: one more copy of those weights). The packed path is
 taken only where it is valid: float32 on the CPU, and no gradient to compute (inference, `torch.no_grad()`); anything
-else (training, another dtype or device) runs `F.linear` as before. A weight changed in place or replaced since it was
+else (training, another dtype or device, code being compiled by `torch.compile`) runs `F.linear` as before. A weight changed in place or replaced since it was
 packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
 """
 
@@ -90,6 +90,7 @@ class PackedLinear(nn.Linear):
             and input.dtype == torch.float32 and weight.dtype == torch.float32
             and (self.bias is None or self.bias.dtype == torch.float32)
             and input.numel() > 0
+            and not torch.compiler.is_compiling()  # the packed copy is an opaque tensor: compiled code gets F.linear
             and not (torch.is_grad_enabled() and (weight.requires_grad or input.requires_grad
                                                   or (self.bias is not None and self.bias.requires_grad)))
         )

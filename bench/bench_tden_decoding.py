@@ -106,7 +106,8 @@ def main():
                       f"{c_cache:.2f} | {c_plain:.2f} | {f_cache:.1f} | {f_plain:.1f} | {torch.equal(cached, plain)} |",
                       flush=True)
             if args.xmodaler and beams > 1:
-                _, t_x, c_x, f_x = measure(model, batch_inputs, beams, args.steps, True, True, args.repeats, args.device)
+                _, t_x, c_x, f_x = measure(model, batch_inputs, beams, args.steps, True, True, args.repeats,
+                                           args.device)
                 print(f"| {batch} | {beams} | xmodaler_beam_search | {t_x:.3f} | | | {c_x:.2f} | | {f_x:.1f} | | |",
                       flush=True)
 

@@ -113,7 +113,8 @@ def main():
                 ids, seconds, cpu, flop = measure(model, inputs, search, args.beams, args.new_tokens, False,
                                                   min(args.repeats, 1), device)
                 same = torch.equal(ids, cached_ids)
-                print(f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | {seconds / cached_s:.1f}x time, "
+                print(f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | "
+                      f"{seconds / cached_s:.1f}x time, "
                       f"{flop / cached_flop:.1f}x FLOP | {same} |", flush=True)
 
 

@@ -17,8 +17,9 @@ with torch.no_grad(), packed_linear_weights(model):     # or pack_linear_weights
 Every `torch.nn.Linear` of the model (exactly that class) becomes a `PackedLinear` (same parameters, same
 `state_dict`) holding a packed copy of its weight (extra memory: one more copy of those weights). The packed path is
 taken only where it is valid: float32 on the CPU, and no gradient to compute (inference, `torch.no_grad()`); anything
-else (training, another dtype or device, code being compiled by `torch.compile`) runs `F.linear` as before. A weight changed in place or replaced since it was
-packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
+else (training, another dtype or device, code being compiled by `torch.compile`) runs `F.linear` as before. A weight
+changed in place or replaced since it was packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next
+use.
 """
 
 from __future__ import annotations

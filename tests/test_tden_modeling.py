@@ -160,9 +160,7 @@ def test_beam_search_runs_the_object_encoder_once_per_image(monkeypatch):
 
 
 def test_beam_cache_leaves_the_copies_of_the_regions_alone_within_an_image():
-    from vlhub.modeling.tden.modeling_tden import TdenBeamCache
-
-    cache = TdenBeamCache()
+    cache = vlhub.TdenBeamCache()
     text, regions = torch.arange(2.0).view(2, 1, 1, 1), torch.arange(2.0).view(2, 1, 1, 1).expand(2, 1, 3, 1)
     cache.self_attention_cache.update(text, text, 0)
     cache.cross_attention_cache.update(regions, regions, 0)

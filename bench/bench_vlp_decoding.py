@@ -1,14 +1,16 @@
 """Unified VLP caption decoding: seconds and executed GFLOP per image, with the key/value cache and without it.
 
     python bench/bench_vlp_decoding.py [--size base] [--batch-sizes 1 8] [--searches greedy beam] [--beams 5]
-                                       [--new-tokens 20] [--repeats 2] [--device cpu|cuda]
+                                       [--new-tokens 20] [--repeats 2] [--device cpu|cuda] [--packed-linear]
 
 "without cache" (`use_cache=False`) re-feeds the whole sequence (prompt + words + trailing [MASK]) at every step:
 what the original decoder costs, since it re-projects the keys and values of every earlier position at each step.
 "with cache" feeds the prompt once, then `[previous word, MASK]` per step. Beam search is transformers' own
 (`num_beams`, cached or not) and the original's (`custom_generate=vlp_beam_search`, always cached). Captions of the
 cached and uncached runs are compared (fp32: they must be identical). FLOP are counted by
-`torch.utils.flop_counter.FlopCounterMode` (matrix products, attention), on one run.
+`torch.utils.flop_counter.FlopCounterMode` (matrix products, attention), on one run. "cpu s" is the process' CPU time
+per image (all threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere.
+`--packed-linear` runs both (cached and uncached) on oneDNN-packed linear weights (`vlhub.pack_linear_weights`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import vlhub
+from vlhub.modeling.packed_linear import pack_linear_weights
 from vlhub.modeling.unified_vlp import vlp_beam_search
 
 SIZES = {
@@ -53,22 +56,23 @@ def run(model, inputs, search: str, beams: int, new_tokens: int, use_cache: bool
 
 
 def measure(model, inputs, search, beams, new_tokens, use_cache, repeats, device):
-    """(ids, s / image, GFLOP / image). With `repeats=0` the FLOP-counted run is the timed one (cheaper, and the
-    counter's overhead is small next to a base-size forward)."""
-    start = time.perf_counter()
+    """(ids, s / image, CPU s / image, GFLOP / image) of the fastest timed run. With `repeats=0` the FLOP-counted run
+    is the timed one (cheaper, and the counter's overhead is small next to a base-size forward)."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     with FlopCounterMode(display=False) as counter:
         ids = run(model, inputs, search, beams, new_tokens, use_cache)
-    times = [time.perf_counter() - start] if repeats == 0 else []
+    times = [(time.perf_counter() - start, time.process_time() - cpu_start)] if repeats == 0 else []
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         run(model, inputs, search, beams, new_tokens, use_cache)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start, time.process_time() - cpu_start))
     batch = inputs["input_ids"].shape[0]
-    return ids, min(times) / batch, counter.get_total_flops() / batch / 1e9
+    wall, cpu = min(times)
+    return ids, wall / batch, cpu / batch, counter.get_total_flops() / batch / 1e9
 
 
 def main():
@@ -82,30 +86,35 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skip-uncached-above-batch", type=int, default=None,
                         help="measure the (slow) uncached runs only up to this batch size")
+    parser.add_argument("--packed-linear", action="store_true",
+                        help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for both cached and uncached")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
     model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device)
+    packed = pack_linear_weights(model) if args.packed_linear else 0
     print(f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
           f"{config.num_regions} regions, {args.new_tokens} new tokens, device {device}, "
-          f"{torch.get_num_threads()} threads")
-    print("| search | batch | cache | s / image | GFLOP / image | speed-up | same captions |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          f"{torch.get_num_threads()} threads, linear weights {'packed for oneDNN' if packed else 'as is'}")
+    print("| search | batch | cache | s / image | cpu s / image | GFLOP / image | speed-up | same captions |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with torch.no_grad():
         for search in args.searches:
             for batch in args.batch_sizes:
                 inputs = prompt(config, batch, device)
-                cached_ids, cached_s, cached_flop = measure(model, inputs, search, args.beams, args.new_tokens, True,
-                                                            args.repeats, device)
-                print(f"| {search} | {batch} | on | {cached_s:.3f} | {cached_flop:.1f} | | |", flush=True)
+                cached_ids, cached_s, cached_cpu, cached_flop = measure(model, inputs, search, args.beams,
+                                                                        args.new_tokens, True, args.repeats, device)
+                print(f"| {search} | {batch} | on | {cached_s:.3f} | {cached_cpu:.2f} | {cached_flop:.1f} | | |",
+                      flush=True)
                 if search == "vlp-beam" or (args.skip_uncached_above_batch is not None
                                             and batch > args.skip_uncached_above_batch):
                     continue
-                ids, seconds, flop = measure(model, inputs, search, args.beams, args.new_tokens, False,
-                                             min(args.repeats, 1), device)
+                ids, seconds, cpu, flop = measure(model, inputs, search, args.beams, args.new_tokens, False,
+                                                  min(args.repeats, 1), device)
                 same = torch.equal(ids, cached_ids)
-                print(f"| {search} | {batch} | off | {seconds:.3f} | {flop:.1f} | {seconds / cached_s:.1f}x time, "
+                print(f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | "
+                      f"{seconds / cached_s:.1f}x time, "
                       f"{flop / cached_flop:.1f}x FLOP | {same} |", flush=True)
 
 

@@ -11,6 +11,7 @@ from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForPreTraining,
     AutoModelForVisualQuestionAnswering,
+    GenerationMixin,
 )
 
 import vlhub
@@ -23,6 +24,7 @@ from vlhub import (
     TdenForQuestionAnswering,
     TdenModel,
 )
+from vlhub.modeling.modeling_utils import SharedPrefillMixin
 from vlhub.modeling.tden.modeling_tden import batch_hardest_triplet_loss
 
 B, T, R, F = 2, 6, 5, 16
@@ -137,6 +139,40 @@ def test_beam_search_runs_with_the_cache():
         no_cache = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False,
                                   use_cache=False)
     assert out.shape[0] == B and torch.equal(out, no_cache)
+
+
+def test_beam_search_runs_the_object_encoder_once_per_image(monkeypatch):
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    sizes = []
+    model.tden.visual_encoder.layer[0].register_forward_hook(lambda m, i, o: sizes.append(i[0].shape[0]))
+    kwargs = dict(max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False, return_dict_in_generate=True,
+                  output_scores=True)
+    with torch.no_grad():
+        shared = model.generate(**regions(batch), **kwargs)
+        assert sizes == [B]  # not once per beam
+        monkeypatch.setattr(SharedPrefillMixin, "_prefill", GenerationMixin._prefill)  # transformers' own first step
+        plain = model.generate(**regions(batch), **kwargs)
+    assert sizes == [B, 3 * B]
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(shared.scores), torch.stack(plain.scores), atol=1e-6, rtol=0)
+
+
+def test_beam_cache_leaves_the_copies_of_the_regions_alone_within_an_image():
+    cache = vlhub.TdenBeamCache()
+    text, regions = torch.arange(2.0).view(2, 1, 1, 1), torch.arange(2.0).view(2, 1, 1, 1).expand(2, 1, 3, 1)
+    cache.self_attention_cache.update(text, text, 0)
+    cache.cross_attention_cache.update(regions, regions, 0)
+    cache.batch_repeat_interleave(2)  # two beams per image
+    cross = cache.cross_attention_cache.layers[0].keys
+    cache.reorder_cache(torch.tensor([1, 1, 2, 3]))  # beams stay within their image
+    assert cache.cross_attention_cache.layers[0].keys is cross  # not copied
+    assert cache.self_attention_cache.layers[0].keys.flatten().tolist() == [0, 0, 1, 1]
+    cache.reorder_cache(torch.tensor([2, 3, 0, 1]))  # across images: both move, the groups are forgotten
+    assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1, 1, 0, 0]
+    assert cache.self_attention_cache.layers[0].keys.flatten().tolist() == [1, 1, 0, 0]
+    assert cache.cross_attention_copies == 1
 
 
 def test_vqa_scores_are_the_summed_softmaxes_of_both_branches():

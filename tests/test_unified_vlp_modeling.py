@@ -3,7 +3,7 @@ cached, equal to no cache and to one image at a time), the processor's layouts, 
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor, BertTokenizer
+from transformers import AutoModelForImageTextToText, AutoProcessor, BertTokenizer, GenerationMixin
 
 import vlhub
 from vlhub import (
@@ -15,6 +15,7 @@ from vlhub import (
     UnifiedVlpProcessor,
     UnifiedVlpRegionProcessor,
 )
+from vlhub.modeling.modeling_utils import SharedPrefillMixin
 from vlhub.modeling.unified_vlp import vlp_beam_search
 from vlhub.utils.compat import CACHE_NAME
 
@@ -137,6 +138,14 @@ def test_losses_and_vqa_prediction():
 
 
 # ---------------------------------------------------------------------------------------------------- generation
+class BatchSizes:
+    """Records the batch size of every forward (the input of layer 0)."""
+
+    def __init__(self, model):
+        self.sizes = []
+        model.vlp.embeddings.register_forward_hook(lambda m, i, o: self.sizes.append(o.shape[0]))
+
+
 class FedLengths:
     """Records how many positions each forward embeds (the input of layer 0)."""
 
@@ -176,6 +185,26 @@ def test_cached_generation_equals_recomputing_everything(processor):
         out = model(input_ids=ids, region_features=prompt["region_features"], region_locations=prompt["region_locations"],
                     region_attention_mask=prompt["region_attention_mask"], predict_next=True)
         torch.testing.assert_close(out.logits[:, -1], cached.logits[step], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("search, copies", [(dict(num_beams=3), 3), (dict(num_beams=3, num_return_sequences=2), 3),
+                                            (dict(do_sample=True, num_return_sequences=2), 2)])
+def test_generate_encodes_each_prompt_once_for_its_beams(processor, monkeypatch, search, copies):
+    model = model_of(UnifiedVlpForConditionalGeneration)
+    prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
+    kwargs = dict(max_new_tokens=4, eos_token_id=None, return_dict_in_generate=True, output_scores=True, **search)
+    torch.manual_seed(0)
+    fed = BatchSizes(model)
+    shared = model.generate(**prompt, **kwargs)
+    assert fed.sizes == [2] + [2 * copies] * 3  # the prompt once per image, then one row per beam
+    # the same as transformers' own first step, which encodes every copy of the prompt
+    monkeypatch.setattr(SharedPrefillMixin, "_prefill", GenerationMixin._prefill)
+    torch.manual_seed(0)
+    fed.sizes.clear()
+    plain = model.generate(**prompt, **kwargs)
+    assert fed.sizes[0] == 2 * copies
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(shared.scores), torch.stack(plain.scores), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

@@ -18,6 +18,9 @@ _register_region_extractor("shapes", "vlhub.data.shapes_features:ShapesRegionExt
 
 _SHARED_EXPORTS = {
     "RegionFeatures": "vlhub.processing.regions",
+    "pack_linear_weights": "vlhub.modeling.packed_linear",
+    "unpack_linear_weights": "vlhub.modeling.packed_linear",
+    "packed_linear_weights": "vlhub.modeling.packed_linear",
     "model_class_for": "vlhub.modeling.auto",
     "model_classes": "vlhub.modeling.auto",
     "Architecture": "vlhub.registry",

@@ -10,9 +10,10 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
+from ..utils.compat import CACHE_NAME
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
 
-__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "VisionLanguagePreTrainedModel"]
+__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "SharedPrefillMixin", "VisionLanguagePreTrainedModel"]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
@@ -54,3 +55,39 @@ class BertMLMHeadMixin:
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
+
+
+class SharedPrefillMixin:
+    """Encodes each distinct prompt once in `generate()` (captioners with a key/value cache; list it before
+    `GenerationMixin`).
+
+    For beam search (and `num_return_sequences > 1`) transformers repeats every input `k` times before the first
+    forward, which then encodes the same prompt `k` times: for a captioner the regions and the prompt, most of the
+    work of a short caption. Here the first forward runs on one copy of each input and its key/value cache and logits
+    are repeated `k` times (`Cache.batch_repeat_interleave`), which is what the `k` identical forwards would have
+    given. Only with a cache that is still empty, when the copies are really identical, and when no per-step
+    hidden states or attentions are asked for; anything else runs transformers' own first forward.
+    """
+
+    def _prefill(self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+        copies = max(generation_config.num_beams or 1, generation_config.num_return_sequences or 1)
+        cache = model_kwargs.get(CACHE_NAME)
+        rows = input_ids.shape[0]
+        plain = (
+            copies == 1 or rows % copies or cache is None or cache.get_seq_length() > 0
+            or not model_kwargs.get("use_cache", True) or getattr(generation_config, "prefill_chunk_size", None)
+            or generation_config.output_hidden_states or generation_config.output_attentions
+        )
+        batch_first = {name: value for name, value in model_kwargs.items()
+                       if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == rows}
+        if not plain:
+            plain = not all(torch.equal(value, value[::copies].repeat_interleave(copies, dim=0))
+                            for value in (input_ids, *batch_first.values()))
+        if plain:
+            return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
+        unique = {**model_kwargs, **{name: value[::copies] for name, value in batch_first.items()}}
+        outputs = super()._prefill(input_ids[::copies], generation_config, unique, *args, **kwargs)
+        filled = getattr(outputs, CACHE_NAME, None)
+        (filled if filled is not None else cache).batch_repeat_interleave(copies)
+        outputs.logits = outputs.logits.repeat_interleave(copies, dim=0)
+        return outputs

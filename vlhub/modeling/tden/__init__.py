@@ -5,6 +5,7 @@ from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, lazy_exports, regi
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_tden": ["TdenConfig"],
     "modeling_tden": [
+        "TdenBeamCache",
         "TdenBeamSearchOutput",
         "TdenCaptioningOutput",
         "TdenForConditionalGeneration",

@@ -56,7 +56,7 @@ from ..layers import (
     same_pair_mask,
     soft_score_loss,
 )
-from ..modeling_utils import VisionLanguagePreTrainedModel
+from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
 
@@ -72,6 +72,7 @@ __all__ = [
     "TdenForPreTrainingOutput",
     "TdenCaptioningOutput",
     "TdenBeamSearchOutput",
+    "TdenBeamCache",
     "TdenQuestionAnsweringOutput",
     "TdenRetrievalOutput",
     "TdenMultipleChoiceOutput",
@@ -249,6 +250,39 @@ class TdenMultipleChoiceOutput(ModelOutput):
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------------- cache
+class TdenBeamCache(EncoderDecoderCache):
+    """transformers' `EncoderDecoderCache` (self-attention of the sentence encoder and the decoder, cross-attention
+    keys and values of the regions) that knows when its cross-attention rows come in groups of identical copies: the
+    beams of one image, made by `batch_repeat_interleave(k)` from one row per image. A beam reorder that keeps every
+    row inside its group then leaves the cross-attention rows as they are (reordering them would copy every region's
+    keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
+    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` of
+    `TdenForConditionalGeneration` use it."""
+
+    def __init__(self, *caches):
+        super().__init__(*(caches or (DynamicCache(), DynamicCache())))
+        self.cross_attention_copies = 1
+
+    def batch_repeat_interleave(self, repeats: int):
+        super().batch_repeat_interleave(repeats)
+        self.cross_attention_copies *= repeats
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        super().batch_select_indices(indices)
+        self.cross_attention_copies = 1
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        copies = self.cross_attention_copies
+        if copies > 1:
+            groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
+            if torch.equal(beam_idx.to(groups.device) // copies, groups):
+                self.self_attention_cache.reorder_cache(beam_idx)
+                return
+        super().reorder_cache(beam_idx)
+        self.cross_attention_copies = 1
 
 
 # ---------------------------------------------------------------------------------------------------- blocks
@@ -631,7 +665,7 @@ class TdenModel(TdenPreTrainedModel):
         if has_generation:
             reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
             if use_cache and cache is None:
-                cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+                cache = TdenBeamCache()
             if decoder_attention_mask is None:
                 decoder_attention_mask = _ones(reference, past_length + reference.shape[1])
             if decoder_position_ids is None:  # counted on from the cache (given explicitly: BertEmbeddings' keyword
@@ -852,7 +886,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
         )
 
 
-class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
+class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
     """Captioning: the caption prefix (`input_ids`, `[CLS] w1 ...`, no [SEP]) runs causally through the sentence
     encoder (token type 1) and the decoder, which cross-attends to the object encoder's output; `lm_head` predicts
     the next word. `generate()` keeps one key/value cache over the sentence encoder and the decoder and runs the
@@ -956,7 +990,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
         self.eval()
         batch = region_features.shape[0]
         device = region_features.device
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        cache = TdenBeamCache()
         tokens = torch.full((batch, 1), self.config.bos_token_id, dtype=torch.long, device=device)
         seq_logprob = torch.zeros(batch, 1, 1, device=device)
         seq_mask = torch.ones(batch, num_beams, 1, device=device)
@@ -980,8 +1014,10 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
             selected_logprob, selected = selected_logprob[:, :num_beams], selected[:, :num_beams]
             selected_beam = torch.div(selected, vocab, rounding_mode="floor")
             selected_words = selected - selected_beam * vocab
-            # Rows of the flat (batch * beams) caches that the selected beams continue.
-            cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
+            if step == 0:  # one row per image so far: every beam continues it
+                cache.batch_repeat_interleave(num_beams)
+            else:  # rows of the flat (batch * beams) caches that the selected beams continue
+                cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
             seq_logprob = selected_logprob.unsqueeze(-1)
             seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
             words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
@@ -1005,7 +1041,7 @@ class TdenForConditionalGeneration(TdenPreTrainedModel, GenerationMixin):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention
         # keys over the regions: an EncoderDecoderCache whose layer indices run over both stacks.
         if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache is not False:
-            model_kwargs[CACHE_NAME] = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            model_kwargs[CACHE_NAME] = TdenBeamCache()
             return
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 

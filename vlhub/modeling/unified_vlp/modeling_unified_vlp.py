@@ -41,7 +41,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, SharedPrefillMixin, VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
 
@@ -527,7 +527,8 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
 
 
 # ---------------------------------------------------------------------------------------------------- captioning
-class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel, GenerationMixin):
+class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefillMixin, UnifiedVlpPreTrainedModel,
+                                         GenerationMixin):
     """Unified VLP captioner: the MLM head under the seq2seq pattern, with `generate()`.
 
     Training (`labels`) is the original's masked seq2seq objective: some caption tokens (and the final [SEP]) are

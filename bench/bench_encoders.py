@@ -2,7 +2,7 @@
 
     python bench/bench_encoders.py [--encoders uniter vl_bert ...] [--batch-sizes 1 8 32] [--bf16-batch-sizes 32]
                                    [--attention eager sdpa] [--text 20] [--regions N] [--repeats 5] [--device cpu]
-                                   [--original-checkout [CASE=]PATH ...]
+                                   [--packed-linear] [--original-checkout [CASE=]PATH ...]
 
 The cases live in bench/encoders/<arch>.py (see its __init__ for the contract): the released model size with random
 weights, since speed does not depend on the values. For every case, attention implementation and batch size the
@@ -13,6 +13,9 @@ from fp32 is printed next to it (what the speed costs in accuracy). A CPU withou
 instructions (AMX, or AVX512-BF16 as on AMD Zen 4) runs bf16 several times slower than fp32: the script says which
 it has. Each timing is repeated (`--repeats`, after a warm-up
 call): examples/s are printed for the median and the best repeat (the machine may be shared).
+
+`--packed-linear` runs vlhub's fp32 CPU inference on oneDNN-packed linear weights (`vlhub.pack_linear_weights`,
+opt-in); the original code always runs as it is.
 
 `--original-checkout PATH` also times the authors' original code: a case that defines `build_original` (see
 bench/encoders/__init__.py) imports its original model from the checkout PATH of the original repository (vlhub
@@ -35,6 +38,8 @@ from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from vlhub.modeling.packed_linear import pack_linear_weights
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -149,6 +154,8 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--packed-linear", action="store_true", help="vlhub's models run their fp32 CPU inference on "
+                        "oneDNN-packed linear weights (vlhub.pack_linear_weights; the original code runs as it is)")
     parser.add_argument("--original-checkout", nargs="+", default=[], metavar="[CASE=]PATH",
                         help="a checkout of the case's original repository: time the original code beside vlhub's")
     args = parser.parse_args()
@@ -163,7 +170,8 @@ def main() -> None:
     if args.bf16_batch_sizes:
         peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
     hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {cpu_bf16_support()}"
-    print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores")
+    print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
+          f"vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}")
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
     print(f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
           f" {'% peak':>7s}  note")
@@ -177,6 +185,8 @@ def main() -> None:
         for attention in args.attention:
             torch.manual_seed(0)
             model = case.build(attention).to(device)
+            if args.packed_linear:
+                pack_linear_weights(model)  # fp32 CPU inference only; bf16 rows run F.linear
             # With the original code, the fp32 rows were measured beside it (above).
             runs = [] if name in checkouts else [(torch.float32, b) for b in args.batch_sizes]
             runs += [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
@@ -207,6 +217,8 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
         models[attention] = case.build(attention).to(device)
         if hasattr(case, "copy_original_weights"):
             case.copy_original_weights(original, models[attention])
+        if args.packed_linear:
+            pack_linear_weights(models[attention])
     speeds: dict[tuple[str, int], tuple[float, float]] = {}
     source = f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})"
     for batch in args.batch_sizes:

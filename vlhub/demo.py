@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps.")
     parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
     parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
-    parser.add_argument("--caption_steps", type=int, default=600, help="Captioning: pre-training steps of the "
+    parser.add_argument("--caption_steps", type=int, default=500, help="Captioning: pre-training steps of the "
                         "captioner (when the architecture cannot caption), then as many captioning fine-tuning steps "
                         "(0: no captioning).")
     parser.add_argument("--seed", type=int, default=0)

@@ -41,6 +41,56 @@ def test_mask_tokens_forces_one_mask_and_regions_mask_at_least_one():
     assert masks.sum(1).tolist() == [1, 1] and not masks[:, 3].any() and masks[1, 0]
 
 
+def _mask_one_position_at_a_time(input_ids, attention, special_ids, mask_id, random_ids, rngs, probability,
+                                 at_least_one):
+    """The masking rules written out position by position (what `mask_tokens` computes a row at a time)."""
+    corrupted, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    for row, rng in enumerate(rngs):
+        positions = [p for p in range(input_ids.shape[1])
+                     if attention[row, p] and int(input_ids[row, p]) not in special_ids]
+        draws = rng.random((len(positions), 3))
+        selected = [draw < probability for draw in draws[:, 0]]
+        if at_least_one and not any(selected):
+            selected[0], draws[0, 1] = True, 0.0
+        for k, pos in enumerate(positions):
+            if selected[k]:
+                labels[row, pos] = input_ids[row, pos]
+                if draws[k, 1] < 0.8:
+                    corrupted[row, pos] = mask_id
+                elif draws[k, 1] < 0.9:
+                    corrupted[row, pos] = random_ids[int(draws[k, 2] * len(random_ids))]
+    return corrupted, labels
+
+
+def test_masking_draws_exactly_as_the_rules_written_position_by_position():
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        batch, length = 6, 3 + trial
+        input_ids = torch.randint(5, 40, (batch, length), generator=generator)
+        input_ids[:, 0], input_ids[:, 1] = 2, 9
+        attention = (torch.rand(batch, length, generator=generator) < 0.8).long()
+        attention[:, :2] = 1
+        probability = (0.15, 0.0, 1.0, 0.5)[trial % 4]
+        for at_least_one in (True, False):
+            got = mask_tokens(input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 40),
+                              [np.random.default_rng([trial, i]) for i in range(batch)], probability, at_least_one)
+            expected = _mask_one_position_at_a_time(input_ids, attention, {0, 2, 3, 4}, 4, torch.arange(5, 40),
+                                                    [np.random.default_rng([trial, i]) for i in range(batch)],
+                                                    probability, at_least_one)
+            for tensor, reference in zip(got, expected):
+                assert tensor.dtype == reference.dtype and torch.equal(tensor, reference)
+        counts = torch.randint(1, 9, (batch,), generator=generator)
+        region_mask = (torch.arange(8) < counts[:, None]).long()
+        masks = mask_regions(region_mask, [np.random.default_rng([trial, i, 1]) for i in range(batch)], probability)
+        for row, count in enumerate(counts.tolist()):
+            rng = np.random.default_rng([trial, row, 1])
+            selected = rng.random(count) < probability
+            if not selected.any():
+                selected[rng.integers(count)] = True
+            assert masks[row].tolist() == selected.tolist() + [False] * (8 - count)
+    assert masks.dtype == torch.bool
+
+
 def test_random_tokens_exclude_special_and_unused_entries(tmp_path):
     tokenizer = tiny_tokenizer(tmp_path)
     ids = set(random_token_ids(tokenizer).tolist())

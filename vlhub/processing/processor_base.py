@@ -74,7 +74,7 @@ def select_regions(
     count = min(count, len(regions))
     if count == len(regions) and torch.equal(order, torch.arange(count)):
         return regions  # the caller's own object: left unmarked
-    selected = regions.select(order[:count])
+    selected = regions.take(order[:count])  # indices of a sort: valid, no check needed
     # Selecting again gives the same regions: say so, so the processor does not sort them a second time.
     selected.metadata[_SELECTED_WITH] = settings
     return selected
@@ -195,7 +195,9 @@ class RegionProcessor(FeatureExtractionMixin):
                 f"{type(self).__name__} encoded {name} as {feat.shape[0]} feature rows but {loc.shape[0]} "
                 "location rows; encode_features/encode_locations/add_global_rows must keep them in step"
             )
-        for what, values in (("features", feat), ("locations", loc)):
+        # RegionFeatures hold finite values (checked when built), so features passed through unchanged need no check.
+        encoded = (("locations", loc),) if feat is selected.features else (("features", feat), ("locations", loc))
+        for what, values in encoded:
             if not all_finite(values):  # RegionFeatures are finite: the encoding overflowed
                 raise ValueError(
                     f"{type(self).__name__} encoded the finite {name} into NaN or infinite {what}; values beyond the "

@@ -196,7 +196,11 @@ class RegionFeatures:
 
         if index.min() < -len(self) or index.max() >= len(self):
             raise IndexError(f"RegionFeatures.select: index out of range for {len(self)} regions: {index.tolist()}")
-        index = index.remainder(len(self))  # negative indices count from the end, as with t[index]
+        return self.take(index.remainder(len(self)))  # negative indices count from the end, as with t[index]
+
+    def take(self, index: torch.Tensor) -> "RegionFeatures":
+        """`select` without checking `index`: for a long tensor of valid indices in `[0, len(self))` (e.g. from
+        sorting this image's scores)."""
 
         def take(t):  # index_select: a third of advanced indexing's cost on a (36, 2048) image
             return None if t is None else t.index_select(0, index)

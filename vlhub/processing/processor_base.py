@@ -29,9 +29,10 @@ from typing import Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from transformers import BatchFeature
+from transformers import BatchEncoding, BatchFeature
 from transformers.feature_extraction_utils import FeatureExtractionMixin
 from transformers.processing_utils import ProcessorMixin
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
 from ..utils.tensors import all_finite
@@ -39,7 +40,7 @@ from .regions import RegionFeatures
 
 __all__ = [
     "RegionProcessor", "VisionLanguageProcessor", "select_regions", "check_text", "load_region_extractor",
-    "REGION_EXTRACTOR_FOLDER",
+    "REGION_EXTRACTOR_FOLDER", "pad_text_rows",
 ]
 
 
@@ -206,6 +207,34 @@ class RegionProcessor(FeatureExtractionMixin):
         return feat, loc
 
 
+def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[list[int]]) -> BatchEncoding:
+    """`tokenizer.pad({"input_ids": ..., "token_type_ids": ...}, padding=True, return_attention_mask=True,
+    return_tensors="pt")`, computed directly for a tokenizer that pads as transformers' base class does (its
+    `pad_token_id`, `pad_token_type_id` and `padding_side`): the same tensors without that method's per-row Python
+    work (~0.7 ms for a batch of 32). Any other tokenizer is asked to pad."""
+    side = getattr(tokenizer, "padding_side", None)
+    if (tokenizer.pad_token_id is None or side not in ("right", "left") or type(tokenizer)._pad is not _BASE_PAD
+            or tokenizer.model_input_names[:1] != ["input_ids"]):
+        return tokenizer.pad({"input_ids": input_ids, "token_type_ids": token_type_ids}, padding=True,
+                             return_attention_mask=True, return_tensors="pt")
+    longest = max(len(ids) for ids in input_ids)
+    pad_id, pad_type = tokenizer.pad_token_id, tokenizer.pad_token_type_id
+
+    def padded(rows: list[list[int]], value: int) -> torch.Tensor:
+        if side == "right":
+            return torch.tensor([row + [value] * (longest - len(row)) for row in rows], dtype=torch.long)
+        return torch.tensor([[value] * (longest - len(row)) + row for row in rows], dtype=torch.long)
+
+    return BatchEncoding({
+        "input_ids": padded(input_ids, pad_id),
+        "token_type_ids": padded(token_type_ids, pad_type),
+        "attention_mask": padded([[1] * len(ids) for ids in input_ids], 0),
+    })
+
+
+_BASE_PAD = PreTrainedTokenizerBase._pad
+
+
 def check_text(text, name: str = "text") -> str:
     """`text` if it is a non-empty string of valid Unicode; otherwise a `TypeError`/`ValueError` naming it as `name`.
     A lone surrogate (e.g. from decoding bytes with errors="surrogateescape") cannot be tokenized."""
@@ -358,12 +387,7 @@ class VisionLanguageProcessor(ProcessorMixin):
                 raise ValueError(
                     f"{type(self).__name__}.build_text_inputs gave text {i} {len(ids)} ids but {len(types)} token types"
                 )
-        return self.tokenizer.pad(
-            {"input_ids": [ids for ids, _ in rows], "token_type_ids": [types for _, types in rows]},
-            padding=True,
-            return_attention_mask=True,
-            return_tensors="pt",
-        )
+        return pad_text_rows(self.tokenizer, [ids for ids, _ in rows], [types for _, types in rows])
 
     def __call__(
         self,

@@ -211,6 +211,15 @@ def test_workers_send_float16_exact_region_features_as_float16():
         assert batch["region_features"].dtype == sent_as and batch["labels"] == [1, 2]
         torch.testing.assert_close(batch["region_features"].float(), features, atol=0, rtol=0)
     assert Float16RegionTransfer(lambda examples: {"input_ids": torch.ones(2, 3)})([]).keys() == {"input_ids"}
+    # Compared bit for bit whatever the layout (an odd last dimension, a transposed view): one inexact value is seen.
+    for exact in (torch.randn(2, 3, 7).half().float(), torch.randn(2, 8, 3).half().float().transpose(1, 2)):
+        for position in ((0, 0, 0), (1, 2, 6)):
+            inexact = exact.clone()
+            inexact[position] = torch.nextafter(inexact[position], torch.tensor(10.0))
+            for features, sent_as in ((exact, torch.float16), (inexact, torch.float32)):
+                batch = Float16RegionTransfer(lambda examples: {"region_features": features})([])
+                assert batch["region_features"].dtype == sent_as
+                assert torch.equal(batch["region_features"].float(), features)
 
 
 def test_process_resources_for_training():

@@ -164,7 +164,7 @@ class Float16RegionTransfer:
 
     Every batch a worker returns is copied into new shared memory, whose pages are faulted in anew each time:
     measured on 2 cores, 15 ms for a batch's 9.4 MB of float32 features against 6 ms for the same values as float16
-    (the exactness check costs 1.5 ms). Every vlhub model casts `region_features` to its own dtype first, so its
+    (the check, bit for bit, ~1.3 ms). Every vlhub model casts `region_features` to its own dtype first, so its
     outputs are unchanged. Picklable, like the function it wraps.
     """
 
@@ -176,6 +176,16 @@ class Float16RegionTransfer:
         features = batch.get("region_features")
         if isinstance(features, torch.Tensor) and features.dtype == torch.float32:
             halved = features.to(torch.float16)
-            if torch.equal(halved.to(torch.float32), features):
+            if _same_bits(halved.to(torch.float32), features):
                 batch["region_features"] = halved
         return batch
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two float32 tensors of one shape hold the same bits, i.e. the receiver of the float16 copy gets back
+    exactly these values. Compared as int64 words where the layout allows (0.9 against 1.6 ms for `torch.equal` on a
+    batch's features), else as int32."""
+    try:
+        return torch.equal(a.view(torch.int64), b.view(torch.int64))
+    except RuntimeError:  # an int64 view needs an even last dimension of stride 1
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))

@@ -222,6 +222,46 @@ def test_workers_send_float16_exact_region_features_as_float16():
                 assert torch.equal(batch["region_features"].float(), features)
 
 
+def test_features_a_float16_store_gave_unchanged_are_sent_as_float16_without_a_check(tmp_path, monkeypatch):
+    """UNITER's processor marks the `region_features` of a float16 store's rows (passed through unchanged) as float16
+    exact, and the workers' transfer then sends them as float16 without comparing: the same bits as the checked
+    path. A float32 store, an architecture that adds rows (ViLBERT's global row), or a change in place gets no mark
+    (or loses it), and the values are checked as before."""
+    from tests.helpers import random_regions
+    from vlhub.processing.regions import marked_float16_exact
+    from vlhub.processing.stores import RegionStore, RegionStoreWriter
+    from vlhub.registry import get_architecture
+    from vlhub.training import collators
+    from vlhub.training.collators import Float16RegionTransfer
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    images = [random_regions(5 + i, 16, seed=i) for i in range(3)]
+    for dtype in ("float16", "float32"):
+        with RegionStoreWriter(tmp_path / dtype, feature_dtype=dtype) as writer:
+            for i, regions in enumerate(images):
+                writer.add(str(i), regions)
+    read = {dtype: [RegionStore(tmp_path / dtype)[str(i)] for i in range(3)] for dtype in ("float16", "float32")}
+    texts = ["a red circle", "two squares", "a blue triangle"]
+    uniter = get_architecture("uniter").build_processor(tokenizer, 16, min_regions=1)
+    vilbert = get_architecture("vilbert").build_processor(tokenizer, 16, min_regions=1)
+    marked = uniter(text=texts, regions=read["float16"])["region_features"]
+    assert marked_float16_exact(marked)
+    assert not marked_float16_exact(uniter(text=texts, regions=read["float32"])["region_features"])
+    assert not marked_float16_exact(vilbert(text=texts, regions=read["float16"])["region_features"])
+
+    unmarked = marked.clone()
+    checked = Float16RegionTransfer(lambda examples: {"region_features": unmarked})([])["region_features"]
+    monkeypatch.setattr(collators, "_same_bits", lambda a, b: pytest.fail("a marked batch was compared"))
+    sent = Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"]
+    assert sent.dtype == checked.dtype == torch.float16 and torch.equal(sent.view(torch.int16), checked.view(torch.int16))
+
+    marked[0, 0, 0] += 1e-4  # between two float16 values: the mark is void
+    assert not marked_float16_exact(marked)
+    monkeypatch.undo()
+    assert Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"].dtype == \
+        torch.float32
+
+
 def test_process_resources_for_training():
     import resource
     import sys

@@ -36,7 +36,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
 from ..utils.tensors import all_finite
-from .regions import RegionFeatures
+from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
 __all__ = [
     "RegionProcessor", "VisionLanguageProcessor", "select_regions", "check_text", "load_region_extractor",
@@ -157,13 +157,16 @@ class RegionProcessor(FeatureExtractionMixin):
         batch = [regions] if isinstance(regions, RegionFeatures) else list(regions)
         if not batch:
             raise ValueError("no regions given: pass one RegionFeatures per example")
-        features, locations = [], []
+        features, locations, float16_exact = [], [], True
         for i, item in enumerate(batch):
-            feat, loc = self.encode_example(item, f"regions[{i}]")
+            feat, loc, selected = self._encode_example(item, f"regions[{i}]")
             features.append(feat)
             locations.append(loc)
+            float16_exact = float16_exact and feat is selected.features and selected.metadata.get(FLOAT16_FEATURES)
         # One padding op per input (a row-by-row copy into a zeroed batch cost more than the encoding itself).
         region_features = pad_sequence(features, batch_first=True).to(torch.float32)
+        if float16_exact:  # a float16 store's values, passed through: DataLoader workers send them as float16
+            mark_float16_exact(region_features)
         region_locations = pad_sequence(locations, batch_first=True).to(torch.float32)
         lengths = torch.tensor([f.shape[0] for f in features])
         region_attention_mask = (torch.arange(region_features.shape[1]) < lengths[:, None]).long()
@@ -179,6 +182,10 @@ class RegionProcessor(FeatureExtractionMixin):
         """One example's encoded `(features (R, F), locations (R, location_dim))` before padding: checked, selected,
         encoded and with its global rows. Every error names the example as `name` (the processor's `regions[i]`; a
         pipeline passes the user's own index, e.g. `image[2]`)."""
+        return self._encode_example(regions, name)[:2]
+
+    def _encode_example(self, regions, name: str) -> tuple[torch.Tensor, torch.Tensor, RegionFeatures]:
+        """`encode_example`'s encodings and the selected regions they were encoded from."""
         if not isinstance(regions, RegionFeatures):
             raise TypeError(f"{name} must be a vlhub.RegionFeatures, got {type(regions).__name__}")
         if regions.feature_dim != self.region_feature_dim:
@@ -204,7 +211,7 @@ class RegionProcessor(FeatureExtractionMixin):
                     f"{type(self).__name__} encoded the finite {name} into NaN or infinite {what}; values beyond the "
                     "encoding's range (e.g. the float16 limit of 65504 when rounding to float16) must be rescaled"
                 )
-        return feat, loc
+        return feat, loc, selected
 
 
 def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[list[int]]) -> BatchEncoding:

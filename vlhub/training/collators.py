@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..processing.regions import RegionFeatures
+from ..processing.regions import RegionFeatures, marked_float16_exact
 from .masking import random_token_ids
 from .objectives import Objective, ObjectiveContext
 from .sampling import SampleKey, example_rng
@@ -176,7 +176,8 @@ class Float16RegionTransfer:
         features = batch.get("region_features")
         if isinstance(features, torch.Tensor) and features.dtype == torch.float32:
             halved = features.to(torch.float16)
-            if _same_bits(halved.to(torch.float32), features):
+            # The processor marks features a float16 store gave it unchanged: exact without checking.
+            if marked_float16_exact(features) or _same_bits(halved.to(torch.float32), features):
                 batch["region_features"] = halved
         return batch
 

@@ -262,6 +262,45 @@ def test_features_a_float16_store_gave_unchanged_are_sent_as_float16_without_a_c
         torch.float32
 
 
+def _batch_of_many_kinds(examples):
+    generator = torch.Generator().manual_seed(int(examples[0]))
+    return {
+        "input_ids": torch.randint(0, 100, (4, 7), generator=generator),
+        "region_masks": torch.rand(4, 5, generator=generator) < 0.5,
+        "region_locations": torch.rand(4, 5, 7, generator=generator),
+        "half": torch.rand(3, 2, generator=generator).half(),
+        "empty": torch.zeros(0, 3, dtype=torch.long),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),  # not contiguous: shared as before
+        "large": torch.rand(300, 200, generator=generator),  # above the bound: shared memory as before
+        "objective": "mlm",
+        "examples": list(examples),
+    }
+
+
+def test_workers_send_small_tensors_inside_the_batch_and_the_main_process_gets_the_same_batch():
+    from torch.utils.data import DataLoader
+
+    from vlhub.training.collators import InlineSmallTensors
+
+    def batches(num_workers):
+        collate = InlineSmallTensors(_batch_of_many_kinds) if num_workers else _batch_of_many_kinds
+        return list(DataLoader(list(range(12)), batch_size=3, num_workers=num_workers, collate_fn=collate))
+
+    direct, through_workers = batches(0), batches(2)
+    assert len(direct) == len(through_workers) == 4
+    for expected, got in zip(direct, through_workers):
+        assert list(got) == list(expected)
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert type(got[key]) is torch.Tensor and got[key].dtype == value.dtype, key
+                assert got[key].shape == value.shape and torch.equal(got[key], value), key
+                got[key].fill_(0)  # ordinary writable tensors
+            else:
+                assert got[key] == value
+    wrapped = InlineSmallTensors(_batch_of_many_kinds)([0])
+    assert {key for key, value in wrapped.items() if isinstance(value, torch.Tensor)} == {"strided", "large"}
+
+
 def test_process_resources_for_training():
     import resource
     import sys

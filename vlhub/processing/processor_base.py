@@ -27,6 +27,7 @@ import os
 import warnings
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import BatchEncoding, BatchFeature
@@ -67,15 +68,18 @@ def select_regions(
                 "regions first, or pass detector confidences (scores) so the processor can select by confidence"
             )
         return regions
-    order = torch.sort(regions.scores, descending=True, stable=True).indices
-    count = int((regions.scores > confidence_threshold).sum())
+    # In numpy (a third of the per-op cost at this size): a stable descending sort (ties keep their order, as
+    # `torch.sort(descending=True, stable=True)`), and the threshold compared in float32, as PyTorch compares it.
+    scores = regions.scores.numpy()
+    order = np.argsort(-scores, kind="stable")
+    count = int(np.count_nonzero(scores > np.float32(confidence_threshold)))
     count = max(count, min_regions)
     if max_regions is not None:
         count = min(count, max_regions)
     count = min(count, len(regions))
-    if count == len(regions) and torch.equal(order, torch.arange(count)):
+    if count == len(regions) and np.array_equal(order, np.arange(count)):
         return regions  # the caller's own object: left unmarked
-    selected = regions.take(order[:count])  # indices of a sort: valid, no check needed
+    selected = regions.take(torch.from_numpy(order[:count]))  # indices of a sort: valid, no check needed
     # Selecting again gives the same regions: say so, so the processor does not sort them a second time.
     selected.metadata[_SELECTED_WITH] = settings
     return selected

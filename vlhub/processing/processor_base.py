@@ -224,8 +224,8 @@ def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[li
     `pad_token_id`, `pad_token_type_id` and `padding_side`): the same tensors without that method's per-row Python
     work (~0.7 ms for a batch of 32). Any other tokenizer is asked to pad."""
     side = getattr(tokenizer, "padding_side", None)
-    if (tokenizer.pad_token_id is None or side not in ("right", "left") or type(tokenizer)._pad is not _BASE_PAD
-            or tokenizer.model_input_names[:1] != ["input_ids"]):
+    if (not input_ids or tokenizer.pad_token_id is None or side not in ("right", "left")
+            or type(tokenizer)._pad is not _BASE_PAD or tokenizer.model_input_names[:1] != ["input_ids"]):
         return tokenizer.pad({"input_ids": input_ids, "token_type_ids": token_type_ids}, padding=True,
                              return_attention_mask=True, return_tensors="pt")
     longest = max(len(ids) for ids in input_ids)

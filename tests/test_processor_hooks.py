@@ -112,3 +112,35 @@ def test_uniter_keeps_the_default_layout(tiny_uniter_config, tiny_vocab):
     assert out["input_ids"][0].tolist() == [tok.cls_token_id, *tok("a red cat", add_special_tokens=False)["input_ids"],
                                             tok.sep_token_id]
     assert isinstance(processor, vlhub.UniterProcessor) and out["token_type_ids"].abs().sum() == 0
+
+
+def test_text_padding_equals_the_tokenizers_own_for_every_architecture(tiny_vocab):
+    """`encode_text` pads without the tokenizer's per-row `pad` (a fast path): the tensors are the tokenizer's, for
+    each architecture's text layout, either padding side and a non-zero pad token type; a tokenizer with its own
+    `_pad` is still asked to pad."""
+    from vlhub.processing.processor_base import pad_text_rows
+    from vlhub.registry import architectures
+
+    texts = ["what colour is the cat ?", "a dog", "the red table is on the blue table ? yes", "no"]
+    for name, architecture in architectures().items():
+        for side in ("right", "left"):
+            tokenizer = BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True, padding_side=side)
+            tokenizer._pad_token_type_id = 1  # (no public setter)
+            processor = architecture.build_processor(tokenizer, 16)
+            rows = [processor.build_text_inputs(pieces) for pieces in processor.word_pieces(texts)]
+            got = processor.encode_text(texts)
+            expected = tokenizer.pad({"input_ids": [ids for ids, _ in rows], "token_type_ids": [t for _, t in rows]},
+                                     padding=True, return_attention_mask=True, return_tensors="pt")
+            assert type(got) is type(expected) and list(got) == list(expected), name
+            for key in expected:
+                assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), (name, side, key)
+
+    class OwnPadding(BertTokenizer):
+        def _pad(self, encoded_inputs, *args, **kwargs):
+            encoded = super()._pad(encoded_inputs, *args, **kwargs)
+            encoded["attention_mask"] = [2 * value for value in encoded["attention_mask"]]
+            return encoded
+
+    own = OwnPadding(vocab=str(tiny_vocab), do_lower_case=True)
+    assert pad_text_rows(own, [[2, 5, 3], [2, 3]], [[0, 0, 0], [0, 0]])["attention_mask"].tolist() == [[2, 2, 2],
+                                                                                                         [2, 2, 0]]

@@ -223,3 +223,36 @@ def test_a_float16_store_marks_its_features_so_uniter_does_not_round_them_again(
         expected = regions.select(torch.sort(regions.scores, descending=True, stable=True).indices[:len(selected)])
         encoded = processor([loaded])["region_features"][0]
         torch.testing.assert_close(encoded, expected.features.half().float(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("feature_dtype", ["float16", "float32"])
+def test_reads_by_id_equal_the_arrow_row_decoding_bit_for_bit(tmp_path, feature_dtype):
+    """`store[id]` reads rows through numpy views made once per shard; what it returns is what decoding a one-row
+    Arrow slice of the shard (the streamed path, `decode_row`) gives, for every row of every record batch."""
+    import pyarrow as pa
+
+    images = {f"img{i}": with_probs(random_regions(1 + i % 5, 8, seed=i), seed=i) for i in range(11)}
+    images["whole"] = random_regions(4, 8, seed=20)  # no class or attribute probabilities: other layout, own store
+    with RegionStoreWriter(tmp_path / "a", shard_size=5, row_group_size=2, feature_dtype=feature_dtype) as writer:
+        for image_id, regions in images.items():
+            if image_id != "whole":
+                writer.add(image_id, regions)
+    with RegionStoreWriter(tmp_path / "b", feature_dtype=feature_dtype) as writer:
+        writer.add("whole", images["whole"])
+    for folder in (tmp_path / "a", tmp_path / "b"):
+        store = RegionStore(folder)
+        for shard in store.shard_files:
+            table = pa.ipc.open_file(pa.memory_map(str(shard))).read_all()
+            for row in range(table.num_rows):
+                expected = store.decode_row(table.slice(row, 1), shard.name)
+                read = store[expected.metadata["image_id"]]
+                assert read.image_size == expected.image_size and read.metadata == expected.metadata
+                assert [type(v) for v in read.image_size] == [type(v) for v in expected.image_size]
+                for name in ("features", "boxes", "scores", "class_probs", "attribute_probs"):
+                    x, y = getattr(read, name), getattr(expected, name)
+                    assert (x is None) == (y is None), name
+                    if x is not None:
+                        assert x.dtype == y.dtype == torch.float32 and x.shape == y.shape and torch.equal(x, y), name
+                        assert x.is_contiguous()
+                assert_same_regions(read, images[expected.metadata["image_id"]],
+                                    atol=1e-2 if feature_dtype == "float16" else 0.0)

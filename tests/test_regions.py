@@ -56,6 +56,30 @@ def test_select_orders_by_confidence_and_clamps():
     assert len(select_regions(regions, 0.0, min_regions=1, max_regions=1)) == 1  # max clamp
 
 
+def test_selection_equals_the_torch_sort_formula_with_ties_zeros_and_scores_at_the_threshold():
+    """Selection sorts in numpy; it picks what `torch.sort(descending=True, stable=True)` and a float32 comparison
+    with the threshold pick: ties keep their order, -0.0 ties 0.0, a score equal to float32(threshold) is not
+    above it."""
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        count = int(torch.randint(1, 30, (1,), generator=generator))
+        pool = torch.tensor([0.0, -0.0, 0.2, 0.1, 0.5, 0.7, 1.0], dtype=torch.float32)
+        scores = pool[torch.randint(0, len(pool), (count,), generator=generator)]
+        if trial % 2:
+            scores = torch.rand(count, generator=generator)
+        threshold, low, high = [(0.2, 10, 100), (0.1, 1, 5), (0.0, 3, None), (0.5, 1, 100)][trial % 4]
+        regions = RegionFeatures(torch.arange(count * 2.0).view(count, 2), torch.zeros(count, 4), (4, 4),
+                                 scores=scores)
+        order = torch.sort(scores, descending=True, stable=True).indices
+        keep = min(max(int((scores > threshold).sum()), low), high or count, count)
+        chosen = select_regions(regions, threshold, low, high)
+        if keep == count and torch.equal(order, torch.arange(count)):
+            assert chosen is regions
+        else:
+            assert torch.equal(chosen.features, regions.features[order[:keep]]), trial
+            assert torch.equal(chosen.scores, scores[order[:keep]]), trial
+
+
 def test_select_without_scores_refuses_to_cut():
     regions = make()
     assert select_regions(regions, 0.2, 1, 3) is regions

@@ -41,6 +41,56 @@ def test_mask_tokens_forces_one_mask_and_regions_mask_at_least_one():
     assert masks.sum(1).tolist() == [1, 1] and not masks[:, 3].any() and masks[1, 0]
 
 
+def _mask_one_position_at_a_time(input_ids, attention, special_ids, mask_id, random_ids, rngs, probability,
+                                 at_least_one):
+    """The masking rules written out position by position (what `mask_tokens` computes a row at a time)."""
+    corrupted, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    for row, rng in enumerate(rngs):
+        positions = [p for p in range(input_ids.shape[1])
+                     if attention[row, p] and int(input_ids[row, p]) not in special_ids]
+        draws = rng.random((len(positions), 3))
+        selected = [draw < probability for draw in draws[:, 0]]
+        if at_least_one and not any(selected):
+            selected[0], draws[0, 1] = True, 0.0
+        for k, pos in enumerate(positions):
+            if selected[k]:
+                labels[row, pos] = input_ids[row, pos]
+                if draws[k, 1] < 0.8:
+                    corrupted[row, pos] = mask_id
+                elif draws[k, 1] < 0.9:
+                    corrupted[row, pos] = random_ids[int(draws[k, 2] * len(random_ids))]
+    return corrupted, labels
+
+
+def test_masking_draws_exactly_as_the_rules_written_position_by_position():
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        batch, length = 6, 3 + trial
+        input_ids = torch.randint(5, 40, (batch, length), generator=generator)
+        input_ids[:, 0], input_ids[:, 1] = 2, 9
+        attention = (torch.rand(batch, length, generator=generator) < 0.8).long()
+        attention[:, :2] = 1
+        probability = (0.15, 0.0, 1.0, 0.5)[trial % 4]
+        for at_least_one in (True, False):
+            got = mask_tokens(input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 40),
+                              [np.random.default_rng([trial, i]) for i in range(batch)], probability, at_least_one)
+            expected = _mask_one_position_at_a_time(input_ids, attention, {0, 2, 3, 4}, 4, torch.arange(5, 40),
+                                                    [np.random.default_rng([trial, i]) for i in range(batch)],
+                                                    probability, at_least_one)
+            for tensor, reference in zip(got, expected):
+                assert tensor.dtype == reference.dtype and torch.equal(tensor, reference)
+        counts = torch.randint(1, 9, (batch,), generator=generator)
+        region_mask = (torch.arange(8) < counts[:, None]).long()
+        masks = mask_regions(region_mask, [np.random.default_rng([trial, i, 1]) for i in range(batch)], probability)
+        for row, count in enumerate(counts.tolist()):
+            rng = np.random.default_rng([trial, row, 1])
+            selected = rng.random(count) < probability
+            if not selected.any():
+                selected[rng.integers(count)] = True
+            assert masks[row].tolist() == selected.tolist() + [False] * (8 - count)
+    assert masks.dtype == torch.bool
+
+
 def test_random_tokens_exclude_special_and_unused_entries(tmp_path):
     tokenizer = tiny_tokenizer(tmp_path)
     ids = set(random_token_ids(tokenizer).tolist())
@@ -168,6 +218,94 @@ def test_workers_send_float16_exact_region_features_as_float16():
         assert batch["region_features"].dtype == sent_as and batch["labels"] == [1, 2]
         torch.testing.assert_close(batch["region_features"].float(), features, atol=0, rtol=0)
     assert Float16RegionTransfer(lambda examples: {"input_ids": torch.ones(2, 3)})([]).keys() == {"input_ids"}
+    # Compared bit for bit whatever the layout (an odd last dimension, a transposed view): one inexact value is seen.
+    for exact in (torch.randn(2, 3, 7).half().float(), torch.randn(2, 8, 3).half().float().transpose(1, 2)):
+        for position in ((0, 0, 0), (1, 2, 6)):
+            inexact = exact.clone()
+            inexact[position] = torch.nextafter(inexact[position], torch.tensor(10.0))
+            for features, sent_as in ((exact, torch.float16), (inexact, torch.float32)):
+                batch = Float16RegionTransfer(lambda examples: {"region_features": features})([])
+                assert batch["region_features"].dtype == sent_as
+                assert torch.equal(batch["region_features"].float(), features)
+
+
+def test_features_a_float16_store_gave_unchanged_are_sent_as_float16_without_a_check(tmp_path, monkeypatch):
+    """UNITER's processor marks the `region_features` of a float16 store's rows (passed through unchanged) as float16
+    exact, and the workers' transfer then sends them as float16 without comparing: the same bits as the checked
+    path. A float32 store, an architecture that adds rows (ViLBERT's global row), or a change in place gets no mark
+    (or loses it), and the values are checked as before."""
+    from tests.helpers import random_regions
+    from vlhub.processing.regions import marked_float16_exact
+    from vlhub.processing.stores import RegionStore, RegionStoreWriter
+    from vlhub.registry import get_architecture
+    from vlhub.training import collators
+    from vlhub.training.collators import Float16RegionTransfer
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    images = [random_regions(5 + i, 16, seed=i) for i in range(3)]
+    for dtype in ("float16", "float32"):
+        with RegionStoreWriter(tmp_path / dtype, feature_dtype=dtype) as writer:
+            for i, regions in enumerate(images):
+                writer.add(str(i), regions)
+    read = {dtype: [RegionStore(tmp_path / dtype)[str(i)] for i in range(3)] for dtype in ("float16", "float32")}
+    texts = ["a red circle", "two squares", "a blue triangle"]
+    uniter = get_architecture("uniter").build_processor(tokenizer, 16, min_regions=1)
+    vilbert = get_architecture("vilbert").build_processor(tokenizer, 16, min_regions=1)
+    marked = uniter(text=texts, regions=read["float16"])["region_features"]
+    assert marked_float16_exact(marked)
+    assert not marked_float16_exact(uniter(text=texts, regions=read["float32"])["region_features"])
+    assert not marked_float16_exact(vilbert(text=texts, regions=read["float16"])["region_features"])
+
+    unmarked = marked.clone()
+    checked = Float16RegionTransfer(lambda examples: {"region_features": unmarked})([])["region_features"]
+    monkeypatch.setattr(collators, "_same_bits", lambda a, b: pytest.fail("a marked batch was compared"))
+    sent = Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"]
+    assert sent.dtype == checked.dtype == torch.float16 and torch.equal(sent.view(torch.int16), checked.view(torch.int16))
+
+    marked[0, 0, 0] += 1e-4  # between two float16 values: the mark is void
+    assert not marked_float16_exact(marked)
+    monkeypatch.undo()
+    assert Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"].dtype == \
+        torch.float32
+
+
+def _batch_of_many_kinds(examples):
+    generator = torch.Generator().manual_seed(int(examples[0]))
+    return {
+        "input_ids": torch.randint(0, 100, (4, 7), generator=generator),
+        "region_masks": torch.rand(4, 5, generator=generator) < 0.5,
+        "region_locations": torch.rand(4, 5, 7, generator=generator),
+        "half": torch.rand(3, 2, generator=generator).half(),
+        "empty": torch.zeros(0, 3, dtype=torch.long),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),  # not contiguous: shared as before
+        "large": torch.rand(300, 200, generator=generator),  # above the bound: shared memory as before
+        "objective": "mlm",
+        "examples": list(examples),
+    }
+
+
+def test_workers_send_small_tensors_inside_the_batch_and_the_main_process_gets_the_same_batch():
+    from torch.utils.data import DataLoader
+
+    from vlhub.training.collators import InlineSmallTensors
+
+    def batches(num_workers):
+        collate = InlineSmallTensors(_batch_of_many_kinds) if num_workers else _batch_of_many_kinds
+        return list(DataLoader(list(range(12)), batch_size=3, num_workers=num_workers, collate_fn=collate))
+
+    direct, through_workers = batches(0), batches(2)
+    assert len(direct) == len(through_workers) == 4
+    for expected, got in zip(direct, through_workers):
+        assert list(got) == list(expected)
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert type(got[key]) is torch.Tensor and got[key].dtype == value.dtype, key
+                assert got[key].shape == value.shape and torch.equal(got[key], value), key
+                got[key].fill_(0)  # ordinary writable tensors
+            else:
+                assert got[key] == value
+    wrapped = InlineSmallTensors(_batch_of_many_kinds)([0])
+    assert {key for key, value in wrapped.items() if isinstance(value, torch.Tensor)} == {"strided", "large"}
 
 
 def test_process_resources_for_training():

@@ -36,6 +36,31 @@ def test_uniter_locations_formula():
     assert torch.equal(rounded[:6], expected[:6].half().float())
 
 
+def test_uniter_locations_equal_the_formula_in_tensors_bit_for_bit():
+    """The locations are computed in numpy (cheaper per op); they equal the same float32 arithmetic in PyTorch
+    exactly, float16 rounding included, over boxes of every scale (subnormal and overflowing float16 included)."""
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        count = int(torch.randint(1, 40, (1,), generator=generator))
+        height, width = [(480, 640), (1, 1), (0.75, 1.5), (7, 3), (1 << 20, 1 << 22)][trial % 5]
+        x1 = torch.rand(count, generator=generator) * width * 0.9
+        y1 = torch.rand(count, generator=generator) * height * 0.9
+        scale = 10.0 ** float(torch.randint(-9, 1, (1,), generator=generator))
+        x2 = torch.minimum(x1 + torch.rand(count, generator=generator) * width * scale, torch.tensor(float(width)))
+        y2 = torch.minimum(y1 + torch.rand(count, generator=generator) * height * scale, torch.tensor(float(height)))
+        regions = vlhub.RegionFeatures(torch.ones(count, 4), torch.stack([x1, y1, x2, y2], 1), (height, width))
+        size = torch.tensor([width, height], dtype=torch.float32)
+        corner = regions.boxes[:, :2] / size
+        extent = (regions.boxes[:, 2:] - regions.boxes[:, :2]) / size
+        for rounded in (True, False):
+            stored = torch.cat([corner, corner + extent, extent], dim=1)
+            stored = stored.half().float() if rounded else stored
+            expected = torch.cat([stored, stored[:, 4:5] * stored[:, 5:6]], dim=1)
+            got = uniter_locations(regions, float16_storage=rounded)
+            assert got.dtype == torch.float32 and got.shape == (count, 7)
+            assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), (trial, rounded)
+
+
 def test_processor_save_load_round_trip(tmp_path, tiny_uniter_config, tiny_vocab):
     processor = tiny_processor(tiny_vocab, tiny_uniter_config, confidence_threshold=0.5, max_regions=7)
     processor.save_pretrained(tmp_path)

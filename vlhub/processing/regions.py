@@ -15,7 +15,8 @@ import torch
 
 from ..utils.tensors import all_finite
 
-__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "FLOAT16_FEATURES", "check_float16_range"]
+__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "FLOAT16_FEATURES", "check_float16_range",
+           "mark_float16_exact", "marked_float16_exact"]
 
 # Boxes that poke out of the image by floating-point noise (detectors clip in float32) are accepted.
 _BOX_TOLERANCE_PX = 1e-2
@@ -26,6 +27,22 @@ FLOAT16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 # a processor that rounds features to float16 (UNITER's) has nothing to do. Selecting regions keeps it; code that
 # puts other values into `features` must drop it.
 FLOAT16_FEATURES = "vlhub_float16_features"
+# Attribute a processor sets on a batch's `region_features` tensor when float16 holds every value exactly (each row a
+# float16 store's features passed through unchanged, or padding): the tensor's version counter at that time, so that
+# any in-place change afterwards voids the mark. `Float16RegionTransfer` then skips its exactness check.
+_FLOAT16_EXACT_VERSION = "_vlhub_float16_exact_version"
+
+
+def mark_float16_exact(values: torch.Tensor) -> None:
+    """Mark `values` (which float16 holds exactly) as such, until it is next changed in place."""
+    setattr(values, _FLOAT16_EXACT_VERSION, values._version)
+
+
+def marked_float16_exact(values: torch.Tensor) -> bool:
+    """Whether `values` carries `mark_float16_exact`'s mark and was not changed in place since."""
+    return getattr(values, _FLOAT16_EXACT_VERSION, None) == values._version
+
+
 # The largest image side in pixels: 2**24 is where float32 (boxes are float32) stops holding every integer pixel.
 MAX_IMAGE_SIDE = 2**24
 
@@ -196,7 +213,11 @@ class RegionFeatures:
 
         if index.min() < -len(self) or index.max() >= len(self):
             raise IndexError(f"RegionFeatures.select: index out of range for {len(self)} regions: {index.tolist()}")
-        index = index.remainder(len(self))  # negative indices count from the end, as with t[index]
+        return self.take(index.remainder(len(self)))  # negative indices count from the end, as with t[index]
+
+    def take(self, index: torch.Tensor) -> "RegionFeatures":
+        """`select` without checking `index`: for a long tensor of valid indices in `[0, len(self))` (e.g. from
+        sorting this image's scores)."""
 
         def take(t):  # index_select: a third of advanced indexing's cost on a (36, 2048) image
             return None if t is None else t.index_select(0, index)

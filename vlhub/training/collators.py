@@ -6,18 +6,19 @@ runs the model's processor (the same one used at inference) and applies the batc
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..processing.regions import RegionFeatures
+from ..processing.regions import RegionFeatures, marked_float16_exact
 from .masking import random_token_ids
 from .objectives import Objective, ObjectiveContext
 from .sampling import SampleKey, example_rng
 
-__all__ = ["CaptionDataset", "PretrainingCollator", "RegionLookup", "Float16RegionTransfer"]
+__all__ = ["CaptionDataset", "PretrainingCollator", "RegionLookup", "Float16RegionTransfer", "InlineSmallTensors"]
 
 RegionLookup = Mapping[str, RegionFeatures]
 
@@ -164,7 +165,7 @@ class Float16RegionTransfer:
 
     Every batch a worker returns is copied into new shared memory, whose pages are faulted in anew each time:
     measured on 2 cores, 15 ms for a batch's 9.4 MB of float32 features against 6 ms for the same values as float16
-    (the exactness check costs 1.5 ms). Every vlhub model casts `region_features` to its own dtype first, so its
+    (the check, bit for bit, ~1.3 ms). Every vlhub model casts `region_features` to its own dtype first, so its
     outputs are unchanged. Picklable, like the function it wraps.
     """
 
@@ -176,6 +177,67 @@ class Float16RegionTransfer:
         features = batch.get("region_features")
         if isinstance(features, torch.Tensor) and features.dtype == torch.float32:
             halved = features.to(torch.float16)
-            if torch.equal(halved.to(torch.float32), features):
+            # The processor marks features a float16 store gave it unchanged: exact without checking.
+            if marked_float16_exact(features) or _same_bits(halved.to(torch.float32), features):
                 batch["region_features"] = halved
         return batch
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two float32 tensors of one shape hold the same bits, i.e. the receiver of the float16 copy gets back
+    exactly these values. Compared as int64 words where the layout allows (0.9 against 1.6 ms for `torch.equal` on a
+    batch's features), else as int32."""
+    try:
+        return torch.equal(a.view(torch.int64), b.view(torch.int64))
+    except RuntimeError:  # an int64 view needs an even last dimension of stride 1
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+class InlineSmallTensors:
+    """Wraps a collate function run in DataLoader workers: the batch's small tensors (ids, masks, labels, locations:
+    up to `max_bytes` each) travel to the main process inside the pickled batch, as bytes, instead of each in a new
+    shared-memory segment whose file descriptor the main process fetches over a socket. The main process gets the
+    same tensors (dtype, shape, values; contiguous, in ordinary memory). Measured on 2 cores, a batch of 8 small
+    tensors and one of 4.7 MB: 5.7-8.0 against 11-13 ms a batch from 2 workers, 1.9 against 3.5-4.7 ms of the main
+    process's time. Large tensors (the region features) still go through shared memory. Picklable."""
+
+    def __init__(self, function, max_bytes: int = 128 << 10):
+        self.function = function
+        self.max_bytes = max_bytes
+
+    def __call__(self, examples):
+        batch = self.function(examples)
+        if isinstance(batch, MutableMapping):
+            for key, value in batch.items():
+                if _inlinable(value, self.max_bytes):
+                    batch[key] = _InlineTensor(value)
+        return batch
+
+
+_INLINE_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                  torch.float32, torch.float64}
+
+
+def _inlinable(value, max_bytes: int) -> bool:
+    return (type(value) is torch.Tensor and value.device.type == "cpu" and value.dtype in _INLINE_DTYPES
+            and not value.requires_grad and value.is_contiguous() and not value.__dict__
+            and value.numel() * value.element_size() <= max_bytes)
+
+
+class _InlineTensor:
+    """A tensor that pickles as its bytes and unpickles as a tensor again (`InlineSmallTensors`)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def __reduce__(self):
+        tensor = self.tensor
+        return _rebuild_tensor, (tensor.numpy().tobytes(), tensor.dtype, tuple(tensor.shape))
+
+
+def _rebuild_tensor(data: bytes, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)

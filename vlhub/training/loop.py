@@ -45,7 +45,7 @@ from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha25
 from ..utils.secrets import scrub_secrets
 from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
-from .collators import Float16RegionTransfer
+from .collators import Float16RegionTransfer, InlineSmallTensors
 from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
@@ -130,10 +130,10 @@ class TrainingTask:
 
 def loader_collate(collate_fn, workers: int):
     """The collate function as the training DataLoader runs it: on one intra-op thread (workers run with one
-    already; without workers the main process gets the same), and with float16-exact region features sent from
-    workers as float16 (`Float16RegionTransfer`)."""
+    already; without workers the main process gets the same), and in workers with float16-exact region features
+    sent as float16 (`Float16RegionTransfer`) and small tensors inside the pickled batch (`InlineSmallTensors`)."""
     collate_fn = SingleThreaded(collate_fn)
-    return Float16RegionTransfer(collate_fn) if workers > 0 else collate_fn
+    return InlineSmallTensors(Float16RegionTransfer(collate_fn)) if workers > 0 else collate_fn
 
 
 @dataclass

@@ -47,27 +47,29 @@ def mask_tokens(
     """
     if len(rngs) != input_ids.shape[0]:
         raise ValueError(f"need one random generator per example: {len(rngs)} for a batch of {input_ids.shape[0]}")
-    corrupted = input_ids.clone()
-    labels = torch.full_like(input_ids, -100)
     special = torch.tensor(sorted(set(special_ids)), dtype=input_ids.dtype)
-    candidates = (attention_mask.bool() & ~torch.isin(input_ids, special))
+    candidates = (attention_mask.bool() & ~torch.isin(input_ids, special)).numpy()
+    # Row by row in numpy (the draws stay per example); one tensor of each at the end.
+    original = input_ids.numpy()
+    corrupted, labels = original.copy(), np.full_like(original, -100)
+    random_ids = random_ids.numpy()
     for row, rng in enumerate(rngs):
-        positions = candidates[row].nonzero().flatten()
-        if positions.numel() == 0:
+        positions = np.flatnonzero(candidates[row])
+        if positions.size == 0:
             raise ValueError(f"example {row} has no word piece to mask (only special tokens)")
-        draws = rng.random((positions.numel(), 3))
+        draws = rng.random((positions.size, 3))
         selected = draws[:, 0] < probability
         if at_least_one and not selected.any():
             selected[0] = True
             draws[0, 1] = 0.0  # the forced position always becomes [MASK]
-        for k in np.flatnonzero(selected):
-            pos = positions[k].item()
-            labels[row, pos] = input_ids[row, pos]
-            if draws[k, 1] < 0.8:
-                corrupted[row, pos] = mask_token_id
-            elif draws[k, 1] < 0.9:
-                corrupted[row, pos] = random_ids[int(draws[k, 2] * len(random_ids))]
-    return corrupted, labels
+        chosen, draws = positions[selected], draws[selected]
+        labels[row, chosen] = original[row, chosen]
+        masked = draws[:, 1] < 0.8
+        corrupted[row, chosen[masked]] = mask_token_id
+        randomized = ~masked & (draws[:, 1] < 0.9)
+        # int(): toward zero, as astype for these non-negative draws
+        corrupted[row, chosen[randomized]] = random_ids[(draws[randomized, 2] * len(random_ids)).astype(np.int64)]
+    return torch.from_numpy(corrupted), torch.from_numpy(labels)
 
 
 def mask_regions(
@@ -79,13 +81,12 @@ def mask_regions(
         raise ValueError(
             f"need one random generator per example: {len(rngs)} for a batch of {region_attention_mask.shape[0]}"
         )
-    masks = torch.zeros(region_attention_mask.shape, dtype=torch.bool)
-    for row, rng in enumerate(rngs):
-        num_regions = int(region_attention_mask[row].sum())
+    masks = np.zeros(tuple(region_attention_mask.shape), dtype=bool)
+    for row, (rng, num_regions) in enumerate(zip(rngs, region_attention_mask.sum(1).tolist())):
         if num_regions == 0:
             raise ValueError(f"example {row} has no regions to mask")
         selected = rng.random(num_regions) < probability
         if not selected.any():
             selected[rng.integers(num_regions)] = True
-        masks[row, :num_regions] = torch.from_numpy(selected)
-    return masks
+        masks[row, :num_regions] = selected
+    return torch.from_numpy(masks)

@@ -60,5 +60,7 @@ def float32_tensor(array: np.ndarray) -> torch.Tensor:
     read-only buffer without a warning, so the raw bytes are copied first (a plain memcpy)."""
     if not array.flags.writeable:
         array = array.copy()
+    if array.dtype == np.float32:  # nothing to convert (a copy above, or the caller's own writable array, as below)
+        return torch.from_numpy(np.ascontiguousarray(array))
     with single_threaded():
         return torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32)

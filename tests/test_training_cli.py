@@ -184,3 +184,16 @@ def test_a_dataset_without_a_tokenizer_names_the_flag_when_offline(tmp_path):
     del arguments[:2]  # no --tokenizer
     with pytest.raises(SystemExit, match="(?s)google-bert/bert-base-cased.*--tokenizer_name"):
         pretrain_main(["--dataset", str(store), *arguments])
+
+
+def test_the_contrastive_extension_trains_and_reports_its_in_batch_accuracy(tmp_path):
+    """UNITER's `itc` beside `itm` through pretrain.py on the shapes world (which has a validation split): the
+    evaluation reports the contrastive loss and the share of captions whose best-scored image in the batch is their
+    own (a fraction)."""
+    result = pretrain_main(["--objectives", "itc:1,itm:1", "--max_steps", "2", "--per_device_train_batch_size", "8",
+                            "--max_eval_samples", "32", "--logging_steps", "1", "--output_dir", str(tmp_path / "run")])
+    assert result.global_step == 2
+    scores = result.eval_results
+    assert {"itc_loss", "itc_accuracy", "itm_loss", "itm_accuracy"} <= set(scores)
+    assert 0.0 <= scores["itc_accuracy"] <= 1.0 and scores["itc_loss"] > 0
+    assert "itc (1), itm (1)" in (tmp_path / "run" / "README.md").read_text()

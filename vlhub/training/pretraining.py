@@ -223,6 +223,10 @@ class PretrainingTask(TrainingTask):
                 if "itm_labels" in batch:
                     correct = (outputs.itm_logits.argmax(-1) == batch["itm_labels"]).float()
                     sums.setdefault("itm_accuracy", []).append(accelerator.gather_for_metrics(correct))
+                if "itc_image_ids" in batch:  # in-batch text -> image: the best-scored image is the caption's own
+                    ids = batch["itc_image_ids"]
+                    correct = (ids[outputs.itc_logits.argmax(-1)] == ids).float()
+                    sums.setdefault("itc_accuracy", []).append(accelerator.gather_for_metrics(correct))
                 if "labels" in batch:
                     selected = batch["labels"] >= 0
                     predicted = torch.full_like(batch["labels"], -100)

@@ -156,6 +156,8 @@ def test_itc_contrasts_the_text_alone_with_the_image_alone(tiny_uniter_config, b
         assert torch.allclose(model(**swapped, objective="itc").itc_logits, out.itc_logits.flip(1), atol=1e-6)
     with pytest.raises(ValueError, match="needs both text"):
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], objective="itc")
+    with pytest.raises(ValueError, match="itm_labels belong to other objectives"):
+        model(**batch, itm_labels=torch.tensor([1, 0]), objective="itc")
     with pytest.raises(ValueError, match="itc_image_ids belong to"):
         model(**batch, itc_image_ids=torch.tensor([0, 1]), objective="itm")
 

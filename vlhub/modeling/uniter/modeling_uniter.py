@@ -355,7 +355,8 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     batch's other texts and images (`layers.in_batch_contrastive_loss`, temperature `config.itc_temperature`). Unlike
     ITM with random negatives, whose gradient a model trained from scratch only gets at second order (neither the
     text nor the image alone predicts a match), this loss gives each modality a first-order signal; on the shapes
-    world it lets ITM leave chance within a few hundred steps (README, "Why image-text matching...").
+    world, `itc:1,itm:1` makes retrieval learn within a few hundred steps where the original mix stays at chance
+    (README, the demo section).
 
     Losses are computed for whichever targets are given; the original trains one objective per batch
     ("conditional masking"), so a batch normally carries one kind of target and the heads of the other objectives
@@ -429,6 +430,13 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         if objective is not None and objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
         if objective == "itc":
+            given = [name for name, value in (("labels", labels), ("region_masks", region_masks),
+                                              ("region_feature_targets", region_feature_targets),
+                                              ("region_class_targets", region_class_targets),
+                                              ("itm_labels", itm_labels)) if value is not None]
+            if given:
+                raise ValueError(f'objective="itc" takes matched pairs only; {", ".join(given)} belong to other '
+                                 "objectives")
             return self._contrastive(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                      region_features, region_locations, region_attention_mask, region_token_type_ids,
                                      itc_image_ids, **kwargs)

@@ -77,10 +77,12 @@ class RegionLayer(DynamicLayer):
         super().__init__()
         self.attention, self.memory = attention, None
 
-    keys = property(lambda self: None if self.memory is None else _heads(self.attention, self.attention.key(self.memory)),
-                    lambda self, value: None)
-    values = property(lambda self: None if self.memory is None else _heads(self.attention, self.attention.value(self.memory)),
-                      lambda self, value: None)
+    def _project(self, linear):
+        return None if self.memory is None else _heads(self.attention, linear(self.memory))
+
+    # Read by the cross-attention at every later step; the setters ignore what DynamicLayer's own code assigns.
+    keys = property(lambda self: self._project(self.attention.key), lambda self, value: None)
+    values = property(lambda self: self._project(self.attention.value), lambda self, value: None)
 
     def update(self, key_states, value_states, *args, **kwargs):
         self.memory, self.is_initialized = self.attention.step_inputs, True

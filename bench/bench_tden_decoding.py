@@ -1,30 +1,143 @@
-"""TDEN caption decoding: seconds and executed GFLOP per image, key/value cache on vs off.
+"""TDEN caption decoding: seconds and executed GFLOP per image, with the key/value cache and without.
 
     python bench/bench_tden_decoding.py [--batch-sizes 1 8] [--beams 1 3] [--steps 20] [--regions 51] [--device cpu]
-                                        [--xmodaler] [--packed-linear]
+                                        [--baselines recompute 'no cache'] [--xmodaler] [--packed-linear]
 
 TDEN-base captioner sizes (sentence encoder 12, object encoder 6, decoder 6 layers, 768 wide), random weights, 50
-regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes all steps). "cache" is
-`generate(use_cache=True)`: one key/value cache over the sentence encoder and the decoder, the object encoder run
-once. "no cache" is `generate(use_cache=False)`: every step re-runs the whole prefix through every stack (the
-object encoder included, so it recomputes more than X-modaler, which keeps the object encoder's output but
-recomputes the keys and values of the text history and of the regions at every step). Beam rows use transformers'
-beam search (`length_penalty=0.0`) and, with `--xmodaler`, also `xmodaler_beam_search` (cached). FLOPs are counted
-with `torch.utils.flop_counter` (matmuls and attention), per image. The captions with and without the cache are
-checked identical. "cpu s" is the process' CPU time per image (all threads): on a shared machine, wall time well above
-cpu s / threads means the cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
+regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes all steps). Runs:
+
+- "cache": `generate(use_cache=True)`: one key/value cache over the sentence encoder and the decoder (self-attention
+  keys and values, and the decoder's cross-attention keys and values of the regions), the object encoder run once.
+- "recompute": what X-modaler does (the issue's baseline). The object encoder runs once, but at every step each
+  sentence-encoder and decoder layer projects all its earlier inputs to keys and values again (X-modaler keeps the
+  layer inputs, `ENC_HISTORY_STATES`, not their keys and values), and each decoder layer projects the kept object
+  encoder output to cross-attention keys and values again. It is the same `generate()` given a cache whose layers
+  do that work (`XmodalerRecomputeCache`), so the model's code and the beam search are those of "cache".
+- "no cache": `generate(use_cache=False)`: every step re-runs the whole prefix through every stack, the object
+  encoder included (more than X-modaler recomputes).
+- with `--xmodaler`, also `xmodaler_beam_search` (cached) for the beam rows.
+
+Beam rows use transformers' beam search (`length_penalty=0.0`). FLOPs are counted with `torch.utils.flop_counter`
+(matmuls and attention), per image. Every baseline's captions are checked identical to the cached ones. "cpu s" is
+the process' CPU time per image (all threads): on a shared machine, wall time well above cpu s / threads means the
+cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
 (`vlhub.pack_linear_weights`).
 """
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 import vlhub
 from vlhub.modeling.packed_linear import pack_linear_weights
+from vlhub.modeling.tden.modeling_tden import TdenBeamCache
+from vlhub.utils.compat import CACHE_NAME
+
+
+# ------------------------------------------------------------------ X-modaler's own decoding cost (the baseline)
+# X-modaler keeps, per sentence-encoder and decoder layer, the layer's *inputs* of the earlier steps
+# (`ENC_HISTORY_STATES`) and projects them to keys and values again at every step; the decoder's cross-attention
+# projects the kept object-encoder output to keys and values again at every step. The object encoder runs once.
+# These cache layers reproduce exactly that work inside transformers' attention modules: the model's code is
+# unchanged, only what the cache hands back is recomputed. A forward pre-hook on each attention module leaves the
+# step's new inputs (self-attention) or the object-encoder output (cross-attention, first step) on the module.
+def _heads(attention, states: torch.Tensor) -> torch.Tensor:
+    return states.view(*states.shape[:2], -1, attention.attention_head_size).transpose(1, 2)
+
+
+class HistoryLayer(DynamicLayer):
+    """Self-attention: keeps the layer inputs `(rows, 1, length, hidden)` in `keys` (so that the length, beam
+    reorders and repeats work as for keys) and re-projects the earlier ones at every step."""
+
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        new = self.attention.step_inputs
+        if self.is_initialized:
+            history = self.keys[:, 0]
+            key_states = torch.cat([_heads(self.attention, self.attention.key(history)), key_states], dim=-2)
+            value_states = torch.cat([_heads(self.attention, self.attention.value(history)), value_states], dim=-2)
+            new = torch.cat([history, new], dim=1)
+        self.is_initialized = True
+        self.keys = self.values = new.unsqueeze(1)
+        return key_states, value_states
+
+
+class RegionLayer(DynamicLayer):
+    """Cross-attention: keeps the object encoder's output and re-projects it at every read of `keys`/`values`."""
+
+    def __init__(self, attention):
+        super().__init__()
+        self.attention, self.memory = attention, None
+
+    def _project(self, linear):
+        return None if self.memory is None else _heads(self.attention, linear(self.memory))
+
+    # Read by the cross-attention at every later step; the setters ignore what DynamicLayer's own code assigns.
+    keys = property(lambda self: self._project(self.attention.key), lambda self, value: None)
+    values = property(lambda self: self._project(self.attention.value), lambda self, value: None)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.memory, self.is_initialized = self.attention.step_inputs, True
+        return key_states, value_states
+
+    def get_seq_length(self) -> int:
+        return 0 if self.memory is None else self.memory.shape[1]
+
+    def reorder_cache(self, beam_idx):
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, beam_idx.to(self.memory.device))
+
+    def batch_repeat_interleave(self, repeats: int):
+        if self.memory is not None:
+            self.memory = self.memory.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices):
+        if self.memory is not None:
+            self.memory = self.memory[indices]
+
+
+class _LayerStackCache(DynamicCache):  # a DynamicCache (beam search asks for one) whose layers are the above
+    def __init__(self, layer_class, attentions: dict):
+        Cache.__init__(self, layer_class_to_replicate=lambda: layer_class(attentions.get(len(self.layers))))
+
+
+class XmodalerRecomputeCache(TdenBeamCache):
+    """The cache `generate()` is given for the X-modaler-style baseline (use inside `recompute_hooks(model)`)."""
+
+    def __init__(self, model):
+        stacks = list(model.tden.encoder.layer) + list(model.tden.decoder.layer)
+        self_attention = {layer.attention.self.layer_idx: layer.attention.self for layer in stacks}
+        cross = {layer.crossattention.self.layer_idx: layer.crossattention.self for layer in model.tden.decoder.layer}
+        super().__init__(_LayerStackCache(HistoryLayer, self_attention), _LayerStackCache(RegionLayer, cross))
+
+
+@contextlib.contextmanager
+def recompute_hooks(model):
+    def keep_inputs(module, args, kwargs):  # self-attention: the step's new layer inputs
+        module.step_inputs = args[0] if args else kwargs["hidden_states"]
+
+    def keep_regions(module, args, kwargs):  # cross-attention: the object encoder's output (first step only)
+        states = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+        if states is not None:
+            module.step_inputs = states
+
+    stacks = list(model.tden.encoder.layer) + list(model.tden.decoder.layer)
+    hooks = [layer.attention.self.register_forward_pre_hook(keep_inputs, with_kwargs=True) for layer in stacks]
+    hooks += [layer.crossattention.self.register_forward_pre_hook(keep_regions, with_kwargs=True)
+              for layer in model.tden.decoder.layer]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def build(device: str, attn_implementation: str):
@@ -42,24 +155,30 @@ def inputs(model, batch: int, regions: int, device: str) -> dict:
     }
 
 
-def run(model, batch_inputs, beams: int, steps: int, use_cache: bool, xmodaler: bool):
-    if xmodaler:
+def run(model, batch_inputs, beams: int, steps: int, mode: str):
+    """mode: "cache", "recompute" (X-modaler's work), "no cache" (`use_cache=False`) or "xmodaler"
+    (`xmodaler_beam_search`, cached)."""
+    if mode == "xmodaler":
         return model.xmodaler_beam_search(**batch_inputs, num_beams=beams, max_new_tokens=steps).sequences[:, 0]
-    return model.generate(**batch_inputs, max_new_tokens=steps, min_new_tokens=steps, num_beams=beams,
-                          do_sample=False, length_penalty=0.0 if beams > 1 else None, use_cache=use_cache)
+    kwargs = dict(max_new_tokens=steps, min_new_tokens=steps, num_beams=beams, do_sample=False,
+                  length_penalty=0.0 if beams > 1 else None, use_cache=mode != "no cache")
+    if mode != "recompute":
+        return model.generate(**batch_inputs, **kwargs)
+    with recompute_hooks(model):
+        return model.generate(**batch_inputs, **kwargs, **{CACHE_NAME: XmodalerRecomputeCache(model)})
 
 
-def measure(model, batch_inputs, beams, steps, use_cache, xmodaler, repeats, device):
+def measure(model, batch_inputs, beams, steps, mode, repeats, device):
     batch = batch_inputs["region_features"].shape[0]
     with torch.no_grad():
         with FlopCounterMode(display=False) as counter:
-            output = run(model, batch_inputs, beams, steps, use_cache, xmodaler)
+            output = run(model, batch_inputs, beams, steps, mode)
         times, cpu_times = [], []
         for _ in range(repeats):
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             start, cpu_start = time.perf_counter(), time.process_time()
-            run(model, batch_inputs, beams, steps, use_cache, xmodaler)
+            run(model, batch_inputs, beams, steps, mode)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -76,10 +195,12 @@ def main():
     parser.add_argument("--regions", type=int, default=51)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention", default="sdpa")
+    parser.add_argument("--baselines", nargs="+", choices=["recompute", "no cache"], default=["recompute", "no cache"],
+                        help="what the cache is compared with (see above)")
     parser.add_argument("--xmodaler", action="store_true", help="also time xmodaler_beam_search")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skip-uncached-above-batch", type=int, default=None,
-                        help="measure the (slow) uncached runs only up to this batch size")
+                        help="measure the (slow) baselines only up to this batch size")
     parser.add_argument("--packed-linear", action="store_true",
                         help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for every run")
     args = parser.parse_args()
@@ -88,27 +209,24 @@ def main():
     packed = pack_linear_weights(model) if args.packed_linear else 0
     print(f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, fp32, "
           f"{torch.get_num_threads()} threads, linear weights {'packed for oneDNN' if packed else 'as is'}")
-    print("| batch | beams | decoder | s/image cache | s/image no cache | speed-up | cpu s/image cache | "
-          "cpu s/image no cache | GFLOP/image cache | GFLOP/image no cache | same captions |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| batch | beams | decoder | run | s/image | cpu s/image | GFLOP/image | cache's speed-up | same captions |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for batch in args.batch_sizes:
         batch_inputs = inputs(model, batch, args.regions, args.device)
         for beams in args.beams:
-            cached, t_cache, c_cache, f_cache = measure(model, batch_inputs, beams, args.steps, True, False,
+            cached, t_cache, c_cache, f_cache = measure(model, batch_inputs, beams, args.steps, "cache",
                                                         args.repeats, args.device)
-            if args.skip_uncached_above_batch is not None and batch > args.skip_uncached_above_batch:
-                print(f"| {batch} | {beams} | generate | {t_cache:.3f} | | | {c_cache:.2f} | | {f_cache:.1f} | | |",
-                      flush=True)
-            else:
-                plain, t_plain, c_plain, f_plain = measure(model, batch_inputs, beams, args.steps, False, False,
-                                                           args.repeats, args.device)
-                print(f"| {batch} | {beams} | generate | {t_cache:.3f} | {t_plain:.3f} | {t_plain / t_cache:.1f}x | "
-                      f"{c_cache:.2f} | {c_plain:.2f} | {f_cache:.1f} | {f_plain:.1f} | {torch.equal(cached, plain)} |",
-                      flush=True)
+            print(f"| {batch} | {beams} | generate | cache | {t_cache:.3f} | {c_cache:.2f} | {f_cache:.1f} | | |",
+                  flush=True)
+            if args.skip_uncached_above_batch is None or batch <= args.skip_uncached_above_batch:
+                for mode in args.baselines:
+                    other, t, c, f = measure(model, batch_inputs, beams, args.steps, mode, args.repeats, args.device)
+                    print(f"| {batch} | {beams} | generate | {mode} | {t:.3f} | {c:.2f} | {f:.1f} | "
+                          f"{t / t_cache:.1f}x | {torch.equal(cached, other)} |", flush=True)
             if args.xmodaler and beams > 1:
-                _, t_x, c_x, f_x = measure(model, batch_inputs, beams, args.steps, True, True, args.repeats,
+                _, t_x, c_x, f_x = measure(model, batch_inputs, beams, args.steps, "xmodaler", args.repeats,
                                            args.device)
-                print(f"| {batch} | {beams} | xmodaler_beam_search | {t_x:.3f} | | | {c_x:.2f} | | {f_x:.1f} | | |",
+                print(f"| {batch} | {beams} | xmodaler_beam_search | cache | {t_x:.3f} | {c_x:.2f} | {f_x:.1f} | | |",
                       flush=True)
 
 

@@ -39,12 +39,16 @@ def run(args) -> int:
     )
     from accelerate import PartialState
 
-    if PartialState().is_main_process:
+    state = PartialState()
+    if state.is_main_process:
         print(
             f"{summary.total} images: {summary.already_stored} already stored, {summary.extracted} extracted, "
             f"{len(summary.failed)} failed" + (f" (see {args.output}/failed.jsonl)" if summary.failed else "")
             + f"; store: {args.output}"
         )
+    # Tear the process group down before the interpreter exits: a process leaving with gloo's threads still alive
+    # can abort ("terminate called without an active exception", seen once in CI with 2 processes).
+    state.destroy_process_group()
     return 1 if summary.failed else 0
 
 

@@ -463,9 +463,15 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to
     # score pairs, a retrieval model asked to caption) is an error rather than a silently random head.
     _required_from_checkpoint: tuple[tuple[str, str], ...] = ()
+    # Config fields a head sets when it loads a checkpoint of another head (e.g. pre-training) without a `config`
+    # given: what the head itself needs (VQA: a bidirectional decoder) or never runs (retrieval: no decoder).
+    _config_from_other_heads: dict = {}
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        if "config" not in kwargs:
+            for field, value in cls._config_from_other_heads.items():
+                kwargs.setdefault(field, value)
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
         missing = set(info["missing_keys"])
@@ -1102,6 +1108,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
     `argmax(softmax(u) + softmax(g))` (`logits` holds the summed probabilities)."""
 
     _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
+    _config_from_other_heads = {"bidirectional_decoder": True}
 
     def __init__(self, config: TdenConfig):
         if config.num_cross_encoder_layers < 1:
@@ -1112,14 +1119,6 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         self.tden = TdenModel(config)
         self.answer_head = TdenAnswerHead(config)
         self.post_init()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As `PreTrainedModel.from_pretrained`; a checkpoint of another head (pre-training) gets
-        `bidirectional_decoder=True`, which this head needs, unless a `config` is given."""
-        if "config" not in kwargs:
-            kwargs.setdefault("bidirectional_decoder", True)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -1177,22 +1176,14 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
     # within the batch (`vlhub.training.finetuning.InBatchRetrievalTask`), as X-modaler's retrieval training.
     retrieval_negatives = "in_batch"
+    # The cross-modal encoder and the decoder, which retrieval never runs, are not built (X-modaler's `TDENRetrieval`).
+    _config_from_other_heads = {"num_cross_encoder_layers": 0, "num_decoder_layers": 0}
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
         self.tden = TdenModel(config)
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As `PreTrainedModel.from_pretrained`; from a checkpoint of another head (pre-training) the cross-modal
-        encoder and the decoder, which retrieval never runs, are not built (`num_cross_encoder_layers` and
-        `num_decoder_layers` become 0, as X-modaler's `TDENRetrieval`), unless a `config` is given."""
-        if "config" not in kwargs:
-            kwargs.setdefault("num_cross_encoder_layers", 0)
-            kwargs.setdefault("num_decoder_layers", 0)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @can_return_tuple
     def forward(

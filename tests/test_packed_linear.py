@@ -126,3 +126,121 @@ def test_flop_counts_are_the_same_on_packed_weights():
             net(x)
         counts.append(counter.get_total_flops())
     assert counts[0] == counts[1] == 2 * 3 * (12 * 20 + 20 * 7)
+
+
+# ------------------------------------------------------------------ what packing fuses in the BERT blocks
+from transformers.models.bert.modeling_bert import BertIntermediate, BertOutput, BertSelfOutput  # noqa: E402
+
+from vlhub.modeling.layers import (  # noqa: E402
+    CoAttention,
+    PackedBertIntermediate,
+    PackedBertOutput,
+    PackedBertSelfOutput,
+)
+from vlhub.modeling.packed_linear import PackedProjectionGroup, dense_plus_residual  # noqa: E402
+
+from .test_vilbert_transformers_checks import text_and_regions  # noqa: E402
+from .test_vilbert_transformers_checks import tiny_config as tiny_vilbert_config  # noqa: E402
+
+
+def tiny_vilbert(**overrides):
+    torch.manual_seed(0)
+    model = vlhub.VilbertForQuestionAnswering(tiny_vilbert_config(**overrides)).eval()
+    return model, text_and_regions(model.config)
+
+
+def test_fused_blocks_give_the_same_outputs_and_unpack_cleanly():
+    """Q/K/V as one product (BERT self-attention and both co-attention streams), GELU and the residual add inside
+    the packed products: the same hidden states and logits; unpacking restores every class."""
+    model, inputs = tiny_vilbert()
+    keys = {k: v.clone() for k, v in model.state_dict().items()}
+    classes = [type(module) for module in model.modules()]
+    with torch.no_grad():
+        expected = model(**inputs, output_hidden_states=True)
+        vlhub.pack_linear_weights(model)
+        got = model(**inputs, output_hidden_states=True)
+    switched = {type(module) for module in model.modules()}
+    assert {PackedBertIntermediate, PackedBertOutput, PackedBertSelfOutput} <= switched
+    assert not {BertIntermediate, BertOutput, BertSelfOutput} & switched
+    co_attention = next(module for module in model.modules() if isinstance(module, CoAttention))
+    groups = {co_attention.query1._projection_group, co_attention.query2._projection_group}
+    assert len(groups) == 2 and all(isinstance(group, PackedProjectionGroup) for group in groups)
+    assert co_attention.key2._projection_group is co_attention.query2._projection_group
+    for name in ("logits", "pooler_output"):
+        torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=1e-5)
+    for new, old in zip(got.hidden_states + got.vision_hidden_states,
+                        expected.hidden_states + expected.vision_hidden_states):
+        torch.testing.assert_close(new, old, atol=1e-5, rtol=1e-5)
+    state = model.state_dict()
+    assert state.keys() == keys.keys() and all(torch.equal(state[k], keys[k]) for k in keys)
+    vlhub.unpack_linear_weights(model)
+    assert [type(module) for module in model.modules()] == classes
+    assert not any(hasattr(module, "_projection_group") for module in model.modules())
+
+
+def test_a_projection_group_hands_out_only_results_of_the_same_input():
+    attention = CoAttention(tiny_vilbert_config(), 8, 6, 12, 2, 0.0, 0.0).eval()
+    vlhub.pack_linear_weights(attention)
+    first, second = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+
+    def plain(layer, x):
+        return torch.nn.functional.linear(x, layer.weight, layer.bias)
+
+    with torch.no_grad():
+        torch.testing.assert_close(attention.value1(first), plain(attention.value1, first), atol=1e-5, rtol=1e-5)
+        # the key computed with the value above is not handed out for another input ...
+        torch.testing.assert_close(attention.key1(second), plain(attention.key1, second), atol=1e-5, rtol=1e-5)
+        # ... nor for the same tensor changed in place since
+        attention.query1(first)
+        first.add_(1.0)
+        torch.testing.assert_close(attention.key1(first), plain(attention.key1, first), atol=1e-5, rtol=1e-5)
+        # a weight changed in place re-packs the group
+        attention.value1.weight.mul_(-2.0)
+        torch.testing.assert_close(attention.value1(first), plain(attention.value1, first), atol=1e-5, rtol=1e-5)
+        attention.query1(first)
+        attention.key1.bias.add_(3.0)  # ... and so does a bias
+        torch.testing.assert_close(attention.key1(first), plain(attention.key1, first), atol=1e-5, rtol=1e-5)
+    # with a gradient to compute, each layer is F.linear itself
+    assert torch.equal(attention.key1(second), plain(attention.key1, second))
+
+
+def test_fusions_step_aside_where_they_would_change_the_result():
+    # an activation other than the exact GELU is applied as it is
+    model, inputs = tiny_vilbert(hidden_act="gelu_new")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        with vlhub.packed_linear_weights(model):
+            torch.testing.assert_close(model(**inputs).logits, expected, atol=1e-5, rtol=1e-5)
+    # an active dropout is applied before the residual add
+    dense, dropout = nn.Linear(6, 4), nn.Dropout(0.5)
+    vlhub.pack_linear_weights(dense)
+    x, residual = torch.randn(3, 6), torch.randn(3, 4)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        got = dense_plus_residual(dense, dropout, x, residual)
+        torch.manual_seed(1)
+        expected = dropout(torch.nn.functional.linear(x, dense.weight, dense.bias)) + residual
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    assert (got == residual).any()  # some outputs were dropped
+
+
+def test_fused_models_copy_pickle_and_count_the_same_flops():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, inputs = tiny_vilbert()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        expected = model(**inputs).logits
+    plain_flops = counter.get_total_flops()
+    vlhub.pack_linear_weights(model)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        packed = model(**inputs).logits
+    assert counter.get_total_flops() == plain_flops
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    with torch.no_grad():
+        for twin in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+            torch.testing.assert_close(twin(**inputs).logits, packed, atol=0, rtol=0)
+            co_attention = next(module for module in twin.modules() if isinstance(module, CoAttention))
+            assert co_attention.key1._projection_group.members[0] is co_attention.query1
+    torch.testing.assert_close(packed, expected, atol=1e-5, rtol=1e-5)

@@ -24,10 +24,13 @@ from transformers.models.bert.modeling_bert import (
     BertPooler,
     BertPredictionHeadTransform,
     BertSelfAttention,
+    BertSelfOutput,
     eager_attention_forward,
 )
+from transformers.activations import GELUActivation
 
 from ..utils.compat import cache_argument
+from .packed_linear import PackedLinear, dense_plus_residual, register_packed_class, register_projection_groups
 
 __all__ = [
     "BertEmbeddings",
@@ -406,6 +409,9 @@ class CoAttention(nn.Module):
     `attention_dropout2` over stream 2's.
     """
 
+    # each stream's three projections read the same states: `pack_linear_weights` runs them as one product
+    packed_projection_groups = (("query1", "key1", "value1"), ("query2", "key2", "value2"))
+
     def __init__(self, config, hidden_size1: int, hidden_size2: int, inner_size: int, num_heads: int,
                  attention_dropout1: float, attention_dropout2: float):
         super().__init__()
@@ -472,8 +478,8 @@ class CoAttentionOutput(nn.Module):
         self.dropout2 = nn.Dropout(dropout2)
 
     def forward(self, context1, hidden_states1, context2, hidden_states2):
-        hidden_states1 = self.LayerNorm1(self.dropout1(self.dense1(context1)) + hidden_states1)
-        hidden_states2 = self.LayerNorm2(self.dropout2(self.dense2(context2)) + hidden_states2)
+        hidden_states1 = self.LayerNorm1(dense_plus_residual(self.dense1, self.dropout1, context1, hidden_states1))
+        hidden_states2 = self.LayerNorm2(dense_plus_residual(self.dense2, self.dropout2, context2, hidden_states2))
         return hidden_states1, hidden_states2
 
 
@@ -550,3 +556,39 @@ def flatten_choices(inputs: dict, batch: int, choices: int, region_ndims: dict) 
         else:
             flat[name] = value.reshape(batch * choices, *value.shape[2:])
     return flat
+
+
+# ---------------------------------------------------------------------------------------------------- packed inference
+# What `vlhub.pack_linear_weights` fuses into oneDNN's packed products in transformers' BERT blocks, which every
+# architecture's layers are made of (see `vlhub.modeling.packed_linear`).
+class PackedBertIntermediate(BertIntermediate):
+    """`BertIntermediate` whose exact (erf) GELU runs inside its packed product."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        dense, activation = self.dense, self.intermediate_act_fn
+        if (type(dense) is PackedLinear and type(activation) is GELUActivation and activation.act is F.gelu
+                and dense._packed_path(hidden_states)):
+            return dense.packed_forward(hidden_states, "gelu", "none")
+        return super().forward(hidden_states)
+
+
+def _residual_output_forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+    return self.LayerNorm(dense_plus_residual(self.dense, self.dropout, hidden_states, input_tensor))
+
+
+class PackedBertSelfOutput(BertSelfOutput):
+    """`BertSelfOutput` whose residual add runs inside its packed product (when its dropout does nothing)."""
+
+    forward = _residual_output_forward
+
+
+class PackedBertOutput(BertOutput):
+    """`BertOutput` whose residual add runs inside its packed product (when its dropout does nothing)."""
+
+    forward = _residual_output_forward
+
+
+register_packed_class(BertIntermediate, PackedBertIntermediate)
+register_packed_class(BertSelfOutput, PackedBertSelfOutput)
+register_packed_class(BertOutput, PackedBertOutput)
+register_projection_groups(BertSelfAttention, (("query", "key", "value"),))

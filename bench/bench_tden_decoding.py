@@ -1,7 +1,8 @@
 """TDEN caption decoding: seconds and executed GFLOP per image, with the key/value cache and without.
 
     python bench/bench_tden_decoding.py [--batch-sizes 1 8] [--beams 1 3] [--steps 20] [--regions 51] [--device cpu]
-                                        [--baselines recompute 'no cache'] [--xmodaler] [--packed-linear]
+                                        [--baselines [recompute] ['no cache']] [--xmodaler] [--packed-linear]
+                                        [--original-checkout PATH [--profile-original]]
 
 TDEN-base captioner sizes (sentence encoder 12, object encoder 6, decoder 6 layers, 768 wide), random weights, 50
 regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes all steps). Runs:
@@ -16,11 +17,20 @@ regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes 
 - "no cache": `generate(use_cache=False)`: every step re-runs the whole prefix through every stack, the object
   encoder included (more than X-modaler recomputes).
 - with `--xmodaler`, also `xmodaler_beam_search` (cached) for the beam rows.
+- with `--original-checkout PATH`, X-modaler's own code, imported from PATH, a checkout of YehLi/xmodaler (vlhub never
+  ships it; see bench/xmodaler_tden.py for the stand-ins its imports need): its `TDENCaptioner` built by its config
+  system from the checkout's `configs/image_caption/tden/tden.yaml` at these sizes, decoding with its `GreedyDecoder`
+  and `BeamSearcher` as written (fp32; its `.cuda()` calls return the tensor on the CPU). Its random weights are
+  copied into vlhub's model through vlhub's converter before anything runs, so every row decodes with the same weights
+  and its captions are compared with `generate()`'s; a -1e4 bias on the EOS logit keeps both from ending a caption
+  early. It executes exactly the "recompute" run's FLOPs (tests/test_bench_tden_original.py). `--profile-original`
+  then prints where its time goes at the first batch size and the largest beam: its linear layers' time and FLOPs by
+  role, and torch.profiler's operators.
 
 Beam rows use transformers' beam search (`length_penalty=0.0`). FLOPs are counted with `torch.utils.flop_counter`
-(matmuls and attention), per image. Every baseline's captions are checked identical to the cached ones. "cpu s" is
-the process' CPU time per image (all threads): on a shared machine, wall time well above cpu s / threads means the
-cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
+(matmuls and attention; the bench gives it the formula of the CPU's SDPA kernel, which it lacks), per image. Every
+baseline's captions are checked identical to the cached ones. "cpu s" is the process' CPU time per image (all
+threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
 (`vlhub.pack_linear_weights`).
 """
 

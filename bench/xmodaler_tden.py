@@ -39,28 +39,17 @@ from unittest import mock
 import torch
 import yaml
 
-from encoders import import_from_checkout, stub_modules
+from encoders import AttributeDict, import_from_checkout, stub_modules
 
 ORIGINAL_REPOSITORY = "YehLi/xmodaler"
 CAPTION_CONFIG = "configs/image_caption/tden/tden.yaml"
 
 
-class _CfgNode(dict):
+class _CfgNode(AttributeDict):
     """The part of yacs' / fvcore's `CfgNode` X-modaler's `get_cfg`, `add_config` and `merge_from_file` use."""
 
     def __init__(self, init_dict=None, key_list=None, new_allowed=False):
-        super().__init__()
-        for key, value in (init_dict or {}).items():
-            self[key] = _CfgNode(value) if isinstance(value, dict) and not isinstance(value, _CfgNode) else value
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError as error:
-            raise AttributeError(name) from error
-
-    def __setattr__(self, name, value):
-        self[name] = value
+        super().__init__(init_dict)
 
     def clone(self):
         return copy.deepcopy(self)
@@ -99,7 +88,7 @@ def _merge(target: dict, source: dict) -> None:
         if isinstance(value, dict) and isinstance(target.get(key), dict):
             _merge(target[key], value)
         else:
-            target[key] = _CfgNode(value) if isinstance(value, dict) else value
+            target[key] = value  # a dict becomes a node (AttributeDict.__setitem__)
 
 
 class _Registry:

@@ -234,16 +234,18 @@ def main():
                         help="with --original-checkout: where the original's time goes, at the first batch size "
                              "and the largest beam")
     args = parser.parse_args()
-    if args.original_checkout is not None and not Path(args.original_checkout).expanduser().is_dir():
-        parser.error(f"--original-checkout {args.original_checkout}: not a folder")
+    if args.original_checkout is not None:
+        import xmodaler_tden  # bench/xmodaler_tden.py: imports X-modaler's code from the checkout
+
+        if not (Path(args.original_checkout).expanduser() / xmodaler_tden.CAPTION_CONFIG).is_file():
+            parser.error(f"--original-checkout {args.original_checkout}: not a checkout of "
+                         f"{xmodaler_tden.ORIGINAL_REPOSITORY} (no {xmodaler_tden.CAPTION_CONFIG})")
     if args.profile_original and args.original_checkout is None:
         parser.error("--profile-original needs --original-checkout")
     torch.manual_seed(0)
     model = build(args.device, args.attention)
     original = None
     if args.original_checkout is not None:
-        import xmodaler_tden  # bench/xmodaler_tden.py: imports X-modaler's code from the checkout
-
         original = xmodaler_tden.build_original(args.original_checkout, model.config, args.steps, args.device)
         xmodaler_tden.suppress_eos(original, model.config.eos_token_id)
         xmodaler_tden.copy_original_weights(original, model)  # vlhub's model decodes with the original's weights

@@ -29,11 +29,18 @@ def test_a_folder_that_is_not_an_xmodaler_checkout_is_refused(tmp_path):
         xmodaler_tden.build_original(tmp_path, tiny_config(), steps=4)
 
 
-def test_profile_needs_the_checkout(monkeypatch):
+NOT_A_CHECKOUT = str(Path(__file__).parent)
+
+
+@pytest.mark.parametrize("arguments, error", [(["--profile-original"], "--profile-original needs --original-checkout"),
+                                               (["--original-checkout", NOT_A_CHECKOUT], "not a checkout of YehLi/xmodaler")])
+def test_the_bench_refuses_a_profile_without_checkout_and_a_folder_that_is_not_one(monkeypatch, capsys, arguments,
+                                                                                  error):
     bench = load_bench()
-    monkeypatch.setattr(sys, "argv", ["bench_tden_decoding.py", "--profile-original"])
+    monkeypatch.setattr(sys, "argv", ["bench_tden_decoding.py", *arguments])
     with pytest.raises(SystemExit):
         bench.main()
+    assert error in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not CHECKOUT or not (Path(CHECKOUT) / CONFIG).is_file(),

@@ -1,7 +1,8 @@
 """TDEN caption decoding: seconds and executed GFLOP per image, with the key/value cache and without.
 
     python bench/bench_tden_decoding.py [--batch-sizes 1 8] [--beams 1 3] [--steps 20] [--regions 51] [--device cpu]
-                                        [--baselines recompute 'no cache'] [--xmodaler] [--packed-linear]
+                                        [--baselines [recompute] ['no cache']] [--xmodaler] [--packed-linear]
+                                        [--original-checkout PATH [--profile-original]]
 
 TDEN-base captioner sizes (sentence encoder 12, object encoder 6, decoder 6 layers, 768 wide), random weights, 50
 regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes all steps). Runs:
@@ -16,20 +17,32 @@ regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes 
 - "no cache": `generate(use_cache=False)`: every step re-runs the whole prefix through every stack, the object
   encoder included (more than X-modaler recomputes).
 - with `--xmodaler`, also `xmodaler_beam_search` (cached) for the beam rows.
+- with `--original-checkout PATH`, X-modaler's own code, imported from PATH, a checkout of YehLi/xmodaler (vlhub never
+  ships it; see bench/xmodaler_tden.py for the stand-ins its imports need): its `TDENCaptioner` built by its config
+  system from the checkout's `configs/image_caption/tden/tden.yaml` at these sizes, decoding with its `GreedyDecoder`
+  and `BeamSearcher` as written (fp32; its `.cuda()` calls return the tensor on the CPU). Its random weights are
+  copied into vlhub's model through vlhub's converter before anything runs, so every row decodes with the same weights
+  and its captions are compared with `generate()`'s; a -1e4 bias on the EOS logit keeps both from ending a caption
+  early. It executes exactly the "recompute" run's FLOPs (tests/test_bench_tden_original.py). `--profile-original`
+  then prints where its time goes at the first batch size and the largest beam: its linear layers' time and FLOPs by
+  role, and torch.profiler's operators.
 
 Beam rows use transformers' beam search (`length_penalty=0.0`). FLOPs are counted with `torch.utils.flop_counter`
-(matmuls and attention), per image. Every baseline's captions are checked identical to the cached ones. "cpu s" is
-the process' CPU time per image (all threads): on a shared machine, wall time well above cpu s / threads means the
-cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
+(matmuls and attention; the bench gives it the formula of the CPU's SDPA kernel, which it lacks), per image. Every
+baseline's captions are checked identical to the cached ones. "cpu s" is the process' CPU time per image (all
+threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
 (`vlhub.pack_linear_weights`).
 """
 
 import argparse
 import contextlib
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
@@ -37,6 +50,17 @@ import vlhub
 from vlhub.modeling.packed_linear import pack_linear_weights
 from vlhub.modeling.tden.modeling_tden import TdenBeamCache
 from vlhub.utils.compat import CACHE_NAME
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: xmodaler_tden and encoders, for --original-checkout
+
+# torch's FLOP counter has no formula for the CPU kernel of scaled_dot_product_attention (it has the CUDA ones), so
+# sdpa's attention products would go uncounted on the CPU while eager attention's matmuls are counted: the same
+# formula as the CUDA kernels'.
+_CPU_SDPA = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+if _CPU_SDPA not in flop_counter.flop_registry:
+    @flop_counter.register_flop_formula(_CPU_SDPA)
+    def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
 # ------------------------------------------------------------------ X-modaler's own decoding cost (the baseline)
@@ -168,17 +192,18 @@ def run(model, batch_inputs, beams: int, steps: int, mode: str):
         return model.generate(**batch_inputs, **kwargs, **{CACHE_NAME: XmodalerRecomputeCache(model)})
 
 
-def measure(model, batch_inputs, beams, steps, mode, repeats, device):
-    batch = batch_inputs["region_features"].shape[0]
+def measure(decode, batch: int, repeats: int, device: str):
+    """`decode()` once under the FLOP counter (its output is returned), then `repeats` timed calls: the output,
+    median seconds and CPU seconds per image, GFLOP per image."""
     with torch.no_grad():
         with FlopCounterMode(display=False) as counter:
-            output = run(model, batch_inputs, beams, steps, mode)
+            output = decode()
         times, cpu_times = [], []
         for _ in range(repeats):
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             start, cpu_start = time.perf_counter(), time.process_time()
-            run(model, batch_inputs, beams, steps, mode)
+            decode()
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -195,7 +220,7 @@ def main():
     parser.add_argument("--regions", type=int, default=51)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention", default="sdpa")
-    parser.add_argument("--baselines", nargs="+", choices=["recompute", "no cache"], default=["recompute", "no cache"],
+    parser.add_argument("--baselines", nargs="*", choices=["recompute", "no cache"], default=["recompute", "no cache"],
                         help="what the cache is compared with (see above)")
     parser.add_argument("--xmodaler", action="store_true", help="also time xmodaler_beam_search")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -203,31 +228,64 @@ def main():
                         help="measure the (slow) baselines only up to this batch size")
     parser.add_argument("--packed-linear", action="store_true",
                         help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for every run")
+    parser.add_argument("--original-checkout", metavar="PATH", default=None,
+                        help="a checkout of YehLi/xmodaler: also time X-modaler's own TDENCaptioner and decoders")
+    parser.add_argument("--profile-original", action="store_true",
+                        help="with --original-checkout: where the original's time goes, at the first batch size "
+                             "and the largest beam")
     args = parser.parse_args()
+    if args.original_checkout is not None:
+        import xmodaler_tden  # bench/xmodaler_tden.py: imports X-modaler's code from the checkout
+
+        if not (Path(args.original_checkout).expanduser() / xmodaler_tden.CAPTION_CONFIG).is_file():
+            parser.error(f"--original-checkout {args.original_checkout}: not a checkout of "
+                         f"{xmodaler_tden.ORIGINAL_REPOSITORY} (no {xmodaler_tden.CAPTION_CONFIG})")
+    if args.profile_original and args.original_checkout is None:
+        parser.error("--profile-original needs --original-checkout")
     torch.manual_seed(0)
     model = build(args.device, args.attention)
+    original = None
+    if args.original_checkout is not None:
+        original = xmodaler_tden.build_original(args.original_checkout, model.config, args.steps, args.device)
+        xmodaler_tden.suppress_eos(original, model.config.eos_token_id)
+        xmodaler_tden.copy_original_weights(original, model)  # vlhub's model decodes with the original's weights
     packed = pack_linear_weights(model) if args.packed_linear else 0
     print(f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, fp32, "
-          f"{torch.get_num_threads()} threads, linear weights {'packed for oneDNN' if packed else 'as is'}")
+          f"{torch.get_num_threads()} threads, vlhub's linear weights {'packed for oneDNN' if packed else 'as is'}"
+          + (", weights of X-modaler's model (its own init) in both" if original is not None else ""))
     print("| batch | beams | decoder | run | s/image | cpu s/image | GFLOP/image | cache's speed-up | same captions |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for batch in args.batch_sizes:
         batch_inputs = inputs(model, batch, args.regions, args.device)
         for beams in args.beams:
-            cached, t_cache, c_cache, f_cache = measure(model, batch_inputs, beams, args.steps, "cache",
-                                                        args.repeats, args.device)
+            def timed(mode):
+                return measure(lambda: run(model, batch_inputs, beams, args.steps, mode), batch, args.repeats,
+                               args.device)
+
+            cached, t_cache, c_cache, f_cache = timed("cache")
             print(f"| {batch} | {beams} | generate | cache | {t_cache:.3f} | {c_cache:.2f} | {f_cache:.1f} | | |",
                   flush=True)
             if args.skip_uncached_above_batch is None or batch <= args.skip_uncached_above_batch:
                 for mode in args.baselines:
-                    other, t, c, f = measure(model, batch_inputs, beams, args.steps, mode, args.repeats, args.device)
+                    other, t, c, f = timed(mode)
                     print(f"| {batch} | {beams} | generate | {mode} | {t:.3f} | {c:.2f} | {f:.1f} | "
                           f"{t / t_cache:.1f}x | {torch.equal(cached, other)} |", flush=True)
             if args.xmodaler and beams > 1:
-                _, t_x, c_x, f_x = measure(model, batch_inputs, beams, args.steps, "xmodaler", args.repeats,
-                                           args.device)
+                _, t_x, c_x, f_x = timed("xmodaler")
                 print(f"| {batch} | {beams} | xmodaler_beam_search | cache | {t_x:.3f} | {c_x:.2f} | {f_x:.1f} | | |",
                       flush=True)
+            if original is not None:
+                original_batch = xmodaler_tden.original_inputs(original, batch_inputs, args.steps)
+                ids, t, c, f = measure(lambda: xmodaler_tden.decode_original(original, original_batch, beams), batch,
+                                       args.repeats, args.device)
+                decoder = "X-modaler " + ("BeamSearcher" if beams > 1 else "GreedyDecoder")
+                print(f"| {batch} | {beams} | {decoder} | original code | {t:.3f} | {c:.2f} | {f:.1f} | "
+                      f"{t / t_cache:.1f}x | {torch.equal(cached[:, -args.steps:], ids)} |", flush=True)
+    if args.profile_original:
+        batch, beams = args.batch_sizes[0], max(args.beams)
+        original_batch = xmodaler_tden.original_inputs(original, inputs(model, batch, args.regions, args.device),
+                                                       args.steps)
+        xmodaler_tden.profile_original(original, original_batch, beams)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,17 @@ def load_bench():
     return module
 
 
+def tiny_config() -> TdenConfig:
+    return TdenConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2,
+                      num_cross_encoder_layers=0, num_decoder_layers=2, num_attention_heads=4,
+                      intermediate_size=48, max_position_embeddings=24, region_feature_dim=16,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
 def test_recompute_baseline_matches_the_cache_and_redoes_only_the_projections():
     bench = load_bench()
     torch.manual_seed(0)
-    config = TdenConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2,
-                        num_cross_encoder_layers=0, num_decoder_layers=2, num_attention_heads=4,
-                        intermediate_size=48, max_position_embeddings=24, region_feature_dim=16,
-                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = tiny_config()
     model = TdenForConditionalGeneration(config).eval()
     batch, regions, steps = 2, 5, 6
     inputs = bench.inputs(model, batch, regions, "cpu")

@@ -48,6 +48,30 @@ def random_inputs(config, batch: int, text: int, regions: int, location_dim: int
     }
 
 
+class AttributeDict(dict):
+    """A dict with attribute access whose dict values become this class too: what the original code's config
+    objects (`easydict.EasyDict`, yacs' `CfgNode`) do, for their stand-ins."""
+
+    def __init__(self, mapping=None, **kwargs):
+        super().__init__()
+        for key, value in {**(mapping or {}), **kwargs}.items():
+            self[key] = value
+
+    def __setitem__(self, key, value):
+        if isinstance(value, dict) and not isinstance(value, AttributeDict):
+            value = type(self)(value)
+        super().__setitem__(key, value)
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError as error:
+            raise AttributeError(name) from error
+
+    def __setattr__(self, name, value):
+        self[name] = value
+
+
 @contextlib.contextmanager
 def stub_modules(modules: dict, probe: bool = True):
     """While the original code is imported: empty stand-ins `{module name: {attribute: value}}` for packages it

@@ -25,7 +25,7 @@ import torch
 
 import vlhub
 
-from . import import_from_checkout, stub_modules, vqa_model
+from . import AttributeDict, import_from_checkout, stub_modules, vqa_model
 
 DESCRIPTION = "VL-BERT-base prec VQA"
 # 36 bottom-up-attention regions plus the whole-image object 0 that VL-BERT always adds.
@@ -75,29 +75,6 @@ def make_inputs(model, batch: int, text: int, regions: int) -> dict:
 # ---- the original code (--original-checkout) ----------------------------------------------------------------------
 
 
-class _EasyDict(dict):
-    """Attribute access to a dict, nested dicts converted: the part of `easydict.EasyDict` the original uses."""
-
-    def __init__(self, mapping=None, **kwargs):
-        super().__init__()
-        for key, value in {**(mapping or {}), **kwargs}.items():
-            self[key] = value
-
-    def __setitem__(self, key, value):
-        if isinstance(value, dict) and not isinstance(value, _EasyDict):
-            value = _EasyDict(value)
-        super().__setitem__(key, value)
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError as error:
-            raise AttributeError(name) from error
-
-    def __setattr__(self, name, value):
-        self[name] = value
-
-
 class OriginalVqa(torch.nn.Module):
     """The original `ResNetVLBERT` (VQA), returning its answer logits."""
 
@@ -121,7 +98,7 @@ def _write_vocab(folder: Path, size: int) -> None:
 def build_original(checkout) -> torch.nn.Module:
     checkout = Path(checkout).expanduser().resolve()
     stubs = {"boto3": {}, "botocore.exceptions": {"ClientError": type("ClientError", (Exception,), {})},
-             "easydict": {"EasyDict": _EasyDict}}
+             "easydict": {"EasyDict": AttributeDict}}
     extension = {} if list((checkout / "common/lib/roi_pooling").glob("C_ROIPooling*")) else {
         "common.lib.roi_pooling.C_ROIPooling": {}}
     with stub_modules(stubs), stub_modules(extension, probe=False):

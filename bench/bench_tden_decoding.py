@@ -47,7 +47,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 import vlhub
-from vlhub.modeling.packed_linear import pack_linear_weights
+from vlhub.modeling.packed_linear import PackedLinear, pack_linear_weights
 from vlhub.modeling.tden.modeling_tden import TdenBeamCache
 from vlhub.utils.compat import CACHE_NAME
 
@@ -74,6 +74,12 @@ def _heads(attention, states: torch.Tensor) -> torch.Tensor:
     return states.view(*states.shape[:2], -1, attention.attention_head_size).transpose(1, 2)
 
 
+def _alone(linear, states: torch.Tensor) -> torch.Tensor:
+    """One projection by itself, as X-modaler's `nn.Linear` computes it (with `--packed-linear` the query, key and
+    value of a self-attention form one group whose call would compute all three)."""
+    return linear.forward_alone(states) if isinstance(linear, PackedLinear) else linear(states)
+
+
 class HistoryLayer(DynamicLayer):
     """Self-attention: keeps the layer inputs `(rows, 1, length, hidden)` in `keys` (so that the length, beam
     reorders and repeats work as for keys) and re-projects the earlier ones at every step."""
@@ -86,8 +92,9 @@ class HistoryLayer(DynamicLayer):
         new = self.attention.step_inputs
         if self.is_initialized:
             history = self.keys[:, 0]
-            key_states = torch.cat([_heads(self.attention, self.attention.key(history)), key_states], dim=-2)
-            value_states = torch.cat([_heads(self.attention, self.attention.value(history)), value_states], dim=-2)
+            key_states = torch.cat([_heads(self.attention, _alone(self.attention.key, history)), key_states], dim=-2)
+            value_states = torch.cat([_heads(self.attention, _alone(self.attention.value, history)), value_states],
+                                     dim=-2)
             new = torch.cat([history, new], dim=1)
         self.is_initialized = True
         self.keys = self.values = new.unsqueeze(1)

@@ -5,10 +5,12 @@ encoder)."""
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vlhub import TdenConfig, TdenForConditionalGeneration
+from vlhub import TdenConfig, TdenForConditionalGeneration, pack_linear_weights
+from vlhub.modeling.packed_linear import packed_linear_available
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_tden_decoding.py"
 
@@ -27,11 +29,18 @@ def tiny_config() -> TdenConfig:
                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
-def test_recompute_baseline_matches_the_cache_and_redoes_only_the_projections():
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
+def test_recompute_baseline_matches_the_cache_and_redoes_only_the_projections(packed):
+    """Also on packed weights, where a self-attention's query, key and value are one fused product: the baseline
+    re-projects keys and values alone, as X-modaler does."""
     bench = load_bench()
     torch.manual_seed(0)
     config = tiny_config()
     model = TdenForConditionalGeneration(config).eval()
+    if packed:
+        if not packed_linear_available():
+            pytest.skip("this torch build has no oneDNN")
+        pack_linear_weights(model)
     batch, regions, steps = 2, 5, 6
     inputs = bench.inputs(model, batch, regions, "cpu")
     hidden, layers = config.hidden_size, config.num_hidden_layers + config.num_decoder_layers

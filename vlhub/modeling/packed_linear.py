@@ -129,6 +129,11 @@ class PackedLinear(nn.Linear):
             return self._projection_group.project(self, input)
         return self.packed_forward(input)
 
+    def forward_alone(self, input: torch.Tensor) -> torch.Tensor:
+        """This layer's product by itself, also when it belongs to a projection group (whose call would compute the
+        other members' products too); on its own packed copy of the weight, made at first use."""
+        return self.packed_forward(input) if self._packed_path(input) else F.linear(input, self.weight, self.bias)
+
     def packed_forward(self, input: torch.Tensor, activation: str = "none", algorithm: str = "") -> torch.Tensor:
         """This layer's product on the packed weight, with oneDNN's post-op `activation` ("gelu" with algorithm
         "none" is the exact, erf GELU) fused in. Only on the packed path (`_packed_path(input)`)."""

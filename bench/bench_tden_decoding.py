@@ -29,9 +29,12 @@ regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes 
 
 Beam rows use transformers' beam search (`length_penalty=0.0`). FLOPs are counted with `torch.utils.flop_counter`
 (matmuls and attention; the bench gives it the formula of the CPU's SDPA kernel, which it lacks), per image. Every
-baseline's captions are checked identical to the cached ones. "cpu s" is the process' CPU time per image (all
-threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere. `--packed-linear` runs everything on oneDNN-packed linear weights
-(`vlhub.pack_linear_weights`).
+baseline's captions are checked identical to the cached ones. All runs of one batch size and beam width are timed
+in `--repeats` interleaved rounds (every run once per round, in a rotating order), so that a shared machine's load
+falls on all of them alike; the table gives the median per run. "cpu s" is the process' CPU time per image (all
+threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere.
+`--packed-linear` runs vlhub's model on oneDNN-packed linear weights (`vlhub.pack_linear_weights`); X-modaler's code
+always runs as it is.
 """
 
 import argparse
@@ -199,24 +202,33 @@ def run(model, batch_inputs, beams: int, steps: int, mode: str):
         return model.generate(**batch_inputs, **kwargs, **{CACHE_NAME: XmodalerRecomputeCache(model)})
 
 
-def measure(decode, batch: int, repeats: int, device: str):
-    """`decode()` once under the FLOP counter (its output is returned), then `repeats` timed calls: the output,
-    median seconds and CPU seconds per image, GFLOP per image."""
+def measure_interleaved(decoders: dict, batch: int, repeats: int, device: str) -> dict:
+    """Each `decoders[name]()` once under the FLOP counter (also the warm-up; its output is kept), then `repeats`
+    rounds in which every decoder runs once, in an order rotated from round to round, so that a shared machine's
+    load falls on all of them alike. Returns {name: (output, median seconds per image, median CPU seconds per
+    image, GFLOP per image)}."""
+    outputs, flops = {}, {}
+    times = {name: [] for name in decoders}
+    cpu_times = {name: [] for name in decoders}
+    names = list(decoders)
     with torch.no_grad():
-        with FlopCounterMode(display=False) as counter:
-            output = decode()
-        times, cpu_times = [], []
-        for _ in range(repeats):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            start, cpu_start = time.perf_counter(), time.process_time()
-            decode()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu_start)
-    return (output, statistics.median(times) / batch, statistics.median(cpu_times) / batch,
-            counter.get_total_flops() / batch / 1e9)
+        for name, decode in decoders.items():
+            with FlopCounterMode(display=False) as counter:
+                outputs[name] = decode()
+            flops[name] = counter.get_total_flops()
+        for round_index in range(repeats):
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start, cpu_start = time.perf_counter(), time.process_time()
+                decoders[name]()
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - start)
+                cpu_times[name].append(time.process_time() - cpu_start)
+    return {name: (outputs[name], statistics.median(times[name]) / batch, statistics.median(cpu_times[name]) / batch,
+                   flops[name] / batch / 1e9) for name in names}
 
 
 def main():
@@ -265,29 +277,29 @@ def main():
     for batch in args.batch_sizes:
         batch_inputs = inputs(model, batch, args.regions, args.device)
         for beams in args.beams:
-            def timed(mode):
-                return measure(lambda: run(model, batch_inputs, beams, args.steps, mode), batch, args.repeats,
-                               args.device)
-
-            cached, t_cache, c_cache, f_cache = timed("cache")
-            print(f"| {batch} | {beams} | generate | cache | {t_cache:.3f} | {c_cache:.2f} | {f_cache:.1f} | | |",
-                  flush=True)
+            decoders = {"cache": "cache"}
             if args.skip_uncached_above_batch is None or batch <= args.skip_uncached_above_batch:
-                for mode in args.baselines:
-                    other, t, c, f = timed(mode)
-                    print(f"| {batch} | {beams} | generate | {mode} | {t:.3f} | {c:.2f} | {f:.1f} | "
-                          f"{t / t_cache:.1f}x | {torch.equal(cached, other)} |", flush=True)
+                decoders.update({mode: mode for mode in args.baselines})
             if args.xmodaler and beams > 1:
-                _, t_x, c_x, f_x = timed("xmodaler")
-                print(f"| {batch} | {beams} | xmodaler_beam_search | cache | {t_x:.3f} | {c_x:.2f} | {f_x:.1f} | | |",
-                      flush=True)
+                decoders["xmodaler_beam_search"] = "xmodaler"
+            decoders = {name: (lambda mode=mode: run(model, batch_inputs, beams, args.steps, mode))
+                        for name, mode in decoders.items()}
             if original is not None:
                 original_batch = xmodaler_tden.original_inputs(original, batch_inputs, args.steps)
-                ids, t, c, f = measure(lambda: xmodaler_tden.decode_original(original, original_batch, beams), batch,
-                                       args.repeats, args.device)
-                decoder = "X-modaler " + ("BeamSearcher" if beams > 1 else "GreedyDecoder")
-                print(f"| {batch} | {beams} | {decoder} | original code | {t:.3f} | {c:.2f} | {f:.1f} | "
-                      f"{t / t_cache:.1f}x | {torch.equal(cached[:, -args.steps:], ids)} |", flush=True)
+                decoders["original code"] = lambda: xmodaler_tden.decode_original(original, original_batch, beams)
+            results = measure_interleaved(decoders, batch, args.repeats, args.device)
+            cached, t_cache, _, _ = results["cache"]
+            for name, (output, t, c, f) in results.items():
+                if name == "cache" or name == "xmodaler_beam_search":
+                    decoder, run_name, speed_up, same = ("generate" if name == "cache" else name), "cache", "", ""
+                else:
+                    decoder = "generate" if name != "original code" else (
+                        "X-modaler " + ("BeamSearcher" if beams > 1 else "GreedyDecoder"))
+                    run_name, speed_up = name, f"{t / t_cache:.1f}x"
+                    same = torch.equal(cached[:, -args.steps:], output) if name == "original code" else (
+                        torch.equal(cached, output))
+                print(f"| {batch} | {beams} | {decoder} | {run_name} | {t:.3f} | {c:.2f} | {f:.1f} | {speed_up} | "
+                      f"{same} |", flush=True)
     if args.profile_original:
         batch, beams = args.batch_sizes[0], max(args.beams)
         original_batch = xmodaler_tden.original_inputs(original, inputs(model, batch, args.regions, args.device),

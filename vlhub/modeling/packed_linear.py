@@ -21,7 +21,7 @@ else (training, another dtype or device, code being compiled by `torch.compile`)
 changed in place or replaced since it was packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next
 use.
 
-Packing also fuses what oneDNN can do inside the same product (~8% of a batch-1 ViLBERT forward on that machine):
+Packing also fuses what oneDNN can do inside the same product (2–4% of a batch-1 ViLBERT forward on that machine):
 - the query, key and value projections of a self-attention (transformers' `BertSelfAttention`, and each stream's
   three of vlhub's `CoAttention`) run as one product over the concatenated weights, packed once (instead of their
   three own packed copies); the first of the three to be called computes all and hands the other two theirs when they

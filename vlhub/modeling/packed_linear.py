@@ -164,7 +164,8 @@ class PackedProjectionGroup:
 
     def __getstate__(self):  # the packed copy is opaque: copies re-pack at first use; pending outputs are not kept
         state = dict(self.__dict__)
-        state.update(_packed_weight=None, _packed_key=None, _bias=None, _pending_input=None, _pending_version=None, _pending={})
+        state.update(_packed_weight=None, _packed_key=None, _bias=None, _pending_input=None, _pending_version=None,
+                     _pending={})
         return state
 
     def project(self, member: PackedLinear, input: torch.Tensor) -> torch.Tensor:

@@ -40,6 +40,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from vlhub.modeling.packed_linear import pack_linear_weights
+from vlhub.utils.precision import cpu_bf16_units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -64,16 +65,6 @@ def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeat
         synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
-
-
-def cpu_bf16_support() -> str:
-    """The CPU's bf16 matmul instructions as /proc/cpuinfo lists them (AMX tiles, AVX512-BF16), or "none"."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
-    found = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
-    return ", ".join(found) or "none"
 
 
 def answer_logits(outputs) -> torch.Tensor:
@@ -169,7 +160,8 @@ def main() -> None:
     peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
     if args.bf16_batch_sizes:
         peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
-    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {cpu_bf16_support()}"
+    bf16_units = ", ".join(cpu_bf16_units()) or "none"
+    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {bf16_units}"
     print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}")
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))

@@ -10,6 +10,10 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+import torch
+
+from ..utils.precision import resolve_mixed_precision
+
 __all__ = ["VlhubTrainingArguments", "TrainingArguments"]
 
 _SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
@@ -44,7 +48,9 @@ class VlhubTrainingArguments:
     lr_scheduler_type: str = field(default="linear",
                                    metadata={"help": f"transformers.get_scheduler name: {_SCHEDULERS}"})
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
-    mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (accelerate's autocast)."})
+    mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (accelerate's autocast) | auto: "
+                                 "bf16 on a GPU that supports it or a CPU with AMX (detected at run time), else no "
+                                 "(fp32; without AMX, bf16 on a CPU is slower than fp32)."})
     eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
     max_eval_samples: int = field(default=0, metadata={"help": "Evaluate on at most N examples (0: all)."})
     logging_steps: int = field(default=10, metadata={"help": "Log (and append to log_history.jsonl) every N steps."})
@@ -110,8 +116,9 @@ class VlhubTrainingArguments:
         if bad:
             raise ValueError("invalid value for " + ", ".join(f"--{n}={getattr(self, n)!r}" for n in bad) +
                              " (steps and sizes must be positive, or 0 where 0 disables)")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise ValueError(f"--mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        # "auto" becomes what this machine runs fast (every process of a launch resolves it alike)
+        self.mixed_precision = resolve_mixed_precision(
+            self.mixed_precision, "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda")
         if self.lr_scheduler_type not in _SCHEDULERS:
             raise ValueError(f"--lr_scheduler_type must be one of {_SCHEDULERS}, got {self.lr_scheduler_type!r}")
         if self.push_to_hub and not self.hub_model_id:

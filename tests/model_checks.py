@@ -22,8 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from unittest import mock
 
+import pytest
 import torch
 import transformers
+
+from vlhub.modeling.packed_linear import PackedLinear, packed_linear_available, packed_linear_weights
 
 __all__ = ["ModelCase", "ModelChecks", "output_tensors", "assert_outputs_close", "model_case_fixture"]
 
@@ -214,6 +217,26 @@ class ModelChecks:
         inputs = case.inputs(eager.config)
         with torch.no_grad():
             assert_outputs_close(case.call(sdpa, inputs), case.call(eager, inputs), self.atol, "sdpa vs eager")
+
+    def test_packed_inference_matches_and_unpacks(self, case):
+        """`vlhub.pack_linear_weights` (oneDNN-packed weights, fused Q/K/V, GELU and residual adds): the same outputs
+        with hidden states, the same parameters, and every module's class restored by unpacking."""
+        if not packed_linear_available():
+            pytest.skip("this torch build has no oneDNN")
+        model = case.build().eval()
+        inputs = case.inputs(model.config)
+        classes = [type(module) for module in model.modules()]
+        state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+        with torch.no_grad():
+            expected = case.call(model, inputs, output_hidden_states=True)
+            with packed_linear_weights(model):
+                assert any(type(module) is PackedLinear for module in model.modules())
+                packed = case.call(model, inputs, output_hidden_states=True)
+                again = case.call(model, inputs, output_hidden_states=True)  # packed copies made on first use
+        assert_outputs_close(packed, expected, self.atol, "packed")
+        assert_outputs_close(again, packed, 0.0, "packed, second call")
+        assert [type(module) for module in model.modules()] == classes
+        assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
 
     def test_set_attn_implementation_switches_both_ways(self, case):
         model = case.build(_attn_implementation="sdpa").eval()

@@ -48,3 +48,10 @@ def test_a_torch_without_the_probe_counts_as_no_bf16_units(monkeypatch):
         raise AttributeError("get_capabilities")
     monkeypatch.setattr(torch.cpu, "get_capabilities", missing)
     assert precision.cpu_bf16_units() == [] and not precision.bf16_is_fast("cpu")
+
+
+def test_bf16_asked_for_on_a_cpu_without_amx_is_kept_with_a_warning(cpu_with):
+    cpu_with(avx2=True)
+    with pytest.warns(UserWarning, match="without AMX"):
+        args = VlhubTrainingArguments(output_dir="unused", mixed_precision="bf16", use_cpu=True)
+    assert args.mixed_precision == "bf16"

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from ..utils.precision import resolve_mixed_precision
+from ..utils.precision import bf16_is_fast, resolve_mixed_precision
 
 __all__ = ["VlhubTrainingArguments", "TrainingArguments"]
 
@@ -117,8 +117,11 @@ class VlhubTrainingArguments:
             raise ValueError("invalid value for " + ", ".join(f"--{n}={getattr(self, n)!r}" for n in bad) +
                              " (steps and sizes must be positive, or 0 where 0 disables)")
         # "auto" becomes what this machine runs fast (every process of a launch resolves it alike)
-        self.mixed_precision = resolve_mixed_precision(
-            self.mixed_precision, "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda")
+        device = "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
+        self.mixed_precision = resolve_mixed_precision(self.mixed_precision, device)
+        if self.mixed_precision == "bf16" and device == "cpu" and not bf16_is_fast("cpu"):
+            warnings.warn("--mixed_precision bf16 on a CPU without AMX: bf16 products run slower than fp32 here "
+                          "(--mixed_precision auto picks fp32 on such a CPU)", stacklevel=2)
         if self.lr_scheduler_type not in _SCHEDULERS:
             raise ValueError(f"--lr_scheduler_type must be one of {_SCHEDULERS}, got {self.lr_scheduler_type!r}")
         if self.push_to_hub and not self.hub_model_id:

@@ -61,11 +61,12 @@ class VqaExample:
     answers: list[str]
 
 
-class VqaQuestions(Sequence):
-    """VQA questions held as an Arrow table (memory-mapped when it comes from a `datasets` cache file), read as
-    `VqaExample`s one at a time: millions of questions cost no Python object until one is read."""
+class ArrowQuestions(Sequence):
+    """Questions held as an Arrow table (memory-mapped when it comes from a `datasets` cache file), read as examples
+    one at a time: millions of questions cost no Python object until one is read. Subclasses name their `_COLUMNS`
+    and make an example of a row (`_example`)."""
 
-    _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
+    _COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, table):
         self.table = table.select(list(self._COLUMNS))
@@ -75,70 +76,99 @@ class VqaQuestions(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return VqaQuestions(arrow_slice(self.table, index, len(self), "VqaQuestions"))
+            return type(self)(arrow_slice(self.table, index, len(self), type(self).__name__))
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"question {index} of {len(self)}")
-        row = self.table.slice(index, 1).to_pylist()[0]
+        return self._example(self.table.slice(index, 1).to_pylist()[0])
+
+    def _example(self, row: dict):
+        raise NotImplementedError
+
+
+class VqaQuestions(ArrowQuestions):
+    """VQA questions over an Arrow table, read as `VqaExample`s."""
+
+    _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
+
+    def _example(self, row: dict) -> VqaExample:
         return VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
                           [float(s) for s in row["scores"]], list(row["answers"]))
 
 
-class VqaDataset(Dataset):
-    """Questions read by `SampleKey` (or index): a list of `VqaExample`s, or `VqaQuestions` over an Arrow table
-    (what `from_rows` makes of a `datasets` split)."""
+def _first(mask) -> int | None:
+    """The first row where a boolean Arrow array is true (None: nowhere)."""
+    import pyarrow.compute as pc
 
-    def __init__(self, examples: Sequence[VqaExample]):
-        self.examples = examples if isinstance(examples, VqaQuestions) else list(examples)
+    return pc.index(mask, True).as_py() if len(mask) and pc.any(mask).as_py() else None
+
+
+def question_table(rows, required: tuple[str, ...], where: str, task: str):
+    """The Arrow table of `rows` (a `datasets` split, zero-copy, or a list of dicts) with the `required` columns,
+    every question checked (missing or blank text is an error naming the row and its image)."""
+    import pyarrow as pa
+
+    columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise ValueError(f"{where} lacks the column(s) {missing}; {task} needs {list(required)}")
+    if hasattr(rows, "with_format"):  # a datasets split: its Arrow table, zero-copy
+        return _checked_questions(rows.select_columns(list(required)).with_format("arrow")[:], where)
+    for number, row in enumerate(rows):  # Python rows: check the text before Arrow would refuse it
+        check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
+    return _checked_questions(pa.Table.from_pylist([{c: row[c] for c in required} for row in rows]), where)
+
+
+def _checked_questions(table, where: str):
+    import pyarrow.compute as pc
+
+    questions = table.column("question")
+    number = _first(pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), "")))
+    if number is not None:
+        check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
+                                              f"{table.column('image_id')[number].as_py()!r})")
+    return table
+
+
+class QuestionDataset(Dataset):
+    """Questions read by `SampleKey` (or index): a list of examples, or `ArrowQuestions` over an Arrow table (what
+    `from_rows` makes of a `datasets` split)."""
+
+    def __init__(self, examples):
+        self.examples = examples if isinstance(examples, ArrowQuestions) else list(examples)
+
+    def __len__(self):
+        return len(self.examples)
+
+    def __getitem__(self, key: SampleKey | int):
+        return self.examples[key.index if isinstance(key, SampleKey) else key]
+
+
+class VqaDataset(QuestionDataset):
+    """VQA questions (`VqaExample`s, or `VqaQuestions` over an Arrow table)."""
 
     @classmethod
     def from_rows(cls, rows, num_labels: int, where: str = "the VQA data") -> "VqaDataset":
         """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (a `datasets` split, kept as its Arrow
         table, or a list of dicts). Every row is checked here, naming the row, rather than mid-training."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        required = VqaQuestions._COLUMNS
-        columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise ValueError(f"{where} lacks the column(s) {missing}; VQA needs {list(required)}")
-        if hasattr(rows, "with_format"):  # a datasets split: its Arrow table, zero-copy
-            table = rows.select_columns(list(required)).with_format("arrow")[:]
-        else:
-            for number, row in enumerate(rows):  # Python rows: check the text before Arrow would refuse it
-                check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
-            table = pa.Table.from_pylist([{c: row[c] for c in required} for row in rows])
+        table = question_table(rows, VqaQuestions._COLUMNS, where, "VQA")
         questions = table.column("question")
-        bad = pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), ""))
-        if len(table) and pc.any(bad).as_py():
-            number = pc.index(bad, True).as_py()
-            check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
-                                                  f"{table.column('image_id')[number].as_py()!r})")
         labels, scores = table.column("labels"), table.column("scores")
-        uneven = pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores))
-        if len(table) and pc.any(uneven).as_py():
-            number = pc.index(uneven, True).as_py()
+        number = _first(pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores)))
+        if number is not None:
             raise ValueError(f"question {questions[number].as_py()!r} (row {number}): "
                              f"{len(labels[number])} labels but {len(scores[number])} scores")
         flat = pc.list_flatten(labels)
-        if len(flat):
-            outside = pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels))
-            if pc.any(outside).as_py():
-                row_of = pc.list_parent_indices(labels)
-                first = pc.index(outside, True).as_py()
-                number = row_of[first].as_py()
-                bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
-                raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
-                                 f"outside the model's {num_labels} answers")
+        first = _first(pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels)))
+        if first is not None:
+            number = pc.list_parent_indices(labels)[first].as_py()
+            bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
+            raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
+                             f"outside the model's {num_labels} answers")
         return cls(VqaQuestions(table))
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, key: SampleKey | int) -> VqaExample:
-        return self.examples[key.index if isinstance(key, SampleKey) else key]
 
 
 class VqaCollator:
@@ -159,10 +189,42 @@ class VqaCollator:
         return inputs
 
 
-class VqaTask(TrainingTask):
-    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
+class QuestionTask(TrainingTask):
+    """What the question-answering tasks share: batches of one fixed objective (`objective`), evaluation over the
+    validation split (and, after the last step, the test split) in order, `max_eval_samples` at most each.
+    Subclasses set `train_dataset`, `validation`, `test`, `collate_fn` and give `split_metrics`."""
 
     trainer_name = "finetune.py"
+    objective = "vqa"
+    validation: QuestionDataset | None = None
+    test: QuestionDataset | None = None
+
+    def train_sampler(self, batch_size, group_size, seed):
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective(self.objective), seed,
+                                     group_size=group_size)
+
+    def ordered_loader(self, accelerator, dataset: QuestionDataset, batch_size: int):
+        """Batches of `dataset`'s questions in order, every question once."""
+        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective(self.objective), 0, shuffle=False,
+                                        drop_last=False)
+        return self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
+
+    def split_metrics(self, split: str, accelerator, model, dataset: QuestionDataset, args) -> dict[str, float]:
+        raise NotImplementedError
+
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+        """The validation split's metrics; after the last step also the test split's (when there is one)."""
+        results = {}
+        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
+            if dataset is not None and len(dataset):
+                if args.max_eval_samples:
+                    dataset = type(dataset)(dataset.examples[: args.max_eval_samples])
+                results.update(self.split_metrics(split, accelerator, model, dataset, args))
+        return results
+
+
+class VqaTask(QuestionTask):
+    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
 
     def __init__(self, model, processor, regions, train: VqaDataset, validation: VqaDataset | None,
                  dataset_name: str, dataset_description: str, base_model: str | None = None,
@@ -178,41 +240,26 @@ class VqaTask(TrainingTask):
         self.base_model = base_model
         self.majority_baselines = majority_baselines or {}
 
-    def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("vqa"), seed,
-                                     group_size=group_size)
-
     def predict(self, accelerator, model, dataset: VqaDataset, batch_size: int) -> list[str]:
         """The model's best answer for every question of `dataset`, in order."""
-        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective("vqa"), 0, shuffle=False,
-                                        drop_last=False)
-        loader = self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
         predicted = []
         config = accelerator.unwrap_model(model).config
-        for batch in loader:
+        for batch in self.ordered_loader(accelerator, dataset, batch_size):
             batch.pop("labels")
             logits = predictable_answer_logits(model(**batch).logits, config)  # never the vocabulary's "unknown"
             predicted.append(accelerator.gather_for_metrics(logits.argmax(-1)))
         id2label = config.id2label
         return [id2label[int(i)] for i in torch.cat(predicted).tolist()]
 
-    def _accuracy(self, accelerator, model, dataset: VqaDataset, args) -> float:
+    def split_metrics(self, split, accelerator, model, dataset: VqaDataset, args) -> dict[str, float]:
         from ..evaluation import load
 
-        if args.max_eval_samples:
-            dataset = VqaDataset(dataset.examples[: args.max_eval_samples])
         predictions = self.predict(accelerator, model, dataset, args.per_device_eval_batch_size)
         metric = load("vqa_accuracy")
-        return metric.compute(predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]
-
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
-        """Validation accuracy; after the last step also the test split's (when there is one)."""
-        results = {}
-        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
-            if dataset is not None and len(dataset):
-                results[f"{split}_vqa_accuracy"] = self._accuracy(accelerator, model, dataset, args)
-                if split in self.majority_baselines:
-                    results[f"{split}_majority_baseline"] = self.majority_baselines[split]
+        results = {f"{split}_vqa_accuracy": metric.compute(
+            predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]}
+        if split in self.majority_baselines:
+            results[f"{split}_majority_baseline"] = self.majority_baselines[split]
         return results
 
     def card_info(self) -> CardInfo:

@@ -1,5 +1,5 @@
-"""Fine-tuning tasks for the training loop: VQA (soft-score BCE) and image-text retrieval (hinge loss with hard
-negatives), with evaluation through vlhub's `evaluate` metrics."""
+"""Fine-tuning tasks for the training loop: VQA (soft-score BCE), multiple-choice answer selection (VCR-style) and
+image-text retrieval (hinge loss with hard negatives), with evaluation through vlhub's `evaluate` metrics."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from .loop import TrainingTask
 from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
-__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
+__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "MultipleChoiceExample", "MultipleChoiceDataset",
+           "MultipleChoiceCollator", "MultipleChoiceTask", "encode_choices", "QuestionTask", "QuestionDataset", "RetrievalCollator", "RetrievalTask",
            "InBatchRetrievalCollator", "InBatchRetrievalTask", "RETRIEVAL_TASKS", "retrieval_task", "concat_inputs",
            "load_pretraining_state"]
 
@@ -282,6 +283,211 @@ class VqaTask(QuestionTask):
                            f"The majority-answer baseline (always the most frequent training answer) scores "
                            f"{baselines}.") if baselines else None,
             tags=["vqa", self.model.config.model_type],
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- multiple choice
+@dataclass
+class MultipleChoiceExample:
+    """One multiple-choice question about an image: the candidate answers `choices` and the index of the right one
+    (`label`; None when it is not known, e.g. at inference)."""
+
+    question: str
+    image_id: str
+    choices: list[str]
+    label: int | None = None
+
+
+class MultipleChoiceQuestions(ArrowQuestions):
+    """Multiple-choice questions over an Arrow table, read as `MultipleChoiceExample`s."""
+
+    _COLUMNS = ("question", "image_id", "choices", "label")
+
+    def _example(self, row: dict) -> MultipleChoiceExample:
+        return MultipleChoiceExample(row["question"], str(row["image_id"]), list(row["choices"]), int(row["label"]))
+
+
+class MultipleChoiceDataset(QuestionDataset):
+    """Multiple-choice questions (`MultipleChoiceExample`s, or `MultipleChoiceQuestions` over an Arrow table), all
+    with the same number of choices."""
+
+    @property
+    def num_choices(self) -> int | None:
+        return len(self[0].choices) if len(self) else None
+
+    @classmethod
+    def from_rows(cls, rows, where: str = "the multiple-choice data") -> "MultipleChoiceDataset":
+        """Rows with `question`, `image_id`, `choices` (a list of answers, as many in every row) and `label` (the
+        index of the right choice), a `datasets` split (kept as its Arrow table) or a list of dicts. Every row is
+        checked here, naming the row, rather than mid-training."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = question_table(rows, MultipleChoiceQuestions._COLUMNS, where, "multiple choice")
+        if not len(table):
+            return cls(MultipleChoiceQuestions(table))
+        choices, labels = table.column("choices"), table.column("label")
+
+        def name(number: int) -> str:
+            return (f"{where}: row {number} (question {table.column('question')[number].as_py()!r}, image "
+                    f"{table.column('image_id')[number].as_py()!r})")
+
+        if not pa.types.is_list(choices.type) and not pa.types.is_large_list(choices.type):
+            raise ValueError(f"{where}: 'choices' must be a list of answers per row, got {choices.type}")
+        counts = pc.fill_null(pc.list_value_length(choices), 0)
+        number = _first(pc.less(counts, 2))
+        if number is not None:
+            raise ValueError(f"{name(number)} has {counts[number].as_py()} choices; a question needs at least 2")
+        number = _first(pc.not_equal(counts, counts[0]))
+        if number is not None:
+            raise ValueError(f"{name(number)} has {counts[number].as_py()} choices but row 0 has "
+                             f"{counts[0].as_py()}: every question of a dataset needs the same number of choices")
+        flat = pc.list_flatten(choices)
+        if not pa.types.is_string(flat.type) and not pa.types.is_large_string(flat.type):
+            raise ValueError(f"{where}: the choices must be texts, got {flat.type}")
+        first = _first(pc.or_kleene(pc.is_null(flat), pc.equal(pc.utf8_trim_whitespace(flat), "")))
+        if first is not None:
+            number = pc.list_parent_indices(choices)[first].as_py()
+            check_text(flat[first].as_py(), f"{name(number)}: choice {first - number * counts[0].as_py()}")
+        if not pa.types.is_integer(labels.type):
+            raise ValueError(f"{where}: 'label' must be the index of the right choice (an integer), got {labels.type}")
+        number = _first(pc.or_kleene(pc.is_null(labels),
+                                     pc.or_kleene(pc.less(labels, 0), pc.greater_equal(labels, counts[0]))))
+        if number is not None:
+            raise ValueError(f"{name(number)} has the label {labels[number].as_py()!r}, outside its "
+                             f"{counts[0].as_py()} choices (0..{counts[0].as_py() - 1})")
+        return cls(MultipleChoiceQuestions(table))
+
+
+def check_image_ids(dataset: QuestionDataset, regions: Mapping[str, RegionFeatures], where: str) -> None:
+    """Every image id of `dataset` has region features in `regions`; else an error naming the first question
+    without them."""
+    examples = dataset.examples
+    ids = examples.table.column("image_id").cast("string").to_pylist() if isinstance(examples, ArrowQuestions) \
+        else [e.image_id for e in examples]
+    for number, image_id in enumerate(ids):
+        if image_id not in regions:
+            raise ValueError(f"{where}: row {number} (question {dataset[number].question!r}) is about image "
+                             f"{image_id!r}, which has no region features in the region store")
+
+
+def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequence[str]]) -> dict:
+    """Each question paired with each of its choices, laid out by the processor: `input_ids`, `attention_mask`,
+    `token_type_ids` (and any other per-token input the processor gives) `(batch, num_choices, text_length)`, and
+    per-question inputs (ViLBERT's `task_ids`) `(batch, ...)`.
+
+    A processor with a VCR layout (`vcr_text`, VL-BERT's) lays out every choice as its original VCR model:
+    `[CLS] question [SEP] choice [SEP]`, the choice and its `[SEP]` of token type 1. The other processors take one
+    text per example: the pair is joined into one, `[CLS] question [SEP] choice [SEP]` (the word pieces of both
+    with the tokenizer's `[SEP]` between), every token of the processor's text type and cut as it cuts any text
+    (the choice's end first) — the originals' layout, whose second segment ViLBERT and TDEN mark with type 1 and
+    UNITER with a type row added for VCR and initialised from row 0 (the text's)."""
+    batch, count = len(questions), len(choices[0])
+    if hasattr(processor, "vcr_text"):
+        rows = [processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
+                for q, cs in zip(questions, choices)]
+        length = max(r["input_ids"].shape[1] for r in rows)
+        pad = {"input_ids": processor.tokenizer.pad_token_id}
+        return {name: torch.stack([torch.nn.functional.pad(r[name], (0, length - r[name].shape[1]),
+                                                           value=pad.get(name, 0)) for r in rows])
+                for name in rows[0]}
+    sep = processor.tokenizer.sep_token_id
+    question_pieces = processor.word_pieces(text=list(questions))
+    choice_pieces = processor.word_pieces(text=[c for cs in choices for c in cs])
+    pairs = [question_pieces[k // count] + [sep] + pieces for k, pieces in enumerate(choice_pieces)]
+    flat = processor(token_ids=pairs, return_tensors="pt")
+    length = flat["input_ids"].shape[1]
+    return {name: value.view(batch, count, length) if value.ndim == 2 and value.shape[1] == length
+            else value.view(batch, count, *value.shape[1:])[:, 0] for name, value in flat.items()}
+
+
+class MultipleChoiceCollator:
+    """Multiple-choice questions + regions → the text of every (question, choice) pair `(batch, num_choices,
+    text_length)` (`encode_choices`), the regions once per question `(batch, num_regions, ...)` (shared by its
+    choices), and `labels` `(batch,)` (the right choices' indices) when every example has one."""
+
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures]):
+        self.processor = processor
+        self.regions = regions
+
+    def __call__(self, examples: Sequence[MultipleChoiceExample]) -> dict:
+        counts = {len(e.choices) for e in examples}
+        if len(counts) != 1:
+            raise ValueError(f"the questions of a batch need the same number of choices, got {sorted(counts)}")
+        inputs = encode_choices(self.processor, [e.question for e in examples], [e.choices for e in examples])
+        inputs.update(self.processor(regions=[_lookup(self.regions, e.image_id) for e in examples],
+                                     return_tensors="pt"))
+        if all(e.label is not None for e in examples):
+            inputs["labels"] = torch.tensor([e.label for e in examples], dtype=torch.long)
+        return inputs
+
+
+class MultipleChoiceTask(QuestionTask):
+    """Fine-tune a `…ForMultipleChoice` model (VCR-style answer selection): each (question, choice) pair is scored
+    with the image and the head's loss (its original's: cross-entropy over the choices, VL-BERT's binary
+    cross-entropy against the one-hot answer) trains the scores. Evaluation reports the accuracy (the best-scored
+    choice is the right one) and the head's loss."""
+
+    objective = "multiple_choice"
+
+    def __init__(self, model, processor, regions, train: MultipleChoiceDataset,
+                 validation: MultipleChoiceDataset | None, dataset_name: str, dataset_description: str,
+                 base_model: str | None = None, test: MultipleChoiceDataset | None = None):
+        counts = {split: d.num_choices for split, d in (("train", train), ("validation", validation), ("test", test))
+                  if d is not None and len(d)}
+        if not counts.get("train"):
+            raise ValueError("multiple choice needs training questions; the train split is empty")
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"every split needs the same number of choices, got {counts}")
+        for split, dataset in (("train", train), ("validation", validation), ("test", test)):
+            if dataset is not None:
+                check_image_ids(dataset, regions, f"the {split} split")
+        self.model = model
+        self.processor = processor
+        self.train_dataset = train
+        self.validation = validation
+        self.test = test
+        self.num_choices = counts["train"]
+        self.collate_fn = MultipleChoiceCollator(processor, regions)
+        self.dataset_name = dataset_name
+        self.dataset_description = dataset_description
+        self.base_model = base_model
+
+    def split_metrics(self, split, accelerator, model, dataset: MultipleChoiceDataset, args) -> dict[str, float]:
+        right, losses = [], []
+        for batch in self.ordered_loader(accelerator, dataset, args.per_device_eval_batch_size):
+            outputs = model(**batch)
+            right.append(accelerator.gather_for_metrics(outputs.logits.argmax(-1) == batch["labels"]))
+            # The batch's mean loss once per question, so that the mean over questions weighs batches by size.
+            losses.append(accelerator.gather_for_metrics(outputs.loss.detach().float().expand(len(batch["labels"]))))
+        return {f"{split}_accuracy": torch.cat(right).float().mean().item(),
+                f"{split}_loss": torch.cat(losses).mean().item()}
+
+    def hyperparameters(self) -> dict:
+        return {"choices per question": self.num_choices}
+
+    def card_info(self) -> CardInfo:
+        name = _architecture_name(self.model)
+        return CardInfo(
+            title=f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}",
+            summary=(f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
+                     f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
+                     f"with {name}'s multiple-choice loss."),
+            trainer=self.trainer_name,
+            dataset_name=self.dataset_name,
+            dataset_description=self.dataset_description,
+            pipeline_tag=None,
+            usage=("import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
+                   "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
+                   "model = AutoModelForMultipleChoice.from_pretrained(\"<this folder>\")\n"
+                   "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
+                   "collate = MultipleChoiceCollator(processor, {\"img\": regions})  # vlhub.RegionFeatures\n"
+                   "batch = collate([MultipleChoiceExample(\"what colour is the circle?\", \"img\", "
+                   "[\"red\", \"blue\", \"green\", \"purple\"])])\n"
+                   "model(**batch).logits.argmax(-1)  # the chosen answer's index"),
+            metric_task="multiple-choice",
+            base_model=self.base_model,
+            tags=["multiple-choice", "vcr", self.model.config.model_type],
         )
 
 

@@ -468,27 +468,21 @@ class MultipleChoiceTask(QuestionTask):
 
     def card_info(self) -> CardInfo:
         name = _architecture_name(self.model)
-        return CardInfo(
-            title=f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}",
-            summary=(f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
-                     f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
-                     f"with {name}'s multiple-choice loss."),
-            trainer=self.trainer_name,
-            dataset_name=self.dataset_name,
-            dataset_description=self.dataset_description,
-            pipeline_tag=None,
-            usage=("import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
-                   "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
-                   "model = AutoModelForMultipleChoice.from_pretrained(\"<this folder>\")\n"
-                   "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
-                   "collate = MultipleChoiceCollator(processor, {\"img\": regions})  # vlhub.RegionFeatures\n"
-                   "batch = collate([MultipleChoiceExample(\"what colour is the circle?\", \"img\", "
-                   "[\"red\", \"blue\", \"green\", \"purple\"])])\n"
-                   "model(**batch).logits.argmax(-1)  # the chosen answer's index"),
-            metric_task="multiple-choice",
-            base_model=self.base_model,
-            tags=["multiple-choice", "vcr", self.model.config.model_type],
-        )
+        usage = ("import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
+                 "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
+                 "model = AutoModelForMultipleChoice.from_pretrained(\"<this folder>\")\n"
+                 "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
+                 "collate = MultipleChoiceCollator(processor, {\"img\": regions})  # vlhub.RegionFeatures\n"
+                 "batch = collate([MultipleChoiceExample(\"what colour is the circle?\", \"img\", "
+                 "[\"red\", \"blue\", \"green\", \"purple\"])])\n"
+                 "model(**batch).logits.argmax(-1)  # the chosen answer's index")
+        summary = (f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
+                   f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
+                   f"with {name}'s multiple-choice loss.")
+        return CardInfo(f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}", summary,
+                        self.trainer_name, self.dataset_name, self.dataset_description, None, usage,
+                        "multiple-choice", base_model=self.base_model,
+                        tags=["multiple-choice", "vcr", self.model.config.model_type])
 
 
 # ---------------------------------------------------------------------------------------------------- retrieval

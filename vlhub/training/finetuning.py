@@ -378,10 +378,10 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
 
     A processor with a VCR layout (`vcr_text`, VL-BERT's) lays out every choice as its original VCR model:
     `[CLS] question [SEP] choice [SEP]`, the choice and its `[SEP]` of token type 1. The other processors take one
-    text per example: the pair is joined into one, `[CLS] question [SEP] choice [SEP]` (the word pieces of both
-    with the tokenizer's `[SEP]` between), every token of the processor's text type and cut as it cuts any text
-    (the choice's end first) — the originals' layout, whose second segment ViLBERT and TDEN mark with type 1 and
-    UNITER with a type row added for VCR and initialised from row 0 (the text's)."""
+    text per example: the pair is joined into one, `[CLS] question [SEP] choice [SEP]` (the word pieces of both with
+    the tokenizer's `[SEP]` between), every token of the processor's text type, a pair too long for the processor
+    cut as VL-BERT cuts one (`_cut_pair`). That is the originals' layout, but for the type of the second segment:
+    ViLBERT and TDEN give it type 1, UNITER a type row it adds for VCR, initialised from row 0 (the text's)."""
     batch, count = len(questions), len(choices[0])
     if hasattr(processor, "vcr_text"):
         rows = [processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
@@ -394,11 +394,23 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
     sep = processor.tokenizer.sep_token_id
     question_pieces = processor.word_pieces(text=list(questions))
     choice_pieces = processor.word_pieces(text=[c for cs in choices for c in cs])
-    pairs = [question_pieces[k // count] + [sep] + pieces for k, pieces in enumerate(choice_pieces)]
+    # Room for both texts and the [SEP] between them within the processor's limit, its own tokens aside.
+    room = processor.max_text_length - len(processor.build_text_inputs([])[0]) - 1
+    pairs = [_cut_pair(question_pieces[k // count], pieces, room) for k, pieces in enumerate(choice_pieces)]
+    pairs = [question + [sep] + choice for question, choice in pairs]
     flat = processor(token_ids=pairs, return_tensors="pt")
     length = flat["input_ids"].shape[1]
     return {name: value.view(batch, count, length) if value.ndim == 2 and value.shape[1] == length
             else value.view(batch, count, *value.shape[1:])[:, 0] for name, value in flat.items()}
+
+
+def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[int], list[int]]:
+    """A (question, choice) pair of word pieces cut to `room` pieces as VL-BERT's original cuts VCR's Q→A pairs:
+    the last piece of the longer of the two, until they fit (so a long question never pushes the choice out)."""
+    question, choice = list(question), list(choice)
+    while len(question) + len(choice) > max(room, 2):
+        (choice if len(choice) > len(question) else question).pop()
+    return question, choice
 
 
 class MultipleChoiceCollator:

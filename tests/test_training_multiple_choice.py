@@ -165,6 +165,23 @@ def test_task_refuses_unknown_images_and_uneven_splits(tmp_path):
         MultipleChoiceTask(model, processor, corpus.regions, MultipleChoiceDataset.from_rows(ROWS), two, "d", "d")
 
 
+@pytest.mark.parametrize("as_datasets", [False, True])
+def test_answer_prior_baseline_picks_the_answer_most_often_right_in_training(as_datasets):
+    import datasets
+
+    from vlhub.training.finetuning import answer_prior_baseline
+
+    def make(rows):
+        rows = [{"question": "q", "image_id": "i", "choices": c, "label": label} for c, label in rows]
+        return MultipleChoiceDataset.from_rows(datasets.Dataset.from_list(rows) if as_datasets else rows)
+
+    train = make([(["red", "blue", "green"], 0), (["blue", "red", "green"], 1), (["green", "blue", "red"], 1)])
+    # red was right twice, blue once: red, then blue (at index 2), then the first of three never-right answers.
+    held_out = make([(["blue", "red", "green"], 1), (["green", "yellow", "blue"], 0),
+                     (["green", "yellow", "purple"], 0), (["purple", "blue", "red"], 1)])
+    assert answer_prior_baseline(train, held_out) == pytest.approx(2 / 4)
+
+
 # ---------------------------------------------------------------------------------------------------- finetune.py
 def colour_choice_rows(pairs) -> list[dict]:
     """'the <shape>' of each caption's first object, with its colour among 3 choices at a rotating position."""
@@ -204,7 +221,7 @@ def test_finetune_py_multiple_choice_end_to_end(tmp_path, model_type):
                             "--learning_rate", "1e-3", "--warmup_steps", "0", "--output_dir", str(tmp_path / "ft")])
     losses = [row["loss"] for row in result.log_history if "loss" in row]
     assert len(losses) == 30 and np.mean(losses[-5:]) < losses[0]
-    assert set(result.eval_results) == {"validation_accuracy", "validation_loss"}
+    assert set(result.eval_results) == {"validation_accuracy", "validation_loss", "validation_answer_prior_baseline"}
     model = AutoModelForMultipleChoice.from_pretrained(tmp_path / "ft").eval()
     assert type(model) is get_architecture(model_type).model_class("vcr")
     processor = AutoProcessor.from_pretrained(tmp_path / "ft")

@@ -359,6 +359,36 @@ class MultipleChoiceDataset(QuestionDataset):
         return cls(MultipleChoiceQuestions(table))
 
 
+def _choices_and_labels(dataset: MultipleChoiceDataset):
+    """Every choice of `dataset`, flat (an Arrow string array, question by question), and the labels (numpy)."""
+    import pyarrow as pa
+
+    examples = dataset.examples
+    if isinstance(examples, ArrowQuestions):
+        table = examples.table
+        return (pa.concat_arrays([chunk.flatten() for chunk in table.column("choices").chunks]) if len(table)
+                else pa.array([], pa.string()), table.column("label").to_numpy())
+    return (pa.array([c for e in examples for c in e.choices], pa.string()),
+            np.array([e.label for e in examples], dtype=np.int64))
+
+
+def answer_prior_baseline(train: MultipleChoiceDataset, dataset: MultipleChoiceDataset) -> float:
+    """The accuracy on `dataset` of ignoring the image and the question: choosing the choice that was the right
+    answer most often in `train` (ties: the first). A model that beats it uses more than the answers' frequencies."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = train.num_choices
+    flat, labels = _choices_and_labels(train)
+    right = pc.take(flat, pa.array(np.arange(len(labels)) * count + labels))
+    frequencies = pc.value_counts(right)
+    answers, counts = frequencies.field("values"), frequencies.field("counts").to_numpy()
+    flat, labels = _choices_and_labels(dataset)
+    where = pc.fill_null(pc.index_in(flat, value_set=answers), -1).to_numpy()
+    prior = np.where(where >= 0, np.append(counts, 0)[where], 0).reshape(len(labels), count)
+    return float((prior.argmax(1) == labels).mean())
+
+
 def check_image_ids(dataset: QuestionDataset, regions: Mapping[str, RegionFeatures], where: str) -> None:
     """Every image id of `dataset` has region features in `regions`; else an error naming the first question
     without them."""
@@ -438,7 +468,7 @@ class MultipleChoiceTask(QuestionTask):
     """Fine-tune a `…ForMultipleChoice` model (VCR-style answer selection): each (question, choice) pair is scored
     with the image and the head's loss (its original's: cross-entropy over the choices, VL-BERT's binary
     cross-entropy against the one-hot answer) trains the scores. Evaluation reports the accuracy (the best-scored
-    choice is the right one) and the head's loss."""
+    choice is the right one), the head's loss, and the accuracy of the answer prior (`answer_prior_baseline`)."""
 
     objective = "multiple_choice"
 
@@ -473,7 +503,8 @@ class MultipleChoiceTask(QuestionTask):
             # The batch's mean loss once per question, so that the mean over questions weighs batches by size.
             losses.append(accelerator.gather_for_metrics(outputs.loss.detach().float().expand(len(batch["labels"]))))
         return {f"{split}_accuracy": torch.cat(right).float().mean().item(),
-                f"{split}_loss": torch.cat(losses).mean().item()}
+                f"{split}_loss": torch.cat(losses).mean().item(),
+                f"{split}_answer_prior_baseline": answer_prior_baseline(self.train_dataset, dataset)}
 
     def hyperparameters(self) -> dict:
         return {"choices per question": self.num_choices}
@@ -494,6 +525,9 @@ class MultipleChoiceTask(QuestionTask):
         return CardInfo(f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}", summary,
                         self.trainer_name, self.dataset_name, self.dataset_description, None, usage,
                         "multiple-choice", base_model=self.base_model,
+                        baseline_note=("The answer-prior baseline ignores the image and the question: it picks the "
+                                       "choice that was right most often in training; chance is "
+                                       f"{1 / self.num_choices:.4f}."),
                         tags=["multiple-choice", "vcr", self.model.config.model_type])
 
 

@@ -387,10 +387,10 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
                        base_model=source, test=splits.get("test"), majority_baselines=baselines)
     elif finetune_args.task == "multiple_choice":
         # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).
-        model = model_class.from_pretrained(source, num_labels=1)
-        splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
-        if "train" not in splits:
+        if "train" not in table:
             raise SystemExit(f"--task multiple_choice: the dataset has no train split (it has {', '.join(table)})")
+        splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
+        model = model_class.from_pretrained(source, num_labels=1)
         try:
             task = MultipleChoiceTask(model, processor, regions, splits["train"], splits.get("validation"), name,
                                       description, base_model=source, test=splits.get("test"))

@@ -12,6 +12,7 @@ world = ShapesWorld(seed=0)
 world.images()["train"]      # image_id, image, boxes, labels, image_size
 world.captions()["train"]    # caption_id, image_id, caption
 world.vqa()["validation"]    # question_id, image_id, question, answers, labels, scores, answer_type, ...
+world.multiple_choice(num_choices=4)["train"]   # question_id, image_id, question, choices, label, answer_type
 store = world.write_region_store("shapes_regions")   # RegionFeatures of every image in vlhub's sharded store
 tokenizer = shapes_tokenizer()
 ```
@@ -43,6 +44,7 @@ from .shapes_language import (
     Question,
     annotate,
     contradicting_caption,
+    draw_choices,
     make_captions,
     make_questions,
     soft_scores,
@@ -56,7 +58,7 @@ SHAPES_VOCAB_FILE = Path(__file__).with_name("shapes_vocab.txt")
 _MIN_IMAGE_SIZE = 32
 _MAX_RESAMPLES = 100  # of an image that repeats one already drawn (practically never needed)
 # Independent random streams per image, so adding a caption template does not change the images.
-_SCENE_STREAM, _CAPTION_STREAM, _QUESTION_STREAM, _ANNOTATOR_STREAM = range(4)
+_SCENE_STREAM, _CAPTION_STREAM, _QUESTION_STREAM, _ANNOTATOR_STREAM, _CHOICE_STREAM = range(5)
 
 
 def shapes_tokenizer() -> BertTokenizer:
@@ -270,6 +272,54 @@ class ShapesWorld:
                 }
 
         return self._dataset_dict("vqa", features, rows)
+
+    def multiple_choice(self, num_choices: int = 4) -> datasets.DatasetDict:
+        """The VQA questions as multiple choice. Per split: `question_id`, `image_id`, `question`, `choices`
+        (`num_choices` distinct answers), `label` (the index of the right one), `answer_type`.
+
+        The right answer is the question's `multiple_choice_answer`; the `num_choices - 1` distractors are drawn
+        without replacement from the other answers of the same answer type (the `multiple_choice_answer`s of that
+        type in the train split), and the right answer's position is drawn too (`draw_choices`), from a generator
+        seeded by the world's seed, the split and the row, so the same world gives the same choices everywhere.
+        Questions of an answer type with fewer than `num_choices` answers (with 4 choices: yes/no and size) are
+        left out; `multiple_choice_skipped_types(num_choices)` names them."""
+        num_choices = _check_count("num_choices", num_choices, 2)
+        key = f"multiple_choice-{num_choices}"
+        if key not in self._datasets:
+            pools = self._answer_pools()
+            features = datasets.Features({
+                "question_id": datasets.Value("string"), "image_id": datasets.Value("string"),
+                "question": datasets.Value("string"), "choices": datasets.List(datasets.Value("string")),
+                "label": datasets.Value("int64"), "answer_type": datasets.Value("string"),
+            })
+            splits = {}
+            for split, questions in self.vqa().items():
+                rows = []
+                for number, question in enumerate(questions):
+                    kind = question["answer_type"]
+                    if len(pools[kind]) < num_choices:
+                        continue
+                    rng = np.random.default_rng([self.seed, SPLITS.index(split), number, _CHOICE_STREAM])
+                    choices, label = draw_choices(question["multiple_choice_answer"], pools[kind], num_choices, rng)
+                    rows.append({"question_id": question["question_id"], "image_id": question["image_id"],
+                                 "question": question["question"], "choices": choices, "label": label,
+                                 "answer_type": kind})
+                splits[split] = datasets.Dataset.from_list(rows, features=features, split=split)
+            self._datasets[key] = datasets.DatasetDict(splits)
+        return self._datasets[key]
+
+    def _answer_pools(self) -> dict[str, list[str]]:
+        """answer type → the distinct `multiple_choice_answer`s of that type in the train split, sorted (every type
+        of `ANSWER_TYPES`, empty when the split has none)."""
+        train = self.vqa()["train"]
+        pools = {kind: set() for kind in ANSWER_TYPES}
+        for kind, answer in zip(train["answer_type"], train["multiple_choice_answer"]):
+            pools[kind].add(answer)
+        return {kind: sorted(answers) for kind, answers in pools.items()}
+
+    def multiple_choice_skipped_types(self, num_choices: int = 4) -> list[str]:
+        """The answer types whose questions `multiple_choice(num_choices)` leaves out (too few distinct answers)."""
+        return [kind for kind, pool in self._answer_pools().items() if len(pool) < num_choices]
 
     def scene(self, image_id: str) -> Scene:
         """The scene of an image id (`"<split>-<index>"`, as the datasets name them)."""

@@ -27,6 +27,7 @@ __all__ = [
     "annotate",
     "soft_scores",
     "vocabulary_words",
+    "draw_choices",
 ]
 
 RELATIONS: tuple[str, ...] = ("left", "right", "above", "below")
@@ -414,6 +415,19 @@ def soft_scores(answers: list[str]) -> dict[str, float]:
 
 
 # -------------------------------------------------------------------------------------------------- vocabulary
+def draw_choices(answer: str, pool, num_choices: int, rng: np.random.Generator) -> tuple[list[str], int]:
+    """A multiple-choice question's candidates: `answer` and `num_choices - 1` distractors drawn without replacement
+    from `pool` (the other answers of its answer type; `answer` itself and repeats in `pool` are ignored), in a
+    random order. Returns `(choices, index of answer)`; raises when the pool has too few other answers."""
+    others = sorted(set(pool) - {answer})
+    if len(others) < num_choices - 1:
+        raise ValueError(f"{num_choices} choices for the answer {answer!r} need {num_choices - 1} other answers of its "
+                         f"type, there are {len(others)}: {others}")
+    distractors = [others[i] for i in rng.choice(len(others), num_choices - 1, replace=False)]
+    label = int(rng.integers(num_choices))
+    return [*distractors[:label], answer, *distractors[label:]], label
+
+
 def vocabulary_words() -> list[str]:
     """Every word and punctuation mark the world's captions and questions can contain (plus digits and the answer
     words), for building the WordPiece vocabulary."""

@@ -104,10 +104,16 @@ class PretrainTrainingArguments(VlhubTrainingArguments):
 
 @dataclass
 class FinetuneArguments:
-    task: str = field(default="vqa", metadata={"help": "vqa | retrieval | captioning"})
+    task: str = field(default="vqa", metadata={"help": "vqa | multiple_choice | retrieval | captioning. "
+                      "multiple_choice: choose the right answer among --num_choices candidates (VCR-style Q→A; "
+                      "UNITER, VL-BERT, ViLBERT, TDEN); on shapes the candidates are drawn from its VQA answers, on "
+                      "your data rows have image_id, question, choices, label."})
     model_name_or_path: str = field(default="runs/uniter-shapes", metadata={"help": "Pre-trained checkpoint."})
     answer_vocabulary: str | None = field(default=None, metadata={"help": "VQA on a user dataset: a JSON list of "
                                           "answers (index = label id) or {id: answer}."})
+    num_choices: int = field(default=4, metadata={"help": "Multiple choice on the shapes world: candidates per "
+                             "question (the right answer and distractors of its answer type; types with fewer "
+                             "answers are left out)."})
     num_sampled_negatives: int = field(default=15, metadata={"help": "Retrieval: random negatives scored per "
                                        "positive and direction (UNITER's original: 399; heads trained on in-batch "
                                        "negatives, as TDEN's, ignore it)."})
@@ -294,6 +300,22 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
                            f"training questions, {len(table['validation'])} validation and {len(table['test'])} test "
                            f"questions about held-out images, {len(world.answer_vocabulary)} answers.")
             return table, regions, dict(world.id2label), "vlhub/shapes", description, baselines
+        if finetune_args.task == "multiple_choice":
+            try:
+                table = world.multiple_choice(finetune_args.num_choices)
+            except ValueError as err:
+                raise SystemExit(f"--num_choices: {err}") from err
+            skipped = world.multiple_choice_skipped_types(finetune_args.num_choices)
+            description = (f"Multiple choice on the embedded shapes world (seed {data_args.shapes_seed}): its VQA "
+                           f"questions with {finetune_args.num_choices} candidate answers each (the right answer and "
+                           f"distractors of the same answer type, seeded), {len(table['train'])} training, "
+                           f"{len(table['validation'])} validation and {len(table['test'])} test questions"
+                           + (f"; {' and '.join(skipped)} questions left out (too few answers of their type)."
+                              if skipped else "."))
+            if not len(table["train"]):
+                raise SystemExit(f"--num_choices {finetune_args.num_choices}: no answer type of the shapes world has "
+                                 "that many answers")
+            return table, regions, None, "vlhub/shapes", description, {}
         table = world.captions()
         description = (f"Captions of the embedded shapes world (seed {data_args.shapes_seed}): "
                        f"{len(table['train'])} training captions.")
@@ -308,17 +330,28 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
     return table, regions, id2label, data_args.dataset, f"`{data_args.dataset}`", {}
 
 
+# finetune.py's tasks → the head each needs (`Architecture.task_models` key).
+FINETUNING_TASKS = {"vqa": "vqa", "multiple_choice": "vcr", "retrieval": "retrieval", "captioning": "captioning"}
+
+
 def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoConfig, AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
-    from .finetuning import VqaDataset, VqaTask, load_pretraining_state, retrieval_task
+    from .finetuning import (
+        MultipleChoiceDataset,
+        MultipleChoiceTask,
+        VqaDataset,
+        VqaTask,
+        load_pretraining_state,
+        retrieval_task,
+    )
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     _prepare_process()
-    if finetune_args.task not in ("vqa", "retrieval", "captioning"):
-        raise SystemExit(f"--task must be vqa, retrieval or captioning, got {finetune_args.task!r}")
+    if finetune_args.task not in FINETUNING_TASKS:
+        raise SystemExit(f"--task must be {', '.join(FINETUNING_TASKS)}, got {finetune_args.task!r}")
     if finetune_args.scst and finetune_args.task != "captioning":
         raise SystemExit(f"--scst is self-critical training of a captioner: use it with --task captioning, not "
                          f"--task {finetune_args.task}")
@@ -329,7 +362,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     source_config = AutoConfig.from_pretrained(source)
     _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
-    if not architecture.has_task(finetune_args.task):
+    head = FINETUNING_TASKS[finetune_args.task]
+    if not architecture.has_task(head):
         raise SystemExit(f"--task {finetune_args.task}: {architecture.name} has no {finetune_args.task} head "
                          f"(its heads: {', '.join(sorted(architecture.task_models))})")
     set_seed(training_args.seed)
@@ -337,7 +371,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     # A processor may lay text out per task (VL-BERT's VQA answer slot): `for_task` gives the task's processor.
     processor = AutoProcessor.from_pretrained(source).for_task(finetune_args.task)
     command = launch_command("finetune.py", argv)
-    model_class = architecture.model_class(finetune_args.task)
+    model_class = architecture.model_class(head)
     if finetune_args.task == "vqa":
         label2id = {v: k for k, v in id2label.items()}
         # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
@@ -351,6 +385,17 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
                        base_model=source, test=splits.get("test"), majority_baselines=baselines)
+    elif finetune_args.task == "multiple_choice":
+        # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).
+        if "train" not in table:
+            raise SystemExit(f"--task multiple_choice: the dataset has no train split (it has {', '.join(table)})")
+        splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
+        model = model_class.from_pretrained(source, num_labels=1)
+        try:
+            task = MultipleChoiceTask(model, processor, regions, splits["train"], splits.get("validation"), name,
+                                      description, base_model=source, test=splits.get("test"))
+        except ValueError as err:
+            raise SystemExit(f"--task multiple_choice: {err}") from err
     elif finetune_args.task == "captioning":
         task = _captioning_task(architecture, model_class, source, processor, table, regions, name, description,
                                 finetune_args)

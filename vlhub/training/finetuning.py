@@ -1,5 +1,5 @@
-"""Fine-tuning tasks for the training loop: VQA (soft-score BCE) and image-text retrieval (hinge loss with hard
-negatives), with evaluation through vlhub's `evaluate` metrics."""
+"""Fine-tuning tasks for the training loop: VQA (soft-score BCE), multiple-choice answer selection (VCR-style) and
+image-text retrieval (hinge loss with hard negatives), with evaluation through vlhub's `evaluate` metrics."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from .loop import TrainingTask
 from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
-__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "RetrievalCollator", "RetrievalTask",
+__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "MultipleChoiceExample", "MultipleChoiceDataset",
+           "MultipleChoiceCollator", "MultipleChoiceTask", "encode_choices", "QuestionTask", "QuestionDataset", "RetrievalCollator", "RetrievalTask",
            "InBatchRetrievalCollator", "InBatchRetrievalTask", "RETRIEVAL_TASKS", "retrieval_task", "concat_inputs",
            "load_pretraining_state"]
 
@@ -61,11 +62,12 @@ class VqaExample:
     answers: list[str]
 
 
-class VqaQuestions(Sequence):
-    """VQA questions held as an Arrow table (memory-mapped when it comes from a `datasets` cache file), read as
-    `VqaExample`s one at a time: millions of questions cost no Python object until one is read."""
+class ArrowQuestions(Sequence):
+    """Questions held as an Arrow table (memory-mapped when it comes from a `datasets` cache file), read as examples
+    one at a time: millions of questions cost no Python object until one is read. Subclasses name their `_COLUMNS`
+    and make an example of a row (`_example`)."""
 
-    _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
+    _COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, table):
         self.table = table.select(list(self._COLUMNS))
@@ -75,70 +77,99 @@ class VqaQuestions(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return VqaQuestions(arrow_slice(self.table, index, len(self), "VqaQuestions"))
+            return type(self)(arrow_slice(self.table, index, len(self), type(self).__name__))
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"question {index} of {len(self)}")
-        row = self.table.slice(index, 1).to_pylist()[0]
+        return self._example(self.table.slice(index, 1).to_pylist()[0])
+
+    def _example(self, row: dict):
+        raise NotImplementedError
+
+
+class VqaQuestions(ArrowQuestions):
+    """VQA questions over an Arrow table, read as `VqaExample`s."""
+
+    _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
+
+    def _example(self, row: dict) -> VqaExample:
         return VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
                           [float(s) for s in row["scores"]], list(row["answers"]))
 
 
-class VqaDataset(Dataset):
-    """Questions read by `SampleKey` (or index): a list of `VqaExample`s, or `VqaQuestions` over an Arrow table
-    (what `from_rows` makes of a `datasets` split)."""
+def _first(mask) -> int | None:
+    """The first row where a boolean Arrow array is true (None: nowhere)."""
+    import pyarrow.compute as pc
 
-    def __init__(self, examples: Sequence[VqaExample]):
-        self.examples = examples if isinstance(examples, VqaQuestions) else list(examples)
+    return pc.index(mask, True).as_py() if len(mask) and pc.any(mask).as_py() else None
+
+
+def question_table(rows, required: tuple[str, ...], where: str, task: str):
+    """The Arrow table of `rows` (a `datasets` split, zero-copy, or a list of dicts) with the `required` columns,
+    every question checked (missing or blank text is an error naming the row and its image)."""
+    import pyarrow as pa
+
+    columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise ValueError(f"{where} lacks the column(s) {missing}; {task} needs {list(required)}")
+    if hasattr(rows, "with_format"):  # a datasets split: its Arrow table, zero-copy
+        return _checked_questions(rows.select_columns(list(required)).with_format("arrow")[:], where)
+    for number, row in enumerate(rows):  # Python rows: check the text before Arrow would refuse it
+        check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
+    return _checked_questions(pa.Table.from_pylist([{c: row[c] for c in required} for row in rows]), where)
+
+
+def _checked_questions(table, where: str):
+    import pyarrow.compute as pc
+
+    questions = table.column("question")
+    number = _first(pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), "")))
+    if number is not None:
+        check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
+                                              f"{table.column('image_id')[number].as_py()!r})")
+    return table
+
+
+class QuestionDataset(Dataset):
+    """Questions read by `SampleKey` (or index): a list of examples, or `ArrowQuestions` over an Arrow table (what
+    `from_rows` makes of a `datasets` split)."""
+
+    def __init__(self, examples):
+        self.examples = examples if isinstance(examples, ArrowQuestions) else list(examples)
+
+    def __len__(self):
+        return len(self.examples)
+
+    def __getitem__(self, key: SampleKey | int):
+        return self.examples[key.index if isinstance(key, SampleKey) else key]
+
+
+class VqaDataset(QuestionDataset):
+    """VQA questions (`VqaExample`s, or `VqaQuestions` over an Arrow table)."""
 
     @classmethod
     def from_rows(cls, rows, num_labels: int, where: str = "the VQA data") -> "VqaDataset":
         """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (a `datasets` split, kept as its Arrow
         table, or a list of dicts). Every row is checked here, naming the row, rather than mid-training."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        required = VqaQuestions._COLUMNS
-        columns = rows.column_names if hasattr(rows, "column_names") else list(rows[0]) if len(rows) else []
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise ValueError(f"{where} lacks the column(s) {missing}; VQA needs {list(required)}")
-        if hasattr(rows, "with_format"):  # a datasets split: its Arrow table, zero-copy
-            table = rows.select_columns(list(required)).with_format("arrow")[:]
-        else:
-            for number, row in enumerate(rows):  # Python rows: check the text before Arrow would refuse it
-                check_text(row["question"], f"{where}: the question of row {number} (image {row['image_id']!r})")
-            table = pa.Table.from_pylist([{c: row[c] for c in required} for row in rows])
+        table = question_table(rows, VqaQuestions._COLUMNS, where, "VQA")
         questions = table.column("question")
-        bad = pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), ""))
-        if len(table) and pc.any(bad).as_py():
-            number = pc.index(bad, True).as_py()
-            check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
-                                                  f"{table.column('image_id')[number].as_py()!r})")
         labels, scores = table.column("labels"), table.column("scores")
-        uneven = pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores))
-        if len(table) and pc.any(uneven).as_py():
-            number = pc.index(uneven, True).as_py()
+        number = _first(pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores)))
+        if number is not None:
             raise ValueError(f"question {questions[number].as_py()!r} (row {number}): "
                              f"{len(labels[number])} labels but {len(scores[number])} scores")
         flat = pc.list_flatten(labels)
-        if len(flat):
-            outside = pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels))
-            if pc.any(outside).as_py():
-                row_of = pc.list_parent_indices(labels)
-                first = pc.index(outside, True).as_py()
-                number = row_of[first].as_py()
-                bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
-                raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
-                                 f"outside the model's {num_labels} answers")
+        first = _first(pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels)))
+        if first is not None:
+            number = pc.list_parent_indices(labels)[first].as_py()
+            bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
+            raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
+                             f"outside the model's {num_labels} answers")
         return cls(VqaQuestions(table))
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, key: SampleKey | int) -> VqaExample:
-        return self.examples[key.index if isinstance(key, SampleKey) else key]
 
 
 class VqaCollator:
@@ -159,10 +190,42 @@ class VqaCollator:
         return inputs
 
 
-class VqaTask(TrainingTask):
-    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
+class QuestionTask(TrainingTask):
+    """What the question-answering tasks share: batches of one fixed objective (`objective`), evaluation over the
+    validation split (and, after the last step, the test split) in order, `max_eval_samples` at most each.
+    Subclasses set `train_dataset`, `validation`, `test`, `collate_fn` and give `split_metrics`."""
 
     trainer_name = "finetune.py"
+    objective = "vqa"
+    validation: QuestionDataset | None = None
+    test: QuestionDataset | None = None
+
+    def train_sampler(self, batch_size, group_size, seed):
+        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective(self.objective), seed,
+                                     group_size=group_size)
+
+    def ordered_loader(self, accelerator, dataset: QuestionDataset, batch_size: int):
+        """Batches of `dataset`'s questions in order, every question once."""
+        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective(self.objective), 0, shuffle=False,
+                                        drop_last=False)
+        return self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
+
+    def split_metrics(self, split: str, accelerator, model, dataset: QuestionDataset, args) -> dict[str, float]:
+        raise NotImplementedError
+
+    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+        """The validation split's metrics; after the last step also the test split's (when there is one)."""
+        results = {}
+        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
+            if dataset is not None and len(dataset):
+                if args.max_eval_samples:
+                    dataset = type(dataset)(dataset.examples[: args.max_eval_samples])
+                results.update(self.split_metrics(split, accelerator, model, dataset, args))
+        return results
+
+
+class VqaTask(QuestionTask):
+    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
 
     def __init__(self, model, processor, regions, train: VqaDataset, validation: VqaDataset | None,
                  dataset_name: str, dataset_description: str, base_model: str | None = None,
@@ -178,41 +241,26 @@ class VqaTask(TrainingTask):
         self.base_model = base_model
         self.majority_baselines = majority_baselines or {}
 
-    def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("vqa"), seed,
-                                     group_size=group_size)
-
     def predict(self, accelerator, model, dataset: VqaDataset, batch_size: int) -> list[str]:
         """The model's best answer for every question of `dataset`, in order."""
-        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective("vqa"), 0, shuffle=False,
-                                        drop_last=False)
-        loader = self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
         predicted = []
         config = accelerator.unwrap_model(model).config
-        for batch in loader:
+        for batch in self.ordered_loader(accelerator, dataset, batch_size):
             batch.pop("labels")
             logits = predictable_answer_logits(model(**batch).logits, config)  # never the vocabulary's "unknown"
             predicted.append(accelerator.gather_for_metrics(logits.argmax(-1)))
         id2label = config.id2label
         return [id2label[int(i)] for i in torch.cat(predicted).tolist()]
 
-    def _accuracy(self, accelerator, model, dataset: VqaDataset, args) -> float:
+    def split_metrics(self, split, accelerator, model, dataset: VqaDataset, args) -> dict[str, float]:
         from ..evaluation import load
 
-        if args.max_eval_samples:
-            dataset = VqaDataset(dataset.examples[: args.max_eval_samples])
         predictions = self.predict(accelerator, model, dataset, args.per_device_eval_batch_size)
         metric = load("vqa_accuracy")
-        return metric.compute(predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]
-
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
-        """Validation accuracy; after the last step also the test split's (when there is one)."""
-        results = {}
-        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
-            if dataset is not None and len(dataset):
-                results[f"{split}_vqa_accuracy"] = self._accuracy(accelerator, model, dataset, args)
-                if split in self.majority_baselines:
-                    results[f"{split}_majority_baseline"] = self.majority_baselines[split]
+        results = {f"{split}_vqa_accuracy": metric.compute(
+            predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]}
+        if split in self.majority_baselines:
+            results[f"{split}_majority_baseline"] = self.majority_baselines[split]
         return results
 
     def card_info(self) -> CardInfo:
@@ -236,6 +284,251 @@ class VqaTask(TrainingTask):
                            f"{baselines}.") if baselines else None,
             tags=["vqa", self.model.config.model_type],
         )
+
+
+# ---------------------------------------------------------------------------------------------------- multiple choice
+@dataclass
+class MultipleChoiceExample:
+    """One multiple-choice question about an image: the candidate answers `choices` and the index of the right one
+    (`label`; None when it is not known, e.g. at inference)."""
+
+    question: str
+    image_id: str
+    choices: list[str]
+    label: int | None = None
+
+
+class MultipleChoiceQuestions(ArrowQuestions):
+    """Multiple-choice questions over an Arrow table, read as `MultipleChoiceExample`s."""
+
+    _COLUMNS = ("question", "image_id", "choices", "label")
+
+    def _example(self, row: dict) -> MultipleChoiceExample:
+        return MultipleChoiceExample(row["question"], str(row["image_id"]), list(row["choices"]), int(row["label"]))
+
+
+class MultipleChoiceDataset(QuestionDataset):
+    """Multiple-choice questions (`MultipleChoiceExample`s, or `MultipleChoiceQuestions` over an Arrow table), all
+    with the same number of choices."""
+
+    @property
+    def num_choices(self) -> int | None:
+        return len(self[0].choices) if len(self) else None
+
+    @classmethod
+    def from_rows(cls, rows, where: str = "the multiple-choice data") -> "MultipleChoiceDataset":
+        """Rows with `question`, `image_id`, `choices` (a list of answers, as many in every row) and `label` (the
+        index of the right choice), a `datasets` split (kept as its Arrow table) or a list of dicts. Every row is
+        checked here, naming the row, rather than mid-training."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = question_table(rows, MultipleChoiceQuestions._COLUMNS, where, "multiple choice")
+        if not len(table):
+            return cls(MultipleChoiceQuestions(table))
+        choices, labels = table.column("choices"), table.column("label")
+
+        def name(number: int) -> str:
+            return (f"{where}: row {number} (question {table.column('question')[number].as_py()!r}, image "
+                    f"{table.column('image_id')[number].as_py()!r})")
+
+        if not pa.types.is_list(choices.type) and not pa.types.is_large_list(choices.type):
+            raise ValueError(f"{where}: 'choices' must be a list of answers per row, got {choices.type}")
+        counts = pc.fill_null(pc.list_value_length(choices), 0)
+        number = _first(pc.less(counts, 2))
+        if number is not None:
+            raise ValueError(f"{name(number)} has {counts[number].as_py()} choices; a question needs at least 2")
+        number = _first(pc.not_equal(counts, counts[0]))
+        if number is not None:
+            raise ValueError(f"{name(number)} has {counts[number].as_py()} choices but row 0 has "
+                             f"{counts[0].as_py()}: every question of a dataset needs the same number of choices")
+        flat = pc.list_flatten(choices)
+        if not pa.types.is_string(flat.type) and not pa.types.is_large_string(flat.type):
+            raise ValueError(f"{where}: the choices must be texts, got {flat.type}")
+        first = _first(pc.or_kleene(pc.is_null(flat), pc.equal(pc.utf8_trim_whitespace(flat), "")))
+        if first is not None:
+            number = pc.list_parent_indices(choices)[first].as_py()
+            check_text(flat[first].as_py(), f"{name(number)}: choice {first - number * counts[0].as_py()}")
+        if not pa.types.is_integer(labels.type):
+            raise ValueError(f"{where}: 'label' must be the index of the right choice (an integer), got {labels.type}")
+        number = _first(pc.or_kleene(pc.is_null(labels),
+                                     pc.or_kleene(pc.less(labels, 0), pc.greater_equal(labels, counts[0]))))
+        if number is not None:
+            raise ValueError(f"{name(number)} has the label {labels[number].as_py()!r}, outside its "
+                             f"{counts[0].as_py()} choices (0..{counts[0].as_py() - 1})")
+        return cls(MultipleChoiceQuestions(table))
+
+
+def _choices_and_labels(dataset: MultipleChoiceDataset):
+    """Every choice of `dataset`, flat (an Arrow string array, question by question), and the labels (numpy)."""
+    import pyarrow as pa
+
+    examples = dataset.examples
+    if isinstance(examples, ArrowQuestions):
+        table = examples.table
+        return (pa.concat_arrays([chunk.flatten() for chunk in table.column("choices").chunks]) if len(table)
+                else pa.array([], pa.string()), table.column("label").to_numpy())
+    return (pa.array([c for e in examples for c in e.choices], pa.string()),
+            np.array([e.label for e in examples], dtype=np.int64))
+
+
+def answer_prior_baseline(train: MultipleChoiceDataset, dataset: MultipleChoiceDataset) -> float:
+    """The accuracy on `dataset` of ignoring the image and the question: choosing the choice that was the right
+    answer most often in `train` (ties: the first). A model that beats it uses more than the answers' frequencies."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = train.num_choices
+    flat, labels = _choices_and_labels(train)
+    right = pc.take(flat, pa.array(np.arange(len(labels)) * count + labels))
+    frequencies = pc.value_counts(right)
+    answers, counts = frequencies.field("values"), frequencies.field("counts").to_numpy()
+    flat, labels = _choices_and_labels(dataset)
+    where = pc.fill_null(pc.index_in(flat, value_set=answers), -1).to_numpy()
+    prior = np.where(where >= 0, np.append(counts, 0)[where], 0).reshape(len(labels), count)
+    return float((prior.argmax(1) == labels).mean())
+
+
+def check_image_ids(dataset: QuestionDataset, regions: Mapping[str, RegionFeatures], where: str) -> None:
+    """Every image id of `dataset` has region features in `regions`; else an error naming the first question
+    without them."""
+    examples = dataset.examples
+    ids = examples.table.column("image_id").cast("string").to_pylist() if isinstance(examples, ArrowQuestions) \
+        else [e.image_id for e in examples]
+    for number, image_id in enumerate(ids):
+        if image_id not in regions:
+            raise ValueError(f"{where}: row {number} (question {dataset[number].question!r}) is about image "
+                             f"{image_id!r}, which has no region features in the region store")
+
+
+def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequence[str]]) -> dict:
+    """Each question paired with each of its choices, laid out by the processor: `input_ids`, `attention_mask`,
+    `token_type_ids` (and any other per-token input the processor gives) `(batch, num_choices, text_length)`, and
+    per-question inputs (ViLBERT's `task_ids`) `(batch, ...)`.
+
+    A processor with a VCR layout (`vcr_text`, VL-BERT's) lays out every choice as its original VCR model:
+    `[CLS] question [SEP] choice [SEP]`, the choice and its `[SEP]` of token type 1. The other processors take one
+    text per example: the pair is joined into one, `[CLS] question [SEP] choice [SEP]` (the word pieces of both with
+    the tokenizer's `[SEP]` between), every token of the processor's text type, a pair too long for the processor
+    cut as VL-BERT cuts one (`_cut_pair`). That is the originals' layout, but for the type of the second segment:
+    ViLBERT and TDEN give it type 1, UNITER a type row it adds for VCR, initialised from row 0 (the text's)."""
+    batch, count = len(questions), len(choices[0])
+    if hasattr(processor, "vcr_text"):
+        rows = [processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
+                for q, cs in zip(questions, choices)]
+        length = max(r["input_ids"].shape[1] for r in rows)
+        pad = {"input_ids": processor.tokenizer.pad_token_id}
+        return {name: torch.stack([torch.nn.functional.pad(r[name], (0, length - r[name].shape[1]),
+                                                           value=pad.get(name, 0)) for r in rows])
+                for name in rows[0]}
+    sep = processor.tokenizer.sep_token_id
+    question_pieces = processor.word_pieces(text=list(questions))
+    choice_pieces = processor.word_pieces(text=[c for cs in choices for c in cs])
+    # Room for both texts and the [SEP] between them within the processor's limit, its own tokens aside.
+    room = processor.max_text_length - len(processor.build_text_inputs([])[0]) - 1
+    pairs = [_cut_pair(question_pieces[k // count], pieces, room) for k, pieces in enumerate(choice_pieces)]
+    pairs = [question + [sep] + choice for question, choice in pairs]
+    flat = processor(token_ids=pairs, return_tensors="pt")
+    length = flat["input_ids"].shape[1]
+    return {name: value.view(batch, count, length) if value.ndim == 2 and value.shape[1] == length
+            else value.view(batch, count, *value.shape[1:])[:, 0] for name, value in flat.items()}
+
+
+def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[int], list[int]]:
+    """A (question, choice) pair of word pieces cut to `room` pieces as VL-BERT's original cuts VCR's Q→A pairs:
+    the last piece of the longer of the two, until they fit (so a long question never pushes the choice out)."""
+    question, choice = list(question), list(choice)
+    while len(question) + len(choice) > max(room, 2):
+        (choice if len(choice) > len(question) else question).pop()
+    return question, choice
+
+
+class MultipleChoiceCollator:
+    """Multiple-choice questions + regions → the text of every (question, choice) pair `(batch, num_choices,
+    text_length)` (`encode_choices`), the regions once per question `(batch, num_regions, ...)` (shared by its
+    choices), and `labels` `(batch,)` (the right choices' indices) when every example has one."""
+
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures]):
+        self.processor = processor
+        self.regions = regions
+
+    def __call__(self, examples: Sequence[MultipleChoiceExample]) -> dict:
+        counts = {len(e.choices) for e in examples}
+        if len(counts) != 1:
+            raise ValueError(f"the questions of a batch need the same number of choices, got {sorted(counts)}")
+        inputs = encode_choices(self.processor, [e.question for e in examples], [e.choices for e in examples])
+        inputs.update(self.processor(regions=[_lookup(self.regions, e.image_id) for e in examples],
+                                     return_tensors="pt"))
+        if all(e.label is not None for e in examples):
+            inputs["labels"] = torch.tensor([e.label for e in examples], dtype=torch.long)
+        return inputs
+
+
+class MultipleChoiceTask(QuestionTask):
+    """Fine-tune a `…ForMultipleChoice` model (VCR-style answer selection): each (question, choice) pair is scored
+    with the image and the head's loss (its original's: cross-entropy over the choices, VL-BERT's binary
+    cross-entropy against the one-hot answer) trains the scores. Evaluation reports the accuracy (the best-scored
+    choice is the right one), the head's loss, and the accuracy of the answer prior (`answer_prior_baseline`)."""
+
+    objective = "multiple_choice"
+
+    def __init__(self, model, processor, regions, train: MultipleChoiceDataset,
+                 validation: MultipleChoiceDataset | None, dataset_name: str, dataset_description: str,
+                 base_model: str | None = None, test: MultipleChoiceDataset | None = None):
+        counts = {split: d.num_choices for split, d in (("train", train), ("validation", validation), ("test", test))
+                  if d is not None and len(d)}
+        if not counts.get("train"):
+            raise ValueError("multiple choice needs training questions; the train split is empty")
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"every split needs the same number of choices, got {counts}")
+        for split, dataset in (("train", train), ("validation", validation), ("test", test)):
+            if dataset is not None:
+                check_image_ids(dataset, regions, f"the {split} split")
+        self.model = model
+        self.processor = processor
+        self.train_dataset = train
+        self.validation = validation
+        self.test = test
+        self.num_choices = counts["train"]
+        self.collate_fn = MultipleChoiceCollator(processor, regions)
+        self.dataset_name = dataset_name
+        self.dataset_description = dataset_description
+        self.base_model = base_model
+
+    def split_metrics(self, split, accelerator, model, dataset: MultipleChoiceDataset, args) -> dict[str, float]:
+        right, losses = [], []
+        for batch in self.ordered_loader(accelerator, dataset, args.per_device_eval_batch_size):
+            outputs = model(**batch)
+            right.append(accelerator.gather_for_metrics(outputs.logits.argmax(-1) == batch["labels"]))
+            # The batch's mean loss once per question, so that the mean over questions weighs batches by size.
+            losses.append(accelerator.gather_for_metrics(outputs.loss.detach().float().expand(len(batch["labels"]))))
+        return {f"{split}_accuracy": torch.cat(right).float().mean().item(),
+                f"{split}_loss": torch.cat(losses).mean().item(),
+                f"{split}_answer_prior_baseline": answer_prior_baseline(self.train_dataset, dataset)}
+
+    def hyperparameters(self) -> dict:
+        return {"choices per question": self.num_choices}
+
+    def card_info(self) -> CardInfo:
+        name = _architecture_name(self.model)
+        usage = ("import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
+                 "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
+                 "model = AutoModelForMultipleChoice.from_pretrained(\"<this folder>\")\n"
+                 "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
+                 "collate = MultipleChoiceCollator(processor, {\"img\": regions})  # vlhub.RegionFeatures\n"
+                 "batch = collate([MultipleChoiceExample(\"what colour is the circle?\", \"img\", "
+                 "[\"red\", \"blue\", \"green\", \"purple\"])])\n"
+                 "model(**batch).logits.argmax(-1)  # the chosen answer's index")
+        summary = (f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
+                   f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
+                   f"with {name}'s multiple-choice loss.")
+        return CardInfo(f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}", summary,
+                        self.trainer_name, self.dataset_name, self.dataset_description, None, usage,
+                        "multiple-choice", base_model=self.base_model,
+                        baseline_note=("The answer-prior baseline ignores the image and the question: it picks the "
+                                       "choice that was right most often in training; chance is "
+                                       f"{1 / self.num_choices:.4f}."),
+                        tags=["multiple-choice", "vcr", self.model.config.model_type])
 
 
 # ---------------------------------------------------------------------------------------------------- retrieval

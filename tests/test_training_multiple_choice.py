@@ -280,8 +280,9 @@ def test_a_long_question_is_cut_before_it_pushes_the_choice_out(tmp_path):
     processor = processor_of("uniter", tmp_path)
     processor.max_text_length = 8  # [CLS] + 5 pieces + [SEP] between + [SEP]
     long_question = "the big red circle left of the small blue square"
-    batch = MultipleChoiceCollator(processor, synthetic_corpus().regions)(
-        [MultipleChoiceExample(long_question, "img000", ["red", "blue green"], 0)])
+    with pytest.warns(UserWarning, match="is truncated to 5"):  # never silently
+        batch = MultipleChoiceCollator(processor, synthetic_corpus().regions)(
+            [MultipleChoiceExample(long_question, "img000", ["red", "blue green"], 0)])
     decoded = [processor.tokenizer.decode(row[mask.bool()].tolist())
                for row, mask in zip(batch["input_ids"][0], batch["attention_mask"][0])]
     assert decoded == ["[CLS] the big red circle [SEP] red [SEP]", "[CLS] the big red [SEP] blue green [SEP]"]

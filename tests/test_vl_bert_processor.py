@@ -181,13 +181,15 @@ def test_vcr_rationale_layout_puts_question_and_answer_in_the_first_segment(vcr_
 def test_vcr_truncation_is_the_originals(vcr_processor):
     p = vcr_processor
     # Q→A: the longer of question / answer loses its last piece; the question stays cut for the later choices.
-    out = p.vcr_text(question=["a", "b", "c", "d"], choices=[["a", "b", "c", "d", "e", "f"], ["g", "g"]], objects=[],
-                     max_length=6)
+    with pytest.warns(UserWarning, match="10 word pieces was truncated to max_length=6"):
+        out = p.vcr_text(question=["a", "b", "c", "d"], choices=[["a", "b", "c", "d", "e", "f"], ["g", "g"]],
+                         objects=[], max_length=6)
     assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "a", "b", "c", "[SEP]"]),
                                          _ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "g", "g", "[SEP]"]) + [0]]
     # QA→R: the rationale while longer than question + answer, else the question down to one piece, else the answer.
-    out = p.vcr_text(question=["a", "b", "c"], answer=["d", "e"], choices=[["a", "b", "c", "d", "e", "f"]], objects=[],
-                     max_length=7)
+    with pytest.warns(UserWarning, match="11 word pieces was truncated to max_length=7"):
+        out = p.vcr_text(question=["a", "b", "c"], answer=["d", "e"], choices=[["a", "b", "c", "d", "e", "f"]],
+                         objects=[], max_length=7)
     assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "d", "e", "[SEP]", "a", "b", "c", "d", "[SEP]"])]
 
 

@@ -3,10 +3,12 @@ image-text retrieval (hinge loss with hard negatives), with evaluation through v
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+
 import torch
 from torch.utils.data import Dataset
 
@@ -438,6 +440,10 @@ def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[i
     """A (question, choice) pair of word pieces cut to `room` pieces as VL-BERT's original cuts VCR's Q→A pairs:
     the last piece of the longer of the two, until they fit (so a long question never pushes the choice out)."""
     question, choice = list(question), list(choice)
+    if len(question) + len(choice) > max(room, 2):
+        warnings.warn(f"a question-choice pair of {len(question)} + {len(choice)} word pieces is truncated to "
+                      f"{max(room, 2)} (the processor's max_text_length), the longer text's last pieces first",
+                      stacklevel=3)
     while len(question) + len(choice) > max(room, 2):
         (choice if len(choice) > len(question) else question).pop()
     return question, choice

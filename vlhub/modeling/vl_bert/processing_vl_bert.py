@@ -5,6 +5,7 @@ normalised in the resized image, as the original data loaders prepare them (`vqa
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import torch
@@ -304,6 +305,9 @@ class VlBertProcessor(VisionLanguageProcessor):
             names.append(name)
         q_ids, q_tags = self._vcr_pieces(question, names, "question")
         rows = [self._vcr_pieces(c, names, f"choices[{k}]") for k, c in enumerate(choices)]
+        answer_length = 0 if answer is None else len(self._vcr_pieces(answer, names, "answer")[0])
+        cut_from = max(len(q_ids) + answer_length + len(b_ids) for b_ids, _ in rows)
+        cut_from = cut_from if cut_from > max_length else 0
         if answer is None:  # Q→A
             for b_ids, b_tags in rows:
                 while len(q_ids) + len(b_ids) > max_length:
@@ -322,6 +326,9 @@ class VlBertProcessor(VisionLanguageProcessor):
                         target = (ans_ids, ans_tags)
                     target[0].pop(), target[1].pop()
             a_ids, a_tags = q_ids + ans_ids, q_tags + ans_tags
+        if cut_from:  # cut as the original cuts, but never silently
+            warnings.warn(f"{question!r}: a VCR text of {cut_from} word pieces was truncated to max_length="
+                          f"{max_length}, the longer part's last pieces first (as the original)", stacklevel=2)
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         length = max(len(a_ids) + len(b_ids) + 3 for b_ids, _ in rows)
         out = {name: torch.zeros(len(rows), length, dtype=torch.long)

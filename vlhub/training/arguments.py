@@ -49,8 +49,8 @@ class VlhubTrainingArguments:
                                    metadata={"help": f"transformers.get_scheduler name: {_SCHEDULERS}"})
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
     mixed_precision: str = field(default="no", metadata={"help": "no | fp16 | bf16 (accelerate's autocast) | auto: "
-                                 "bf16 on a GPU that supports it or a CPU with AMX (detected at run time), else no "
-                                 "(fp32; without AMX, bf16 on a CPU is slower than fp32)."})
+                                 "bf16 on a GPU that supports it or a CPU with bf16 matmul units (AMX, AVX512-BF16; "
+                                 "detected at run time), else no (fp32: without them bf16 is slower than fp32)."})
     eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
     max_eval_samples: int = field(default=0, metadata={"help": "Evaluate on at most N examples (0: all)."})
     logging_steps: int = field(default=10, metadata={"help": "Log (and append to log_history.jsonl) every N steps."})
@@ -120,8 +120,9 @@ class VlhubTrainingArguments:
         device = "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
         self.mixed_precision = resolve_mixed_precision(self.mixed_precision, device)
         if self.mixed_precision == "bf16" and device == "cpu" and not bf16_is_fast("cpu"):
-            warnings.warn("--mixed_precision bf16 on a CPU without AMX: bf16 products run slower than fp32 here "
-                          "(--mixed_precision auto picks fp32 on such a CPU)", stacklevel=2)
+            warnings.warn("--mixed_precision bf16 on a CPU without bf16 matmul units (AMX, AVX512-BF16): bf16 "
+                          "products are emulated here, slower than fp32 (--mixed_precision auto picks fp32 on such "
+                          "a CPU)", stacklevel=2)
         if self.lr_scheduler_type not in _SCHEDULERS:
             raise ValueError(f"--lr_scheduler_type must be one of {_SCHEDULERS}, got {self.lr_scheduler_type!r}")
         if self.push_to_hub and not self.hub_model_id:

@@ -45,11 +45,7 @@ from vlhub.utils.precision import cpu_bf16_units
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import encoders  # noqa: E402  (bench/encoders, found through the path above)
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+from timing import interleaved_rounds, synchronize  # noqa: E402  (bench/timing.py)
 
 
 def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeats: int = 10) -> float:
@@ -220,20 +216,13 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
             inputs = case.make_inputs(model, batch, args.text, regions)
             runs[attention] = model, to_device(inputs, device, torch.float32)
         flops = {key: forward_flops(model, inputs) for key, (model, inputs) in runs.items()}
-        times = {key: [] for key in runs}
         logits = {}
         with torch.inference_mode():
             for key, (model, inputs) in runs.items():
                 logits[key] = answer_logits(model(**inputs)).float()  # also the warm-up call
-            keys = list(runs)
-            for round_index in range(args.repeats):
-                for key in keys[round_index % len(keys):] + keys[: round_index % len(keys)]:
-                    model, inputs = runs[key]
-                    synchronize(device)
-                    start = time.perf_counter()
-                    model(**inputs)
-                    synchronize(device)
-                    times[key].append(time.perf_counter() - start)
+            rounds = interleaved_rounds({key: (lambda model=model, inputs=inputs: model(**inputs))
+                                         for key, (model, inputs) in runs.items()}, args.repeats, device)
+            times = {key: [wall for wall, _ in rounds[key]] for key in runs}
         for key in runs:
             ordered = sorted(times[key])
             speeds[key, batch] = ordered[len(ordered) // 2], ordered[0]

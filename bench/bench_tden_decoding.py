@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -54,7 +53,9 @@ from vlhub.modeling.packed_linear import PackedLinear, pack_linear_weights
 from vlhub.modeling.tden.modeling_tden import TdenBeamCache
 from vlhub.utils.compat import CACHE_NAME
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: xmodaler_tden and encoders, for --original-checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, and xmodaler_tden for --original-checkout
+
+from timing import interleaved_rounds  # noqa: E402  (bench/timing.py, found through the path above)
 
 # torch's FLOP counter has no formula for the CPU kernel of scaled_dot_product_attention (it has the CUDA ones), so
 # sdpa's attention products would go uncounted on the CPU while eager attention's matmuls are counted: the same
@@ -208,27 +209,15 @@ def measure_interleaved(decoders: dict, batch: int, repeats: int, device: str) -
     load falls on all of them alike. Returns {name: (output, median seconds per image, median CPU seconds per
     image, GFLOP per image)}."""
     outputs, flops = {}, {}
-    times = {name: [] for name in decoders}
-    cpu_times = {name: [] for name in decoders}
-    names = list(decoders)
     with torch.no_grad():
         for name, decode in decoders.items():
             with FlopCounterMode(display=False) as counter:
                 outputs[name] = decode()
             flops[name] = counter.get_total_flops()
-        for round_index in range(repeats):
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                start, cpu_start = time.perf_counter(), time.process_time()
-                decoders[name]()
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                times[name].append(time.perf_counter() - start)
-                cpu_times[name].append(time.process_time() - cpu_start)
-    return {name: (outputs[name], statistics.median(times[name]) / batch, statistics.median(cpu_times[name]) / batch,
-                   flops[name] / batch / 1e9) for name in names}
+        times = interleaved_rounds(decoders, repeats, device)
+    return {name: (outputs[name], statistics.median(wall for wall, _ in times[name]) / batch,
+                   statistics.median(cpu for _, cpu in times[name]) / batch, flops[name] / batch / 1e9)
+            for name in decoders}
 
 
 def main():
@@ -290,14 +279,14 @@ def main():
             results = measure_interleaved(decoders, batch, args.repeats, args.device)
             cached, t_cache, _, _ = results["cache"]
             for name, (output, t, c, f) in results.items():
-                if name == "cache" or name == "xmodaler_beam_search":
+                if name in ("cache", "xmodaler_beam_search"):  # vlhub's cached decoders: no speed-up to show
                     decoder, run_name, speed_up, same = ("generate" if name == "cache" else name), "cache", "", ""
-                else:
-                    decoder = "generate" if name != "original code" else (
-                        "X-modaler " + ("BeamSearcher" if beams > 1 else "GreedyDecoder"))
-                    run_name, speed_up = name, f"{t / t_cache:.1f}x"
-                    same = torch.equal(cached[:, -args.steps:], output) if name == "original code" else (
-                        torch.equal(cached, output))
+                else:  # the baselines; X-modaler's code returns the words without the prompt
+                    original_code = name == "original code"
+                    decoder = f"X-modaler {'BeamSearcher' if beams > 1 else 'GreedyDecoder'}" if original_code \
+                        else "generate"
+                    reference = cached[:, -args.steps:] if original_code else cached
+                    run_name, speed_up, same = name, f"{t / t_cache:.1f}x", torch.equal(reference, output)
                 print(f"| {batch} | {beams} | {decoder} | {run_name} | {t:.3f} | {c:.2f} | {f:.1f} | {speed_up} | "
                       f"{same} |", flush=True)
     if args.profile_original:

@@ -123,11 +123,9 @@ class PackedLinear(nn.Linear):
         return self._packed_weight, None if self.bias is None else self.bias.detach()
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not self._packed_path(input):
-            return F.linear(input, self.weight, self.bias)
-        if self._projection_group is not None:
+        if self._projection_group is not None and self._packed_path(input):
             return self._projection_group.project(self, input)
-        return self.packed_forward(input)
+        return self.forward_alone(input)
 
     def forward_alone(self, input: torch.Tensor) -> torch.Tensor:
         """This layer's product by itself, also when it belongs to a projection group (whose call would compute the
@@ -210,13 +208,14 @@ def dense_plus_residual(dense: nn.Linear, dropout: nn.Dropout, input: torch.Tens
 # transformers' BERT blocks here (`vlhub.modeling.layers`); vlhub's own modules may instead name their groups in a
 # `packed_projection_groups` class attribute.
 _PACKED_CLASSES: dict[type, type] = {}
+_UNPACKED_CLASSES: dict[type, type] = {}
 _PROJECTION_GROUPS: dict[type, tuple] = {}
 
 
 def register_packed_class(plain: type, packed: type) -> None:
     """`pack_linear_weights` switches modules of class `plain` to `packed` (a subclass with the same parameters whose
     forward fuses work into the packed products and otherwise runs `plain`'s), `unpack_linear_weights` back."""
-    _PACKED_CLASSES[plain] = packed
+    _PACKED_CLASSES[plain], _UNPACKED_CLASSES[packed] = packed, plain
 
 
 def register_projection_groups(module_class: type, groups: tuple[tuple[str, ...], ...]) -> None:
@@ -267,8 +266,8 @@ def unpack_linear_weights(model: nn.Module) -> int:
             module.__class__ = nn.Linear
             del module._packed_weight, module._packed_key, module._projection_group
             count += 1
-        elif type(module) in _PACKED_CLASSES.values():
-            module.__class__ = next(plain for plain, packed in _PACKED_CLASSES.items() if packed is type(module))
+        elif type(module) in _UNPACKED_CLASSES:
+            module.__class__ = _UNPACKED_CLASSES[type(module)]
     return count
 
 

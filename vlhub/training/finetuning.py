@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
-
 import torch
 from torch.utils.data import Dataset
 
@@ -22,7 +21,8 @@ from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
 __all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "MultipleChoiceExample", "MultipleChoiceDataset",
-           "MultipleChoiceCollator", "MultipleChoiceTask", "encode_choices", "QuestionTask", "QuestionDataset", "RetrievalCollator", "RetrievalTask",
+           "MultipleChoiceCollator", "MultipleChoiceTask", "encode_choices", "QuestionTask", "QuestionDataset",
+           "RetrievalCollator", "RetrievalTask",
            "InBatchRetrievalCollator", "InBatchRetrievalTask", "RETRIEVAL_TASKS", "retrieval_task", "concat_inputs",
            "load_pretraining_state"]
 
@@ -439,12 +439,11 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
 def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[int], list[int]]:
     """A (question, choice) pair of word pieces cut to `room` pieces as VL-BERT's original cuts VCR's Q→A pairs:
     the last piece of the longer of the two, until they fit (so a long question never pushes the choice out)."""
-    question, choice = list(question), list(choice)
-    if len(question) + len(choice) > max(room, 2):
+    question, choice, limit = list(question), list(choice), max(room, 2)
+    if len(question) + len(choice) > limit:
         warnings.warn(f"a question-choice pair of {len(question)} + {len(choice)} word pieces is truncated to "
-                      f"{max(room, 2)} (the processor's max_text_length), the longer text's last pieces first",
-                      stacklevel=3)
-    while len(question) + len(choice) > max(room, 2):
+                      f"{limit} (the processor's max_text_length), the longer text's last pieces first", stacklevel=3)
+    while len(question) + len(choice) > limit:
         (choice if len(choice) > len(question) else question).pop()
     return question, choice
 

@@ -305,8 +305,8 @@ class VlBertProcessor(VisionLanguageProcessor):
             names.append(name)
         q_ids, q_tags = self._vcr_pieces(question, names, "question")
         rows = [self._vcr_pieces(c, names, f"choices[{k}]") for k, c in enumerate(choices)]
-        answer_length = 0 if answer is None else len(self._vcr_pieces(answer, names, "answer")[0])
-        cut_from = max(len(q_ids) + answer_length + len(b_ids) for b_ids, _ in rows)
+        ans_ids, ans_tags = ([], []) if answer is None else self._vcr_pieces(answer, names, "answer")
+        cut_from = max(len(q_ids) + len(ans_ids) + len(b_ids) for b_ids, _ in rows)
         cut_from = cut_from if cut_from > max_length else 0
         if answer is None:  # Q→A
             for b_ids, b_tags in rows:
@@ -315,7 +315,6 @@ class VlBertProcessor(VisionLanguageProcessor):
                     target[0].pop(), target[1].pop()
             a_ids, a_tags = q_ids, q_tags
         else:  # QA→R
-            ans_ids, ans_tags = self._vcr_pieces(answer, names, "answer")
             for b_ids, b_tags in rows:
                 while len(q_ids) + len(ans_ids) + len(b_ids) > max_length:
                     if len(b_ids) > len(q_ids) + len(ans_ids):

@@ -154,6 +154,30 @@ def test_page_snippets_run(path, request):
                                           f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
 
 
+def test_readme_links_resolve():
+    """mkdocs checks the links between pages of docs/; the README is outside the site, so its links are checked here
+    (files, and headings of docs pages)."""
+    import markdown  # mkdocs' own parser (the docs extra)
+
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        if not (ROOT / path).exists():
+            broken.append(target)
+        elif anchor:
+            converter = markdown.Markdown(extensions=["toc"])
+            converter.convert((ROOT / path).read_text(encoding="utf-8"))
+            if anchor not in _anchors(converter.toc_tokens):
+                broken.append(target)
+    assert not broken, f"README.md links to missing files or headings: {broken}"
+
+
+def _anchors(tokens) -> set[str]:
+    return {t["id"] for t in tokens} | {a for t in tokens for a in _anchors(t["children"])}
+
+
 def test_the_parser_reads_markers_languages_and_indentation(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# t\n\n```python\nx = 1\n```\n<!-- snippet: skip (needs a GPU) -->\n\n```bash\nnvidia-smi\n```\n"

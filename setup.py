@@ -41,6 +41,8 @@ setup(
         # the COCO caption metrics (BLEU, METEOR, ROUGE-L, CIDEr-D; METEOR and the PTB tokenizer need Java)
         "captions": ["pycocoevalcap>=1.2"],
         "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2"],
+        # the documentation site (mkdocs.yml, docs/): `mkdocs serve`; CI runs `mkdocs build --strict`
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
     },
     entry_points={"console_scripts": ["vlhub=vlhub.cli:main"]},
 )

@@ -10,5 +10,5 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -m pip install -q "torch==${VLHUB_TORCH:-2.14.1}" "torchvision==${VLHUB_TORCHVISION:-0.29.1}" 2>&1 | grep -v "is ignored" || true
-"$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v "is ignored" || true
+"$VENV/bin/python" -m pip install -q -e ".[test,docs]" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -c "import torch, torchvision, transformers, vlhub; print('vlhub env ready: torch', torch.__version__, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"

@@ -12,17 +12,19 @@ import base64
 import json
 import logging
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel
+from transformers import AutoConfig, AutoModel, AutoProcessor
 
 import vlhub
 from vlhub.cli import main as vlhub_cli
 from vlhub.conversion.uniter import uniter_region_settings
 from vlhub.processing.stores import open_feature_file
 
+from .conftest import fixtures_root
 from .training_helpers import tiny_tokenizer
 
 COUNTS = (10, 36, 50, 51, 100, 101)
@@ -295,3 +297,96 @@ def test_unified_vlp_fills_its_100_slots(tmp_path, images):
             assert inputs["region_features"][index, count:].abs().sum() == 0
     run_tiny_model("unified_vlp", processor, regions, num_regions=100, region_location_dim=6 + CLASSES,
                    max_position_embeddings=160)
+
+
+# --------------------------------------------------------------------------------------------------- converters
+# The converters write these settings from the original configs; the fixtures' release files are found by pattern.
+ORIGINALS = fixtures_root()
+
+
+def converted_region_processor(folder):
+    return AutoProcessor.from_pretrained(folder)
+
+
+def _skip_without(architecture: str):
+    folder = ORIGINALS / architecture / "original"
+    return pytest.mark.skipif(not folder.is_dir(), reason=f"no {architecture} fixture at {folder}")
+
+
+@_skip_without("tden")
+def test_tden_converter_keeps_the_first_max_feat_num_minus_one(tmp_path):
+    import yaml
+
+    from vlhub.conversion.tden import convert_tden
+
+    original = ORIGINALS / "tden" / "original"
+    vocab = next(original.rglob("vocab*.txt"))
+    configs = sorted(original.glob("*/config.yaml"))
+    assert configs
+    for index, config in enumerate(configs):
+        checkpoint = next(config.parent.glob("*.pth"))
+        convert_tden(checkpoint, tmp_path / str(index), config=config, tokenizer=vocab)
+        regions = converted_region_processor(tmp_path / str(index)).feature_extractor
+        max_feat_num = yaml.safe_load(config.read_text())["DATALOADER"]["MAX_FEAT_NUM"]
+        assert (regions.region_selection, regions.max_regions) == ("first_n", max_feat_num - 1), config
+
+
+@_skip_without("vilbert")
+def test_vilbert_converter_keeps_max_region_num_rows_of_the_release(tmp_path):
+    from vlhub.conversion.vilbert import convert_vilbert
+
+    original = ORIGINALS / "vilbert" / "original"
+    config = next(original.glob("*.json"))
+    size = json.loads(config.read_text())["vocab_size"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(size - 5)]))
+    checkpoints = sorted(original.rglob("*.bin"))
+    assert checkpoints
+    for index, checkpoint in enumerate(checkpoints):
+        convert_vilbert(checkpoint, tmp_path / str(index), config=config, tokenizer=vocab)
+        regions = converted_region_processor(tmp_path / str(index)).feature_extractor
+        head = AutoConfig.from_pretrained(tmp_path / str(index)).architectures[0]
+        beta_task = "beta" in str(checkpoint.relative_to(original)) and "PreTraining" not in head
+        assert (regions.region_selection, regions.max_regions) == ("first_n", 100 if beta_task else 101), checkpoint
+
+
+@_skip_without("uniter")
+def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_path):
+    from vlhub.conversion.uniter import convert_uniter
+
+    original = ORIGINALS / "uniter" / "original"
+    config = next(c for c in map(json.loads, map(Path.read_text, original.glob("*.json"))) if "hidden_size" in c)
+    checkpoints = sorted(original.glob("*.pt"))
+    assert checkpoints
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                               + [f"w{i}" for i in range(config["vocab_size"] - 5)]))
+    train_vqa = {**config, "max_txt_len": 40, "conf_th": 0.075, "max_bb": 100, "min_bb": 10, "num_bb": 36}
+    for index, checkpoint in enumerate(checkpoints):
+        for name, given in (("model", config), ("train", train_vqa)):
+            folder = tmp_path / f"{index}-{name}"
+            convert_uniter(checkpoint, folder, config=given, tokenizer=vocab,
+                           answers=next(original.glob("ans2label*.json"), None))
+            processor = converted_region_processor(folder)
+            regions = processor.feature_extractor
+            head = AutoConfig.from_pretrained(folder).architectures[0]
+            if "ReferringExpression" in head and name == "model":
+                expected = ("first_n", None, 100)
+            else:
+                expected = ("by_confidence", 0.075 if name == "train" else 0.2, 100)
+            assert (regions.region_selection, regions.confidence_threshold, regions.max_regions) == expected
+            assert processor.max_text_length == (42 if name == "train" else 62)
+            assert not hasattr(vlhub.UniterConfig.from_pretrained(folder), "conf_th")
+
+
+@_skip_without("vl_bert")
+def test_vl_bert_converter_sets_no_region_limit(tmp_path):
+    from vlhub.conversion.vl_bert import convert_vl_bert
+
+    original = ORIGINALS / "vl_bert" / "original"
+    checkpoint = next(original.glob("*vqa*.model"))
+    convert_vl_bert(checkpoint, tmp_path / "vqa", config=next((original / "cfgs" / "vqa").glob("*.yaml")),
+                    tokenizer=next(p.parent for p in original.rglob("vocab.txt")),
+                    answers=next(original.glob("answers*.txt")))
+    regions = converted_region_processor(tmp_path / "vqa").feature_extractor
+    assert regions.max_regions is None and regions.confidence_threshold is None

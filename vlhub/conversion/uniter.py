@@ -182,7 +182,7 @@ def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[s
 
 # The training config's region settings (`data/data.py`'s `DetectFeatLmdb`): every released config but the referring
 # expression ones uses conf_th 0.2, min_bb 10, max_bb 100; those use conf_th -1 (a fixed count) with num_bb 100.
-_REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb")
+_REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb", "max_txt_len")
 _DEFAULT_REGION_SETTINGS = {"conf_th": 0.2, "max_bb": 100, "min_bb": 10, "num_bb": 36}
 
 
@@ -239,10 +239,13 @@ def convert_uniter(
     check_task(task, UNITER_TASKS)
     original_config = read_json_config(config)
     region_settings, region_note = uniter_region_settings(original_config, task)
+    # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
+    max_text_length = int((original_config or {}).get("max_txt_len", 220 if task == "vcr" else 60)) + 2
     if original_config is not None:
         original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
     model_config, notes = _config_from_checkpoint(state_dict, original_config)
     notes.append(region_note)
+    notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
     if task in ("vqa", "ve"):
@@ -287,7 +290,7 @@ def convert_uniter(
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
     processor = UniterProcessor(
         feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
-        tokenizer=tok,
+        tokenizer=tok, max_text_length=max_text_length,
     )
     return save_converted_model(
         output_dir, model, report, processor=processor,

@@ -237,16 +237,18 @@ def write_vl_bert_json(folder, images, image_box_feature: bool):
 
 
 @pytest.mark.parametrize("image_box_feature", [False, True], ids=["mean", "image_box_feature"])
-def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, image_box_feature):
+def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, image_box_feature, caplog):
     """`vqa/data/datasets/vqa.py`: every box of the file, the whole image first, its feature `image_box_feature`
     when the file has one, else the mean of all box features; no limit on the number of boxes."""
     write_vl_bert_json(tmp_path / "json", images, image_box_feature)
     processor = vlhub.VlBertProcessor(
         feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None),
         tokenizer=tiny_tokenizer(tmp_path))
-    found = sources(tmp_path, "vl-bert-json", tmp_path / "json")
-    # A region store keeps features, boxes and detector outputs, not the whole-image feature: only the reader's
-    # regions carry it.
+    with caplog.at_level(logging.WARNING, logger="vlhub.processing.stores.shards"):
+        found = sources(tmp_path, "vl-bert-json", tmp_path / "json")
+    # A region store keeps features, boxes and detector outputs, not the whole-image feature (the import says so):
+    # only the reader's regions carry it.
+    assert ("['image_box_feature'] were not imported" in caplog.text) == image_box_feature
     paths = found if not image_box_feature else {"reader": found["reader"]}
     for source in paths.values():
         regions = [source[image_id] for image_id in images]

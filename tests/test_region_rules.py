@@ -136,6 +136,10 @@ def test_tden_refuse_is_an_error_and_the_setting_is_saved(tmp_path, images):
         loaded(regions)
     with pytest.raises(ValueError, match="region_selection must be one of"):
         vlhub.TdenRegionProcessor(region_selection="first")
+    # A folder saved before the setting existed loads with the original's rule, no longer refusing.
+    del saved["region_selection"]
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(saved))
+    assert vlhub.TdenRegionProcessor.from_pretrained(tmp_path).region_selection == "first_n"
 
 
 # --------------------------------------------------------------------------------------------------- ViLBERT

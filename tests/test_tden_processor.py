@@ -67,7 +67,9 @@ def test_settings_round_trip_and_bad_values_are_refused(processor, tmp_path):
         processor(text=["a cat"], stream="captioning")
     with pytest.raises(ValueError, match="text_stream must be one of"):
         TdenProcessor(feature_extractor=TdenRegionProcessor(), tokenizer=processor.tokenizer, text_stream="both")
-    small = TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1)
+    # X-modaler keeps the first MAX_FEAT_NUM - 1 regions (the default "first_n"); "refuse" makes more an error.
+    assert TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1)(_regions(3))["region_features"].shape[1] == 3
+    small = TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1, region_selection="refuse")
     with pytest.raises(ValueError, match="at most max_regions=2"):
         small(_regions(3))
 

@@ -12,7 +12,7 @@ from .helpers import random_regions
 
 def processor(vocab, **settings):
     region_settings = {k: settings.pop(k) for k in list(settings) if k in ("max_regions", "confidence_threshold",
-                                                                           "min_regions")}
+                                                                           "min_regions", "region_selection")}
     return VilbertProcessor(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=16, **region_settings),
         tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True), **settings,
@@ -43,10 +43,15 @@ def test_vilbert_locations_formula():
     assert torch.allclose(vilbert_locations(regions)[0], torch.tensor([0.05, 0.2, 0.2, 0.6, 0.06]))
 
 
-def test_more_regions_than_allowed_is_an_error_naming_the_limit(tiny_vocab):
+def test_more_regions_than_allowed_is_an_error_naming_the_limit_when_refused(tiny_vocab):
     regions = random_regions(5, 16, seed=1, scores=False)
     with pytest.raises(ValueError, match="max_regions=4 rows, the global image token included"):
-        processor(tiny_vocab, max_regions=4)(text="a dog", regions=regions)
+        processor(tiny_vocab, max_regions=4, region_selection="refuse")(text="a dog", regions=regions)
+    # The default keeps the original's first max_region_num rows: the global token (over all 5) and 3 regions.
+    out = processor(tiny_vocab, max_regions=4)(text="a dog", regions=regions)
+    assert out["region_attention_mask"].sum() == 4
+    torch.testing.assert_close(out["region_features"][0, 0], regions.features.sum(0) / 5)
+    assert torch.equal(out["region_features"][0, 1:], regions.features[:3])
     out = processor(tiny_vocab, max_regions=6)(text="a dog", regions=regions)
     assert out["region_attention_mask"].sum() == 6
 

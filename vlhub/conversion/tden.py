@@ -338,9 +338,12 @@ def convert_tden(
             model.generation_config.num_beams = beams
             model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
         model.generation_config.decoder_start_token_id = model_config.bos_token_id
+    report.notes.append(f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
+                        "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]")
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     processor = TdenProcessor(
-        feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions),
+        feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions,
+                                              region_selection="first_n"),
         tokenizer=tok, max_text_length=max_text, text_stream="generation" if task == "captioning" else "understanding",
     )
     return save_converted_model(

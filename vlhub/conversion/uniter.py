@@ -180,6 +180,34 @@ def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[s
     return None if path is None else json.loads(path.read_text(encoding="utf-8"))
 
 
+# The training config's region settings (`data/data.py`'s `DetectFeatLmdb`): every released config but the referring
+# expression ones uses conf_th 0.2, min_bb 10, max_bb 100; those use conf_th -1 (a fixed count) with num_bb 100.
+_REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb", "max_txt_len")
+_DEFAULT_REGION_SETTINGS = {"conf_th": 0.2, "max_bb": 100, "min_bb": 10, "num_bb": 36}
+
+
+def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dict, str]:
+    """`UniterRegionProcessor` settings reproducing the original's region rule, from a training config's `conf_th`,
+    `min_bb`, `max_bb`, `num_bb` (or the released configs' values for `task`), and a note saying which.
+
+    UNITER keeps the first `clamp(#(conf > conf_th), min_bb, max_bb)` regions of an image, whose features are stored
+    most confident first: "by_confidence" keeps the same ones. With `conf_th=-1` it keeps the first `num_bb`
+    ("first_n")."""
+    given = {k: original_config[k] for k in _REGION_KEYS if original_config and k in original_config}
+    if "conf_th" not in given and task == "re":
+        given = {"conf_th": -1, "num_bb": 100, **given}
+    values = {**_DEFAULT_REGION_SETTINGS, **given}
+    source = "the config's" if given else "the released configs'"
+    if float(values["conf_th"]) == -1:
+        count = int(values["num_bb"])
+        return ({"confidence_threshold": None, "min_regions": 1, "max_regions": count, "region_selection": "first_n"},
+                f"regions: the first {count} of each image (conf_th -1, num_bb {count}: {source} values)")
+    settings = {"confidence_threshold": float(values["conf_th"]), "min_regions": int(values["min_bb"]),
+                "max_regions": int(values["max_bb"]), "region_selection": "by_confidence"}
+    return settings, (f"regions: clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
+                      f"{settings['max_regions']}) most confident ({source} conf_th, min_bb, max_bb)")
+
+
 def convert_uniter(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -209,7 +237,15 @@ def convert_uniter(
     detected = detect_uniter_task(state_dict)
     task = task or detected
     check_task(task, UNITER_TASKS)
-    model_config, notes = _config_from_checkpoint(state_dict, read_json_config(config))
+    original_config = read_json_config(config)
+    region_settings, region_note = uniter_region_settings(original_config, task)
+    # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
+    max_text_length = int((original_config or {}).get("max_txt_len", 220 if task == "vcr" else 60)) + 2
+    if original_config is not None:
+        original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
+    model_config, notes = _config_from_checkpoint(state_dict, original_config)
+    notes.append(region_note)
+    notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
     if task in ("vqa", "ve"):
@@ -253,7 +289,8 @@ def convert_uniter(
 
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
     processor = UniterProcessor(
-        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok
+        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
+        tokenizer=tok, max_text_length=max_text_length,
     )
     return save_converted_model(
         output_dir, model, report, processor=processor,

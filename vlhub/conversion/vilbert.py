@@ -88,6 +88,13 @@ MULTI_TASK_TEXT_LENGTHS = {1: 23, 2: 26, 3: 16, 4: 20, 5: 60, 6: 80, 7: 30, 8: 3
                            13: 56, 14: 25, 15: 26, 16: 20, 17: 256, 18: 24}
 BETA_TEXT_LENGTHS = {"vqa": 16, "vcr": 60, "re": 20, "retrieval": 30}
 PRETRAINING_TEXT_LENGTH = 36
+# Region rows (`max_region_num`, the global token included) the originals' datasets keep, the first ones of the
+# feature file: 101 for every 12-in-1 task (its pointing tasks' larger counts add the candidate boxes, which vlhub's
+# pointing layout places after these rows), 100 for the beta release's four tasks (vlbert_tasks.yml). Pre-training
+# read at most 36 regions (Conceptual Captions' 10-36; its loader fails beyond) and its checkpoint is fine-tuned on
+# the tasks' 100 boxes: the converted pre-training processor keeps 101 rows, as the 12-in-1 tasks.
+MULTI_TASK_REGION_ROWS = 101
+BETA_REGION_ROWS = {"vqa": 100, "vcr": 100, "re": 100, "retrieval": 100}
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
             (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
@@ -334,9 +341,14 @@ def convert_vilbert(
             logger.warning(notes[-1])
     max_text_length = _original_text_length(task, release, processor_task_id)
     notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
+    region_rows = BETA_REGION_ROWS.get(task, MULTI_TASK_REGION_ROWS) if release == "beta" else MULTI_TASK_REGION_ROWS
+    notes.append(f"processor max_regions {region_rows} rows (the global token and the first {region_rows - 1} regions "
+                 "of each image, region_selection='first_n'): the original's max_region_num for this task")
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
+    region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim,
+                                              max_regions=region_rows, region_selection="first_n")
     processor = VilbertProcessor(
-        feature_extractor=VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim), tokenizer=tok,
+        feature_extractor=region_processor, tokenizer=tok,
         num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id, max_text_length=max_text_length,
     )
     repository, commit = ORIGINAL_REPOSITORIES[release]

@@ -338,7 +338,8 @@ def convert_vl_bert(
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = VlBertProcessor(
-        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim,
+        # The original's datasets keep every box of a feature file (and the whole-image box first): no limit.
+        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=None,
                                                 image_feature_precomputed=model_config.image_feature_precomputed,
                                                 **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
         tokenizer=tok,

@@ -12,6 +12,8 @@ Hooks an architecture overrides (defaults in brackets):
   number of tokens to every example; truncation removes word pieces until the result fits `max_text_length`.
 - `VisionLanguageProcessor.text_token_type_id` [0]: the token type of the default layout.
 - `RegionProcessor.encode_locations(regions) -> (R, location_dim)` [required]: the architecture's box encoding.
+- `RegionProcessor.select(regions) -> RegionFeatures` [the `region_selection` rule up to `max_regions`]: which of an
+  image's regions are kept (ViLBERT keeps `max_regions - 1`, TDEN applies its extraction rule to detector output).
 - `RegionProcessor.encode_features(regions) -> (R, F)` [the features as given].
 - `RegionProcessor.add_global_rows(features, locations, regions) -> (features, locations)` [unchanged]: rows
   added to one example's encoded regions before padding, in step (ViLBERT/TDEN: the mean feature with location
@@ -23,6 +25,7 @@ Masks are 2-D 0/1 `(batch, length)`; the models build the 4-D attention masks (t
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Sequence
@@ -40,9 +43,22 @@ from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
 __all__ = [
-    "RegionProcessor", "VisionLanguageProcessor", "select_regions", "check_text", "load_region_extractor",
-    "REGION_EXTRACTOR_FOLDER", "pad_text_rows",
+    "RegionProcessor", "VisionLanguageProcessor", "select_regions", "keep_first_regions", "check_text",
+    "load_region_extractor", "REGION_EXTRACTOR_FOLDER", "REGION_SELECTIONS", "CUT_FROM", "pad_text_rows",
 ]
+
+logger = logging.getLogger(__name__)
+
+# How a processor chooses an image's regions (the setting `region_selection`, saved with the processor):
+# "by_confidence": with detector confidences (scores) and a `confidence_threshold`, the clamp(#(score > threshold),
+#     min_regions, max_regions) most confident (the bottom-up-attention selection); without them every region is kept
+#     and more than the limit is an error.
+# "first_n": with confidences and a threshold as "by_confidence"; without them the first `max_regions` regions in
+#     the order given (a feature file's order), as X-modaler's and ViLBERT's data loaders cut; the cut is logged once.
+# "refuse": every region as given, whatever its confidences; more than the limit is an error.
+REGION_SELECTIONS = ("by_confidence", "first_n", "refuse")
+# RegionFeatures.metadata key: how many regions an image had before "first_n" cut it (set on the cut copy).
+CUT_FROM = "vlhub_cut_from"
 
 
 def select_regions(
@@ -89,6 +105,16 @@ def select_regions(
 _SELECTED_WITH = "vlhub_selected_with"
 
 
+def keep_first_regions(regions: RegionFeatures, limit: int | None) -> RegionFeatures:
+    """The first `limit` regions in the order given (`regions` itself when it has no more). A cut copy records how
+    many regions the image had in `metadata[CUT_FROM]`, so the processor can report the cut."""
+    if limit is None or len(regions) <= limit:
+        return regions
+    kept = regions.take(torch.arange(limit))
+    kept.metadata[CUT_FROM] = len(regions)
+    return kept
+
+
 class RegionProcessor(FeatureExtractionMixin):
     """Turns `RegionFeatures` into padded model inputs: `region_features` `(batch, R, F)`, `region_locations`
     `(batch, R, location_dim)`, `region_attention_mask` `(batch, R)` (2-D, 1 for real regions and global rows, 0 for
@@ -98,6 +124,12 @@ class RegionProcessor(FeatureExtractionMixin):
     latter), `add_global_rows`, then padding to the batch's longest. Settings are JSON attributes saved with the
     processor; `region_extractor_folder` names the sub-folder that holds the processor's region extractor, if any
     (set by `VisionLanguageProcessor.region_extractor`; older folders call it `region_extractor`).
+
+    `region_selection` (one of `REGION_SELECTIONS`) is the rule that picks an image's regions: `"by_confidence"`
+    (default), `"first_n"` (the first `max_regions` of the file, as X-modaler and ViLBERT cut) or `"refuse"`. A
+    converter sets it, with `max_regions` and the confidence settings, to what the original release's data loader
+    does (see docs/region-rules.md). When "first_n" cuts images, the first batch that has any says so in the log
+    (how many images, from how many regions to how many); `regions_cut` counts every image cut since.
     """
 
     model_input_names = ["region_features", "region_locations", "region_attention_mask"]
@@ -110,6 +142,7 @@ class RegionProcessor(FeatureExtractionMixin):
         min_regions: int = 10,
         max_regions: int | None = 100,
         region_extractor_folder: str | None = None,
+        region_selection: str = "by_confidence",
         **kwargs,
     ):
         legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
@@ -118,11 +151,15 @@ class RegionProcessor(FeatureExtractionMixin):
             raise ValueError(f"min_regions must be at least 1, got {min_regions}")
         if max_regions is not None and max_regions < min_regions:
             raise ValueError(f"max_regions ({max_regions}) must be >= min_regions ({min_regions})")
+        if region_selection not in REGION_SELECTIONS:
+            raise ValueError(f"region_selection must be one of {REGION_SELECTIONS}, got {region_selection!r}")
         self.region_feature_dim = region_feature_dim
         self.confidence_threshold = confidence_threshold
         self.min_regions = min_regions
         self.max_regions = max_regions
+        self.region_selection = region_selection
         self.region_extractor_folder = region_extractor_folder if region_extractor_folder is not None else legacy_folder
+        self.regions_cut = 0  # images "first_n" cut so far (not a setting: never saved)
 
     # -- per-architecture hooks ------------------------------------------------------------------------------
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
@@ -151,7 +188,49 @@ class RegionProcessor(FeatureExtractionMixin):
 
     # -- shared -----------------------------------------------------------------------------------------------
     def select(self, regions: RegionFeatures) -> RegionFeatures:
-        return select_regions(regions, self.confidence_threshold, self.min_regions, self.max_regions)
+        """The regions the model sees, by `region_selection`, at most `max_regions` of them."""
+        return self.select_at_most(regions, self.max_regions)
+
+    def select_at_most(self, regions: RegionFeatures, limit: int | None) -> RegionFeatures:
+        """`region_selection`'s rule keeping at most `limit` detected regions (None: no limit)."""
+        by_confidence = regions.scores is not None and self.confidence_threshold is not None
+        if self.region_selection == "refuse" or (self.region_selection == "by_confidence" and not by_confidence):
+            if limit is not None and len(regions) > limit:
+                raise ValueError(self.too_many_regions(len(regions), limit))
+            return regions
+        if not by_confidence:  # "first_n" on regions without confidences: a feature file's first `limit`
+            return keep_first_regions(regions, limit)
+        minimum = self.min_regions if limit is None else min(self.min_regions, limit)
+        return select_regions(regions, self.confidence_threshold, minimum, limit)
+
+    def too_many_regions(self, count: int, limit: int) -> str:
+        """The error for an image of `count` regions when the selection refuses more than `limit`."""
+        advice = ("select regions first, or set region_selection='first_n' to keep the first ones as the original "
+                  "data loader does" if self.region_selection == "refuse" else
+                  "select regions first, pass detector confidences (scores) so the processor can select by "
+                  "confidence, or set region_selection='first_n' to keep the first ones")
+        return f"got {count} regions but this processor allows at most max_regions={limit}; {advice}"
+
+    def to_dict(self) -> dict:
+        output = super().to_dict()
+        output.pop("regions_cut", None)  # a count of this session's work, not a setting
+        return output
+
+    def _report_cuts(self, cuts: list[tuple[int, int]], batch_size: int) -> None:
+        """Count the images "first_n" cut in one batch (`(regions before, kept)` each); the first batch with any says
+        so in the log, once."""
+        first = self.regions_cut == 0
+        self.regions_cut += len(cuts)
+        if first:
+            before = sorted({b for b, _ in cuts})
+            kept = sorted({k for _, k in cuts})
+            logger.warning(
+                f"{len(cuts)} of {batch_size} images had more regions than this processor keeps "
+                f"({', '.join(map(str, before))} regions): kept the first {', '.join(map(str, kept))} of each, as the "
+                f"original data loader does (region_selection={self.region_selection!r}, max_regions="
+                f"{self.max_regions}). Later cuts are not logged again; `regions_cut` on the region processor counts "
+                "the images cut."
+            )
 
     def __call__(self, regions, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         if kwargs:
@@ -161,12 +240,16 @@ class RegionProcessor(FeatureExtractionMixin):
         batch = [regions] if isinstance(regions, RegionFeatures) else list(regions)
         if not batch:
             raise ValueError("no regions given: pass one RegionFeatures per example")
-        features, locations, float16_exact = [], [], True
+        features, locations, float16_exact, cuts = [], [], True, []
         for i, item in enumerate(batch):
             feat, loc, selected = self._encode_example(item, f"regions[{i}]")
             features.append(feat)
             locations.append(loc)
             float16_exact = float16_exact and feat is selected.features and selected.metadata.get(FLOAT16_FEATURES)
+            if CUT_FROM in selected.metadata:
+                cuts.append((selected.metadata[CUT_FROM], len(selected)))
+        if cuts:
+            self._report_cuts(cuts, len(batch))
         # One padding op per input (a row-by-row copy into a zeroed batch cost more than the encoding itself).
         region_features = pad_sequence(features, batch_first=True).to(torch.float32)
         if float16_exact:  # a float16 store's values, passed through: DataLoader workers send them as float16

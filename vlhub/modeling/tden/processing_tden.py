@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, keep_first_regions
 from ...processing.regions import RegionFeatures
 
 __all__ = ["TdenRegionProcessor", "TdenProcessor", "tden_locations", "TEXT_STREAMS"]
@@ -27,27 +27,30 @@ def tden_locations(regions: RegionFeatures) -> torch.Tensor:
 
 
 class TdenRegionProcessor(RegionProcessor):
-    """Regions → TDEN inputs: row 0 is the [IMG] token (the mean of the regions' features, location
+    """Regions → TDEN inputs: row 0 is the [IMG] token (the mean of the kept regions' features, location
     `[0, 0, 1, 1, 1]`), then the regions with 5-d locations; `region_attention_mask` counts [IMG].
 
-    X-modaler keeps the first `MAX_FEAT_NUM - 1` regions of each feature file: 50 (pre-training, captioning,
-    retrieval; the default `max_regions`) or 100 (VQA). With detector confidences the regions are first selected as
-    the bottom-up-attention extraction did (`confidence_threshold`, `min_regions`, `max_regions`); without them more
-    than `max_regions` regions is an error rather than a silent cut.
+    X-modaler's data mappers (`read_np_bbox`, the COCO and Conceptual Captions datasets) keep the first
+    `MAX_FEAT_NUM - 1` regions of each feature file, whatever their number, and average those for [IMG]:
+    `max_regions` is that count, 50 (pre-training, captioning, retrieval, VCR; the default) or 100 (VQA), and
+    `region_selection="first_n"` (the default) keeps them the same way (the cut is logged once). With detector
+    confidences the regions are first selected as the bottom-up-attention extraction did (`confidence_threshold`,
+    `min_regions`, `max_detections`). `region_selection="refuse"` makes more than `max_regions` an error instead.
     """
 
     location_dim = 5
 
-    def __init__(self, max_regions: int | None = 50, max_detections: int = 100, **kwargs):
-        super().__init__(max_regions=max_regions, **kwargs)
+    def __init__(self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n",
+                 **kwargs):
+        super().__init__(max_regions=max_regions, region_selection=region_selection, **kwargs)
         self.max_detections = max_detections
 
     def select(self, regions: RegionFeatures) -> RegionFeatures:
         """With detector confidences: X-modaler's extraction (`tools/generate_npz.py`) keeps the boxes with confidence
         >= `confidence_threshold` *in detector order*, or the `min_regions` / `max_detections` most confident ones
-        when there are fewer / more; the data mappers then take the first `max_regions`. Without confidences the
-        regions are taken as given (more than `max_regions` is an error)."""
-        if regions.scores is None or self.confidence_threshold is None:
+        when there are fewer / more; the data mappers then take the first `max_regions`. Without confidences (a
+        feature file) the `region_selection` rule: the first `max_regions` ("first_n"), or an error beyond them."""
+        if regions.scores is None or self.confidence_threshold is None or self.region_selection == "refuse":
             return super().select(regions)
         scores = regions.scores
         keep = (scores >= self.confidence_threshold).nonzero().flatten()
@@ -56,9 +59,9 @@ class TdenRegionProcessor(RegionProcessor):
             keep = by_confidence[: self.min_regions]
         elif len(keep) > self.max_detections:
             keep = by_confidence[: self.max_detections]
-        if self.max_regions is not None:
-            keep = keep[: self.max_regions]
-        return regions if torch.equal(keep, torch.arange(len(regions))) else regions.select(keep)
+        if torch.equal(keep, torch.arange(len(regions))):
+            return keep_first_regions(regions, self.max_regions)
+        return keep_first_regions(regions.select(keep), self.max_regions)
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return tden_locations(regions)

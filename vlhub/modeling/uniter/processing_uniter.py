@@ -35,7 +35,8 @@ class UniterRegionProcessor(RegionProcessor):
     """Regions → UNITER inputs.
 
     Selection as the original's feature databases: by detector confidence, `clamp(#(conf > 0.2), 10, 100)` regions
-    (settings `confidence_threshold`, `min_regions`, `max_regions`). With `float16_storage=True` (default) features
+    (settings `confidence_threshold`, `min_regions`, `max_regions`; the referring-expression configs' `conf_th -1`
+    is `region_selection="first_n"` with `max_regions=num_bb`). With `float16_storage=True` (default) features
     and normalised boxes are rounded to float16 as the original feature files store them.
     """
 
@@ -60,7 +61,8 @@ class UniterProcessor(VisionLanguageProcessor):
 
     `processor(text=[...], regions=[RegionFeatures, ...], return_tensors="pt")` → `input_ids`, `attention_mask`,
     `token_type_ids`, `region_features`, `region_locations`, `region_attention_mask`. Texts longer than
-    `max_text_length` (60, the original's limit) are truncated with a warning.
+    `max_text_length` tokens (60 by default; a converted model's is the training config's `max_txt_len` word pieces
+    plus [CLS] and [SEP]) are truncated with a warning.
 
     UNITER's layout is the base processor's default (`build_text_inputs`: `[CLS] w [SEP]`, token type 0) and it adds
     no global region row; only the region encodings (`UniterRegionProcessor`) are its own.

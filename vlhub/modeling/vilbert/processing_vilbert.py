@@ -11,13 +11,15 @@ from torch.nn.utils.rnn import pad_sequence
 from torchvision.ops import box_iou
 from transformers import BatchFeature
 
-from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, select_regions
+from ...processing.processor_base import CUT_FROM, RegionProcessor, VisionLanguageProcessor
 from ...processing.regions import RegionFeatures
 
 __all__ = [
     "VilbertRegionProcessor", "VilbertProcessor", "vilbert_locations", "pointing_targets", "GLOBAL_TOKEN_LOCATION",
 ]
 
+# RegionFeatures.metadata key: the mean feature of an image's regions before "first_n" cut them (the global token's).
+_ALL_REGIONS_MEAN = "vlhub_vilbert_all_regions_mean"
 # The location of the global image token (the whole image, area 1).
 GLOBAL_TOKEN_LOCATION = (0.0, 0.0, 1.0, 1.0, 1.0)
 # 12-in-1 pointing: a candidate box counts as the answer when its IoU with the answer box is at least this.
@@ -52,32 +54,36 @@ class VilbertRegionProcessor(RegionProcessor):
     """Regions → ViLBERT inputs: row 0 is the global image token (the mean of the region features, location
     `[0, 0, 1, 1, 1]`), then the regions in the order given, with 5-d locations.
 
-    `max_regions` counts every row, the global token included (the original's `max_region_num`, 101 = 100 detected
-    regions + the global token). By default regions are taken as given (the releases use the detector's 100 boxes,
-    or 10-36 for the beta features); more than `max_regions - 1` is an error, not a silent cut. With
-    `confidence_threshold` set and detector scores present, regions are selected by confidence as
-    `clamp(#(score > threshold), min_regions, max_regions - 1)`.
+    `max_regions` counts every row, the global token included (the original's `max_region_num`: 101 = 100 detected
+    regions + the global token in the 12-in-1 release, 100 in the beta release's tasks). The original's feature
+    reader averages *all* of a file's regions into the global token, and its datasets then keep the first
+    `max_region_num` rows: `region_selection="first_n"` (the default) does the same, so an image with more than
+    `max_regions - 1` regions keeps its first `max_regions - 1` and a global token that averages them all (the cut is
+    logged once). `"refuse"` makes such an image an error instead. With `confidence_threshold` set and detector
+    scores present, regions are selected by confidence as `clamp(#(score > threshold), min_regions, max_regions - 1)`.
     """
 
     location_dim = 5
 
     def __init__(self, region_feature_dim: int = 2048, confidence_threshold: float | None = None,
-                 min_regions: int = 1, max_regions: int | None = 101, **kwargs):
+                 min_regions: int = 1, max_regions: int | None = 101, region_selection: str = "first_n", **kwargs):
         if max_regions is not None and max_regions < 2:
             raise ValueError(f"max_regions counts the global image token too; it must be at least 2, got {max_regions}")
         super().__init__(region_feature_dim=region_feature_dim, confidence_threshold=confidence_threshold,
-                         min_regions=min_regions, max_regions=max_regions, **kwargs)
+                         min_regions=min_regions, max_regions=max_regions, region_selection=region_selection, **kwargs)
 
     def select(self, regions: RegionFeatures) -> RegionFeatures:
-        detected = None if self.max_regions is None else self.max_regions - 1
-        if detected is not None and len(regions) > detected and (regions.scores is None or self.confidence_threshold is None):
-            raise ValueError(
-                f"got {len(regions)} regions but this processor allows at most max_regions={self.max_regions} rows, "
-                f"the global image token included ({detected} regions); select regions first, raise max_regions, or "
-                "set confidence_threshold so that regions are selected by detector confidence"
-            )
-        return select_regions(regions, self.confidence_threshold, min(self.min_regions, detected or self.min_regions),
-                              detected)
+        selected = self.select_at_most(regions, None if self.max_regions is None else self.max_regions - 1)
+        if CUT_FROM in selected.metadata and _ALL_REGIONS_MEAN not in selected.metadata:
+            # The original averages the file's regions before its dataset keeps the first rows.
+            selected.metadata[_ALL_REGIONS_MEAN] = regions.features.float().sum(dim=0, keepdim=True) / len(regions)
+        return selected
+
+    def too_many_regions(self, count: int, limit: int) -> str:
+        return (f"got {count} regions but this processor allows at most max_regions={self.max_regions} rows, the "
+                f"global image token included ({limit} regions); select regions first, raise max_regions, set "
+                "region_selection='first_n' to keep the first ones as the original, or set confidence_threshold so "
+                "that regions are selected by detector confidence")
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return vilbert_locations(regions)
@@ -88,7 +94,9 @@ class VilbertRegionProcessor(RegionProcessor):
     def add_global_rows(self, features, locations, regions):
         if features.shape[0] == 0:
             raise ValueError("an image without regions has no global image token (the mean of its region features)")
-        global_feature = features.sum(dim=0, keepdim=True) / features.shape[0]
+        global_feature = regions.metadata.get(_ALL_REGIONS_MEAN)
+        if global_feature is None:
+            global_feature = features.sum(dim=0, keepdim=True) / features.shape[0]
         global_location = torch.tensor([GLOBAL_TOKEN_LOCATION], dtype=locations.dtype)
         return torch.cat([global_feature, features]), torch.cat([global_location, locations])
 

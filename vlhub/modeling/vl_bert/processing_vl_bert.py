@@ -70,7 +70,8 @@ class VlBertRegionProcessor(RegionProcessor):
     `regions.metadata["image_box_feature"]` when given (what the original reads from a feature file that has one),
     else the mean of the region features (the original's default otherwise). Regions are kept in the order
     given (the released VQA features were selected at extraction, 10-100 per image; more than `max_regions` is an
-    error); with `confidence_threshold` set and detector scores present they are selected by confidence
+    error; the original's loaders keep every box, so converted processors have `max_regions=None`); with
+    `confidence_threshold` set and detector scores present they are selected by confidence
     (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
     in the image the original resizes to (`min_size` 600, `max_size` 1000; VCR used 1200).
     """

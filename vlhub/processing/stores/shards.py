@@ -826,9 +826,15 @@ def import_features(reader, output, shard_size: int = 512, feature_dtype: str = 
     from tqdm.auto import tqdm
 
     written = 0
+    not_kept: set[str] = set()
     with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype) as writer:
         for image_id in tqdm(list(reader), desc="importing", unit="img", disable=not progress):
             if image_id not in writer.completed_ids:
-                writer.add(image_id, reader[image_id])
+                regions = reader[image_id]
+                writer.add(image_id, regions)
+                not_kept.update(k for k in regions.metadata if k != "image_id" and not k.startswith("vlhub_"))
                 written += 1
+    if not_kept:  # e.g. VL-BERT's image_box_feature: the processor then averages the regions instead
+        logger.warning(f"the region store at {output} keeps features, boxes, image sizes and detector outputs; the "
+                       f"source's other per-image fields {sorted(not_kept)} were not imported")
     return written

@@ -137,7 +137,8 @@ def convert_unified_vlp(
         config: the original `bert_config.json` (bert-base-cased's); without it the sizes are read from the
             checkpoint and the head count inferred.
         task: "captioning" (default without `ans_classifier`), "pretraining", or "vqa" (default with it).
-        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor.
+        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor; saved with VLP's token
+            renames (`vlp_release_tokenizer`), so captions decode as the original printed them.
         answers: VQA answer vocabulary (Pythia's `answers_vqa.txt`, one per line); without it the labels are
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
@@ -180,7 +181,10 @@ def convert_unified_vlp(
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    tok = unified_vlp.vlp_release_tokenizer(
+        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"))
+    report.notes.append("tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
+                        "the original's load_vocab renames them")
     region_processor = unified_vlp.UnifiedVlpRegionProcessor(
         region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
         max_regions=model_config.num_regions, min_regions=model_config.num_regions,

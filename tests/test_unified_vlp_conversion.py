@@ -13,11 +13,14 @@ from vlhub.conversion.common import CheckpointError, sha256_of
 from vlhub.conversion.unified_vlp import convert_unified_vlp
 
 from .conftest import fixtures_root
+from .release_files import unified_vlp_files
 
 ORIGINAL = fixtures_root() / "unified_vlp" / "original"
 pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no Unified VLP fixture")
-IMG2TXT, VQA2 = ORIGINAL / "img2txt" / "model.30.bin", ORIGINAL / "vqa2" / "model.20.bin"
-CONFIG, VOCAB = ORIGINAL / "bert_config.json", ORIGINAL / "vocab.txt"
+if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture set names them
+    FILES = unified_vlp_files(ORIGINAL)
+    IMG2TXT, VQA2 = FILES["checkpoints"]["img2txt"], FILES["checkpoints"]["vqa2"]
+    CONFIG, VOCAB = FILES["config"], FILES["vocab"]
 
 
 def convert(source, folder, **kwargs):

@@ -15,13 +15,11 @@ import vlhub
 from vlhub.conversion.vl_bert import convert_vl_bert
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
+from .release_files import paths_of, vl_bert_files
 
 ROOT, pytestmark = parity_fixture_dir("vl_bert", "VL-BERT")
-CHECKPOINTS = {
-    "pretrain": ("vl-bert-prec.model", "pretrain"),
-    "vqa": ("vl-bert_tiny_vqa-0000.model", "vqa"),
-    "refcoco": ("vl-bert_tiny_refcoco-0000.model", "refcoco"),
-}
+# checkpoint → the cfgs/ folder of the config it is converted with (files found by `release_files.vl_bert_files`)
+CHECKPOINTS = {"pretrain": "pretrain", "vqa": "vqa", "refcoco": "refcoco"}
 
 
 def reference_locations(boxes: torch.Tensor, im_info: torch.Tensor) -> torch.Tensor:
@@ -36,23 +34,18 @@ class Fixture(ParityFixture):
     label = "VL-BERT"
 
     def __init__(self, root, work):
-        needed = ["original/answers_vqa.txt", "original/bert-tiny/vocab.txt"]
-        super().__init__(root, work, needed + [f"original/{name}" for name, _ in CHECKPOINTS.values()])
+        self.files = vl_bert_files(root / "original")
+        super().__init__(root, work, [*paths_of(self.files), self.files["bert"] / "vocab.txt"])
         self._converted = {}
 
     def yaml(self, task):
-        found = sorted((self.root / "original" / "cfgs" / task).glob("*.yaml"))
-        if len(found) != 1:
-            pytest.fail(f"expected one YAML under original/cfgs/{task}, found {found}")
-        return found[0]
+        return self.files["configs"][task]
 
     def convert(self, name):
         if name not in self._converted:
-            checkpoint, cfg = CHECKPOINTS[name]
             folder = self.work / name
-            original = self.root / "original"
-            convert_vl_bert(original / checkpoint, folder, config=self.yaml(cfg), tokenizer=original / "bert-tiny",
-                            answers=original / "answers_vqa.txt")
+            convert_vl_bert(self.files["checkpoints"][name], folder, config=self.yaml(CHECKPOINTS[name]),
+                            tokenizer=self.files["bert"], answers=self.files["answers"])
             self._converted[name] = folder
         return self._converted[name]
 
@@ -208,7 +201,7 @@ def test_vl_bert_parity_vqa(fx):
     assert torch.equal(positions, fx.outputs["vqa.answer_positions"][:, 1])
     answers = [model.config.id2label[i] for i in out.logits.argmax(-1).tolist()]
     reference = fx.outputs["vqa.label_logits"].argmax(-1).tolist()
-    answer_list = (fx.root / "original" / "answers_vqa.txt").read_text().split()
+    answer_list = fx.files["answers"].read_text().split()
     assert answers == [answer_list[i] for i in reference]
 
 
@@ -320,8 +313,13 @@ def test_vl_bert_parity_vqa_pipeline_on_converted_folder(fx):
 
     vqa = pipeline("visual-question-answering", model=str(fx.convert("vqa")))
     logits = fx.outputs["vqa.label_logits"]
-    answer_list = (fx.root / "original" / "answers_vqa.txt").read_text().split()
+    answer_list = fx.files["answers"].read_text().split()
     for i, (example, regions) in enumerate(zip(fx.raw["examples"], fx.regions())):
         best = vqa(image=regions, question=example["vqa_question_string"], top_k=1)[0]
         assert best["answer"] == answer_list[logits[i].argmax().item()]
         assert best["score"] == pytest.approx(torch.sigmoid(logits[i].max()).item(), abs=1e-4)
+
+
+def test_vl_bert_parity_every_output_is_compared(fx):
+    """Runs last in this module: the tests above looked up every tensor of outputs.safetensors to compare it."""
+    assert not fx.unread_outputs(), f"outputs no test compared: {fx.unread_outputs()}"

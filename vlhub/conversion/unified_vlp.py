@@ -29,6 +29,8 @@ from .common import (
     save_converted_model,
     set_answer_labels,
 )
+from ..modeling.unified_vlp.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +211,7 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
         pipeline_tag=PIPELINE_TAGS.get(task), usage=usage, logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 

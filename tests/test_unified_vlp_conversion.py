@@ -87,8 +87,9 @@ def test_wrong_files_get_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="2 token types"):
         convert(two_types, tmp_path / "x")
     bad_config = tmp_path / "bad.json"
-    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": 32}))
-    with pytest.raises(CheckpointError, match="hidden_size=32 but the checkpoint has 64"):
+    hidden = json.loads(CONFIG.read_text())["hidden_size"]
+    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": hidden * 2}))
+    with pytest.raises(CheckpointError, match=f"hidden_size={hidden * 2} but the checkpoint has {hidden}"):
         convert_unified_vlp(IMG2TXT, tmp_path / "x", config=bad_config, tokenizer=VOCAB)
 
 

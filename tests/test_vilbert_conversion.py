@@ -69,8 +69,9 @@ def test_beta_num_labels_disagreeing_with_the_config_is_refused(tmp_path, vocab)
 
 
 def test_config_disagreeing_with_the_checkpoint_is_refused(tmp_path, vocab):
-    config = {**json.loads(CONFIG.read_text()), "v_hidden_size": 64}
-    with pytest.raises(CheckpointError, match="v_hidden_size=64 but the checkpoint has 48"):
+    visual = json.loads(CONFIG.read_text())["v_hidden_size"]
+    config = {**json.loads(CONFIG.read_text()), "v_hidden_size": visual * 2}
+    with pytest.raises(CheckpointError, match=f"v_hidden_size={visual * 2} but the checkpoint has {visual}"):
         convert_vilbert(PRETRAINED, tmp_path / "x", config=config, tokenizer=vocab)
     config = {**json.loads(CONFIG.read_text()), "task_specific_tokens": False}
     with pytest.raises(CheckpointError, match="task-token embeddings"):

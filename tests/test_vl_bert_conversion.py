@@ -133,9 +133,8 @@ def test_wrong_files_get_clear_errors(tmp_path):
     torch.save({"state_dict": e2e}, tmp_path / "e2e.model")
     with pytest.raises(CheckpointError, match="IMAGE_FEAT_PRECOMPUTED=True but the checkpoint is an end-to-end"):
         _convert(tmp_path / "e2e.model", tmp_path / "x")
-    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": {
-        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128,
-        "max_position_embeddings": 128, "type_vocab_size": 3}}}
+    sizes = yaml.safe_load(_yaml("pretrain").read_text())["NETWORK"]["VLBERT"]  # the fixture's own sizes
+    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": sizes}}
     with pytest.raises(CheckpointError, match="needs image_feature_extractor.backbone"):
         convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=BERT)
     # Another architecture's checkpoint.
@@ -154,17 +153,17 @@ def test_wrong_files_get_clear_errors(tmp_path):
         _convert(VQA, tmp_path / "x", task="refcoco", cfg="refcoco")
     # The answers must match the VQA head.
     (tmp_path / "answers.txt").write_text("yes\nno\n")
-    with pytest.raises(CheckpointError, match="2 entries but the head predicts 50"):
+    answers = len([line for line in ANSWERS.read_text().splitlines() if line.strip()])
+    with pytest.raises(CheckpointError, match=f"2 entries but the head predicts {answers}"):
         _convert(VQA, tmp_path / "x", cfg="vqa", answers=tmp_path / "answers.txt")
     # The YAML must describe the checkpoint.
     with pytest.raises(CheckpointError, match="the config says"):
         convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
-            "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "vocab_size": 512}}},
-            tokenizer=BERT, answers=ANSWERS)
-    with pytest.raises(ValueError, match="visual_size=32 is not supported"):
-        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
-            "hidden_size": 64, "visual_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}}},
-            tokenizer=BERT)
+            **sizes, "num_hidden_layers": sizes["num_hidden_layers"] + 1}}}, tokenizer=BERT, answers=ANSWERS)
+    visual = sizes["hidden_size"] // 2
+    with pytest.raises(ValueError, match=f"visual_size={visual} is not supported"):
+        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {**sizes, "visual_size": visual}}},
+                        tokenizer=BERT)
     # Without a YAML the head count of a non-BERT size cannot be guessed.
     with pytest.raises(CheckpointError, match="--config"):
         convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=BERT)

@@ -320,6 +320,63 @@ def test_vl_bert_parity_vqa_pipeline_on_converted_folder(fx):
         assert best["score"] == pytest.approx(torch.sigmoid(logits[i].max()).item(), abs=1e-4)
 
 
+def _layout(model, backbone, inputs, **extra):
+    """`model`'s output on `inputs` (all hidden states) and the ids its `backbone`'s embeddings fed `token_type_embeddings` and `position_embeddings` for `[text | objects | [END]]`
+    (captured at those tables, as the fixture captured the original's) and the attention mask they returned."""
+    embeddings, captured = backbone.embeddings, {}
+    hooks = [embeddings.token_type_embeddings.register_forward_pre_hook(
+                 lambda module, args: captured.__setitem__("token_type_ids", args[0])),
+             embeddings.position_embeddings.register_forward_pre_hook(
+                 lambda module, args: captured.__setitem__("position_ids", args[0])),
+             embeddings.register_forward_hook(lambda module, args, output: captured.__setitem__("attention_mask",
+                                                                                                output[1]))]
+    try:
+        with torch.no_grad():
+            out = model(**inputs, **extra, output_hidden_states=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return captured, out
+
+
+@pytest.mark.parametrize("task", ["vqa", "refcoco", "pretrain"])
+def test_vl_bert_parity_seamless_layout_and_head_inputs(fx, task):
+    """The original's seamless layout ids (token types, positions, attention mask) at every real text token, object
+    and [END]; the object features out of `obj_downsample`; pre-training's MVRC head input (the last layer's objects)."""
+    if task == "pretrain":
+        model = AutoModelForPreTraining.from_pretrained(fx.convert(task)).eval()
+        inputs, targets = fx.pretrain_inputs()
+        extra = {"region_masks": targets["region_masks"]}
+    else:
+        model = AutoModel.from_pretrained(fx.convert(task)).eval()
+        inputs, extra = fx.task_inputs(task), {}
+    backbone_model = model.vl_bert if task == "pretrain" else model
+    captured, out = _layout(model, backbone_model, inputs, **extra)
+    o = fx.outputs
+    text_mask, region_mask = inputs["attention_mask"].bool(), inputs["region_attention_mask"].bool()
+    text_length, num_regions = text_mask.shape[1], region_mask.shape[1]
+    seamless_text, seamless_objects = o[f"{task}.seamless.text_positions_mask"], o[f"{task}.seamless.object_positions_mask"]
+    end = o[f"{task}.end_positions"]
+    rows = torch.arange(end.shape[0])
+    for name in ("token_type_ids", "position_ids", "attention_mask"):
+        mine, reference = captured[name], o[f"{task}.seamless.{name}"]
+        assert torch.equal(mine[:, :text_length][text_mask], reference[seamless_text]), f"{task} {name} text"
+        assert torch.equal(mine[:, text_length:text_length + num_regions][region_mask], reference[seamless_objects]), \
+            f"{task} {name} objects"
+        assert torch.equal(mine[:, -1], reference[rows, end]), f"{task} {name} [END]"
+    assert torch.equal(captured["attention_mask"].sum(1), o[f"{task}.seamless.attention_mask"].sum(1)), \
+        f"{task}: attended positions per row"
+    with torch.no_grad():
+        backbone = backbone_model(**inputs, **extra)
+    images = o[f"{task}.obj_reps"].shape[0]
+    real = region_mask[:images]
+    assert_close(backbone.region_embeddings[:images][real], o[f"{task}.obj_downsample_output"],
+                 f"{task} obj_downsample output")
+    if task == "pretrain":
+        objects = out.hidden_states[-1][:, text_length:text_length + num_regions]
+        assert_close(objects[region_mask], o["pretrain.mvrc_head_input"][region_mask], "MVRC head input")
+
+
 def test_vl_bert_parity_every_output_is_compared(fx):
     """Runs last in this module: the tests above looked up every tensor of outputs.safetensors to compare it."""
     assert not fx.unread_outputs(), f"outputs no test compared: {fx.unread_outputs()}"

@@ -16,15 +16,10 @@ def _row(release, task, dataset, dataset_id, split, metric, value, table, settin
 
 
 REPORTED_RESULTS = (
-    _row("base", "vcr", "VCR", "vcr", "val", "Q->A accuracy", 73.8, 1),
-    _row("base", "vcr", "VCR", "vcr", "val", "QA->R accuracy", 74.4, 1),
-    _row("base", "vcr", "VCR", "vcr", "val", "Q->AR accuracy", 55.2, 1),
-    _row("large", "vcr", "VCR", "vcr", "val", "Q->A accuracy", 75.5, 1),
-    _row("large", "vcr", "VCR", "vcr", "val", "QA->R accuracy", 77.9, 1),
-    _row("large", "vcr", "VCR", "vcr", "val", "Q->AR accuracy", 58.9, 1),
-    _row("large", "vcr", "VCR", "vcr", "test", "Q->A accuracy", 75.8, 1),
-    _row("large", "vcr", "VCR", "vcr", "test", "QA->R accuracy", 78.4, 1),
-    _row("large", "vcr", "VCR", "vcr", "test", "Q->AR accuracy", 59.7, 1),
+    *(_row(release, "vcr", "VCR", "vcr", split, metric, value, 1)
+      for release, split, values in (("base", "val", (73.8, 74.4, 55.2)), ("large", "val", (75.5, 77.9, 58.9)),
+                                     ("large", "test", (75.8, 78.4, 59.7)))
+      for metric, value in zip(("Q->A accuracy", "QA->R accuracy", "Q->AR accuracy"), values)),
     _row("base", "vqa", "VQA v2", "vqa_v2", "test-dev", "accuracy", 71.16, 2),
     _row("large", "vqa", "VQA v2", "vqa_v2", "test-dev", "accuracy", 71.79, 2),
     _row("large", "vqa", "VQA v2", "vqa_v2", "test-std", "accuracy", 72.22, 2),

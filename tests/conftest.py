@@ -52,23 +52,47 @@ def parity_fixture_dir(name: str, label: str):
     return root, mark
 
 
+class ReadTensors(dict):
+    """A fixture's tensors by name, remembering which ones a test looked up (`read`), so a module can check that its
+    comparisons reached every tensor the fixture holds."""
+
+    def __init__(self, tensors):
+        super().__init__(tensors)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        if name in self:
+            return self[name]
+        return default
+
+
 class ParityFixture:
     """A parity fixture's common files, loaded: `raw` (raw_inputs.json), `raw_tensors`, `model_inputs`, `outputs`.
-    Fails the test (never skips) when any of `PARITY_FILES` or the subclass's `needed` files is missing."""
+    Fails the test (never skips) when any of `PARITY_FILES` or the subclass's `needed` files is missing (names relative
+    to the fixture folder, or absolute paths). `outputs` remembers which tensors the tests read (`unread_outputs`)."""
 
     label = "parity"
 
     def __init__(self, root: Path, work: Path, needed=()):
         from safetensors.torch import load_file
 
-        missing = [name for name in (*PARITY_FILES, *needed) if not (root / name).is_file()]
+        missing = [name for name in PARITY_FILES if not (root / name).is_file()]
+        missing += [name for name in needed if not (root / name).exists()]  # a file or a folder (a BERT model dir)
         if missing:
             pytest.fail(f"the {self.label} fixture at {root} lacks {missing}")
         self.root, self.work = root, work
         self.raw = json.loads((root / "raw_inputs.json").read_text())
         self.raw_tensors = load_file(root / "raw_inputs.safetensors")
         self.model_inputs = load_file(root / "model_inputs.safetensors")
-        self.outputs = load_file(root / "outputs.safetensors")
+        self.outputs = ReadTensors(load_file(root / "outputs.safetensors"))
+
+    def unread_outputs(self) -> list[str]:
+        """The tensors of outputs.safetensors no test has looked up (to compare it) so far."""
+        return sorted(set(self.outputs) - self.outputs.read)
 
 
 def assert_close(actual, expected, what: str = "", atol: float = PARITY_TOLERANCE):

@@ -14,37 +14,44 @@ from vlhub.conversion.common import CheckpointError
 from vlhub.conversion.tden import convert_tden, detect_tden_task, load_tden_checkpoint
 
 from .conftest import fixtures_root
+from .release_files import tden_files
 
 ROOT = fixtures_root() / "tden"
 ORIGINAL = ROOT / "original"
-pytestmark = pytest.mark.skipif(not (ORIGINAL / "caption" / "model_final.pth").is_file() and not os.environ.get("VLHUB_FIXTURES_DIR"),
+pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir() and not os.environ.get("VLHUB_FIXTURES_DIR"),
                                 reason=f"no TDEN fixture at {ROOT}")
-VOCAB = ORIGINAL / "vocab.txt"
+if ORIGINAL.is_dir():  # each run folder's checkpoint, whatever the fixture set names it
+    FILES = tden_files(ORIGINAL)
+    RUNS, VOCAB = FILES["runs"], FILES["vocab"]
+
+
+def checkpoint(name):
+    return RUNS[name]["checkpoint"]
 
 
 def convert(name, out, **kwargs):
-    kwargs.setdefault("config", ORIGINAL / name / "config.yaml")
+    kwargs.setdefault("config", RUNS[name]["config"])
     kwargs.setdefault("tokenizer", VOCAB)
-    return convert_tden(ORIGINAL / name / "model_final.pth", out, **kwargs)
+    return convert_tden(checkpoint(name), out, **kwargs)
 
 
 def test_only_the_model_entry_of_the_container_is_read():
-    container = torch.load(ORIGINAL / "caption" / "model_final.pth", map_location="cpu", weights_only=True)
+    container = torch.load(checkpoint("caption"), map_location="cpu", weights_only=True)
     assert {"model", "trainer"} <= set(container)
-    state = load_tden_checkpoint(ORIGINAL / "caption" / "model_final.pth")
+    state = load_tden_checkpoint(checkpoint("caption"))
     assert set(state) == set(container["model"])
     assert detect_tden_task(state) == "captioning"
-    assert [detect_tden_task(load_tden_checkpoint(ORIGINAL / n / "model_final.pth")) for n in ("pretrain", "vqa", "retrieval")] == \
+    assert [detect_tden_task(load_tden_checkpoint(checkpoint(n))) for n in ("pretrain", "vqa", "retrieval")] == \
         ["pretraining", "vqa", "retrieval"]
 
 
 def test_cli_converts_with_a_report_and_a_model_card(tmp_path):
     out = tmp_path / "caption"
-    code = cli_main(["convert", "tden", str(ORIGINAL / "caption" / "model_final.pth"), "--output-dir", str(out),
-                     "--config", str(ORIGINAL / "caption" / "config.yaml"), "--tokenizer", str(VOCAB)])
+    code = cli_main(["convert", "tden", str(checkpoint("caption")), "--output-dir", str(out),
+                     "--config", str(RUNS["caption"]["config"]), "--tokenizer", str(VOCAB)])
     assert code == 0
     report = json.loads((out / "conversion_report.json").read_text())
-    state = load_tden_checkpoint(ORIGINAL / "caption" / "model_final.pth")
+    state = load_tden_checkpoint(checkpoint("caption"))
     assert set(report["used"].values()) | set(report["dropped"]) == set(state)
     assert "twice" in report["dropped"]["predictor.decoder.bias"] and not report["initialized"]
     assert report["used"]["lm_head.decoder.bias"] == "predictor.bias"
@@ -62,7 +69,7 @@ def test_cli_converts_with_a_report_and_a_model_card(tmp_path):
 
 def test_batchnorm_running_statistics_are_converted(tmp_path):
     convert("retrieval", tmp_path / "retrieval")
-    state = load_tden_checkpoint(ORIGINAL / "retrieval" / "model_final.pth")
+    state = load_tden_checkpoint(checkpoint("retrieval"))
     model = vlhub.TdenForImageTextRetrieval.from_pretrained(tmp_path / "retrieval")
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         assert torch.equal(getattr(model.similarity.v_pooler[0].bn, name), state[f"similarity_predictor.v_pooler.0.bn.{name}"])
@@ -141,7 +148,7 @@ def test_a_head_refuses_a_folder_without_its_weights(tmp_path):
 
 
 def test_bad_files_are_refused_with_their_reason(tmp_path):
-    container = torch.load(ORIGINAL / "caption" / "model_final.pth", map_location="cpu", weights_only=True)
+    container = torch.load(checkpoint("caption"), map_location="cpu", weights_only=True)
     trainer_only = tmp_path / "trainer_only.pth"
     torch.save({k: v for k, v in container.items() if k != "model"}, trainer_only)
     with pytest.raises(CheckpointError, match="only trainer state"):
@@ -155,14 +162,14 @@ def test_bad_files_are_refused_with_their_reason(tmp_path):
     differing = tmp_path / "differing.pth"
     torch.save({"model": state}, differing)
     with pytest.raises(CheckpointError, match="same tensor as predictor.bias"):
-        convert_tden(differing, tmp_path / "out", config=ORIGINAL / "caption" / "config.yaml", tokenizer=VOCAB)
+        convert_tden(differing, tmp_path / "out", config=RUNS["caption"]["config"], tokenizer=VOCAB)
     bare = tmp_path / "bare.pth"
     torch.save(dict(container["model"]), bare)  # a bare state dict is accepted too
     with pytest.raises(CheckpointError, match="attention heads"):  # hidden 64: the heads need the config
         convert_tden(bare, tmp_path / "out", tokenizer=VOCAB)
-    assert convert_tden(bare, tmp_path / "bare", config=ORIGINAL / "caption" / "config.yaml", tokenizer=VOCAB).used
+    assert convert_tden(bare, tmp_path / "bare", config=RUNS["caption"]["config"], tokenizer=VOCAB).used
     with pytest.raises(CheckpointError, match="META_ARCHITECTURE"):
-        convert_tden(ORIGINAL / "caption" / "model_final.pth", tmp_path / "out", config=ORIGINAL / "vqa" / "config.yaml",
+        convert_tden(checkpoint("caption"), tmp_path / "out", config=RUNS["vqa"]["config"],
                      tokenizer=VOCAB)
     assert not (tmp_path / "out").exists()
     code = cli_main(["convert", "tden", str(trainer_only), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(VOCAB)])

@@ -14,6 +14,7 @@ import vlhub
 from vlhub.conversion.tden import convert_tden
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
+from .release_files import paths_of, tden_files
 
 ROOT, pytestmark = parity_fixture_dir("tden", "TDEN")
 TASKS = {"pretrain": "pretraining", "caption": "captioning", "vqa": "vqa", "retrieval": "retrieval"}
@@ -24,17 +25,20 @@ class Fixture(ParityFixture):
     label = "TDEN"
 
     def __init__(self, root, work):
-        needed = ["original/vocab.txt"] + [f"original/{name}/{f}" for name in TASKS for f in ("model_final.pth", "config.yaml")]
-        super().__init__(root, work, needed)
+        self.files = tden_files(root / "original")
+        missing = sorted(set(TASKS) - set(self.files["runs"]))
+        if missing:
+            pytest.fail(f"the TDEN fixture at {root} has no checkpoint (*.pth) in original/{missing}")
+        super().__init__(root, work, paths_of(self.files))
         self.checked: set[str] = set()
         self._converted = {}
 
     def convert(self, name):
         if name not in self._converted:
-            original = self.root / "original" / name
-            answers = original / "trainval_label2ans.pkl"
-            convert_tden(original / "model_final.pth", self.work / name, config=original / "config.yaml",
-                         tokenizer=self.root / "original" / "vocab.txt", answers=answers if answers.is_file() else None)
+            run = self.files["runs"][name]
+            answers = run["checkpoint"].parent / "trainval_label2ans.pkl"
+            convert_tden(run["checkpoint"], self.work / name, config=run["config"], tokenizer=self.files["vocab"],
+                         answers=answers if answers.is_file() else None)
             self._converted[name] = self.work / name
         return self._converted[name]
 

@@ -13,11 +13,14 @@ from vlhub.conversion.common import CheckpointError, sha256_of
 from vlhub.conversion.unified_vlp import convert_unified_vlp
 
 from .conftest import fixtures_root
+from .release_files import unified_vlp_files
 
 ORIGINAL = fixtures_root() / "unified_vlp" / "original"
 pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no Unified VLP fixture")
-IMG2TXT, VQA2 = ORIGINAL / "img2txt" / "model.30.bin", ORIGINAL / "vqa2" / "model.20.bin"
-CONFIG, VOCAB = ORIGINAL / "bert_config.json", ORIGINAL / "vocab.txt"
+if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture set names them
+    FILES = unified_vlp_files(ORIGINAL)
+    IMG2TXT, VQA2 = FILES["checkpoints"]["img2txt"], FILES["checkpoints"]["vqa2"]
+    CONFIG, VOCAB = FILES["config"], FILES["vocab"]
 
 
 def convert(source, folder, **kwargs):
@@ -84,8 +87,9 @@ def test_wrong_files_get_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="2 token types"):
         convert(two_types, tmp_path / "x")
     bad_config = tmp_path / "bad.json"
-    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": 32}))
-    with pytest.raises(CheckpointError, match="hidden_size=32 but the checkpoint has 64"):
+    hidden = json.loads(CONFIG.read_text())["hidden_size"]
+    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": hidden * 2}))
+    with pytest.raises(CheckpointError, match=f"hidden_size={hidden * 2} but the checkpoint has {hidden}"):
         convert_unified_vlp(IMG2TXT, tmp_path / "x", config=bad_config, tokenizer=VOCAB)
 
 
@@ -110,3 +114,52 @@ def test_cli_converts_and_reports_errors(tmp_path):
     bad = subprocess.run([*command, str(tmp_path / "none.bin"), "--output-dir", str(out)],
                          capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""})
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+# The original's load_vocab (LuoweiZhou/VLP pytorch_pretrained_bert/tokenization.py) renames these vocab.txt entries
+# as it reads them; written out here from the original code, not from vlhub's table.
+ORIGINAL_RENAMES = {"[unused1]": "[X_SEP]", "[unused2]": "[SEP_0]", "[unused3]": "[SEP_1]", "[unused4]": "[SEP_2]",
+                    "[unused5]": "[SEP_3]", "[unused6]": "[SEP_4]", "[unused7]": "[SEP_5]", "[unused8]": "[SEP_6]",
+                    "[unused9]": "[SEP_7]", "[unused10]": "[SEP_8]", "[unused11]": "[SEP_9]"}
+
+
+def test_converted_tokenizer_has_the_original_token_strings(tmp_path):
+    from transformers import AutoProcessor, AutoTokenizer
+
+    report = convert(IMG2TXT, tmp_path / "cap")
+    assert any("[X_SEP]" in note for note in report.notes)
+    lines = VOCAB.read_text(encoding="utf-8").splitlines()
+    expected = [ORIGINAL_RENAMES.get(token, token) for token in lines]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "cap")
+    assert tokenizer.convert_ids_to_tokens(list(range(len(lines)))) == expected
+    assert len(tokenizer) == len(lines)  # no id added: [X_SEP] keeps id 1
+    # as the original's BasicTokenizer (never_split holds "[X_SEP]"), "[X_SEP]" in text is one token; "[SEP_0]" is not
+    assert tokenizer("[X_SEP]", add_special_tokens=False)["input_ids"] == [1]
+    assert tokenizer("[SEP_0]", add_special_tokens=False)["input_ids"] != [2]
+    processor = AutoProcessor.from_pretrained(tmp_path / "cap")
+    ids = [2, 11, 1, 3, 102, 2]  # cut at [SEP], as decode_img2txt.py
+    assert processor.batch_decode(torch.tensor([ids])) == ["[SEP_0] [SEP_9] [X_SEP] [SEP_1]"]
+
+
+def test_captioning_pipeline_prints_the_original_token_strings(tmp_path):
+    from transformers import pipeline
+
+    convert(IMG2TXT, tmp_path / "cap")
+    model = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "cap")
+    with torch.no_grad():  # make id 2 ([unused2] in vocab.txt) the only likely word
+        model.cls.predictions.bias[2] = 1e4
+    model.save_pretrained(tmp_path / "cap")
+    captioner = pipeline("image-captioning", model=str(tmp_path / "cap"))
+    regions = vlhub.RegionFeatures(
+        features=torch.rand(100, 2048), boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(100, 1),
+        image_size=(20, 20), class_probs=torch.softmax(torch.randn(100, 1601), -1), scores=torch.rand(100),
+    )
+    assert captioner(regions, max_new_tokens=3) == [{"generated_text": "[SEP_0] [SEP_0] [SEP_0]"}]
+
+
+def test_release_tokenizer_refuses_a_vocabulary_with_both_spellings():
+    from transformers import BertTokenizer
+
+    vocab = {"[PAD]": 0, "[unused1]": 1, "[X_SEP]": 2, "[UNK]": 3, "[CLS]": 4, "[SEP]": 5, "[MASK]": 6}
+    with pytest.raises(ValueError, match=r"both '\[unused1\]' \(id 1\) and '\[X_SEP\]' \(id 2\)"):
+        vlhub.modeling.unified_vlp.vlp_release_tokenizer(BertTokenizer(vocab=vocab, do_lower_case=False))

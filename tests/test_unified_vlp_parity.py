@@ -22,9 +22,9 @@ from vlhub.conversion.unified_vlp import convert_unified_vlp
 from vlhub.modeling.unified_vlp import vlp_beam_search, vlp_region_geometry
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
+from .release_files import paths_of, unified_vlp_files
 
 ROOT, pytestmark = parity_fixture_dir("unified_vlp", "Unified VLP")
-FILES = ("original/bert_config.json", "original/vocab.txt", "original/img2txt/model.30.bin", "original/vqa2/model.20.bin")
 
 
 def assert_equal(actual, expected, what):
@@ -36,17 +36,17 @@ class Fixture(ParityFixture):
     label = "Unified VLP"
 
     def __init__(self, root, work):
-        super().__init__(root, work, FILES)
+        self.files = unified_vlp_files(root / "original")
+        super().__init__(root, work, paths_of(self.files))
         self.inputs = self.model_inputs
         self._folders = {}
 
     def convert(self, name, task=None):
         key = (name, task)
         if key not in self._folders:
-            checkpoint = {"img2txt": "img2txt/model.30.bin", "vqa2": "vqa2/model.20.bin"}[name]
             folder = self.work / f"{name}-{task}"
-            convert_unified_vlp(self.root / "original" / checkpoint, folder, config=self.root / "original/bert_config.json",
-                                task=task, tokenizer=self.root / "original/vocab.txt")
+            convert_unified_vlp(self.files["checkpoints"][name], folder, config=self.files["config"], task=task,
+                                tokenizer=self.files["vocab"])
             self._folders[key] = folder
         return self._folders[key]
 
@@ -356,3 +356,8 @@ def test_unified_vlp_parity_captions(fx, captioner):
     for image, (greedy_caption, beam_caption) in table.items():
         assert greedy[image] == greedy_caption
         assert beam[image] == beam_caption
+
+
+def test_unified_vlp_parity_every_output_is_compared(fx):
+    """Runs last in this module: the tests above looked up every tensor of outputs.safetensors to compare it."""
+    assert not fx.unread_outputs(), f"outputs no test compared: {fx.unread_outputs()}"

@@ -127,12 +127,13 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
     from vlhub.conversion.unified_vlp import convert_unified_vlp
 
     from .conftest import fixtures_root
+    from .release_files import unified_vlp_files
 
     original = fixtures_root() / "unified_vlp" / "original"
     if not original.is_dir():
         pytest.skip("no Unified VLP fixture")
-    convert_unified_vlp(original / "vqa2" / "model.20.bin", tmp_path / "vqa", config=original / "bert_config.json",
-                        tokenizer=original / "vocab.txt")
+    files = unified_vlp_files(original)
+    convert_unified_vlp(files["checkpoints"]["vqa2"], tmp_path / "vqa", config=files["config"], tokenizer=files["vocab"])
     vqa = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))
     assert isinstance(vqa, VisualQuestionAnsweringPipeline) and isinstance(vqa.model, vlhub.UnifiedVlpForQuestionAnswering)
     regions = vlhub.RegionFeatures(

@@ -13,21 +13,25 @@ from vlhub.modeling.uniter import UniterProcessor
 from vlhub.conversion.common import sha256_of
 
 from .conftest import fixtures_root, write_vocab
+from .release_files import uniter_files
 
 ORIGINAL = fixtures_root() / "uniter" / "original"
 pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no UNITER fixture")
+if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture set names them
+    FILES = uniter_files(ORIGINAL)
+    CONFIG, CHECKPOINTS = FILES["config"], FILES["checkpoints"]
 
 
 @pytest.fixture
 def vocab(tmp_path):
-    size = json.loads((ORIGINAL / "config.json").read_text())["vocab_size"]
+    size = json.loads((CONFIG).read_text())["vocab_size"]
     specials = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
     return write_vocab(tmp_path / "vocab.txt", size, specials)
 
 
 def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path, vocab):
-    source = ORIGINAL / "uniter-pretrain.pt"
-    report = convert_uniter(source, tmp_path / "out", config=ORIGINAL / "config.json",
+    source = CHECKPOINTS["pretrain"]
+    report = convert_uniter(source, tmp_path / "out", config=CONFIG,
                             tokenizer=vocab)
     keys = torch.load(source, weights_only=True).keys()
     assert set(report.used.values()) | set(report.dropped) == set(keys)
@@ -36,11 +40,11 @@ def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path, vocab):
     saved = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
     assert saved["dropped"] == report.dropped
     card = (tmp_path / "out" / "README.md").read_text()
-    assert sha256_of(source) in card and "ChenRocks/UNITER" in card and "uniter-pretrain.pt" in card
+    assert sha256_of(source) in card and "ChenRocks/UNITER" in card and CHECKPOINTS["pretrain"].name in card
 
 
 def test_task_switch_drops_other_heads_with_reasons_and_initialises_new_ones(tmp_path, vocab):
-    report = convert_uniter(ORIGINAL / "uniter-itm.pt", tmp_path / "re", config=ORIGINAL / "config.json", task="re",
+    report = convert_uniter(CHECKPOINTS["itm"], tmp_path / "re", config=CONFIG, task="re",
                             tokenizer=vocab)
     other_heads = {"itm_output.weight", "itm_output.bias", "rank_output.weight", "rank_output.bias"}
     not_owned = {"uniter.img_embeddings.mask_embedding.weight", "uniter.pooler.dense.weight", "uniter.pooler.dense.bias"}
@@ -54,9 +58,9 @@ def test_task_switch_drops_other_heads_with_reasons_and_initialises_new_ones(tmp
 
 
 def test_fp16_checkpoint_with_ddp_prefix_converts_to_the_same_numbers(tmp_path, vocab):
-    state = torch.load(ORIGINAL / "uniter-itm.pt", weights_only=True)
+    state = torch.load(CHECKPOINTS["itm"], weights_only=True)
     torch.save({f"module.{k}": v.half() for k, v in state.items()}, tmp_path / "half.pt")
-    convert_uniter(tmp_path / "half.pt", tmp_path / "half", config=ORIGINAL / "config.json", tokenizer=vocab)
+    convert_uniter(tmp_path / "half.pt", tmp_path / "half", config=CONFIG, tokenizer=vocab)
     model = vlhub.UniterForImageTextRetrieval.from_pretrained(tmp_path / "half")
     assert model.rank_output.weight.dtype == torch.float32
     assert torch.equal(model.rank_output.weight, state["rank_output.weight"].half().float())
@@ -66,7 +70,7 @@ def test_wrong_files_get_clear_errors(tmp_path, vocab):
     with pytest.raises(CheckpointError, match="does not exist"):
         convert_uniter(tmp_path / "missing.pt", tmp_path / "x", tokenizer=vocab)
     truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes((ORIGINAL / "uniter-re.pt").read_bytes()[:5000])
+    truncated.write_bytes((CHECKPOINTS["re"]).read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="truncated, corrupt"):
         convert_uniter(truncated, tmp_path / "x", tokenizer=vocab)
     vilbert_like = tmp_path / "vilbert.bin"
@@ -75,22 +79,23 @@ def test_wrong_files_get_clear_errors(tmp_path, vocab):
     with pytest.raises(CheckpointError, match="not a UNITER checkpoint.*ViLBERT"):
         convert_uniter(vilbert_like, tmp_path / "x", tokenizer=vocab)
     with pytest.raises(CheckpointError, match="needs a fine-tuned answer head"):
-        convert_uniter(ORIGINAL / "uniter-itm.pt", tmp_path / "x", config=ORIGINAL / "config.json", task="vqa",
+        convert_uniter(CHECKPOINTS["itm"], tmp_path / "x", config=CONFIG, task="vqa",
                        tokenizer=vocab)
     with pytest.raises(FileNotFoundError, match="answer vocabulary"):
-        convert_uniter(ORIGINAL / "uniter-vqa.pt", tmp_path / "x", config=ORIGINAL / "config.json",
+        convert_uniter(CHECKPOINTS["vqa"], tmp_path / "x", config=CONFIG,
                        tokenizer=vocab, answers=tmp_path / "nope.json")
     bad_config = tmp_path / "bad.json"
-    bad_config.write_text(json.dumps({**json.loads((ORIGINAL / "config.json").read_text()), "hidden_size": 32}))
-    with pytest.raises(CheckpointError, match="hidden_size=32 but the checkpoint has 64"):
-        convert_uniter(ORIGINAL / "uniter-re.pt", tmp_path / "x", config=bad_config, tokenizer=vocab)
+    hidden = json.loads(CONFIG.read_text())["hidden_size"]
+    bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": hidden * 2}))
+    with pytest.raises(CheckpointError, match=f"hidden_size={hidden * 2} but the checkpoint has {hidden}"):
+        convert_uniter(CHECKPOINTS["re"], tmp_path / "x", config=bad_config, tokenizer=vocab)
 
 
 def test_cli_converts_and_reports_errors(tmp_path, vocab):
     out = tmp_path / "cli"
     result = subprocess.run(
-        [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(ORIGINAL / "uniter-re.pt"), "--output-dir",
-         str(out), "--config", str(ORIGINAL / "config.json"), "--tokenizer", str(vocab)],
+        [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(CHECKPOINTS["re"]), "--output-dir",
+         str(out), "--config", str(CONFIG), "--tokenizer", str(vocab)],
         capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
     assert result.returncode == 0, result.stderr
@@ -106,7 +111,7 @@ def test_cli_converts_and_reports_errors(tmp_path, vocab):
 # never replaces a hand-written README.md silently.
 
 def convert(output, vocab):
-    return convert_uniter(ORIGINAL / "uniter-pretrain.pt", output, config=ORIGINAL / "config.json", tokenizer=vocab)
+    return convert_uniter(CHECKPOINTS["pretrain"], output, config=CONFIG, tokenizer=vocab)
 
 
 def test_a_failure_after_the_weights_leaves_no_half_folder(tmp_path, vocab, monkeypatch):
@@ -138,7 +143,7 @@ def test_unrelated_files_are_kept_and_a_different_readme_is_not_overwritten(tmp_
     names = {p.name for p in output.iterdir()}
     assert {"notes.txt", "README.md", "README.md.orig", "model.safetensors", "config.json"} <= names
     assert (output / "README.md.orig").read_text() == "# My own notes on this model\n"
-    assert "converted from uniter-pretrain.pt" in (output / "README.md").read_text()
+    assert f"converted from {CHECKPOINTS['pretrain'].name}" in (output / "README.md").read_text()
     assert "README.md.orig" in caplog.text
     convert(output, vocab)  # converting again writes the same card: nothing more to keep
     assert not (output / "README.md.orig.1").exists()

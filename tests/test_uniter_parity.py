@@ -11,6 +11,7 @@ import vlhub
 from vlhub.conversion import convert_uniter
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir, write_vocab
+from .release_files import paths_of, uniter_files
 
 ROOT, pytestmark = parity_fixture_dir("uniter", "UNITER")
 
@@ -19,8 +20,9 @@ class Fixture(ParityFixture):
     label = "UNITER"
 
     def __init__(self, root, work):
-        super().__init__(root, work, needed=["original/config.json"])
-        self.config = root / "original" / "config.json"
+        self.files = uniter_files(root / "original")
+        super().__init__(root, work, needed=paths_of(self.files))
+        self.config = self.files["config"]
         vocab_size = json.loads(self.config.read_text())["vocab_size"]
         self.vocab = write_vocab(work / "vocab.txt", vocab_size, self.raw["special_tokens"])
         self._converted = {}
@@ -48,8 +50,8 @@ class Fixture(ParityFixture):
         if key not in self._converted:
             folder = self.work / f"{name}-{task}"
             convert_uniter(
-                self.root / "original" / f"uniter-{name}.pt", folder, config=self.config, task=task,
-                tokenizer=self.vocab, answers=self.root / "original" / "ans2label.json" if name == "vqa" else None,
+                self.files["checkpoints"][name], folder, config=self.config, task=task,
+                tokenizer=self.vocab, answers=self.files["answers"] if name == "vqa" else None,
             )
             self._converted[key] = folder
         return self._converted[key]
@@ -159,7 +161,7 @@ def test_uniter_parity_vqa(fx):
     inputs = fx.inputs(folder)
     model = AutoModelForVisualQuestionAnswering.from_pretrained(folder).eval()
     assert isinstance(model, vlhub.UniterForQuestionAnswering)
-    ans2label = json.loads((fx.root / "original" / "ans2label.json").read_text())
+    ans2label = json.loads(fx.files["answers"].read_text())
     assert model.config.id2label[ans2label["yes"]] == "yes"
     # Soft-score targets built from the raw annotations, as the original `_get_vqa_target`.
     targets = torch.zeros(len(fx.raw["examples"]), model.config.num_labels)
@@ -212,3 +214,8 @@ def test_uniter_parity_referring_expression(fx):
     assert_close(out.logits[real], ref["re.scores"][real], "region scores")
     assert (out.logits[~real] == -10000).all() and (ref["re.scores"][~real] == -10000).all()
     assert_close(out.loss, ref["re.loss"].mean(), "RE loss")
+
+
+def test_uniter_parity_every_output_is_compared(fx):
+    """Runs last in this module: the tests above looked up every tensor of outputs.safetensors to compare it."""
+    assert not fx.unread_outputs(), f"outputs no test compared: {fx.unread_outputs()}"

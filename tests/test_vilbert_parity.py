@@ -12,14 +12,12 @@ import vlhub
 from vlhub.conversion.vilbert import convert_vilbert
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir, write_vocab
+from .release_files import paths_of, vilbert_files
 
 ROOT, pytestmark = parity_fixture_dir("vilbert", "ViLBERT")
 PADDED_SCORE_TOLERANCE = 2e-3  # rows at ≈ -10000 (float32 spacing there is ~1e-3)
-CHECKPOINTS = {
-    "pretrain": "original/vilbert_beta/pretrained/pytorch_model_9.bin",
-    "beta_vqa": "original/vilbert_beta/vqa/pytorch_model_19.bin",
-    "mt": "original/vilbert_multi_task/multi_task_model.bin",
-}
+# The three checkpoints' roles (found by their keys, `release_files.vilbert_files`).
+CHECKPOINTS = ("pretrain", "beta_vqa", "mt")
 INPUTS = {"pretrain": "beta", "beta_vqa": "beta", "mt": "mt"}
 SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}  # the fixture's stub tokenizer
 
@@ -28,8 +26,9 @@ class Fixture(ParityFixture):
     label = "ViLBERT"
 
     def __init__(self, root, work):
-        super().__init__(root, work, ["original/bert_tiny_4layer_2conect.json", *CHECKPOINTS.values()])
-        self.config = root / "original" / "bert_tiny_4layer_2conect.json"
+        self.files = vilbert_files(root / "original")
+        super().__init__(root, work, paths_of(self.files))
+        self.config = self.files["config"]
         vocab_size = json.loads(self.config.read_text())["vocab_size"]
         self.vocab = write_vocab(work / "vocab.txt", vocab_size, SPECIALS)
         self._folders = {}
@@ -37,7 +36,7 @@ class Fixture(ParityFixture):
     def folder(self, release, task):
         if (release, task) not in self._folders:
             folder = self.work / f"{release}-{task}"
-            convert_vilbert(self.root / CHECKPOINTS[release], folder, config=self.config, task=task,
+            convert_vilbert(self.files["checkpoints"][release], folder, config=self.config, task=task,
                             tokenizer=self.vocab)
             self._folders[release, task] = folder
         return self._folders[release, task]

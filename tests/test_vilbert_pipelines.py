@@ -12,13 +12,15 @@ from vlhub.conversion.vilbert import convert_vilbert
 
 from .conftest import fixtures_root, write_vocab
 from .helpers import vqa_single_and_batched
+from .release_files import vilbert_files
 
 ORIGINAL = fixtures_root() / "vilbert" / "original"
-CONFIG = ORIGINAL / "bert_tiny_4layer_2conect.json"
-CHECKPOINTS = {"beta": ORIGINAL / "vilbert_beta" / "vqa" / "pytorch_model_19.bin",
-               "mt": ORIGINAL / "vilbert_multi_task" / "multi_task_model.bin",
-               "pretrained": ORIGINAL / "vilbert_beta" / "pretrained" / "pytorch_model_9.bin"}
-pytestmark = pytest.mark.skipif(not CONFIG.is_file(), reason="no ViLBERT fixture")
+pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no ViLBERT fixture")
+if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture set names them
+    FILES = vilbert_files(ORIGINAL)
+    CONFIG = FILES["config"]
+    CHECKPOINTS = {"beta": FILES["checkpoints"]["beta_vqa"], "mt": FILES["checkpoints"]["mt"],
+                   "pretrained": FILES["checkpoints"]["pretrain"]}
 
 
 @pytest.fixture(scope="module")

@@ -16,20 +16,24 @@ from vlhub.conversion.common import sha256_of
 from vlhub.conversion.vl_bert import convert_vl_bert
 
 from .conftest import fixtures_root
+from .release_files import vl_bert_files
 
 ORIGINAL = fixtures_root() / "vl_bert" / "original"
 pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no VL-BERT fixture")
-PRETRAIN, VQA, REFCOCO = "vl-bert-prec.model", "vl-bert_tiny_vqa-0000.model", "vl-bert_tiny_refcoco-0000.model"
+if ORIGINAL.is_dir():  # found as the original finds them (its configs name them), whatever the fixture set calls them
+    FILES = vl_bert_files(ORIGINAL)
+    PRETRAIN, VQA, REFCOCO = (FILES["checkpoints"][task] for task in ("pretrain", "vqa", "refcoco"))
+    BERT, ANSWERS = FILES["bert"], FILES["answers"]
 
 
 def _yaml(task):
-    return next((ORIGINAL / "cfgs" / task).glob("*.yaml"))
+    return FILES["configs"][task]
 
 
 def _convert(name, out, task=None, cfg="pretrain", **kwargs):
-    kwargs.setdefault("answers", ORIGINAL / "answers_vqa.txt")
+    kwargs.setdefault("answers", ANSWERS)
     return convert_vl_bert(ORIGINAL / name if isinstance(name, str) else name, out, config=_yaml(cfg), task=task,
-                           tokenizer=ORIGINAL / "bert-tiny", **kwargs)
+                           tokenizer=BERT, **kwargs)
 
 
 def _state(name):
@@ -46,7 +50,7 @@ def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path):
     saved = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
     assert saved["dropped"] == report.dropped
     card = (tmp_path / "out" / "README.md").read_text()
-    assert sha256_of(ORIGINAL / PRETRAIN) in card and "jackroos/VL-BERT" in card and PRETRAIN in card
+    assert sha256_of(ORIGINAL / PRETRAIN) in card and "jackroos/VL-BERT" in card and PRETRAIN.name in card
     model = vlhub.VlBertForPreTraining.from_pretrained(tmp_path / "out")
     assert model.cls.predictions.decoder.weight is model.vl_bert.embeddings.word_embeddings.weight
 
@@ -104,7 +108,7 @@ def test_vcr_layout_converts(tmp_path):
     }
     torch.save({"state_dict": {f"module.{k}": v.half() for k, v in {**source, **extra}.items()}}, tmp_path / "vcr.model")
     report = convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr", config=_yaml("pretrain"),
-                             tokenizer=ORIGINAL / "bert-tiny")
+                             tokenizer=BERT)
     assert not report.initialized and not report.dropped
     model = vlhub.VlBertForMultipleChoice.from_pretrained(tmp_path / "vcr")
     assert model.vl_bert.pooler is not None and model.vl_bert.pooler.dense.weight.dtype == torch.float32
@@ -113,12 +117,12 @@ def test_vcr_layout_converts(tmp_path):
     # Images are resized as the YAML's SCALES say: this one 600/1000; VCR's own configs 600/1200.
     assert vlhub.VlBertProcessor.from_pretrained(tmp_path / "vcr").feature_extractor.max_size == 1000
     vcr_yaml = {**yaml.safe_load(_yaml("pretrain").read_text()), "SCALES": [600, 1200]}
-    convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr-1200", config=vcr_yaml, tokenizer=ORIGINAL / "bert-tiny")
+    convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr-1200", config=vcr_yaml, tokenizer=BERT)
     region_processor = vlhub.VlBertProcessor.from_pretrained(tmp_path / "vcr-1200").feature_extractor
     assert (region_processor.min_size, region_processor.max_size) == (600, 1200)
     with pytest.raises(CheckpointError, match=r"SCALES must be \[short side, longest side\], got \[1200\]"):
         convert_vl_bert(tmp_path / "vcr.model", tmp_path / "bad", config={**vcr_yaml, "SCALES": [1200]},
-                        tokenizer=ORIGINAL / "bert-tiny")
+                        tokenizer=BERT)
 
 
 def test_wrong_files_get_clear_errors(tmp_path):
@@ -129,11 +133,10 @@ def test_wrong_files_get_clear_errors(tmp_path):
     torch.save({"state_dict": e2e}, tmp_path / "e2e.model")
     with pytest.raises(CheckpointError, match="IMAGE_FEAT_PRECOMPUTED=True but the checkpoint is an end-to-end"):
         _convert(tmp_path / "e2e.model", tmp_path / "x")
-    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": {
-        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128,
-        "max_position_embeddings": 128, "type_vocab_size": 3}}}
+    sizes = yaml.safe_load(_yaml("pretrain").read_text())["NETWORK"]["VLBERT"]  # the fixture's own sizes
+    e2e_yaml = {"NETWORK": {"IMAGE_FEAT_PRECOMPUTED": False, "VLBERT": sizes}}
     with pytest.raises(CheckpointError, match="needs image_feature_extractor.backbone"):
-        convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=ORIGINAL / "bert-tiny")
+        convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=BERT)
     # Another architecture's checkpoint.
     uniter = {"uniter.embeddings.word_embeddings.weight": torch.zeros(10, 4),
               "uniter.img_embeddings.img_linear.weight": torch.zeros(4, 8)}
@@ -150,27 +153,27 @@ def test_wrong_files_get_clear_errors(tmp_path):
         _convert(VQA, tmp_path / "x", task="refcoco", cfg="refcoco")
     # The answers must match the VQA head.
     (tmp_path / "answers.txt").write_text("yes\nno\n")
-    with pytest.raises(CheckpointError, match="2 entries but the head predicts 50"):
+    answers = len([line for line in ANSWERS.read_text().splitlines() if line.strip()])
+    with pytest.raises(CheckpointError, match=f"2 entries but the head predicts {answers}"):
         _convert(VQA, tmp_path / "x", cfg="vqa", answers=tmp_path / "answers.txt")
     # The YAML must describe the checkpoint.
     with pytest.raises(CheckpointError, match="the config says"):
         convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
-            "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "vocab_size": 512}}},
-            tokenizer=ORIGINAL / "bert-tiny", answers=ORIGINAL / "answers_vqa.txt")
-    with pytest.raises(ValueError, match="visual_size=32 is not supported"):
-        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
-            "hidden_size": 64, "visual_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}}},
-            tokenizer=ORIGINAL / "bert-tiny")
+            **sizes, "num_hidden_layers": sizes["num_hidden_layers"] + 1}}}, tokenizer=BERT, answers=ANSWERS)
+    visual = sizes["hidden_size"] // 2
+    with pytest.raises(ValueError, match=f"visual_size={visual} is not supported"):
+        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {**sizes, "visual_size": visual}}},
+                        tokenizer=BERT)
     # Without a YAML the head count of a non-BERT size cannot be guessed.
     with pytest.raises(CheckpointError, match="--config"):
-        convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=ORIGINAL / "bert-tiny")
+        convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=BERT)
 
 
 def test_cli_converts_and_reports_errors(tmp_path):
     # The checkout under test, whatever vlhub the interpreter has installed.
     env = {"HF_HUB_OFFLINE": "1", "PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     command = [sys.executable, "-m", "vlhub.cli", "convert", "vl_bert", str(ORIGINAL / REFCOCO), "--output-dir",
-               str(tmp_path / "re"), "--config", str(_yaml("refcoco")), "--tokenizer", str(ORIGINAL / "bert-tiny")]
+               str(tmp_path / "re"), "--config", str(_yaml("refcoco")), "--tokenizer", str(BERT)]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert isinstance(vlhub.model_class_for(vlhub.VlBertConfig.from_pretrained(tmp_path / "re"))(

@@ -19,6 +19,7 @@ import vlhub
 from vlhub.conversion.vl_bert import convert_vl_bert, vl_bert_key_map
 
 from .conftest import fixtures_root
+from .release_files import vl_bert_files
 
 BLOCKS = {50: (3, 4, 6), 101: (3, 4, 23)}
 
@@ -173,7 +174,8 @@ def tiny_e2e(tmp_path_factory):
     if not original.is_dir():
         pytest.skip("no VL-BERT fixture (its tiny transformer and tokenizer are reused here)")
     g = torch.Generator().manual_seed(0)
-    prec = torch.load(original / "vl-bert-prec.model", weights_only=True)["state_dict"]
+    files = vl_bert_files(original)
+    prec = torch.load(files["checkpoints"]["pretrain"], weights_only=True)["state_dict"]
     cnn = resnet_keys("image_feature_extractor.", blocks=BLOCKS[50], stem=8, width=4, with_head_copy=False)
     state = {}
     for key, shape in cnn.items():
@@ -200,10 +202,10 @@ def tiny_e2e(tmp_path_factory):
     work = tmp_path_factory.mktemp("vl_bert_e2e")
     torch.save({"state_dict": {f"module.{k}": v.half() if v.is_floating_point() else v for k, v in state.items()}},
                work / "tiny-e2e.model")
-    yaml = (original / "cfgs" / "pretrain" / "tiny_prec_1x5_fp32.yaml").read_text()
+    yaml = files["configs"]["pretrain"].read_text()
     (work / "e2e.yaml").write_text(yaml.replace("IMAGE_FEAT_PRECOMPUTED: true", "IMAGE_FEAT_PRECOMPUTED: false"))
     report = convert_vl_bert(work / "tiny-e2e.model", work / "out", config=work / "e2e.yaml",
-                             tokenizer=original / "bert-tiny")
+                             tokenizer=files["bert"])
     state = {k: v.half().float() if v.is_floating_point() else v for k, v in state.items()}
     return state, report, work / "out"
 

@@ -15,13 +15,11 @@ import vlhub
 from vlhub.conversion.vl_bert import convert_vl_bert
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
+from .release_files import paths_of, vl_bert_files
 
 ROOT, pytestmark = parity_fixture_dir("vl_bert", "VL-BERT")
-CHECKPOINTS = {
-    "pretrain": ("vl-bert-prec.model", "pretrain"),
-    "vqa": ("vl-bert_tiny_vqa-0000.model", "vqa"),
-    "refcoco": ("vl-bert_tiny_refcoco-0000.model", "refcoco"),
-}
+# checkpoint → the cfgs/ folder of the config it is converted with (files found by `release_files.vl_bert_files`)
+CHECKPOINTS = {"pretrain": "pretrain", "vqa": "vqa", "refcoco": "refcoco"}
 
 
 def reference_locations(boxes: torch.Tensor, im_info: torch.Tensor) -> torch.Tensor:
@@ -36,23 +34,18 @@ class Fixture(ParityFixture):
     label = "VL-BERT"
 
     def __init__(self, root, work):
-        needed = ["original/answers_vqa.txt", "original/bert-tiny/vocab.txt"]
-        super().__init__(root, work, needed + [f"original/{name}" for name, _ in CHECKPOINTS.values()])
+        self.files = vl_bert_files(root / "original")
+        super().__init__(root, work, [*paths_of(self.files), self.files["bert"] / "vocab.txt"])
         self._converted = {}
 
     def yaml(self, task):
-        found = sorted((self.root / "original" / "cfgs" / task).glob("*.yaml"))
-        if len(found) != 1:
-            pytest.fail(f"expected one YAML under original/cfgs/{task}, found {found}")
-        return found[0]
+        return self.files["configs"][task]
 
     def convert(self, name):
         if name not in self._converted:
-            checkpoint, cfg = CHECKPOINTS[name]
             folder = self.work / name
-            original = self.root / "original"
-            convert_vl_bert(original / checkpoint, folder, config=self.yaml(cfg), tokenizer=original / "bert-tiny",
-                            answers=original / "answers_vqa.txt")
+            convert_vl_bert(self.files["checkpoints"][name], folder, config=self.yaml(CHECKPOINTS[name]),
+                            tokenizer=self.files["bert"], answers=self.files["answers"])
             self._converted[name] = folder
         return self._converted[name]
 
@@ -208,7 +201,7 @@ def test_vl_bert_parity_vqa(fx):
     assert torch.equal(positions, fx.outputs["vqa.answer_positions"][:, 1])
     answers = [model.config.id2label[i] for i in out.logits.argmax(-1).tolist()]
     reference = fx.outputs["vqa.label_logits"].argmax(-1).tolist()
-    answer_list = (fx.root / "original" / "answers_vqa.txt").read_text().split()
+    answer_list = fx.files["answers"].read_text().split()
     assert answers == [answer_list[i] for i in reference]
 
 
@@ -320,8 +313,70 @@ def test_vl_bert_parity_vqa_pipeline_on_converted_folder(fx):
 
     vqa = pipeline("visual-question-answering", model=str(fx.convert("vqa")))
     logits = fx.outputs["vqa.label_logits"]
-    answer_list = (fx.root / "original" / "answers_vqa.txt").read_text().split()
+    answer_list = fx.files["answers"].read_text().split()
     for i, (example, regions) in enumerate(zip(fx.raw["examples"], fx.regions())):
         best = vqa(image=regions, question=example["vqa_question_string"], top_k=1)[0]
         assert best["answer"] == answer_list[logits[i].argmax().item()]
         assert best["score"] == pytest.approx(torch.sigmoid(logits[i].max()).item(), abs=1e-4)
+
+
+def _layout(model, backbone, inputs, **extra):
+    """`model`'s output on `inputs` (all hidden states) and the ids its `backbone`'s embeddings fed `token_type_embeddings` and `position_embeddings` for `[text | objects | [END]]`
+    (captured at those tables, as the fixture captured the original's) and the attention mask they returned."""
+    embeddings, captured = backbone.embeddings, {}
+    hooks = [embeddings.token_type_embeddings.register_forward_pre_hook(
+                 lambda module, args: captured.__setitem__("token_type_ids", args[0])),
+             embeddings.position_embeddings.register_forward_pre_hook(
+                 lambda module, args: captured.__setitem__("position_ids", args[0])),
+             embeddings.register_forward_hook(lambda module, args, output: captured.__setitem__("attention_mask",
+                                                                                                output[1]))]
+    try:
+        with torch.no_grad():
+            out = model(**inputs, **extra, output_hidden_states=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return captured, out
+
+
+@pytest.mark.parametrize("task", ["vqa", "refcoco", "pretrain"])
+def test_vl_bert_parity_seamless_layout_and_head_inputs(fx, task):
+    """The original's seamless layout ids (token types, positions, attention mask) at every real text token, object
+    and [END]; the object features out of `obj_downsample`; pre-training's MVRC head input (the last layer's objects)."""
+    if task == "pretrain":
+        model = AutoModelForPreTraining.from_pretrained(fx.convert(task)).eval()
+        inputs, targets = fx.pretrain_inputs()
+        extra = {"region_masks": targets["region_masks"]}
+    else:
+        model = AutoModel.from_pretrained(fx.convert(task)).eval()
+        inputs, extra = fx.task_inputs(task), {}
+    backbone_model = model.vl_bert if task == "pretrain" else model
+    captured, out = _layout(model, backbone_model, inputs, **extra)
+    o = fx.outputs
+    text_mask, region_mask = inputs["attention_mask"].bool(), inputs["region_attention_mask"].bool()
+    text_length, num_regions = text_mask.shape[1], region_mask.shape[1]
+    seamless_text, seamless_objects = o[f"{task}.seamless.text_positions_mask"], o[f"{task}.seamless.object_positions_mask"]
+    end = o[f"{task}.end_positions"]
+    rows = torch.arange(end.shape[0])
+    for name in ("token_type_ids", "position_ids", "attention_mask"):
+        mine, reference = captured[name], o[f"{task}.seamless.{name}"]
+        assert torch.equal(mine[:, :text_length][text_mask], reference[seamless_text]), f"{task} {name} text"
+        assert torch.equal(mine[:, text_length:text_length + num_regions][region_mask], reference[seamless_objects]), \
+            f"{task} {name} objects"
+        assert torch.equal(mine[:, -1], reference[rows, end]), f"{task} {name} [END]"
+    assert torch.equal(captured["attention_mask"].sum(1), o[f"{task}.seamless.attention_mask"].sum(1)), \
+        f"{task}: attended positions per row"
+    with torch.no_grad():
+        backbone = backbone_model(**inputs, **extra)
+    images = o[f"{task}.obj_reps"].shape[0]
+    real = region_mask[:images]
+    assert_close(backbone.region_embeddings[:images][real], o[f"{task}.obj_downsample_output"],
+                 f"{task} obj_downsample output")
+    if task == "pretrain":
+        objects = out.hidden_states[-1][:, text_length:text_length + num_regions]
+        assert_close(objects[region_mask], o["pretrain.mvrc_head_input"][region_mask], "MVRC head input")
+
+
+def test_vl_bert_parity_every_output_is_compared(fx):
+    """Runs last in this module: the tests above looked up every tensor of outputs.safetensors to compare it."""
+    assert not fx.unread_outputs(), f"outputs no test compared: {fx.unread_outputs()}"

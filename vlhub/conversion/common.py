@@ -245,15 +245,24 @@ def write_model_card(
     pipeline_tag: str | None,
     usage: str,
     tags: list[str] | None = None,
+    reported=None,
 ) -> Path:
-    """A Hub model card (README.md) recording where the weights came from and how they were converted."""
+    """A Hub model card (README.md) recording where the weights came from and how they were converted, and, with
+    `reported` (a `reported.CardResults`), what the original authors published for the release and task: as
+    unverified `model-index` results and a table naming each figure's source."""
     from huggingface_hub import ModelCard, ModelCardData
 
+    from .reported import eval_results
+
+    rows = reported.rows if reported is not None else []
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         tags=["vlhub", architecture, "region-features", *(tags or [])],
+        model_name=title if rows else None,
+        eval_results=eval_results(rows) or None,
     )
+    reported_text = f"\n{reported.section()}" if reported is not None else ""
     dropped = "\n".join(f"- `{k}`: {v}" for k, v in sorted(report.dropped.items())) or "- none"
     initialized = "\n".join(f"- `{k}`: {v}" for k, v in sorted(report.initialized.items())) or "- none"
     notes = "\n".join(f"- {n}" for n in report.notes) or "- none"
@@ -279,7 +288,7 @@ Converted with [vlhub](https://github.com/vlhub/vlhub) from the original release
 ```python
 {usage.strip()}
 ```
-
+{reported_text}
 ## Conversion report
 
 Source keys dropped:
@@ -426,9 +435,11 @@ def save_converted(
     pipeline_tag: str | None = None,
     usage: str | None = None,
     tags: list[str] | None = None,
+    reported=None,
 ) -> Path:
     """Write a converted model: `save_pretrained` (safetensors + config), the processor (if any),
-    `conversion_report.json` and a model card (README.md) with the provenance. Returns the folder."""
+    `conversion_report.json` and a model card (README.md) with the provenance and the authors' `reported` figures
+    (`write_model_card`). Returns the folder."""
     output_dir = Path(output_dir)
     if usage is None:
         cls, folder = type(model), output_dir.name
@@ -444,7 +455,7 @@ def save_converted(
             staging, title=title, architecture=architecture, source_file=provenance.source_file,
             source_sha256=provenance.source_sha256, original_repository=provenance.original_repository,
             original_commit=provenance.original_commit, report=report, pipeline_tag=pipeline_tag, usage=usage,
-            tags=tags,
+            tags=tags, reported=reported,
         )
     return output_dir
 
@@ -544,14 +555,14 @@ def set_answer_labels(config, labels: Sequence[str]) -> None:
 
 def save_converted_model(output_dir, model, report: ConversionReport, *, provenance: Provenance, title: str,
                          architecture: str, processor=None, pipeline_tag: str | None = None, usage: str | None = None,
-                         logger=None) -> ConversionReport:
+                         logger=None, reported=None) -> ConversionReport:
     """`save_converted` with the usage snippet of a model exported by vlhub (`vlhub.<Class>.from_pretrained` and
     `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns the report."""
     output_dir = Path(output_dir)
     if usage is None:
         usage = vlhub_usage(type(model), output_dir)
     save_converted(output_dir, model, report, processor=processor, provenance=provenance, title=title,
-                   architecture=architecture, pipeline_tag=pipeline_tag, usage=usage)
+                   architecture=architecture, pipeline_tag=pipeline_tag, usage=usage, reported=reported)
     if logger is not None:
         logger.info(report.summary())
     return report

@@ -46,6 +46,8 @@ from .common import (
     load_torch_state_dict,
     save_converted_model,
 )
+from ..modeling.tden.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -351,6 +353,7 @@ def convert_tden(
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"TDEN ({task}) converted from {checkpoint.name}", architecture="tden",
         pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 

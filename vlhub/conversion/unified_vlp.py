@@ -29,6 +29,8 @@ from .common import (
     save_converted_model,
     set_answer_labels,
 )
+from ..modeling.unified_vlp.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +139,8 @@ def convert_unified_vlp(
         config: the original `bert_config.json` (bert-base-cased's); without it the sizes are read from the
             checkpoint and the head count inferred.
         task: "captioning" (default without `ans_classifier`), "pretraining", or "vqa" (default with it).
-        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor.
+        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor; saved with VLP's token
+            renames (`vlp_release_tokenizer`), so captions decode as the original printed them.
         answers: VQA answer vocabulary (Pythia's `answers_vqa.txt`, one per line); without it the labels are
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
@@ -180,7 +183,10 @@ def convert_unified_vlp(
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    tok = unified_vlp.vlp_release_tokenizer(
+        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"))
+    report.notes.append("tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
+                        "the original's load_vocab renames them")
     region_processor = unified_vlp.UnifiedVlpRegionProcessor(
         region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
         max_regions=model_config.num_regions, min_regions=model_config.num_regions,
@@ -205,6 +211,7 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
         pipeline_tag=PIPELINE_TAGS.get(task), usage=usage, logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 

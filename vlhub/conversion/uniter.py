@@ -44,6 +44,8 @@ from .common import (
     read_json_config,
     save_converted_model,
 )
+from ..modeling.uniter.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +299,8 @@ def convert_uniter(
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"UNITER ({task}) converted from {checkpoint.name}", architecture="uniter",
         pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size),
+                             "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task),
     )
 
 

@@ -35,6 +35,8 @@ from ..modeling.vilbert import (
     VilbertRegionProcessor,
 )
 from .common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
+from ..modeling.vilbert.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 from .common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
 from .common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
 from .common import set_answer_labels
@@ -356,6 +358,9 @@ def convert_vilbert(
         output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
         title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
         pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
+                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
     )
 
 

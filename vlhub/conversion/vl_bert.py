@@ -46,6 +46,8 @@ from .common import (
     set_answer_labels,
     strip_prefix,
 )
+from ..modeling.vl_bert.reported_results import REPORTED_RESULTS
+from .reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -350,6 +352,7 @@ def convert_vl_bert(
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
         title=f"VL-BERT ({task}) converted from {checkpoint.name}", architecture="vl_bert",
         pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 

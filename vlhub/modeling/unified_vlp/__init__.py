@@ -23,6 +23,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "vlp_region_locations",
     ],
     "features_unified_vlp": ["VlpH5Reader"],
+    "tokenization_unified_vlp": ["VLP_TOKEN_RENAMES", "vlp_release_tokenizer"],
 })
 
 # The released feature files (`vlhub import-features --format vlp-h5 FEAT_H5 --boxes BBOX_H5 ... --output STORE`).

@@ -3,9 +3,12 @@ every Hub call has a deadline; a user's mistake is one line, a bug a traceback."
 
 from __future__ import annotations
 
+import fractions
+import json
 import sqlite3
 
 import pytest
+import torch
 
 from vlhub.utils.errors import USER_ERROR_EXIT_CODE, VlhubUserError, named_input, run_command
 
@@ -116,3 +119,45 @@ def test_memory_error_of_a_reader_names_the_file():
     with pytest.raises(VlhubUserError, match=r"huge\.npz \(a feature file\) cannot be read: MemoryError"):
         with named_input("huge.npz", "a feature file"):
             raise MemoryError()
+
+
+# ---- 1. resume restores every generator or names the one it cannot ----
+
+def _replace_rng_state(checkpoint, write):
+    """Replace process 0's RNG file and record matching checksums, so only the content can tell it is wrong."""
+    from vlhub.training.loop import CHECKSUMS
+    from vlhub.utils.files import file_checksums
+
+    write(checkpoint / "training_state" / "random_states_0.pkl")
+    (checkpoint / CHECKSUMS).write_text(json.dumps({"files": file_checksums(checkpoint, exclude=(CHECKSUMS,))}))
+
+
+def _torch_save(value):
+    return lambda path: torch.save(value, path)
+
+
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[:40])
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+@pytest.mark.parametrize("write, problem", [
+    (_truncated, r"random_states_0\.pkl cannot be read \("),
+    (_torch_save({}), r"random_states_0\.pkl has no random_state \(Python's random generator\)"),
+    (_torch_save([1, 2]), r"random_states_0\.pkl holds a list"),
+    (_torch_save({"random_state": fractions.Fraction(1, 3)}), r"random_states_0\.pkl cannot be read \(Unpickling"),
+    (_torch_save({"random_state": (3, tuple(range(625)), None), "numpy_random_seed": "not a state",
+                  "torch_manual_seed": torch.get_rng_state()}),
+     r"random_states_0\.pkl: numpy_random_seed \(numpy's global generator\) cannot be restored"),
+])
+def test_an_unreadable_rng_state_stops_the_resume_naming_file_and_piece(tmp_path, write, problem):
+    from tests.test_safety_training import arguments, crashed_run
+    from tests.test_training_loop import make_task
+    from vlhub.training import train
+    from vlhub.training.loop import DamagedCheckpointError, verify_checkpoint
+
+    run = crashed_run(tmp_path)
+    _replace_rng_state(run / "checkpoint-4", write)
+    verify_checkpoint(run / "checkpoint-4")  # the checksums match: only restoring can find the problem
+    with pytest.raises(DamagedCheckpointError, match=r"checkpoint-4: the RNG state training_state/" + problem):
+        train(make_task(tmp_path), arguments(tmp_path, max_steps=6, resume_from_checkpoint=str(run / "checkpoint-4")))

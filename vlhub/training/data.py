@@ -238,7 +238,9 @@ def load_table(source: str, split_names=("train", "validation")):
                                  f"{one_line(cause)}") from err
     if path.exists():
         raise ValueError(f"{path} is neither a `datasets` folder (save_to_disk) nor a data file")
-    return datasets.load_dataset(source)
+    from ..utils.network import with_deadline
+
+    return with_deadline(f"loading the dataset {source}", lambda: datasets.load_dataset(source))
 
 
 def arrow_slice(data, index: slice, length: int, what: str):

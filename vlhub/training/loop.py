@@ -18,7 +18,9 @@ Checkpoint layout, `<output_dir>/checkpoint-<step>/`:
 The final model is saved the same way (without `training_state/`) in `<output_dir>` itself. Every JSON file is
 written atomically. Resuming verifies the checksums first: a damaged checkpoint is named with its bad file, and
 `latest` falls back to the newest intact one. A fresh run refuses an `output_dir` holding another run's
-checkpoints unless `overwrite_output_dir` is set (then those checkpoints are deleted first).
+checkpoints unless `overwrite_output_dir` is set (then those checkpoints are deleted first). A run owns its
+`output_dir` while it runs (`vlhub.utils.locks.FolderLock`, `.vlhub-run.lock`): a second run started on it, at the
+same moment or later, is refused with a message naming the first (process id, host, start time).
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ import numpy as np
 import torch
 from accelerate import Accelerator, skip_first_batches
 from accelerate.logging import get_logger
-from accelerate.utils import DistributedDataParallelKwargs, send_to_device, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, send_to_device, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import TrainerState, get_scheduler
 
 from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha256_file
+from ..utils.locks import FolderInUseError, FolderLock
 from ..utils.secrets import scrub_secrets
 from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
@@ -308,6 +311,29 @@ def train(
             # One objective per step uses only some heads (MRM's mask embedding, the MLM head, ...).
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         )
+    # The run owns output_dir before anything is written there, until it ends (main process; every process stops
+    # if the main process cannot get it).
+    lock = FolderLock(output_dir, "--output_dir")
+    refusal = None
+    if accelerator.is_main_process:
+        try:
+            lock.acquire()
+        except Exception as err:  # in use, or not writable: the other processes must stop too, not wait
+            refusal = err
+    if accelerator.num_processes > 1:
+        message = broadcast_object_list([str(refusal) if refusal else None])[0]
+        if message and refusal is None:
+            refusal = FolderInUseError(message)
+    if refusal is not None:
+        raise refusal
+    try:
+        return _train(task, args, command, callbacks, accelerator, output_dir)
+    finally:
+        lock.release()
+
+
+def _train(task: TrainingTask, args: VlhubTrainingArguments, command: str,
+           callbacks: Iterable[Callable[[LoopState], None]], accelerator: Accelerator, output_dir: Path) -> TrainResult:
     is_main = accelerator.is_main_process
     resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
     if resume_dir is None:
@@ -317,7 +343,7 @@ def train(
     uploader = None
     if args.push_to_hub and is_main:
         uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
-                               timeout=args.hub_timeout)
+                               timeout=args.hub_timeout, total_timeout=args.hub_total_timeout)
 
     if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
         raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. two-pass "

@@ -43,17 +43,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     missing field), ImportError (an optional package to install, named by the message), refused pickles, a damaged
     SQLite file, YAML that cannot be read, and MemoryError (a file declaring more data than fits in memory).
     """
-    types: list[type[BaseException]] = [VlhubUserError, OSError, ValueError, KeyError, ImportError,
-                                        pickle.UnpicklingError, sqlite3.DatabaseError, MemoryError]
-    with contextlib.suppress(ImportError):
-        import yaml
-
-        types.append(yaml.YAMLError)
-    with contextlib.suppress(ImportError):
-        import pyarrow
-
-        types.append(pyarrow.ArrowException)
-    return tuple(types)
+    return (VlhubUserError, OSError, ValueError, KeyError, ImportError, *_library_error_types())
 
 
 def _library_error_types() -> tuple[type[BaseException], ...]:

@@ -101,17 +101,18 @@ def in_daemon_thread(call: Callable[[], _T], name: str) -> Future:
     """`call()` in a daemon thread; its Future. Unlike an executor's worker, a thread stuck on a silent server does
     not hold the process at exit."""
     future: Future = Future()
-
-    def run():
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(call())
-        except BaseException as err:  # noqa: BLE001 — handed to whoever waits on the future
-            future.set_exception(err)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
+    threading.Thread(target=_settle, args=(future, call), name=name, daemon=True).start()
     return future
+
+
+def _settle(future: Future, call: Callable[[], object]) -> None:
+    """Run `call` for `future` (unless it was cancelled): its result or its exception go to whoever waits."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(call())
+    except BaseException as err:  # noqa: BLE001 — handed to whoever waits on the future
+        future.set_exception(err)
 
 
 class SerialDaemonExecutor:
@@ -133,12 +134,7 @@ class SerialDaemonExecutor:
     def _work(self):
         while True:
             call, future = self._calls.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(call())
-            except BaseException as err:  # noqa: BLE001
-                future.set_exception(err)
+            _settle(future, call)
 
 
 def with_deadline(operation: str, call: Callable[[], _T], total: float | None = None,

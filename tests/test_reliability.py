@@ -365,3 +365,20 @@ def test_a_trickling_upload_does_not_keep_a_finished_run_waiting(tmp_path, loopb
     assert f"uploading {tmp_path / 'run'} to tester/slow" in str(error) and "did not finish within 2 s" in str(error)
     for step in (2, 4):
         verify_checkpoint(tmp_path / "run" / f"checkpoint-{step}")
+
+
+def test_import_features_names_the_source_of_a_reader_memory_error(tmp_path, capsys, monkeypatch):
+    from vlhub.cli import main
+    from vlhub.processing import stores
+
+    def declares_too_much(*args, **kwargs):
+        raise MemoryError()  # as numpy does for an array header declaring 16 GiB
+
+    monkeypatch.delenv("VLHUB_DEBUG", raising=False)
+    monkeypatch.setattr(stores, "open_feature_file", declares_too_much)
+    (tmp_path / "features").mkdir()
+    code = main(["import-features", str(tmp_path / "features"), "--format", "npz", "--output", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR_EXIT_CODE and "Traceback" not in err
+    assert err == (f"vlhub import-features: error: {tmp_path / 'features'} (a npz feature source) cannot be read: "
+                   "MemoryError: more data than fits in memory\n")

@@ -16,7 +16,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .utils.errors import run_command
+from .utils.errors import named_input, run_command
 
 
 def _print_report(report, output_dir) -> int:
@@ -55,8 +55,10 @@ def _import_features(args) -> int:
         options = {"boxes": args.boxes, "class_probs": args.class_probs,
                    "image_sizes": json.loads(Path(args.image_sizes).read_text()) if args.image_sizes else None,
                    "image_size_from_boxes": args.image_size_from_boxes}
-    reader = open_feature_file(args.format, args.source, **options)
-    written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
+    # A reading library's own error (h5py, pyarrow, sqlite3, pickle, MemoryError) names the source, too.
+    with named_input(args.source, f"a {args.format} feature source"):
+        reader = open_feature_file(args.format, args.source, **options)
+        written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
     print(f"{len(reader)} images in {args.source}: {written} written, {len(reader) - written} already in {args.output}")
     return 0
 

@@ -382,3 +382,25 @@ def test_import_features_names_the_source_of_a_reader_memory_error(tmp_path, cap
     assert code == USER_ERROR_EXIT_CODE and "Traceback" not in err
     assert err == (f"vlhub import-features: error: {tmp_path / 'features'} (a npz feature source) cannot be read: "
                    "MemoryError: more data than fits in memory\n")
+
+
+@pytest.mark.slow
+def test_every_process_of_an_accelerate_launch_stops_on_an_owned_output_dir(tmp_path):
+    from tests.test_training_cli import common_args, write_store_dataset
+    from vlhub.utils.locks import FolderLock
+
+    store = write_store_dataset(tmp_path / "data")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("VLHUB_DEBUG", None)
+    command = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
+               *common_args(tmp_path)]
+    with FolderLock(tmp_path / "run", "--output_dir"):  # another run owns the folder
+        completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert completed.returncode != 0
+    refusals = [line for line in completed.stderr.splitlines()
+                if line.startswith("pretrain.py: error: --output_dir") and f"process {os.getpid()} on host" in line]
+    assert len(refusals) == 2, completed.stderr[-4000:]  # both ranks stop, each with the one line
+    # No traceback of ours (accelerate's launcher prints its own when its processes fail).
+    assert "FolderInUseError" not in completed.stderr
+    assert not (tmp_path / "run" / "checkpoint-1").exists()

@@ -157,7 +157,7 @@ def _truncated(path):
     (_torch_save({"random_state": (3, tuple(range(625)), None), "numpy_random_seed": "not a state",
                   "torch_manual_seed": torch.get_rng_state()}),
      r"random_states_0\.pkl: numpy_random_seed \(numpy's global generator\) cannot be restored"),
-])
+], ids=["truncated", "empty-dict", "a-list", "refused-pickle", "bad-numpy-state"])
 def test_an_unreadable_rng_state_stops_the_resume_naming_file_and_piece(tmp_path, write, problem):
     from tests.test_safety_training import arguments, crashed_run
     from tests.test_training_loop import make_task

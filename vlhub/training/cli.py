@@ -403,8 +403,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         except ValueError as err:
             raise SystemExit(f"--task multiple_choice: {err}") from err
     elif finetune_args.task == "captioning":
-        task = _captioning_task(architecture, model_class, source, location, processor, table, regions, name, description,
-                                finetune_args)
+        task = _captioning_task(architecture, model_class, source, location, processor, table, regions, name,
+                                description, finetune_args)
     else:
         model = model_class.from_pretrained(location)
         pretraining_class = architecture.task_models.get("pretraining")

@@ -28,8 +28,8 @@ from typing import Callable, TypeVar
 
 from .errors import VlhubUserError, one_line
 
-__all__ = ["HubTimeoutError", "HubConnectionError", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT", "hub_endpoint", "hub_timeouts",
-           "configure_hub_timeouts",
+__all__ = ["HubTimeoutError", "HubConnectionError", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT", "hub_endpoint",
+           "hub_timeouts", "configure_hub_timeouts",
            "set_read_timeout", "with_deadline", "in_daemon_thread", "SerialDaemonExecutor", "is_hub_id",
            "download_snapshot", "local_or_download"]
 

@@ -210,7 +210,8 @@ def _lock(path: Path, blocking: bool) -> int:
     return descriptor
 
 
-_DAMAGED_INDEX_ADVICE = "it is damaged: write the store again (vlhub extract or vlhub import-features into a new folder)"
+_DAMAGED_INDEX_ADVICE = ("it is damaged: write the store again (vlhub extract or vlhub import-features into a new "
+                        "folder)")
 
 
 class _IndexConnection(sqlite3.Connection):

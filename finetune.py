@@ -7,7 +7,11 @@
 The logic lives in vlhub.training (see vlhub/training/cli.py).
 """
 
+import sys
+
 from vlhub.training.cli import finetune_main
+from vlhub.utils.errors import run_command
 
 if __name__ == "__main__":
-    finetune_main()
+    # A bad input is one line (VLHUB_DEBUG=1 shows its traceback); a bug keeps its traceback.
+    sys.exit(run_command("finetune.py", finetune_main))

@@ -22,7 +22,8 @@ class FakeHub:
         self.lock = threading.Lock()
         self.refuse_uploads = False  # set to answer uploads 403, as a Hub that revoked the token would
         self.stall_uploads = False  # set to read upload requests and never answer them, as a stalled server would
-        self.stalled = 0  # requests left unanswered
+        self.trickle_uploads = False  # set to answer uploads one byte at a time, never finishing (a slow-loris Hub)
+        self.stalled = 0  # requests left unanswered (stalled or trickled)
         self._release = threading.Event()  # set at stop: stalled handlers return and their threads end
         hub = self
 
@@ -44,6 +45,20 @@ class FakeHub:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _trickle(self):
+                """Headers promising a large body, then a byte every 0.2 s until the server stops: every read gets
+                data in time, the response never ends."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000000")
+                self.end_headers()
+                try:
+                    while not hub._release.wait(0.2):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                except OSError:  # the client gave up
+                    pass
+
             def _route(self, method: str):
                 body = self._body()
                 path = self.path.split("?")[0]
@@ -56,6 +71,10 @@ class FakeHub:
                     with hub.lock:
                         hub.repos.setdefault(repo, {})
                     return self._json(200, {"url": f"{hub.url}/{repo}", "name": repo, "id": repo})
+                if hub.trickle_uploads and path != "/api/repos/create":
+                    with hub.lock:
+                        hub.stalled += 1
+                    return self._trickle()
                 if hub.stall_uploads and path != "/api/repos/create":
                     with hub.lock:
                         hub.stalled += 1
@@ -153,3 +172,36 @@ class SilentServer:
 
     def __exit__(self, *exc):
         self.socket.close()
+
+
+class TricklingServer(SilentServer):
+    """Answers every request with headers and then one byte every 0.2 s, forever: each read is quick, the response
+    never ends (a per-read timeout alone never fires)."""
+
+    def __init__(self):
+        super().__init__()
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+
+    def _trickle(self, connection):
+        with connection:
+            try:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: 1000000\r\n\r\n")
+                while not self._stop.wait(0.2):
+                    connection.sendall(b" ")
+            except OSError:
+                pass
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        super().__exit__(*exc)

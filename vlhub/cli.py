@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import pickle
 import sys
 from pathlib import Path
+
+from .utils.errors import named_input, run_command
 
 
 def _print_report(report, output_dir) -> int:
@@ -54,8 +55,10 @@ def _import_features(args) -> int:
         options = {"boxes": args.boxes, "class_probs": args.class_probs,
                    "image_sizes": json.loads(Path(args.image_sizes).read_text()) if args.image_sizes else None,
                    "image_size_from_boxes": args.image_size_from_boxes}
-    reader = open_feature_file(args.format, args.source, **options)
-    written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
+    # A reading library's own error (h5py, pyarrow, sqlite3, pickle, MemoryError) names the source, too.
+    with named_input(args.source, f"a {args.format} feature source"):
+        reader = open_feature_file(args.format, args.source, **options)
+        written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
     print(f"{len(reader)} images in {args.source}: {written} written, {len(reader) - written} already in {args.output}")
     return 0
 
@@ -93,6 +96,8 @@ def _add_extract(subparsers):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlhub", description="vlhub command line tools")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error about an input too (or set VLHUB_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_convert(subparsers)
     _add_extract(subparsers)
@@ -104,25 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except _USER_ERRORS as err:
-        if args.verbose:
-            logging.exception("vlhub %s failed", args.command)
-        print(f"vlhub {args.command}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
-
-
-# Errors that describe a bad input (a file, a setting) rather than a bug: shown as one line, exit status 2.
-# CheckpointError, FeatureFileError and CaffemodelError are ValueErrors; UnsafePickleError is an UnpicklingError;
-# a missing optional package is an ImportError naming the extra to install.
-_USER_ERRORS = (OSError, ValueError, KeyError, ImportError, pickle.UnpicklingError)
-
-
-def _one_line(err: BaseException) -> str:
-    message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)  # KeyError's str() adds quotes
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    return " ".join(lines) or type(err).__name__
+    # A bad input (vlhub.utils.errors.user_error_types) is one line and exit status 2; a bug keeps its traceback.
+    return run_command(f"vlhub {args.command}", lambda: args.func(args), debug=args.debug or args.verbose)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,10 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = add_arguments(argparse.ArgumentParser(prog="vlhub.extract", description=__doc__.splitlines()[0]))
-    return run(parser.parse_args(argv))
+    from .utils.errors import run_command
+
+    args = parser.parse_args(argv)
+    return run_command("vlhub.extract", lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from ..processing.detector.configuration import RESNET_BLOCKS, DetectorConfig
 from ..processing.detector.extractor import RegionExtractor
+from ..utils.files import read_yaml
 from ..utils.safe_pickle import safe_load
 from .common import (
     CheckpointError, ConversionReport, converted_folder, load_torch_state_dict, sha256_of, write_model_card,
@@ -99,7 +99,7 @@ def config_from_yaml(path: str | os.PathLike, source_format: str) -> dict:
     Unsupported architecture switches (RoIAlign pooler, halved res5, class-agnostic boxes, other norms, anchor
     offsets) raise a `ValueError` rather than being approximated.
     """
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    raw = read_yaml(path, "the detector config")
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a YAML mapping")
     cfg = _upper_keys(raw)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.files import read_yaml
 from ..modeling.tden import (
     TdenConfig,
     TdenForConditionalGeneration,
@@ -182,10 +183,7 @@ def _read_original_config(config) -> dict:
         return {}
     if isinstance(config, dict):
         return config
-    import yaml
-
-    with open(config, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+    data = read_yaml(config, "the original X-modaler config")
     if not isinstance(data, dict) or "MODEL" not in data:
         raise CheckpointError(f"{config} is not an X-modaler config (no MODEL section)")
     return data

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.files import read_yaml
 from ..modeling.vl_bert import (
     VlBertConfig,
     VlBertForMultipleChoice,
@@ -220,9 +221,7 @@ def _image_scales(original_config, task: str) -> tuple[int, int]:
         if isinstance(original_config, dict):
             original = original_config
         else:
-            import yaml
-
-            original = yaml.safe_load(Path(original_config).read_text(encoding="utf-8"))
+            original = read_yaml(original_config, "the original VL-BERT config")
         scales = original.get("SCALES")
         if scales is not None:
             if not (isinstance(scales, (list, tuple)) and len(scales) == 2 and all(isinstance(v, int) for v in scales)

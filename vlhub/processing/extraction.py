@@ -17,10 +17,11 @@ from typing import Sequence
 
 import torch
 
+from ..utils.errors import VlhubUserError, user_error_types
 from .regions import RegionFeatures
 from .stores.shards import RegionStoreWriter, stored_image_ids
 
-__all__ = ["IMAGE_EXTENSIONS", "collect_images", "extract_to_store", "ExtractionSummary"]
+__all__ = ["IMAGE_EXTENSIONS", "collect_images", "extract_to_store", "ExtractionSummary", "ImageExtractionError"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ def collect_images(inputs: Sequence[str | os.PathLike]) -> dict[str, Path]:
     return images
 
 
+class ImageExtractionError(VlhubUserError, RuntimeError):
+    """An image could not be read or its regions extracted (the message names the file); `--skip-errors` records
+    such images instead of stopping."""
+
+
 @dataclass
 class ExtractionSummary:
     """What one process did (and, after `gather`, what all did)."""
@@ -84,7 +90,9 @@ def _extract_batch(extractor, batch: list[tuple[str, Path]], skip_errors: bool, 
     except Exception as err:  # noqa: BLE001 — any failure of one image is reported with its file name
         if not skip_errors:
             names = ", ".join(str(p) for _, p in batch)
-            raise RuntimeError(f"region extraction failed for {names}: {err}") from err
+            # An unreadable image is the user's input (one line from the command lines); anything else is a bug.
+            error_type = ImageExtractionError if isinstance(err, user_error_types()) else RuntimeError
+            raise error_type(f"region extraction failed for {names}: {type(err).__name__}: {err}") from err
         if len(batch) > 1:
             results = []
             for item in batch:
@@ -130,10 +138,11 @@ def extract_to_store(
         extractor = extractor.to(accelerator.device)
     failures: list[dict] = []
     with accelerator.split_between_processes(pending) as mine:
-        bar = tqdm(total=len(pending), desc="extracting regions", unit="img",
-                   disable=not (progress and accelerator.is_local_main_process))
-        with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype,
-                               process_index=accelerator.process_index) as writer:
+        # A context: an error closes the bar first, so the error's line starts a line of its own.
+        with tqdm(total=len(pending), desc="extracting regions", unit="img",
+                  disable=not (progress and accelerator.is_local_main_process)) as bar, \
+                RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype,
+                                  process_index=accelerator.process_index) as writer:
             for start in range(0, len(mine), batch_size):
                 batch = mine[start:start + batch_size]
                 for image_id, regions in _extract_batch(extractor, batch, skip_errors, failures):
@@ -143,7 +152,6 @@ def extract_to_store(
                     summary.extracted += 1
                 # the bar counts all processes' work (approximately) by scaling the main process's progress
                 bar.update(len(batch) * accelerator.num_processes)
-        bar.close()
     accelerator.wait_for_everyone()
     all_extracted = sum(gather_object([summary.extracted]))
     all_failures = [f for part in gather_object([failures]) for f in part]

@@ -125,13 +125,13 @@ def _resolve_folder(name_or_path, subfolder: str | None, hub_kwargs: dict) -> Pa
     repo = str(name_or_path)
     if path.exists() or path.is_absolute() or repo.startswith(".") or repo.count("/") > 1:  # not a Hub repo id
         raise FileNotFoundError(f"no region extractor folder at {repo!r}")
-    from huggingface_hub import snapshot_download
+    from ..utils.network import download_snapshot
 
     carried = subfolder or REGION_EXTRACTOR_FOLDER
-    root = Path(snapshot_download(repo, allow_patterns=[f"{carried}/*"], **hub_kwargs))
+    root = download_snapshot(repo, "the region extractor", allow_patterns=[f"{carried}/*"], **hub_kwargs)
     if subfolder or (root / carried).is_dir():
         return root / carried
-    return Path(snapshot_download(repo, **hub_kwargs))  # the repository is the extractor itself
+    return download_snapshot(repo, "the region extractor", **hub_kwargs)  # the repository is the extractor itself
 
 
 def _qualified(cls_or_path: type | str) -> str:

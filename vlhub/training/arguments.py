@@ -68,6 +68,9 @@ class VlhubTrainingArguments:
     hub_token: str | None = field(default=None, metadata={"help": "Defaults to the logged-in token / HF_TOKEN."})
     hub_timeout: float = field(default=60.0, metadata={"help": "Seconds a Hub request may make no progress before it "
                                "is retried (3 tries), then given up with an error; local checkpoints are kept."})
+    hub_total_timeout: float = field(default=3600.0, metadata={"help": "Seconds one Hub operation (a download of the "
+                                     "model, tokenizer or dataset; creating the repository; one upload) may take in "
+                                     "all, retries included: a server that trickles bytes ends in an error too."})
     report_to: list[str] = field(default_factory=list, metadata={"help": "Extra accelerate trackers (tensorboard, "
                                  "wandb, ...); log_history.jsonl is always written."})
     dataloader_num_workers: int = field(default=0, metadata={"help": "Worker processes that read regions, run the "
@@ -110,6 +113,7 @@ class VlhubTrainingArguments:
             "dataloader_prefetch_factor": self.dataloader_prefetch_factor is None or (
                 self.dataloader_prefetch_factor >= 1 and self.dataloader_num_workers > 0),
             "hub_timeout": self.hub_timeout > 0 and math.isfinite(self.hub_timeout),
+            "hub_total_timeout": self.hub_total_timeout > 0 and math.isfinite(self.hub_total_timeout),
             "shuffle_buffer_size": self.shuffle_buffer_size >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]

@@ -19,6 +19,7 @@ from accelerate.utils import set_seed
 from ..registry import architectures, get_architecture
 from ..utils.resources import raise_open_file_limit, retain_freed_memory
 from ..utils.secrets import redact_secrets
+from ..utils.network import HubTimeoutError, configure_hub_timeouts, local_or_download, with_deadline
 from .arguments import VlhubTrainingArguments
 from .data import (
     SHAPES,
@@ -151,11 +152,12 @@ def launch_command(script: str, argv: list[str] | None = None) -> str:
     return " ".join([launcher, script, *map(shlex.quote, redact_secrets(list(argv)))])
 
 
-def _prepare_process() -> None:
+def _prepare_process(training_args: VlhubTrainingArguments) -> None:
     """What a training script sets up for its process: progress messages of the loop (accelerate's logger, main
     process) reach the console unless the caller has configured logging itself; freed batch memory is reused rather
     than faulted in anew for every batch (`retain_freed_memory`); a store's shards may all stay open
-    (`raise_open_file_limit`)."""
+    (`raise_open_file_limit`); every download (model, tokenizer, dataset) has the run's Hub deadlines."""
+    configure_hub_timeouts(training_args.hub_timeout, training_args.hub_total_timeout)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s", level=logging.INFO)
     logging.getLogger("vlhub").setLevel(logging.INFO)
@@ -180,7 +182,9 @@ def _load_tokenizer(name: str | None, dataset: str, lowercase: bool):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return with_deadline(f"downloading the tokenizer {name}", lambda: AutoTokenizer.from_pretrained(name))
+    except HubTimeoutError:
+        raise
     except OSError as err:
         raise SystemExit(f"cannot load the tokenizer {name!r} ({err}); pass --tokenizer_name with a local folder or a "
                          "vocab.txt (offline, nothing can be downloaded)") from err
@@ -233,16 +237,17 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainArguments, PretrainTrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _prepare_process()
+    _prepare_process(training_args)
     if not model_args.model_name_or_path:
         _known_model_type(model_args.model_type)
         if not get_architecture(model_args.model_type).has_task("pretraining"):
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
+    location = None  # where the starting checkpoint's files are: a Hub id's downloaded within the deadlines
     if model_args.model_name_or_path:
         from transformers import AutoConfig
 
-        _refuse_pixel_models(AutoConfig.from_pretrained(model_args.model_name_or_path), "pretrain.py",
-                             model_args.model_name_or_path)
+        location = local_or_download(model_args.model_name_or_path, "the model")
+        _refuse_pixel_models(AutoConfig.from_pretrained(location), "pretrain.py", model_args.model_name_or_path)
     elif (model_args.config_name and Path(model_args.config_name).is_file()
           and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
         _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
@@ -252,7 +257,7 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
                                  shapes_seed=data_args.shapes_seed, region_cache_mb=data_args.region_cache_mb)
     lowercase = get_architecture(model_args.model_type).lowercase if not model_args.model_name_or_path else False
     model, processor = build_pretraining_model(
-        model_args.model_name_or_path, model_args.config_name,
+        location, model_args.config_name,
         _load_tokenizer(model_args.tokenizer_name, data_args.dataset, lowercase), corpus,
         model_type=model_args.model_type,
     )
@@ -349,7 +354,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    _prepare_process()
+    _prepare_process(training_args)
     if finetune_args.task not in FINETUNING_TASKS:
         raise SystemExit(f"--task must be {', '.join(FINETUNING_TASKS)}, got {finetune_args.task!r}")
     if finetune_args.scst and finetune_args.task != "captioning":
@@ -359,7 +364,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     if not Path(source).exists() and "/" not in source:
         raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
                          "pass a checkpoint folder or Hub id")
-    source_config = AutoConfig.from_pretrained(source)
+    location = local_or_download(source, "the model")  # a Hub id's files, downloaded within the deadlines
+    source_config = AutoConfig.from_pretrained(location)
     _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
     head = FINETUNING_TASKS[finetune_args.task]
@@ -369,18 +375,18 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     set_seed(training_args.seed)
     table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
     # A processor may lay text out per task (VL-BERT's VQA answer slot): `for_task` gives the task's processor.
-    processor = AutoProcessor.from_pretrained(source).for_task(finetune_args.task)
+    processor = AutoProcessor.from_pretrained(location).for_task(finetune_args.task)
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(head)
     if finetune_args.task == "vqa":
         label2id = {v: k for k, v in id2label.items()}
         # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
         unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
-        model = model_class.from_pretrained(source, id2label=id2label, label2id=label2id, **unknown)
+        model = model_class.from_pretrained(location, id2label=id2label, label2id=label2id, **unknown)
         pretraining_class = architecture.task_models.get("pretraining")
         if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
             # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
-            model.initialize_from_pretraining(load_pretraining_state(source))
+            model.initialize_from_pretraining(load_pretraining_state(location))
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
@@ -390,21 +396,21 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         if "train" not in table:
             raise SystemExit(f"--task multiple_choice: the dataset has no train split (it has {', '.join(table)})")
         splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
-        model = model_class.from_pretrained(source, num_labels=1)
+        model = model_class.from_pretrained(location, num_labels=1)
         try:
             task = MultipleChoiceTask(model, processor, regions, splits["train"], splits.get("validation"), name,
                                       description, base_model=source, test=splits.get("test"))
         except ValueError as err:
             raise SystemExit(f"--task multiple_choice: {err}") from err
     elif finetune_args.task == "captioning":
-        task = _captioning_task(architecture, model_class, source, processor, table, regions, name, description,
-                                finetune_args)
+        task = _captioning_task(architecture, model_class, source, location, processor, table, regions, name,
+                                description, finetune_args)
     else:
-        model = model_class.from_pretrained(source)
+        model = model_class.from_pretrained(location)
         pretraining_class = architecture.task_models.get("pretraining")
         if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
             # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
-            model.initialize_from_pretraining(load_pretraining_state(source))
+            model.initialize_from_pretraining(load_pretraining_state(location))
         validation = table["validation"] if "validation" in table else table["train"]
         # The head says how its original trained (sampled hard negatives, or the hardest in the batch).
         task = retrieval_task(model, processor, regions, caption_pairs(table["train"], name),
@@ -415,7 +421,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     return train(task, training_args, command=command, callbacks=callbacks)
 
 
-def _captioning_task(architecture, model_class, source, processor, table, regions, name, description, finetune_args):
+def _captioning_task(architecture, model_class, source, location, processor, table, regions, name, description,
+                     finetune_args):
     """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`),
     or with `--scst` a `SelfCriticalCaptioningTask`."""
     from ..evaluation.captions import CAPTION_METRICS
@@ -428,7 +435,7 @@ def _captioning_task(architecture, model_class, source, processor, table, region
     common = dict(base_model=source, test=splits.get("test"), max_new_tokens=finetune_args.max_caption_tokens,
                   metrics=finetune_args.caption_metrics or CAPTION_METRICS)
     if finetune_args.scst:
-        model = model_class.from_pretrained(source)
+        model = model_class.from_pretrained(location)
         try:
             return SelfCriticalCaptioningTask(model, processor, regions, splits["train"], splits.get("validation"),
                                               name, description, num_samples=finetune_args.scst_num_samples,
@@ -440,5 +447,5 @@ def _captioning_task(architecture, model_class, source, processor, table, region
         raise SystemExit(f"--task captioning: {architecture.name} declares no caption training objective "
                          "(Architecture.finetuning_objectives)")
     objective = objectives_for(architecture.model_type)[objective_name]
-    return CaptioningTask(model_class.from_pretrained(source), processor, regions, splits["train"],
+    return CaptioningTask(model_class.from_pretrained(location), processor, regions, splits["train"],
                           splits.get("validation"), name, description, objective, **common)

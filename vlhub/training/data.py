@@ -19,6 +19,7 @@ import numpy as np
 
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
+from ..utils.errors import VlhubUserError, named_input, one_line
 
 __all__ = [
     "CaptionCorpus",
@@ -227,10 +228,19 @@ def load_table(source: str, split_names=("train", "validation")):
         kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
         if kind is None:
             raise ValueError(f"cannot read {path}: expected a .jsonl, .json, .csv or .parquet file")
-        return datasets.load_dataset(kind, data_files={"train": str(path)})
+        try:
+            with named_input(path, f"a {kind} data file"):
+                return datasets.load_dataset(kind, data_files={"train": str(path)})
+        except datasets.exceptions.DatasetGenerationError as err:
+            # datasets says only "An error occurred while generating the dataset"; the cause names the problem.
+            cause = err.__cause__ or err
+            raise VlhubUserError(f"{path} (a {kind} data file) cannot be read: {type(cause).__name__}: "
+                                 f"{one_line(cause)}") from err
     if path.exists():
         raise ValueError(f"{path} is neither a `datasets` folder (save_to_disk) nor a data file")
-    return datasets.load_dataset(source)
+    from ..utils.network import with_deadline
+
+    return with_deadline(f"loading the dataset {source}", lambda: datasets.load_dataset(source))
 
 
 def arrow_slice(data, index: slice, length: int, what: str):

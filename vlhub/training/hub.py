@@ -1,15 +1,16 @@
 """Uploads to the Hugging Face Hub with huggingface_hub's own API (`HfApi.create_repo`, `HfApi.upload_folder`).
 
-Intermediate checkpoints go up in the background (`run_as_future=True`) so training never waits for the network; a
+Intermediate checkpoints go up in the background (a daemon thread, one after another) so training never waits for the
+network; a
 failed background upload is reported and training goes on, the local checkpoint untouched. The repository is created
 before training starts, so a wrong token or an unreachable Hub fails at once rather than after hours of training.
 
-No call waits forever: huggingface_hub's shared HTTP client has no timeout by default, so the uploader gives it one
-(`timeout` seconds without progress on a connection, read or write; a client the user configured with
-`huggingface_hub.set_client_factory` and a timeout of its own is left as it is). Creating the repository is tried
-`attempts` times on network errors and timeouts; uploads are already retried that way inside huggingface_hub
-(`http_backoff`: 5 retries, waits growing to 8 s), so vlhub adds no loop of its own around them. Either ends in a
-`HubError` (the local folder untouched) instead of waiting forever.
+No call waits forever (`vlhub.utils.network`): each read or write may wait `timeout` seconds (huggingface_hub's
+shared client gets that timeout if it has none), and each operation, retries included, ends at `total_timeout`
+seconds even when a server trickles bytes. Creating the repository is tried `attempts` times on network errors and
+timeouts; uploads are already retried that way inside huggingface_hub (`http_backoff`: 5 retries, waits growing to
+8 s), so vlhub adds no loop of its own around them. Either ends in a `HubError` (the local folder untouched)
+instead of waiting forever. Uploads run in a daemon thread, so an upload stuck on a server never holds the process.
 """
 
 from __future__ import annotations
@@ -18,22 +19,32 @@ import logging
 import os
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import httpx2
 from huggingface_hub import HfApi
-from huggingface_hub.utils import get_session
 
-__all__ = ["HubError", "HubUploader", "CHECKPOINT_UPLOAD_IGNORE", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_ATTEMPTS"]
+from ..utils.network import (
+    DEFAULT_HUB_TIMEOUT,
+    DEFAULT_HUB_TOTAL_TIMEOUT,
+    SerialDaemonExecutor,
+    set_read_timeout,
+    with_deadline,
+)
+
+__all__ = ["HubError", "HubUploader", "CHECKPOINT_UPLOAD_IGNORE", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT",
+           "DEFAULT_HUB_ATTEMPTS"]
 
 logger = logging.getLogger(__name__)
 
 # Optimizer/RNG state stays local: it is only useful to resume on this machine and can be several times the model.
-CHECKPOINT_UPLOAD_IGNORE = ["training_state/*", "training_state/**", "checkpoint-*/**", "checkpoint-*"]
+# The run's lock file (vlhub.utils.locks.LOCK_FILE) names a process and a host: local too.
+CHECKPOINT_UPLOAD_IGNORE = ["training_state/*", "training_state/**", "checkpoint-*/**", "checkpoint-*",
+                            ".vlhub-run.lock"]
 
 
-DEFAULT_HUB_TIMEOUT = 60.0  # seconds without progress before a request is given up
 DEFAULT_HUB_ATTEMPTS = 3
 _RETRYABLE = (httpx2.TimeoutException, httpx2.NetworkError)
 _T = TypeVar("_T")
@@ -41,14 +52,6 @@ _T = TypeVar("_T")
 
 class HubError(RuntimeError):
     """The Hub could not be reached or refused a request; the message says what, where, and what is still local."""
-
-
-def _ensure_timeout(seconds: float) -> None:
-    """Give huggingface_hub's shared client a timeout if it has none (its default), so a stalled server ends a call."""
-    session = get_session()
-    current = session.timeout
-    if all(value is None for value in (current.connect, current.read, current.write, current.pool)):
-        session.timeout = httpx2.Timeout(seconds)
 
 
 def _with_retries(call: Callable[[], _T], attempts: int, what: str) -> _T:
@@ -73,23 +76,29 @@ class HubUploader:
         private: create the repository private.
         endpoint: the Hub's URL (default: `HF_ENDPOINT` as set now, or https://huggingface.co).
         timeout: seconds a connection may make no progress before the request is given up.
+        total_timeout: seconds one operation (creating the repository, one upload) may take, retries included.
         attempts: tries of `create_repo` on network errors and timeouts (HTTP errors such as 401/403 end at once).
     """
 
     def __init__(self, repo_id: str, token: str | None = None, private: bool = False, endpoint: str | None = None,
-                 timeout: float = DEFAULT_HUB_TIMEOUT, attempts: int = DEFAULT_HUB_ATTEMPTS):
-        if not timeout > 0 or attempts < 1:
-            raise ValueError(f"HubUploader needs timeout > 0 and attempts >= 1, got {timeout} and {attempts}")
+                 timeout: float = DEFAULT_HUB_TIMEOUT, attempts: int = DEFAULT_HUB_ATTEMPTS,
+                 total_timeout: float = DEFAULT_HUB_TOTAL_TIMEOUT):
+        if not timeout > 0 or not total_timeout > 0 or attempts < 1:
+            raise ValueError(f"HubUploader needs timeout > 0, total_timeout > 0 and attempts >= 1, got {timeout}, "
+                             f"{total_timeout} and {attempts}")
         # HF_ENDPOINT is read here rather than at huggingface_hub's import, so setting it later still counts.
         self.api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
         self.endpoint = self.api.endpoint
-        self.timeout, self.attempts = timeout, attempts
-        self._pending: list[tuple[int | str, Future]] = []
-        _ensure_timeout(timeout)
+        self.timeout, self.total_timeout, self.attempts = timeout, total_timeout, attempts
+        self._pending: list[tuple[int | str, Future, float]] = []  # (step, upload, when it started)
+        self._uploads = SerialDaemonExecutor("vlhub hub uploads")
+        set_read_timeout(timeout)
         try:
-            self.repo_id = _with_retries(
-                lambda: self.api.create_repo(repo_id, private=private, exist_ok=True).repo_id,
-                attempts, f"creating {repo_id} at {self.endpoint}")
+            self.repo_id = with_deadline(
+                f"creating the repository {repo_id}",
+                lambda: _with_retries(lambda: self.api.create_repo(repo_id, private=private, exist_ok=True).repo_id,
+                                      attempts, f"creating {repo_id} at {self.endpoint}"),
+                total=total_timeout, read=timeout, endpoint=self.endpoint)
         except Exception as err:  # connection errors, timeouts, HTTP errors, auth errors: all end the same way
             raise HubError(
                 f"could not create or reach the Hub repository {repo_id!r} at {self.endpoint}: "
@@ -99,16 +108,17 @@ class HubUploader:
 
     def upload_in_background(self, folder: str | os.PathLike, step: int) -> Future:
         """Start uploading a checkpoint folder (weights, config, processor, model card) to the repository root."""
-        _ensure_timeout(self.timeout)
-        future = self.api.run_as_future(self._upload_folder, folder, f"Training in progress, step {step}")
-        self._pending.append((step, future))
+        set_read_timeout(self.timeout)
+        future = self._uploads.submit(lambda: self._upload_folder(folder, f"Training in progress, step {step}"))
+        self._pending.append((step, future, time.monotonic()))
         return future
 
     def upload(self, folder: str | os.PathLike, commit_message: str) -> str:
         """Upload a folder and wait; raises `HubError` (the folder itself is left as it is)."""
-        _ensure_timeout(self.timeout)
         try:
-            info = self._upload_folder(folder, commit_message)
+            info = with_deadline(f"uploading {folder} to {self.repo_id}",
+                                 lambda: self._upload_folder(folder, commit_message), total=self.total_timeout,
+                                 read=self.timeout, endpoint=self.endpoint)
         except Exception as err:
             raise HubError(
                 f"uploading {folder} to {self.repo_id} at {self.endpoint} failed: {type(err).__name__}: {err}. "
@@ -122,13 +132,17 @@ class HubUploader:
                                       ignore_patterns=CHECKPOINT_UPLOAD_IGNORE)
 
     def collect_finished(self, wait: bool = False) -> list[str]:
-        """Check background uploads; returns a message per failed one (and logs it). `wait`: block until all end."""
+        """Check background uploads; returns a message per failed one (and logs it). `wait`: wait until each ends or
+        reaches its total deadline (counted from when it was queued)."""
         failures, still_running = [], []
-        for step, future in self._pending:
+        for step, future, started in self._pending:
             if not wait and not future.done():
-                still_running.append((step, future))
+                still_running.append((step, future, started))
                 continue
-            err = future.exception()
+            try:
+                err = future.exception(timeout=max(0.0, started + self.total_timeout - time.monotonic()))
+            except FutureTimeout:
+                err = TimeoutError(f"it did not finish within {self.total_timeout:g} s (the total deadline)")
             if err is not None:
                 message = (f"background upload of step {step} to {self.repo_id} at {self.endpoint} failed: "
                            f"{type(err).__name__}: {err}; the local checkpoint is kept")

@@ -18,7 +18,9 @@ Checkpoint layout, `<output_dir>/checkpoint-<step>/`:
 The final model is saved the same way (without `training_state/`) in `<output_dir>` itself. Every JSON file is
 written atomically. Resuming verifies the checksums first: a damaged checkpoint is named with its bad file, and
 `latest` falls back to the newest intact one. A fresh run refuses an `output_dir` holding another run's
-checkpoints unless `overwrite_output_dir` is set (then those checkpoints are deleted first).
+checkpoints unless `overwrite_output_dir` is set (then those checkpoints are deleted first). A run owns its
+`output_dir` while it runs (`vlhub.utils.locks.FolderLock`, `.vlhub-run.lock`): a second run started on it, at the
+same moment or later, is refused with a message naming the first (process id, host, start time).
 """
 
 from __future__ import annotations
@@ -27,21 +29,24 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 from accelerate import Accelerator, skip_first_batches
 from accelerate.logging import get_logger
-from accelerate.utils import DistributedDataParallelKwargs, send_to_device, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, send_to_device, set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import TrainerState, get_scheduler
 
 from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha256_file
+from ..utils.locks import FolderInUseError, FolderLock
 from ..utils.secrets import scrub_secrets
 from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
@@ -306,6 +311,29 @@ def train(
             # One objective per step uses only some heads (MRM's mask embedding, the MLM head, ...).
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         )
+    # The run owns output_dir before anything is written there, until it ends (main process; every process stops
+    # if the main process cannot get it).
+    lock = FolderLock(output_dir, "--output_dir")
+    refusal = None
+    if accelerator.is_main_process:
+        try:
+            lock.acquire()
+        except Exception as err:  # in use, or not writable: the other processes must stop too, not wait
+            refusal = err
+    if accelerator.num_processes > 1:
+        message = broadcast_object_list([str(refusal) if refusal else None])[0]
+        if message and refusal is None:
+            refusal = FolderInUseError(message)
+    if refusal is not None:
+        raise refusal
+    try:
+        return _train(task, args, command, callbacks, accelerator, output_dir)
+    finally:
+        lock.release()
+
+
+def _train(task: TrainingTask, args: VlhubTrainingArguments, command: str,
+           callbacks: Iterable[Callable[[LoopState], None]], accelerator: Accelerator, output_dir: Path) -> TrainResult:
     is_main = accelerator.is_main_process
     resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
     if resume_dir is None:
@@ -315,7 +343,7 @@ def train(
     uploader = None
     if args.push_to_hub and is_main:
         uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
-                               timeout=args.hub_timeout)
+                               timeout=args.hub_timeout, total_timeout=args.hub_total_timeout)
 
     if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
         raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. two-pass "
@@ -528,15 +556,65 @@ def _process_file(accelerator: Accelerator, folder: Path, name: str, what: str, 
 
 
 def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
-    """accelerate.load_state, with this process's RNG state required (accelerate only logs its absence) and load
-    errors naming the checkpoint."""
-    _process_file(accelerator, folder, _RNG_STATE, "RNG state", "resuming without it would not reproduce the "
-                  "interrupted run's masking, sampling and dropout", "it starts from the seed", saved_processes)
+    """accelerate.load_state, then this process's RNG state restored here: accelerate only logs (at INFO) an RNG
+    file it cannot read, and resuming would silently differ from the interrupted run. Load errors name the
+    checkpoint, and for the RNG state the file and the piece."""
+    rng_path = _process_file(accelerator, folder, _RNG_STATE, "RNG state", _WITHOUT_RNG, "it starts from the seed",
+                             saved_processes)
     try:
         accelerator.load_state(str(folder / TRAINING_STATE_DIR))
     except Exception as err:
         raise DamagedCheckpointError(f"could not load the training state of checkpoint {folder}: "
                                      f"{type(err).__name__}: {err}") from err
+    if rng_path is not None:
+        _restore_rng_state(accelerator, folder, rng_path)
+
+
+_WITHOUT_RNG = "resuming without it would not reproduce the interrupted run's masking, sampling and dropout"
+
+# The generators accelerate.save_state records: (key in its RNG file, what it is, how to restore it).
+_RNG_PIECES = (
+    ("random_state", "Python's random generator", random.setstate),
+    ("numpy_random_seed", "numpy's global generator", np.random.set_state),
+    ("torch_manual_seed", "torch's CPU generator", torch.set_rng_state),
+)
+
+
+def _restore_rng_state(accelerator: Accelerator, folder: Path, path: Path) -> None:
+    """Restore every generator recorded in `path` (loaded as accelerate loads it: `weights_only`), or raise
+    `DamagedCheckpointError` naming the file and the piece that cannot be restored."""
+    from accelerate.utils import load
+
+    where = f"checkpoint {folder}: the RNG state {path.relative_to(folder)}"
+    try:
+        states = load(path)
+    except Exception as err:  # truncated, not a torch.save file, a pickle weights_only refuses: all damaged
+        raise DamagedCheckpointError(f"{where} cannot be read ({type(err).__name__}: {_first_line(err)}); "
+                                     f"{_WITHOUT_RNG}") from err
+    if not isinstance(states, dict):
+        raise DamagedCheckpointError(f"{where} holds a {type(states).__name__}, not accelerate's dictionary of "
+                                     f"generator states; {_WITHOUT_RNG}")
+    pieces = list(_RNG_PIECES)
+    if torch.cuda.is_available():
+        if "torch_cuda_manual_seed" in states:
+            pieces.append(("torch_cuda_manual_seed", "the CUDA generators", torch.cuda.set_rng_state_all))
+        else:  # saved without CUDA: the run changed devices, which no generator state can make exact
+            logger.warning(f"{where} has no CUDA generator state (saved without CUDA): the CUDA generators start "
+                           "from the seed")
+    for key, what, restore in pieces:
+        if key not in states:
+            raise DamagedCheckpointError(f"{where} has no {key} ({what}); {_WITHOUT_RNG}")
+        try:
+            restore(states[key])
+        except Exception as err:
+            raise DamagedCheckpointError(f"{where}: {key} ({what}) cannot be restored ({type(err).__name__}: "
+                                         f"{_first_line(err)}); {_WITHOUT_RNG}") from err
+    if "step" in states:
+        accelerator.step = states["step"]
+
+
+def _first_line(err: BaseException) -> str:
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), "")
 
 
 def _load_stream_state(loader, accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:

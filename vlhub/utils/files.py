@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "sha256_file", "file_checksums",
+__all__ = ["read_yaml", "atomic_write", "atomic_write_text", "atomic_write_json", "sha256_file", "file_checksums",
            "staging_folder"]
 
 logger = logging.getLogger(__name__)
@@ -101,3 +101,14 @@ def _free_name(path: Path) -> Path:
         candidate = path.with_name(f"{path.name}.{number}")
         number += 1
     return candidate
+
+
+def read_yaml(path: str | os.PathLike, what: str = "a YAML file"):
+    """`yaml.safe_load` of a file; a file that is not YAML, or that asks to construct objects (`!!python/...` tags,
+    refused by the safe loader), is a `VlhubUserError` naming the file."""
+    import yaml
+
+    from .errors import named_input
+
+    with named_input(path, what), open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)

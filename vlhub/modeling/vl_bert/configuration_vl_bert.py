@@ -110,10 +110,9 @@ class VlBertConfig(BertTextConfig):
         if isinstance(path_or_dict, dict):
             original = dict(path_or_dict)
         else:
-            import yaml
+            from ...utils.files import read_yaml
 
-            with open(path_or_dict, encoding="utf-8") as f:
-                original = yaml.safe_load(f)
+            original = read_yaml(path_or_dict, "the original VL-BERT config")
         if not isinstance(original, dict) or "NETWORK" not in original or "VLBERT" not in (original["NETWORK"] or {}):
             raise ValueError("not an original VL-BERT config: it has no NETWORK.VLBERT section")
         network = original["NETWORK"]

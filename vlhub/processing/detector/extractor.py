@@ -246,9 +246,9 @@ class RegionExtractor(nn.Module):
         config fields (e.g. `selection_mode="max_class_nms"`, `max_boxes=36`)."""
         directory = Path(pretrained_path)
         if not directory.is_dir():
-            from huggingface_hub import snapshot_download
+            from ...utils.network import download_snapshot
 
-            directory = Path(snapshot_download(str(pretrained_path)))
+            directory = download_snapshot(str(pretrained_path), "the region extractor")
         _, data = read_region_extractor_config(directory, REGION_EXTRACTOR_TYPE)
         for field_name, file_name in (("object_names", OBJECTS_VOCAB_NAME), ("attribute_names", ATTRIBUTES_VOCAB_NAME)):
             if field_name not in config_overrides and data.get(field_name) is None:

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 import torch
 import xxhash
 
+from ...utils.errors import VlhubUserError, named_input
 from ...utils.files import atomic_write_json
 from ...utils.resources import open_file_limit
 from ...utils.tensors import float32_tensor, single_threaded
@@ -71,8 +72,9 @@ _SQLITE_TIMEOUT = 600.0  # seconds a writer waits for another one's short publis
 logger = logging.getLogger(__name__)
 
 
-class StoreLockedError(RuntimeError):
-    """Another live writer holds the shard series this writer needs."""
+class StoreLockedError(VlhubUserError, RuntimeError):
+    """Another live writer holds the shard series this writer needs (a user error: the command lines show it as one
+    line)."""
 
 
 class StoreLayout:
@@ -208,6 +210,25 @@ def _lock(path: Path, blocking: bool) -> int:
     return descriptor
 
 
+_DAMAGED_INDEX_ADVICE = ("it is damaged: write the store again (vlhub extract or vlhub import-features into a new "
+                        "folder)")
+
+
+class _IndexConnection(sqlite3.Connection):
+    """A connection to a store's id index whose errors of a damaged file (sqlite3.DatabaseError: "file is not a
+    database", "database disk image is malformed") name the file, as a `VlhubUserError`."""
+
+    path: Path
+
+    def execute(self, *args, **kwargs):
+        with named_input(self.path, "the region store's id index", _DAMAGED_INDEX_ADVICE):
+            return super().execute(*args, **kwargs)
+
+    def executemany(self, *args, **kwargs):
+        with named_input(self.path, "the region store's id index", _DAMAGED_INDEX_ADVICE):
+            return super().executemany(*args, **kwargs)
+
+
 def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
     path = directory / ID_INDEX_FILE
     if readonly:
@@ -215,9 +236,11 @@ def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
             raise FileNotFoundError(f"the region store {directory} has no {ID_INDEX_FILE} (its id index); it was not "
                                     "written completely, or by a vlhub older than store format 2")
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_SQLITE_TIMEOUT,
-                                     check_same_thread=False)
+                                     check_same_thread=False, factory=_IndexConnection)
+        connection.path = path
     else:
-        connection = sqlite3.connect(path, timeout=_SQLITE_TIMEOUT, isolation_level=None)
+        connection = sqlite3.connect(path, timeout=_SQLITE_TIMEOUT, isolation_level=None, factory=_IndexConnection)
+        connection.path = path
         connection.execute("CREATE TABLE IF NOT EXISTS images (seq INTEGER PRIMARY KEY, image_id TEXT NOT NULL UNIQUE,"
                            " shard TEXT NOT NULL, row INTEGER NOT NULL)")
         connection.execute("CREATE INDEX IF NOT EXISTS images_by_shard ON images (shard)")
@@ -789,9 +812,11 @@ class _ParquetStoreV1:
         self.shard_files = sorted(p for p in directory.iterdir() if _V1_SHARD_PATTERN.match(p.name))
         self.location: dict[str, tuple[int, int, int]] = {}
         for number, shard in enumerate(self.shard_files):
-            parquet = pq.ParquetFile(shard)
-            for group in range(parquet.metadata.num_row_groups):
-                ids = parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
+            with named_input(shard, "a Parquet shard of a version-1 region store", "it is damaged"):
+                parquet = pq.ParquetFile(shard)
+                groups = [parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
+                          for group in range(parquet.metadata.num_row_groups)]
+            for group, ids in enumerate(groups):
                 for row, image_id in enumerate(ids):
                     if image_id in self.location:
                         raise ValueError(f"image {image_id!r} is stored twice in {directory}")

@@ -202,12 +202,14 @@ def test_through_gradio_client(served, app, folders, upload, tmp_path):
     table, status = served.predict("uniter-shapes-retrieval", handle_file(str(upload)), "\n".join(texts),
                                    api_name="/rank")
     want = pipeline("image-text-retrieval", model=str(folders["uniter-shapes-retrieval"]))(image=str(upload), texts=texts)
-    assert [row[2] for row in table["data"]] == [w["text"] for w in want]
+    assert [c["label"] for c in table["confidences"]] == [f"{n}. {w['text']}" for n, w in enumerate(want, 1)]
+    np.testing.assert_allclose([c["confidence"] for c in table["confidences"]], [w["score"] for w in want], rtol=1e-5)
     assert status.startswith("ranked 2 texts in")
 
     drawn, info, status = served.predict("uniter-shapes-vqa", handle_file(str(example.path)), api_name="/regions")
     assert info.startswith(f"{len(example.boxes)} regions (the shapes world's objects of {example.image_id})")
-    assert Image.open(drawn).size == (256, 256)  # the 64-pixel image drawn 4x larger
+    assert Image.open(drawn).size == (384, 384)  # the 64-pixel image drawn 6x larger
+    assert info.endswith("; ".join(f"{i}: {label}" for i, label in enumerate(example.labels)))
 
     text_file = tmp_path / "notes.txt"
     text_file.write_text("not an image")

@@ -13,7 +13,7 @@ from .core import TASK_LABELS, AppInputError, VlhubApp
 __all__ = ["build_app", "launch"]
 
 _TITLE = "vlhub: see what a region-feature vision-language model sees and says"
-_SMALL_IMAGE_SIDE = 256  # smaller images (the shapes world's are 64 pixels) are drawn enlarged
+_SMALL_IMAGE_SIDE = 384  # smaller images (the shapes world's are 64 pixels) are drawn enlarged
 
 
 def _error(err: AppInputError) -> str:
@@ -48,7 +48,8 @@ def build_app(app: VlhubApp) -> gr.Blocks:
             return None, "", _error(err)
         scale = max(1, _SMALL_IMAGE_SIDE // max(1, min(view.image.size)))
         drawn = draw_regions(view.image, view.regions.boxes.tolist(), view.labels, scale=scale)
-        return drawn, view.summary(), f"regions of {app.models[name].name}'s extractor ready"
+        listed = "; ".join(f"{i}: {label}" for i, label in enumerate(view.labels))
+        return drawn, view.summary() + (f"  \n{listed}" if listed else ""), f"regions ready for {name}"
 
     def ask(name, path, question):
         start = time.perf_counter()
@@ -73,8 +74,9 @@ def build_app(app: VlhubApp) -> gr.Blocks:
             ranked = app.rank(name, path, texts)
         except AppInputError as err:
             return None, _error(err)
-        rows = [[n, round(r["score"], 4), r["text"]] for n, r in enumerate(ranked, start=1)]
-        return rows, f"ranked {len(rows)} texts in {(time.perf_counter() - start) * 1000:.0f} ms"
+        # numbered, so that two equal texts stay two entries
+        shown = {f"{n}. {r['text']}": r["score"] for n, r in enumerate(ranked, start=1)}
+        return shown, f"ranked {len(shown)} texts in {(time.perf_counter() - start) * 1000:.0f} ms"
 
     with gr.Blocks(title="vlhub", analytics_enabled=False) as page:
         gr.Markdown(f"## {_TITLE}")
@@ -108,13 +110,14 @@ def build_app(app: VlhubApp) -> gr.Blocks:
             texts = gr.Textbox(label="Candidate texts, one per line", lines=5, elem_id="texts")
             rank_button = gr.Button("Rank", variant="primary", elem_id="rank-button")
             rank_note = gr.Markdown(visible=False)
-            ranking = gr.Dataframe(headers=["rank", "score", "text"], label="Ranked (best first)",
-                                   interactive=False, elem_id="ranking")
+            ranking = gr.Label(label="Ranked, best first (score: sigmoid of the matching logit)",
+                               elem_id="ranking")
 
         task_outputs = [ask_button, ask_note, caption_button, caption_note, rank_button, rank_note]
-        page.load(lambda name: _task_notes(app, name), inputs=[model], outputs=task_outputs)
-        model.change(lambda name: _task_notes(app, name), inputs=[model], outputs=task_outputs)
-        model.change(lambda name: gr.update(info=app.models[name].describe()), inputs=[model], outputs=[model])
+        page.load(lambda name: _task_notes(app, name), inputs=[model], outputs=task_outputs, api_name=False)
+        model.change(lambda name: _task_notes(app, name), inputs=[model], outputs=task_outputs, api_name=False)
+        model.change(lambda name: gr.update(info=app.models[name].describe()), inputs=[model], outputs=[model],
+                     api_name=False)
         for event in (image.change, model.change):
             event(show_regions, inputs=[model, image], outputs=[regions_image, regions_info, status],
                   api_name=False)

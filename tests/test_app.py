@@ -214,7 +214,7 @@ def test_through_gradio_client(served, app, folders, upload, tmp_path):
     text_file = tmp_path / "notes.txt"
     text_file.write_text("not an image")
     label, status = served.predict("uniter-shapes-vqa", handle_file(str(text_file)), question, api_name="/ask")
-    assert not label and "notes.txt is not an image the app can read" in status
+    assert not label and status == "⚠️ notes.txt is not an image the app can read (PNG, JPEG, WebP, ...)"
     _, status = served.predict("uniter-shapes-vqa", handle_file(str(upload)), "", api_name="/ask")
     assert "type a question" in status
     _, status = served.predict("uniter-shapes-vqa", handle_file(str(upload)), "\n", api_name="/rank")
@@ -222,3 +222,25 @@ def test_through_gradio_client(served, app, folders, upload, tmp_path):
     # ... and it still answers.
     label, status = served.predict("uniter-shapes-vqa", handle_file(str(upload)), question, api_name="/ask")
     assert status.startswith("answered in")
+
+
+def test_the_space_app_opens_the_models_it_is_given(folders, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("space_app", Path(__file__).parents[1] / "spaces" / "app.py")
+    space = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(space)
+    monkeypatch.setenv("VLHUB_MODELS", f"{folders['uniter-shapes-vqa']}, {folders['vlp-shapes-captioning']}")
+    app = space.build()
+    assert sorted(app.models) == ["uniter-shapes-vqa", "vlp-shapes-captioning"] and len(app.examples) == 4
+
+
+def test_the_space_requirements_name_every_dependency():
+    import re
+
+    setup = (Path(__file__).parents[1] / "setup.py").read_text()
+    needed = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",', setup.split("install_requires=[")[1].split("]")[0], re.M)
+    needed += ["gradio"]
+    listed = [re.split(r"[<>=\[ ]", line)[0] for line in (Path(__file__).parents[1] / "spaces" / "requirements.txt")
+              .read_text().splitlines() if line and not line.startswith("#")]
+    assert needed and sorted(needed) == sorted(listed)

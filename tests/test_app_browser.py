@@ -86,7 +86,7 @@ def test_the_four_states_and_an_error_in_a_browser(page, folders, tmp_path):
     [beam] = [b for b in page.driver.find_elements("css selector", "#decoding label") if b.text == "beam"]
     beam.click()
     status, _ = page.status_after(lambda: page.click("caption-button"))
-    assert status.startswith("captioned in"), status
+    assert status.startswith("captioned (beam search of 3) in"), status
     captioner = pipeline("image-captioning", model=str(folders["captioning"]))
     caption_regions = app.models[names["captioning"]].region_extractor(
         Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels))

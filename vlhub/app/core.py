@@ -269,9 +269,10 @@ class VlhubApp:
         except AppInputError:
             raise
         except (UnidentifiedImageError, Image.DecompressionBombError) as err:
-            raise AppInputError(f"{path.name} is not an image the app can read (PNG, JPEG, ...): {err}") from err
+            # (PIL's own message names the server's temporary copy, not the user's file)
+            raise AppInputError(f"{path.name} is not an image the app can read (PNG, JPEG, WebP, ...)") from err
         except (OSError, SyntaxError, ValueError) as err:  # truncated or corrupt image data
-            raise AppInputError(f"{path.name} is a damaged image: {err}") from err
+            raise AppInputError(f"{path.name} is a damaged image: {str(err).replace(str(path), path.name)}") from err
         return image, hashlib.sha256(data).hexdigest()
 
     # -- handlers -----------------------------------------------------------------------------------------------

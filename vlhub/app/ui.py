@@ -58,15 +58,17 @@ def build_app(app: VlhubApp) -> gr.Blocks:
         except AppInputError as err:
             return None, _error(err)
         return ({a["answer"]: a["score"] for a in answers},
-                f"answered in {(time.perf_counter() - start) * 1000:.0f} ms")
+                f"answered in {(time.perf_counter() - start) * 1000:.0f} ms: {question.strip()}")
 
     def caption(name, path, decoding, beams):
         start = time.perf_counter()
+        num_beams = 1 if decoding == "greedy" else int(beams)
         try:
-            text = app.caption(name, path, 1 if decoding == "greedy" else int(beams))
+            text = app.caption(name, path, num_beams)
         except AppInputError as err:
             return "", _error(err)
-        return text, f"captioned in {(time.perf_counter() - start) * 1000:.0f} ms"
+        how = "greedy" if num_beams == 1 else f"beam search of {num_beams}"
+        return text, f"captioned ({how}) in {(time.perf_counter() - start) * 1000:.0f} ms"
 
     def rank(name, path, texts):
         start = time.perf_counter()

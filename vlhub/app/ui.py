@@ -20,6 +20,16 @@ def _error(err: AppInputError) -> str:
     return f"⚠️ {err}"
 
 
+def _respond(run, empty, show, done) -> tuple:
+    """`(show(result), done(result, milliseconds))` of `run()`, or `(empty, the message)` for a bad input."""
+    start = time.perf_counter()
+    try:
+        result = run()
+    except AppInputError as err:
+        return empty, _error(err)
+    return show(result), done(result, (time.perf_counter() - start) * 1000)
+
+
 def _task_notes(app: VlhubApp, name: str | None) -> list:
     """Per task of the page: its button's state and the note under it (why it is disabled)."""
     updates = []
@@ -52,33 +62,21 @@ def build_app(app: VlhubApp) -> gr.Blocks:
         return drawn, view.summary() + (f"  \n{listed}" if listed else ""), f"regions ready for {name}"
 
     def ask(name, path, question):
-        start = time.perf_counter()
-        try:
-            answers = app.ask(name, path, question)
-        except AppInputError as err:
-            return None, _error(err)
-        return ({a["answer"]: a["score"] for a in answers},
-                f"answered in {(time.perf_counter() - start) * 1000:.0f} ms: {question.strip()}")
+        return _respond(lambda: app.ask(name, path, question), None,
+                        lambda answers: {a["answer"]: a["score"] for a in answers},
+                        lambda answers, ms: f"answered in {ms:.0f} ms: {question.strip()}")
 
     def caption(name, path, decoding, beams):
-        start = time.perf_counter()
         num_beams = 1 if decoding == "greedy" else int(beams)
-        try:
-            text = app.caption(name, path, num_beams)
-        except AppInputError as err:
-            return "", _error(err)
         how = "greedy" if num_beams == 1 else f"beam search of {num_beams}"
-        return text, f"captioned ({how}) in {(time.perf_counter() - start) * 1000:.0f} ms"
+        return _respond(lambda: app.caption(name, path, num_beams), "", lambda text: text,
+                        lambda text, ms: f"captioned ({how}) in {ms:.0f} ms")
 
     def rank(name, path, texts):
-        start = time.perf_counter()
-        try:
-            ranked = app.rank(name, path, texts)
-        except AppInputError as err:
-            return None, _error(err)
         # numbered, so that two equal texts stay two entries
-        shown = {f"{n}. {r['text']}": r["score"] for n, r in enumerate(ranked, start=1)}
-        return shown, f"ranked {len(shown)} texts in {(time.perf_counter() - start) * 1000:.0f} ms"
+        return _respond(lambda: app.rank(name, path, texts), None,
+                        lambda ranked: {f"{n}. {r['text']}": r["score"] for n, r in enumerate(ranked, start=1)},
+                        lambda ranked, ms: f"ranked {len(ranked)} texts in {ms:.0f} ms")
 
     with gr.Blocks(title="vlhub", analytics_enabled=False) as page:
         gr.Markdown(f"## {_TITLE}")

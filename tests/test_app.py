@@ -244,3 +244,11 @@ def test_the_space_requirements_name_every_dependency():
     listed = [re.split(r"[<>=\[ ]", line)[0] for line in (Path(__file__).parents[1] / "spaces" / "requirements.txt")
               .read_text().splitlines() if line and not line.startswith("#")]
     assert needed and sorted(needed) == sorted(listed)
+
+
+def test_without_gradio_the_command_says_how_to_install_it(monkeypatch, capsys, folders):
+    from vlhub.cli import main
+
+    monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio → ImportError
+    assert main(["app", "--model", str(folders["uniter-shapes-vqa"])]) == 2
+    assert capsys.readouterr().err.strip() == "vlhub app: error: the app needs gradio: pip install 'vlhub[app]'"

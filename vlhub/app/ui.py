@@ -121,11 +121,13 @@ def build_app(app: VlhubApp) -> gr.Blocks:
         for event in (image.change, model.change):
             event(show_regions, inputs=[model, image], outputs=[regions_image, regions_info, status],
                   api_name=False)
+        # "minimal" progress: no overlay to draw over the outputs for the few hundred milliseconds an answer takes
         gr.on([ask_button.click, question.submit], ask, inputs=[model, image, question], outputs=[answers, status],
-              api_name="ask")
+              api_name="ask", show_progress="minimal")
         caption_button.click(caption, inputs=[model, image, decoding, beams], outputs=[caption_text, status],
-                             api_name="caption")
-        rank_button.click(rank, inputs=[model, image, texts], outputs=[ranking, status], api_name="rank")
+                             api_name="caption", show_progress="minimal")
+        rank_button.click(rank, inputs=[model, image, texts], outputs=[ranking, status], api_name="rank",
+                          show_progress="minimal")
         # The same regions as a callable endpoint (the change events above have none).
         gr.Button("Show regions", visible=False).click(show_regions, inputs=[model, image],
                                                       outputs=[regions_image, regions_info, status],

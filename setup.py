@@ -40,7 +40,11 @@ setup(
         "stores": ["lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0"],
         # the COCO caption metrics (BLEU, METEOR, ROUGE-L, CIDEr-D; METEOR and the PTB tokenizer need Java)
         "captions": ["pycocoevalcap>=1.2"],
-        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2"],
+        # the browser app (`vlhub app`); gradio_client comes with gradio
+        "app": ["gradio>=6,<7"],
+        # gradio and selenium for the app's tests (the browser test drives Debian's chromium + chromium-driver)
+        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2", "gradio>=6,<7",
+                 "selenium>=4.20"],
         # the documentation site (mkdocs.yml, docs/): `mkdocs serve`; CI runs `mkdocs build --strict`
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
     },

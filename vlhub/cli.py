@@ -6,6 +6,7 @@
         [--objects-vocab TXT] [--attributes-vocab TXT]
     vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
     vlhub import-features SOURCE --format FORMAT --output STORE
+    vlhub app [--model FOLDER ...] [--extractor FOLDER] [--host 127.0.0.1] [--port 7860]   (pip install 'vlhub[app]')
 """
 
 from __future__ import annotations
@@ -93,6 +94,16 @@ def _add_extract(subparsers):
     parser.set_defaults(func=extract.run)
 
 
+def _add_app(subparsers):
+    from .app import cli as app_cli
+
+    parser = subparsers.add_parser(
+        "app", help="a browser app over vlhub folders: regions, answers, captions, rankings (needs vlhub[app])",
+        description=app_cli.__doc__.splitlines()[0])
+    app_cli.add_arguments(parser)
+    parser.set_defaults(func=app_cli.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlhub", description="vlhub command line tools")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -102,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(subparsers)
     _add_extract(subparsers)
     _add_import_features(subparsers)
+    _add_app(subparsers)
     return parser
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["main", "DemoStep", "demo_plan", "DEMO_STEPS", "summary_table"]
+__all__ = ["main", "DemoStep", "demo_plan", "DEMO_STEPS", "summary_table", "task_unavailable_reason"]
 
 DEMO_STEPS: tuple[str, ...] = ("pretraining", "vqa", "retrieval", "captioning")
 CAPTIONER = "unified_vlp"  # captions for architectures that cannot
@@ -50,23 +50,31 @@ def demo_plan(model_type: str) -> list[DemoStep]:
     from .registry import get_architecture
 
     architecture = get_architecture(model_type)
-    name = architecture.name
     if not architecture.pretraining_objectives():
-        plan = [DemoStep("pretraining", f"{name} declares no pre-training objectives for vlhub's training loop yet")]
+        why = f"{architecture.name} declares no pre-training objectives for vlhub's training loop yet"
+        plan = [DemoStep("pretraining", why)]
         return plan + [DemoStep(task, "needs the pre-trained model (pre-training is skipped)") for task in DEMO_STEPS[1:]]
-    plan = [DemoStep("pretraining")]
-    for task in DEMO_STEPS[1:]:
-        if not architecture.has_task(task):
-            why = architecture.unsupported_tasks.get(task)
-            if why is None:
-                why = (f"{name} is an encoder without a text decoder: it cannot caption" if task == "captioning"
-                       else f"{name} has no {task} head")
-            plan.append(DemoStep(task, _first_sentence(why)))
-        elif task == "captioning" and task not in architecture.finetuning_objectives:
-            plan.append(DemoStep(task, f"{name} declares no caption training objective yet"))
-        else:
-            plan.append(DemoStep(task))
-    return plan
+    return [DemoStep("pretraining")] + [DemoStep(task, task_unavailable_reason(model_type, task))
+                                        for task in DEMO_STEPS[1:]]
+
+
+def task_unavailable_reason(model_type: str, task: str, for_training: bool = True) -> str | None:
+    """Why `model_type` cannot do `task` ("vqa", "retrieval", "captioning"), in one line, or None when it can: it has
+    no head for it (the architecture's declared reason), or (`for_training`) no objective to fine-tune it with. The
+    demo skips such a step with this line; `vlhub app` disables the task with it."""
+    from .registry import get_architecture
+
+    architecture = get_architecture(model_type)
+    name = architecture.name
+    if not architecture.has_task(task):
+        why = architecture.unsupported_tasks.get(task)
+        if why is None:
+            why = (f"{name} is an encoder without a text decoder: it cannot caption" if task == "captioning"
+                   else f"{name} has no {task} head")
+        return _first_sentence(why)
+    if for_training and task == "captioning" and task not in architecture.finetuning_objectives:
+        return f"{name} declares no caption training objective yet"
+    return None
 
 
 def summary_table(rows: list[tuple[str, str, str, str]]) -> str:

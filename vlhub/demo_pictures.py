@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .utils.files import atomic_write
 
-__all__ = ["ExamplePicture", "write_example_picture"]
+__all__ = ["ExamplePicture", "write_example_picture", "draw_regions"]
 
 _SCALE = 4  # the shapes world's 64-pixel images are drawn 4x larger
 _TEXT_WIDTH = 440
@@ -56,14 +56,9 @@ def _wrap(text: str, font, width: int, draw: ImageDraw.ImageDraw) -> list[str]:
 
 def write_example_picture(path: str | os.PathLike, example: ExamplePicture) -> str:
     """Draw `example` and write it as a PNG to `path` (atomically); returns the path."""
-    image = example.image if isinstance(example.image, Image.Image) else Image.fromarray(np.asarray(example.image))
-    image = image.convert("RGB")
-    boxes = np.asarray(example.boxes, dtype=np.float64).reshape(-1, 4)
-    if example.region_labels and len(example.region_labels) != len(boxes):
-        raise ValueError(f"{len(example.region_labels)} region labels for {len(boxes)} boxes")
-    if len(boxes) and (boxes[:, 2] < boxes[:, 0]).any() | (boxes[:, 3] < boxes[:, 1]).any():
-        raise ValueError("boxes must be x1 y1 x2 y2 with x2 >= x1 and y2 >= y1")
-    scaled = image.resize((image.width * _SCALE, image.height * _SCALE), Image.NEAREST)
+    if example.region_labels and len(example.region_labels) != len(example.boxes):
+        raise ValueError(f"{len(example.region_labels)} region labels for {len(example.boxes)} boxes")
+    scaled = draw_regions(example.image, example.boxes, scale=_SCALE)
     font = ImageFont.load_default()
     measure = ImageDraw.Draw(scaled)
     text_lines: list[tuple[str, tuple[int, int, int]]] = [(example.title, _HEADING_COLOUR)]
@@ -79,12 +74,30 @@ def write_example_picture(path: str | os.PathLike, example: ExamplePicture) -> s
     canvas = Image.new("RGB", (scaled.width + _TEXT_WIDTH + 2 * _MARGIN, height), (255, 255, 255))
     canvas.paste(scaled, (_MARGIN, _MARGIN))
     draw = ImageDraw.Draw(canvas)
-    for i, box in enumerate(boxes):
-        x1, y1, x2, y2 = (float(v) * _SCALE + _MARGIN for v in box)
-        draw.rectangle((x1, y1, x2, y2), outline=_BOX_COLOUR, width=2)
-        draw.text((x1 + 2, y1 + 1), str(i), fill=_BOX_COLOUR, font=font)
     x = scaled.width + 2 * _MARGIN
     for row, (line, colour) in enumerate(wrapped):
         draw.text((x, _MARGIN + row * _LINE_HEIGHT), line, fill=colour, font=font)
     atomic_write(path, lambda temporary: canvas.save(temporary, format="PNG"))
     return str(path)
+
+
+def draw_regions(image, boxes: Sequence[Sequence[float]], labels: Sequence[str] = (), scale: int = 1) -> Image.Image:
+    """`image` (array or PIL image) enlarged `scale` times (nearest neighbour, so small images stay crisp) with its
+    regions' boxes drawn, each numbered by its index and followed by its label when `labels` has one per box."""
+    image = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if labels and len(labels) != len(boxes):
+        raise ValueError(f"{len(labels)} region labels for {len(boxes)} boxes")
+    if len(boxes) and (boxes[:, 2] < boxes[:, 0]).any() | (boxes[:, 3] < boxes[:, 1]).any():
+        raise ValueError("boxes must be x1 y1 x2 y2 with x2 >= x1 and y2 >= y1")
+    drawn = image.convert("RGB").resize((image.width * scale, image.height * scale), Image.NEAREST)
+    draw, font = ImageDraw.Draw(drawn), ImageFont.load_default()
+    for i, box in enumerate(boxes):
+        x1, y1, x2, y2 = (float(v) * scale for v in box)
+        draw.rectangle((x1, y1, x2, y2), outline=_BOX_COLOUR, width=2)
+        text = f"{i} {labels[i]}" if labels else str(i)
+        left, top, right, bottom = draw.textbbox((x1 + 2, y1 + 1), text, font=font)
+        if labels:  # a label runs over the picture: on a white ground so it stays readable
+            draw.rectangle((left - 1, top - 1, right + 1, bottom + 1), fill=(255, 255, 255))
+        draw.text((x1 + 2, y1 + 1), text, fill=_BOX_COLOUR, font=font)
+    return drawn

@@ -109,7 +109,8 @@ def region_feature_limit(model: VisionLanguagePreTrainedModel) -> float:
     (each at most twice the largest input) in float32 (float64 for float64 models): its inputs must stay below
     `sqrt(finfo(float32).max / H) / 2`. Every layer's output must also stay within the model dtype's range. Half of
     each bound is kept as room for the terms added to the features before the LayerNorm (locations, token types).
-    float32: about 1.6e17 at the LayerNorm (so features up to ~1e15 for BERT-sized weights); float16: 32752."""
+    float32: about 1.6e17 at the LayerNorm (so features up to ~1e15 for BERT-sized weights); float16: 32752. The
+    features themselves must fit the dtype (65504 for float16)."""
     layers = [model.base_model.get_submodule(path) for path in model.base_model._region_feature_layers]
     if not layers:
         return math.inf
@@ -117,7 +118,7 @@ def region_feature_limit(model: VisionLanguagePreTrainedModel) -> float:
     accumulate = torch.float64 if dtype == torch.float64 else torch.float32
     dtype_cap = torch.finfo(dtype).max / 2
     norm_cap = min(dtype_cap, math.sqrt(torch.finfo(accumulate).max / layers[-1].out_features) / 4)
-    limit, gain, offset = math.inf, 1.0, 0.0
+    limit, gain, offset = torch.finfo(dtype).max, 1.0, 0.0  # the features themselves are cast to the dtype
     for i, layer in enumerate(layers):
         weight = layer.weight.detach().double()
         row_sum = float(weight.abs().sum(dim=1).max())
@@ -141,7 +142,7 @@ def check_region_feature_magnitude(features: torch.Tensor, model: VisionLanguage
         return
     index = (features.detach().abs() == largest).nonzero()[0].tolist()
     raise ValueError(
-        f"{what} hold {largest:g} at index {index}, beyond {limit:.4g}, the largest magnitude {type(model).__name__} "
-        f"in {model.dtype} takes: its first region layers' weights would carry such a value past the range of its "
-        "arithmetic, and its outputs would be NaN. Rescale the features"
+        f"{what} hold {largest:g} at index {index}: {type(model).__name__} in {model.dtype} takes region features up "
+        f"to {limit:.6g} (from its first region layers' weights and the range of {model.dtype}); a larger value "
+        "overflows its arithmetic and its outputs would be NaN. Rescale the features"
     )

@@ -92,7 +92,10 @@ def _scalar(value, source: str, name: str) -> int:
     array = np.asarray(value).reshape(-1)
     if array.size != 1:
         raise FeatureFileError(f"{source}: field {name!r} should be one number, got shape {np.shape(value)}")
-    return int(array[0])
+    try:
+        return int(array[0])
+    except (TypeError, ValueError) as err:
+        raise FeatureFileError(f"{source}: field {name!r} should be a number, got {array[0]!r}") from err
 
 
 def feature_array(value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None) -> np.ndarray:

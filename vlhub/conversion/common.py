@@ -42,9 +42,11 @@ from pathlib import Path
 import torch
 
 from ..utils.files import sha256_file, staging_folder
+from ..utils.tensors import all_finite
 
 __all__ = [
     "CheckpointError",
+    "check_finite_weights",
     "converted_folder",
     "ConversionReport",
     "KeyMap",
@@ -392,6 +394,7 @@ def convert_state_dict(
         mapped[target] = value
         report.use(target, description)
 
+    check_finite_weights(mapped, report.source, report.used)
     result = model.load_state_dict(mapped, strict=False)
     if result.unexpected_keys:
         raise CheckpointError(f"unexpected keys while loading into {model_name}: {result.unexpected_keys}")
@@ -401,6 +404,20 @@ def convert_state_dict(
     report.check_complete(source_state_dict.keys())
     model.tie_weights()
     return mapped
+
+
+def check_finite_weights(weights: Mapping[str, torch.Tensor], source: str, names: Mapping[str, str] | None = None) -> None:
+    """Refuse weights holding NaN or infinity (a damaged or diverged checkpoint would convert into a model whose every
+    output is NaN): a `CheckpointError` naming `source`, the tensor (by its source name from `names`, target key ->
+    source key, when given) and how many values are not finite."""
+    for key, value in weights.items():
+        if value.is_floating_point() and not all_finite(value):
+            count = int((~torch.isfinite(value)).sum())
+            name = (names or {}).get(key, key)
+            raise CheckpointError(
+                f"{source}: tensor {name!r} holds {count} NaN or infinite value(s) of {value.numel()}; a converted "
+                "model would answer NaN. The checkpoint is damaged or the run it comes from diverged"
+            )
 
 
 def _check_shape(report: ConversionReport, source: str, value: torch.Tensor, target: torch.Tensor, model_name: str):

@@ -31,7 +31,8 @@ from ..processing.detector.extractor import RegionExtractor
 from ..utils.files import read_yaml
 from ..utils.safe_pickle import safe_load
 from .common import (
-    CheckpointError, ConversionReport, converted_folder, load_torch_state_dict, sha256_of, write_model_card,
+    CheckpointError, ConversionReport, check_finite_weights, converted_folder, load_torch_state_dict, sha256_of,
+    write_model_card,
 )
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ def _map_state(state: dict, config: DetectorConfig, report: ConversionReport) ->
     if missing:
         raise CheckpointError(f"{len(missing)} parameter(s) missing from the checkpoint: {missing[:10]}")
     report.check_complete(state.keys())
+    check_finite_weights(converted, report.source, report.used)
     return converted
 
 

@@ -39,6 +39,7 @@ from ..processing.region_extractors import (
     read_region_extractor_config,
     register_region_extractor,
 )
+from ..processing.detector.image_io import load_rgb_image
 from ..processing.regions import RegionFeatures
 from .shapes_scene import OBJECT_ATTRIBUTES, OBJECT_CLASSES
 
@@ -57,23 +58,31 @@ NUM_BACKBONE_CHANNELS = 1 + 3 + 2 + len(_EDGE_FILTERS)
 
 ImageLike = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 CONFIG_NAME = "config.json"
-EXTRACTOR_TYPE = "shapes"  # `region_extractor_type` in config.json, telling loaders which class wrote the folder
+EXTRACTOR_TYPE = "shapes"
+# The most pixels one image may have: 2048 x 2048. The backbone holds ~14 float32 maps of the image (~250 MB here), and
+# `detect_boxes` takes ~10 s on a picture of noise this size (the shapes world's pictures are 128 x 128).
+MAX_IMAGE_PIXELS = 1 << 22  # `region_extractor_type` in config.json, telling loaders which class wrote the folder
+
+
+def _check_pixels(height: int, width: int, index: int) -> None:
+    if height * width > MAX_IMAGE_PIXELS:
+        raise ValueError(f"images[{index}]: {height}x{width} pixels is above the shapes extractor's limit of "
+                         f"{MAX_IMAGE_PIXELS} pixels")
 
 
 def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
     """`(3, H, W)` float32 in [0, 1] from an image path, a PIL image, an `(H, W, 3)` uint8 array, or a `(3, H, W)`
-    float tensor."""
-    if isinstance(image, (str, os.PathLike)):
-        with Image.open(image) as opened:
-            image = opened.convert("RGB")
-    if isinstance(image, Image.Image):
-        image = np.asarray(image.convert("RGB"))
+    float tensor. Paths and PIL images are read by the detector's loader (`load_rgb_image`: its readable errors for
+    damaged files, decompression bombs and sizes), every image is held to `MAX_IMAGE_PIXELS`."""
+    if isinstance(image, (str, os.PathLike, Image.Image)):
+        image = load_rgb_image(image, f"images[{index}]", min_side=1, max_pixels=MAX_IMAGE_PIXELS)
     if isinstance(image, np.ndarray):
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(
                 f"images[{index}] must be an (height, width, 3) uint8 RGB array, got shape {image.shape} and dtype "
                 f"{image.dtype}"
             )
+        _check_pixels(*image.shape[:2], index)
         return torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1).float() / 255.0
     if isinstance(image, torch.Tensor):
         if image.ndim != 3 or image.shape[0] != 3 or not image.is_floating_point():
@@ -81,10 +90,45 @@ def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
                 f"images[{index}] as a tensor must be (3, height, width) float in [0, 1], got shape "
                 f"{tuple(image.shape)} and dtype {image.dtype}"
             )
+        _check_pixels(*image.shape[1:], index)
         return image.float()
     raise TypeError(
         f"images[{index}] must be an image path, a PIL image, a numpy array or a tensor, got {type(image).__name__}"
     )
+
+
+def _connected_components(mask: torch.Tensor) -> torch.Tensor:
+    """A label per pixel of the `(H, W)` bool `mask`, equal for pixels of one 8-connected foreground blob (the
+    smallest flat index in it); background pixels keep their own index.
+
+    Hook and compress (Shiloach-Vishkin): each round every blob's root hooks onto the smallest root among its
+    neighbouring pixels, then pointer jumping makes every pixel point at its root. Every blob still to merge takes
+    part in a merge each round, so their number at least halves: at most log2(H·W) + 1 rounds of O(H·W log) work,
+    whatever the blobs' shapes (propagating labels pixel by pixel needed one pass per pixel of a blob's longest path:
+    minutes for a 512-pixel serpentine line)."""
+    height, width = mask.shape
+    index = torch.arange(height * width).view(height, width)
+    sources, targets = [], []
+    for dy, dx in ((0, 1), (1, 0), (1, 1), (1, -1)):  # each 8-neighbour pair once
+        x0, x1 = max(0, -dx), width - max(0, dx)
+        both = mask[: height - dy, x0:x1] & mask[dy:, x0 + dx : x1 + dx]
+        sources.append(index[: height - dy, x0:x1][both])
+        targets.append(index[dy:, x0 + dx : x1 + dx][both])
+    sources, targets = torch.cat(sources), torch.cat(targets)
+    parent = index.reshape(-1).clone()
+    max_rounds = int(np.log2(height * width + 1)) + 2
+    for _ in range(max_rounds + 1):
+        low = torch.minimum(parent[sources], parent[targets])
+        high = torch.maximum(parent[sources], parent[targets])
+        if torch.equal(low, high):
+            return parent.view(height, width)
+        parent.scatter_reduce_(0, high, low, "amin")
+        while True:  # pointer jumping: halves every path, so log2(H·W) passes at most
+            grandparent = parent[parent]
+            if torch.equal(grandparent, parent):
+                break
+            parent = grandparent
+    raise RuntimeError(f"connected components did not settle in {max_rounds} rounds on a {height}x{width} mask")
 
 
 class ShapesRegionExtractor:
@@ -168,27 +212,24 @@ class ShapesRegionExtractor:
     def detect_boxes(self, pixel_values: torch.Tensor) -> list[torch.Tensor]:
         """Objects of `(batch, 3, H, W)` images as `(num_objects, 4)` pixel boxes, one per 8-connected foreground blob
         of at least `_MIN_OBJECT_PIXELS` pixels, ordered by (y1, x1): the shapes world's "detector"."""
-        mask = self.foreground(pixel_values) > 0.5
-        height, width = mask.shape[-2:]
-        # Label propagation: every foreground pixel starts with its own id and takes the largest id in its 3×3
-        # neighbourhood until nothing changes; each blob ends with one id. Ids stay exact in float32 up to 2**24.
-        ids = torch.arange(1, height * width + 1, dtype=torch.float32).view(1, 1, height, width) * mask
-        while True:
-            grown = F.max_pool2d(ids, kernel_size=3, stride=1, padding=1) * mask
-            if torch.equal(grown, ids):
-                break
-            ids = grown
         boxes = []
-        for image_ids in ids[:, 0]:
-            image_boxes = []
-            for blob in image_ids.unique():
-                if blob == 0:
-                    continue
-                rows, cols = (image_ids == blob).nonzero(as_tuple=True)
-                if len(rows) >= _MIN_OBJECT_PIXELS:
-                    image_boxes.append([cols.min().item(), rows.min().item(), cols.max().item() + 1, rows.max().item() + 1])
-            image_boxes.sort(key=lambda box: (box[1], box[0]))
-            boxes.append(torch.tensor(image_boxes, dtype=torch.float32).reshape(-1, 4))
+        for mask in self.foreground(pixel_values)[:, 0] > 0.5:
+            height, width = mask.shape
+            labels = _connected_components(mask)
+            rows, cols = mask.nonzero(as_tuple=True)
+            blobs, blob_of = labels[rows, cols].unique(return_inverse=True)
+
+            def reduce(values, how):
+                return torch.full((len(blobs),), -1, dtype=values.dtype).scatter_reduce(
+                    0, blob_of, values, how, include_self=False)
+
+            y1, x1, y2, x2 = reduce(rows, "amin"), reduce(cols, "amin"), reduce(rows, "amax") + 1, reduce(cols, "amax") + 1
+            last_pixel = reduce(rows * width + cols, "amax")
+            large = torch.bincount(blob_of, minlength=len(blobs)) >= _MIN_OBJECT_PIXELS
+            # (y1, x1), ties by each blob's last pixel: the order the earlier label propagation gave
+            order = sorted(large.nonzero()[:, 0].tolist(), key=lambda b: (int(y1[b]), int(x1[b]), int(last_pixel[b])))
+            image_boxes = torch.stack([x1, y1, x2, y2], dim=1)[order] if order else torch.empty(0, 4)
+            boxes.append(image_boxes.to(torch.float32).reshape(-1, 4))
         return boxes
 
     # ---------------------------------------------------------------------------------------------- extraction

@@ -5,6 +5,8 @@ An architecture's base class subclasses `VisionLanguagePreTrainedModel` and sets
 (`BERT_RECORDED_OUTPUTS`); its `_init_weights` calls `super()._init_weights(module)` and adds its own modules.
 """
 
+import math
+
 import torch
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -13,7 +15,8 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from ..utils.compat import CACHE_NAME
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
 
-__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "SharedPrefillMixin", "VisionLanguagePreTrainedModel"]
+__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "SharedPrefillMixin", "VisionLanguagePreTrainedModel",
+           "check_region_feature_magnitude", "region_feature_limit"]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
@@ -32,6 +35,9 @@ class VisionLanguagePreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _input_embed_layer = "word_embeddings"
+    # The linear layers (paths in the bare model, in order, ReLUs allowed between them) that region features pass
+    # through before their first normalisation: `region_feature_limit` bounds the features from their weights.
+    _region_feature_layers: tuple[str, ...] = ()
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -91,3 +97,52 @@ class SharedPrefillMixin:
         (filled if filled is not None else cache).batch_repeat_interleave(copies)
         outputs.logits = outputs.logits.repeat_interleave(copies, dim=0)
         return outputs
+
+
+def region_feature_limit(model: VisionLanguagePreTrainedModel) -> float:
+    """The largest region-feature magnitude `model` takes without overflowing its arithmetic, from its weights and
+    dtype (a bound that holds for every input, not an estimate).
+
+    Region features go through the linear layers the architecture declares (`_region_feature_layers`), then a
+    LayerNorm. For inputs with |x| <= m, each layer's outputs are at most `m * max_row_sum|W| + max|b|` (a ReLU
+    between layers only shrinks them). The LayerNorm sums the squares of its `H` inputs' deviations from their mean
+    (each at most twice the largest input) in float32 (float64 for float64 models): its inputs must stay below
+    `sqrt(finfo(float32).max / H) / 2`. Every layer's output must also stay within the model dtype's range. Half of
+    each bound is kept as room for the terms added to the features before the LayerNorm (locations, token types).
+    float32: about 1.6e17 at the LayerNorm (so features up to ~1e15 for BERT-sized weights); float16: 32752. The
+    features themselves must fit the dtype (65504 for float16)."""
+    layers = [model.base_model.get_submodule(path) for path in model.base_model._region_feature_layers]
+    if not layers:
+        return math.inf
+    dtype = layers[0].weight.dtype
+    accumulate = torch.float64 if dtype == torch.float64 else torch.float32
+    dtype_cap = torch.finfo(dtype).max / 2
+    norm_cap = min(dtype_cap, math.sqrt(torch.finfo(accumulate).max / layers[-1].out_features) / 4)
+    limit, gain, offset = torch.finfo(dtype).max, 1.0, 0.0  # the features themselves are cast to the dtype
+    for i, layer in enumerate(layers):
+        weight = layer.weight.detach().double()
+        row_sum = float(weight.abs().sum(dim=1).max())
+        bias = float(layer.bias.detach().abs().max()) if layer.bias is not None else 0.0
+        gain, offset = gain * row_sum, offset * row_sum + bias
+        cap = norm_cap if i == len(layers) - 1 else dtype_cap
+        if gain > 0:
+            limit = min(limit, (cap - offset) / gain)
+    return limit
+
+
+def check_region_feature_magnitude(features: torch.Tensor, model: VisionLanguagePreTrainedModel, what: str) -> None:
+    """Refuse `features` beyond `region_feature_limit(model)` before the forward: a `ValueError` naming `what`, the
+    value, the bound and the model's dtype (whatever the dtype: float32 overflows too, only later than float16)."""
+    if features.numel() == 0:
+        return
+    low, high = torch.aminmax(features.detach())
+    largest = max(-float(low), float(high))
+    limit = region_feature_limit(model)
+    if largest <= limit:
+        return
+    index = (features.detach().abs() == largest).nonzero()[0].tolist()
+    raise ValueError(
+        f"{what} hold {largest:g} at index {index}: {type(model).__name__} in {model.dtype} takes region features up "
+        f"to {limit:.6g} (from its first region layers' weights and the range of {model.dtype}); a larger value "
+        "overflows its arithmetic and its outputs would be NaN. Rescale the features"
+    )

@@ -19,12 +19,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from transformers import GenerationConfig, Pipeline
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, Pipeline
 
 from ..processing.regions import RegionFeatures
 from ..registry import architectures
 from ..utils.compat import pipeline_generate_kwargs
-from .visual_question_answering import ProcessorPipelineMixin
+from .visual_question_answering import ProcessorPipelineMixin, check_image
 
 __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
 
@@ -32,6 +33,20 @@ __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
 def is_vlhub_model(model) -> bool:
     config = getattr(model, "config", None)
     return getattr(config, "model_type", None) in architectures()
+
+
+class FiniteScoresGuard(LogitsProcessor):
+    """Stops generation with an error when a step's scores hold NaN or +inf: a caption decoded from them would be an
+    arbitrary token (the argmax of NaN), not an answer. -inf is a banned token (other processors set it) and passes."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if bool(torch.isnan(scores).any() or torch.isposinf(scores).any()):
+            raise ValueError(
+                f"the model's next-token scores hold NaN or infinite values (model dtype {scores.dtype}) at step "
+                f"{input_ids.shape[-1]}; no caption is given. The inputs passed the magnitude checks, so the model's "
+                "weights or its arithmetic overflowed"
+            )
+        return scores
 
 
 class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
@@ -61,6 +76,8 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
         many = isinstance(images, (list, tuple))
         if many and not images:
             raise ValueError("empty list of images")
+        for i, image in enumerate(images if many else [images]):
+            check_image(self.processor, image, f"images[{i}]" if many else "image", self.model)
         if many and "batch_size" not in kwargs and self._batch_size is None:
             kwargs["batch_size"] = min(len(images), 16)
         return super().__call__(list(images) if many else images, **kwargs)
@@ -74,6 +91,8 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
         model_inputs = {k: v for k, v in model_inputs.items() if k in self.processor.model_input_names}
         # the user's settings over those given to pipeline(), over the pipeline's defaults (transformers' merge)
         generate_kwargs = pipeline_generate_kwargs(self, generate_kwargs)
+        guards = LogitsProcessorList([*(generate_kwargs.get("logits_processor") or []), FiniteScoresGuard()])
+        generate_kwargs = {**generate_kwargs, "logits_processor": guards}
         return {"sequences": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(self, model_outputs):

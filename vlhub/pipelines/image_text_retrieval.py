@@ -8,7 +8,7 @@ from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
 from ..processing.processor_base import check_text
-from .visual_question_answering import TopKPipelineMixin, check_image
+from .visual_question_answering import TopKPipelineMixin, check_finite_output, check_image
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
 
@@ -110,6 +110,7 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
         candidate, is_last = inputs.pop("candidate"), inputs.pop("is_last")
         model_inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
         scores = _retrieval_scores(self.model(**model_inputs))
+        check_finite_output(scores, "retrieval scores")
         return {"candidate": candidate, "is_last": is_last, "logits": scores}
 
     def postprocess(self, model_outputs, top_k: int | None = None):

@@ -9,19 +9,30 @@ from transformers import Pipeline
 
 from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
-from ..processing.regions import RegionFeatures, check_float16_range
+from ..modeling.modeling_utils import check_region_feature_magnitude
+from ..processing.regions import RegionFeatures
+from ..utils.arguments import check_positive_int
+from ..utils.tensors import all_finite
 
-__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image", "ProcessorPipelineMixin",
-           "TopKPipelineMixin"]
+__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image", "check_finite_output",
+           "ProcessorPipelineMixin", "TopKPipelineMixin"]
 
 
 def top_k_parameter(top_k) -> dict:
     """The postprocess parameters for a user's `top_k` (validated)."""
     if top_k is None:
         return {}
-    if int(top_k) < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
-    return {"top_k": int(top_k)}
+    return {"top_k": check_positive_int(top_k, "top_k")}
+
+
+def check_finite_output(values: torch.Tensor, what: str) -> None:
+    """A pipeline's raw model output must be finite: NaN or infinity (an input the checks let through, or a model
+    whose weights or arithmetic overflow) is an error, never an answer."""
+    if not all_finite(values):
+        raise ValueError(
+            f"the model's {what} hold NaN or infinite values (model dtype {values.dtype}); no result is given. The "
+            "inputs passed the magnitude checks, so the model's weights or its arithmetic overflowed"
+        )
 
 
 class ProcessorPipelineMixin:
@@ -44,12 +55,12 @@ class TopKPipelineMixin(ProcessorPipelineMixin):
 def check_image(processor, image, name: str, model=None) -> None:
     """Check one pipeline input image up front, where its index is known: `RegionFeatures` are encoded once (type,
     feature size, selection, encoding limits), anything else needs the processor's region extractor. Errors name the
-    input as `name` (e.g. `image[2]`), not as the processor's one-example batch `regions[0]`. A `model` that runs in
-    float16 casts the features to float16, so they must stay within its range."""
+    input as `name` (e.g. `image[2]`), not as the processor's one-example batch `regions[0]`. The encoded features
+    must stay within what `model`'s arithmetic takes in its dtype (`check_region_feature_magnitude`)."""
     if isinstance(image, RegionFeatures):
-        processor.feature_extractor.encode_example(image, name)
-        if model is not None and getattr(model, "dtype", None) == torch.float16:
-            check_float16_range(image.features, f"{name} features (the model runs in float16)")
+        features, _ = processor.feature_extractor.encode_example(image, name)
+        if model is not None:
+            check_region_feature_magnitude(features, model, f"{name} features")
     elif processor.region_extractor is None:
         raise ValueError(
             f"{name} is a {type(image).__name__} but this processor has no region extractor, so it cannot take "
@@ -126,6 +137,7 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
         return {"logits": self.model(**model_inputs).logits}
 
     def postprocess(self, model_outputs, top_k: int = 5):
+        check_finite_output(model_outputs["logits"], "answer logits")
         # sigmoid(-inf) = 0 for the "unknown" answer of converted checkpoints, which is never listed.
         probabilities = torch.sigmoid(predictable_answer_logits(model_outputs["logits"].float(), self.model.config))[0]
         top_k = min(top_k, probabilities.shape[-1] - (getattr(self.model.config, "unknown_answer_id", None) is not None))

@@ -39,6 +39,7 @@ from transformers.processing_utils import ProcessorMixin
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
+from ..utils.arguments import check_token_ids
 from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
@@ -439,11 +440,7 @@ class VisionLanguageProcessor(ProcessorMixin):
             for i, t in enumerate(texts):
                 check_text(t, f"text[{i}]")
             return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        rows = [token_ids] if token_ids and isinstance(token_ids[0], int) else list(token_ids)
-        for i, row in enumerate(rows):
-            if len(row) == 0:
-                raise ValueError(f"token_ids[{i}] is empty; a text needs at least one word piece")
-        return [list(map(int, row)) for row in rows]
+        return check_token_ids(token_ids, len(self.tokenizer))
 
     def _build_within_limit(self, pieces: list[int], index: int) -> tuple[list[int], list[int]]:
         ids, types = self.build_text_inputs(pieces)

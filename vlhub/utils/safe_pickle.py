@@ -11,6 +11,10 @@ from __future__ import annotations
 import io
 import pickle
 
+import numpy as np
+
+from .limits import check_declared_array
+
 __all__ = ["UnsafePickleError", "safe_loads", "safe_load"]
 
 # (module, name) pairs a pickle of numpy arrays and builtin containers may reference. numpy 2 moved
@@ -38,10 +42,51 @@ class UnsafePickleError(pickle.UnpicklingError):
     """The pickle references something other than numpy arrays and builtin containers."""
 
 
+def _shape(shape) -> tuple:
+    return (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+
+
+class _NdarrayGuard:
+    """`numpy.ndarray` as a pickle sees it. Called (`ndarray(shape, dtype)`, which allocates `shape` before any data
+    is read), it first checks the declared size (`vlhub.utils.limits`); passed to `_reconstruct`, it stands for
+    `numpy.ndarray` itself."""
+
+    def __call__(self, shape, dtype=float, buffer=None, *args, **kwargs):
+        if buffer is None:
+            check_declared_array(_shape(shape), dtype, "a pickled numpy array")
+        return np.ndarray(shape, dtype, buffer, *args, **kwargs)
+
+
+_NDARRAY = _NdarrayGuard()
+
+
+def _guarded_reconstruct(reconstruct):
+    def _reconstruct(subtype, shape, dtype):
+        check_declared_array(_shape(shape), np.dtype(dtype) if not isinstance(dtype, bytes) else np.uint8,
+                             "a pickled numpy array")
+        return reconstruct(np.ndarray if subtype is _NDARRAY else subtype, shape, dtype)
+
+    return _reconstruct
+
+
+def _bytearray(*args):
+    if args and isinstance(args[0], int):  # bytearray(n) allocates n bytes
+        check_declared_array((args[0],), np.uint8, "a pickled bytearray")
+    return bytearray(*args)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED_GLOBALS:
-            return super().find_class(module, name)
+            found = super().find_class(module, name)
+            # The globals that allocate a size the pickle declares check it first.
+            if name == "_reconstruct":
+                return _guarded_reconstruct(found)
+            if found is np.ndarray:
+                return _NDARRAY
+            if found is bytearray:
+                return _bytearray
+            return found
         raise UnsafePickleError(
             f"refusing to load {module}.{name} from a pickle: only numpy arrays and builtin containers are "
             "allowed (a pickle that names other callables can run arbitrary code)"

@@ -458,6 +458,7 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     config: TdenConfig
     config_class = TdenConfig
     base_model_prefix = "tden"
+    _region_feature_layers = ("region_embeddings.feature_embeddings",)
     _no_split_modules = ["TdenEmbeddings", "TdenRegionEmbeddings", "BertLayer", "CrossModalLayer", "TdenDecoderLayer"]
 
     # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to

@@ -10,6 +10,7 @@ import numpy as np
 
 from ...processing.regions import RegionFeatures
 from ...processing.stores.original import FeatureFileError, FeatureReader, feature_array, make_regions, require_package
+from ...utils.limits import check_declared_array
 
 __all__ = ["VlpH5Reader"]
 
@@ -43,7 +44,30 @@ def _plain_h5_dataset(h5py, handle, name: str, path) -> np.ndarray:
             f"{create_plist.get_external(0)[0].decode(errors='replace')!r}); only datasets stored in the file itself "
             "are read"
         )
-    return dataset[()]
+    # What the header declares is checked before anything is allocated: an absurd shape, or a contiguous dataset
+    # whose stored bytes are fewer than its shape needs (unwritten data reads as fill values, not features).
+    try:
+        nbytes = check_declared_array(dataset.shape or (), dataset.dtype, f"dataset {name!r}")
+    except ValueError as err:
+        raise FeatureFileError(f"{path}: {err}") from err
+    stored = dataset.id.get_storage_size()
+    if create_plist.get_layout() == h5py.h5d.CONTIGUOUS and stored < nbytes:
+        raise FeatureFileError(
+            f"{path}: dataset {name!r} declares {nbytes} bytes (shape {dataset.shape}, {dataset.dtype}) but stores "
+            f"{stored}; it was never written or is damaged"
+        )
+    try:
+        return dataset[()]
+    except OSError as err:  # HDF5 reports a truncated file or a damaged chunk as an OSError
+        raise FeatureFileError(f"{path}: dataset {name!r} cannot be read; the file is truncated or damaged ({err})") from err
+
+
+def _open_h5(h5py, path):
+    """An h5 file opened for reading; a truncated or non-HDF5 file is a `FeatureFileError` naming it."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise FeatureFileError(f"{path}: not a readable HDF5 file (truncated, damaged or another format: {err})") from err
 
 
 class VlpH5Reader(FeatureReader):
@@ -79,7 +103,7 @@ class VlpH5Reader(FeatureReader):
                 "image_size_from_boxes=True to use each image's largest box coordinates"
             )
         self.image_sizes = image_sizes
-        with self._h5py.File(self.path, "r") as bbox_file:
+        with _open_h5(self._h5py, self.path) as bbox_file:
             self._ids = list(bbox_file.keys())
         self._index = set(self._ids)
 
@@ -87,14 +111,14 @@ class VlpH5Reader(FeatureReader):
         path = pattern.format(shard=image_id[-3:]) if "{shard}" in pattern else pattern
         if not os.path.exists(path):
             raise FeatureFileError(f"{what} file {path} for image {image_id!r} does not exist")
-        with self._h5py.File(path, "r") as handle:
+        with _open_h5(self._h5py, path) as handle:
             if image_id not in handle:
                 raise FeatureFileError(f"{path}: no {what} for image {image_id!r}")
             return _plain_h5_dataset(self._h5py, handle, image_id, path)
 
     def _read(self, image_id: str) -> RegionFeatures:
         source = f"VLP features of image {image_id!r}"
-        with self._h5py.File(self.path, "r") as bbox_file:
+        with _open_h5(self._h5py, self.path) as bbox_file:
             bbox = np.asarray(_plain_h5_dataset(self._h5py, bbox_file, image_id, self.path), dtype=np.float32)
         if bbox.ndim != 2 or bbox.shape[1] != 6:
             raise FeatureFileError(f"{self.path}: boxes of {image_id!r} should be (N, 6), got {bbox.shape}")

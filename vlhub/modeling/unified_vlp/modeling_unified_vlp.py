@@ -209,6 +209,7 @@ class UnifiedVlpPreTrainedModel(VisionLanguagePreTrainedModel):
     config: UnifiedVlpConfig
     config_class = UnifiedVlpConfig
     base_model_prefix = "vlp"
+    _region_feature_layers = ("embeddings.vis_embed.0", "embeddings.vis_embed.2")
     _no_split_modules = ["UnifiedVlpEmbeddings", "BertLayer"]
     _supports_flash_attn = False  # flash attention cannot take the seq2seq pattern (an arbitrary 4-D mask)
     _can_record_outputs = BERT_RECORDED_OUTPUTS

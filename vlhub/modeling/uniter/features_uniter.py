@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import zipfile
 
 import numpy as np
 
@@ -15,6 +14,7 @@ from ...processing.stores.original import (
     LmdbReader,
     as_text,
     feature_array,
+    load_npz,
     record_field,
     require_package,
 )
@@ -63,11 +63,7 @@ class UniterLmdbReader(LmdbReader):
         source = f"{self.path} (image {image_id})"
         data = self._image_value(image_id, "__keys__")
         if data[:2] == b"PK":  # a zip archive: np.savez_compressed
-            try:
-                with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-                    record = {name: archive[name] for name in archive.files}
-            except (ValueError, OSError, zipfile.BadZipFile) as err:
-                raise FeatureFileError(f"{source}: corrupt compressed npz ({err})") from err
+            record = load_npz(io.BytesIO(data), source)
         else:
             record = _decode_msgpack(data, source)
         features = feature_array(record_field(record, "features", source), source, "features", np.float32)

@@ -221,6 +221,7 @@ class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
     config: UniterConfig
     config_class = UniterConfig
     base_model_prefix = "uniter"
+    _region_feature_layers = ("img_embeddings.img_linear",)
     _no_split_modules = ["BertEmbeddings", "UniterImageEmbeddings", "BertLayer"]
     _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry the region mask embedding; only the pre-training model owns it.

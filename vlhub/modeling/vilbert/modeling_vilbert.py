@@ -352,6 +352,7 @@ class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VilbertConfig
     config_class = VilbertConfig
     base_model_prefix = "vilbert"
+    _region_feature_layers = ("v_embeddings.image_embeddings",)
     _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]
 
 

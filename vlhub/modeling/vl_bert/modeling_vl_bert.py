@@ -398,6 +398,7 @@ class VlBertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VlBertConfig
     config_class = VlBertConfig
     base_model_prefix = "vl_bert"
+    _region_feature_layers = ("visual_embeddings.obj_downsample.1",)
     _no_split_modules = ["VlBertEmbeddings", "VlBertVisualFeatureEmbedding", "BertLayer"]
     _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry embeddings only the pre-training model owns.

@@ -34,6 +34,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ...utils.limits import check_declared_array
 from ..regions import RegionFeatures
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "as_text",
     "butd_record",
     "feature_array",
+    "load_npz",
     "make_regions",
     "record_field",
     "require_package",
@@ -90,7 +92,10 @@ def _scalar(value, source: str, name: str) -> int:
     array = np.asarray(value).reshape(-1)
     if array.size != 1:
         raise FeatureFileError(f"{source}: field {name!r} should be one number, got shape {np.shape(value)}")
-    return int(array[0])
+    try:
+        return int(array[0])
+    except (TypeError, ValueError) as err:
+        raise FeatureFileError(f"{source}: field {name!r} should be a number, got {array[0]!r}") from err
 
 
 def feature_array(value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None) -> np.ndarray:
@@ -265,6 +270,20 @@ class LmdbReader(FeatureReader):
                                   subdir=self.path.is_dir())
         except lmdb.Error as err:
             raise FeatureFileError(f"{self.path} is not a readable LMDB ({err})") from err
+        self._check_size()
+
+    def _check_size(self) -> None:
+        """Refuse a data file shorter than the pages its meta page counts. LMDB maps the file and reads pages
+        through the map, so a page past the end of a truncated file is a SIGBUS that kills the process."""
+        data_file = self.path / "data.mdb" if self.path.is_dir() else self.path
+        pages, page_size = self._env.info()["last_pgno"] + 1, self._env.stat()["psize"]
+        size = data_file.stat().st_size
+        if size < pages * page_size:
+            self._env.close()
+            raise FeatureFileError(
+                f"{self.path}: the LMDB is truncated: its header counts {pages} pages of {page_size} bytes "
+                f"({pages * page_size} bytes) but {data_file.name} holds {size} bytes"
+            )
 
     def _value(self, key: bytes) -> bytes | None:
         with self._env.begin(write=False) as txn:
@@ -283,6 +302,41 @@ class LmdbReader(FeatureReader):
 
 
 # --------------------------------------------------------------------------------------------------- npz
+def load_npz(file, source: str) -> dict[str, np.ndarray]:
+    """The arrays of an npz (a path or a file object), each member's header checked before its array is allocated:
+    a declared size beyond the bytes the member holds or beyond `MAX_ARRAY_BYTES`, an object array (which only
+    pickle can read), or a damaged member is a `FeatureFileError` naming `source` and the member."""
+    try:
+        arrays = {}
+        with zipfile.ZipFile(file) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        raise ValueError(f"npy format version {version} is not supported")
+                    header_size = member.tell()
+                if dtype.hasobject:
+                    raise FeatureFileError(f"{source}: member {info.filename!r} is an object array, which cannot be "
+                                           "read without pickle (refused: unpickling can run code)")
+                try:
+                    check_declared_array(shape, dtype, f"member {info.filename!r}", info.file_size - header_size)
+                except ValueError as err:
+                    raise FeatureFileError(f"{source}: {err}") from err
+                with archive.open(info) as member:
+                    arrays[info.filename.removesuffix(".npy")] = np.lib.format.read_array(member, allow_pickle=False)
+        return arrays
+    except FeatureFileError:
+        raise
+    except ValueError as err:
+        raise FeatureFileError(f"{source}: cannot be read without pickle, or is corrupt ({err})") from err
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise FeatureFileError(f"{source}: not a readable npz file ({err})") from err
+
+
 class FolderReader(FeatureReader):
     """A folder of one `<image_id><suffix>` file per image."""
 
@@ -309,13 +363,7 @@ class NpzFolderReader(FolderReader):
 
     def _read(self, image_id: str) -> RegionFeatures:
         path = self.path / f"{image_id}.npz"
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                record = {name: archive[name] for name in archive.files if name != "image_id"}
-        except ValueError as err:
-            raise FeatureFileError(f"{path}: cannot be read without pickle, or is corrupt ({err})") from err
-        except (OSError, EOFError, zipfile.BadZipFile) as err:
-            raise FeatureFileError(f"{path}: not a readable npz file ({err})") from err
+        record = {name: value for name, value in load_npz(path, str(path)).items() if name != "image_id"}
         return butd_record(record, str(path), BUTD_TSV_FIELDS)
 
 

@@ -13,7 +13,13 @@ def test_the_table_covers_every_category():
     assert len(CASES) >= 140
 
 
-@pytest.mark.parametrize("case_id", list(CASES))
+def _params():
+    # A case run in a child process costs 10-25 s (mostly importing vlhub): the slow set, which the README's test
+    # command runs; the in-process cases stay in the quick suite.
+    return [pytest.param(name, marks=[pytest.mark.slow] if case.in_child else []) for name, case in CASES.items()]
+
+
+@pytest.mark.parametrize("case_id", _params())
 def test_hostile_input(case_id):
     outcome, detail = classify(CASES[case_id])
     assert outcome in ("clear error", "correctly accepted"), f"{outcome}: {detail}"

@@ -211,3 +211,24 @@ def test_the_contrastive_extension_trains_and_reports_its_in_batch_accuracy(tmp_
     assert {"itc_loss", "itc_accuracy", "itm_loss", "itm_accuracy"} <= set(scores)
     assert 0.0 <= scores["itc_accuracy"] <= 1.0 and scores["itc_loss"] > 0
     assert "itc (1), itm (1)" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_a_missing_local_folder_is_refused_in_one_line_without_asking_the_hub(tmp_path, monkeypatch):
+    from vlhub.training.cli import finetune_main
+    from vlhub.utils.local_paths import missing_local_folder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for local in ("runs/does-not-exist", "./x", "../x", str(tmp_path / "x"), "~/no-such-vlhub-folder", "a/b/c"):
+        assert missing_local_folder(local), local
+    for hub_id_or_folder in ("bert-base-uncased", "google/vit-base-patch16-224", "runs", "elsewhere/model"):
+        assert not missing_local_folder(hub_id_or_folder), hub_id_or_folder
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("asked the Hub")
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", no_network)
+    for main in (finetune_main, pretrain_main):
+        with pytest.raises(SystemExit, match=r"^--model_name_or_path runs/does-not-exist: no such folder \(") as err:
+            main(["--model_name_or_path", "runs/does-not-exist", "--output_dir", str(tmp_path / "out")])
+        assert "\n" not in str(err.value)

@@ -17,6 +17,7 @@ from typing import ClassVar
 from accelerate.utils import set_seed
 
 from ..registry import architectures, get_architecture
+from ..utils.local_paths import missing_local_folder
 from ..utils.resources import raise_open_file_limit, retain_freed_memory
 from ..utils.secrets import redact_secrets
 from .arguments import VlhubTrainingArguments
@@ -226,6 +227,20 @@ def _refuse_pixel_models(config, script: str, source: str) -> None:
         )
 
 
+def _source_config(source: str, how_to_make_one: str):
+    """The config of the checkpoint `--model_name_or_path source`, or one line saying why there is none: a local path
+    that names nothing is refused before any network call; a Hub id that cannot be loaded gives transformers' reason."""
+    from transformers import AutoConfig
+
+    if missing_local_folder(source):
+        raise SystemExit(f"--model_name_or_path {source}: no such folder (make one with {how_to_make_one}, or pass a "
+                         "checkpoint folder or Hub id)")
+    try:
+        return AutoConfig.from_pretrained(source)
+    except OSError as err:
+        raise SystemExit(f"--model_name_or_path {source}: {' '.join(str(err).split())}") from None
+
+
 def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import HfArgumentParser
 
@@ -239,10 +254,8 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         if not get_architecture(model_args.model_type).has_task("pretraining"):
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
     if model_args.model_name_or_path:
-        from transformers import AutoConfig
-
-        _refuse_pixel_models(AutoConfig.from_pretrained(model_args.model_name_or_path), "pretrain.py",
-                             model_args.model_name_or_path)
+        _refuse_pixel_models(_source_config(model_args.model_name_or_path, "python pretrain.py --model_type ... "
+                                            "(from scratch)"), "pretrain.py", model_args.model_name_or_path)
     elif (model_args.config_name and Path(model_args.config_name).is_file()
           and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
         _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
@@ -335,7 +348,7 @@ FINETUNING_TASKS = {"vqa": "vqa", "multiple_choice": "vcr", "retrieval": "retrie
 
 
 def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
-    from transformers import AutoConfig, AutoProcessor, HfArgumentParser
+    from transformers import AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
     from .finetuning import (
@@ -356,10 +369,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         raise SystemExit(f"--scst is self-critical training of a captioner: use it with --task captioning, not "
                          f"--task {finetune_args.task}")
     source = finetune_args.model_name_or_path
-    if not Path(source).exists() and "/" not in source:
-        raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
-                         "pass a checkpoint folder or Hub id")
-    source_config = AutoConfig.from_pretrained(source)
+    source_config = _source_config(source, "python pretrain.py")
     _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
     head = FINETUNING_TASKS[finetune_args.task]

@@ -156,3 +156,11 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
         out = vqa.model(**vqa.processor(text=["tok1 tok2"], regions=[regions]))
     assert out.logits.argmax(-1).item() == 0 and out.predicted_answer_ids.item() != 0
     assert everything[0]["answer"] == config.id2label[out.predicted_answer_ids.item()]
+
+
+def test_a_captioner_folder_is_refused_by_the_vqa_pipeline_naming_what_it_holds(captioner_folder):
+    # Built anyway, it would answer with a randomly initialised 2-label head (LABEL_0).
+    with pytest.raises(ValueError, match=r"pipeline\('visual-question-answering'\): .*vlp-captioner.* holds "
+                       r"UnifiedVlpForConditionalGeneration \(Unified VLP's captioning model\), which cannot do "
+                       r"visual-question-answering; pass a folder holding UnifiedVlpForQuestionAnswering"):
+        pipeline("visual-question-answering", model=str(captioner_folder))

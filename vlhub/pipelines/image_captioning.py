@@ -44,6 +44,8 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
 
     _pipeline_calls_generate = True
     _default_generation_config = GenerationConfig(max_new_tokens=20)
+    task_heads = ("captioning",)
+    default_task = "image-captioning"
 
     def _sanitize_parameters(self, generate_kwargs=None, max_new_tokens=None, **kwargs):
         if kwargs:

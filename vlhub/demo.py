@@ -136,7 +136,7 @@ class Demo:
         # The first shown image as a PNG file: each pipeline is also run on it, regions found by its extractor.
         self.raw_image = self.out / "images" / f"{self.shown[0]}.png"
         self.raw_image.parent.mkdir(parents=True, exist_ok=True)
-        test_images.filter(lambda row: row["image_id"] == self.shown[0])[0]["image"].save(self.raw_image)
+        test_images[0]["image"].save(self.raw_image)  # self.shown[0] is the first test image
 
     def run(self) -> dict:
         start = time.time()

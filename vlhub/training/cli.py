@@ -18,6 +18,7 @@ from accelerate.utils import set_seed
 
 from ..registry import architectures, get_architecture
 from ..utils.local_paths import missing_local_folder
+from ..utils.logs import plain_text_outside_terminals
 from ..utils.resources import raise_open_file_limit, retain_freed_memory
 from ..utils.secrets import redact_secrets
 from .arguments import VlhubTrainingArguments
@@ -160,6 +161,7 @@ def _prepare_process() -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s", level=logging.INFO)
     logging.getLogger("vlhub").setLevel(logging.INFO)
+    plain_text_outside_terminals()  # transformers' load reports carry terminal codes even into log files
     retain_freed_memory()
     raise_open_file_limit()
 
@@ -239,6 +241,48 @@ def _source_config(source: str, how_to_make_one: str):
         return AutoConfig.from_pretrained(source)
     except OSError as err:
         raise SystemExit(f"--model_name_or_path {source}: {' '.join(str(err).split())}") from None
+
+
+def _load_task_model(model_class, source: str, source_config, architecture, **kwargs):
+    """`model_class` from `source`. From a pre-training checkpoint, a head with `initialize_from_pretraining` starts
+    from the pre-trained heads (UNITER's rank_output from ITM, ...); the load report then lists only the weights that
+    stay newly initialised (transformers' own report would call the initialised ones MISSING)."""
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    from .finetuning import load_pretraining_state
+
+    if (architecture.task_models.get("pretraining") not in (source_config.architectures or [])
+            or not hasattr(model_class, "initialize_from_pretraining")):
+        return model_class.from_pretrained(source, **kwargs)
+    report_logger = transformers_logging.get_logger("transformers.modeling_utils")
+    level = report_logger.level
+    report_logger.setLevel(logging.ERROR)  # the report is written below, once the head is initialised
+    try:
+        model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    finally:
+        report_logger.setLevel(level)
+    # Which missing weights the pre-trained heads fill: NaN before, a number after (a value comparison would miss a
+    # bias copied as zeros onto zeros); the others get their fresh initialisation back.
+    state = model.state_dict()
+    fresh = {key: state[key].clone() for key in info["missing_keys"] if key in state and state[key].is_floating_point()}
+    with torch.no_grad():
+        for key in fresh:
+            state[key].fill_(float("nan"))
+        model.initialize_from_pretraining(load_pretraining_state(source))
+        initialised = sorted(key for key in fresh if not state[key].isnan().any())
+        for key in set(fresh) - set(initialised):
+            state[key].copy_(fresh[key])
+    missing = sorted(set(info["missing_keys"]) - set(initialised))
+    if initialised:
+        logger.info(f"{model_class.__name__}: {', '.join(initialised)} initialised from the pre-trained heads of {source}")
+    if missing:
+        logger.warning(f"{model_class.__name__} from {source}: newly initialised (not in the checkpoint): "
+                       f"{', '.join(missing)}")
+    if info["unexpected_keys"]:
+        logger.info(f"{model_class.__name__} from {source}: unused weights of the checkpoint: "
+                    f"{', '.join(sorted(info['unexpected_keys']))}")
+    return model
 
 
 def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
@@ -356,7 +400,6 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         MultipleChoiceTask,
         VqaDataset,
         VqaTask,
-        load_pretraining_state,
         retrieval_task,
     )
 
@@ -386,11 +429,9 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         label2id = {v: k for k, v in id2label.items()}
         # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
         unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
-        model = model_class.from_pretrained(source, id2label=id2label, label2id=label2id, **unknown)
-        pretraining_class = architecture.task_models.get("pretraining")
-        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
-            # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
-            model.initialize_from_pretraining(load_pretraining_state(source))
+        # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
+        model = _load_task_model(model_class, source, source_config, architecture, id2label=id2label,
+                                 label2id=label2id, **unknown)
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
@@ -410,11 +451,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         task = _captioning_task(architecture, model_class, source, processor, table, regions, name, description,
                                 finetune_args)
     else:
-        model = model_class.from_pretrained(source)
-        pretraining_class = architecture.task_models.get("pretraining")
-        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
-            # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
-            model.initialize_from_pretraining(load_pretraining_state(source))
+        # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
+        model = _load_task_model(model_class, source, source_config, architecture)
         validation = table["validation"] if "validation" in table else table["train"]
         # The head says how its original trained (sampled hard negatives, or the hardest in the batch).
         task = retrieval_task(model, processor, regions, caption_pairs(table["train"], name),

@@ -164,3 +164,11 @@ def test_a_captioner_folder_is_refused_by_the_vqa_pipeline_naming_what_it_holds(
                        r"UnifiedVlpForConditionalGeneration \(Unified VLP's captioning model\), which cannot do "
                        r"visual-question-answering; pass a folder holding UnifiedVlpForQuestionAnswering"):
         pipeline("visual-question-answering", model=str(captioner_folder))
+
+
+def test_the_captioning_pipeline_takes_image_as_the_other_pipelines_do(captioner_folder):
+    captioner = pipeline("image-captioning", model=str(captioner_folder))
+    regions = make_regions(4)
+    assert captioner(image=regions) == captioner(regions)
+    with pytest.raises(ValueError, match="not both"):
+        captioner(regions, image=regions)

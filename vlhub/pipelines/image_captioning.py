@@ -57,7 +57,11 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
             forward["max_new_tokens"] = max_new_tokens
         return {}, forward, {}
 
-    def __call__(self, images=None, **kwargs) -> Any:
+    def __call__(self, images=None, image=None, **kwargs) -> Any:
+        if image is not None:  # `image=`, as the VQA and retrieval pipelines take it
+            if images is not None:
+                raise ValueError("pass images (positionally or as images=) or image=, not both")
+            images = image
         if images is None:
             raise ValueError("image captioning needs images (paths, PIL images or vlhub.RegionFeatures)")
         many = isinstance(images, (list, tuple))

@@ -4,7 +4,8 @@
 # baselines (majority answer, chance), answer held-out questions and rank held-out captions with the pipelines; then
 # captioning (a tiny Unified VLP for encoders): caption metrics against the most-frequent-caption baseline. Steps an
 # architecture cannot do are skipped with a reason; one PNG per shown example; a summary table at the end.
-# Offline. Extra arguments go to `python -m vlhub.demo` (see --help).
+# Everything goes under runs/demo/<model_type>/; running it again reuses the steps finished with the same settings,
+# --overwrite_output_dir starts them over. Offline. Extra arguments go to `python -m vlhub.demo` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

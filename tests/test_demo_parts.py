@@ -1,6 +1,9 @@
 """The pieces the demo is built from: hard ITM negatives of the shapes world, mismatched pairs, chance recall, the
 per-architecture step plan and the picture writer (the demo itself runs end to end in test_training_cli.py)."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +153,42 @@ def test_picture_rejects_mismatched_labels_and_bad_boxes(tmp_path):
         write_example_picture(tmp_path / "a.png", ExamplePicture(image, [[0, 0, 4, 4]], "x", ["a", "b"]))
     with pytest.raises(ValueError, match="x2 >= x1"):
         write_example_picture(tmp_path / "b.png", ExamplePicture(image, [[5, 0, 4, 4]], "x"))
+
+
+def test_a_demo_step_is_reused_when_finished_with_the_same_settings_and_redone_otherwise(tmp_path):
+    from argparse import Namespace
+
+    from vlhub.demo import DEMO_STEP_FILE, Demo
+
+    calls = []
+
+    class Result:
+        def __init__(self, argv):
+            self.eval_results = {"score": float(len(calls))}
+
+    def main(argv):  # stands for pretrain_main / finetune_main, which create the output folder
+        calls.append(argv)
+        Path(argv[argv.index("--output_dir") + 1]).mkdir(parents=True, exist_ok=True)
+        return Result(argv)
+
+    demo = object.__new__(Demo)  # only run_step: no world, no training
+    demo.args = Namespace(overwrite_output_dir=False)
+    first, second = tmp_path / "pretrained", tmp_path / "finetuned"
+    assert demo.run_step(main, first, None, ["--max_steps", "5"]) == {"score": 1.0}
+    assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 2.0}
+    assert calls == [["--output_dir", str(first), "--max_steps", "5"],
+                     ["--model_name_or_path", str(first), "--output_dir", str(second), "--max_steps", "3"]]
+    # Again: both reused, nothing trained.
+    assert demo.run_step(main, first, None, ["--max_steps", "5"]) == {"score": 1.0}
+    assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 2.0}
+    assert len(calls) == 2
+    # Other settings are refused in one line naming the flag.
+    with pytest.raises(SystemExit, match="other settings .*--overwrite_output_dir"):
+        demo.run_step(main, first, None, ["--max_steps", "6"])
+    # The flag starts the step over; the step after it then starts over too (its model changed).
+    demo.args.overwrite_output_dir = True
+    demo.run_step(main, first, None, ["--max_steps", "5"])
+    demo.args.overwrite_output_dir = False
+    assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 4.0}
+    assert "--overwrite_output_dir" in calls[2] and "--overwrite_output_dir" in calls[3]
+    assert json.loads((second / DEMO_STEP_FILE).read_text())["settings"] == ["--max_steps", "3"]

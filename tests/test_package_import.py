@@ -29,6 +29,18 @@ def test_pipelines_are_registered_whatever_is_imported_first(first):
     assert out.split() == ["True", "True"]
 
 
+def test_import_vlhub_loads_no_data_library_and_every_public_name_still_imports():
+    # datasets, pandas and pyarrow cost seconds (2,065 modules against transformers' and torch's 1,463): only the
+    # region store and the training data need them, on first use.
+    out = _run("import sys, vlhub\n"
+               "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow', 'torchvision') if m in sys.modules))\n"
+               "from vlhub.processing.stores import RegionStore, open_feature_file, shards\n"
+               "import vlhub.processing.stores as stores\n"
+               "print(RegionStore.__module__, set(stores.__all__) == set(shards.__all__) | set(stores.original.__all__))\n"
+               "print('datasets' in sys.modules)")
+    assert out.split("\n")[:3] == ["[]", "vlhub.processing.stores.shards True", "True"]
+
+
 def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimported():
     out = _run("import sys, vlhub\n"
                "heavy = ('transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines', "

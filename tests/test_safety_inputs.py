@@ -47,6 +47,12 @@ def vqa_folder(tmp_path, tiny_uniter_config, tiny_vocab):
     return tmp_path / "vqa"
 
 
+@pytest.fixture
+def itr_folder(tmp_path, tiny_uniter_config, tiny_vocab):
+    save_tiny(tmp_path / "itr", vlhub.UniterForImageTextRetrieval, tiny_uniter_config, tiny_vocab)
+    return tmp_path / "itr"
+
+
 # ------------------------------------------------------------------------------- 9: messages, not tracebacks
 def test_empty_pipeline_batch_is_a_clear_error(vqa_folder):
     vqa = pipeline("visual-question-answering", model=str(vqa_folder))
@@ -84,7 +90,7 @@ def test_boolean_image_size_is_refused():
         regions_with(torch.rand(2, 4), image_size=(True, True))
 
 
-def test_batch_errors_name_the_item_at_fault(tiny_uniter_config, tiny_vocab, vqa_folder):
+def test_batch_errors_name_the_item_at_fault(tiny_uniter_config, tiny_vocab, vqa_folder, itr_folder):
     processor = tiny_processor(tiny_vocab, tiny_uniter_config)
     good = random_regions(3, 16)
     too_many = random_regions(12, 16, scores=False)  # more than max_regions=10 and no scores to select by
@@ -100,7 +106,7 @@ def test_batch_errors_name_the_item_at_fault(tiny_uniter_config, tiny_vocab, vqa
         vqa(image=[good, good], question=["a cat", "  "])
     with pytest.raises(ValueError, match=r"image\[1\].*no region extractor"):
         vqa(image=[good, torch.rand(3, 16)], question=["a", "b"])
-    retrieval = pipeline("image-text-retrieval", model=str(vqa_folder))
+    retrieval = pipeline("image-text-retrieval", model=str(itr_folder))
     with pytest.raises(ValueError, match=r"images\[1\].*8-d features"):
         retrieval(text="a cat", images=[good, random_regions(3, 8)])
     with pytest.raises(ValueError, match=r"texts\[2\].*empty"):
@@ -258,7 +264,7 @@ def test_float16_features_never_reach_the_model_as_nan(tiny_uniter_config, tiny_
         vqa(image=regions_with(features), question="what ?")
 
 
-def test_float16_model_in_a_pipeline_refuses_features_beyond_the_limit(vqa_folder):
+def test_float16_model_in_a_pipeline_refuses_features_beyond_the_limit(vqa_folder, itr_folder):
     vqa = pipeline("visual-question-answering", model=str(vqa_folder))
     vqa.processor.feature_extractor.float16_storage = False  # the processor no longer rounds: the model does
     vqa.model.half()
@@ -266,7 +272,7 @@ def test_float16_model_in_a_pipeline_refuses_features_beyond_the_limit(vqa_folde
     features[2, 3] = 1e5
     with pytest.raises(ValueError, match=r"image\[1\] features.*float16.*65504"):
         vqa(image=[random_regions(3, 16), regions_with(features)], question="what ?")
-    retrieval = pipeline("image-text-retrieval", model=str(vqa_folder))
+    retrieval = pipeline("image-text-retrieval", model=str(itr_folder))
     retrieval.processor.feature_extractor.float16_storage = False
     retrieval.model.half()
     with pytest.raises(ValueError, match=r"images\[0\] features.*65504"):

@@ -356,7 +356,20 @@ def test_detected_boxes_are_the_ground_truth_boxes(world):
     for row, regions in zip(rows, detected):
         expected = sorted(row["boxes"], key=lambda box: (box[1], box[0]))
         assert regions.boxes.tolist() == expected
-        assert regions.class_probs is None
+        # Without labels each object is described from its pixels: the world's own labels, so the class and
+        # attribute distributions are those the labelled (training) regions carry.
+        order = sorted(range(len(row["boxes"])), key=lambda k: (row["boxes"][k][1], row["boxes"][k][0]))
+        labelled = ShapesFeatureExtractor()(row["image"], expected, labels=[row["labels"][k] for k in order])
+        assert torch.equal(regions.class_probs, labelled.class_probs)
+        assert torch.equal(regions.attribute_probs, labelled.attribute_probs)
+
+
+def test_a_box_without_an_object_is_background_when_described(world):
+    row = world.images()["validation"][0]
+    regions = ShapesFeatureExtractor(include_whole_image=True)(row["image"], [[0, 0, 2, 2], row["boxes"][0]])
+    assert regions.class_probs[:2, 0].tolist() == [1.0, 1.0]  # the whole image and the empty corner
+    assert regions.attribute_probs[:2, 0].tolist() == [1.0, 1.0]
+    assert regions.class_probs[2].argmax() > 0
 
 
 def test_extractor_save_and_load_and_image_paths(world, tmp_path):

@@ -105,21 +105,35 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
                "--finetune_steps", "10", "--retrieval_steps", "3", "--num_examples", "2", "--caption_steps", "10"]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
+    # Every pipeline also ran on a PNG file of a held-out image (regions and, for Unified VLP, class probabilities
+    # from the shapes extractor).
+    assert completed.stdout.count("from the image file") == 3
     assert "majority-answer baseline" in completed.stdout and completed.stdout.count(" Q: ") == 3
     # UNITER pre-trains with its from-scratch mix, the contrastive extension included (the card says so).
     assert "objectives itc:1,itm:1" in completed.stdout
-    assert "itc (1)" in (tmp_path / "demo" / "uniter-shapes" / "README.md").read_text()
+    assert "itc (1)" in (tmp_path / "demo" / "uniter" / "uniter-shapes" / "README.md").read_text()
     assert "most-frequent-caption baseline" in completed.stdout and completed.stdout.count(" caption: ") == 2
-    assert "test_baseline_CIDEr" in (tmp_path / "demo" / "vlp-shapes-captioning" / "README.md").read_text()
-    card = (tmp_path / "demo" / "uniter-shapes-vqa" / "README.md").read_text()
+    assert "test_baseline_CIDEr" in (tmp_path / "demo" / "uniter" / "vlp-shapes-captioning" / "README.md").read_text()
+    card = (tmp_path / "demo" / "uniter" / "uniter-shapes-vqa" / "README.md").read_text()
     assert "test_vqa_accuracy" in card and "test_majority_baseline" in card
-    assert (tmp_path / "demo" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()
+    assert (tmp_path / "demo" / "uniter" / "uniter-shapes-vqa" / "region_extractor" / "config.json").is_file()
     assert "text -> image" in completed.stdout and "image -> text" in completed.stdout and "chance" in completed.stdout
     assert "pipeline('image-text-retrieval')" in completed.stdout
-    pictures = sorted((tmp_path / "demo" / "pictures").glob("*.png"))
+    pictures = sorted((tmp_path / "demo" / "uniter" / "pictures").glob("*.png"))
     assert len(pictures) == 2 and all(str(p) in completed.stdout for p in pictures)
     table = completed.stdout.split("== summary")[1]
     assert all(row in table for row in ("VQA", "retrieval", "captioning (Unified VLP)", "baseline"))
+    # Run again: every finished step is reused, and the same table comes out.
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stdout.count("finished earlier with these settings, reused") == 5
+    assert again.stdout.split("== summary")[1].split("done in")[0] == table.split("done in")[0]
+    # Other settings in the same folders are refused in one line, naming the flag that starts over.
+    other = subprocess.run([*command, "--pretrain_steps", "11"], env=env, capture_output=True, text=True, timeout=900,
+                           cwd=tmp_path)
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines()[-1].startswith("vlhub demo: ")
+    assert "--overwrite_output_dir" in other.stderr and "Traceback" not in other.stderr
 
 
 @pytest.mark.slow
@@ -197,3 +211,24 @@ def test_the_contrastive_extension_trains_and_reports_its_in_batch_accuracy(tmp_
     assert {"itc_loss", "itc_accuracy", "itm_loss", "itm_accuracy"} <= set(scores)
     assert 0.0 <= scores["itc_accuracy"] <= 1.0 and scores["itc_loss"] > 0
     assert "itc (1), itm (1)" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_a_missing_local_folder_is_refused_in_one_line_without_asking_the_hub(tmp_path, monkeypatch):
+    from vlhub.training.cli import finetune_main
+    from vlhub.utils.local_paths import missing_local_folder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for local in ("runs/does-not-exist", "./x", "../x", str(tmp_path / "x"), "~/no-such-vlhub-folder", "a/b/c"):
+        assert missing_local_folder(local), local
+    for hub_id_or_folder in ("bert-base-uncased", "google/vit-base-patch16-224", "runs", "elsewhere/model"):
+        assert not missing_local_folder(hub_id_or_folder), hub_id_or_folder
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("asked the Hub")
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", no_network)
+    for main in (finetune_main, pretrain_main):
+        with pytest.raises(SystemExit, match=r"^--model_name_or_path runs/does-not-exist: no such folder \(") as err:
+            main(["--model_name_or_path", "runs/does-not-exist", "--output_dir", str(tmp_path / "out")])
+        assert "\n" not in str(err.value)

@@ -120,3 +120,61 @@ def test_retrieval_fine_tuning_with_hard_negatives_reports_recall(tmp_path):
     hits = [images[int(row.argmax())] == image_id for row, (image_id, _) in zip(scores, texts)]
     assert result.eval_results["text_to_image_recall@1"] == pytest.approx(np.mean(hits))
     assert result.eval_results["num_images"] == 6
+
+
+def test_the_load_report_lists_only_weights_that_stay_newly_initialised(tmp_path, caplog):
+    import logging
+
+    from transformers import AutoConfig
+
+    from vlhub.training.cli import _load_task_model
+
+    corpus = synthetic_corpus()
+    _, config = processor_and_config(tmp_path, corpus)
+    vlhub.UniterForPreTraining(config).save_pretrained(tmp_path / "pretrained")
+    source = str(tmp_path / "pretrained")
+    source_config = AutoConfig.from_pretrained(source)
+    architecture = vlhub.get_architecture("uniter")
+    with caplog.at_level(logging.INFO):
+        ranker = _load_task_model(vlhub.UniterForImageTextRetrieval, source, source_config, architecture)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("vlhub")]
+    # rank_output starts from the pre-trained ITM head (the original's init_output): not missing.
+    assert not any("rank_output" in w for w in warnings), warnings
+    assert any("rank_output.bias, rank_output.weight initialised from the pre-trained heads" in r.getMessage()
+               for r in caplog.records)
+    assert ranker.__class__ is vlhub.UniterForImageTextRetrieval
+
+
+def test_terminal_codes_are_stripped_from_log_records_written_to_files(tmp_path):
+    import io
+    import logging
+
+    from vlhub.utils.logs import plain_text_outside_terminals
+
+    logger = logging.getLogger()
+    handler = logging.StreamHandler(io.StringIO())  # a file, not a terminal
+    logger.addHandler(handler)
+    try:
+        plain_text_outside_terminals()
+        logging.getLogger("vlhub.test").warning("\x1b[1mUniterModel LOAD REPORT\x1b[0m from: x")
+        assert handler.stream.getvalue() == "UniterModel LOAD REPORT from: x\n"
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_warning_repeated_from_one_line_is_shown_once_with_its_count():
+    import warnings
+
+    from vlhub.utils.logs import repeated_warnings_counted
+
+    shown = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *args, **kwargs: shown.append(str(message))
+        with repeated_warnings_counted():
+            for n in range(94):
+                warnings.warn(f"text {n} has 70 tokens; truncated to max_text_length=60")
+            warnings.warn("something else")
+    assert shown == ["text 0 has 70 tokens; truncated to max_text_length=60", "something else",
+                     "text 0 has 70 tokens; truncated to max_text_length=60 (raised 94 times in all; only the first "
+                     "is shown)"]

@@ -157,3 +157,19 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
         out = vqa.model(**vqa.processor(text=["tok1 tok2"], regions=[regions]))
     assert out.logits.argmax(-1).item() == 0 and out.predicted_answer_ids.item() != 0
     assert everything[0]["answer"] == config.id2label[out.predicted_answer_ids.item()]
+
+
+def test_a_captioner_folder_is_refused_by_the_vqa_pipeline_naming_what_it_holds(captioner_folder):
+    # Built anyway, it would answer with a randomly initialised 2-label head (LABEL_0).
+    with pytest.raises(ValueError, match=r"pipeline\('visual-question-answering'\): .*vlp-captioner.* holds "
+                       r"UnifiedVlpForConditionalGeneration \(Unified VLP's captioning model\), which cannot do "
+                       r"visual-question-answering; pass a folder holding UnifiedVlpForQuestionAnswering"):
+        pipeline("visual-question-answering", model=str(captioner_folder))
+
+
+def test_the_captioning_pipeline_takes_image_as_the_other_pipelines_do(captioner_folder):
+    captioner = pipeline("image-captioning", model=str(captioner_folder))
+    regions = make_regions(4)
+    assert captioner(image=regions) == captioner(regions)
+    with pytest.raises(ValueError, match="not both"):
+        captioner(regions, image=regions)

@@ -2,9 +2,9 @@
 
 Importing vlhub registers every architecture with transformers, so `AutoModel.from_pretrained(folder)`,
 `AutoProcessor.from_pretrained(folder)` and `pipeline("visual-question-answering", ...)` work on vlhub checkpoints.
-The import is light: configs are registered at once; model classes, processors and pipelines when transformers'
-Auto-model, processor or pipeline machinery is first imported, and vlhub's own names (`vlhub.UniterModel`, ...) on
-first access.
+The import is light (it loads neither datasets, pandas, pyarrow nor torchvision; `bench/bench_import.py`): configs,
+model classes, processors and pipelines are registered when transformers' Auto-config, Auto-model, processor or
+pipeline machinery is first imported, and vlhub's own names (`vlhub.UniterModel`, ...) on first access.
 """
 
 from .modeling.auto import register_all

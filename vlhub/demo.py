@@ -2,6 +2,12 @@
 
     python -m vlhub.demo [--model_type uniter] [--output_dir runs/demo] [--pretrain_steps 600] ...
 
+Everything is written under `<output_dir>/<model_type>/` (`runs/demo/uniter/` by default), so the demos of several
+architectures live side by side: `uniter-shapes` (pre-trained), `uniter-shapes-vqa`, `uniter-shapes-itr`,
+`vlp-shapes` and `vlp-shapes-captioning` (the captioner of an encoder), `pictures/`. Each finished step leaves
+`demo_step.json` (its settings and scores) in its folder: running the demo again reuses the steps finished with the
+same settings (and the same model before them) and runs the rest; `--overwrite_output_dir` starts every step over.
+
 For the chosen architecture (UNITER by default) it runs the steps of `demo_plan(model_type)`:
 
 1. pre-training a tiny model on the shapes world (`pretrain.py`'s code; the architecture's objective mix for a model
@@ -22,14 +28,19 @@ table: task, metric, vlhub result, baseline.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from .utils.files import atomic_write_json
 
 __all__ = ["main", "DemoStep", "demo_plan", "DEMO_STEPS", "summary_table", "task_unavailable_reason"]
 
 DEMO_STEPS: tuple[str, ...] = ("pretraining", "vqa", "retrieval", "captioning")
 CAPTIONER = "unified_vlp"  # captions for architectures that cannot
+DEMO_STEP_FILE = "demo_step.json"  # in a step's folder once it finished: its settings, its scores, a run id
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_type", default="uniter", help="The architecture (default uniter).")
-    parser.add_argument("--output_dir", default="runs/demo")
+    parser.add_argument("--output_dir", default="runs/demo", help="The demo writes under <output_dir>/<model_type>/.")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="Start every step over (without it, steps "
+                        "finished earlier with the same settings are reused).")
     parser.add_argument("--pretrain_steps", type=int, default=600)
     parser.add_argument("--pretrain_objectives", default=None, help="name:ratio,... (pretrain.py's --objectives). "
                         "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
@@ -116,7 +129,7 @@ class Demo:
         from .training.data import shapes_region_store, shapes_world
 
         self.args = args
-        self.out = Path(args.output_dir)
+        self.out = Path(args.output_dir) / args.model_type
         self.architecture = get_architecture(args.model_type)
         self.prefix = args.model_type.replace("_", "-")
         self.common = ["--seed", str(args.seed), "--logging_steps", "25"]
@@ -128,6 +141,10 @@ class Demo:
         stride = max(1, len(test_images) // max(args.num_examples, 1))
         self.shown = [test_images[i]["image_id"] for i in range(0, stride * args.num_examples, stride)]
         self.pictures: dict[str, list[tuple[str, list[str]]]] = {image_id: [] for image_id in self.shown}
+        # The first shown image as a PNG file: each pipeline is also run on it, regions found by its extractor.
+        self.raw_image = self.out / "images" / f"{self.shown[0]}.png"
+        self.raw_image.parent.mkdir(parents=True, exist_ok=True)
+        test_images[0]["image"].save(self.raw_image)  # self.shown[0] is the first test image
 
     def run(self) -> dict:
         start = time.time()
@@ -157,6 +174,31 @@ class Demo:
         return self.scores
 
     # ------------------------------------------------------------------------------------------------- steps
+    def run_step(self, main, folder: Path, model_folder: Path | None, settings: list[str]) -> dict:
+        """Train into `folder` with `main` (pretrain_main or finetune_main) and `settings`, starting from the model in
+        `model_folder` (None: from scratch), unless the step finished there earlier with the same settings from the
+        same model (its `DEMO_STEP_FILE` says so): then its recorded scores are returned. Returns the scores."""
+        marker = folder / DEMO_STEP_FILE
+        source = None if model_folder is None else json.loads((model_folder / DEMO_STEP_FILE).read_text())["run_id"]
+        if marker.is_file() and not self.args.overwrite_output_dir:
+            recorded = json.loads(marker.read_text(encoding="utf-8"))
+            if recorded["settings"] == settings and recorded["source_run_id"] == source:
+                print(f"   {folder}: finished earlier with these settings, reused (--overwrite_output_dir starts "
+                      "over)", flush=True)
+                return recorded["eval_results"]
+            if recorded["settings"] != settings:
+                raise SystemExit(f"vlhub demo: {folder} holds this step run with other settings "
+                                 f"({' '.join(recorded['settings'])}); pass --overwrite_output_dir to start over, or "
+                                 "choose another --output_dir")
+            print(f"   {folder}: the model before this step was trained anew; this step starts over", flush=True)
+        redo = marker.is_file() or self.args.overwrite_output_dir
+        marker.unlink(missing_ok=True)  # a step stopped half-way must not read as finished
+        result = main([*(["--model_name_or_path", str(model_folder)] if model_folder else []),
+                       "--output_dir", str(folder), *(["--overwrite_output_dir"] if redo else []), *settings])
+        atomic_write_json(marker, {"settings": settings, "source_run_id": source, "run_id": uuid.uuid4().hex,
+                                   "eval_results": result.eval_results})
+        return result.eval_results
+
     def pretrain(self):
         from .training.cli import pretrain_main
 
@@ -169,8 +211,8 @@ class Demo:
             why = f"objectives {objectives}" if objectives else "the original objective mix"
         print(f"== pre-training a tiny {architecture.name} on the shapes world ({args.pretrain_steps} steps, {why})",
               flush=True)
-        pretrain_main(["--model_type", args.model_type, "--config_name", "tiny", "--output_dir",
-                       str(self.out / f"{self.prefix}-shapes"), "--max_steps", str(args.pretrain_steps),
+        self.run_step(pretrain_main, self.out / f"{self.prefix}-shapes", None,
+                      ["--model_type", args.model_type, "--config_name", "tiny", "--max_steps", str(args.pretrain_steps),
                        *(["--objectives", objectives] if objectives else []), *self.common])
 
     def vqa(self):
@@ -182,9 +224,8 @@ class Demo:
         folder = self.out / f"{self.prefix}-shapes-vqa"
         print(f"== VQA: fine-tuning ({args.finetune_steps} steps), accuracy (official rule) on held-out images",
               flush=True)
-        result = finetune_main(["--model_name_or_path", str(self.out / f"{self.prefix}-shapes"), "--output_dir",
-                                str(folder), "--max_steps", str(args.finetune_steps), *self.common])
-        scores = result.eval_results
+        scores = self.run_step(finetune_main, folder, self.out / f"{self.prefix}-shapes",
+                               ["--max_steps", str(args.finetune_steps), *self.common])
         self.scores.update(scores)
         for split in ("validation", "test"):
             print(f"   {split:10s}: fine-tuned {name} {scores[f'{split}_vqa_accuracy']:.4f}   "
@@ -206,14 +247,13 @@ class Demo:
             self.pictures[image_id].append(("VQA", [f"Q: {row['question']}", f"A: {best['answer']} "
                                                     f"({best['score']:.2f}); annotators: "
                                                     f"{row['multiple_choice_answer']}"]))
-        image_row = world.images()["test"][0]
-        where = f"from the raw image of {image_row['image_id']} (regions found by the processor's extractor)"
-        try:
-            best = vqa(image=image_row["image"], question=test[0]["question"], top_k=1)[0]
-        except ValueError as err:  # e.g. Unified VLP needs detector class probabilities, which the extractor lacks
-            print(f"   {where}: not possible for {name}: {err}")
-            return
-        print(f"   {where}: Q: {test[0]['question']}  A: {best['answer']} ({best['score']:.2f})")
+        question = first_question[self.shown[0]]["question"]
+        best = vqa(image=str(self.raw_image), question=question, top_k=1)[0]
+        print(f"   {self._from_file}: Q: {question}  A: {best['answer']} ({best['score']:.2f})")
+
+    @property
+    def _from_file(self) -> str:
+        return f"from the image file {self.raw_image} (regions found by the processor's extractor)"
 
     def retrieval(self):
         from transformers import pipeline
@@ -225,11 +265,10 @@ class Demo:
         folder = self.out / f"{self.prefix}-shapes-itr"
         print(f"== retrieval: fine-tuning ({args.retrieval_steps} steps, the head's original ranking loss), "
               "recall@K on held-out images", flush=True)
-        result = finetune_main(["--task", "retrieval", "--model_name_or_path", str(self.out / f"{self.prefix}-shapes"),
-                                "--output_dir", str(folder), "--max_steps", str(args.retrieval_steps),
+        scores = self.run_step(finetune_main, folder, self.out / f"{self.prefix}-shapes",
+                               ["--task", "retrieval", "--max_steps", str(args.retrieval_steps),
                                 "--per_device_train_batch_size", "8", "--num_sampled_negatives", "7",
                                 "--num_hard_negatives", "2", "--max_gallery_images", "50", *self.common])
-        scores = result.eval_results
         self.scores.update({f"retrieval_{k}": v for k, v in scores.items()})
         captions = self.world.captions()["validation"]
         gallery = sorted(set(captions["image_id"]))[:50]
@@ -259,6 +298,8 @@ class Demo:
                 for r in ranked:
                     print(f"      {r['score']:.2f} {'*' if r['text'] == own[image_id] else ' '} {r['text']}")
             self.pictures[image_id].append(("top-ranked captions (* = its own)", lines))
+        best = retrieval(image=str(self.raw_image), texts=candidates)[0]
+        print(f"   {self._from_file}: top caption {best['text']!r} ({best['score']:.2f})")
 
     def captioning(self, pretrained: Path | None, name: str):
         from transformers import pipeline
@@ -270,21 +311,21 @@ class Demo:
         if pretrained is None:
             pretrained = self.out / "vlp-shapes"
             print(f"   pre-training a tiny Unified VLP ({steps} steps)", flush=True)
-            pretrain_main(["--model_type", CAPTIONER, "--config_name", "tiny", "--output_dir", str(pretrained),
-                           "--max_steps", steps, *self.common])
+            self.run_step(pretrain_main, pretrained, None,
+                          ["--model_type", CAPTIONER, "--config_name", "tiny", "--max_steps", steps, *self.common])
         folder = pretrained.with_name(pretrained.name + "-captioning")
         print(f"== captioning: fine-tuning {name} ({steps} steps), COCO caption metrics on held-out images", flush=True)
-        result = finetune_main(["--task", "captioning", "--model_name_or_path", str(pretrained), "--output_dir",
-                                str(folder), "--max_steps", steps, *self.common])
-        self.scores.update({f"captioning_{k}": v for k, v in result.eval_results.items()})
-        metrics = [k[len("test_"):] for k in result.eval_results if k.startswith("test_") and "baseline" not in k
+        scores = self.run_step(finetune_main, folder, pretrained,
+                               ["--task", "captioning", "--max_steps", steps, *self.common])
+        self.scores.update({f"captioning_{k}": v for k, v in scores.items()})
+        metrics = [k[len("test_"):] for k in scores if k.startswith("test_") and "baseline" not in k
                    and not k.endswith("num_images")]
         for metric in metrics:
-            print(f"   {metric:8s}: fine-tuned {name} {result.eval_results[f'test_{metric}']:.4f}   "
-                  f"most-frequent-caption baseline {result.eval_results[f'test_baseline_{metric}']:.4f}")
+            print(f"   {metric:8s}: fine-tuned {name} {scores[f'test_{metric}']:.4f}   "
+                  f"most-frequent-caption baseline {scores[f'test_baseline_{metric}']:.4f}")
         if "CIDEr" in metrics:
-            self.table.append((f"captioning ({name})", "CIDEr-D (test)", f"{result.eval_results['test_CIDEr']:.3f}",
-                               f"{result.eval_results['test_baseline_CIDEr']:.3f} (most frequent caption)"))
+            self.table.append((f"captioning ({name})", "CIDEr-D (test)", f"{scores['test_CIDEr']:.3f}",
+                               f"{scores['test_baseline_CIDEr']:.3f} (most frequent caption)"))
         captioner = pipeline("image-captioning", model=str(folder))
         test = self.world.captions()["test"]
         references = references_by_image(zip(test["image_id"], test["caption"]))
@@ -292,6 +333,7 @@ class Demo:
             caption = captioner(self.store[image_id])[0]["generated_text"]
             print(f"   {image_id}  caption: {caption:50s} references: {' | '.join(references[image_id][:2])}")
             self.pictures[image_id].append((f"generated caption ({name})", [caption]))
+        print(f"   {self._from_file}: caption {captioner(str(self.raw_image))[0]['generated_text']!r}")
 
     def draw(self):
         from .demo_pictures import ExamplePicture, write_example_picture

@@ -19,6 +19,9 @@ grid is the object's silhouette), and a fixed ±1/√feature_dim random projecti
 `np.random.default_rng(projection_seed)`) maps the `10 · pool_size²` values to `feature_dim`. Features agree across
 machines to float32 rounding of the convolutions. Without boxes, the extractor finds the objects itself
 (`detect_boxes`: connected foreground blobs), which on shapes-world images gives exactly the ground-truth boxes.
+Without labels, it names each region's object itself (`describe_objects`: the palette colour nearest to the
+silhouette's mean colour, the shape whose drawn silhouette overlaps it best, the size from the box), so regions of a
+raw image carry `class_probs` and `attribute_probs` as a detector's would: Unified VLP's region vector needs them.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ..processing.region_extractors import (
 )
 from ..processing.detector.image_io import load_rgb_image
 from ..processing.regions import RegionFeatures
-from .shapes_scene import OBJECT_ATTRIBUTES, OBJECT_CLASSES
+from .shapes_scene import COLOURS, OBJECT_ATTRIBUTES, OBJECT_CLASSES, SHAPES, shape_silhouette, size_from_extent
 
 __all__ = ["ShapesRegionExtractor", "ShapesFeatureExtractor", "NUM_BACKBONE_CHANNELS"]
 
@@ -68,6 +71,23 @@ def _check_pixels(height: int, width: int, index: int) -> None:
     if height * width > MAX_IMAGE_PIXELS:
         raise ValueError(f"images[{index}]: {height}x{width} pixels is above the shapes extractor's limit of "
                          f"{MAX_IMAGE_PIXELS} pixels")
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two boolean masks aligned at their top-left corners."""
+    height, width = max(a.shape[0], b.shape[0]), max(a.shape[1], b.shape[1])
+    padded = np.zeros((2, height, width), dtype=bool)
+    padded[0, : a.shape[0], : a.shape[1]] = a
+    padded[1, : b.shape[0], : b.shape[1]] = b
+    return (padded[0] & padded[1]).sum() / (padded[0] | padded[1]).sum()
+
+
+def _best_matching_shape(silhouette: np.ndarray) -> str:
+    """The shape whose silhouette, as the shapes world draws it at the half extents that fit this box, overlaps
+    `silhouette` (an object's foreground cropped to its box) the most."""
+    extent = max(silhouette.shape)
+    half_extents = range(max(1, extent // 2 - 1), extent // 2 + 2)
+    return max(SHAPES, key=lambda shape: max(_overlap(silhouette, shape_silhouette(shape, r)) for r in half_extents))
 
 
 def _to_pixel_values(image: ImageLike, index: int) -> torch.Tensor:
@@ -232,12 +252,36 @@ class ShapesRegionExtractor:
             boxes.append(image_boxes.to(torch.float32).reshape(-1, 4))
         return boxes
 
+    def describe_objects(self, pixel_values: torch.Tensor, boxes: torch.Tensor) -> list[str | None]:
+        """The shapes-world description (`"<size> <colour> <shape>"`) of the object in each of one `(3, H, W)`
+        image's `(num_boxes, 4)` pixel boxes, read from its foreground silhouette: the shapes world's detector head.
+        None for a box without foreground (background, as a detector would class it)."""
+        silhouette = self.foreground(pixel_values[None])[0, 0] > 0.5
+        height, width = silhouette.shape
+        palette = torch.tensor(list(COLOURS.values()), dtype=torch.float32) / 255.0
+        labels = []
+        for x1, y1, x2, y2 in boxes.round().long().tolist():
+            x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, width), min(y2, height)
+            mask = silhouette[y1:y2, x1:x2]
+            if x2 <= x1 or y2 <= y1 or not mask.any():
+                labels.append(None)
+                continue
+            colour = pixel_values[:, y1:y2, x1:x2][:, mask].mean(dim=1)
+            colour_name = list(COLOURS)[int((palette - colour).norm(dim=1).argmin())]
+            shape = _best_matching_shape(mask.numpy())
+            size = size_from_extent(max(x2 - x1, y2 - y1), (height + width) / 2)
+            labels.append(f"{size} {colour_name} {shape}")
+        return labels
+
     # ---------------------------------------------------------------------------------------------- extraction
-    def _targets(self, labels: Sequence[str], index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _targets(self, labels: Sequence[str | None], index: int, described: bool) -> tuple[torch.Tensor, torch.Tensor]:
         num_classes = len(OBJECT_CLASSES)
         class_probs = torch.zeros(len(labels), num_classes)
         attribute_probs = torch.zeros(len(labels), len(OBJECT_ATTRIBUTES))
         for row, label in enumerate(labels):
+            if label is None and described:  # a described box without foreground: background, no attribute
+                class_probs[row, 0] = attribute_probs[row, 0] = 1.0
+                continue
             if label not in self._label_index:
                 raise ValueError(
                     f"labels[{index}][{row}] = {label!r} is not a shapes-world object; expected '<size> <colour> "
@@ -274,7 +318,7 @@ class ShapesRegionExtractor:
             boxes: per image, `(num_boxes, 4)` pixel boxes `(x1, y1, x2, y2)`; None finds the objects with
                 `detect_boxes` (for images of the shapes world, exactly their ground-truth boxes).
             labels: per image, one object description per box (`"<size> <colour> <shape>"`), filling `class_probs`
-                and `attribute_probs`.
+                and `attribute_probs`; None describes each region's object from its pixels (`describe_objects`).
 
         Returns a `RegionFeatures` for a single image, a list for a list.
         """
@@ -304,17 +348,19 @@ class ShapesRegionExtractor:
                     "include_whole_image=True"
                 )
             box_tensors.append(image_boxes)
+        described = labels is None
+        if described:  # the whole-image region is background by construction
+            labels = [self.describe_objects(p, b[1:] if self.include_whole_image else b)
+                      for p, b in zip(pixel_values, box_tensors)]
         if same_size:  # one backbone pass for the batch
             features = self.pool(self.backbone(torch.stack(pixel_values)), box_tensors)
         else:
             features = [self.pool(self.backbone(p[None]), [b])[0] for p, b in zip(pixel_values, box_tensors)]
         results = []
         for i, (pixels, image_boxes, image_features) in enumerate(zip(pixel_values, box_tensors, features)):
-            class_probs = attribute_probs = None
-            if labels is not None:
-                class_probs, attribute_probs = self._targets(list(labels[i]), i)
-                if self.include_whole_image:  # the whole image is background with no attribute
-                    class_probs, attribute_probs = self._one_hot_first(class_probs), self._one_hot_first(attribute_probs)
+            class_probs, attribute_probs = self._targets(list(labels[i]), i, described)
+            if self.include_whole_image:  # the whole image is background with no attribute
+                class_probs, attribute_probs = self._one_hot_first(class_probs), self._one_hot_first(attribute_probs)
             results.append(
                 RegionFeatures(
                     features=image_features,

@@ -8,6 +8,7 @@ arithmetic: identical on every machine. Random numbers come from `np.random.defa
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,8 @@ __all__ = [
     "Scene",
     "sample_scene",
     "spatial_relation",
+    "size_from_extent",
+    "shape_silhouette",
 ]
 
 # Palette: name → RGB. Far apart from each other and from the pale backgrounds below.
@@ -165,6 +168,24 @@ def sample_scene(rng: np.random.Generator, image_size: int, min_objects: int, ma
         )
     image = np.clip(canvas, 0, 255).astype(np.uint8)
     return Scene(image=image, objects=tuple(objects))
+
+
+@functools.lru_cache(maxsize=None)
+def shape_silhouette(shape: str, half_extent: int) -> np.ndarray:
+    """The boolean mask `sample_scene` draws for `shape` with `half_extent`, cropped to its box (read-only)."""
+    side = 2 * half_extent + 4
+    mask = _shape_mask(shape, side // 2, side // 2, half_extent, side)
+    x1, y1, x2, y2 = _mask_box(mask)
+    silhouette = mask[y1:y2, x1:x2].copy()
+    silhouette.flags.writeable = False
+    return silhouette
+
+
+def size_from_extent(extent: int, image_side: int) -> str:
+    """The size name of an object whose box is `extent` pixels across (its longer side) on an image `image_side`
+    pixels across: the threshold lies half-way between the largest small and the smallest large half extent."""
+    threshold = (_HALF_EXTENT["small"][1] + _HALF_EXTENT["large"][0]) * image_side + 1  # extent ~ 2 * half + 1
+    return "large" if extent > threshold else "small"
 
 
 def spatial_relation(a: ShapeObject, b: ShapeObject, image_size: int) -> tuple[str, str] | None:

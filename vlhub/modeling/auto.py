@@ -1,9 +1,10 @@
 """vlhub's architectures in transformers' Auto classes, from each architecture's own declaration.
 
-transformers has no plugin entry points: the Auto classes know vlhub's model types only after `import vlhub`. Configs
-are registered at once (cheap); model classes, processors and pipelines are registered when the user's code first
-imports transformers' Auto-model, processor or pipeline machinery (`vlhub.utils.import_hooks`), so `import vlhub`
-stays as light as `import transformers`.
+transformers has no plugin entry points: the Auto classes know vlhub's model types only after `import vlhub`. Configs,
+model classes, processors and pipelines are registered when the user's code first imports transformers' Auto-config,
+Auto-model, processor or pipeline machinery (`vlhub.utils.import_hooks`), so `import vlhub` stays as light as
+`import transformers`: the first touch of `transformers.models` alone reads the import structure of every model
+transformers ships (~1,700 files, seconds), which a user who never reaches for an Auto class does not pay.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..utils.import_hooks import when_imported
 
 __all__ = ["register_all", "model_class_for", "model_classes"]
 
+_CONFIGURATION_AUTO = "transformers.models.auto.configuration_auto"
 _MODELING_AUTO = "transformers.models.auto.modeling_auto"
 _PROCESSING_AUTO = "transformers.models.auto.processing_auto"
 _FEATURE_EXTRACTION_AUTO = "transformers.models.auto.feature_extraction_auto"
@@ -25,10 +27,8 @@ _VLHUB_PIPELINES = "vlhub.pipelines"
 _BERT_MODELING = "transformers.models.bert.modeling_bert"
 
 
-def _register_config(architecture: Architecture) -> None:
-    from transformers import AutoConfig
-
-    AutoConfig.register(architecture.model_type, architecture.config_class, exist_ok=True)
+def _register_config(architecture: Architecture, configuration_auto) -> None:
+    configuration_auto.AutoConfig.register(architecture.model_type, architecture.config_class, exist_ok=True)
 
 
 def _register_models(architecture: Architecture, modeling_auto) -> None:
@@ -96,7 +96,8 @@ def _retry_all(completed=None) -> None:
 
 
 def _on_architecture(architecture: Architecture) -> None:
-    _register_config(architecture)
+    _register_when_ready(architecture, _CONFIGURATION_AUTO, [architecture.config],
+                         lambda module: _register_config(architecture, module))
     _register_when_ready(architecture, _MODELING_AUTO, list(architecture.auto_models.values()),
                          lambda module: _register_models(architecture, module))
     _register_when_ready(architecture, _PROCESSING_AUTO, [architecture.processor],

@@ -59,6 +59,8 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
 
     _pipeline_calls_generate = True
     _default_generation_config = GenerationConfig(max_new_tokens=20)
+    task_heads = ("captioning",)
+    default_task = "image-captioning"
 
     def _sanitize_parameters(self, generate_kwargs=None, max_new_tokens=None, **kwargs):
         if kwargs:
@@ -70,7 +72,11 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
             forward["max_new_tokens"] = max_new_tokens
         return {}, forward, {}
 
-    def __call__(self, images=None, **kwargs) -> Any:
+    def __call__(self, images=None, image=None, **kwargs) -> Any:
+        if image is not None:  # `image=`, as the VQA and retrieval pipelines take it
+            if images is not None:
+                raise ValueError("pass images (positionally or as images=) or image=, not both")
+            images = image
         if images is None:
             raise ValueError("image captioning needs images (paths, PIL images or vlhub.RegionFeatures)")
         many = isinstance(images, (list, tuple))

@@ -70,6 +70,9 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
     is the sigmoid of the pair's logit. Pairs are scored in batches of `batch_size`.
     """
 
+    task_heads = ("retrieval", "pretraining")  # a pre-training checkpoint ranks with its ITM head (zero-shot)
+    default_task = "image-text-retrieval"
+
     def __call__(self, image=None, texts=None, text=None, images=None, **kwargs):
         if image is not None and texts is not None and text is None and images is None:
             query = {"image": image, "texts": _non_empty_list(texts, "texts")}

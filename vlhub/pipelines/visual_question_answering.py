@@ -35,14 +35,44 @@ def check_finite_output(values: torch.Tensor, what: str) -> None:
         )
 
 
+def refuse_other_heads(model, task: str, heads: tuple[str, ...]) -> None:
+    """A checkpoint saved with a head that cannot do `task` (one of the architecture's `heads`, as its declaration
+    names them) is refused, naming the task and what the folder holds: loading it for `task` would put a randomly
+    initialised head behind the pipeline (a VQA head on a captioner answers LABEL_0). Models without a recorded
+    class (`config.architectures`, e.g. built in memory) and other libraries' models are not judged."""
+    from ..registry import architectures
+
+    config = model.config
+    architecture = architectures().get(config.model_type)
+    if architecture is None or not config.architectures:
+        return
+    held = config.architectures[0]
+    wanted = [architecture.task_models[head] for head in heads if head in architecture.task_models]
+    if held in wanted:
+        return
+    what = [head for head, name in architecture.task_models.items() if name == held]
+    where = getattr(config, "_name_or_path", "") or "the model"
+    raise ValueError(
+        f"pipeline('{task}'): {where} holds {held} ({architecture.name}'s {' / '.join(what) or 'base'} model), which "
+        f"cannot do {task}; pass a folder holding {' or '.join(wanted) or f'a {task} head'} (e.g. fine-tuned with "
+        f"finetune.py --task {heads[0]})"
+    )
+
+
 class ProcessorPipelineMixin:
     """A vlhub pipeline loads the model's processor (tokenizer + region processor), nothing else: no image
-    processor, feature extractor or tokenizer of its own."""
+    processor, feature extractor or tokenizer of its own. It takes only models whose saved head can do its task
+    (`task_heads`: the architecture heads, by their task name in the declaration, that can)."""
 
     _load_processor = True
     _load_image_processor = False
     _load_feature_extractor = False
     _load_tokenizer = False
+    task_heads: tuple[str, ...] = ()
+
+    def __init__(self, model, *args, **kwargs):
+        refuse_other_heads(model, kwargs.get("task") or self.default_task, self.task_heads)
+        super().__init__(model, *args, **kwargs)
 
 
 class TopKPipelineMixin(ProcessorPipelineMixin):
@@ -113,6 +143,9 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
     vocabulary's "unknown" answer (`config.unknown_answer_id`, e.g. `<unk>` of converted Unified VLP checkpoints) is
     never listed, as the original evaluations never predict it.
     """
+
+    task_heads = ("vqa",)
+    default_task = "visual-question-answering"
 
     def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
         pairs, single = _as_pairs(image, question)

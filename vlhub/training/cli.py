@@ -17,6 +17,8 @@ from typing import ClassVar
 from accelerate.utils import set_seed
 
 from ..registry import architectures, get_architecture
+from ..utils.local_paths import missing_local_folder
+from ..utils.logs import plain_text_outside_terminals
 from ..utils.resources import raise_open_file_limit, retain_freed_memory
 from ..utils.secrets import redact_secrets
 from ..utils.network import HubTimeoutError, configure_hub_timeouts, local_or_download, with_deadline
@@ -161,6 +163,7 @@ def _prepare_process(training_args: VlhubTrainingArguments) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s", level=logging.INFO)
     logging.getLogger("vlhub").setLevel(logging.INFO)
+    plain_text_outside_terminals()  # transformers' load reports carry terminal codes even into log files
     retain_freed_memory()
     raise_open_file_limit()
 
@@ -230,6 +233,64 @@ def _refuse_pixel_models(config, script: str, source: str) -> None:
         )
 
 
+def _source_config(source: str, how_to_make_one: str):
+    """`(location, config)` of the checkpoint `--model_name_or_path source`: where its files are (a Hub id's
+    downloaded within the Hub deadlines) and its config, or one line saying why there is none: a local path that
+    names nothing is refused before any network call; a Hub id that cannot be loaded gives transformers' reason."""
+    from transformers import AutoConfig
+
+    if missing_local_folder(source):
+        raise SystemExit(f"--model_name_or_path {source}: no such folder (make one with {how_to_make_one}, or pass a "
+                         "checkpoint folder or Hub id)")
+    location = local_or_download(source, "the model")
+    try:
+        return location, AutoConfig.from_pretrained(location)
+    except OSError as err:
+        raise SystemExit(f"--model_name_or_path {source}: {' '.join(str(err).split())}") from None
+
+
+def _load_task_model(model_class, source: str, source_config, architecture, **kwargs):
+    """`model_class` from `source`. From a pre-training checkpoint, a head with `initialize_from_pretraining` starts
+    from the pre-trained heads (UNITER's rank_output from ITM, ...); the load report then lists only the weights that
+    stay newly initialised (transformers' own report would call the initialised ones MISSING)."""
+    import torch
+    from transformers.utils import logging as transformers_logging
+
+    from .finetuning import load_pretraining_state
+
+    if (architecture.task_models.get("pretraining") not in (source_config.architectures or [])
+            or not hasattr(model_class, "initialize_from_pretraining")):
+        return model_class.from_pretrained(source, **kwargs)
+    report_logger = transformers_logging.get_logger("transformers.modeling_utils")
+    level = report_logger.level
+    report_logger.setLevel(logging.ERROR)  # the report is written below, once the head is initialised
+    try:
+        model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    finally:
+        report_logger.setLevel(level)
+    # Which missing weights the pre-trained heads fill: NaN before, a number after (a value comparison would miss a
+    # bias copied as zeros onto zeros); the others get their fresh initialisation back.
+    state = model.state_dict()
+    fresh = {key: state[key].clone() for key in info["missing_keys"] if key in state and state[key].is_floating_point()}
+    with torch.no_grad():
+        for key in fresh:
+            state[key].fill_(float("nan"))
+        model.initialize_from_pretraining(load_pretraining_state(source))
+        initialised = sorted(key for key in fresh if not state[key].isnan().any())
+        for key in set(fresh) - set(initialised):
+            state[key].copy_(fresh[key])
+    missing = sorted(set(info["missing_keys"]) - set(initialised))
+    if initialised:
+        logger.info(f"{model_class.__name__}: {', '.join(initialised)} initialised from the pre-trained heads of {source}")
+    if missing:
+        logger.warning(f"{model_class.__name__} from {source}: newly initialised (not in the checkpoint): "
+                       f"{', '.join(missing)}")
+    if info["unexpected_keys"]:
+        logger.info(f"{model_class.__name__} from {source}: unused weights of the checkpoint: "
+                    f"{', '.join(sorted(info['unexpected_keys']))}")
+    return model
+
+
 def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import HfArgumentParser
 
@@ -244,10 +305,9 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
     location = None  # where the starting checkpoint's files are: a Hub id's downloaded within the deadlines
     if model_args.model_name_or_path:
-        from transformers import AutoConfig
-
-        location = local_or_download(model_args.model_name_or_path, "the model")
-        _refuse_pixel_models(AutoConfig.from_pretrained(location), "pretrain.py", model_args.model_name_or_path)
+        location, config = _source_config(model_args.model_name_or_path,
+                                           "python pretrain.py --model_type ... (from scratch)")
+        _refuse_pixel_models(config, "pretrain.py", model_args.model_name_or_path)
     elif (model_args.config_name and Path(model_args.config_name).is_file()
           and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
         _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
@@ -340,7 +400,7 @@ FINETUNING_TASKS = {"vqa": "vqa", "multiple_choice": "vcr", "retrieval": "retrie
 
 
 def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
-    from transformers import AutoConfig, AutoProcessor, HfArgumentParser
+    from transformers import AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
     from .finetuning import (
@@ -348,7 +408,6 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         MultipleChoiceTask,
         VqaDataset,
         VqaTask,
-        load_pretraining_state,
         retrieval_task,
     )
 
@@ -361,11 +420,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         raise SystemExit(f"--scst is self-critical training of a captioner: use it with --task captioning, not "
                          f"--task {finetune_args.task}")
     source = finetune_args.model_name_or_path
-    if not Path(source).exists() and "/" not in source:
-        raise SystemExit(f"--model_name_or_path {source}: no such folder; pre-train first (python pretrain.py) or "
-                         "pass a checkpoint folder or Hub id")
-    location = local_or_download(source, "the model")  # a Hub id's files, downloaded within the deadlines
-    source_config = AutoConfig.from_pretrained(location)
+    location, source_config = _source_config(source, "python pretrain.py")
     _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
     head = FINETUNING_TASKS[finetune_args.task]
@@ -382,11 +437,9 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         label2id = {v: k for k, v in id2label.items()}
         # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
         unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
-        model = model_class.from_pretrained(location, id2label=id2label, label2id=label2id, **unknown)
-        pretraining_class = architecture.task_models.get("pretraining")
-        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
-            # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
-            model.initialize_from_pretraining(load_pretraining_state(location))
+        # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
+        model = _load_task_model(model_class, location, source_config, architecture, id2label=id2label,
+                                 label2id=label2id, **unknown)
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
         task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
@@ -406,11 +459,8 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         task = _captioning_task(architecture, model_class, source, location, processor, table, regions, name,
                                 description, finetune_args)
     else:
-        model = model_class.from_pretrained(location)
-        pretraining_class = architecture.task_models.get("pretraining")
-        if pretraining_class in (source_config.architectures or []) and hasattr(model, "initialize_from_pretraining"):
-            # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
-            model.initialize_from_pretraining(load_pretraining_state(location))
+        # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
+        model = _load_task_model(model_class, location, source_config, architecture)
         validation = table["validation"] if "validation" in table else table["train"]
         # The head says how its original trained (sampled hard negatives, or the hardest in the batch).
         task = retrieval_task(model, processor, regions, caption_pairs(table["train"], name),

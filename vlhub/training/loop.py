@@ -47,6 +47,7 @@ from transformers import TrainerState, get_scheduler
 
 from ..utils.files import atomic_write, atomic_write_json, file_checksums, sha256_file
 from ..utils.locks import FolderInUseError, FolderLock
+from ..utils.logs import repeated_warnings_counted
 from ..utils.secrets import scrub_secrets
 from ..utils.tensors import SingleThreaded
 from .arguments import VlhubTrainingArguments
@@ -286,6 +287,7 @@ def _format_logs(step: int, logs: dict) -> str:
     return f"step {step}: " + " | ".join(parts)
 
 
+@repeated_warnings_counted()  # e.g. one truncation warning per long caption: said once, with its count
 def train(
     task: TrainingTask,
     args: VlhubTrainingArguments,

@@ -3,9 +3,12 @@
 Every reader returns `RegionFeatures`, so a model never needs to know where its regions came from. The readers of
 files only one architecture's release uses live with that architecture (its package in `vlhub.modeling` exports
 the reader) and register their format by name; `open_feature_file(format, path)` opens any registered format.
+
+The sharded store (`shards`) needs `datasets` and `pyarrow`, so its names are imported on first access: `import vlhub`
+registers the architectures' feature formats here without loading either (`tests/test_package_import.py`).
 """
 
-from . import original, shards
+from . import original
 from .original import (
     BUTD_TSV_FIELDS,
     FEATURE_FORMATS,
@@ -21,25 +24,28 @@ from .original import (
     open_feature_file,
     register_feature_format,
 )
-from .shards import (
-    FLOAT16_MAX,
-    RegionStore,
-    RegionStoreWriter,
-    StoreLayout,
-    StoreLockedError,
-    import_features,
-    stored_image_ids,
-)
 
+# `shards.__all__`, kept here so that listing the package's names does not import it (a test compares the two).
+_SHARDS_NAMES = ("RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
+                 "stored_image_ids", "FLOAT16_MAX")
 
 # The names of both modules (each keeps its own list).
-__all__ = [*shards.__all__, *original.__all__]
+__all__ = [*_SHARDS_NAMES, *original.__all__]
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name == "shards" or name in _SHARDS_NAMES:
+        shards = importlib.import_module(f"{__name__}.shards")
+        return shards if name == "shards" else getattr(shards, name)
     # An architecture's reader that used to be importable from here: found through the format registry, with a
     # FutureWarning naming its home.
     reader = original.moved_reader(name)
     if reader is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return reader
+
+
+def __dir__():
+    return sorted({*globals(), *__all__, "shards"})

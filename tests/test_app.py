@@ -125,9 +125,9 @@ def test_bad_inputs_say_what_is_wrong(app, tmp_path, upload):
         app.rank("uniter-shapes-retrieval", upload, "\n  \n")
     with pytest.raises(AppInputError, match="Caption is not available for uniter-shapes-vqa: UNITER is an encoder"):
         app.caption("uniter-shapes-vqa", upload)
-    # The shapes extractor does not classify an upload's regions; Unified VLP needs class probabilities.
-    with pytest.raises(AppInputError, match="needs the detector class probabilities"):
-        app.caption("vlp-shapes-captioning", upload)
+    # The shapes extractor names an upload's objects, so Unified VLP (which needs class probabilities) captions it.
+    captioner = pipeline("image-captioning", model=str(app.models["vlp-shapes-captioning"].folder))
+    assert app.caption("vlp-shapes-captioning", upload) == captioner(image=str(upload))[0]["generated_text"]
     with pytest.raises(AppInputError, match="no open model is called 'nope'"):
         app.ask("nope", upload, "what?")
     blank = tmp_path / "blank.png"

@@ -859,7 +859,7 @@ def import_features(reader, output, shard_size: int = 512, feature_dtype: str = 
                 writer.add(image_id, regions)
                 not_kept.update(k for k in regions.metadata if k != "image_id" and not k.startswith("vlhub_"))
                 written += 1
-    if not_kept:  # e.g. VL-BERT's image_box_feature: the processor then averages the regions instead
+    if not_kept:  # e.g. a whole-image feature: the processor then averages the regions instead
         logger.warning(f"the region store at {output} keeps features, boxes, image sizes and detector outputs; the "
                        f"source's other per-image fields {sorted(not_kept)} were not imported")
     return written

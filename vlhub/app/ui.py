@@ -45,9 +45,8 @@ def _task_notes(app: VlhubApp, name: str | None) -> list:
     return updates
 
 
-def build_app(app: VlhubApp) -> gr.Blocks:
-    names = list(app.models)
-    first = names[0] if names else None
+def _handlers(app: VlhubApp):
+    """The page's four actions (regions, ask, caption, rank) on `app`, each returning what its outputs show."""
 
     def show_regions(name, path):
         if path is None:
@@ -77,6 +76,14 @@ def build_app(app: VlhubApp) -> gr.Blocks:
         return _respond(lambda: app.rank(name, path, texts), None,
                         lambda ranked: {f"{n}. {r['text']}": r["score"] for n, r in enumerate(ranked, start=1)},
                         lambda ranked, ms: f"ranked {len(ranked)} texts in {ms:.0f} ms")
+
+    return show_regions, ask, caption, rank
+
+
+def build_app(app: VlhubApp) -> gr.Blocks:
+    names = list(app.models)
+    first = names[0] if names else None
+    show_regions, ask, caption, rank = _handlers(app)
 
     with gr.Blocks(title="vlhub", analytics_enabled=False) as page:
         gr.Markdown(f"## {_TITLE}")

@@ -270,6 +270,23 @@ def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, st
     return dict(enumerate(labels))
 
 
+def _converted_processor(original: dict, task: str, model_config, tokenizer, report: ConversionReport):
+    """`(processor, text limit)` with X-modaler's data-loader rules from the original config: the text limit
+    `MAX_SEQ_LEN`, the first `MAX_FEAT_NUM - 1` regions of each feature file (`[IMG]` their mean)."""
+    dataloader = original.get("DATALOADER", {})
+    max_text = int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
+    max_regions = int(dataloader["MAX_FEAT_NUM"]) - 1 if "MAX_FEAT_NUM" in dataloader else _REGION_LIMITS[task]
+    report.notes.append(f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
+                        "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]")
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
+    processor = TdenProcessor(
+        feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions,
+                                              region_selection="first_n"),
+        tokenizer=tok, max_text_length=max_text, text_stream="generation" if task == "captioning" else "understanding",
+    )
+    return processor, max_text
+
+
 def convert_tden(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -327,9 +344,7 @@ def convert_tden(
     model = model_class(model_config)
     convert_state_dict(raw, model, tden_key_map(task, detected), report)
 
-    dataloader = original.get("DATALOADER", {})
-    max_text = int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
-    max_regions = int(dataloader["MAX_FEAT_NUM"]) - 1 if "MAX_FEAT_NUM" in dataloader else _REGION_LIMITS[task]
+    processor, max_text = _converted_processor(original, task, model_config, tokenizer, report)
     if task == "captioning":
         # The decoder reads [CLS] + at most MAX_SEQ_LEN - 1 words; it then emits up to MAX_SEQ_LEN tokens.
         model.generation_config.max_new_tokens = max_text
@@ -338,14 +353,6 @@ def convert_tden(
             model.generation_config.num_beams = beams
             model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
         model.generation_config.decoder_start_token_id = model_config.bos_token_id
-    report.notes.append(f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
-                        "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]")
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
-    processor = TdenProcessor(
-        feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions,
-                                              region_selection="first_n"),
-        tokenizer=tok, max_text_length=max_text, text_stream="generation" if task == "captioning" else "understanding",
-    )
     return save_converted_model(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from .errors import VlhubUserError, one_line
+from .local_paths import is_hub_id
 
 __all__ = ["HubTimeoutError", "HubConnectionError", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT", "hub_endpoint",
            "hub_timeouts", "configure_hub_timeouts",
-           "set_read_timeout", "with_deadline", "in_daemon_thread", "SerialDaemonExecutor", "is_hub_id",
+           "set_read_timeout", "with_deadline", "in_daemon_thread", "SerialDaemonExecutor",
            "download_snapshot", "local_or_download"]
 
 DEFAULT_HUB_TIMEOUT = 60.0  # seconds a request may wait for the next bytes
@@ -163,14 +164,6 @@ def _unreachable_types() -> tuple[type[BaseException], ...]:
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     return httpx2.TransportError, LocalEntryNotFoundError
-
-
-def is_hub_id(name_or_path: str | os.PathLike) -> bool:
-    """A Hub repository id (`org/name` or `name`) rather than a local path: nothing exists there and it is not
-    written like a path."""
-    text = str(name_or_path)
-    path = Path(text)
-    return not (path.exists() or path.is_absolute() or text.startswith(".") or text.count("/") > 1 or not text)
 
 
 # Weight formats vlhub never loads (it saves safetensors; transformers falls back to pytorch_model.bin).

@@ -2,6 +2,15 @@
 # The project's test command: build the environment from this checkout, then run the whole suite offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The app's browser test drives Debian's chromium through chromium-driver (no browser download): installed here when
+# missing and this is a root shell with apt-get (the project's machines, CI); elsewhere that one test is skipped.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+  else
+    echo "note: no chromium/chromedriver: the app's browser test will be skipped (apt-get install chromium chromium-driver)"
+  fi
+fi
 bash scripts/setup_env.sh
 VENV="${VLHUB_VENV:-.venv}"
 export HF_HUB_OFFLINE=1

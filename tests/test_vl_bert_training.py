@@ -139,8 +139,9 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
     original_init = vlhub.VlBertForQuestionAnswering.initialize_from_pretraining
 
     def spy(self, state_dict):
-        original_init(self, state_dict)
+        initialised = original_init(self, state_dict)
         started["dense"] = self.vqa_head[0].dense.weight.detach().clone()
+        return initialised
 
     monkeypatch.setattr(vlhub.VlBertForQuestionAnswering, "initialize_from_pretraining", spy)
     result = finetune_main(["--model_name_or_path", str(tmp_path / "pre"), "--max_steps", "2",

@@ -268,17 +268,9 @@ def _load_task_model(model_class, source: str, source_config, architecture, **kw
         model, info = model_class.from_pretrained(source, output_loading_info=True, **kwargs)
     finally:
         report_logger.setLevel(level)
-    # Which missing weights the pre-trained heads fill: NaN before, a number after (a value comparison would miss a
-    # bias copied as zeros onto zeros); the others get their fresh initialisation back.
-    state = model.state_dict()
-    fresh = {key: state[key].clone() for key in info["missing_keys"] if key in state and state[key].is_floating_point()}
+    # initialize_from_pretraining names the weights it set from the pre-trained heads.
     with torch.no_grad():
-        for key in fresh:
-            state[key].fill_(float("nan"))
-        model.initialize_from_pretraining(load_pretraining_state(source))
-        initialised = sorted(key for key in fresh if not state[key].isnan().any())
-        for key in set(fresh) - set(initialised):
-            state[key].copy_(fresh[key])
+        initialised = sorted(set(model.initialize_from_pretraining(load_pretraining_state(source))))
     missing = sorted(set(info["missing_keys"]) - set(initialised))
     if initialised:
         logger.info(f"{model_class.__name__}: {', '.join(initialised)} initialised from the pre-trained heads of {source}")

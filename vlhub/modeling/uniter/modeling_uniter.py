@@ -689,11 +689,12 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
         self.rank_output.weight.copy_(weight)
         self.rank_output.bias.copy_(bias)
 
-    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> None:
+    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start from a pre-training checkpoint's heads (fine-tuning calls this with that checkpoint's weights):
-        `rank_output` takes the ITM "match" row, the original's `init_output`."""
+        `rank_output` takes the ITM "match" row, the original's `init_output`. Returns the names it set."""
         self.init_rank_output_from_itm(pretraining_state_dict["itm_output.weight"],
                                        pretraining_state_dict["itm_output.bias"])
+        return ["rank_output.weight", "rank_output.bias"]
 
     @can_return_tuple
     @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)

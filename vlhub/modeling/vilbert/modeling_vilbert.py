@@ -728,13 +728,15 @@ class VilbertForImageTextRetrieval(_VilbertHead):
                              f"{tuple(weight.shape)} and {tuple(bias.shape)}")
         return (weight[0:1] - weight[1:2]).clone(), (bias[0:1] - bias[1:2]).clone()
 
-    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> None:
-        """Start `vil_logit` from a pre-training checkpoint's alignment head (the zero-shot score)."""
+    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
+        """Start `vil_logit` from a pre-training checkpoint's alignment head (the zero-shot score). Returns the names
+        it set."""
         weight, bias = self.vil_logit_from_alignment(pretraining_state_dict["cls.bi_seq_relationship.weight"],
                                                      pretraining_state_dict["cls.bi_seq_relationship.bias"])
         with torch.no_grad():
             self.vil_logit.weight.copy_(weight)
             self.vil_logit.bias.copy_(bias)
+        return ["vil_logit.weight", "vil_logit.bias"]
 
     _head_arguments = ("num_negatives",)
     _scores_in_batch_pairs = True

@@ -728,12 +728,13 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         )
         self.post_init()
 
-    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> None:
+    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start `vqa_head.0` from the pre-trained MLM transform, as the original's `PARTIAL_PRETRAIN_PREFIX_CHANGES`
-        (`vlbert.mlm_head.predictions.transform -> final_mlp.0`)."""
+        (`vlbert.mlm_head.predictions.transform -> final_mlp.0`). Returns the names it set."""
         prefix = "cls.predictions.transform."
         state = {k[len(prefix):]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
         self.vqa_head[0].load_state_dict(state)
+        return [f"vqa_head.0.{name}" for name in state]
 
     def answer_positions(self, input_ids, attention_mask, inputs_embeds) -> torch.Tensor:
         """`(batch,)` position of the answer slot: the last `config.mask_token_id` ([MASK]) of each row; with
@@ -809,11 +810,13 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         )
         self.post_init()
 
-    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> None:
-        """Start `re_head.0` from the pre-trained MVRC transform (the original's `mvrc_head.transform -> final_mlp.0`)."""
+    def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
+        """Start `re_head.0` from the pre-trained MVRC transform (the original's `mvrc_head.transform -> final_mlp.0`).
+        Returns the names it set."""
         prefix = "mvrc_head.transform."
         state = {k[len(prefix):]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
         self.re_head[0].load_state_dict(state)
+        return [f"re_head.0.{name}" for name in state]
 
     @can_return_tuple
     @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)

@@ -104,7 +104,7 @@ def test_card_of_an_unpublished_size_or_task_lists_none(tmp_path):
 def test_converter_picks_the_release_from_the_size_and_zero_shot_for_a_pretrained_ranker(tmp_path, monkeypatch):
     import json
 
-    from vlhub.conversion import uniter
+    from vlhub.modeling.uniter import convert_uniter as uniter
 
     from .release_files import uniter_files
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ..utils.files import read_yaml
-from ..modeling.tden import (
+from ...utils.files import read_yaml
+from . import (
     TdenConfig,
     TdenForConditionalGeneration,
     TdenForImageTextRetrieval,
@@ -32,7 +32,7 @@ from ..modeling.tden import (
     TdenProcessor,
     TdenRegionProcessor,
 )
-from .common import (
+from ...conversion.common import (
     PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
@@ -47,8 +47,8 @@ from .common import (
     load_torch_state_dict,
     save_converted_model,
 )
-from ..modeling.tden.reported_results import REPORTED_RESULTS
-from .reported import CardResults, size_release
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
 
 
 def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, str] | None:
-    from ..utils.safe_pickle import safe_load
+    from ...utils.safe_pickle import safe_load
 
     path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
     if path is None:

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from .common import (
+from ...conversion.common import (
     PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
@@ -29,8 +29,8 @@ from .common import (
     save_converted_model,
     set_answer_labels,
 )
-from ..modeling.unified_vlp.reported_results import REPORTED_RESULTS
-from .reported import CardResults, size_release
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def unified_vlp_key_map(task: str) -> KeyMap:
 
 
 def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_labels: int | None):
-    from ..modeling.unified_vlp import UnifiedVlpConfig
+    from . import UnifiedVlpConfig
 
     notes = []
     word = state_dict["vlp.embeddings.word_embeddings.weight"]
@@ -145,7 +145,7 @@ def convert_unified_vlp(
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    from ..modeling import unified_vlp
+    from .. import unified_vlp
 
     checkpoint = Path(checkpoint)
     required = ("vlp.embeddings.word_embeddings.weight", "vlp.embeddings.vis_embed.0.weight",

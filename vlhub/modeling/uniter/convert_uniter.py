@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..modeling.uniter import (
+from . import (
     UniterConfig,
     UniterForImageTextRetrieval,
     UniterForMultipleChoice,
@@ -28,7 +28,7 @@ from ..modeling.uniter import (
     UniterProcessor,
     UniterRegionProcessor,
 )
-from .common import (
+from ...conversion.common import (
     PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
@@ -44,8 +44,8 @@ from .common import (
     read_json_config,
     save_converted_model,
 )
-from ..modeling.uniter.reported_results import REPORTED_RESULTS
-from .reported import CardResults, size_release
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..modeling.vilbert import (
+from . import (
     VilbertConfig,
     VilbertForImageTextRetrieval,
     VilbertForMultipleChoice,
@@ -34,12 +34,12 @@ from ..modeling.vilbert import (
     VilbertProcessor,
     VilbertRegionProcessor,
 )
-from .common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
-from ..modeling.vilbert.reported_results import REPORTED_RESULTS
-from .reported import CardResults, size_release
-from .common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
-from .common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
-from .common import set_answer_labels
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
+from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
+from ...conversion.common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
+from ...conversion.common import set_answer_labels
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def _read_answers(answers) -> list[str] | None:
         if not path.is_file():
             raise FileNotFoundError(f"answer vocabulary {str(path)!r} not found")
         if path.suffix == ".pkl":
-            from ..utils.safe_pickle import safe_loads
+            from ...utils.safe_pickle import safe_loads
 
             data = safe_loads(path.read_bytes())
         else:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ..utils.files import read_yaml
-from ..modeling.vl_bert import (
+from ...utils.files import read_yaml
+from . import (
     VlBertConfig,
     VlBertForMultipleChoice,
     VlBertForPreTraining,
@@ -30,7 +30,7 @@ from ..modeling.vl_bert import (
     VlBertProcessor,
     VlBertRegionProcessor,
 )
-from .common import (
+from ...conversion.common import (
     PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
@@ -47,8 +47,8 @@ from .common import (
     set_answer_labels,
     strip_prefix,
 )
-from ..modeling.vl_bert.reported_results import REPORTED_RESULTS
-from .reported import CardResults, size_release
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 

@@ -47,3 +47,41 @@ def test_old_converter_module_names_what_it_lacks():
         "    print('no_such_name' in str(error))\n"
     )
     assert out.split() == ["True"]
+
+
+LAYERS_MOVED = {
+    "StreamConfig": "vilbert", "StreamLayer": "vilbert", "cross_stream_mask": "vilbert", "CoAttention": "vilbert",
+    "CoAttentionOutput": "vilbert", "CoAttentionLayer": "vilbert", "CrossModalLayer": "tden",
+}
+
+
+def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_a_warning():
+    out = _run(
+        "import importlib, warnings\n"
+        "import vlhub.modeling.layers as layers\n"
+        f"for name, arch in {LAYERS_MOVED!r}.items():\n"
+        "    new = importlib.import_module(f'vlhub.modeling.{arch}.layers_{arch}')\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        assert getattr(layers, name) is getattr(new, name)\n"
+        "    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]\n"
+        "    assert len(messages) == 1 and f'vlhub.modeling.{arch}.layers_{arch}.{name}' in messages[0], messages\n"
+        "    assert caught[0].filename == '<string>', caught[0].filename  # points at the caller's line\n"
+        "    assert name not in layers.__all__\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('error')\n"
+        "    from vlhub.modeling.layers import *  # the remaining shared blocks: no warning\n"
+        "try:\n"
+        "    layers.NoSuchBlock\n"
+        "except AttributeError as error:\n"
+        "    print('NoSuchBlock' in str(error))\n"
+    )
+    assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize("first", ["vlhub.modeling.vilbert.layers_vilbert", "vlhub.modeling.tden.layers_tden"])
+def test_an_architecture_layers_file_imported_first_still_registers_the_models(first):
+    out = _run(f"import {first}\nfrom transformers import AutoModel\nimport vlhub\n"
+               "print(AutoModel.from_config(vlhub.VilbertConfig()).__class__.__name__, "
+               "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)")
+    assert out.split() == ["VilbertModel", "TdenModel"]

@@ -29,7 +29,8 @@ def table(architecture):
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_every_row_names_its_source_and_a_task_the_converter_builds(architecture):
-    tasks = set(getattr(importlib.import_module(f"vlhub.conversion.{architecture}"), TASKS[architecture]))
+    converter = importlib.import_module(f"vlhub.modeling.{architecture}.convert_{architecture}")
+    tasks = set(getattr(converter, TASKS[architecture]))
     rows = table(architecture)
     assert rows
     for row in rows:

@@ -210,7 +210,7 @@ def copy_original_weights(original, model) -> None:
     """The original's weights into vlhub's `TdenForConditionalGeneration` through vlhub's converter's key map (as
     `vlhub convert tden` does with a captioning checkpoint); every key must be used and every parameter set."""
     from vlhub.conversion.common import ConversionReport, convert_state_dict
-    from vlhub.conversion.tden import tden_key_map
+    from vlhub.modeling.tden.convert_tden import tden_key_map
 
     report = ConversionReport(source="X-modaler TDENCaptioner")
     convert_state_dict(original.state_dict(), model, tden_key_map("captioning", "captioning"), report)

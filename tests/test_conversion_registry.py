@@ -60,7 +60,7 @@ def test_registry_imports_nothing_heavy():
         "assert {'detector', 'uniter'} <= set(r.converters())\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'torchvision' or m in ("
         "'transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines',"
-        " 'vlhub.modeling.uniter.modeling_uniter', 'vlhub.conversion.uniter'))\n"
+        " 'vlhub.modeling.uniter.modeling_uniter', 'vlhub.modeling.uniter.convert_uniter'))\n"
         "assert not heavy, heavy[:5]\n"
     )
     result = subprocess.run([sys.executable, "-c", code, str(REPO / "vlhub")], capture_output=True, text=True)

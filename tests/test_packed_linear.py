@@ -132,12 +132,12 @@ def test_flop_counts_are_the_same_on_packed_weights():
 from transformers.models.bert.modeling_bert import BertIntermediate, BertOutput, BertSelfOutput  # noqa: E402
 
 from vlhub.modeling.layers import (  # noqa: E402
-    CoAttention,
     PackedBertIntermediate,
     PackedBertOutput,
     PackedBertSelfOutput,
 )
 from vlhub.modeling.packed_linear import PackedProjectionGroup, dense_plus_residual  # noqa: E402
+from vlhub.modeling.vilbert.layers_vilbert import CoAttention  # noqa: E402
 
 from .test_vilbert_transformers_checks import text_and_regions  # noqa: E402
 from .test_vilbert_transformers_checks import tiny_config as tiny_vilbert_config  # noqa: E402

@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModel, AutoProcessor
 
 import vlhub
 from vlhub.cli import main as vlhub_cli
-from vlhub.conversion.uniter import uniter_region_settings
+from vlhub.modeling.uniter.convert_uniter import uniter_region_settings
 from vlhub.processing.stores import open_feature_file
 
 from .conftest import fixtures_root
@@ -175,7 +175,7 @@ def test_vilbert_keeps_the_first_rows_and_a_global_token_over_all_regions(tmp_pa
 
 
 def test_vilbert_converter_sets_max_region_num_per_release():
-    from vlhub.conversion.vilbert import BETA_REGION_ROWS, MULTI_TASK_REGION_ROWS
+    from vlhub.modeling.vilbert.convert_vilbert import BETA_REGION_ROWS, MULTI_TASK_REGION_ROWS
 
     assert MULTI_TASK_REGION_ROWS == 101 and set(BETA_REGION_ROWS.values()) == {100}
 
@@ -323,7 +323,7 @@ def _skip_without(architecture: str):
 def test_tden_converter_keeps_the_first_max_feat_num_minus_one(tmp_path):
     import yaml
 
-    from vlhub.conversion.tden import convert_tden
+    from vlhub.modeling.tden.convert_tden import convert_tden
 
     original = ORIGINALS / "tden" / "original"
     vocab = next(original.rglob("vocab*.txt"))
@@ -339,7 +339,7 @@ def test_tden_converter_keeps_the_first_max_feat_num_minus_one(tmp_path):
 
 @_skip_without("vilbert")
 def test_vilbert_converter_keeps_max_region_num_rows_of_the_release(tmp_path):
-    from vlhub.conversion.vilbert import convert_vilbert
+    from vlhub.modeling.vilbert.convert_vilbert import convert_vilbert
 
     original = ORIGINALS / "vilbert" / "original"
     config = next(original.glob("*.json"))
@@ -358,7 +358,7 @@ def test_vilbert_converter_keeps_max_region_num_rows_of_the_release(tmp_path):
 
 @_skip_without("uniter")
 def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_path):
-    from vlhub.conversion.uniter import convert_uniter
+    from vlhub.modeling.uniter.convert_uniter import convert_uniter
 
     original = ORIGINALS / "uniter" / "original"
     config = next(c for c in map(json.loads, map(Path.read_text, original.glob("*.json"))) if "hidden_size" in c)
@@ -387,7 +387,7 @@ def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_p
 
 @_skip_without("vl_bert")
 def test_vl_bert_converter_sets_no_region_limit(tmp_path):
-    from vlhub.conversion.vl_bert import convert_vl_bert
+    from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
     original = ORIGINALS / "vl_bert" / "original"
     checkpoint = next(original.glob("*vqa*.model"))

@@ -29,7 +29,8 @@ def table(architecture):
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_every_row_names_its_source_and_a_task_the_converter_builds(architecture):
-    tasks = set(getattr(importlib.import_module(f"vlhub.conversion.{architecture}"), TASKS[architecture]))
+    converter = importlib.import_module(f"vlhub.modeling.{architecture}.convert_{architecture}")
+    tasks = set(getattr(converter, TASKS[architecture]))
     rows = table(architecture)
     assert rows
     for row in rows:
@@ -104,7 +105,7 @@ def test_card_of_an_unpublished_size_or_task_lists_none(tmp_path):
 def test_converter_picks_the_release_from_the_size_and_zero_shot_for_a_pretrained_ranker(tmp_path, monkeypatch):
     import json
 
-    from vlhub.conversion import uniter
+    from vlhub.modeling.uniter import convert_uniter as uniter
 
     from .release_files import uniter_files
 

@@ -11,7 +11,7 @@ from transformers import AutoProcessor, pipeline
 import vlhub
 from vlhub.cli import main as cli_main
 from vlhub.conversion.common import CheckpointError
-from vlhub.conversion.tden import convert_tden, detect_tden_task, load_tden_checkpoint
+from vlhub.modeling.tden.convert_tden import convert_tden, detect_tden_task, load_tden_checkpoint
 
 from .conftest import fixtures_root
 from .release_files import tden_files

@@ -1,4 +1,4 @@
-"""The cross-modal layer shared in vlhub.modeling.layers (TDEN's cross-modal encoder layer)."""
+"""TDEN's cross-modal encoder layer (vlhub.modeling.tden.layers_tden)."""
 
 import math
 
@@ -8,7 +8,8 @@ from transformers import BertConfig
 from transformers.cache_utils import DynamicCache
 
 import vlhub  # noqa: F401  (registers vlhub before its modules are imported directly)
-from vlhub.modeling.layers import CrossModalLayer, extended_attention_mask
+from vlhub.modeling.layers import extended_attention_mask
+from vlhub.modeling.tden.layers_tden import CrossModalLayer
 
 
 def _config(implementation="eager"):

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModel, AutoModelForImageTextToText, AutoModelForPreTraining, AutoProcessor
 
 import vlhub
-from vlhub.conversion.tden import convert_tden
+from vlhub.modeling.tden.convert_tden import convert_tden
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
 from .release_files import paths_of, tden_files

@@ -10,7 +10,7 @@ import torch
 
 import vlhub
 from vlhub.conversion.common import CheckpointError, sha256_of
-from vlhub.conversion.unified_vlp import convert_unified_vlp
+from vlhub.modeling.unified_vlp.convert_unified_vlp import convert_unified_vlp
 
 from .conftest import fixtures_root
 from .release_files import unified_vlp_files

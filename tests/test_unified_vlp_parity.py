@@ -18,7 +18,7 @@ from transformers import (
 )
 
 import vlhub
-from vlhub.conversion.unified_vlp import convert_unified_vlp
+from vlhub.modeling.unified_vlp.convert_unified_vlp import convert_unified_vlp
 from vlhub.modeling.unified_vlp import vlp_beam_search, vlp_region_geometry
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir

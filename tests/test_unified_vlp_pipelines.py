@@ -124,7 +124,7 @@ def test_image_to_text_keeps_transformers_behaviour_for_other_models(tmp_path):
 
 
 def test_vqa_pipeline_with_unified_vlp(tmp_path):
-    from vlhub.conversion.unified_vlp import convert_unified_vlp
+    from vlhub.modeling.unified_vlp.convert_unified_vlp import convert_unified_vlp
 
     from .conftest import fixtures_root
     from .release_files import unified_vlp_files

@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForVisualQuestionAnswering, AutoPro
 
 import vlhub
 from vlhub.conversion.common import CheckpointError, sha256_of
-from vlhub.conversion.vilbert import convert_vilbert
+from vlhub.modeling.vilbert.convert_vilbert import convert_vilbert
 
 from .conftest import fixtures_root, write_vocab
 from .release_files import vilbert_files

@@ -13,7 +13,7 @@ from vlhub import (
     VilbertForReferringExpression,
     VilbertModel,
 )
-from vlhub.modeling.layers import CoAttention, CoAttentionLayer, StreamConfig
+from vlhub.modeling.vilbert.layers_vilbert import CoAttention, CoAttentionLayer, StreamConfig
 
 from .test_vilbert_transformers_checks import BATCH, REGIONS, TEXT, text_and_regions, tiny_config
 
@@ -34,7 +34,7 @@ def test_co_attention_matches_a_direct_computation_in_both_backends():
     scores = heads(block.query1(a)) @ heads(block.key2(b)).transpose(-1, -2) / 2 + additive
     expected1 = (scores.softmax(-1) @ heads(block.value2(b))).transpose(1, 2).reshape(2, 3, 16)
     expected2 = (heads(block.query2(b)) @ heads(block.key1(a)).transpose(-1, -2) / 2).softmax(-1)
-    from vlhub.modeling.layers import cross_stream_mask
+    from vlhub.modeling.vilbert.layers_vilbert import cross_stream_mask
 
     for implementation in ("eager", "sdpa"):
         config._attn_implementation = implementation

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel, AutoProcessor
 
 import vlhub
-from vlhub.conversion.vilbert import convert_vilbert
+from vlhub.modeling.vilbert.convert_vilbert import convert_vilbert
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir, write_vocab
 from .release_files import paths_of, vilbert_files

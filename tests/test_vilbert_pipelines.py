@@ -8,7 +8,7 @@ import torch
 from transformers import pipeline
 
 import vlhub
-from vlhub.conversion.vilbert import convert_vilbert
+from vlhub.modeling.vilbert.convert_vilbert import convert_vilbert
 
 from .conftest import fixtures_root, write_vocab
 from .helpers import vqa_single_and_batched

@@ -13,7 +13,7 @@ import yaml
 import vlhub
 from vlhub.conversion import CheckpointError
 from vlhub.conversion.common import sha256_of
-from vlhub.conversion.vl_bert import convert_vl_bert
+from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
 from .conftest import fixtures_root
 from .release_files import vl_bert_files

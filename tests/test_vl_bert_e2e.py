@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 
 import vlhub
-from vlhub.conversion.vl_bert import convert_vl_bert, vl_bert_key_map
+from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert, vl_bert_key_map
 
 from .conftest import fixtures_root
 from .release_files import vl_bert_files

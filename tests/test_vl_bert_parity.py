@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForVisualQuestionAnswering, AutoProcessor
 
 import vlhub
-from vlhub.conversion.vl_bert import convert_vl_bert
+from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
 from .release_files import paths_of, vl_bert_files

@@ -143,7 +143,7 @@ def make_original_inputs(original, batch: int, text: int, regions: int) -> dict:
 def copy_original_weights(original, model) -> None:
     """The original's (random) weights into vlhub's model through vlhub's own key map (as `vlhub convert`)."""
     from vlhub.conversion.common import ConversionReport, convert_state_dict
-    from vlhub.conversion.vl_bert import vl_bert_key_map
+    from vlhub.modeling.vl_bert.convert_vl_bert import vl_bert_key_map
 
     state_dict = original.net.state_dict()
     convert_state_dict(state_dict, model, vl_bert_key_map("vqa", "vqa", state_dict.keys()),

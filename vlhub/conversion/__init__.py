@@ -1,4 +1,6 @@
-"""Original releases → vlhub folders: one strict key map per release, shared loading/report/provenance.
+"""Original releases → vlhub folders: the shared loading/report/provenance machinery and the region detector's
+converter. Each architecture's converter (one strict key map per release) lives in its folder,
+`vlhub/modeling/<arch>/convert_<arch>.py`, and is declared by its `Architecture(converter=...)`.
 
 Importing this package registers the converters of `vlhub convert` (lazily: nothing heavy is imported until a
 converter runs or the command line is built) and exposes the conversion functions on first access.
@@ -26,7 +28,7 @@ _LAZY = {
     "ConversionReport": ".common",
     "convert_detector": ".detector",
     "detectron2_state_to_vlhub": ".detector",
-    "convert_uniter": ".uniter",
+    "convert_uniter": "vlhub.modeling.uniter.convert_uniter",
 }
 
 

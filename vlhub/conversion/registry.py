@@ -9,8 +9,8 @@ they are imported when the command line is built or the converter runs.
 
     register_converter(
         "uniter",
-        convert="vlhub.conversion.uniter:convert_from_args",
-        add_arguments="vlhub.conversion.uniter:add_arguments",
+        convert="vlhub.modeling.uniter.convert_uniter:convert_from_args",
+        add_arguments="vlhub.modeling.uniter.convert_uniter:add_arguments",
         help="an original UNITER .pt checkpoint (ChenRocks/UNITER)",
     )
 

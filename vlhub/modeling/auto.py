@@ -10,6 +10,8 @@ transformers ships (~1,700 files, seconds), which a user who never reaches for a
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import pkgutil
 import sys
 
 from . import discover_architectures
@@ -53,12 +55,20 @@ def _initializing(module_name: str) -> bool:
     return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
+def _folder_modules(architecture: Architecture) -> list[str]:
+    """The modules of the architecture's own folder, listed without importing them: any of them may be the one
+    half-way through importing BERT (e.g. a `layers_<arch>.py` imported first, which its modeling file imports)."""
+    spec = importlib.util.find_spec(architecture.package)
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    return [f"{architecture.package}.{module.name}" for module in pkgutil.iter_modules(locations)]
+
+
 def _register_when_ready(architecture: Architecture, auto_module: str, class_names: list[str], register) -> None:
     """Run `register(auto module)` once transformers' `auto_module` is imported; `register` imports the modules that
     define `class_names`. Importing one can import the other (vlhub's modeling files import transformers' BERT, which
     imports the Auto classes), so while one of vlhub's modules is half-initialised the registration waits for its
     completion instead of reading it."""
-    own_modules = sorted({architecture.module_of(name) for name in class_names})
+    own_modules = sorted({architecture.module_of(name) for name in class_names} | set(_folder_modules(architecture)))
     _ARCHITECTURE_MODULES.update(own_modules)
 
     def attempt(completed=None):

@@ -1,4 +1,5 @@
-"""Blocks shared by the vlhub architectures.
+"""Blocks shared by the vlhub architectures (two or more users; a block only one architecture uses lives in its
+folder, e.g. ViLBERT's co-attention in `vilbert/layers_vilbert.py`).
 
 Wherever an original model is BERT underneath, vlhub uses transformers' own BERT blocks (re-exported here), so
 that every attention backend (`attn_implementation="eager" | "sdpa" | ...`), gradient checkpointing and future
@@ -11,9 +12,6 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
     BertEncoder,
@@ -25,11 +23,10 @@ from transformers.models.bert.modeling_bert import (
     BertPredictionHeadTransform,
     BertSelfAttention,
     BertSelfOutput,
-    eager_attention_forward,
 )
 from transformers.activations import GELUActivation
 
-from ..utils.compat import cache_argument
+from ..utils.deprecation import moved_attribute
 from .packed_linear import PackedLinear, dense_plus_residual, register_packed_class, register_projection_groups
 
 __all__ = [
@@ -50,15 +47,22 @@ __all__ = [
     "same_pair_mask",
     "in_batch_contrastive_loss",
     "ipot_distance",
-    "StreamConfig",
-    "StreamLayer",
-    "CoAttention",
-    "CoAttentionOutput",
-    "CoAttentionLayer",
-    "cross_stream_mask",
+    "check_region_inputs",
     "check_text_and_region_inputs",
     "flatten_choices",
 ]
+
+# Blocks with a single user live in that architecture's folder; their old import path here still works, with a
+# FutureWarning naming the new one.
+_MOVED = {
+    **dict.fromkeys(("StreamConfig", "StreamLayer", "cross_stream_mask", "CoAttention", "CoAttentionOutput",
+                     "CoAttentionLayer"), "vlhub.modeling.vilbert.layers_vilbert"),
+    "CrossModalLayer": "vlhub.modeling.tden.layers_tden",
+}
+
+
+def __getattr__(name: str):
+    return moved_attribute(__name__, name, _MOVED)
 
 
 def classifier_head(
@@ -252,63 +256,6 @@ def ipot_distance(
     return (cost * plan.transpose(1, 2)).sum(dim=(1, 2))
 
 
-# ---------------------------------------------------------------------------------------------------- cross-modal
-# TDEN's cross-modal encoder layer: ONE attention over the concatenation [visual | text] (single-stream attention),
-# then a feed-forward network per modality. Imported here rather than at the top so that this section stays additive.
-from transformers.modeling_layers import GradientCheckpointingLayer as _GradientCheckpointingLayer  # noqa: E402
-from transformers.models.bert.modeling_bert import (  # noqa: E402
-    BertAttention as _BertAttention,
-    BertIntermediate as _BertIntermediate,
-    BertOutput as _BertOutput,
-)
-
-__all__ += ["CrossModalLayer", "check_region_inputs"]
-
-
-class CrossModalLayer(_GradientCheckpointingLayer):
-    """Shared attention over `[visual | text]`, then modality-specific feed-forward networks (TDEN's
-    `BertUnderstandingLayer`; not ViLBERT's co-attention).
-
-    1. `biattention` (transformers' `BertAttention`: query/key/value, then dense + residual + LayerNorm) runs over
-       the concatenation, visual tokens first, so every token attends to both modalities;
-    2. the result is split back; the visual part goes through `v_intermediate`/`v_output` and the text part through
-       `t_intermediate`/`t_output` (BERT's feed-forward blocks, one set per modality).
-
-    The attention dispatches through transformers' attention interface (`config._attn_implementation`), so eager /
-    sdpa / flash is a config choice. With a key/value `Cache` (`cache`, `layer_idx` given at construction)
-    the keys and values of earlier calls are reused: pass the visual tokens on the first call only and a visual
-    input of length 0 afterwards, so that the new text tokens attend to everything seen before.
-
-    forward(visual_states `(B, R, H)`, text_states `(B, T, H)`, attention_mask (backend format over the `R + T`
-    concatenated keys, e.g. from `extended_attention_mask`), cache=None) →
-    `(visual_states (B, R, H), text_states (B, T, H), probabilities (B, heads, R + T, keys) or None)`.
-    """
-
-    def __init__(self, config, layer_idx: int | None = None):
-        super().__init__()
-        self.biattention = _BertAttention(config, is_causal=False, layer_idx=layer_idx)
-        self.v_intermediate = _BertIntermediate(config)
-        self.v_output = _BertOutput(config)
-        self.t_intermediate = _BertIntermediate(config)
-        self.t_output = _BertOutput(config)
-
-    def forward(
-        self,
-        visual_states: torch.Tensor,
-        text_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache=None,
-        **kwargs,
-    ):
-        num_visual = visual_states.shape[1]
-        states = torch.cat([visual_states, text_states], dim=1)
-        attended, probabilities = self.biattention(states, attention_mask, **cache_argument(cache), **kwargs)
-        visual, text = attended[:, :num_visual], attended[:, num_visual:]
-        visual = self.v_output(self.v_intermediate(visual), visual)
-        text = self.t_output(self.t_intermediate(text), text)
-        return visual, text, probabilities
-
-
 def check_region_inputs(config, region_features, region_locations, region_attention_mask, *texts) -> None:
     """Name what is wrong with a model's region inputs: locations missing or of the wrong shape, features of another
     size than `config.region_feature_dim`, a padded batch without `region_attention_mask`, or a text batch (any of
@@ -338,186 +285,6 @@ def check_region_inputs(config, region_features, region_locations, region_attent
     for text in texts:
         if text is not None and text.shape[0] != region_features.shape[0]:
             raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")
-
-
-# ---------------------------------------------------------------------------------------------------- two streams
-# Blocks of a two-stream model (ViLBERT): each stream is a stack of BERT layers of its own size, and co-attention
-# layers let each stream's queries attend over the other stream's keys and values.
-
-
-class StreamConfig:
-    """One stream's view of a model config: `overrides` replace some fields (`hidden_size`, `num_attention_heads`,
-    `intermediate_size`, ...); every other attribute is read from the model's config *when accessed*, notably
-    `_attn_implementation`, so `model.set_attn_implementation(...)` switches the layers of every stream.
-
-    BERT's blocks take it where they take a config: `BertLayer(StreamConfig(config, hidden_size=1024, ...))`.
-    """
-
-    def __init__(self, base, **overrides):
-        object.__setattr__(self, "_base", base)
-        object.__setattr__(self, "_overrides", dict(overrides))
-
-    def __getattr__(self, name):
-        if name in ("_base", "_overrides"):  # during copy/unpickling, before __init__ ran
-            raise AttributeError(name)
-        overrides = self._overrides
-        return overrides[name] if name in overrides else getattr(self._base, name)
-
-    def __setattr__(self, name, value):
-        # A stream's own field is set on the view; anything else (e.g. the attention backend) on the model's config.
-        if name in self._overrides:
-            self._overrides[name] = value
-        else:
-            setattr(self._base, name, value)
-
-    def __repr__(self):
-        return f"StreamConfig({type(self._base).__name__}, {self._overrides})"
-
-
-class StreamLayer(BertLayer):
-    """transformers' `BertLayer` (same parameters, same math) that also returns its attention probabilities: a
-    two-stream encoder runs its layers itself and records each stream's maps separately.
-
-    forward(hidden_states `(B, L, H)`, attention_mask (backend format) or None) → `(hidden_states, probabilities)`;
-    probabilities `(B, heads, L, L)` from the eager backend, None from the others.
-    """
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        attention_output, probabilities = self.attention(hidden_states, attention_mask, **kwargs)
-        layer_output = apply_chunking_to_forward(
-            self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
-        )
-        return layer_output, probabilities
-
-
-def cross_stream_mask(config, queries: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None):
-    """The mask the configured attention backend wants for `queries` `(B, Lq, ·)` attending over `keys`
-    `(B, Lk, ·)` whose padding is `key_mask` `(B, Lk)` (1 = real). None when nothing is masked and the backend
-    needs no mask."""
-    return create_bidirectional_mask(
-        config=config, inputs_embeds=queries, attention_mask=key_mask, encoder_hidden_states=keys
-    )
-
-
-class CoAttention(nn.Module):
-    """Co-attention between two streams (ViLBERT's `BertBiAttention`): stream 1's queries attend over stream 2's
-    keys and values and stream 2's over stream 1's, each in an `inner_size`-wide space of `num_heads` heads.
-
-    Projections `query1/key1/value1` read stream 1 (`hidden_size1` wide), `query2/key2/value2` stream 2. The
-    attention runs through transformers' attention interface, so `config._attn_implementation` ("eager", "sdpa",
-    ...) picks the kernel at every forward. `attention_dropout1` drops probabilities over stream 1's keys,
-    `attention_dropout2` over stream 2's.
-    """
-
-    # each stream's three projections read the same states: `pack_linear_weights` runs them as one product
-    packed_projection_groups = (("query1", "key1", "value1"), ("query2", "key2", "value2"))
-
-    def __init__(self, config, hidden_size1: int, hidden_size2: int, inner_size: int, num_heads: int,
-                 attention_dropout1: float, attention_dropout2: float):
-        super().__init__()
-        if inner_size % num_heads != 0:
-            raise ValueError(f"the co-attention size ({inner_size}) must be a multiple of its heads ({num_heads})")
-        self.config = config  # read for the attention backend at every forward
-        self.head_size = inner_size // num_heads
-        self.scaling = self.head_size**-0.5
-        self.is_causal = False
-        self.query1 = nn.Linear(hidden_size1, inner_size)
-        self.key1 = nn.Linear(hidden_size1, inner_size)
-        self.value1 = nn.Linear(hidden_size1, inner_size)
-        self.query2 = nn.Linear(hidden_size2, inner_size)
-        self.key2 = nn.Linear(hidden_size2, inner_size)
-        self.value2 = nn.Linear(hidden_size2, inner_size)
-        self.dropout1 = nn.Dropout(attention_dropout1)
-        self.dropout2 = nn.Dropout(attention_dropout2)
-
-    def _heads(self, projection: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
-        return projection(hidden_states).view(*hidden_states.shape[:-1], -1, self.head_size).transpose(1, 2)
-
-    def forward(
-        self,
-        hidden_states1: torch.Tensor,
-        hidden_states2: torch.Tensor,
-        mask_over1: torch.Tensor | None = None,
-        mask_over2: torch.Tensor | None = None,
-        **kwargs,
-    ):
-        """hidden_states1 `(B, L1, hidden_size1)`, hidden_states2 `(B, L2, hidden_size2)`; `mask_over1` masks stream
-        1's keys for stream 2's queries and `mask_over2` stream 2's keys for stream 1's (`cross_stream_mask`).
-
-        Returns `(context1 (B, L1, inner), context2 (B, L2, inner), probabilities1 (B, heads, L1, L2),
-        probabilities2 (B, heads, L2, L1))`: context*i* is what stream *i*'s queries gathered from the other stream;
-        the probabilities come from the eager backend (None from the others)."""
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        query1, key1, value1 = (self._heads(p, hidden_states1) for p in (self.query1, self.key1, self.value1))
-        query2, key2, value2 = (self._heads(p, hidden_states2) for p in (self.query2, self.key2, self.value2))
-        context1, probabilities1 = attention(
-            self, query1, key2, value2, mask_over2, scaling=self.scaling,
-            dropout=self.dropout2.p if self.training else 0.0, **kwargs,
-        )
-        context2, probabilities2 = attention(
-            self, query2, key1, value1, mask_over1, scaling=self.scaling,
-            dropout=self.dropout1.p if self.training else 0.0, **kwargs,
-        )
-        context1 = context1.reshape(*hidden_states1.shape[:-1], -1).contiguous()
-        context2 = context2.reshape(*hidden_states2.shape[:-1], -1).contiguous()
-        return context1, context2, probabilities1, probabilities2
-
-
-class CoAttentionOutput(nn.Module):
-    """Back from the co-attention space into each stream (ViLBERT's `BertBiOutput`):
-    `LayerNorm1(dropout1(dense1(context1)) + hidden_states1)` and the same with `dense2`/`LayerNorm2` for stream 2."""
-
-    def __init__(self, inner_size: int, hidden_size1: int, hidden_size2: int, dropout1: float, dropout2: float,
-                 layer_norm_eps: float = 1e-12):
-        super().__init__()
-        self.dense1 = nn.Linear(inner_size, hidden_size1)
-        self.LayerNorm1 = nn.LayerNorm(hidden_size1, eps=layer_norm_eps)
-        self.dropout1 = nn.Dropout(dropout1)
-        self.dense2 = nn.Linear(inner_size, hidden_size2)
-        self.LayerNorm2 = nn.LayerNorm(hidden_size2, eps=layer_norm_eps)
-        self.dropout2 = nn.Dropout(dropout2)
-
-    def forward(self, context1, hidden_states1, context2, hidden_states2):
-        hidden_states1 = self.LayerNorm1(dense_plus_residual(self.dense1, self.dropout1, context1, hidden_states1))
-        hidden_states2 = self.LayerNorm2(dense_plus_residual(self.dense2, self.dropout2, context2, hidden_states2))
-        return hidden_states1, hidden_states2
-
-
-class CoAttentionLayer(GradientCheckpointingLayer):
-    """A co-attention transformer block (ViLBERT's Co-TRM, `BertConnectionLayer`): co-attention instead of
-    self-attention, then each stream's own BERT feed-forward (`BertIntermediate` + `BertOutput`).
-
-    Stream 1 and stream 2 are described by their `StreamConfig`s (hidden size, intermediate size, activation,
-    dropout). Parameter names are ViLBERT's: `biattention`, `biOutput`, `v_intermediate`/`v_output` (stream 1) and
-    `t_intermediate`/`t_output` (stream 2).
-
-    forward(hidden_states1, hidden_states2, mask_over1, mask_over2) → `(hidden_states1, hidden_states2,
-    probabilities1, probabilities2)`, shapes as `CoAttention`.
-    """
-
-    def __init__(self, config1, config2, inner_size: int, num_heads: int):
-        super().__init__()
-        self.biattention = CoAttention(
-            config1, config1.hidden_size, config2.hidden_size, inner_size, num_heads,
-            config1.attention_probs_dropout_prob, config2.attention_probs_dropout_prob,
-        )
-        self.biOutput = CoAttentionOutput(
-            inner_size, config1.hidden_size, config2.hidden_size, config1.hidden_dropout_prob,
-            config2.hidden_dropout_prob, config1.layer_norm_eps,
-        )
-        self.v_intermediate = BertIntermediate(config1)
-        self.v_output = BertOutput(config1)
-        self.t_intermediate = BertIntermediate(config2)
-        self.t_output = BertOutput(config2)
-
-    def forward(self, hidden_states1, hidden_states2, mask_over1=None, mask_over2=None, **kwargs):
-        context1, context2, probabilities1, probabilities2 = self.biattention(
-            hidden_states1, hidden_states2, mask_over1, mask_over2, **kwargs
-        )
-        hidden_states1, hidden_states2 = self.biOutput(context1, hidden_states1, context2, hidden_states2)
-        hidden_states1 = self.v_output(self.v_intermediate(hidden_states1), hidden_states1)
-        hidden_states2 = self.t_output(self.t_intermediate(hidden_states2), hidden_states2)
-        return hidden_states1, hidden_states2, probabilities1, probabilities2
 
 
 # ---------------------------------------------------------------------------------------------------- inputs

@@ -64,5 +64,5 @@ ARCHITECTURE = register_architecture(Architecture(
     finetuning_objectives={"captioning": "caption"},
     lowercase=True,  # bert-base-uncased word pieces
     original_repository="https://github.com/YehLi/xmodaler",
-    converter="vlhub.conversion.tden",
+    converter=f"{__name__}.convert_tden",
 ))

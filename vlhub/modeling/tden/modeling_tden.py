@@ -48,7 +48,6 @@ from transformers.utils.generic import can_return_tuple
 from ..layers import (
     BertEmbeddings,
     BertLayer,
-    CrossModalLayer,
     RegionClassificationHead,
     check_region_inputs,
     extended_attention_mask,
@@ -59,6 +58,7 @@ from ..layers import (
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
+from .layers_tden import CrossModalLayer
 
 __all__ = [
     "TdenPreTrainedModel",

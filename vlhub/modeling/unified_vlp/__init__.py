@@ -61,5 +61,5 @@ ARCHITECTURE = register_architecture(Architecture(
     finetuning_objectives={"captioning": "s2s"},
     lowercase=False,  # bert-base-cased
     original_repository="https://github.com/LuoweiZhou/VLP",
-    converter="vlhub.conversion.unified_vlp",
+    converter=f"{__name__}.convert_unified_vlp",
 ))

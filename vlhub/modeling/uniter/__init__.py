@@ -61,5 +61,5 @@ ARCHITECTURE = register_architecture(Architecture(
     from_scratch_objectives={"itc": 1, "itm": 1},
     lowercase=False,  # UNITER's vocabulary is bert-base-cased
     original_repository="https://github.com/ChenRocks/UNITER",
-    converter="vlhub.conversion.uniter",
+    converter=f"{__name__}.convert_uniter",
 ))

@@ -65,5 +65,5 @@ ARCHITECTURE = register_architecture(Architecture(
     },
     lowercase=True,  # bert-base-uncased
     original_repository="https://github.com/jiasenlu/vilbert_beta",
-    converter="vlhub.conversion.vilbert",
+    converter=f"{__name__}.convert_vilbert",
 ))

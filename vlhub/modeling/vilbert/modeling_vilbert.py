@@ -29,18 +29,15 @@ from transformers.utils.generic import can_return_tuple
 from ..layers import (
     BertEmbeddings,
     BertPredictionHeadTransform,
-    CoAttentionLayer,
-    StreamConfig,
-    StreamLayer,
     check_text_and_region_inputs,
     classifier_head,
-    cross_stream_mask,
     extended_attention_mask,
     flatten_choices,
     soft_score_loss,
 )
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vilbert import VilbertConfig
+from .layers_vilbert import CoAttentionLayer, StreamConfig, StreamLayer, cross_stream_mask
 
 __all__ = [
     "VilbertPreTrainedModel",

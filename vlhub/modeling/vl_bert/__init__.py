@@ -55,7 +55,7 @@ ARCHITECTURE = register_architecture(Architecture(
     config_presets={**DEFAULT_CONFIG_PRESETS, "tiny": {**DEFAULT_CONFIG_PRESETS["tiny"], "max_position_embeddings": 128}},
     lowercase=True,  # VL-BERT's vocabulary is bert-base-uncased
     original_repository="https://github.com/jackroos/VL-BERT",
-    converter="vlhub.conversion.vl_bert",
+    converter=f"{__name__}.convert_vl_bert",
     unsupported_tasks={
         "retrieval": "VL-BERT has no image-text matching head; its paper dropped the sentence-image relationship "
                      "objective because it hurt every downstream task (Table 4c), and no release carries one",

@@ -1,0 +1,87 @@
+"""Old import paths of code that moved into the architecture folders still work, with a FutureWarning naming the new
+home (each check in a fresh interpreter: a module's import-time warning fires once per process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+ARCHITECTURES = ["uniter", "vl_bert", "vilbert", "unified_vlp", "tden"]
+
+
+def _run(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_old_converter_modules_reexport_the_moved_ones_and_warn_once():
+    out = _run(
+        "import importlib, warnings\n"
+        f"for arch in {ARCHITECTURES!r}:\n"
+        "    new = importlib.import_module(f'vlhub.modeling.{arch}.convert_{arch}')\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        old = importlib.import_module(f'vlhub.conversion.{arch}')\n"
+        "        importlib.import_module(f'vlhub.conversion.{arch}')  # a second import: no second warning\n"
+        "    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]\n"
+        "    assert len(messages) == 1 and f'vlhub.modeling.{arch}.convert_{arch}' in messages[0], messages\n"
+        "    assert set(old.__all__) == set(new.__all__) and old.__all__\n"
+        "    assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)\n"
+        "    assert old.logger is new.logger  # names outside __all__ too\n"
+        "print('ok')\n"
+    )
+    assert out.split() == ["ok"]
+
+
+def test_old_converter_module_names_what_it_lacks():
+    out = _run(
+        "import warnings\n"
+        "warnings.simplefilter('ignore', FutureWarning)\n"
+        "import vlhub.conversion.uniter as old\n"
+        "try:\n"
+        "    old.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    print('no_such_name' in str(error))\n"
+    )
+    assert out.split() == ["True"]
+
+
+LAYERS_MOVED = {
+    "StreamConfig": "vilbert", "StreamLayer": "vilbert", "cross_stream_mask": "vilbert", "CoAttention": "vilbert",
+    "CoAttentionOutput": "vilbert", "CoAttentionLayer": "vilbert", "CrossModalLayer": "tden",
+}
+
+
+def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_a_warning():
+    out = _run(
+        "import importlib, warnings\n"
+        "import vlhub.modeling.layers as layers\n"
+        f"for name, arch in {LAYERS_MOVED!r}.items():\n"
+        "    new = importlib.import_module(f'vlhub.modeling.{arch}.layers_{arch}')\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        assert getattr(layers, name) is getattr(new, name)\n"
+        "    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]\n"
+        "    assert len(messages) == 1 and f'vlhub.modeling.{arch}.layers_{arch}.{name}' in messages[0], messages\n"
+        "    assert caught[0].filename == '<string>', caught[0].filename  # points at the caller's line\n"
+        "    assert name not in layers.__all__\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('error')\n"
+        "    from vlhub.modeling.layers import *  # the remaining shared blocks: no warning\n"
+        "try:\n"
+        "    layers.NoSuchBlock\n"
+        "except AttributeError as error:\n"
+        "    print('NoSuchBlock' in str(error))\n"
+    )
+    assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize("first", ["vlhub.modeling.vilbert.layers_vilbert", "vlhub.modeling.tden.layers_tden"])
+def test_an_architecture_layers_file_imported_first_still_registers_the_models(first):
+    out = _run(f"import {first}\nfrom transformers import AutoModel\nimport vlhub\n"
+               "print(AutoModel.from_config(vlhub.VilbertConfig()).__class__.__name__, "
+               "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)")
+    assert out.split() == ["VilbertModel", "TdenModel"]

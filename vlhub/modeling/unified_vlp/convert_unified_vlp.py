@@ -1,0 +1,224 @@
+"""Original Unified VLP checkpoints (LuoweiZhou/VLP `model.{epoch}.bin`) → vlhub folders.
+
+The released files are flat state dicts of `BertForPreTrainingLossMask` (no `module.` prefix): `bert.*` (BERT-base
+with six token types), `cls.predictions.*` (the MLM head; `cls.predictions.decoder.weight` is a saved copy of the
+word embeddings), the top-level region projections `vis_embed.*` / `vis_pe_embed.*`, and for VQA `ans_classifier.*`.
+vlhub keeps BERT's names under `vlp.` and moves the region projections into the embeddings
+(`vlp.embeddings.vis_embed.*`, `vlp.embeddings.vis_pe_embed.*`). Key accounting, loading and saving are the generic
+core's (`common.py`).
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from ...conversion.common import (
+    PIPELINE_TAGS,
+    CheckpointError,
+    ConversionReport,
+    KeyMap,
+    Provenance,
+    check_task,
+    inferred_attention_heads,
+    convert_state_dict,
+    converter_command_line,
+    load_checked_tokenizer,
+    load_renamed_state_dict,
+    read_json_config,
+    save_converted_model,
+    set_answer_labels,
+)
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["convert_unified_vlp", "convert_from_args", "add_arguments", "unified_vlp_key_map", "VLP_TASKS",
+           "ORIGINAL_REPOSITORY", "ORIGINAL_COMMIT"]
+
+ORIGINAL_REPOSITORY = "https://github.com/LuoweiZhou/VLP"
+ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
+
+VLP_TASKS = {
+    "captioning": "UnifiedVlpForConditionalGeneration",
+    "pretraining": "UnifiedVlpForPreTraining",
+    "vqa": "UnifiedVlpForQuestionAnswering",
+}
+_RENAMES = (
+    (r"LayerNorm\.gamma$", "LayerNorm.weight"),
+    (r"LayerNorm\.beta$", "LayerNorm.bias"),
+    (r"^bert\.", "vlp."),
+    (r"^vis_embed\.", "vlp.embeddings.vis_embed."),
+    (r"^vis_pe_embed\.", "vlp.embeddings.vis_pe_embed."),
+)
+
+
+def unified_vlp_key_map(task: str) -> KeyMap:
+    """The key map from an original checkpoint into the `task` head."""
+    drops = {}
+    if task != "pretraining":
+        drops[r"^vlp\.pooler\."] = f"tanh pooler: no released task reads it; the {task} head does not have it"
+    if task == "vqa":
+        drops[r"^cls\.predictions\."] = (
+            "masked-LM head: the VQA model (bidirectional, answer classifier) does not use it"
+        )
+    else:
+        drops[r"^ans_classifier\."] = f"VQA answer head: the {task} model has no answer classifier"
+    return KeyMap(renames=_RENAMES, drops=drops)
+
+
+def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_labels: int | None):
+    from . import UnifiedVlpConfig
+
+    notes = []
+    word = state_dict["vlp.embeddings.word_embeddings.weight"]
+    hidden = word.shape[1]
+    region = state_dict["vlp.embeddings.vis_embed.0.weight"]
+    shapes = {
+        "vocab_size": word.shape[0],
+        "hidden_size": hidden,
+        "max_position_embeddings": state_dict["vlp.embeddings.position_embeddings.weight"].shape[0],
+        "type_vocab_size": state_dict["vlp.embeddings.token_type_embeddings.weight"].shape[0],
+        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("vlp.encoder.layer.")),
+        "intermediate_size": state_dict["vlp.encoder.layer.0.intermediate.dense.weight"].shape[0],
+    }
+    if shapes["type_vocab_size"] < 6:
+        raise CheckpointError(
+            f"the checkpoint has {shapes['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
+            "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
+        )
+    fields = dict(original_config or {})
+    for name, value in shapes.items():
+        if name in fields and fields[name] != value:
+            if name == "type_vocab_size":
+                notes.append(f"type_vocab_size taken from the checkpoint ({value}); the config says {fields[name]}")
+            else:
+                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
+        fields[name] = value
+    if "num_attention_heads" not in fields:
+        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original bert_config.json")
+    extra = dict(
+        region_feature_dim=region.shape[1],
+        region_embed_dim=region.shape[0],
+        region_location_dim=state_dict["vlp.embeddings.vis_pe_embed.0.weight"].shape[1],
+    )
+    if num_labels is not None:
+        extra["num_labels"] = num_labels
+        extra["classifier_hidden_size"] = state_dict["ans_classifier.0.weight"].shape[0]
+    notes.append("LayerNorm eps 1e-5 and 100 region slots: fixed in the original code, not in its config")
+    return UnifiedVlpConfig.from_original_config(fields, **extra), notes
+
+
+def _read_answers(path: str | os.PathLike, num_answers: int) -> list[str]:
+    """The answer vocabulary: a text file with one answer per line (Pythia's `answers_vqa.txt`) or a JSON list/dict."""
+    text = Path(path).read_text(encoding="utf-8")
+    if str(path).endswith(".json"):
+        data = json.loads(text)
+        answers = [a for a, _ in sorted(data.items(), key=lambda item: item[1])] if isinstance(data, dict) else data
+    else:
+        answers = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(answers) != num_answers:
+        raise CheckpointError(f"the answer vocabulary {path} has {len(answers)} answers but the head predicts {num_answers}")
+    return answers
+
+
+def convert_unified_vlp(
+    checkpoint: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    config: str | os.PathLike | dict | None = None,
+    task: str | None = None,
+    tokenizer="google-bert/bert-base-cased",
+    answers: str | os.PathLike | None = None,
+) -> ConversionReport:
+    """Convert an original Unified VLP checkpoint into a vlhub folder (safetensors, config, processor, model card).
+
+    Args:
+        checkpoint: the original `model.{epoch}.bin` (img2txt / CC / COCO / Flickr30k captioning, or vqa2).
+        output_dir: the folder to write.
+        config: the original `bert_config.json` (bert-base-cased's); without it the sizes are read from the
+            checkpoint and the head count inferred.
+        task: "captioning" (default without `ans_classifier`), "pretraining", or "vqa" (default with it).
+        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor; saved with VLP's token
+            renames (`vlp_release_tokenizer`), so captions decode as the original printed them.
+        answers: VQA answer vocabulary (Pythia's `answers_vqa.txt`, one per line); without it the labels are
+            `answer_<i>` (noted in the report).
+    Returns the `ConversionReport` (also saved as `conversion_report.json`).
+    """
+    from .. import unified_vlp
+
+    checkpoint = Path(checkpoint)
+    required = ("vlp.embeddings.word_embeddings.weight", "vlp.embeddings.vis_embed.0.weight",
+                "vlp.embeddings.vis_pe_embed.0.weight")
+    raw, state_dict = load_renamed_state_dict(
+        checkpoint, _RENAMES, required, "Unified VLP",
+        hint=lambda raw, missing: " (its region projections are missing: is it a UniLM/BERT text checkpoint?)"
+        if len(missing) < 3 else "",
+    )
+    has_answers = "ans_classifier.0.weight" in state_dict
+    task = task or ("vqa" if has_answers else "captioning")
+    check_task(task, VLP_TASKS)
+    if task == "vqa" and not has_answers:
+        raise CheckpointError(f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none")
+    if task != "vqa" and "cls.predictions.bias" not in state_dict:
+        raise CheckpointError(f"task {task!r} needs the masked-LM head (cls.predictions.*); {checkpoint.name} has none")
+
+    original_config = read_json_config(config)
+    num_labels = state_dict["ans_classifier.2.weight"].shape[0] if task == "vqa" else None
+    model_config, notes = _config_from_checkpoint(state_dict, original_config, num_labels)
+    report = ConversionReport(source=checkpoint.name, notes=notes)
+    if task == "vqa":
+        if answers is not None:
+            labels = _read_answers(answers, num_labels)
+        else:
+            labels = [f"answer_{i}" for i in range(num_labels)]
+            report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
+        set_answer_labels(model_config, labels)
+        # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
+        model_config.unknown_answer_id = 0
+        report.notes.append(f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original "
+                            "evaluation")
+
+    model_class = getattr(unified_vlp, VLP_TASKS[task])
+    model = model_class(model_config)
+    convert_state_dict(raw, model, unified_vlp_key_map(task), report)
+
+    tok = unified_vlp.vlp_release_tokenizer(
+        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"))
+    report.notes.append("tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
+                        "the original's load_vocab renames them")
+    region_processor = unified_vlp.UnifiedVlpRegionProcessor(
+        region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
+        max_regions=model_config.num_regions, min_regions=model_config.num_regions,
+    )
+    processor = unified_vlp.UnifiedVlpProcessor(
+        feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"
+    )
+    output_dir = Path(output_dir)
+    usage = f"""import vlhub
+from transformers import AutoProcessor, {'AutoModelForVisualQuestionAnswering' if task == 'vqa' else 'AutoModelForImageTextToText'}
+processor = AutoProcessor.from_pretrained("{output_dir.name}")"""
+    if task == "vqa":
+        usage += f"""
+model = AutoModelForVisualQuestionAnswering.from_pretrained("{output_dir.name}")
+answer_ids = model(**processor(text=question, regions=regions)).predicted_answer_ids"""
+    else:
+        usage += f"""
+model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
+captions = processor.batch_decode(model.generate(**processor(regions=regions), max_new_tokens=20, num_beams=5))"""
+    return save_converted_model(
+        output_dir, model, report, processor=processor,
+        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
+        title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
+        pipeline_tag=PIPELINE_TAGS.get(task), usage=usage, logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
+    )
+
+
+add_arguments, convert_from_args = converter_command_line(
+    convert_unified_vlp, "unified_vlp",
+    checkpoint_help="the original model.{epoch}.bin", config_help="the original bert_config.json",
+    tasks=VLP_TASKS, task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
+    tokenizer_default="google-bert/bert-base-cased",
+    answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
+)

@@ -1,0 +1,312 @@
+"""Original UNITER checkpoints (ChenRocks/UNITER `.pt` files) → vlhub folders.
+
+The module tree of vlhub's UNITER keeps the original names (`uniter.embeddings.*`, `uniter.img_embeddings.*`,
+`uniter.encoder.layer.N.*`, `cls.*`, `feat_regress.*`, `region_classifier.*`, `itm_output`, `vqa_output`, ...), so
+the key map is almost the identity (the TF-era `gamma`/`beta` names, `bert.` → `uniter.`). What is UNITER's own:
+which head keys belong to which task (and the parameters a head does not own, dropped with a reason), the tied MRFR
+projection, the unused mask-embedding row, the zero-shot `rank_output`, table sizes read from the checkpoint (NLVR2,
+VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the generic core's (`common.py`).
+"""
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from . import (
+    UniterConfig,
+    UniterForImageTextRetrieval,
+    UniterForMultipleChoice,
+    UniterForPreTraining,
+    UniterForQuestionAnswering,
+    UniterForReferringExpression,
+    UniterForVisualEntailment,
+    UniterForVisualReasoning,
+    UniterProcessor,
+    UniterRegionProcessor,
+)
+from ...conversion.common import (
+    PIPELINE_TAGS,
+    CheckpointError,
+    ConversionReport,
+    KeyMap,
+    Provenance,
+    check_task,
+    inferred_attention_heads,
+    convert_state_dict,
+    converter_command_line,
+    find_answer_file,
+    load_checked_tokenizer,
+    load_renamed_state_dict,
+    read_json_config,
+    save_converted_model,
+)
+from .reported_results import REPORTED_RESULTS
+from ...conversion.reported import CardResults, size_release
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "convert_uniter",
+    "convert_from_args",
+    "add_arguments",
+    "detect_uniter_task",
+    "uniter_key_map",
+    "UNITER_TASKS",
+    "ORIGINAL_REPOSITORY",
+    "ORIGINAL_COMMIT",
+]
+
+ORIGINAL_REPOSITORY = "https://github.com/ChenRocks/UNITER"
+ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
+
+UNITER_TASKS = {
+    "pretraining": UniterForPreTraining,
+    "vqa": UniterForQuestionAnswering,
+    "retrieval": UniterForImageTextRetrieval,
+    "nlvr2": UniterForVisualReasoning,
+    "ve": UniterForVisualEntailment,
+    "re": UniterForReferringExpression,
+    "vcr": UniterForMultipleChoice,
+}
+# The heads each task's class owns (by key prefix); every other head key belongs to another task.
+_HEAD_PREFIXES = {
+    "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
+    "vqa": ("vqa_output.",),
+    "ve": ("vqa_output.",),
+    "retrieval": ("rank_output.",),
+    "nlvr2": ("nlvr2_output.", "attn1.", "attn2.", "fc.", "attn_pool."),
+    "re": ("re_output.",),
+    "vcr": ("vcr_output.",),
+}
+# The original loader's TF-era renames and its `bert.` → `uniter.` fallback for BERT-initialised files.
+_RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "uniter."))
+
+
+def _looks_like(state_dict: dict) -> str:
+    keys = list(state_dict)
+    hints = {
+        "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
+        "VL-BERT": ("vlbert.", "module.vlbert", "object_linguistic_embeddings"),
+        "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
+        "TDEN": ("encoder_layers", "visual_embed", "decoder"),
+        "the bottom-up-attention detector": ("backbone.", "roi_heads.", "proposal_generator."),
+        "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
+    }
+    for name, needles in hints.items():
+        if any(any(needle in k for needle in needles) for k in keys):
+            return name
+    return "unknown"
+
+
+def detect_uniter_task(state_dict: dict) -> str:
+    """Which original class saved this state dict, from its head keys."""
+    has = lambda prefix: any(k.startswith(prefix) for k in state_dict)  # noqa: E731
+    if has("vcr_output."):
+        return "vcr"
+    if has("nlvr2_output."):
+        return "nlvr2"
+    if has("re_output."):
+        return "re"
+    if has("rank_output."):
+        return "retrieval"
+    if has("vqa_output."):
+        return "ve" if state_dict["vqa_output.3.weight"].shape[0] == 3 else "vqa"
+    if has("cls.predictions."):
+        return "pretraining"
+    return "pretraining"  # a bare backbone (e.g. the BERT-initialised `*-init.pt`)
+
+
+def uniter_key_map(task: str, detected: str, nlvr2_head: str = "paired-attn") -> KeyMap:
+    """The key map converting a `detected`-task checkpoint into the `task` head."""
+    drops: dict[str, str] = {}
+    if task != "pretraining":
+        drops[r"^uniter\.img_embeddings\.mask_embedding\.weight$"] = (
+            f"used only by pre-training (masked region modelling); the {task} head does not have it"
+        )
+    if task == "re" or (task == "nlvr2" and nlvr2_head == "paired-attn"):
+        drops[r"^uniter\.pooler\."] = f"the {task} head does not use the pooled output (it has no pooler)"
+    if task == "retrieval":
+        drops[r"^itm_output\."] = (
+            "seeds rank_output (zero-shot retrieval) when the checkpoint has none; the retrieval head does not keep it"
+        )
+    own = _HEAD_PREFIXES[task]
+    others = sorted({p for prefixes in _HEAD_PREFIXES.values() for p in prefixes if p not in own})
+    if others:
+        drops["^(?:" + "|".join(re.escape(p) for p in others) + ")"] = (
+            f"head of another task (the checkpoint is a {detected!r} model; converting to {task!r})"
+        )
+    ties = {"feat_regress.weight": "uniter.img_embeddings.img_linear.weight"} if task == "pretraining" else {}
+    return KeyMap(renames=_RENAMES, drops=drops, ties=ties)
+
+
+def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> tuple[UniterConfig, list[str]]:
+    notes = []
+    word = state_dict["uniter.embeddings.word_embeddings.weight"]
+    hidden = word.shape[1]
+    shapes = {
+        "vocab_size": word.shape[0],
+        "hidden_size": hidden,
+        "max_position_embeddings": state_dict["uniter.embeddings.position_embeddings.weight"].shape[0],
+        "type_vocab_size": state_dict["uniter.embeddings.token_type_embeddings.weight"].shape[0],
+        "num_hidden_layers": 1 + max(
+            int(k.split(".")[3]) for k in state_dict if k.startswith("uniter.encoder.layer.")
+        ),
+        "intermediate_size": state_dict["uniter.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
+        "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
+    }
+    fields = dict(original_config or {})
+    for name, value in shapes.items():
+        if name in fields and fields[name] != value:
+            if name in ("vocab_size", "type_vocab_size"):
+                # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
+                notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
+            else:
+                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
+        fields[name] = value
+    if "num_attention_heads" not in fields:
+        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original config")
+    return UniterConfig.from_original_config(
+        {k: v for k, v in fields.items() if k not in ("region_feature_dim", "region_location_dim")},
+        region_feature_dim=fields["region_feature_dim"],
+        region_location_dim=fields["region_location_dim"],
+    ), notes
+
+
+def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[str, int] | None:
+    path = find_answer_file(checkpoint, answers, ("ans2label.json",))
+    return None if path is None else json.loads(path.read_text(encoding="utf-8"))
+
+
+# The training config's region settings (`data/data.py`'s `DetectFeatLmdb`): every released config but the referring
+# expression ones uses conf_th 0.2, min_bb 10, max_bb 100; those use conf_th -1 (a fixed count) with num_bb 100.
+_REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb", "max_txt_len")
+_DEFAULT_REGION_SETTINGS = {"conf_th": 0.2, "max_bb": 100, "min_bb": 10, "num_bb": 36}
+
+
+def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dict, str]:
+    """`UniterRegionProcessor` settings reproducing the original's region rule, from a training config's `conf_th`,
+    `min_bb`, `max_bb`, `num_bb` (or the released configs' values for `task`), and a note saying which.
+
+    UNITER keeps the first `clamp(#(conf > conf_th), min_bb, max_bb)` regions of an image, whose features are stored
+    most confident first: "by_confidence" keeps the same ones. With `conf_th=-1` it keeps the first `num_bb`
+    ("first_n")."""
+    given = {k: original_config[k] for k in _REGION_KEYS if original_config and k in original_config}
+    if "conf_th" not in given and task == "re":
+        given = {"conf_th": -1, "num_bb": 100, **given}
+    values = {**_DEFAULT_REGION_SETTINGS, **given}
+    source = "the config's" if given else "the released configs'"
+    if float(values["conf_th"]) == -1:
+        count = int(values["num_bb"])
+        return ({"confidence_threshold": None, "min_regions": 1, "max_regions": count, "region_selection": "first_n"},
+                f"regions: the first {count} of each image (conf_th -1, num_bb {count}: {source} values)")
+    settings = {"confidence_threshold": float(values["conf_th"]), "min_regions": int(values["min_bb"]),
+                "max_regions": int(values["max_bb"]), "region_selection": "by_confidence"}
+    return settings, (f"regions: clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
+                      f"{settings['max_regions']}) most confident ({source} conf_th, min_bb, max_bb)")
+
+
+def convert_uniter(
+    checkpoint: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    config: str | os.PathLike | dict | None = None,
+    task: str | None = None,
+    tokenizer="google-bert/bert-base-cased",
+    answers: str | os.PathLike | None = None,
+) -> ConversionReport:
+    """Convert an original UNITER checkpoint into a vlhub folder (safetensors, config, processor, model card).
+
+    Args:
+        checkpoint: the original `.pt` (a flat state dict; fp16 or fp32).
+        output_dir: the folder to write.
+        config: the original config json (`config/uniter-base.json`); without it the sizes are read from the
+            checkpoint and the head count inferred (12 for 768, 16 for 1024).
+        task: one of `UNITER_TASKS`; default: detected from the head keys. A pre-training checkpoint converted with
+            `task="retrieval"` gets the zero-shot `rank_output` (the ITM "match" row), as the original `inf_itm.py`.
+        tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor.
+        answers: VQA answer vocabulary (`ans2label.json`); default: looked for beside the checkpoint.
+    Returns the `ConversionReport` (also saved as `conversion_report.json`).
+    """
+    checkpoint = Path(checkpoint)
+    raw, state_dict = load_renamed_state_dict(
+        checkpoint, _RENAMES, ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
+        "UNITER", hint=lambda raw, missing: f" (it looks like: {_looks_like(raw)})",
+    )
+    detected = detect_uniter_task(state_dict)
+    task = task or detected
+    check_task(task, UNITER_TASKS)
+    original_config = read_json_config(config)
+    region_settings, region_note = uniter_region_settings(original_config, task)
+    # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
+    max_text_length = int((original_config or {}).get("max_txt_len", 220 if task == "vcr" else 60)) + 2
+    if original_config is not None:
+        original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
+    model_config, notes = _config_from_checkpoint(state_dict, original_config)
+    notes.append(region_note)
+    notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
+    report = ConversionReport(source=checkpoint.name, notes=notes)
+
+    if task in ("vqa", "ve"):
+        if "vqa_output.3.weight" not in state_dict:
+            raise CheckpointError(f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none")
+        num_answers = state_dict["vqa_output.3.weight"].shape[0]
+        if task == "vqa":
+            ans2label = _find_answers(checkpoint, answers)
+            if ans2label is None:
+                raise FileNotFoundError(
+                    "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
+                    "(train_vqa.py writes it beside its checkpoints)"
+                )
+            if len(ans2label) != num_answers or sorted(ans2label.values()) != list(range(num_answers)):
+                raise CheckpointError(
+                    f"the answer vocabulary has {len(ans2label)} entries but the head predicts {num_answers} answers"
+                )
+            model_config.id2label = {index: answer for answer, index in ans2label.items()}
+            model_config.label2id = dict(ans2label)
+    if task == "nlvr2":
+        model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
+    if task == "re" and "re_output.3.weight" in state_dict:
+        model_config.re_head_layers = 2
+
+    model_class = UNITER_TASKS[task]
+    model = model_class(model_config)
+    derived = {}
+    if task == "retrieval" and "rank_output.weight" not in state_dict and "itm_output.weight" in state_dict:
+        weight, bias = model_class.rank_output_from_itm(state_dict["itm_output.weight"], state_dict["itm_output.bias"])
+        derived = {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
+        report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
+    convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
+    if task == "pretraining":
+        mask_embedding = model.uniter.img_embeddings.mask_embedding.weight
+        if mask_embedding[0].abs().max() > 0:
+            with torch.no_grad():
+                mask_embedding[0].zero_()
+            report.notes.append(
+                "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
+            )
+
+    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    processor = UniterProcessor(
+        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
+        tokenizer=tok, max_text_length=max_text_length,
+    )
+    return save_converted_model(
+        output_dir, model, report, processor=processor,
+        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
+        title=f"UNITER ({task}) converted from {checkpoint.name}", architecture="uniter",
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size),
+                             "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task),
+    )
+
+
+add_arguments, convert_from_args = converter_command_line(
+    convert_uniter, "uniter",
+    checkpoint_help="the original .pt file", config_help="the original config json (e.g. config/uniter-base.json)",
+    tasks=UNITER_TASKS, tokenizer_default="google-bert/bert-base-cased",
+    answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
+)

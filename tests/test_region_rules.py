@@ -219,9 +219,63 @@ def test_uniter_keeps_the_first_nbb_regions_of_the_training_config(tmp_path, ima
     run_tiny_model("uniter", processor, regions)
 
 
+def shuffled(images: dict[str, dict], seed: int = 7) -> dict[str, dict]:
+    """The same detections in another file order: the confidences no longer decrease down the file."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for image_id, a in images.items():
+        order = rng.permutation(len(a["features"]))
+        out[image_id] = {name: array[order] for name, array in a.items()}
+    return out
+
+
+def test_uniter_counts_by_confidence_but_keeps_the_files_first_rows(tmp_path, images):
+    """`data/data.py` (`compute_num_bb`, `DetectFeatLmdb.get_dump`) on an `all` database whose rows are not in
+    confidence order: nbb = clamp(#(conf > conf_th), min_bb, max_bb) over every row, then the first nbb rows of the
+    entry, whatever their confidences (not the nbb most confident)."""
+    unordered = shuffled(images)
+    write_uniter_lmdb(tmp_path / "lmdb", unordered)
+    config = {"conf_th": 0.2, "max_bb": 100, "min_bb": 10}
+    settings, _ = uniter_region_settings(config, "vqa")
+    processor = vlhub.UniterProcessor(
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=DIM, **settings),
+        tokenizer=tiny_tokenizer(tmp_path))
+    for source in sources(tmp_path, "uniter-lmdb", tmp_path / "lmdb").values():
+        regions = [source[image_id] for image_id in unordered]
+        inputs = processor(text=["a cat"] * len(regions), regions=regions)
+        # A collator selects first, then the processor sees the selected regions: the same rows, not counted again.
+        preselected = processor(text=["a cat"] * len(regions),
+                                regions=[processor.feature_extractor.select(r) for r in regions])
+        assert torch.equal(preselected["region_features"], inputs["region_features"])
+        differs = 0
+        for index, a in enumerate(unordered.values()):
+            nbb = min(config["max_bb"], max(config["min_bb"], int((a["conf"] > config["conf_th"]).sum())))
+            expected = torch.from_numpy(a["features"].astype(np.float16)[:nbb].astype(np.float32))
+            assert torch.equal(rows_of(inputs, index), expected)
+            differs += not np.array_equal(np.sort(np.argsort(-a["conf"], kind="stable")[:nbb]), np.arange(nbb))
+        assert differs == len(unordered) - 1  # the test tells the two rules apart (all but the 10 kept whole)
+    run_tiny_model("uniter", processor, regions)
+
+
+def test_count_by_confidence_keeps_the_given_order_and_by_confidence_keeps_its_meaning():
+    scores = torch.tensor([0.1, 0.9, 0.05, 0.8, 0.3, 0.01])  # 3 above 0.2, not first
+    regions = vlhub.RegionFeatures(torch.arange(6.0)[:, None].repeat(1, 4), torch.tensor([[0.0, 0, 2, 2]] * 6),
+                                   (4, 4), scores=scores)
+    kept = {}
+    for mode in ("count_by_confidence", "by_confidence"):
+        selector = vlhub.UniterRegionProcessor(region_feature_dim=4, confidence_threshold=0.2, min_regions=2,
+                                               max_regions=5, region_selection=mode)
+        kept[mode] = selector.select(regions).features[:, 0].tolist()
+    assert kept == {"count_by_confidence": [0.0, 1.0, 2.0], "by_confidence": [1.0, 3.0, 4.0]}
+    assert vlhub.UniterRegionProcessor().region_selection == "count_by_confidence"  # UNITER's rule by default
+    without_scores = vlhub.RegionFeatures(regions.features, regions.boxes, (4, 4))
+    with pytest.raises(ValueError, match="6 regions .* at most max_regions=5"):  # no confidences: refused, as before
+        vlhub.UniterRegionProcessor(region_feature_dim=4, min_regions=2, max_regions=5)(without_scores)
+
+
 def test_uniter_region_settings_follow_the_released_configs():
     assert uniter_region_settings(None, "vqa")[0] == {"confidence_threshold": 0.2, "min_regions": 10,
-                                                      "max_regions": 100, "region_selection": "by_confidence"}
+                                                      "max_regions": 100, "region_selection": "count_by_confidence"}
     assert uniter_region_settings(None, "re")[0] == {"confidence_threshold": None, "min_regions": 1,
                                                      "max_regions": 100, "region_selection": "first_n"}
     villa = uniter_region_settings({"conf_th": 0.075, "max_bb": 100, "min_bb": 10}, "vqa")[0]
@@ -379,7 +433,7 @@ def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_p
             if "ReferringExpression" in head and name == "model":
                 expected = ("first_n", None, 100)
             else:
-                expected = ("by_confidence", 0.075 if name == "train" else 0.2, 100)
+                expected = ("count_by_confidence", 0.075 if name == "train" else 0.2, 100)
             assert (regions.region_selection, regions.confidence_threshold, regions.max_regions) == expected
             assert processor.max_text_length == (42 if name == "train" else 62)
             assert not hasattr(vlhub.UniterConfig.from_pretrained(folder), "conf_th")
@@ -396,3 +450,30 @@ def test_vl_bert_converter_sets_no_region_limit(tmp_path):
                     answers=next(original.glob("answers*.txt")))
     regions = converted_region_processor(tmp_path / "vqa").feature_extractor
     assert regions.max_regions is None and regions.confidence_threshold is None
+
+
+@_skip_without("unified_vlp")
+def test_unified_vlp_converter_takes_the_files_rows_as_stored(tmp_path, images):
+    """`seq2seq_loader.py` feeds the file's 100 rows in their stored order (each slot has its own position): the
+    converted processor keeps that order, whatever the confidences, pads fewer and keeps the first 100 of more."""
+    from vlhub.conversion.unified_vlp import convert_unified_vlp
+
+    from .release_files import unified_vlp_files
+
+    files = unified_vlp_files(ORIGINALS / "unified_vlp" / "original")
+    convert_unified_vlp(files["checkpoints"]["img2txt"], tmp_path / "vlp", config=files["config"],
+                        tokenizer=files["vocab"])
+    converted = converted_region_processor(tmp_path / "vlp").feature_extractor
+    settings = {name: getattr(converted, name)
+                for name in ("region_selection", "confidence_threshold", "min_regions", "max_regions")}
+    assert settings == {"region_selection": "first_n", "confidence_threshold": None, "min_regions": 100,
+                        "max_regions": 100}
+    region_processor = vlhub.UnifiedVlpRegionProcessor(region_feature_dim=DIM, num_classes=CLASSES, **settings)
+    unordered = shuffled(images)
+    regions = [vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"],
+                                    scores=a["conf"]) for a in unordered.values()]
+    inputs = region_processor(regions)
+    for index, a in enumerate(unordered.values()):
+        count = min(len(a["features"]), 100)
+        assert torch.equal(rows_of(inputs, index), torch.from_numpy(a["features"][:count]))
+    assert region_processor.regions_cut == 1  # the 101-region image, where the original fails

@@ -304,11 +304,9 @@ def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, ima
         tokenizer=tiny_tokenizer(tmp_path))
     with caplog.at_level(logging.WARNING, logger="vlhub.processing.stores.shards"):
         found = sources(tmp_path, "vl-bert-json", tmp_path / "json")
-    # A region store keeps features, boxes and detector outputs, not the whole-image feature (the import says so):
-    # only the reader's regions carry it.
-    assert ("['image_box_feature'] were not imported" in caplog.text) == image_box_feature
-    paths = found if not image_box_feature else {"reader": found["reader"]}
-    for source in paths.values():
+    # A region store keeps the whole-image feature too: after an import object 0 is still the file's feature.
+    assert "were not imported" not in caplog.text
+    for source in found.values():
         regions = [source[image_id] for image_id in images]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
         for index, a in enumerate(images.values()):

@@ -154,7 +154,7 @@ class StoreLayout:
         given = regions.metadata.get(IMAGE_BOX_FEATURE)
         if given is None:
             return np.zeros((0, self.feature_dim), dtype=self.feature_dtype)
-        values = torch.as_tensor(np.asarray(given, dtype=np.float32)).reshape(-1)
+        values = torch.as_tensor(np.array(given, dtype=np.float32)).reshape(-1)  # a copy: readers give read-only views
         what = f"metadata[{IMAGE_BOX_FEATURE!r}] of image {image_id!r}"
         if values.numel() != self.feature_dim:
             raise ValueError(f"{what} has {values.numel()} values; the store's features have {self.feature_dim}")

@@ -202,26 +202,83 @@ def write_uniter_lmdb(path, images):
 def test_uniter_keeps_the_first_nbb_regions_of_the_training_config(tmp_path, images, config):
     """`data/data.py`: nbb = clamp(#(conf > conf_th), min_bb, max_bb) (conf_th -1: num_bb), then `arr[:nbb]`."""
     write_uniter_lmdb(tmp_path / "lmdb", images)
-    settings, _ = uniter_region_settings(config, "vqa")
-    processor = vlhub.UniterProcessor(
-        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=DIM, **settings),
-        tokenizer=tiny_tokenizer(tmp_path))
+    processor = uniter_processor(tmp_path, config)
     for source in sources(tmp_path, "uniter-lmdb", tmp_path / "lmdb").values():
         regions = [source[image_id] for image_id in images]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
         for index, a in enumerate(images.values()):
-            if config["conf_th"] == -1:
-                nbb = config["num_bb"]
-            else:
-                nbb = min(config["max_bb"], max(config["min_bb"], int((a["conf"] > config["conf_th"]).sum())))
+            nbb = config["num_bb"] if config["conf_th"] == -1 else uniter_nbb(a["conf"], config)
             expected = torch.from_numpy(a["features"].astype(np.float16)[:nbb].astype(np.float32))
             assert torch.equal(rows_of(inputs, index), expected)
     run_tiny_model("uniter", processor, regions)
 
 
+def uniter_processor(tmp_path, config: dict):
+    """A UNITER processor with the settings the converter writes for a training config."""
+    settings, _ = uniter_region_settings(config, "vqa")
+    return vlhub.UniterProcessor(feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=DIM, **settings),
+                                 tokenizer=tiny_tokenizer(tmp_path))
+
+
+def uniter_nbb(conf: np.ndarray, config: dict) -> int:
+    """`compute_num_bb`: clamp(#(conf > conf_th), min_bb, max_bb)."""
+    return min(config["max_bb"], max(config["min_bb"], int((conf > config["conf_th"]).sum())))
+
+
+def shuffled(images: dict[str, dict], seed: int = 7) -> dict[str, dict]:
+    """The same detections in another file order: the confidences no longer decrease down the file."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for image_id, a in images.items():
+        order = rng.permutation(len(a["features"]))
+        out[image_id] = {name: array[order] for name, array in a.items()}
+    return out
+
+
+def test_uniter_counts_by_confidence_but_keeps_the_files_first_rows(tmp_path, images):
+    """`data/data.py` (`compute_num_bb`, `DetectFeatLmdb.get_dump`) on an `all` database whose rows are not in
+    confidence order: nbb = clamp(#(conf > conf_th), min_bb, max_bb) over every row, then the first nbb rows of the
+    entry, whatever their confidences (not the nbb most confident)."""
+    unordered = shuffled(images)
+    write_uniter_lmdb(tmp_path / "lmdb", unordered)
+    config = {"conf_th": 0.2, "max_bb": 100, "min_bb": 10}
+    processor = uniter_processor(tmp_path, config)
+    for source in sources(tmp_path, "uniter-lmdb", tmp_path / "lmdb").values():
+        regions = [source[image_id] for image_id in unordered]
+        inputs = processor(text=["a cat"] * len(regions), regions=regions)
+        # A collator selects first, then the processor sees the selected regions: the same rows, not counted again.
+        preselected = processor(text=["a cat"] * len(regions),
+                                regions=[processor.feature_extractor.select(r) for r in regions])
+        assert torch.equal(preselected["region_features"], inputs["region_features"])
+        differs = 0
+        for index, a in enumerate(unordered.values()):
+            nbb = uniter_nbb(a["conf"], config)
+            expected = torch.from_numpy(a["features"].astype(np.float16)[:nbb].astype(np.float32))
+            assert torch.equal(rows_of(inputs, index), expected)
+            differs += not np.array_equal(np.sort(np.argsort(-a["conf"], kind="stable")[:nbb]), np.arange(nbb))
+        assert differs == len(unordered) - 1  # the test tells the two rules apart (all but the 10 kept whole)
+    run_tiny_model("uniter", processor, regions)
+
+
+def test_count_by_confidence_keeps_the_given_order_and_by_confidence_keeps_its_meaning():
+    scores = torch.tensor([0.1, 0.9, 0.05, 0.8, 0.3, 0.01])  # 3 above 0.2, not first
+    regions = vlhub.RegionFeatures(torch.arange(6.0)[:, None].repeat(1, 4), torch.tensor([[0.0, 0, 2, 2]] * 6),
+                                   (4, 4), scores=scores)
+    kept = {}
+    for mode in ("count_by_confidence", "by_confidence"):
+        selector = vlhub.UniterRegionProcessor(region_feature_dim=4, confidence_threshold=0.2, min_regions=2,
+                                               max_regions=5, region_selection=mode)
+        kept[mode] = selector.select(regions).features[:, 0].tolist()
+    assert kept == {"count_by_confidence": [0.0, 1.0, 2.0], "by_confidence": [1.0, 3.0, 4.0]}
+    assert vlhub.UniterRegionProcessor().region_selection == "count_by_confidence"  # UNITER's rule by default
+    without_scores = vlhub.RegionFeatures(regions.features, regions.boxes, (4, 4))
+    with pytest.raises(ValueError, match="6 regions .* at most max_regions=5"):  # no confidences: refused, as before
+        vlhub.UniterRegionProcessor(region_feature_dim=4, min_regions=2, max_regions=5)(without_scores)
+
+
 def test_uniter_region_settings_follow_the_released_configs():
     assert uniter_region_settings(None, "vqa")[0] == {"confidence_threshold": 0.2, "min_regions": 10,
-                                                      "max_regions": 100, "region_selection": "by_confidence"}
+                                                      "max_regions": 100, "region_selection": "count_by_confidence"}
     assert uniter_region_settings(None, "re")[0] == {"confidence_threshold": None, "min_regions": 1,
                                                      "max_regions": 100, "region_selection": "first_n"}
     villa = uniter_region_settings({"conf_th": 0.075, "max_bb": 100, "min_bb": 10}, "vqa")[0]
@@ -250,11 +307,9 @@ def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, ima
         tokenizer=tiny_tokenizer(tmp_path))
     with caplog.at_level(logging.WARNING, logger="vlhub.processing.stores.shards"):
         found = sources(tmp_path, "vl-bert-json", tmp_path / "json")
-    # A region store keeps features, boxes and detector outputs, not the whole-image feature (the import says so):
-    # only the reader's regions carry it.
-    assert ("['image_box_feature'] were not imported" in caplog.text) == image_box_feature
-    paths = found if not image_box_feature else {"reader": found["reader"]}
-    for source in paths.values():
+    # A region store keeps the whole-image feature too: after an import object 0 is still the file's feature.
+    assert "were not imported" not in caplog.text
+    for source in found.values():
         regions = [source[image_id] for image_id in images]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
         for index, a in enumerate(images.values()):
@@ -264,6 +319,109 @@ def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, ima
             whole = every[-1] * 2 if image_box_feature else every.mean(0)
             torch.testing.assert_close(rows[0], whole, rtol=1e-6, atol=1e-6)
     run_tiny_model("vl_bert", processor, regions, geometry_embedding_dim=4)
+
+
+def write_vl_bert_cc_json(folder, images):
+    """Conceptual Captions frcnn json: boxes, features and the detector's class scores (`classes`)."""
+    folder.mkdir()
+    encode = lambda array: base64.b64encode(np.ascontiguousarray(array, dtype=np.float32).tobytes()).decode()  # noqa: E731
+    for image_id, a in images.items():
+        (folder / f"{image_id}.json").write_text(json.dumps({
+            "image_id": image_id, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": len(a["features"]),
+            "boxes": encode(a["boxes"]), "features": encode(a["features"]), "classes": encode(a["cls_prob"]),
+            "image_box_feature": encode(a["features"][:1] * 3)}))  # unused by the pre-training loader
+
+
+def conceptual_captions_rule(a: dict, text: list[int], seq_len: int):
+    """`pretrain/data/datasets/conceptual_captions.py` on one image and its token ids ([CLS] ... [SEP]): boxes by
+    largest class score (argsort reversed), the whole image first with the mean of every box's feature, then
+    text and boxes cut together to seq_len. Returns (token ids, box features kept, whole-image feature)."""
+    inds = np.argsort(a["cls_prob"].max(axis=1))[::-1]
+    features = torch.as_tensor(a["features"][inds])
+    whole = features.mean(dim=0)
+    boxes = 1 + len(features)
+    if len(text) + boxes > seq_len:
+        text_keep, box_keep = len(text), boxes
+        while text_keep + box_keep > seq_len and text_keep > 0 and box_keep > 0:
+            if box_keep > text_keep:
+                box_keep -= 1
+            else:
+                text_keep -= 1
+        text = text[:text_keep - 1] + [text[-1]]
+        boxes = box_keep
+    return text, features[:boxes - 1], whole
+
+
+@pytest.mark.parametrize("seq_len", [64, 40])
+def test_vl_bert_conceptual_captions_cuts_text_and_objects_together(tmp_path, images, seq_len, caplog):
+    """The pre-training rule, set by the converter from a pre-training YAML: the kept tokens and boxes (and object
+    0) equal the original loader's, for short captions beside many boxes and long captions beside few."""
+    write_vl_bert_cc_json(tmp_path / "json", images)
+    tokenizer = tiny_tokenizer(tmp_path)
+    processor = vlhub.VlBertProcessor(
+        feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None,
+                                                      sort_by_class_score=True),
+        tokenizer=tokenizer, max_text_and_objects=seq_len)
+    words = "what colour is the cat on the table".split()
+    captions = [" ".join(words[: 2 + 3 * i] * (1 + 10 * (i % 2))) for i in range(len(images))]  # 2 to 187 words
+    for source in sources(tmp_path, "vl-bert-json", tmp_path / "json").values():
+        regions = [source[image_id] for image_id in images]
+        with caplog.at_level(logging.WARNING, logger="vlhub.modeling.vl_bert.processing_vl_bert"):
+            inputs = processor(text=captions, regions=regions)
+        cut_text = cut_objects = 0
+        for index, (a, caption) in enumerate(zip(images.values(), captions)):
+            text = tokenizer(caption)["input_ids"]
+            tokens, kept, whole = conceptual_captions_rule(a, text, seq_len)
+            length = int(inputs["attention_mask"][index].sum())
+            assert inputs["input_ids"][index, :length].tolist() == tokens
+            rows = rows_of(inputs, index)
+            assert torch.equal(rows[1:], kept)
+            torch.testing.assert_close(rows[0], whole, rtol=1e-6, atol=1e-6)
+            cut_text += len(tokens) < len(text)
+            cut_objects += len(kept) < len(a["features"])
+        assert cut_text and cut_objects  # both sides of the rule were exercised
+    assert caplog.text.count("cut from the longer") == 1  # said once, not per batch
+    run_tiny_model("vl_bert", processor, regions, geometry_embedding_dim=4)
+
+
+def test_vl_bert_pretraining_masks_objects_before_the_cut(tmp_path, images):
+    """MVRC (`random_mask_region` before the cut): object 0 is the mean of the unmasked boxes among *all* of them,
+    the cut ones too; the class targets are those of the kept boxes."""
+    from vlhub.modeling.vl_bert.objectives_vl_bert import VL_BERT_OBJECTIVES
+    from vlhub.training.objectives import ObjectiveContext
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    processor = vlhub.VlBertProcessor(
+        feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None,
+                                                      sort_by_class_score=True),
+        tokenizer=tokenizer, max_text_and_objects=64)
+    regions = {image_id: vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"])
+               for image_id, a in images.items()}
+
+    def encode(examples):  # as the pre-training collator: select, then the processor
+        selected = [processor.feature_extractor.select(regions[e["image_id"]]) for e in examples]
+        return dict(processor(text=[e["caption"] for e in examples], regions=selected)), selected
+
+    context = ObjectiveContext(tokenizer=tokenizer, random_token_ids=torch.arange(5, len(tokenizer)),
+                               mlm_probability=0.15, region_mask_probability=0.5, itm_negative_probability=0.0,
+                               encode=encode, other_image=None)
+    mvrc = next(o for o in VL_BERT_OBJECTIVES if o.name == "mvrc")
+    examples = [{"image_id": image_id, "caption": "a red cat"} for image_id in images]
+    batch = mvrc.build(context, examples, [np.random.default_rng(seed) for seed in range(len(examples))])
+    for row, a in enumerate(images.values()):
+        _, kept, _ = conceptual_captions_rule(a, tokenizer("a red cat")["input_ids"], 64)
+        ordered = torch.as_tensor(a["features"][np.argsort(a["cls_prob"].max(axis=1))[::-1]])
+        rng = np.random.default_rng(row)  # the original's draws: one per box, in order, before the cut
+        draws = np.array([rng.random() for _ in range(len(ordered))])
+        masked = (draws < 0.5) & (draws / 0.5 < 0.9)
+        unmasked = torch.from_numpy(~masked)
+        expected = (ordered * unmasked[:, None]).sum(0) / (unmasked.sum() + 1e-5)
+        torch.testing.assert_close(batch["region_features"][row, 0], expected, rtol=1e-5, atol=1e-6)
+        count = len(kept)
+        assert torch.equal(batch["region_masks"][row, 1:count + 1], torch.from_numpy(masked[:count]))
+        chosen = torch.from_numpy(draws[:count] < 0.5)
+        labels = torch.as_tensor(a["cls_prob"][np.argsort(a["cls_prob"].max(axis=1))[::-1]][:count])
+        torch.testing.assert_close(batch["region_class_targets"][row, 1:count + 1], labels * chosen[:, None])
 
 
 # --------------------------------------------------------------------------------------------------- Unified VLP
@@ -379,10 +537,26 @@ def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_p
             if "ReferringExpression" in head and name == "model":
                 expected = ("first_n", None, 100)
             else:
-                expected = ("by_confidence", 0.075 if name == "train" else 0.2, 100)
+                expected = ("count_by_confidence", 0.075 if name == "train" else 0.2, 100)
             assert (regions.region_selection, regions.confidence_threshold, regions.max_regions) == expected
             assert processor.max_text_length == (42 if name == "train" else 62)
             assert not hasattr(vlhub.UniterConfig.from_pretrained(folder), "conf_th")
+
+
+@_skip_without("vl_bert")
+def test_vl_bert_converter_sets_the_conceptual_captions_rule_from_a_pretraining_config(tmp_path):
+    from vlhub.conversion.vl_bert import convert_vl_bert
+
+    original = ORIGINALS / "vl_bert" / "original"
+    convert_vl_bert(next(original.glob("*prec*.model")), tmp_path / "pretrain",
+                    config=next((original / "cfgs" / "pretrain").glob("*.yaml")), task="pretraining",
+                    tokenizer=next(p.parent for p in original.rglob("vocab.txt")))
+    processor = converted_region_processor(tmp_path / "pretrain")
+    # The fixture's YAML gives the conceptual_captions entry no SEQ_LEN: the dataset's default, 64.
+    assert processor.max_text_and_objects == 64 and processor.feature_extractor.sort_by_class_score
+    fine_tuning = processor.for_task("vqa")
+    assert fine_tuning.max_text_and_objects is None and not fine_tuning.feature_extractor.sort_by_class_score
+    assert processor.feature_extractor.sort_by_class_score  # for_task changed a copy
 
 
 @_skip_without("vl_bert")
@@ -394,5 +568,34 @@ def test_vl_bert_converter_sets_no_region_limit(tmp_path):
     convert_vl_bert(checkpoint, tmp_path / "vqa", config=next((original / "cfgs" / "vqa").glob("*.yaml")),
                     tokenizer=next(p.parent for p in original.rglob("vocab.txt")),
                     answers=next(original.glob("answers*.txt")))
-    regions = converted_region_processor(tmp_path / "vqa").feature_extractor
+    processor = converted_region_processor(tmp_path / "vqa")
+    regions = processor.feature_extractor
     assert regions.max_regions is None and regions.confidence_threshold is None
+    assert processor.max_text_and_objects is None and not regions.sort_by_class_score  # the pre-training rule only
+
+
+@_skip_without("unified_vlp")
+def test_unified_vlp_converter_takes_the_files_rows_as_stored(tmp_path, images):
+    """`seq2seq_loader.py` feeds the file's 100 rows in their stored order (each slot has its own position): the
+    converted processor keeps that order, whatever the confidences, pads fewer and keeps the first 100 of more."""
+    from vlhub.conversion.unified_vlp import convert_unified_vlp
+
+    from .release_files import unified_vlp_files
+
+    files = unified_vlp_files(ORIGINALS / "unified_vlp" / "original")
+    convert_unified_vlp(files["checkpoints"]["img2txt"], tmp_path / "vlp", config=files["config"],
+                        tokenizer=files["vocab"])
+    converted = converted_region_processor(tmp_path / "vlp").feature_extractor
+    settings = {name: getattr(converted, name)
+                for name in ("region_selection", "confidence_threshold", "min_regions", "max_regions")}
+    assert settings == {"region_selection": "first_n", "confidence_threshold": None, "min_regions": 100,
+                        "max_regions": 100}
+    region_processor = vlhub.UnifiedVlpRegionProcessor(region_feature_dim=DIM, num_classes=CLASSES, **settings)
+    unordered = shuffled(images)
+    regions = [vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"],
+                                    scores=a["conf"]) for a in unordered.values()]
+    inputs = region_processor(regions)
+    for index, a in enumerate(unordered.values()):
+        count = min(len(a["features"]), 100)
+        assert torch.equal(rows_of(inputs, index), torch.from_numpy(a["features"][:count]))
+    assert region_processor.regions_cut == 1  # the 101-region image, where the original fails

@@ -256,3 +256,68 @@ def test_reads_by_id_equal_the_arrow_row_decoding_bit_for_bit(tmp_path, feature_
                         assert x.is_contiguous()
                 assert_same_regions(read, images[expected.metadata["image_id"]],
                                     atol=1e-2 if feature_dtype == "float16" else 0.0)
+
+
+def with_image_box_feature(regions, offset: float):
+    """`regions` with a whole-image feature in its metadata, as the `vl-bert-json` reader gives it."""
+    regions.metadata["image_box_feature"] = np.arange(regions.feature_dim, dtype=np.float32) - offset
+    return regions
+
+
+@pytest.mark.parametrize("feature_dtype", ["float32", "float16"])
+def test_the_whole_image_feature_is_kept_per_image(tmp_path, feature_dtype):
+    """VL-BERT's `image_box_feature`: stored with each image that has one (null for one without), read back into
+    metadata as the reader gives it; by id, as Arrow rows, and through `datasets`."""
+    images = {"a": with_image_box_feature(random_regions(3, 8, seed=1), 50.0), "b": random_regions(2, 8, seed=2),
+              "c": with_image_box_feature(random_regions(4, 8, seed=3), 0.25)}
+    with RegionStoreWriter(tmp_path, shard_size=2, feature_dtype=feature_dtype) as writer:
+        for image_id, regions in images.items():
+            writer.add(image_id, regions)
+    assert json.loads((tmp_path / "store.json").read_text())["layout"]["has_image_box_feature"] is True
+    store = RegionStore(tmp_path)
+    streamed = [store.decode_row(row) for row in store.streaming_dataset(tmp_path).with_format("arrow").iter(1)]
+    for index, (image_id, regions) in enumerate(images.items()):
+        for loaded in (store[image_id], streamed[index]):
+            if "image_box_feature" in regions.metadata:
+                expected = regions.metadata["image_box_feature"].astype(feature_dtype).astype(np.float32)
+                got = loaded.metadata["image_box_feature"]
+                assert got.dtype == np.float32 and got.shape == (8,)
+                np.testing.assert_array_equal(got, expected)
+            else:
+                assert "image_box_feature" not in loaded.metadata
+    rows = store.dataset
+    assert rows[1]["image_box_feature"] is None and rows[0]["image_box_feature"] == list(np.arange(8.0) - 50)
+
+
+def test_a_store_without_whole_image_features_keeps_the_earlier_layout(tmp_path):
+    """A store none of whose images has one is written as before (readable by earlier vlhub), and one written
+    before, whose store.json does not know the field, reads as before."""
+    with RegionStoreWriter(tmp_path) as writer:
+        writer.add("a", random_regions(3, 8, seed=1))
+    layout = json.loads((tmp_path / "store.json").read_text())["layout"]
+    assert set(layout) == {"feature_dim", "feature_dtype", "has_scores", "num_classes", "num_attributes"}
+    assert "image_box_feature" not in RegionStore(tmp_path)["a"].metadata
+    # Its first image had none: a later image's whole-image feature is not kept; the import names it in a warning.
+    with RegionStoreWriter(tmp_path) as writer:
+        writer.add("b", with_image_box_feature(random_regions(3, 8, seed=2), 1.0))
+    assert "image_box_feature" not in RegionStore(tmp_path)["b"].metadata
+
+
+def test_a_bad_whole_image_feature_is_refused_and_a_damaged_one_detected(tmp_path):
+    with RegionStoreWriter(tmp_path / "bad", feature_dtype="float16") as writer:
+        writer.add("a", with_image_box_feature(random_regions(3, 8, seed=1), 0.0))
+        for bad, message in ((np.zeros(5), "has 5 values; the store's features have 8"),
+                             (np.full(8, np.nan), "NaN or infinite"), (np.full(8, 1e6), "float16")):
+            regions = random_regions(3, 8, seed=2)
+            regions.metadata["image_box_feature"] = bad
+            with pytest.raises(ValueError, match=message):
+                writer.add("b", regions)
+    with RegionStoreWriter(tmp_path / "flip") as writer:
+        writer.add("a", with_image_box_feature(random_regions(3, 8, seed=1), 1000.0))
+    shard = next((tmp_path / "flip").glob("shard-*.arrow"))
+    data = shard.read_bytes()
+    stored = np.float32(7 - 1000.0).tobytes()  # the feature's last value, found in the shard's bytes
+    position = data.index(stored)
+    shard.write_bytes(data[:position] + bytes([data[position] ^ 0x55]) + data[position + 1:])
+    with pytest.raises(ValueError, match=f"{shard.name} is damaged"):
+        RegionStore(tmp_path / "flip")["a"]

@@ -163,6 +163,28 @@ def _visual_checks(fx, task, region_embeddings, inputs, region_masks=None):
     assert_close(appearance[kept], reference[kept, geometry.shape[1]:], f"{task} appearance features")
 
 
+def test_vl_bert_parity_pretraining_processor_orders_objects_as_the_conceptual_captions_loader(fx):
+    """The pre-training folder's processor (the converter read the pre-training YAML) → the original's collated
+    pre-training batch: objects sorted by their largest class probability, boxes and text as the original's (its
+    SEQ_LEN cut is not triggered here; the cut itself is tested in test_region_rules.py)."""
+    processor = AutoProcessor.from_pretrained(fx.convert("pretrain"))
+    inputs = processor(token_ids=fx.token_ids(), regions=fx.regions(), return_tensors="pt")
+    mi = fx.model_inputs
+    boxes = mi["pretrain.boxes"]
+    real = boxes[:, :, 0] > -1.5
+    assert torch.equal(inputs["region_attention_mask"].bool(), real)
+    objects = real.clone()
+    objects[:, 0] = False  # the original's object 0 is the mean of the regions MVRC left unmasked
+    assert_close(inputs["region_features"][objects], boxes[:, :, 4:][objects], "pretrain objects, sorted")
+    expected_locations = reference_locations(boxes[:, :, :4], mi["pretrain.im_info"])
+    assert_close(inputs["region_locations"][real], expected_locations[real], "pretrain object locations")
+    masked = mi["pretrain.mlm_labels"] != -1
+    assert torch.equal(inputs["input_ids"], torch.where(masked, mi["pretrain.mlm_labels"], mi["pretrain.text"]))
+    processor.feature_extractor.sort_by_class_score = False  # the files' own order is another: the test can fail
+    unsorted = processor(token_ids=fx.token_ids(), regions=fx.regions(), return_tensors="pt")
+    assert not torch.equal(unsorted["region_features"][objects], inputs["region_features"][objects])
+
+
 @pytest.mark.parametrize("task", ["vqa", "refcoco"])
 def test_vl_bert_parity_processor_inputs(fx, task):
     """Raw regions + token ids → the processor → exactly what the original's loaders and model assembled."""

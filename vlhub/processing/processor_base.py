@@ -54,10 +54,13 @@ logger = logging.getLogger(__name__)
 # "by_confidence": with detector confidences (scores) and a `confidence_threshold`, the clamp(#(score > threshold),
 #     min_regions, max_regions) most confident (the bottom-up-attention selection); without them every region is kept
 #     and more than the limit is an error.
+# "count_by_confidence": the same count, but the first that many regions in the order given, not the most confident
+#     (UNITER's data loader: nbb from the confidences, then the file's first nbb rows); without confidences as
+#     "by_confidence".
 # "first_n": with confidences and a threshold as "by_confidence"; without them the first `max_regions` regions in
 #     the order given (a feature file's order), as X-modaler's and ViLBERT's data loaders cut; the cut is logged once.
 # "refuse": every region as given, whatever its confidences; more than the limit is an error.
-REGION_SELECTIONS = ("by_confidence", "first_n", "refuse")
+REGION_SELECTIONS = ("by_confidence", "count_by_confidence", "first_n", "refuse")
 # RegionFeatures.metadata key: how many regions an image had before "first_n" cut it (set on the cut copy).
 CUT_FROM = "vlhub_cut_from"
 
@@ -67,15 +70,17 @@ def select_regions(
     confidence_threshold: float | None,
     min_regions: int,
     max_regions: int | None,
+    in_given_order: bool = False,
 ) -> RegionFeatures:
     """The bottom-up-attention selection the originals apply to raw detector output.
 
     With detector confidences and a threshold: order regions by confidence (descending, ties keep their order) and
-    keep `clamp(#(confidence > threshold), min_regions, max_regions)` of them. Without confidences (or with
+    keep `clamp(#(confidence > threshold), min_regions, max_regions)` of them; with `in_given_order`, keep that many
+    of the first regions in the order given instead (UNITER's rule). Without confidences (or with
     `confidence_threshold=None`) regions are kept as given, and more than `max_regions` of them is an error rather
     than a silent cut.
     """
-    settings = (confidence_threshold, min_regions, max_regions)
+    settings = (confidence_threshold, min_regions, max_regions, in_given_order)
     if regions.metadata.get(_SELECTED_WITH) == settings:  # already this selection's output (a collator selected it)
         return regions
     if regions.scores is None or confidence_threshold is None:
@@ -88,7 +93,7 @@ def select_regions(
     # In numpy (a third of the per-op cost at this size): a stable descending sort (ties keep their order, as
     # `torch.sort(descending=True, stable=True)`), and the threshold compared in float32, as PyTorch compares it.
     scores = regions.scores.numpy()
-    order = np.argsort(-scores, kind="stable")
+    order = np.arange(len(regions)) if in_given_order else np.argsort(-scores, kind="stable")
     count = int(np.count_nonzero(scores > np.float32(confidence_threshold)))
     count = max(count, min_regions)
     if max_regions is not None:
@@ -97,12 +102,14 @@ def select_regions(
     if count == len(regions) and np.array_equal(order, np.arange(count)):
         return regions  # the caller's own object: left unmarked
     selected = regions.take(torch.from_numpy(order[:count]))  # indices of a sort: valid, no check needed
-    # Selecting again gives the same regions: say so, so the processor does not sort them a second time.
+    # Selecting again must give the same regions: say so, so the processor neither sorts them a second time nor
+    # (in the given order) counts again over the kept ones only.
     selected.metadata[_SELECTED_WITH] = settings
     return selected
 
 
-# RegionFeatures.metadata key: the (confidence_threshold, min_regions, max_regions) that selected these regions.
+# RegionFeatures.metadata key: the (confidence_threshold, min_regions, max_regions, in_given_order) that selected
+# these regions.
 _SELECTED_WITH = "vlhub_selected_with"
 
 
@@ -127,7 +134,8 @@ class RegionProcessor(FeatureExtractionMixin):
     (set by `VisionLanguageProcessor.region_extractor`; older folders call it `region_extractor`).
 
     `region_selection` (one of `REGION_SELECTIONS`) is the rule that picks an image's regions: `"by_confidence"`
-    (default), `"first_n"` (the first `max_regions` of the file, as X-modaler and ViLBERT cut) or `"refuse"`. A
+    (default), `"count_by_confidence"` (as many as "by_confidence" keeps, but the first ones in the file's order, as
+    UNITER cuts), `"first_n"` (the first `max_regions` of the file, as X-modaler and ViLBERT cut) or `"refuse"`. A
     converter sets it, with `max_regions` and the confidence settings, to what the original release's data loader
     does (see docs/region-rules.md). When "first_n" cuts images, the first batch that has any says so in the log
     (how many images, from how many regions to how many); `regions_cut` counts every image cut since.
@@ -195,14 +203,16 @@ class RegionProcessor(FeatureExtractionMixin):
     def select_at_most(self, regions: RegionFeatures, limit: int | None) -> RegionFeatures:
         """`region_selection`'s rule keeping at most `limit` detected regions (None: no limit)."""
         by_confidence = regions.scores is not None and self.confidence_threshold is not None
-        if self.region_selection == "refuse" or (self.region_selection == "by_confidence" and not by_confidence):
+        counted = self.region_selection in ("by_confidence", "count_by_confidence")
+        if self.region_selection == "refuse" or (counted and not by_confidence):
             if limit is not None and len(regions) > limit:
                 raise ValueError(self.too_many_regions(len(regions), limit))
             return regions
         if not by_confidence:  # "first_n" on regions without confidences: a feature file's first `limit`
             return keep_first_regions(regions, limit)
         minimum = self.min_regions if limit is None else min(self.min_regions, limit)
-        return select_regions(regions, self.confidence_threshold, minimum, limit)
+        return select_regions(regions, self.confidence_threshold, minimum, limit,
+                              in_given_order=self.region_selection == "count_by_confidence")
 
     def too_many_regions(self, count: int, limit: int) -> str:
         """The error for an image of `count` regions when the selection refuses more than `limit`."""

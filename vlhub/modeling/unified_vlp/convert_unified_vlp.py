@@ -190,6 +190,9 @@ def convert_unified_vlp(
     region_processor = unified_vlp.UnifiedVlpRegionProcessor(
         region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
         max_regions=model_config.num_regions, min_regions=model_config.num_regions,
+        # The original takes the file's rows as stored (fewer or more fail there): vlhub keeps the file's order, pads
+        # fewer and keeps the first `num_regions` of more (logged), rather than reordering by confidence.
+        region_selection="first_n", confidence_threshold=None,
     )
     processor = unified_vlp.UnifiedVlpProcessor(
         feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"

@@ -192,9 +192,8 @@ def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dic
     """`UniterRegionProcessor` settings reproducing the original's region rule, from a training config's `conf_th`,
     `min_bb`, `max_bb`, `num_bb` (or the released configs' values for `task`), and a note saying which.
 
-    UNITER keeps the first `clamp(#(conf > conf_th), min_bb, max_bb)` regions of an image, whose features are stored
-    most confident first: "by_confidence" keeps the same ones. With `conf_th=-1` it keeps the first `num_bb`
-    ("first_n")."""
+    UNITER keeps the first `clamp(#(conf > conf_th), min_bb, max_bb)` rows of an image's entry, in the file's order
+    ("count_by_confidence"). With `conf_th=-1` it keeps the first `num_bb` ("first_n")."""
     given = {k: original_config[k] for k in _REGION_KEYS if original_config and k in original_config}
     if "conf_th" not in given and task == "re":
         given = {"conf_th": -1, "num_bb": 100, **given}
@@ -205,9 +204,10 @@ def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dic
         return ({"confidence_threshold": None, "min_regions": 1, "max_regions": count, "region_selection": "first_n"},
                 f"regions: the first {count} of each image (conf_th -1, num_bb {count}: {source} values)")
     settings = {"confidence_threshold": float(values["conf_th"]), "min_regions": int(values["min_bb"]),
-                "max_regions": int(values["max_bb"]), "region_selection": "by_confidence"}
-    return settings, (f"regions: clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
-                      f"{settings['max_regions']}) most confident ({source} conf_th, min_bb, max_bb)")
+                "max_regions": int(values["max_bb"]), "region_selection": "count_by_confidence"}
+    return settings, (f"regions: the first clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
+                      f"{settings['max_regions']}) of each image, in the file's order ({source} conf_th, min_bb, "
+                      "max_bb)")
 
 
 def convert_uniter(

@@ -45,8 +45,9 @@ class UniterLmdbReader(LmdbReader):
     `np.savez_compressed` bytes, or msgpack-numpy in the uncompressed variant. Fields: `features` (N, 2048) fp16,
     `norm_bb` (N, 6) fp16 `[x1/W, y1/H, x2/W, y2/H, w/W, h/H]`, `conf` (N, 1) and `soft_labels` (N, 1601,
     background first). UNITER stores no image size, so boxes stay normalised: `image_size` is (1, 1) and UNITER's
-    processor computes exactly the original 7-d locations from them. The rows are already selected
-    (confidence ≥ 0.2, 10–100 boxes) and ordered by confidence; readers keep that order.
+    processor computes exactly the original 7-d locations from them. A `feat_th*` database holds the rows already
+    selected (the first `clamp(#(conf > conf_th), min_bb, max_bb)` of the extraction's file; an `all` database every
+    row); the reader keeps the stored order, which the processor's selection relies on.
     """
 
     _RESERVED_KEYS = {b"__keys__"}

@@ -34,16 +34,17 @@ def uniter_locations(regions: RegionFeatures, float16_storage: bool = True) -> t
 class UniterRegionProcessor(RegionProcessor):
     """Regions → UNITER inputs.
 
-    Selection as the original's feature databases: by detector confidence, `clamp(#(conf > 0.2), 10, 100)` regions
-    (settings `confidence_threshold`, `min_regions`, `max_regions`; the referring-expression configs' `conf_th -1`
+    Selection as the original's feature databases: `clamp(#(conf > 0.2), 10, 100)` regions counted by detector
+    confidence, the first that many in the order given (`region_selection="count_by_confidence"`, the default;
+    settings `confidence_threshold`, `min_regions`, `max_regions`; the referring-expression configs' `conf_th -1`
     is `region_selection="first_n"` with `max_regions=num_bb`). With `float16_storage=True` (default) features
     and normalised boxes are rounded to float16 as the original feature files store them.
     """
 
     location_dim = 7
 
-    def __init__(self, float16_storage: bool = True, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, float16_storage: bool = True, region_selection: str = "count_by_confidence", **kwargs):
+        super().__init__(region_selection=region_selection, **kwargs)
         self.float16_storage = float16_storage
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:

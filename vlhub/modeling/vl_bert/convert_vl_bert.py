@@ -231,6 +231,24 @@ def _image_scales(original_config, task: str) -> tuple[int, int]:
     return 600, 1200 if task == "vcr" else 1000
 
 
+def conceptual_captions_seq_len(original_config, task: str) -> int | None:
+    """The pre-training YAML's Conceptual Captions `SEQ_LEN` (the dataset's default 64 when the entry has none), or
+    None when `task` is not pre-training or the YAML has no such dataset (then no joint text/object limit)."""
+    if task != "pretraining" or original_config is None:
+        return None
+    original = original_config if isinstance(original_config, dict) else read_yaml(original_config,
+                                                                                    "the original VL-BERT config")
+    datasets = original.get("DATASET")
+    for entry in datasets if isinstance(datasets, list) else [datasets]:
+        if isinstance(entry, dict) and entry.get("DATASET") == "conceptual_captions":
+            seq_len = entry.get("SEQ_LEN", 64)
+            if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 4:
+                raise CheckpointError(f"the config's conceptual_captions SEQ_LEN must be an integer >= 4, got "
+                                      f"{seq_len!r}")
+            return seq_len
+    return None
+
+
 def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     """The e2e CNN's size from its keys: blocks per stage (ResNet-50/101/152) and widths."""
     prefix = "image_feature_extractor.backbone."
@@ -338,13 +356,21 @@ def convert_vl_bert(
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
+    # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
+    seq_len = conceptual_captions_seq_len(config, task)
+    if seq_len is not None:
+        report.notes.append(f"processor: objects sorted by their largest class score and text + objects (the whole "
+                            f"image included) cut together to {seq_len}, as the original's Conceptual Captions loader "
+                            "(SEQ_LEN); fine-tuning (for_task) turns this off")
     processor = VlBertProcessor(
         # The original's datasets keep every box of a feature file (and the whole-image box first): no limit.
         feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=None,
                                                 image_feature_precomputed=model_config.image_feature_precomputed,
+                                                sort_by_class_score=seq_len is not None,
                                                 **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
         tokenizer=tok,
         answer_slot=task == "vqa",
+        max_text_and_objects=seq_len,
     )
     return save_converted_model(
         output_dir, model, report, processor=processor,

@@ -71,11 +71,19 @@ def mask_objects(
     masked = torch.zeros(region_attention_mask.shape, dtype=torch.bool)
     chosen = torch.zeros_like(masked)
     for row, rng in enumerate(rngs):
-        for index in range(1, int(region_attention_mask[row].sum())):
-            draw = rng.random()
-            if draw < probability:
-                chosen[row, index] = True
-                masked[row, index] = draw / probability < 0.9
+        count = int(region_attention_mask[row].sum())
+        masked[row, 1:count], chosen[row, 1:count] = _draw_objects(count - 1, rng, probability)
+    return masked, chosen
+
+
+def _draw_objects(count: int, rng: np.random.Generator, probability: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(masked, chosen)` `(count,)` of `count` objects, one draw each, in order."""
+    masked, chosen = torch.zeros(count, dtype=torch.bool), torch.zeros(count, dtype=torch.bool)
+    for index in range(count):
+        draw = rng.random()
+        if draw < probability:
+            chosen[index] = True
+            masked[index] = draw / probability < 0.9
     return masked, chosen
 
 
@@ -93,11 +101,18 @@ def _image_text_rows(context: ObjectiveContext, examples, rngs, words: bool, obj
         features = inputs["region_features"]
         targets = torch.zeros(*features.shape[:2], regions[0].class_probs.shape[1])
         for row, region in enumerate(regions):
-            count = len(region)
-            targets[row, 1:count + 1] = region.class_probs * chosen[row, 1:count + 1, None]
-            # The whole-image feature is the mean of the regions the model still sees (the original's CC dataset).
-            kept = ~masked[row, 1:count + 1]
-            features[row, 0] = (features[row, 1:count + 1] * kept[:, None]).sum(0) / (kept.sum() + 1e-5)
+            # The objects the processor kept: all of them, or the first ones when it cut text and objects together
+            # (`max_text_and_objects`, the original's Conceptual Captions loader).
+            count = int(inputs["region_attention_mask"][row].sum()) - 1
+            targets[row, 1:count + 1] = region.class_probs[:count] * chosen[row, 1:count + 1, None]
+            # The whole-image feature is the mean of the unmasked objects (the original's CC dataset), of every one:
+            # the original draws the masks before it cuts, so cut objects are drawn for and counted too.
+            objects, unmasked = features[row, 1:count + 1], ~masked[row, 1:count + 1]
+            if count < len(region):
+                cut_masked, _ = _draw_objects(len(region) - count, rngs[row], context.region_mask_probability)
+                objects = torch.cat([objects, region.features[count:].to(objects.dtype)])
+                unmasked = torch.cat([unmasked, ~cut_masked])
+            features[row, 0] = (objects * unmasked[:, None]).sum(0) / (unmasked.sum() + 1e-5)
         inputs["region_masks"] = masked
         inputs["region_class_targets"] = targets
     return inputs

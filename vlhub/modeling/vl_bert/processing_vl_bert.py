@@ -5,6 +5,7 @@ normalised in the resized image, as the original data loaders prepare them (`vqa
 from __future__ import annotations
 
 import copy
+import logging
 import warnings
 
 import numpy as np
@@ -15,6 +16,11 @@ from ...processing.processor_base import RegionProcessor, VisionLanguageProcesso
 from ...processing.regions import RegionFeatures
 
 __all__ = ["VlBertRegionProcessor", "VlBertProcessor", "vl_bert_resized_size", "vl_bert_resized_boxes", "vl_bert_locations"]
+
+logger = logging.getLogger(__name__)
+
+# RegionFeatures.metadata key marking regions `sort_by_class_score` already ordered (sorting again could swap ties).
+_SORTED_BY_CLASS_SCORE = "vlhub_sorted_by_class_score"
 
 # VCR: detected people are named in the text by these gender-neutral names, in turn (`vcr/data/datasets/vcr.py`).
 GENDER_NEUTRAL_NAMES = ("Casey", "Riley", "Jessie", "Jackie", "Avery", "Jaime", "Peyton", "Kerry", "Jody", "Kendall",
@@ -74,6 +80,10 @@ class VlBertRegionProcessor(RegionProcessor):
     `confidence_threshold` set and detector scores present they are selected by confidence
     (`min_regions`..`max_regions`) as the other architectures do. Boxes are normalised
     in the image the original resizes to (`min_size` 600, `max_size` 1000; VCR used 1200).
+
+    `sort_by_class_score=True` orders the selected regions by their largest class probability, highest first, as
+    the original's Conceptual Captions pre-training loader does (`np.argsort(max class score)[::-1]`); it needs the
+    detector's class probabilities (`class_probs`, the feature file's `classes`).
     """
 
     location_dim = 4
@@ -87,6 +97,7 @@ class VlBertRegionProcessor(RegionProcessor):
         max_regions: int | None = 100,
         image_feature_precomputed: bool = True,
         pixel_mean: tuple[float, float, float] | list[float] = (102.9801, 115.9465, 122.7717),
+        sort_by_class_score: bool = False,
         **kwargs,
     ):
         super().__init__(
@@ -98,6 +109,20 @@ class VlBertRegionProcessor(RegionProcessor):
         self.max_size = max_size
         self.image_feature_precomputed = image_feature_precomputed
         self.pixel_mean = list(pixel_mean)
+        self.sort_by_class_score = sort_by_class_score
+
+    def select(self, regions: RegionFeatures) -> RegionFeatures:
+        selected = super().select(regions)
+        if not self.sort_by_class_score or selected.metadata.get(_SORTED_BY_CLASS_SCORE):
+            return selected
+        if selected.class_probs is None:
+            raise ValueError("sort_by_class_score orders regions by their largest class probability: these regions "
+                             "have no class_probs (a VL-BERT feature file's `classes`)")
+        # The original's order exactly: numpy's default argsort of the largest score, reversed.
+        order = np.argsort(selected.class_probs.numpy().max(axis=1))[::-1].copy()
+        ordered = selected.take(torch.from_numpy(order))
+        ordered.metadata[_SORTED_BY_CLASS_SCORE] = True
+        return ordered
 
     def encode_images(self, images, boxes) -> dict:
         """e2e models: `pixel_values` `(batch, 3, H, W)` (each image resized as the original — short side `min_size`,
@@ -190,12 +215,25 @@ class VlBertProcessor(VisionLanguageProcessor):
     With `answer_slot=True` (VQA models) a question is laid out `[CLS] q [SEP] [MASK] [SEP]`, the `[MASK]` and its
     `[SEP]` of token type 1: the model reads the answer from the `[MASK]` output. Otherwise (pre-training, RefCOCO+)
     `[CLS] text [SEP]`, all of type 0. The objects and `[END]` are not text tokens: the model adds them.
+
+    `max_text_and_objects` (None: off) is the original's Conceptual Captions pre-training limit (`SEQ_LEN`, 64): an
+    example's tokens (special tokens included) and objects (the whole image included) together at most this many,
+    cut one at a time from whichever of the two is longer (objects from the end, word pieces before the last
+    `[SEP]`), with object 0 the mean of *every* selected region, the cut ones too. With the region processor's
+    `sort_by_class_score` the cut objects are the least confident. At least one word piece and the whole image stay.
+    The first batch with a cut says so in the log, once.
     """
 
     def __init__(
-        self, feature_extractor=None, tokenizer=None, max_text_length: int = 64, answer_slot: bool = False, **kwargs
+        self, feature_extractor=None, tokenizer=None, max_text_length: int = 64, answer_slot: bool = False,
+        max_text_and_objects: int | None = None, **kwargs
     ):
+        if max_text_and_objects is not None and max_text_and_objects < 4:
+            raise ValueError(f"max_text_and_objects must leave room for [CLS] w [SEP] and the whole image, got "
+                             f"{max_text_and_objects}")
         self.answer_slot = answer_slot
+        self.max_text_and_objects = max_text_and_objects
+        self._joint_cut_logged = False
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)
 
     @property
@@ -218,6 +256,9 @@ class VlBertProcessor(VisionLanguageProcessor):
             if boxes is not None:
                 raise ValueError("boxes= are for an 'e2e' VL-BERT processor; this one ('prec') takes regions= "
                                  "(RegionFeatures) or images= through its region extractor")
+            if self.max_text_and_objects is not None and regions is not None and (text, token_ids) != (None, None):
+                token_ids, regions = self.fit_text_and_objects(self.word_pieces(text, token_ids), regions)
+                text = None
             return super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
                                     return_tensors=return_tensors, **kwargs)
         if regions is not None:
@@ -237,6 +278,49 @@ class VlBertProcessor(VisionLanguageProcessor):
         if data and data["input_ids"].shape[0] != visual["pixel_values"].shape[0]:
             raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
         return BatchFeature({**data, **visual}, tensor_type=return_tensors)
+
+    def fit_text_and_objects(self, word_pieces: list[list[int]], regions) -> tuple[list[list[int]], list]:
+        """Each example's word pieces and selected regions cut to `max_text_and_objects` together, as the original's
+        Conceptual Captions loader cuts them; the regions carry object 0's feature (the mean of all of them)."""
+        batch = [regions] if isinstance(regions, RegionFeatures) else list(regions)
+        if len(batch) != len(word_pieces):
+            raise ValueError(f"got {len(word_pieces)} texts but {len(batch)} images: pass one text per image")
+        fitted_pieces, fitted_regions, cuts = [], [], []
+        for i, (pieces, item) in enumerate(zip(word_pieces, batch)):
+            if not isinstance(item, RegionFeatures):
+                raise TypeError(f"regions[{i}] must be a vlhub.RegionFeatures, got {type(item).__name__}")
+            try:
+                selected = self.feature_extractor.select(item)
+            except ValueError as err:
+                raise ValueError(f"regions[{i}]: {err}") from err
+            if not len(selected):
+                raise ValueError(f"regions[{i}]: VL-BERT needs at least one region: the whole-image feature is their "
+                                 "mean")
+            specials = len(self.build_text_inputs(pieces)[0]) - len(pieces)
+            text_keep, object_keep = self._joint_lengths(specials + len(pieces), 1 + len(selected))
+            kept = selected.take(torch.arange(object_keep - 1))
+            # The original's object 0: the mean over all the boxes, before the cut (its file's own feature unused).
+            kept.metadata["image_box_feature"] = selected.features.mean(dim=0)
+            fitted_pieces.append(pieces[:max(text_keep - specials, 1)])
+            fitted_regions.append(kept)
+            if text_keep < specials + len(pieces) or object_keep < 1 + len(selected):
+                cuts.append(f"{specials + len(pieces)} + {1 + len(selected)} → {text_keep} + {object_keep}")
+        if cuts and not self._joint_cut_logged:
+            self._joint_cut_logged = True
+            logger.warning(f"{len(cuts)} of {len(batch)} examples had more tokens + objects than max_text_and_objects="
+                           f"{self.max_text_and_objects} ({', '.join(cuts)}): cut from the longer, as the original's "
+                           "Conceptual Captions loader does. Later cuts are not logged again.")
+        return fitted_pieces, fitted_regions
+
+    def _joint_lengths(self, text_length: int, object_count: int) -> tuple[int, int]:
+        """(tokens, objects) kept of an example: the original's loop, one from the longer while over the limit."""
+        limit = self.max_text_and_objects
+        while text_length + object_count > limit and text_length > 0 and object_count > 0:
+            if object_count > text_length:
+                object_count -= 1
+            else:
+                text_length -= 1
+        return max(text_length, 2), max(object_count, 1)
 
     # -- VCR ------------------------------------------------------------------------------------------------------
     def _vcr_pieces(self, tokens, names: list[str], what: str) -> tuple[list[int], list[int]]:
@@ -344,12 +428,19 @@ class VlBertProcessor(VisionLanguageProcessor):
         return BatchFeature(out, tensor_type="pt")
 
     def for_task(self, task: str) -> "VlBertProcessor":
-        """This processor with the answer slot on for "vqa" and off for the other tasks (a copy if it changes)."""
+        """This processor with the answer slot on for "vqa" and off for the other tasks, and without the
+        pre-training rule (`max_text_and_objects`, `sort_by_class_score`: the fine-tuning loaders keep every box in
+        the file's order); a copy if anything changes."""
         answer_slot = task == "vqa"
-        if answer_slot == self.answer_slot:
+        pretraining_rule = self.max_text_and_objects is not None or self.feature_extractor.sort_by_class_score
+        if answer_slot == self.answer_slot and not pretraining_rule:
             return self
         processor = copy.copy(self)
         processor.answer_slot = answer_slot
+        if pretraining_rule:
+            processor.max_text_and_objects = None
+            processor.feature_extractor = copy.copy(self.feature_extractor)
+            processor.feature_extractor.sort_by_class_score = False
         return processor
 
     def build_text_inputs(self, word_piece_ids: list[int]) -> tuple[list[int], list[int]]:

@@ -5,7 +5,8 @@ Layout of a store folder (format version 2)::
     store.json                          format version and the column layout (feature size, dtype, optional fields)
     index.sqlite                        image_id → (shard, row), in the order images were added
     shard-p00000-00000.arrow            Arrow IPC files, uncompressed: image_id, features, boxes, image_size
-    shard-p00000-00001.arrow              [, scores, class_probs, attribute_probs]; one series per writing process
+    shard-p00000-00001.arrow              [, scores, class_probs, attribute_probs, image_box_feature]; one series
+                                          per writing process
     shard-p00001-00000.arrow
 
 Why this layout (measured by `bench/bench_data.py`): reading one image costs one index lookup (a B-tree, ~10 µs)
@@ -67,6 +68,9 @@ ID_INDEX_FILE = "index.sqlite"
 _SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.arrow$")
 _V1_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
 _OPTIONAL_FIELDS = ("scores", "class_probs", "attribute_probs")
+# The one per-image metadata field a store keeps: a whole-image feature (VL-BERT's feature files have one), read back
+# into `RegionFeatures.metadata` under the same name; null for an image without one.
+IMAGE_BOX_FEATURE = "image_box_feature"
 _FEATURE_DTYPES = ("float32", "float16")
 _SQLITE_TIMEOUT = 600.0  # seconds a writer waits for another one's short publishing transaction
 logger = logging.getLogger(__name__)
@@ -87,6 +91,7 @@ class StoreLayout:
         has_scores: bool = False,
         num_classes: int | None = None,
         num_attributes: int | None = None,
+        has_image_box_feature: bool = False,
     ):
         if feature_dtype not in _FEATURE_DTYPES:
             raise ValueError(f"feature_dtype must be one of {_FEATURE_DTYPES}, got {feature_dtype!r}")
@@ -95,6 +100,7 @@ class StoreLayout:
         self.has_scores = bool(has_scores)
         self.num_classes = None if num_classes is None else int(num_classes)
         self.num_attributes = None if num_attributes is None else int(num_attributes)
+        self.has_image_box_feature = bool(has_image_box_feature)
 
     @classmethod
     def of(cls, regions: RegionFeatures, feature_dtype: str = "float32") -> "StoreLayout":
@@ -104,16 +110,20 @@ class StoreLayout:
             has_scores=regions.scores is not None,
             num_classes=None if regions.class_probs is None else regions.class_probs.shape[1],
             num_attributes=None if regions.attribute_probs is None else regions.attribute_probs.shape[1],
+            has_image_box_feature=IMAGE_BOX_FEATURE in regions.metadata,
         )
 
     def to_dict(self) -> dict:
-        return {
+        layout = {
             "feature_dim": self.feature_dim,
             "feature_dtype": self.feature_dtype,
             "has_scores": self.has_scores,
             "num_classes": self.num_classes,
             "num_attributes": self.num_attributes,
         }
+        if self.has_image_box_feature:  # only then: a store without the column stays readable by older vlhub
+            layout["has_image_box_feature"] = True
+        return layout
 
     def __eq__(self, other) -> bool:
         return isinstance(other, StoreLayout) and self.to_dict() == other.to_dict()
@@ -125,6 +135,9 @@ class StoreLayout:
         """Raise when `regions` does not fit this layout (the shards' schema cannot hold it) or its values do not
         survive the store's dtype."""
         found = StoreLayout.of(regions, self.feature_dtype)
+        # Not a column's shape: an image without a whole-image feature stores null, and a store without the column
+        # does not keep one (`import_features` says so).
+        found.has_image_box_feature = self.has_image_box_feature
         if found != self:
             raise ValueError(
                 f"regions of image {image_id!r} do not match this store's layout: the store holds "
@@ -133,6 +146,23 @@ class StoreLayout:
         # Refused now: written as inf, the row could never be read back. (numpy's max is one pass on this thread.)
         if self.feature_dtype == "float16" and np.abs(regions.features.numpy()).max() > FLOAT16_MAX:
             check_float16_range(regions.features, f"the features of image {image_id!r}")
+        if self.has_image_box_feature and IMAGE_BOX_FEATURE in regions.metadata:
+            self.image_box_feature(image_id, regions)
+
+    def image_box_feature(self, image_id: str, regions: RegionFeatures) -> np.ndarray:
+        """`(0 or 1, feature_dim)`: the image's whole-image feature as stored (none: an empty matrix), checked."""
+        given = regions.metadata.get(IMAGE_BOX_FEATURE)
+        if given is None:
+            return np.zeros((0, self.feature_dim), dtype=self.feature_dtype)
+        values = torch.as_tensor(np.array(given, dtype=np.float32)).reshape(-1)  # a copy: readers give read-only views
+        what = f"metadata[{IMAGE_BOX_FEATURE!r}] of image {image_id!r}"
+        if values.numel() != self.feature_dim:
+            raise ValueError(f"{what} has {values.numel()} values; the store's features have {self.feature_dim}")
+        if not torch.isfinite(values).all():
+            raise ValueError(f"{what} has NaN or infinite values")
+        if self.feature_dtype == "float16":
+            check_float16_range(values, what)
+        return values.to(getattr(torch, self.feature_dtype)).numpy().reshape(1, -1)
 
     def arrow_schema(self) -> pa.Schema:
         """The shard columns: per image, a (regions, dim) matrix is a list of fixed-size lists (what `datasets`
@@ -149,6 +179,8 @@ class StoreLayout:
             fields.append(("class_probs", pa.list_(pa.list_(pa.float32(), self.num_classes))))
         if self.num_attributes is not None:
             fields.append(("attribute_probs", pa.list_(pa.list_(pa.float32(), self.num_attributes))))
+        if self.has_image_box_feature:  # one per image, null where an image has none
+            fields.append((IMAGE_BOX_FEATURE, pa.list_(getattr(pa, self.feature_dtype)(), self.feature_dim)))
         fields.append(("checksum", pa.uint64()))
         return pa.schema(fields)
 
@@ -177,6 +209,8 @@ class StoreLayout:
             columns["class_probs"] = datasets.Array2D(shape=(None, self.num_classes), dtype="float32")
         if self.num_attributes is not None:
             columns["attribute_probs"] = datasets.Array2D(shape=(None, self.num_attributes), dtype="float32")
+        if self.has_image_box_feature:
+            columns[IMAGE_BOX_FEATURE] = datasets.Sequence(datasets.Value(self.feature_dtype), length=self.feature_dim)
         columns["checksum"] = datasets.Value("uint64")
         return datasets.Features(columns)
 
@@ -281,6 +315,7 @@ class _ShardColumns:
 
     def __init__(self, table: pa.Table, layout: StoreLayout):
         self.fields = layout.matrix_fields()
+        self.feature_dim = layout.feature_dim if layout.has_image_box_feature else None
         self.num_rows = table.num_rows
         self._starts: list[int] = []  # first row of each record batch
         self._batches: list[tuple] = []
@@ -295,20 +330,37 @@ class _ShardColumns:
                 matrices.append((offsets - offsets[0], _column_matrix(column, width)))
             sizes = batch.column("image_size")
             sizes = sizes.values.slice(sizes.offset * 2, len(sizes) * 2).to_numpy().reshape(-1, 2)
-            self._batches.append((batch.column("image_id"), sizes, batch.column("checksum").to_numpy(), matrices))
+            whole = None if self.feature_dim is None else _image_box_matrices(batch.column(IMAGE_BOX_FEATURE),
+                                                                              self.feature_dim)
+            self._batches.append((batch.column("image_id"), sizes, batch.column("checksum").to_numpy(), matrices,
+                                  whole))
             self._starts.append(start)
             start += batch.num_rows
         if start != self.num_rows:
             raise ValueError(f"its record batches hold {start} rows, its table {self.num_rows}")
 
     def row(self, row: int) -> tuple[str, np.ndarray, int, dict[str, np.ndarray]]:
-        """(stored image id, image size, stored checksum, {field: (regions, width) array}) of row `row`."""
+        """(stored image id, image size, stored checksum, {field: (regions, width) array}) of row `row`; with the
+        whole-image feature column, its `(0 or 1, feature_dim)` matrix last, as `IMAGE_BOX_FEATURE`."""
         index = bisect.bisect_right(self._starts, row) - 1
-        ids, sizes, checksums, matrices = self._batches[index]
+        ids, sizes, checksums, matrices, whole = self._batches[index]
         row -= self._starts[index]
         arrays = {name: values[offsets[row]:offsets[row + 1]]
                   for (name, _), (offsets, values) in zip(self.fields, matrices)}
+        if whole is not None:
+            values, valid = whole
+            arrays[IMAGE_BOX_FEATURE] = values[row:row + 1] if valid[row] else values[:0]
         return ids[row].as_py(), sizes[row], int(checksums[row]), arrays
+
+
+def _image_box_matrices(column: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed_size_list<width> column (null where an image has no whole-image feature) as `(rows, width)` values
+    (a null row's are meaningless) and `(rows,)` validity, without copying the values."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    values = column.values.slice(column.offset * width, len(column) * width)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return values.to_numpy(zero_copy_only=False).reshape(-1, width), valid
 
 
 def _row_checksum(image_id: str, image_size: np.ndarray, matrices: list[np.ndarray]) -> int:
@@ -534,6 +586,9 @@ class RegionStoreWriter:
         with single_threaded():
             stored = [{name: getattr(regions, name).to(dtypes[name]).numpy().reshape(-1, width)
                        for name, width in widths.items()} for _, regions in items]
+            if self.layout.has_image_box_feature:  # last, as the reader checksums it
+                for (image_id, regions), arrays in zip(items, stored):
+                    arrays[IMAGE_BOX_FEATURE] = self.layout.image_box_feature(image_id, regions)
 
         def flat(name: str) -> pa.Array:
             return pa.array(np.concatenate([arrays[name] for arrays in stored]).reshape(-1))
@@ -554,6 +609,12 @@ class RegionStoreWriter:
             columns["class_probs"] = matrices("class_probs")
         if self.layout.num_attributes is not None:
             columns["attribute_probs"] = matrices("attribute_probs")
+        if self.layout.has_image_box_feature:
+            whole = [arrays[IMAGE_BOX_FEATURE] for arrays in stored]
+            dim, dtype = self.layout.feature_dim, np.dtype(self.feature_dtype)
+            values = np.concatenate([w if len(w) else np.zeros((1, dim), dtype) for w in whole]).reshape(-1)
+            columns[IMAGE_BOX_FEATURE] = pa.FixedSizeListArray.from_arrays(
+                pa.array(values), dim, mask=pa.array([not len(w) for w in whole]))
         columns["checksum"] = pa.array([
             _row_checksum(image_id, np.array(regions.image_size, dtype=np.float64), list(arrays.values()))
             for (image_id, regions), arrays in zip(items, stored)
@@ -726,6 +787,9 @@ class RegionStore:
         """The image of a one-row slice of a shard (a streamed row, or a version-1 row group's row)."""
         try:
             arrays = {name: _column_matrix(table.column(name), width) for name, width in self.layout.matrix_fields()}
+            if self.layout.has_image_box_feature:
+                values, valid = _image_box_matrices(table.column(IMAGE_BOX_FEATURE), self.layout.feature_dim)
+                arrays[IMAGE_BOX_FEATURE] = values[:1] if valid[0] else values[:0]
             size = np.asarray(table.column("image_size")[0].as_py(), dtype=np.float64)
             stored_id = table.column("image_id")[0].as_py()
             expected = table.column("checksum")[0].as_py() if self._v1 is None else None
@@ -739,10 +803,12 @@ class RegionStore:
         """One stored row's arrays (as stored: `(regions, width)` each, in `matrix_fields` order), checked against
         its id and checksum (`expected`; None for a version-1 store, which has none), as `RegionFeatures`."""
         layout = self.layout
+        checksummed = list(arrays.values())
+        whole = arrays.pop(IMAGE_BOX_FEATURE, None)
         lengths = {len(array) for array in arrays.values()}
         damaged = stored_id != image_id or len(lengths) != 1 or size.shape != (2,)
         if not damaged and expected is not None:
-            damaged = _row_checksum(stored_id, size, list(arrays.values())) != expected
+            damaged = _row_checksum(stored_id, size, checksummed) != expected
         if damaged:
             raise ValueError(
                 f"image {image_id!r} in region store shard {self.directory / shard} is damaged (its bytes differ from "
@@ -757,6 +823,8 @@ class RegionStore:
             **{name: float32_tensor(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
         )
         regions.metadata["image_id"] = image_id
+        if whole is not None and len(whole):
+            regions.metadata[IMAGE_BOX_FEATURE] = whole.reshape(-1).astype(np.float32)  # as the readers give it
         if layout.feature_dtype == "float16":
             regions.metadata[FLOAT16_FEATURES] = True
         return regions
@@ -857,9 +925,11 @@ def import_features(reader, output, shard_size: int = 512, feature_dtype: str = 
             if image_id not in writer.completed_ids:
                 regions = reader[image_id]
                 writer.add(image_id, regions)
-                not_kept.update(k for k in regions.metadata if k != "image_id" and not k.startswith("vlhub_"))
+                kept = ("image_id", IMAGE_BOX_FEATURE) if writer.layout.has_image_box_feature else ("image_id",)
+                not_kept.update(k for k in regions.metadata if k not in kept and not k.startswith("vlhub_"))
                 written += 1
-    if not_kept:  # e.g. a whole-image feature: the processor then averages the regions instead
-        logger.warning(f"the region store at {output} keeps features, boxes, image sizes and detector outputs; the "
+    if not_kept:  # e.g. a whole-image feature of a store whose first image had none: the processor then averages
+        logger.warning(f"the region store at {output} keeps features, boxes, image sizes, detector outputs and a "
+                       f"whole-image feature of every image if its first has one; the "
                        f"source's other per-image fields {sorted(not_kept)} were not imported")
     return written

@@ -319,20 +319,7 @@ def convert_vilbert(
                                   f"{checkpoint.name} (a {release} release) does not have")
 
     if task in ("vqa", "gqa"):
-        final = renamed.get("vil_prediction.3.weight_v" if release == "beta" else
-                            ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight"))
-        num_labels = final.shape[0]
-        if expected_labels is not None and expected_labels != num_labels:
-            raise CheckpointError(f"the config says num_labels={expected_labels} but the checkpoint's answer head "
-                                  f"predicts {num_labels} answers")
-        labels = _read_answers(answers)
-        if labels is None:
-            labels = [f"answer_{i}" for i in range(num_labels)]
-            notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-        elif len(labels) != num_labels:
-            raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
-                                  f"{num_labels} answers")
-        set_answer_labels(model_config, labels)
+        _set_answers(model_config, renamed, task, release, expected_labels, answers, notes)
     if release == "beta":
         model_config.classifier_type = "beta"
     if release == "beta" and task == "vqa":
@@ -342,6 +329,38 @@ def convert_vilbert(
     model = model_class(model_config)
     convert_state_dict(raw, model, key_map, report, derived=derived)
 
+    processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
+    repository, commit = ORIGINAL_REPOSITORIES[release]
+    return save_converted_model(
+        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
+        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
+                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
+    )
+
+
+def _set_answers(model_config, renamed: dict, task: str, release: str, expected_labels, answers, notes) -> None:
+    """The VQA / GQA head's answer labels on `model_config`: the vocabulary given, or placeholders."""
+    final = renamed.get("vil_prediction.3.weight_v" if release == "beta" else
+                        ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight"))
+    num_labels = final.shape[0]
+    if expected_labels is not None and expected_labels != num_labels:
+        raise CheckpointError(f"the config says num_labels={expected_labels} but the checkpoint's answer head "
+                              f"predicts {num_labels} answers")
+    labels = _read_answers(answers)
+    if labels is None:
+        labels = [f"answer_{i}" for i in range(num_labels)]
+        notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
+    elif len(labels) != num_labels:
+        raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
+                              f"{num_labels} answers")
+    set_answer_labels(model_config, labels)
+
+
+def _converted_processor(model_config, task: str, release: str, task_id, tokenizer, notes) -> VilbertProcessor:
+    """The processor with the original's task token, text length and region rule for `task`."""
     processor_task_id = None
     if model_config.num_task_tokens:
         processor_task_id = task_id if task_id is not None else MULTI_TASK_IDS[task]
@@ -356,18 +375,9 @@ def convert_vilbert(
     region_settings = _region_settings(task, release, processor_task_id, notes)
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings)
-    processor = VilbertProcessor(
+    return VilbertProcessor(
         feature_extractor=region_processor, tokenizer=tok,
         num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id, max_text_length=max_text_length,
-    )
-    repository, commit = ORIGINAL_REPOSITORIES[release]
-    return save_converted_model(
-        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
-        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
-                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
     )
 
 

@@ -160,7 +160,7 @@ def test_vilbert_keeps_the_first_rows_and_a_global_token_over_all_regions(tmp_pa
     `max_region_num` rows."""
     write_vilbert_lmdb(tmp_path / "lmdb", images)
     processor = vlhub.VilbertProcessor(
-        feature_extractor=vlhub.VilbertRegionProcessor(region_feature_dim=DIM, max_regions=max_region_num,
+        feature_extractor=vlhub.VilbertRegionProcessor(region_feature_dim=DIM, max_regions=max_region_num - 1,
                                                        region_selection="first_n"),
         tokenizer=tiny_tokenizer(tmp_path))
     for source in sources(tmp_path, "vilbert-lmdb", tmp_path / "lmdb").values():
@@ -511,7 +511,8 @@ def test_vilbert_converter_keeps_max_region_num_rows_of_the_release(tmp_path):
         regions = converted_region_processor(tmp_path / str(index)).feature_extractor
         head = AutoConfig.from_pretrained(tmp_path / str(index)).architectures[0]
         beta_task = "beta" in str(checkpoint.relative_to(original)) and "PreTraining" not in head
-        assert (regions.region_selection, regions.max_regions) == ("first_n", 100 if beta_task else 101), checkpoint
+        # max_regions counts regions, the global token on top: max_region_num - 1
+        assert (regions.region_selection, regions.max_regions) == ("first_n", 99 if beta_task else 100), checkpoint
 
 
 @_skip_without("uniter")

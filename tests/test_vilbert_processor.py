@@ -45,20 +45,20 @@ def test_vilbert_locations_formula():
 
 def test_more_regions_than_allowed_is_an_error_naming_the_limit_when_refused(tiny_vocab):
     regions = random_regions(5, 16, seed=1, scores=False)
-    with pytest.raises(ValueError, match="max_regions=4 rows, the global image token included"):
-        processor(tiny_vocab, max_regions=4, region_selection="refuse")(text="a dog", regions=regions)
+    with pytest.raises(ValueError, match=r"at most max_regions=3 regions \(and the global image token\)"):
+        processor(tiny_vocab, max_regions=3, region_selection="refuse")(text="a dog", regions=regions)
     # The default keeps the original's first max_region_num rows: the global token (over all 5) and 3 regions.
-    out = processor(tiny_vocab, max_regions=4)(text="a dog", regions=regions)
+    out = processor(tiny_vocab, max_regions=3)(text="a dog", regions=regions)
     assert out["region_attention_mask"].sum() == 4
     torch.testing.assert_close(out["region_features"][0, 0], regions.features.sum(0) / 5)
     assert torch.equal(out["region_features"][0, 1:], regions.features[:3])
-    out = processor(tiny_vocab, max_regions=6)(text="a dog", regions=regions)
+    out = processor(tiny_vocab, max_regions=5)(text="a dog", regions=regions)
     assert out["region_attention_mask"].sum() == 6
 
 
 def test_selection_by_confidence_when_asked(tiny_vocab):
     regions = random_regions(8, 16, seed=3)
-    out = processor(tiny_vocab, max_regions=4, confidence_threshold=0.0)(text="a dog", regions=regions)
+    out = processor(tiny_vocab, max_regions=3, confidence_threshold=0.0)(text="a dog", regions=regions)
     assert out["region_attention_mask"].sum() == 4  # 3 regions + the global token
     best = torch.sort(regions.scores, descending=True, stable=True).indices[:3]
     assert torch.equal(out["region_features"][0, 1:4], regions.features[best])
@@ -94,9 +94,10 @@ def test_save_load_round_trip(tmp_path, tiny_vocab):
 
 def test_default_limits():
     region_processor = VilbertRegionProcessor()
-    assert region_processor.max_regions == 101 and region_processor.confidence_threshold is None
-    with pytest.raises(ValueError, match="at least 2"):
-        VilbertRegionProcessor(max_regions=1)
+    assert region_processor.max_regions == 100 and region_processor.confidence_threshold is None
+    assert region_processor.max_joined_regions is None and region_processor.ground_truth_rows == "after_max_regions"
+    with pytest.raises(ValueError, match="must be >= min_regions"):
+        VilbertRegionProcessor(max_regions=0)
 
 
 # ------------------------------------------------------------------------------- 12-in-1 pointing (Visual7w, task 4)
@@ -120,14 +121,14 @@ def test_pointing_targets_are_the_originals_inclusive_iou_cut_at_one_half():
 
 
 def test_pointing_layout_detected_rows_then_candidates_after_max_regions(tiny_vocab):
-    # Image 100 x 200 (height x width). max_regions=4: the global token and up to 3 detected regions, so the
+    # Image 100 x 200 (height x width). max_regions=3: the global token and up to 3 detected regions, so the
     # candidates start at row 4 (the releases: 101).
     detected = [boxes_of([[0, 0, 100, 50], [10, 10, 30, 30]]), boxes_of([[0, 0, 20, 20], [0, 0, 40, 40], [5, 5, 9, 9]])]
     candidates = [
         boxes_of([[0, 0, 9, 9], [50, 20, 69, 39], [2, 0, 11, 9]], offset=1000),
         boxes_of([[0, 0, 9, 9], [50, 20, 69, 39], [2, 0, 11, 9], [100, 50, 199, 99]], offset=2000),
     ]
-    out = processor(tiny_vocab, max_regions=4, num_task_tokens=20).pointing(
+    out = processor(tiny_vocab, max_regions=3, num_task_tokens=20).pointing(
         text=["what is on the table ?", "the red cat"], regions=detected, candidates=candidates,
         choices=[[2, 0, 1], [3, 1, 0]], answer_boxes=[[0, 0, 9, 9], [100, 50, 199, 99]], task_id=4)
     assert out["task_ids"].tolist() == [[4], [4]]
@@ -170,7 +171,7 @@ def test_pointing_inputs_run_the_referring_expression_head(tiny_vocab):
     model = VilbertForReferringExpression(tiny_config(vocab_size=20, region_feature_dim=16)).eval()
     detected = [random_regions(2, 16, seed=1, image_size=(100, 200)), random_regions(3, 16, seed=2, image_size=(100, 200))]
     candidates = [boxes_of([[0, 0, 9, 9], [2, 0, 11, 9]]), boxes_of([[0, 0, 9, 9], [50, 20, 69, 39]])]
-    out = processor(tiny_vocab, max_regions=4).pointing(text=["the cat", "a dog"], regions=detected,
+    out = processor(tiny_vocab, max_regions=3).pointing(text=["the cat", "a dog"], regions=detected,
                                                         candidates=candidates, answer_boxes=[[0, 0, 9, 9]] * 2)
     labels = out.pop("labels")
     with torch.no_grad():
@@ -182,7 +183,7 @@ def test_pointing_inputs_run_the_referring_expression_head(tiny_vocab):
 
 
 def test_pointing_bad_inputs_name_the_problem(tiny_vocab):
-    pointing = processor(tiny_vocab, max_regions=4).pointing
+    pointing = processor(tiny_vocab, max_regions=3).pointing
     detected = [boxes_of([[0, 0, 10, 10]]), boxes_of([[0, 0, 10, 10]])]
     candidates = [boxes_of([[0, 0, 9, 9], [1, 1, 5, 5]]), boxes_of([[0, 0, 9, 9]])]
     text = ["a cat", "a dog"]
@@ -209,7 +210,7 @@ def test_pointing_bad_inputs_name_the_problem(tiny_vocab):
 def test_guesswhat_pointing_pads_fewer_choices_to_a_masked_row_as_the_original(tiny_vocab):
     # GuessWhat games have different numbers of objects; the original pads the choices with the index of a padded
     # row (204 -> row 305 of 306). Here: 3 and 1 candidates, every candidate a choice, the padded row is row 4 + 3.
-    proc = processor(tiny_vocab, max_regions=4)
+    proc = processor(tiny_vocab, max_regions=3)
     text = proc.guesswhat_text(["is it a cat ?", "is it red ?"], ["yes", "no"])
     assert text == "start is it a cat ? answer yes stop start is it red ? answer no stop"
     detected = [boxes_of([[0, 0, 10, 10]]), boxes_of([[0, 0, 20, 20]])]

@@ -13,7 +13,7 @@ Hooks an architecture overrides (defaults in brackets):
 - `VisionLanguageProcessor.text_token_type_id` [0]: the token type of the default layout.
 - `RegionProcessor.encode_locations(regions) -> (R, location_dim)` [required]: the architecture's box encoding.
 - `RegionProcessor.select(regions) -> RegionFeatures` [the `region_selection` rule up to `max_regions`]: which of an
-  image's regions are kept (ViLBERT keeps `max_regions - 1`, TDEN applies its extraction rule to detector output).
+  image's regions are kept (ViLBERT notes the mean of all for its global token, TDEN applies its extraction rule).
 - `RegionProcessor.encode_features(regions) -> (R, F)` [the features as given].
 - `RegionProcessor.add_global_rows(features, locations, regions) -> (features, locations)` [unchanged]: rows
   added to one example's encoded regions before padding, in step (ViLBERT/TDEN: the mean feature with location

@@ -62,6 +62,7 @@ VILBERT_TASKS = {
     # 12-in-1 pointing among candidate boxes ("V-logit-mc"): the referring-expression head with choice_region_ids.
     "visual7w": VilbertForReferringExpression,
     "guesswhat_pointing": VilbertForReferringExpression,
+    "flickr_grounding": VilbertForReferringExpression,  # 12-in-1 task 18, "V-logit" as RefCOCO
     "nlvr2": VilbertForVisualReasoning,
     "ve": VilbertForVisualEntailment,
 }
@@ -75,12 +76,13 @@ _HEADS = {
     "re": ("vision_logit.", "linguisic_logit."),
     "visual7w": ("vision_logit.", "linguisic_logit."),
     "guesswhat_pointing": ("vision_logit.", "linguisic_logit."),
+    "flickr_grounding": ("vision_logit.", "linguisic_logit."),
     "nlvr2": ("vil_binary_prediction.",),
     "ve": ("vil_tri_prediction.",),
 }
 # The 12-in-1 task number the processor of a converted multi-task model uses by default (vilbert_tasks.yml).
 MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "ve": 13, "vcr": 5, "pretraining": 1,
-                  "visual7w": 4, "guesswhat_pointing": 17}
+                  "visual7w": 4, "guesswhat_pointing": 17, "flickr_grounding": 18}
 # The tasks the released 12-in-1 model was trained on (its README: `--tasks 1-2-4-7-8-9-10-11-12-13-15-17`); the
 # tokens of the others (VCR 5/6, GuessWhat 14, ...) were never trained in that release.
 RELEASED_MULTI_TASK_IDS = (1, 2, 4, 7, 8, 9, 10, 11, 12, 13, 15, 17)
@@ -91,12 +93,20 @@ MULTI_TASK_TEXT_LENGTHS = {1: 23, 2: 26, 3: 16, 4: 20, 5: 60, 6: 80, 7: 30, 8: 3
 BETA_TEXT_LENGTHS = {"vqa": 16, "vcr": 60, "re": 20, "retrieval": 30}
 PRETRAINING_TEXT_LENGTH = 36
 # Region rows (`max_region_num`, the global token included) the originals' datasets keep, the first ones of the
-# feature file: 101 for every 12-in-1 task (its pointing tasks' larger counts add the candidate boxes, which vlhub's
-# pointing layout places after these rows), 100 for the beta release's four tasks (vlbert_tasks.yml). Pre-training
-# read at most 36 regions (Conceptual Captions' 10-36; its loader fails beyond) and its checkpoint is fine-tuned on
-# the tasks' 100 boxes: the converted pre-training processor keeps 101 rows, as the 12-in-1 tasks.
+# feature file: 101 for every 12-in-1 task but those named in MULTI_TASK_JOINED_ROWS, 100 for the beta release's
+# four tasks (vlbert_tasks.yml). The converted processor's `max_regions` counts regions: `max_region_num - 1`.
+# Pre-training read at most 36 regions (Conceptual Captions' 10-36; its loader fails beyond) and its checkpoint is
+# fine-tuned on the tasks' 100 boxes: the converted pre-training processor keeps 100 regions, as the 12-in-1 tasks.
 MULTI_TASK_REGION_ROWS = 101
 BETA_REGION_ROWS = {"vqa": 100, "vcr": 100, "re": 100, "retrieval": 100}
+# The grounding and pointing tasks join the ground-truth boxes (the "gt" feature file) after the detection rows and
+# cut the joined rows to their own `max_region_num` (vilbert_tasks.yml; refer_expression_dataset.py and the
+# others): converted as `max_joined_regions = max_region_num - 1`, the detections still `MULTI_TASK_REGION_ROWS - 1`.
+# Pointing (Visual7w 4, GuessWhat 17) reads the candidates at row 101 + index: `ground_truth_rows="after_max_regions"`;
+# RefCOCO (9-11) and Flickr grounding (18) score every row as concatenated: `"after_detections"`.
+MULTI_TASK_JOINED_ROWS = {4: 200, 9: 101, 10: 101, 11: 101, 17: 306, 18: 200}
+JOINED_TASKS = {"visual7w": "after_max_regions", "guesswhat_pointing": "after_max_regions",
+                "re": "after_detections", "flickr_grounding": "after_detections"}
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
             (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
@@ -309,20 +319,7 @@ def convert_vilbert(
                                   f"{checkpoint.name} (a {release} release) does not have")
 
     if task in ("vqa", "gqa"):
-        final = renamed.get("vil_prediction.3.weight_v" if release == "beta" else
-                            ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight"))
-        num_labels = final.shape[0]
-        if expected_labels is not None and expected_labels != num_labels:
-            raise CheckpointError(f"the config says num_labels={expected_labels} but the checkpoint's answer head "
-                                  f"predicts {num_labels} answers")
-        labels = _read_answers(answers)
-        if labels is None:
-            labels = [f"answer_{i}" for i in range(num_labels)]
-            notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-        elif len(labels) != num_labels:
-            raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
-                                  f"{num_labels} answers")
-        set_answer_labels(model_config, labels)
+        _set_answers(model_config, renamed, task, release, expected_labels, answers, notes)
     if release == "beta":
         model_config.classifier_type = "beta"
     if release == "beta" and task == "vqa":
@@ -332,6 +329,38 @@ def convert_vilbert(
     model = model_class(model_config)
     convert_state_dict(raw, model, key_map, report, derived=derived)
 
+    processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
+    repository, commit = ORIGINAL_REPOSITORIES[release]
+    return save_converted_model(
+        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
+        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
+        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
+                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
+    )
+
+
+def _set_answers(model_config, renamed: dict, task: str, release: str, expected_labels, answers, notes) -> None:
+    """The VQA / GQA head's answer labels on `model_config`: the vocabulary given, or placeholders."""
+    final = renamed.get("vil_prediction.3.weight_v" if release == "beta" else
+                        ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight"))
+    num_labels = final.shape[0]
+    if expected_labels is not None and expected_labels != num_labels:
+        raise CheckpointError(f"the config says num_labels={expected_labels} but the checkpoint's answer head "
+                              f"predicts {num_labels} answers")
+    labels = _read_answers(answers)
+    if labels is None:
+        labels = [f"answer_{i}" for i in range(num_labels)]
+        notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
+    elif len(labels) != num_labels:
+        raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
+                              f"{num_labels} answers")
+    set_answer_labels(model_config, labels)
+
+
+def _converted_processor(model_config, task: str, release: str, task_id, tokenizer, notes) -> VilbertProcessor:
+    """The processor with the original's task token, text length and region rule for `task`."""
     processor_task_id = None
     if model_config.num_task_tokens:
         processor_task_id = task_id if task_id is not None else MULTI_TASK_IDS[task]
@@ -343,25 +372,33 @@ def convert_vilbert(
             logger.warning(notes[-1])
     max_text_length = _original_text_length(task, release, processor_task_id)
     notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
-    region_rows = BETA_REGION_ROWS.get(task, MULTI_TASK_REGION_ROWS) if release == "beta" else MULTI_TASK_REGION_ROWS
-    notes.append(f"processor max_regions {region_rows} rows (the global token and the first {region_rows - 1} regions "
-                 "of each image, region_selection='first_n'): the original's max_region_num for this task")
+    region_settings = _region_settings(task, release, processor_task_id, notes)
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
-    region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim,
-                                              max_regions=region_rows, region_selection="first_n")
-    processor = VilbertProcessor(
+    region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings)
+    return VilbertProcessor(
         feature_extractor=region_processor, tokenizer=tok,
         num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id, max_text_length=max_text_length,
     )
-    repository, commit = ORIGINAL_REPOSITORIES[release]
-    return save_converted_model(
-        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
-        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
-                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
-    )
+
+
+def _region_settings(task: str, release: str, task_id: int | None, notes: list[str]) -> dict:
+    """The region processor's settings for the original's `max_region_num` of `task` (and its ground-truth join)."""
+    region_rows = BETA_REGION_ROWS.get(task, MULTI_TASK_REGION_ROWS) if release == "beta" else MULTI_TASK_REGION_ROWS
+    settings = {"max_regions": region_rows - 1, "region_selection": "first_n"}
+    notes.append(f"processor max_regions {region_rows - 1} (the global token and the first {region_rows - 1} regions "
+                 "of each image, region_selection='first_n'): the original's max_region_num for this task, "
+                 f"{region_rows} rows")
+    if task in JOINED_TASKS:
+        own_task_id = MULTI_TASK_IDS[task] if task_id is None else task_id
+        joined_rows = region_rows if release == "beta" else MULTI_TASK_JOINED_ROWS.get(own_task_id, region_rows)
+        settings.update(max_joined_regions=joined_rows - 1, ground_truth_rows=JOINED_TASKS[task])
+        notes.append(f"processor max_joined_regions {joined_rows - 1}, ground_truth_rows {JOINED_TASKS[task]!r}: the "
+                     f"original joins the ground-truth boxes after the detections and keeps {joined_rows} rows")
+    elif task == "vcr":
+        settings["ground_truth_rows"] = "refuse"
+        notes.append("processor ground_truth_rows 'refuse': the original VCR datasets join the ground-truth boxes by a "
+                     "rule vlhub does not reproduce (ground-truth boxes first, both files' global tokens merged)")
+    return settings
 
 
 def _original_text_length(task: str, release: str, task_id: int | None) -> int:

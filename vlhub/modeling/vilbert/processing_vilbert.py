@@ -3,6 +3,7 @@ the 12-in-1 task token."""
 
 from __future__ import annotations
 
+import logging
 from numbers import Integral
 from typing import Sequence
 
@@ -16,8 +17,18 @@ from ...processing.regions import RegionFeatures
 
 __all__ = [
     "VilbertRegionProcessor", "VilbertProcessor", "vilbert_locations", "pointing_targets", "GLOBAL_TOKEN_LOCATION",
+    "GROUND_TRUTH_ROWS",
 ]
 
+logger = logging.getLogger(__name__)
+
+# What a saved `max_regions` counts: "regions" (detected regions, the global token on top; every processor saved
+# since) or "rows" (the global token included; folders saved before, migrated on load).
+MAX_REGIONS_COUNTS = ("regions", "rows")
+# Where ground-truth regions join the detections: from row `1 + max_regions` on (the detections padded up to it; the
+# 12-in-1 pointing tasks read their candidates at `101 + index`), right after each image's detection rows, or not at
+# all ("refuse": VCR's datasets join them by another rule, which vlhub does not reproduce).
+GROUND_TRUTH_ROWS = ("after_max_regions", "after_detections", "refuse")
 # RegionFeatures.metadata key: the mean feature of an image's regions before "first_n" cut them (the global token's).
 _ALL_REGIONS_MEAN = "vlhub_vilbert_all_regions_mean"
 # The location of the global image token (the whole image, area 1).
@@ -54,36 +65,71 @@ class VilbertRegionProcessor(RegionProcessor):
     """Regions → ViLBERT inputs: row 0 is the global image token (the mean of the region features, location
     `[0, 0, 1, 1, 1]`), then the regions in the order given, with 5-d locations.
 
-    `max_regions` counts every row, the global token included (the original's `max_region_num`: 101 = 100 detected
-    regions + the global token in the 12-in-1 release, 100 in the beta release's tasks). The original's feature
-    reader averages *all* of a file's regions into the global token, and its datasets then keep the first
+    `max_regions` counts detected regions; the global token is added on top, as TDEN's `[IMG]` and VL-BERT's
+    object 0 (the original's `max_region_num` counts rows: 101 = 100 regions + the global token in the 12-in-1
+    release, so a converted processor has `max_regions=100`; 99 for the beta release's tasks). The original's
+    feature reader averages *all* of a file's regions into the global token, and its datasets then keep the first
     `max_region_num` rows: `region_selection="first_n"` (the default) does the same, so an image with more than
-    `max_regions - 1` regions keeps its first `max_regions - 1` and a global token that averages them all (the cut is
-    logged once). `"refuse"` makes such an image an error instead. With `confidence_threshold` set and detector
-    scores present, regions are selected by confidence as `clamp(#(score > threshold), min_regions, max_regions - 1)`.
+    `max_regions` regions keeps its first `max_regions` and a global token that averages them all (the cut is logged
+    once). `"refuse"` makes such an image an error instead. With `confidence_threshold` set and detector scores
+    present, regions are selected by confidence as `clamp(#(score > threshold), min_regions, max_regions)`.
+
+    Ground-truth regions (the original's second, "gt" feature file; `VilbertProcessor(..., ground_truth=...)` and
+    `VilbertProcessor.pointing`) join the detections as the 12-in-1 grounding and pointing datasets join them:
+    `max_joined_regions` detected and ground-truth regions together (the original's `max_region_num - 1`: 199 for
+    Visual7w and Flickr grounding, 305 for GuessWhat pointing, 100 for RefCOCO; None: no limit), the ground-truth
+    rows cut first. `ground_truth_rows` places them: `"after_max_regions"` (row `1 + max_regions` on, the detections
+    padded up to it: where the pointing tasks read their candidates, `101 + index`) or `"after_detections"` (right
+    after each image's detection rows, the datasets' own concatenation). With the releases' 100 detections per image
+    both are the original's rows. `"refuse"` makes ground-truth regions an error (converted VCR processors: the
+    original VCR datasets keep the ground-truth boxes first and merge both files' global tokens, which vlhub does not
+    reproduce).
+
+    `max_regions_counts` marks the meaning of `max_regions` in a saved folder: `"regions"` (now). A folder saved
+    before it counted rows (the global token included); it loads as `"rows"`, and `max_regions` is then lowered by
+    one, the same limit in today's meaning (logged once).
     """
 
     location_dim = 5
 
     def __init__(self, region_feature_dim: int = 2048, confidence_threshold: float | None = None,
-                 min_regions: int = 1, max_regions: int | None = 101, region_selection: str = "first_n", **kwargs):
-        if max_regions is not None and max_regions < 2:
-            raise ValueError(f"max_regions counts the global image token too; it must be at least 2, got {max_regions}")
+                 min_regions: int = 1, max_regions: int | None = 100, region_selection: str = "first_n",
+                 max_joined_regions: int | None = None, ground_truth_rows: str = "after_max_regions",
+                 max_regions_counts: str = "regions", **kwargs):
+        if max_regions_counts == "rows" and max_regions is not None:
+            max_regions = _regions_from_rows(max_regions)
+        elif max_regions_counts not in MAX_REGIONS_COUNTS:
+            raise ValueError(f"max_regions_counts must be one of {MAX_REGIONS_COUNTS}, got {max_regions_counts!r}")
+        if ground_truth_rows not in GROUND_TRUTH_ROWS:
+            raise ValueError(f"ground_truth_rows must be one of {GROUND_TRUTH_ROWS}, got {ground_truth_rows!r}")
+        if max_joined_regions is not None and max_joined_regions < max(max_regions or 1, 1):
+            raise ValueError(f"max_joined_regions counts the detected regions too; it must be at least max_regions "
+                             f"({max_regions}), got {max_joined_regions}")
         super().__init__(region_feature_dim=region_feature_dim, confidence_threshold=confidence_threshold,
                          min_regions=min_regions, max_regions=max_regions, region_selection=region_selection, **kwargs)
+        self.max_joined_regions = max_joined_regions
+        self.ground_truth_rows = ground_truth_rows
+        self.max_regions_counts = "regions"
+
+    @classmethod
+    def from_dict(cls, feature_extractor_dict: dict, **kwargs):
+        if "max_regions_counts" not in feature_extractor_dict and "max_regions" not in kwargs:
+            # Saved before max_regions stopped counting the global token: its limit counts rows.
+            feature_extractor_dict = {**feature_extractor_dict, "max_regions_counts": "rows"}
+        return super().from_dict(feature_extractor_dict, **kwargs)
+
+    def too_many_regions(self, count: int, limit: int) -> str:
+        return (f"got {count} regions but this processor allows at most max_regions={limit} regions (and the global "
+                "image token); select regions first, raise max_regions, set region_selection='first_n' to keep the "
+                "first ones as the original, or set confidence_threshold so that regions are selected by detector "
+                "confidence")
 
     def select(self, regions: RegionFeatures) -> RegionFeatures:
-        selected = self.select_at_most(regions, None if self.max_regions is None else self.max_regions - 1)
+        selected = super().select(regions)
         if CUT_FROM in selected.metadata and _ALL_REGIONS_MEAN not in selected.metadata:
             # The original averages the file's regions before its dataset keeps the first rows.
             selected.metadata[_ALL_REGIONS_MEAN] = regions.features.float().sum(dim=0, keepdim=True) / len(regions)
         return selected
-
-    def too_many_regions(self, count: int, limit: int) -> str:
-        return (f"got {count} regions but this processor allows at most max_regions={self.max_regions} rows, the "
-                f"global image token included ({limit} regions); select regions first, raise max_regions, set "
-                "region_selection='first_n' to keep the first ones as the original, or set confidence_threshold so "
-                "that regions are selected by detector confidence")
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return vilbert_locations(regions)
@@ -99,6 +145,107 @@ class VilbertRegionProcessor(RegionProcessor):
             global_feature = features.sum(dim=0, keepdim=True) / features.shape[0]
         global_location = torch.tensor([GLOBAL_TOKEN_LOCATION], dtype=locations.dtype)
         return torch.cat([global_feature, features]), torch.cat([global_location, locations])
+
+    def join_ground_truth(self, regions, ground_truth, name: str = "ground_truth"
+                          ) -> tuple[BatchFeature, list[tuple[int, int]]]:
+        """The detections' rows (global token first) joined with each image's ground-truth regions (`RegionFeatures`
+        of the same image, no global token of their own), by `max_joined_regions` and `ground_truth_rows`. Returns
+        the padded inputs and, per image, `(first ground-truth row, ground-truth regions kept)`. Errors name the
+        ground-truth regions as `name`."""
+        regions = [regions] if isinstance(regions, RegionFeatures) else list(regions)
+        ground_truth = [ground_truth] if isinstance(ground_truth, RegionFeatures) else list(ground_truth)
+        if len(ground_truth) != len(regions):
+            raise ValueError(f"got {len(regions)} images but {len(ground_truth)} {name} sets: pass one {name} "
+                             "RegionFeatures per image")
+        if self.ground_truth_rows == "refuse":
+            raise ValueError("this processor refuses ground-truth regions (ground_truth_rows='refuse'): its task's "
+                             "original joins them by a rule vlhub does not reproduce (ViLBERT's VCR datasets keep the "
+                             "ground-truth boxes first and merge both files' global tokens); pass the regions to use "
+                             "as regions=, or set ground_truth_rows to 'after_detections' or 'after_max_regions'")
+        if self.ground_truth_rows == "after_max_regions" and self.max_regions is None:
+            raise ValueError("ground_truth_rows='after_max_regions' places the ground-truth rows after max_regions "
+                             "detected ones; this processor has max_regions=None (set it, e.g. 100 as the releases, or "
+                             "set ground_truth_rows='after_detections')")
+        detected = self(regions)
+        detections = (detected["region_attention_mask"].sum(dim=1) - 1).tolist()
+        rows, layout, cuts = [], [], []
+        for i, (image, truth, count) in enumerate(zip(regions, ground_truth, detections)):
+            _check_ground_truth(truth, image, self.region_feature_dim, f"{name}[{i}]", i)
+            kept = self._ground_truth_kept(len(truth), count, f"{name}[{i}]")
+            if kept < len(truth):
+                cuts.append((count + len(truth), count + kept))
+            start = 1 + (self.max_regions if self.ground_truth_rows == "after_max_regions" else count)
+            rows.append(_joined_rows(detected, i, start, truth, kept, self))
+            layout.append((start, kept))
+        if cuts:
+            self._report_ground_truth_cuts(cuts, len(regions))
+        features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
+        return BatchFeature({"region_features": features, "region_locations": locations,
+                             "region_attention_mask": masks}), layout
+
+    def _ground_truth_kept(self, count: int, detections: int, name: str) -> int:
+        """How many of an image's `count` ground-truth regions `max_joined_regions` keeps after `detections`."""
+        if self.max_joined_regions is None or detections + count <= self.max_joined_regions:
+            return count
+        if self.region_selection == "refuse":
+            raise ValueError(f"{name}: {detections} detected and {count} ground-truth regions exceed "
+                             f"max_joined_regions={self.max_joined_regions}; set region_selection='first_n' to keep "
+                             "the first ground-truth regions as the original datasets do, or raise max_joined_regions")
+        return max(0, self.max_joined_regions - detections)
+
+    def _report_ground_truth_cuts(self, cuts: list[tuple[int, int]], batch_size: int) -> None:
+        first = self.regions_cut == 0
+        self.regions_cut += len(cuts)
+        if first:
+            logger.warning(
+                f"{len(cuts)} of {batch_size} images had more detected and ground-truth regions together than "
+                f"max_joined_regions={self.max_joined_regions} ({', '.join(str(b) for b, _ in cuts)}): kept the "
+                "detections and the first ground-truth regions, as the original 12-in-1 datasets cut max_region_num "
+                "rows. Later cuts are not logged again; `regions_cut` on the region processor counts the images cut."
+            )
+
+
+def _regions_from_rows(max_rows: int) -> int:
+    """A `max_regions` saved when it counted rows (the global token included), in today's meaning."""
+    global _ROWS_MIGRATION_LOGGED
+    if max_rows < 2:
+        raise ValueError(f"a saved max_regions that counts rows includes the global image token; it must be at least "
+                         f"2, got {max_rows}")
+    if not _ROWS_MIGRATION_LOGGED:
+        _ROWS_MIGRATION_LOGGED = True
+        logger.warning(f"this ViLBERT processor was saved when max_regions counted rows, the global image token "
+                       f"included: loaded as max_regions={max_rows - 1} detected regions, the same limit (save the "
+                       "processor again to store it so)")
+    return max_rows - 1
+
+
+_ROWS_MIGRATION_LOGGED = False
+
+
+def _check_ground_truth(truth, image: RegionFeatures, feature_dim: int, name: str, index: int) -> None:
+    if not isinstance(truth, RegionFeatures):
+        raise TypeError(f"{name} must be a vlhub.RegionFeatures, got {type(truth).__name__}")
+    if truth.feature_dim != feature_dim:
+        raise ValueError(f"{name} has {truth.feature_dim}-d features but this processor expects "
+                         f"{feature_dim}-d features")
+    if tuple(truth.image_size) != tuple(image.image_size):
+        raise ValueError(f"{name} are boxes of an image of size {tuple(truth.image_size)} but "
+                         f"regions[{index}] of one of size {tuple(image.image_size)}: both must be of one image")
+
+
+def _joined_rows(detected: BatchFeature, index: int, start: int, truth: RegionFeatures, kept: int, encoder):
+    """One image's `(features, locations, mask)`: its detection rows, padded up to row `start`, then the first
+    `kept` rows of `truth`."""
+    rows = []
+    for name, encoded in (("region_features", encoder.encode_features(truth)[:kept]),
+                          ("region_locations", encoder.encode_locations(truth)[:kept]),
+                          ("region_attention_mask", torch.ones(kept, dtype=torch.long))):
+        head = detected[name][index, :start]
+        missing = start - head.shape[0]
+        if missing > 0:
+            head = torch.cat([head, head.new_zeros((missing, *head.shape[1:]))])
+        rows.append(torch.cat([head, encoded.to(head.dtype)]))
+    return tuple(rows)
 
 
 class VilbertProcessor(VisionLanguageProcessor):
@@ -133,9 +280,17 @@ class VilbertProcessor(VisionLanguageProcessor):
         return task_id
 
     def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt",
-                 task_id: int | None = None, **kwargs) -> BatchFeature:
+                 task_id: int | None = None, ground_truth=None, **kwargs) -> BatchFeature:
         """As `VisionLanguageProcessor.__call__`, plus `task_id` (multi-task models): the 12-in-1 task number of
-        every example of the call; defaults to the processor's `task_id` setting."""
+        every example of the call; defaults to the processor's `task_id` setting. `ground_truth`: per image, the
+        ground-truth regions (the original's "gt" feature file, without its global token) that join the detections
+        as the 12-in-1 grounding datasets join them in training (`max_joined_regions`, `ground_truth_rows` of the
+        region processor)."""
+        return self._encode(text, regions, images, token_ids, return_tensors, task_id, ground_truth, **kwargs)[0]
+
+    def _encode(self, text, regions, images, token_ids, return_tensors, task_id, ground_truth,
+                ground_truth_name: str = "ground_truth", **kwargs):
+        """`__call__`'s outputs and, with `ground_truth`, the layout of its rows (`join_ground_truth`'s)."""
         if task_id is None:
             task_id = self.task_id
         if task_id is not None:
@@ -145,11 +300,30 @@ class VilbertProcessor(VisionLanguageProcessor):
                 f"this processor belongs to a multi-task ViLBERT (task tokens for task ids 0..{self.num_task_tokens - 1}):"
                 " pass task_id= (e.g. 1 for VQA, 15 for GQA, 8 for Flickr30k retrieval) or set processor.task_id"
             )
+        layout = None
+        if ground_truth is not None:
+            regions = self._detections(regions, images)
+            joined, layout = self.feature_extractor.join_ground_truth(regions, ground_truth, ground_truth_name)
+            regions = images = None
         outputs = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
                                    return_tensors=return_tensors, **kwargs)
+        if layout is not None:
+            if "input_ids" in outputs and outputs["input_ids"].shape[0] != len(layout):
+                raise ValueError(f"got {outputs['input_ids'].shape[0]} texts but {len(layout)} images: pass one text "
+                                 "per image")
+            outputs.update(joined)
         if task_id is not None and "input_ids" in outputs:
             outputs["task_ids"] = torch.full((outputs["input_ids"].shape[0], 1), task_id, dtype=torch.long)
-        return outputs
+        return outputs, layout
+
+    def _detections(self, regions, images) -> list[RegionFeatures]:
+        if regions is not None and images is not None:
+            raise ValueError("pass either regions or images, not both")
+        if images is not None:
+            regions = self.regions_from_images(images)
+        if regions is None:
+            raise ValueError("ground-truth regions join the detected ones: pass regions= (or images=) too")
+        return [regions] if isinstance(regions, RegionFeatures) else list(regions)
 
     @property
     def model_input_names(self):
@@ -185,107 +359,82 @@ class VilbertProcessor(VisionLanguageProcessor):
             regions: the detected regions (or `images=` for the region extractor), one `RegionFeatures` per example.
             candidates: the candidate boxes' features, one `RegionFeatures` per example: the original's second
                 ("gt") feature file, pooled at the annotated boxes, without its global token. Visual7w lists every
-                box of every question on the image, ordered by box id, as its rows.
+                box of every question on the image, ordered by box id, as its rows. They join the detections as
+                `ground_truth` does in `__call__`.
             choices: per example, the rows of `candidates` this question chooses among (the original's
                 `multiple_choice_idx`; Visual7w: the 4 boxes of the question, by box id; GuessWhat: the game's
-                objects). Default: every candidate. Examples with fewer choices than the batch's most are padded as
-                the original pads GuessWhat's: the extra choices name one more row, a padded (masked) one, so
-                their score is the head's -10000 and their target 0.
+                objects). Default: every candidate kept. Examples with fewer choices than the batch's most are padded
+                as the original pads GuessWhat's: the extra choices name a padded (masked) row after every example's
+                candidates, so their score is the head's -10000 and their target 0. A choice of a candidate that
+                `max_joined_regions` cut is an error (the original's gather fails there).
             answer_boxes: optional, per example the answer box `(x1, y1, x2, y2)` in pixels (Visual7w: `x, y,
                 x + width, y + height`); gives `labels` `(batch, num_choices)`, the original's soft targets
                 (`pointing_targets` of the chosen candidates' boxes).
             task_id: as for `__call__` (12-in-1: 4 for Visual7w, 17 for GuessWhat pointing).
 
-        Returns the outputs of `__call__` whose region rows are the global image token and the detected regions,
-        padded to the region processor's `max_regions` rows (101 in the releases: every candidate row starts there,
-        whatever the number of detections), then the candidates' rows (5-d locations, no global token of their
-        own), padded to the batch's most; and `choice_region_ids` `(batch, num_choices)`: `max_regions + choice`
-        (the original's `101 + multiple_choice_idx`). With 100 detected regions the rows are the original's
-        exactly; with fewer, the original put the candidates right after the detections, where `101 + idx` no
-        longer found them, and vlhub pads instead.
+        Returns the outputs of `__call__` with the candidates as ground truth: the global image token and the
+        detected regions, then the candidates' rows (5-d locations, no global token of their own) from row
+        `1 + max_regions` on (`ground_truth_rows="after_max_regions"`, the releases' 101) or right after each
+        image's detections; and `choice_region_ids` `(batch, num_choices)`: the candidates' rows (the original's
+        `101 + multiple_choice_idx`). With 100 detected regions the rows are the original's exactly; with fewer, the
+        original put the candidates right after the detections, where `101 + idx` no longer found them, and vlhub
+        names the candidates' own rows instead.
         """
         if candidates is None:
             raise ValueError("pointing needs candidates=: the candidate boxes' RegionFeatures, one per example")
-        if regions is not None and images is not None:
-            raise ValueError("pass either regions or images, not both")
-        if images is not None:
-            regions = self.regions_from_images(images)
-        if regions is None:
-            raise ValueError("pointing needs the detected regions: pass regions= (or images=)")
-        regions = [regions] if isinstance(regions, RegionFeatures) else list(regions)
+        regions = self._detections(regions, images)
         candidates = [candidates] if isinstance(candidates, RegionFeatures) else list(candidates)
-        if len(candidates) != len(regions):
-            raise ValueError(f"got {len(regions)} images but {len(candidates)} candidate sets: pass one candidates "
-                             "RegionFeatures per image")
-        first_rows = self.feature_extractor.max_regions
-        if first_rows is None:
-            raise ValueError("pointing places the candidates after max_regions rows; this processor's region "
-                             "processor has max_regions=None (set it, e.g. 101 as the releases)")
-        outputs = self(text=text, regions=regions, token_ids=token_ids, task_id=task_id,
-                       return_tensors=return_tensors)
-        features, locations, masks = [], [], []
-        for i, (image, boxes) in enumerate(zip(regions, candidates)):
-            if not isinstance(boxes, RegionFeatures):
-                raise TypeError(f"candidates[{i}] must be a vlhub.RegionFeatures, got {type(boxes).__name__}")
-            if boxes.feature_dim != self.feature_extractor.region_feature_dim:
-                raise ValueError(f"candidates[{i}] has {boxes.feature_dim}-d features but this processor expects "
-                                 f"{self.feature_extractor.region_feature_dim}-d features")
-            if tuple(boxes.image_size) != tuple(image.image_size):
-                raise ValueError(f"candidates[{i}] are boxes of an image of size {tuple(boxes.image_size)} but "
-                                 f"regions[{i}] of one of size {tuple(image.image_size)}: both must be of one image")
-            features.append(self.feature_extractor.encode_features(boxes).float())
-            locations.append(self.feature_extractor.encode_locations(boxes).float())
-            masks.append(torch.ones(len(boxes), dtype=torch.long))
-        choice_rows = self._pointing_choices(choices, [len(boxes) for boxes in candidates])
+        outputs, layout = self._encode(text, regions, None, token_ids, return_tensors, task_id, candidates,
+                                       "candidates")
+        choice_rows = _pointing_choices(choices, [len(boxes) for boxes in candidates], [kept for _, kept in layout])
         num_choices = max(len(row) for row in choice_rows)
+        ids = [[start + choice for choice in row] for row, (start, _) in zip(choice_rows, layout)]
         if any(len(row) < num_choices for row in choice_rows):
-            # A padded choice names a masked row after every example's candidates (the original: row 305 of 306).
-            padded_row = max(len(boxes) for boxes in candidates)
-            features[0] = torch.nn.functional.pad(features[0], (0, 0, 0, padded_row + 1 - features[0].shape[0]))
-            locations[0] = torch.nn.functional.pad(locations[0], (0, 0, 0, padded_row + 1 - locations[0].shape[0]))
-            masks[0] = torch.nn.functional.pad(masks[0], (0, padded_row + 1 - masks[0].shape[0]))
-            choice_rows = [row + [padded_row] * (num_choices - len(row)) for row in choice_rows]
-        detected = {name: outputs[name] for name in ("region_features", "region_locations", "region_attention_mask")}
-        padding = first_rows - detected["region_features"].shape[1]
-        outputs["region_features"] = torch.cat(
-            [torch.nn.functional.pad(detected["region_features"], (0, 0, 0, padding)),
-             pad_sequence(features, batch_first=True)], dim=1)
-        outputs["region_locations"] = torch.cat(
-            [torch.nn.functional.pad(detected["region_locations"], (0, 0, 0, padding)),
-             pad_sequence(locations, batch_first=True)], dim=1)
-        outputs["region_attention_mask"] = torch.cat(
-            [torch.nn.functional.pad(detected["region_attention_mask"], (0, padding)),
-             pad_sequence(masks, batch_first=True)], dim=1)
-        outputs["choice_region_ids"] = first_rows + torch.tensor(choice_rows, dtype=torch.long)
+            # A padded choice names a masked row after every example's rows (the original: row 305 of 306).
+            padded_row = outputs["region_features"].shape[1]
+            for name in ("region_features", "region_locations", "region_attention_mask"):
+                outputs[name] = torch.nn.functional.pad(outputs[name], (0, 0) * (outputs[name].ndim - 2) + (0, 1))
+            ids = [row + [padded_row] * (num_choices - len(row)) for row in ids]
+        outputs["choice_region_ids"] = torch.tensor(ids, dtype=torch.long)
         if answer_boxes is not None:
-            answer_boxes = list(answer_boxes)
-            if len(answer_boxes) != len(regions):
-                raise ValueError(f"got {len(regions)} images but {len(answer_boxes)} answer boxes: one per example")
-            labels = []
-            for i, (boxes, rows, answer) in enumerate(zip(candidates, choice_rows, answer_boxes)):
-                real = [row for row in rows if row < len(boxes)]
-                try:
-                    targets = pointing_targets(boxes.boxes[real], answer)
-                except ValueError as err:
-                    raise ValueError(f"answer_boxes[{i}]: {err}") from err
-                labels.append(torch.nn.functional.pad(targets, (0, num_choices - len(real))))
-            outputs["labels"] = torch.stack(labels)
+            outputs["labels"] = _pointing_labels(candidates, choice_rows, answer_boxes, num_choices)
         return outputs
 
-    @staticmethod
-    def _pointing_choices(choices, num_candidates: list[int]) -> list[list[int]]:
-        if choices is None:
-            return [list(range(n)) for n in num_candidates]
-        if isinstance(choices, torch.Tensor):
-            choices = choices.tolist()
-        choices = list(choices)
-        rows = [choices] if choices and isinstance(choices[0], Integral) else [list(c) for c in choices]
-        if len(rows) != len(num_candidates):
-            raise ValueError(f"got {len(num_candidates)} images but {len(rows)} choice lists: one per example")
-        if not all(rows):
-            raise ValueError(f"every example needs at least one choice, got {[len(row) for row in rows]} choices")
-        for i, (row, count) in enumerate(zip(rows, num_candidates)):
-            bad = [c for c in row if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < count]
-            if bad:
-                raise ValueError(f"choices[{i}] must be rows of candidates[{i}] (0..{count - 1}), got {bad}")
-        return [[int(c) for c in row] for row in rows]
+
+def _pointing_choices(choices, num_candidates: list[int], num_kept: list[int]) -> list[list[int]]:
+    """Per example, the candidate rows chosen among (checked): `choices` as given, or every kept candidate."""
+    if choices is None:
+        return [list(range(n)) for n in num_kept]
+    if isinstance(choices, torch.Tensor):
+        choices = choices.tolist()
+    choices = list(choices)
+    rows = [choices] if choices and isinstance(choices[0], Integral) else [list(c) for c in choices]
+    if len(rows) != len(num_candidates):
+        raise ValueError(f"got {len(num_candidates)} images but {len(rows)} choice lists: one per example")
+    if not all(rows):
+        raise ValueError(f"every example needs at least one choice, got {[len(row) for row in rows]} choices")
+    for i, (row, count, kept) in enumerate(zip(rows, num_candidates, num_kept)):
+        bad = [c for c in row if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < count]
+        if bad:
+            raise ValueError(f"choices[{i}] must be rows of candidates[{i}] (0..{count - 1}), got {bad}")
+        cut = [c for c in row if c >= kept]
+        if cut:
+            raise ValueError(f"choices[{i}] names candidates {cut}, which max_joined_regions cut (it keeps {kept} of "
+                             f"the {count} candidates of this image); the original fails on them too: raise "
+                             "max_joined_regions or choose among the kept candidates")
+    return [[int(c) for c in row] for row in rows]
+
+
+def _pointing_labels(candidates, choice_rows, answer_boxes, num_choices: int) -> torch.Tensor:
+    """`(batch, num_choices)` soft targets: `pointing_targets` of the chosen candidates, 0 for padded choices."""
+    answer_boxes = list(answer_boxes)
+    if len(answer_boxes) != len(candidates):
+        raise ValueError(f"got {len(candidates)} images but {len(answer_boxes)} answer boxes: one per example")
+    labels = []
+    for i, (boxes, rows, answer) in enumerate(zip(candidates, choice_rows, answer_boxes)):
+        try:
+            targets = pointing_targets(boxes.boxes[rows], answer)
+        except ValueError as err:
+            raise ValueError(f"answer_boxes[{i}]: {err}") from err
+        labels.append(torch.nn.functional.pad(targets, (0, num_choices - len(rows))))
+    return torch.stack(labels)

@@ -58,7 +58,12 @@ __all__ = [
     "cross_stream_mask",
     "check_text_and_region_inputs",
     "flatten_choices",
+    "MASKED_SCORE",
 ]
+
+# The score every original gives a masked-out position (a padded region's score, a padded key in an attention
+# pooler): added to a score, or filled in, it keeps the position out of a softmax or a ranking.
+MASKED_SCORE = -10000.0
 
 
 def classifier_head(
@@ -124,7 +129,7 @@ class AttentionPooling(nn.Module):
     backend (the encoder's attention is BERT's, which dispatches per forward), so it must not block the switch.
     """
 
-    def __init__(self, hidden_size: int, dropout: float, masked_score: float = -10000.0):
+    def __init__(self, hidden_size: int, dropout: float, masked_score: float = MASKED_SCORE):
         super().__init__()
         self.fc = nn.Sequential(nn.Linear(hidden_size, 1), nn.ReLU())
         self.dropout = nn.Dropout(dropout)

@@ -112,6 +112,10 @@ def test_pretraining_objectives_losses_and_gradients(tiny_uniter_config, batch):
         model(**batch, objective="nsp")
     with pytest.raises(ValueError, match="one row per masked region"):
         model(**batch, region_masks=region_masks, region_feature_targets=torch.rand(3, 16), objective="mrfr")
+    with pytest.raises(ValueError, match="need region_masks"):
+        model(**batch, region_feature_targets=torch.rand(2, 16))
+    with pytest.raises(ValueError, match="belong to the region objectives .*not objective='itm'"):
+        model(**batch, region_masks=region_masks, region_class_targets=class_targets, objective="itm")
 
 
 def test_in_batch_contrastive_loss_by_hand():

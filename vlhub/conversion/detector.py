@@ -94,6 +94,46 @@ def _upper_keys(value):
     return value
 
 
+def _floats(value) -> list[float]:
+    return [float(x) for x in value]
+
+
+def _first_int(value) -> int:
+    return int(value[0] if isinstance(value, (list, tuple)) else value)
+
+
+# Settings a port's config.yaml gives as they are: (section, key, DetectorConfig field, conversion). "" is the top
+# level; the model sections are read at the top level or under MODEL.
+_YAML_SETTINGS = (
+    ("RESNETS", "DEPTH", "depth", int),
+    ("RESNETS", "NUM_GROUPS", "num_groups", int),
+    ("RESNETS", "WIDTH_PER_GROUP", "width_per_group", int),
+    ("RESNETS", "STEM_OUT_CHANNELS", "stem_out_channels", int),
+    ("RESNETS", "RES2_OUT_CHANNELS", "res2_out_channels", int),
+    ("RESNETS", "STRIDE_IN_1X1", "stride_in_1x1", bool),
+    ("MODEL", "PIXEL_MEAN", "pixel_mean", _floats),
+    ("MODEL", "PIXEL_STD", "pixel_std", _floats),
+    ("INPUT", "FORMAT", "input_format", str),
+    ("INPUT", "MIN_SIZE_TEST", "min_size", _first_int),
+    ("INPUT", "MAX_SIZE_TEST", "max_size", int),
+    ("PROPOSAL_GENERATOR", "MIN_SIZE", "rpn_min_size", float),
+    ("RPN", "PRE_NMS_TOPK_TEST", "rpn_pre_nms_top_n", int),
+    ("RPN", "POST_NMS_TOPK_TEST", "rpn_post_nms_top_n", int),
+    ("RPN", "NMS_THRESH", "rpn_nms_threshold", float),
+    ("RPN", "BBOX_REG_WEIGHTS", "rpn_box_weights", _floats),
+    ("ROI_HEADS", "NUM_CLASSES", "num_classes", int),
+    ("ROI_BOX_HEAD", "POOLER_RESOLUTION", "pooler_resolution", int),
+    ("ROI_BOX_HEAD", "BBOX_REG_WEIGHTS", "box_weights", _floats),
+)
+# The MMF port's own box selection settings.
+_FRCNN_SELECTION_SETTINGS = (
+    ("ROI_HEADS", "SCORE_THRESH_TEST", "score_threshold", float),
+    ("", "MIN_DETECTIONS", "min_boxes", int),
+    ("", "MAX_DETECTIONS", "max_boxes", int),
+)
+_MODEL_SECTIONS = ("RESNETS", "RPN", "ROI_HEADS", "ROI_BOX_HEAD", "ANCHOR_GENERATOR", "PROPOSAL_GENERATOR")
+
+
 def config_from_yaml(path: str | os.PathLike, source_format: str) -> dict:
     """DetectorConfig fields from a port's `config.yaml` (MMF lower-case, HF / detectron2 upper-case keys).
 
@@ -103,79 +143,72 @@ def config_from_yaml(path: str | os.PathLike, source_format: str) -> dict:
     raw = read_yaml(path, "the detector config")
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a YAML mapping")
-    cfg = _upper_keys(raw)
-    model = cfg.get("MODEL", {}) or {}
-
-    def section(name: str) -> dict:
-        return cfg.get(name) or model.get(name) or {}
-
-    resnets, rpn, roi_heads = section("RESNETS"), section("RPN"), section("ROI_HEADS")
-    box_head, anchors, proposals = section("ROI_BOX_HEAD"), section("ANCHOR_GENERATOR"), section("PROPOSAL_GENERATOR")
-    inputs = cfg.get("INPUT", {}) or {}
-    fields: dict = {}
-
-    def take(target: str, source: dict, key: str, convert=lambda v: v):
-        if key in source:
-            fields[target] = convert(source[key])
-
-    take("depth", resnets, "DEPTH", int)
-    take("num_groups", resnets, "NUM_GROUPS", int)
-    take("width_per_group", resnets, "WIDTH_PER_GROUP", int)
-    take("stem_out_channels", resnets, "STEM_OUT_CHANNELS", int)
-    take("res2_out_channels", resnets, "RES2_OUT_CHANNELS", int)
-    take("stride_in_1x1", resnets, "STRIDE_IN_1X1", bool)
-    if resnets.get("NORM", "FrozenBN") not in ("BN", "FrozenBN"):
-        raise ValueError(f"{path}: RESNETS.NORM {resnets['NORM']!r} is not supported (BN / FrozenBN only)")
-    if resnets.get("DEFORM_ON_PER_STAGE") and any(resnets["DEFORM_ON_PER_STAGE"]):
-        raise ValueError(f"{path}: deformable convolutions are not supported")
+    sections = _yaml_sections(_upper_keys(raw))
+    _refuse_unsupported(path, sections)
+    fields = _copy_settings(sections, _YAML_SETTINGS)
     caffe_pool_key = "MAX_POOL" if source_format == "frcnn" else "CAFFE_MAXPOOL"
-    fields["caffe_maxpool"] = bool(model.get(caffe_pool_key, False))
-    take("pixel_mean", model, "PIXEL_MEAN", lambda v: [float(x) for x in v])
-    take("pixel_std", model, "PIXEL_STD", lambda v: [float(x) for x in v])
-    take("input_format", inputs, "FORMAT", str)
-    take("min_size", inputs, "MIN_SIZE_TEST", lambda v: int(v[0] if isinstance(v, (list, tuple)) else v))
-    take("max_size", inputs, "MAX_SIZE_TEST", int)
+    fields["caffe_maxpool"] = bool(sections["MODEL"].get(caffe_pool_key, False))
+    proposals, box_head = sections["PROPOSAL_GENERATOR"], sections["ROI_BOX_HEAD"]
     hidden = proposals.get("HIDDEN_CHANNELS", proposals.get("HID_CHANNELS"))
     if hidden is not None and int(hidden) > 0:
         fields["rpn_hidden_channels"] = int(hidden)
-    take("rpn_min_size", proposals, "MIN_SIZE", float)
-    if anchors:
-        if float(anchors.get("OFFSET", 0.0)) != 0.0:
-            raise ValueError(f"{path}: ANCHOR_GENERATOR.OFFSET {anchors['OFFSET']} is not supported (0 only)")
-        sizes, ratios = anchors.get("SIZES"), anchors.get("ASPECT_RATIOS")
-        if sizes is not None:
-            if len(sizes) != 1:
-                raise ValueError(f"{path}: one anchor level expected (C4 model), got SIZES {sizes}")
-            fields["anchor_sizes"] = [float(s) for s in sizes[0]]
-        if ratios is not None:
-            fields["anchor_ratios"] = [float(r) for r in ratios[0]]
-    take("rpn_pre_nms_top_n", rpn, "PRE_NMS_TOPK_TEST", int)
-    take("rpn_post_nms_top_n", rpn, "POST_NMS_TOPK_TEST", int)
-    take("rpn_nms_threshold", rpn, "NMS_THRESH", float)
-    take("rpn_box_weights", rpn, "BBOX_REG_WEIGHTS", lambda v: [float(x) for x in v])
-    take("num_classes", roi_heads, "NUM_CLASSES", int)
-    take("pooler_resolution", box_head, "POOLER_RESOLUTION", int)
-    if box_head.get("POOLER_TYPE", "ROIPool") != "ROIPool":
-        raise ValueError(f"{path}: ROI_BOX_HEAD.POOLER_TYPE {box_head['POOLER_TYPE']!r} is not supported (ROIPool only)")
-    if box_head.get("RES5HALVE", False):
-        raise ValueError(f"{path}: ROI_BOX_HEAD.RES5HALVE true is not supported (the bottom-up model uses false)")
-    if box_head.get("CLS_AGNOSTIC_BBOX_REG", False):
-        raise ValueError(f"{path}: class-agnostic box regression is not supported")
+    fields.update(_anchor_fields(path, sections["ANCHOR_GENERATOR"]))
     if "ATTR" in box_head and not box_head["ATTR"]:
         fields["num_attributes"] = 0
     elif "NUM_ATTRS" in box_head:
         fields["num_attributes"] = int(box_head["NUM_ATTRS"])
-    take("box_weights", box_head, "BBOX_REG_WEIGHTS", lambda v: [float(x) for x in v])
     fields.update(anchor_style="detectron2", box_convention="detectron2")
     if source_format == "frcnn":
-        thresholds = roi_heads.get("NMS_THRESH_TEST", [0.3])
+        thresholds = sections["ROI_HEADS"].get("NMS_THRESH_TEST", [0.3])
         thresholds = [float(t) for t in (thresholds if isinstance(thresholds, list) else [thresholds])]
         fields.update(resize_backend="torch", selection_mode="max_class_nms", nms_thresholds=thresholds)
-        take("score_threshold", roi_heads, "SCORE_THRESH_TEST", float)
-        take("min_boxes", cfg, "MIN_DETECTIONS", int)
-        take("max_boxes", cfg, "MAX_DETECTIONS", int)
+        fields.update(_copy_settings(sections, _FRCNN_SELECTION_SETTINGS))
     else:
         fields.update(resize_backend="pil", **_d2_notebook_selection())
+    return fields
+
+
+def _yaml_sections(cfg: dict) -> dict[str, dict]:
+    """The sections `_YAML_SETTINGS` names, each a dict (empty when absent)."""
+    model = cfg.get("MODEL", {}) or {}
+    sections = {name: cfg.get(name) or model.get(name) or {} for name in _MODEL_SECTIONS}
+    sections.update({"": cfg, "MODEL": model, "INPUT": cfg.get("INPUT", {}) or {}})
+    return sections
+
+
+def _copy_settings(sections: dict[str, dict], settings) -> dict:
+    return {field: convert(sections[section][key]) for section, key, field, convert in settings
+            if key in sections[section]}
+
+
+def _refuse_unsupported(path, sections: dict[str, dict]) -> None:
+    resnets, box_head = sections["RESNETS"], sections["ROI_BOX_HEAD"]
+    if resnets.get("NORM", "FrozenBN") not in ("BN", "FrozenBN"):
+        raise ValueError(f"{path}: RESNETS.NORM {resnets['NORM']!r} is not supported (BN / FrozenBN only)")
+    if resnets.get("DEFORM_ON_PER_STAGE") and any(resnets["DEFORM_ON_PER_STAGE"]):
+        raise ValueError(f"{path}: deformable convolutions are not supported")
+    if box_head.get("POOLER_TYPE", "ROIPool") != "ROIPool":
+        raise ValueError(f"{path}: ROI_BOX_HEAD.POOLER_TYPE {box_head['POOLER_TYPE']!r} is not supported "
+                         "(ROIPool only)")
+    if box_head.get("RES5HALVE", False):
+        raise ValueError(f"{path}: ROI_BOX_HEAD.RES5HALVE true is not supported (the bottom-up model uses false)")
+    if box_head.get("CLS_AGNOSTIC_BBOX_REG", False):
+        raise ValueError(f"{path}: class-agnostic box regression is not supported")
+
+
+def _anchor_fields(path, anchors: dict) -> dict:
+    fields = {}
+    if not anchors:
+        return fields
+    if float(anchors.get("OFFSET", 0.0)) != 0.0:
+        raise ValueError(f"{path}: ANCHOR_GENERATOR.OFFSET {anchors['OFFSET']} is not supported (0 only)")
+    sizes, ratios = anchors.get("SIZES"), anchors.get("ASPECT_RATIOS")
+    if sizes is not None:
+        if len(sizes) != 1:
+            raise ValueError(f"{path}: one anchor level expected (C4 model), got SIZES {sizes}")
+        fields["anchor_sizes"] = [float(s) for s in sizes[0]]
+    if ratios is not None:
+        fields["anchor_ratios"] = [float(r) for r in ratios[0]]
     return fields
 
 
@@ -319,46 +352,9 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
     source_format = format or _detect_format(path)
     if source_format not in DETECTOR_FORMATS:
         raise ValueError(f"format must be one of {DETECTOR_FORMATS}, got {source_format!r}")
-    if source_format == "frcnn":
-        if not zipfile.is_zipfile(path):
-            raise CheckpointError(f"{str(path)!r} is not a torch.save zip file; a detectron2 .pkl needs format='detectron2'")
-        state = load_torch_state_dict(path)
-    elif source_format == "caffe":
-        # The original Caffe release: read without Caffe into detectron2's names, then the one key map below.
-        from .caffemodel import caffe_to_detectron2
-
-        state, caffe_report = caffe_to_detectron2(path, stage_blocks=None)  # depth read from the file
-    else:
-        state = read_detectron2_pickle(path)
     report = ConversionReport(source=path.name)
-    if source_format == "caffe":
-        report.notes.extend(f"caffe → detectron2: {note}" for note in caffe_report.notes)
-        report.notes.extend(f"caffe layer {k} dropped: {v}" for k, v in caffe_report.dropped.items())
-    fields = infer_config_from_state(state)
-    if source_format == "caffe":
-        # BUTD's generate_tsv settings: Caffe anchors and box arithmetic (+1 widths), 600/1000, per-class NMS 0.3.
-        # Caffe's proposal layer also drops proposals smaller than 16 px (at the input scale).
-        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3],
-                      rpn_min_size=16.0, rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300)
-    if source_format == "detectron2":
-        fields.update(anchor_style="detectron2", resize_backend="pil", **_d2_notebook_selection())
-    config_path = Path(config) if config else path.parent / "config.yaml"
-    if config:
-        if not config_path.is_file():
-            raise FileNotFoundError(f"config {str(config_path)!r} does not exist")
-    if config_path.is_file():
-        from_yaml = config_from_yaml(config_path, source_format)
-        for key in ("depth", "num_classes", "num_attributes", "res2_out_channels", "stem_out_channels"):
-            if key in from_yaml and from_yaml[key] != fields[key]:
-                raise CheckpointError(
-                    f"{config_path} says {key}={from_yaml[key]} but the weights have {key}={fields[key]}"
-                )
-        fields.update(from_yaml)
-        report.notes.append(f"settings read from {config_path.name}")
-    else:
-        report.notes.append("no config.yaml: sizes read from the weights, other settings are the released model's"
-                            + (" and the notebook's selection" if source_format == "detectron2" else
-                               " with the original 'butd' selection"))
+    state = _read_state(path, source_format, report)
+    fields = _settings(path, config, source_format, state, report)
     fields.update(config_overrides)
     base = DetectorConfig.from_dict({**fields, "object_names": None, "attribute_names": None})
     fields["object_names"] = _vocab(objects_vocab, path.parent, "objects_vocab.txt", base.num_classes, "object", report)
@@ -370,7 +366,59 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
     weights = _map_state(state, detector_config, report)
     extractor = RegionExtractor(detector_config)
     extractor.load_state_dict(weights, strict=True)
-    output_dir = Path(output_dir)
+    _write_folder(extractor, path, Path(output_dir), source_format, report)
+    return report
+
+
+def _read_state(path: Path, source_format: str, report: ConversionReport) -> dict:
+    """The checkpoint's detectron2-named state dict (a Caffe model read into detectron2's names, its notes in
+    `report`)."""
+    if source_format == "frcnn":
+        if not zipfile.is_zipfile(path):
+            raise CheckpointError(f"{str(path)!r} is not a torch.save zip file; a detectron2 .pkl needs "
+                                  "format='detectron2'")
+        return load_torch_state_dict(path)
+    if source_format == "detectron2":
+        return read_detectron2_pickle(path)
+    # The original Caffe release: read without Caffe into detectron2's names, then the one key map.
+    from .caffemodel import caffe_to_detectron2
+
+    state, caffe_report = caffe_to_detectron2(path, stage_blocks=None)  # depth read from the file
+    report.notes.extend(f"caffe → detectron2: {note}" for note in caffe_report.notes)
+    report.notes.extend(f"caffe layer {k} dropped: {v}" for k, v in caffe_report.dropped.items())
+    return state
+
+
+def _settings(path: Path, config, source_format: str, state: dict, report: ConversionReport) -> dict:
+    """DetectorConfig fields: sizes read off the weights, then the format's released settings, then the
+    `config.yaml` (given, or beside the weights), which must agree with the weights' sizes."""
+    fields = infer_config_from_state(state)
+    if source_format == "caffe":
+        # BUTD's generate_tsv settings: Caffe anchors and box arithmetic (+1 widths), 600/1000, per-class NMS 0.3.
+        # Caffe's proposal layer also drops proposals smaller than 16 px (at the input scale).
+        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3],
+                      rpn_min_size=16.0, rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300)
+    if source_format == "detectron2":
+        fields.update(anchor_style="detectron2", resize_backend="pil", **_d2_notebook_selection())
+    config_path = Path(config) if config else path.parent / "config.yaml"
+    if config and not config_path.is_file():
+        raise FileNotFoundError(f"config {str(config_path)!r} does not exist")
+    if not config_path.is_file():
+        report.notes.append("no config.yaml: sizes read from the weights, other settings are the released model's"
+                            + (" and the notebook's selection" if source_format == "detectron2" else
+                               " with the original 'butd' selection"))
+        return fields
+    from_yaml = config_from_yaml(config_path, source_format)
+    for key in ("depth", "num_classes", "num_attributes", "res2_out_channels", "stem_out_channels"):
+        if key in from_yaml and from_yaml[key] != fields[key]:
+            raise CheckpointError(f"{config_path} says {key}={from_yaml[key]} but the weights have {key}={fields[key]}")
+    fields.update(from_yaml)
+    report.notes.append(f"settings read from {config_path.name}")
+    return fields
+
+
+def _write_folder(extractor: RegionExtractor, path: Path, output_dir: Path, source_format: str,
+                  report: ConversionReport) -> None:
     repository, commit = _SOURCES[source_format]
     with converted_folder(output_dir) as staging:  # the folder appears only once complete
         extractor.save_pretrained(staging)
@@ -391,4 +439,3 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
                 "regions = extractor(['image.jpg'])  # list[RegionFeatures]"
             ),
         )
-    return report

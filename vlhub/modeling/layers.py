@@ -50,7 +50,13 @@ __all__ = [
     "check_region_inputs",
     "check_text_and_region_inputs",
     "flatten_choices",
+    "MASKED_SCORE",
 ]
+
+# The score every original gives a masked-out position (a padded region's score, a padded key in an attention
+# pooler): added to a score, or filled in, it keeps the position out of a softmax or a ranking.
+MASKED_SCORE = -10000.0
+
 
 # Blocks with a single user live in that architecture's folder; their old import path here still works, with a
 # FutureWarning naming the new one.
@@ -128,7 +134,7 @@ class AttentionPooling(nn.Module):
     backend (the encoder's attention is BERT's, which dispatches per forward), so it must not block the switch.
     """
 
-    def __init__(self, hidden_size: int, dropout: float, masked_score: float = -10000.0):
+    def __init__(self, hidden_size: int, dropout: float, masked_score: float = MASKED_SCORE):
         super().__init__()
         self.fc = nn.Sequential(nn.Linear(hidden_size, 1), nn.ReLU())
         self.dropout = nn.Dropout(dropout)

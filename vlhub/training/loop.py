@@ -336,185 +336,243 @@ def train(
 
 def _train(task: TrainingTask, args: VlhubTrainingArguments, command: str,
            callbacks: Iterable[Callable[[LoopState], None]], accelerator: Accelerator, output_dir: Path) -> TrainResult:
-    is_main = accelerator.is_main_process
-    resume_dir = resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
-    if resume_dir is None:
-        _claim_output_dir(output_dir, args.overwrite_output_dir, is_main)
-    accelerator.wait_for_everyone()
+    run = _TrainingRun(task, args, command, accelerator, output_dir)
+    run.resume_or_start()
+    run.train_steps(callbacks)
+    return run.finish()
 
-    uploader = None
-    if args.push_to_hub and is_main:
-        uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
-                               timeout=args.hub_timeout, total_timeout=args.hub_total_timeout)
 
-    if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
-        raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. two-pass "
-                         "scheduled sampling), which gradient accumulation cannot split: set "
-                         "--gradient_accumulation_steps 1 (raise the batch size or the number of processes instead)")
-    set_seed(args.seed)
-    workers = args.dataloader_num_workers
-    loader_settings = dict(
-        collate_fn=loader_collate(task.collate_fn, workers), num_workers=workers,
-        prefetch_factor=args.dataloader_prefetch_factor if workers else None,
-        persistent_workers=args.dataloader_persistent_workers and workers > 0,
-        pin_memory=args.dataloader_pin_memory and accelerator.device.type == "cuda",
-        generator=torch.Generator(),  # the global RNG stays untouched
-    )
-    if args.streaming:
-        from torchdata.stateful_dataloader import StatefulDataLoader
+class _TrainingRun:
+    """One run of the loop. Everything a checkpoint saves and resuming restores (step, log window, history,
+    evaluation) lives here, so that the run's parts are plain methods over one state."""
 
-        # Each process streams its own shards, so the loader is not sharded again by accelerate; its state is saved
-        # per process with each checkpoint (accelerate's own stateful-loader file is one file for all processes).
-        stream = task.train_stream(args, accelerator.process_index, accelerator.num_processes)
-        steps_per_epoch = stream.approximate_steps_per_epoch()
-        train_loader = StatefulDataLoader(stream, batch_size=None, **loader_settings)
-    else:
-        group_size = accelerator.num_processes * args.gradient_accumulation_steps
-        sampler = task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
-        steps_per_epoch = sampler.steps_per_epoch
-        train_loader = DataLoader(task.train_dataset, batch_sampler=sampler, **loader_settings)
-    max_steps = args.total_steps(steps_per_epoch)
-    model = task.model
-    optimizer = _optimizer(model, args)
-    scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
-                              num_training_steps=max_steps)
-    if args.streaming:
-        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    else:
-        model, optimizer, train_loader, scheduler = accelerator.prepare(model, optimizer, train_loader, scheduler)
+    def __init__(self, task: TrainingTask, args: VlhubTrainingArguments, command: str, accelerator: Accelerator,
+                 output_dir: Path):
+        self.task, self.args, self.command, self.accelerator, self.output_dir = (task, args, command, accelerator,
+                                                                               output_dir)
+        self.is_main = accelerator.is_main_process
+        self.resume_dir = (resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint
+                           else None)
+        if self.resume_dir is None:
+            _claim_output_dir(output_dir, args.overwrite_output_dir, self.is_main)
+        accelerator.wait_for_everyone()
 
-    step, window, history, eval_results = 0, _LogWindow(), [], {}
-    if resume_dir is not None:
-        trainer_state = TrainerState.load_from_json(str(resume_dir / TRAINER_STATE))
-        state = json.loads((resume_dir / VLHUB_STATE).read_text())
-        _warn_if_layout_changed(state, args, accelerator.num_processes)
-        _load_training_state(accelerator, resume_dir, saved_processes=state.get("num_processes"))
+        self.uploader = None
+        if args.push_to_hub and self.is_main:
+            self.uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
+                                        timeout=args.hub_timeout, total_timeout=args.hub_total_timeout)
+
+        if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
+            raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. "
+                             "two-pass scheduled sampling), which gradient accumulation cannot split: set "
+                             "--gradient_accumulation_steps 1 (raise the batch size or the number of processes "
+                             "instead)")
+        set_seed(args.seed)
+        self._build_train_loader()
+        self.max_steps = args.total_steps(self.steps_per_epoch)
+        self._prepare()
+        self.step, self.window, self.history, self.eval_results = 0, _LogWindow(), [], {}
+        self.checkpoints: list[Path] = []
+        self.hub_failures: list[str] = []
+
+    def _build_train_loader(self) -> None:
+        """The training loader (a stream's with `--streaming`), its sampler and the steps of one epoch."""
+        args, accelerator = self.args, self.accelerator
+        workers = args.dataloader_num_workers
+        self.pin_memory = args.dataloader_pin_memory and accelerator.device.type == "cuda"
+        loader_settings = dict(
+            collate_fn=loader_collate(self.task.collate_fn, workers), num_workers=workers,
+            prefetch_factor=args.dataloader_prefetch_factor if workers else None,
+            persistent_workers=args.dataloader_persistent_workers and workers > 0,
+            pin_memory=self.pin_memory,
+            generator=torch.Generator(),  # the global RNG stays untouched
+        )
+        self.sampler = None
         if args.streaming:
-            _load_stream_state(train_loader, accelerator, resume_dir, saved_processes=state.get("num_processes"))
-        step = trainer_state.global_step
-        window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
-        history = trainer_state.log_history
-        eval_results = state.get("eval_results", {})
-        if is_main:
+            from torchdata.stateful_dataloader import StatefulDataLoader
+
+            # Each process streams its own shards, so the loader is not sharded again by accelerate; its state is
+            # saved per process with each checkpoint (accelerate's own stateful-loader file is one file for all
+            # processes).
+            stream = self.task.train_stream(args, accelerator.process_index, accelerator.num_processes)
+            self.steps_per_epoch = stream.approximate_steps_per_epoch()
+            self.train_loader = StatefulDataLoader(stream, batch_size=None, **loader_settings)
+        else:
+            group_size = accelerator.num_processes * args.gradient_accumulation_steps
+            self.sampler = self.task.train_sampler(args.per_device_train_batch_size, group_size, args.seed)
+            self.steps_per_epoch = self.sampler.steps_per_epoch
+            self.train_loader = DataLoader(self.task.train_dataset, batch_sampler=self.sampler, **loader_settings)
+
+    def _prepare(self) -> None:
+        """Optimizer and schedule, then everything through `accelerator.prepare` (a stream is not sharded again)."""
+        optimizer = _optimizer(self.task.model, self.args)
+        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
+                                  num_training_steps=self.max_steps)
+        if self.args.streaming:
+            self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.task.model, optimizer, scheduler)
+        else:
+            self.model, self.optimizer, self.train_loader, self.scheduler = self.accelerator.prepare(
+                self.task.model, optimizer, self.train_loader, scheduler)
+
+    def resume_or_start(self) -> None:
+        """Restore the checkpoint's state (resuming), or start a fresh log history; then start the trackers."""
+        accelerator, output_dir, resume_dir = self.accelerator, self.output_dir, self.resume_dir
+        if resume_dir is not None:
+            trainer_state = TrainerState.load_from_json(str(resume_dir / TRAINER_STATE))
+            state = json.loads((resume_dir / VLHUB_STATE).read_text())
+            _warn_if_layout_changed(state, self.args, accelerator.num_processes)
+            _load_training_state(accelerator, resume_dir, saved_processes=state.get("num_processes"))
+            if self.args.streaming:
+                _load_stream_state(self.train_loader, accelerator, resume_dir,
+                                   saved_processes=state.get("num_processes"))
+            self.step = trainer_state.global_step
+            self.window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
+            self.history = trainer_state.log_history
+            self.eval_results = state.get("eval_results", {})
+            if self.is_main:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                # The checkpoint's history is the truth: records a crashed run logged after it are redone.
+                write_log_history(output_dir / LOG_HISTORY, self.history)
+            logger.info(f"resumed from {resume_dir} at step {self.step}", main_process_only=True)
+        elif self.is_main:
             output_dir.mkdir(parents=True, exist_ok=True)
-            # The checkpoint's history is the truth: records a crashed run logged after it are redone.
-            write_log_history(output_dir / LOG_HISTORY, history)
-        logger.info(f"resumed from {resume_dir} at step {step}", main_process_only=True)
-    elif is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        if (output_dir / LOG_HISTORY).exists():
-            (output_dir / LOG_HISTORY).unlink()  # a fresh run starts a fresh history
-    accelerator.wait_for_everyone()
-    accelerator.init_trackers(task.trainer_name.replace(".py", ""), config=_flat_config(args, task))
+            if (output_dir / LOG_HISTORY).exists():
+                (output_dir / LOG_HISTORY).unlink()  # a fresh run starts a fresh history
+        accelerator.wait_for_everyone()
+        accelerator.init_trackers(self.task.trainer_name.replace(".py", ""), config=_flat_config(self.args, self.task))
 
-    epoch, done_in_epoch = divmod(step, steps_per_epoch)
-    checkpoints: list[Path] = []
-    hub_failures: list[str] = []
-    progress = tqdm(total=max_steps, initial=step, disable=not accelerator.is_local_main_process,
-                    desc=task.trainer_name, dynamic_ncols=True)
-    unwrapped = accelerator.unwrap_model(model)
-
-    def save(folder: Path, with_training_state: bool):
+    def save(self, folder: Path, with_training_state: bool) -> None:
+        """A checkpoint (`with_training_state`) or the final model; `checksums.json` last, once all is written."""
+        accelerator = self.accelerator
         folder.mkdir(parents=True, exist_ok=True)
         if with_training_state:
             accelerator.save_state(str(folder / TRAINING_STATE_DIR))
-            if args.streaming:  # every process its own: where its stream stands after its last batch
+            if self.args.streaming:  # every process its own: where its stream stands after its last batch
                 atomic_write_json(folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index),
-                                  train_loader.state_dict())
-        if is_main:
-            unwrapped.save_pretrained(folder)
-            if task.processor is not None:
-                task.processor.save_pretrained(folder)
-            write_training_card(folder, task.card_info(), step=step, max_steps=max_steps, command=command,
-                                hyperparameters=_card_hyperparameters(args, task, accelerator.num_processes, max_steps),
-                                eval_results=eval_results)
-            atomic_write_json(folder / VLHUB_STATE, {
-                "num_processes": accelerator.num_processes, "log_window": window.state(),
-                "eval_results": eval_results, "args": args.to_dict(), "command": command,
-            })
-            trainer_state = TrainerState(
-                epoch=step / steps_per_epoch, global_step=step, max_steps=max_steps, logging_steps=args.logging_steps,
-                eval_steps=args.eval_steps, save_steps=args.save_steps,
-                train_batch_size=args.per_device_train_batch_size, num_train_epochs=math.ceil(max_steps / steps_per_epoch),
-                log_history=history,
-            )
-            atomic_write(folder / TRAINER_STATE, lambda temporary: trainer_state.save_to_json(str(temporary)))
+                                  self.train_loader.state_dict())
+        if self.is_main:
+            self._save_model_and_state(folder)
         accelerator.wait_for_everyone()
-        if with_training_state and is_main:
+        if with_training_state and self.is_main:
             # Last, once every process has written its part: the checkpoint is complete when this file exists.
             atomic_write_json(folder / CHECKSUMS, {"files": file_checksums(folder, exclude=(CHECKSUMS,))})
         accelerator.wait_for_everyone()
 
-    def batches():
+    def _save_model_and_state(self, folder: Path) -> None:
+        """The main process's part of a save: model, processor, card, `vlhub_state.json`, `trainer_state.json`."""
+        args, step, max_steps, num_processes = self.args, self.step, self.max_steps, self.accelerator.num_processes
+        self.accelerator.unwrap_model(self.model).save_pretrained(folder)
+        if self.task.processor is not None:
+            self.task.processor.save_pretrained(folder)
+        write_training_card(folder, self.task.card_info(), step=step, max_steps=max_steps, command=self.command,
+                            hyperparameters=_card_hyperparameters(args, self.task, num_processes, max_steps),
+                            eval_results=self.eval_results)
+        atomic_write_json(folder / VLHUB_STATE, {
+            "num_processes": num_processes, "log_window": self.window.state(),
+            "eval_results": self.eval_results, "args": args.to_dict(), "command": self.command,
+        })
+        trainer_state = TrainerState(
+            epoch=step / self.steps_per_epoch, global_step=step, max_steps=max_steps, logging_steps=args.logging_steps,
+            eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=args.per_device_train_batch_size,
+            num_train_epochs=math.ceil(max_steps / self.steps_per_epoch), log_history=self.history,
+        )
+        atomic_write(folder / TRAINER_STATE, lambda temporary: trainer_state.save_to_json(str(temporary)))
+
+    def batches(self) -> Iterator[dict]:
         """Training batches from where the run stands, epoch after epoch (a stream resumes by its own state)."""
-        if args.streaming:
-            for batch in train_loader:
-                yield send_to_device(batch, accelerator.device, non_blocking=loader_settings["pin_memory"])
+        if self.args.streaming:
+            for batch in self.train_loader:
+                yield send_to_device(batch, self.accelerator.device, non_blocking=self.pin_memory)
             return
-        first_epoch, skip = epoch, done_in_epoch
-        for current in itertools.count(first_epoch):
-            train_loader.set_epoch(current)
-            sampler.set_epoch(current)
-            yield from (skip_first_batches(train_loader, skip * args.gradient_accumulation_steps) if skip
-                        else train_loader)
+        epoch, skip = divmod(self.step, self.steps_per_epoch)
+        for current in itertools.count(epoch):
+            self.train_loader.set_epoch(current)
+            self.sampler.set_epoch(current)
+            yield from (skip_first_batches(self.train_loader, skip * self.args.gradient_accumulation_steps) if skip
+                        else self.train_loader)
             skip = 0
 
-    model.train()
-    if step < max_steps:
-        for batch in batches():
-            with accelerator.accumulate(model):
-                total, parts = 0.0, {}
-                for loss, pass_parts in task.training_passes(model, batch):
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients and args.max_grad_norm > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    optimizer.zero_grad()
-                    total = total + loss.detach().float()
-                    parts.update(pass_parts)
-                if accelerator.sync_gradients:
-                    scheduler.step()
-            keys = sorted(parts)
-            values = torch.stack([total, *(parts[k].detach().float() for k in keys)])
-            values = accelerator.reduce(values, reduction="mean").tolist()
-            window.add(dict(zip(["loss", *keys], values)))
-            if not accelerator.sync_gradients:
-                continue
-            step += 1
-            progress.update(1)
-            logs = None
-            if step % args.logging_steps == 0 or step == max_steps:
-                logs = {**window.flush(), "learning_rate": scheduler.get_last_lr()[0]}
-                history.append({"step": step, **logs})
-                accelerator.log(logs, step=step)
-                progress.set_postfix(loss=f"{logs['loss']:.4g}")
-                if is_main:
-                    progress.write(_format_logs(step, logs))
-            if args.eval_steps and step % args.eval_steps == 0 and step < max_steps:
-                eval_results = _evaluate(task, accelerator, model, args, step, history, progress, final=False)
-            if args.save_steps and step % args.save_steps == 0:
-                folder = output_dir / f"checkpoint-{step}"
-                save(folder, with_training_state=True)
-                checkpoints.append(folder)
-                if is_main:
-                    _rotate_checkpoints(output_dir, args.save_total_limit)
-                    if uploader is not None:
-                        hub_failures += uploader.collect_finished()
-                        uploader.upload_in_background(folder, step)
-            for callback in callbacks:
-                callback(LoopState(step=step, max_steps=max_steps, logs=logs))
-            if step >= max_steps:
-                break
-    progress.close()
+    def train_steps(self, callbacks: Iterable[Callable[[LoopState], None]]) -> None:
+        """Optimizer steps until `max_steps`; after each: logs, evaluation, checkpoint, callbacks."""
+        self.progress = tqdm(total=self.max_steps, initial=self.step,
+                             disable=not self.accelerator.is_local_main_process, desc=self.task.trainer_name,
+                             dynamic_ncols=True)
+        self.model.train()
+        if self.step < self.max_steps:
+            for batch in self.batches():
+                if not self.train_on(batch):
+                    continue
+                self.step += 1
+                self.progress.update(1)
+                logs = self.log_losses()
+                if self.args.eval_steps and self.step % self.args.eval_steps == 0 and self.step < self.max_steps:
+                    self.eval_results = _evaluate(self.task, self.accelerator, self.model, self.args, self.step,
+                                                  self.history, self.progress, final=False)
+                if self.args.save_steps and self.step % self.args.save_steps == 0:
+                    self.save_checkpoint()
+                for callback in callbacks:
+                    callback(LoopState(step=self.step, max_steps=self.max_steps, logs=logs))
+                if self.step >= self.max_steps:
+                    break
+        self.progress.close()
 
-    eval_results = _evaluate(task, accelerator, model, args, step, history, None, final=True)
-    save(output_dir, with_training_state=False)
-    accelerator.end_training()
-    if uploader is not None:
-        hub_failures += uploader.collect_finished(wait=True)
-        commit = uploader.upload(output_dir, commit_message=f"End of training (step {step})")
-        logger.info(f"pushed the final model to {commit}", main_process_only=True)
-    return TrainResult(step, output_dir, history, eval_results, checkpoints, hub_failures)
+    def train_on(self, batch: dict) -> bool:
+        """Backward and optimizer step(s) for one batch, its losses added to the log window; True when the
+        gradients were synchronised (an optimizer step of the run was completed)."""
+        accelerator, args = self.accelerator, self.args
+        with accelerator.accumulate(self.model):
+            total, parts = 0.0, {}
+            for loss, pass_parts in self.task.training_passes(self.model, batch):
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+                total = total + loss.detach().float()
+                parts.update(pass_parts)
+            if accelerator.sync_gradients:
+                self.scheduler.step()
+        keys = sorted(parts)
+        values = torch.stack([total, *(parts[k].detach().float() for k in keys)])
+        values = accelerator.reduce(values, reduction="mean").tolist()
+        self.window.add(dict(zip(["loss", *keys], values)))
+        return accelerator.sync_gradients
+
+    def log_losses(self) -> dict | None:
+        """At a logging step (and the last): the window's mean losses and the learning rate, logged; else None."""
+        if self.step % self.args.logging_steps != 0 and self.step != self.max_steps:
+            return None
+        logs = {**self.window.flush(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        self.history.append({"step": self.step, **logs})
+        self.accelerator.log(logs, step=self.step)
+        self.progress.set_postfix(loss=f"{logs['loss']:.4g}")
+        if self.is_main:
+            self.progress.write(_format_logs(self.step, logs))
+        return logs
+
+    def save_checkpoint(self) -> None:
+        """`checkpoint-<step>`, then rotation and (in the background) the Hub upload."""
+        folder = self.output_dir / f"checkpoint-{self.step}"
+        self.save(folder, with_training_state=True)
+        self.checkpoints.append(folder)
+        if self.is_main:
+            _rotate_checkpoints(self.output_dir, self.args.save_total_limit)
+            if self.uploader is not None:
+                self.hub_failures += self.uploader.collect_finished()
+                self.uploader.upload_in_background(folder, self.step)
+
+    def finish(self) -> TrainResult:
+        """The final evaluation, the final model in `output_dir`, the trackers closed and the last upload."""
+        self.eval_results = _evaluate(self.task, self.accelerator, self.model, self.args, self.step, self.history,
+                                      None, final=True)
+        self.save(self.output_dir, with_training_state=False)
+        self.accelerator.end_training()
+        if self.uploader is not None:
+            self.hub_failures += self.uploader.collect_finished(wait=True)
+            commit = self.uploader.upload(self.output_dir, commit_message=f"End of training (step {self.step})")
+            logger.info(f"pushed the final model to {commit}", main_process_only=True)
+        return TrainResult(self.step, self.output_dir, self.history, self.eval_results, self.checkpoints,
+                           self.hub_failures)
 
 
 def _evaluate(task, accelerator, model, args, step, history, progress, final: bool) -> dict[str, float]:

@@ -46,6 +46,7 @@ from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
 from ..layers import (
+    MASKED_SCORE,
     BertEmbeddings,
     BertLayer,
     RegionClassificationHead,
@@ -78,9 +79,6 @@ __all__ = [
     "TdenMultipleChoiceOutput",
     "batch_hardest_triplet_loss",
 ]
-
-# The original's additive mask value inside the attention poolers.
-_MASKED_SCORE = -10000.0
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -376,7 +374,7 @@ class TdenWeightedPooler(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         scores = self.att(hidden_states).squeeze(-1)
-        scores = scores + (1.0 - mask.to(scores.dtype)) * _MASKED_SCORE
+        scores = scores + (1.0 - mask.to(scores.dtype)) * MASKED_SCORE
         weights = F.softmax(scores, dim=-1)
         pooled = self.embed(weights.unsqueeze(1).matmul(hidden_states).squeeze(1))
         return self.bn(pooled) if self.bn is not None else pooled

@@ -15,6 +15,7 @@ an instantiated model. Keep attention-like modules out of this file (see `layers
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import (
+    MASKED_SCORE,
     AttentionPooling,
     BertEmbeddings,
     BertEncoder,
@@ -68,8 +70,6 @@ __all__ = [
 ]
 
 PRETRAINING_OBJECTIVES = ("mlm", "mrfr", "mrc", "mrc-kl", "itm", "itm-wra", "itc")
-# The original fills masked-out region scores with this value (`re.py`).
-_MASKED_SCORE = -10000.0
 # Per-example dimensions of the region inputs (multiple choice: shared by the choices or given per choice).
 _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1, "region_token_type_ids": 1}
 
@@ -237,12 +237,6 @@ class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
             init.zeros_(module.in_proj_bias)
 
 
-def _check_inputs(config: UniterConfig, input_ids, inputs_embeds, region_features, region_locations,
-                  region_attention_mask):
-    check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
-                                 region_attention_mask, "UNITER")
-
-
 class UniterModel(UniterPreTrainedModel):
     """The bare UNITER encoder: text embeddings (BERT's), region embeddings, a BERT encoder and the tanh pooler.
 
@@ -289,7 +283,8 @@ class UniterModel(UniterPreTrainedModel):
             laid out `[text | regions]`, and `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0,
             the [CLS] token when text is present; `None` without the pooler).
         """
-        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask)
+        check_text_and_region_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations,
+                                     region_attention_mask, "UNITER")
         pieces, masks = [], []
         if input_ids is not None or inputs_embeds is not None:
             text = input_ids if input_ids is not None else inputs_embeds
@@ -344,6 +339,36 @@ def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
+@dataclass
+class _JointPass:
+    """The joint text-and-regions pass of `UniterForPreTraining` with the batch's targets: what its heads read."""
+
+    sequence_output: torch.Tensor
+    pooled_output: torch.Tensor
+    text_length: int
+    attention_mask: torch.Tensor | None
+    has_regions: bool
+    region_attention_mask: torch.Tensor | None
+    region_masks: torch.Tensor | None
+    labels: torch.Tensor | None
+    region_feature_targets: torch.Tensor | None
+    region_class_targets: torch.Tensor | None
+    itm_labels: torch.Tensor | None
+
+    @property
+    def text_output(self) -> torch.Tensor:
+        return self.sequence_output[:, : self.text_length]
+
+    @property
+    def region_output(self) -> torch.Tensor:
+        return self.sequence_output[:, self.text_length :]
+
+    @cached_property
+    def masked_regions(self) -> torch.Tensor:
+        """`(num_masked_regions, hidden)`, row-major over (example, region): what MRFR and MRC read."""
+        return self.region_output[self.region_masks.bool()]
+
+
 class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     """UNITER with its pre-training heads: MLM (`cls`, decoder tied to the word embeddings), MRFR (`feat_regress`,
     output projection tied to the image embedder's `img_linear`), MRC / MRC-kl (`region_classifier`) and ITM
@@ -430,104 +455,132 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         """
         if objective is not None and objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
-        if objective == "itc":
-            given = [name for name, value in (("labels", labels), ("region_masks", region_masks),
-                                              ("region_feature_targets", region_feature_targets),
-                                              ("region_class_targets", region_class_targets),
-                                              ("itm_labels", itm_labels)) if value is not None]
-            if given:
-                raise ValueError(f'objective="itc" takes matched pairs only; {", ".join(given)} belong to other '
-                                 "objectives")
+        if objective == "itc":  # its own two passes, not the joint pass the other objectives' heads read
+            _refuse_other_targets(labels=labels, region_masks=region_masks,
+                                  region_feature_targets=region_feature_targets,
+                                  region_class_targets=region_class_targets, itm_labels=itm_labels)
             return self._contrastive(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                      region_features, region_locations, region_attention_mask, region_token_type_ids,
                                      itc_image_ids, **kwargs)
         if itc_image_ids is not None:
             raise ValueError('itc_image_ids belong to objective="itc"')
+        heads = self._objective_heads[objective]
+        self._check_region_targets(objective, region_masks, region_feature_targets, region_class_targets)
         outputs = self.uniter(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-            region_token_type_ids=region_token_type_ids,
-            region_masks=region_masks,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, region_token_type_ids=region_token_type_ids,
+            region_masks=region_masks, inputs_embeds=inputs_embeds, **kwargs,
         )
-        sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
-        text_length = _text_length(input_ids, inputs_embeds)
-        losses: dict[str, torch.Tensor] = {}
-
-        mlm_logits = None
-        if labels is not None:
-            if labels.shape != (sequence_output.shape[0], text_length):
-                raise ValueError(f"labels must have shape (batch, text_length) = "
-                                 f"{(sequence_output.shape[0], text_length)}, got {tuple(labels.shape)}")
-            selected = labels >= 0
-            mlm_logits = self.cls(sequence_output[:, :text_length][selected])
-            losses["mlm_loss"] = F.cross_entropy(mlm_logits.float(), labels[selected])
-        elif objective == "mlm":
-            mlm_logits = self.cls(sequence_output[:, :text_length])
-
-        mrfr_predictions = mrc_logits = None
-        if region_masks is not None and objective in (None, "mrfr", "mrc", "mrc-kl"):
-            masked_regions = sequence_output[:, text_length:][region_masks.bool()]
-            if objective in (None, "mrfr"):
-                mrfr_predictions = self.feat_regress(masked_regions, self.uniter.img_embeddings.img_linear.weight)
-                if region_feature_targets is not None:
-                    _check_rows("region_feature_targets", region_feature_targets, mrfr_predictions)
-                    losses["mrfr_loss"] = F.mse_loss(mrfr_predictions.float(), region_feature_targets.float())
-            if objective in (None, "mrc", "mrc-kl"):
-                mrc_logits = self.region_classifier(masked_regions)
-                if region_class_targets is not None:
-                    _check_rows("region_class_targets", region_class_targets, mrc_logits)
-                    if objective == "mrc":
-                        hard_labels = region_class_targets[:, 1:].argmax(dim=-1) + 1
-                        losses["mrc_loss"] = F.cross_entropy(mrc_logits.float(), hard_labels, ignore_index=0)
-                    else:
-                        log_probs = F.log_softmax(mrc_logits.float(), dim=-1)
-                        losses["mrc_kl_loss"] = F.kl_div(log_probs, region_class_targets.float(), reduction="none").mean()
-        elif region_feature_targets is not None or region_class_targets is not None:
-            raise ValueError("region_feature_targets / region_class_targets need region_masks (which regions are masked)")
-
-        itm_logits = self.itm_output(pooled_output)
-        wra_distance = None
-        if objective == "itm-wra":
-            if region_features is None or text_length == 0:
-                raise ValueError("WRA needs both text and regions")
-            text_pad = _padding(attention_mask, sequence_output[:, :text_length])
-            region_pad = _padding(region_attention_mask, sequence_output[:, text_length:])
-            wra_distance = ipot_distance(
-                sequence_output[:, :text_length], sequence_output[:, text_length:], text_pad, region_pad,
-                beta=self.config.ot_beta, iterations=self.config.ot_iterations, inner_steps=self.config.ot_inner_steps,
-            ).to(sequence_output.dtype)
-        if itm_labels is not None:
-            losses["itm_loss"] = F.cross_entropy(itm_logits.float(), itm_labels)
-            if wra_distance is not None:
-                # Pull matched pairs together, push mismatched ones apart (mean over the batch).
-                signs = torch.where(itm_labels == 1, 1.0, -1.0).to(wra_distance)
-                losses["wra_loss"] = (signs * wra_distance).sum() / wra_distance.shape[0]
-        elif objective in ("itm", "itm-wra"):
-            pass  # scores only
-
-        loss = None
-        if losses:
-            loss = sum(v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in losses.items())
+        joint = _JointPass(
+            outputs.last_hidden_state, outputs.pooler_output, _text_length(input_ids, inputs_embeds),
+            attention_mask, region_features is not None, region_attention_mask, region_masks, labels,
+            region_feature_targets, region_class_targets, itm_labels,
+        )
+        fields = {}
+        for head in heads:
+            fields.update(head(self, joint))
+        losses = [v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in fields.items()
+                  if k.endswith("_loss")]
         return UniterForPreTrainingOutput(
-            loss=loss,
-            **losses,
-            mlm_logits=mlm_logits,
-            mrfr_predictions=mrfr_predictions,
-            mrc_logits=mrc_logits,
-            itm_logits=itm_logits,
-            wra_distance=wra_distance,
-            last_hidden_state=sequence_output,
-            pooler_output=pooled_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            loss=sum(losses) if losses else None, **fields, last_hidden_state=outputs.last_hidden_state,
+            pooler_output=outputs.pooler_output, hidden_states=outputs.hidden_states, attentions=outputs.attentions,
         )
+
+    # -- one head per objective: each reads the joint pass and returns its output fields (its loss when the batch
+    # carries its targets)
+    def _mlm(self, joint: _JointPass) -> dict:
+        """MLM at the labelled positions (labels < 0 are ignored)."""
+        if joint.labels is None:
+            return {}
+        expected = (joint.sequence_output.shape[0], joint.text_length)
+        if joint.labels.shape != expected:
+            raise ValueError(f"labels must have shape (batch, text_length) = {expected}, "
+                             f"got {tuple(joint.labels.shape)}")
+        selected = joint.labels >= 0
+        logits = self.cls(joint.text_output[selected])
+        return {"mlm_logits": logits, "mlm_loss": F.cross_entropy(logits.float(), joint.labels[selected])}
+
+    def _mlm_scores(self, joint: _JointPass) -> dict:
+        """`objective="mlm"`: as `_mlm`; without labels, the MLM logits at every text position."""
+        if joint.labels is not None:
+            return self._mlm(joint)
+        return {"mlm_logits": self.cls(joint.text_output)}
+
+    def _mrfr(self, joint: _JointPass) -> dict:
+        """MRFR: the masked regions' features regressed (output projection tied to `img_linear`), MSE loss."""
+        if joint.region_masks is None:
+            return {}
+        predictions = self.feat_regress(joint.masked_regions, self.uniter.img_embeddings.img_linear.weight)
+        if joint.region_feature_targets is None:
+            return {"mrfr_predictions": predictions}
+        _check_rows("region_feature_targets", joint.region_feature_targets, predictions)
+        loss = F.mse_loss(predictions.float(), joint.region_feature_targets.float())
+        return {"mrfr_predictions": predictions, "mrfr_loss": loss}
+
+    def _mrc(self, joint: _JointPass) -> dict:
+        """MRC: the masked regions' detector class, cross-entropy against the hard label `argmax(probs[:, 1:]) + 1`
+        (background never a target)."""
+        return self._region_classes(joint, "mrc_loss", _hard_class_loss)
+
+    def _mrc_kl(self, joint: _JointPass) -> dict:
+        """MRC-kl: the masked regions' class distribution, KL divergence from the detector's probabilities."""
+        return self._region_classes(joint, "mrc_kl_loss", _soft_class_loss)
+
+    def _region_classes(self, joint: _JointPass, loss_name: str, loss_function) -> dict:
+        if joint.region_masks is None:
+            return {}
+        logits = self.region_classifier(joint.masked_regions)
+        if joint.region_class_targets is None:
+            return {"mrc_logits": logits}
+        _check_rows("region_class_targets", joint.region_class_targets, logits)
+        return {"mrc_logits": logits, loss_name: loss_function(logits, joint.region_class_targets)}
+
+    def _itm(self, joint: _JointPass) -> dict:
+        """ITM on the pooled output (column 1 = match); always scored, its loss with `itm_labels`."""
+        logits = self.itm_output(joint.pooled_output)
+        if joint.itm_labels is None:
+            return {"itm_logits": logits}
+        return {"itm_logits": logits, "itm_loss": F.cross_entropy(logits.float(), joint.itm_labels)}
+
+    def _wra(self, joint: _JointPass) -> dict:
+        """WRA: the IPOT distance between words and regions; with `itm_labels`, matched pairs pulled together and
+        mismatched ones pushed apart (mean over the batch)."""
+        if not joint.has_regions or joint.text_length == 0:
+            raise ValueError("WRA needs both text and regions")
+        text, regions = joint.text_output, joint.region_output
+        distance = ipot_distance(
+            text, regions, _padding(joint.attention_mask, text), _padding(joint.region_attention_mask, regions),
+            beta=self.config.ot_beta, iterations=self.config.ot_iterations, inner_steps=self.config.ot_inner_steps,
+        ).to(joint.sequence_output.dtype)
+        if joint.itm_labels is None:
+            return {"wra_distance": distance}
+        signs = torch.where(joint.itm_labels == 1, 1.0, -1.0).to(distance)
+        return {"wra_distance": distance, "wra_loss": (signs * distance).sum() / distance.shape[0]}
+
+    # The heads each objective of the joint pass runs, in this order (the loss sums them in it). Without an
+    # objective every head whose targets are given computes its loss, MRC as MRC-kl; MLM runs whenever labels are
+    # given. WRA adds its distance to ITM.
+    _objective_heads = {
+        None: (_mlm, _mrfr, _mrc_kl, _itm),
+        "mlm": (_mlm_scores, _itm),
+        "mrfr": (_mlm, _mrfr, _itm),
+        "mrc": (_mlm, _mrc, _itm),
+        "mrc-kl": (_mlm, _mrc_kl, _itm),
+        "itm": (_mlm, _itm),
+        "itm-wra": (_mlm, _itm, _wra),
+    }
+    _region_heads = (_mrfr, _mrc, _mrc_kl)
+
+    def _check_region_targets(self, objective, region_masks, region_feature_targets, region_class_targets):
+        if region_feature_targets is None and region_class_targets is None:
+            return
+        if region_masks is None:
+            raise ValueError("region_feature_targets / region_class_targets need region_masks (which regions are "
+                             "masked)")
+        if not any(head in self._region_heads for head in self._objective_heads[objective]):
+            raise ValueError("region_feature_targets / region_class_targets belong to the region objectives (mrfr, "
+                             f"mrc, mrc-kl), not objective={objective!r}")
 
 
     def _contrastive(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, region_features,
@@ -554,6 +607,23 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             loss=loss, itc_loss=loss, itc_logits=logits, last_hidden_state=image.last_hidden_state,
             pooler_output=image.pooler_output, hidden_states=image.hidden_states, attentions=image.attentions,
         )
+
+
+def _refuse_other_targets(**targets):
+    """`objective="itc"` takes matched pairs: any other objective's target is an error."""
+    given = [name for name, value in targets.items() if value is not None]
+    if given:
+        raise ValueError(f'objective="itc" takes matched pairs only; {", ".join(given)} belong to other objectives')
+
+
+def _hard_class_loss(logits: torch.Tensor, class_probabilities: torch.Tensor) -> torch.Tensor:
+    hard_labels = class_probabilities[:, 1:].argmax(dim=-1) + 1
+    return F.cross_entropy(logits.float(), hard_labels, ignore_index=0)
+
+
+def _soft_class_loss(logits: torch.Tensor, class_probabilities: torch.Tensor) -> torch.Tensor:
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    return F.kl_div(log_probs, class_probabilities.float(), reduction="none").mean()
 
 
 def _check_rows(name: str, targets: torch.Tensor, predictions: torch.Tensor):
@@ -768,7 +838,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
             self.attn1 = nn.MultiheadAttention(hidden, config.num_attention_heads, dropout=config.hidden_dropout_prob)
             self.attn2 = nn.MultiheadAttention(hidden, config.num_attention_heads, dropout=config.hidden_dropout_prob)
             self.fc = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Dropout(config.hidden_dropout_prob))
-            self.attn_pool = AttentionPooling(hidden, config.hidden_dropout_prob, _MASKED_SCORE)
+            self.attn_pool = AttentionPooling(hidden, config.hidden_dropout_prob, MASKED_SCORE)
         self.nlvr2_output = nn.Linear(2 * hidden, 2)
         self.post_init()
 
@@ -918,7 +988,7 @@ class UniterForReferringExpression(UniterPreTrainedModel):
         text_length = _text_length(input_ids, inputs_embeds)
         logits = self.re_output(outputs.last_hidden_state[:, text_length:]).squeeze(-1)
         if region_attention_mask is not None:
-            logits = logits.masked_fill(region_attention_mask == 0, _MASKED_SCORE)
+            logits = logits.masked_fill(region_attention_mask == 0, MASKED_SCORE)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return UniterReferringExpressionOutput(
             loss=loss, logits=logits, last_hidden_state=outputs.last_hidden_state,

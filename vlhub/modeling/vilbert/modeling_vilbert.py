@@ -27,6 +27,7 @@ from transformers.utils import TransformersKwargs, add_start_docstrings_to_model
 from transformers.utils.generic import can_return_tuple
 
 from ..layers import (
+    MASKED_SCORE,
     BertEmbeddings,
     BertPredictionHeadTransform,
     check_text_and_region_inputs,
@@ -53,9 +54,6 @@ __all__ = [
     "VilbertForPreTrainingOutput",
     "VilbertClassifierOutput",
 ]
-
-# The original adds this to the scores of padded regions (`vision_logit`) and to padded keys.
-_MASKED_SCORE = -10000.0
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -878,7 +876,7 @@ class VilbertForReferringExpression(_VilbertHead):
         logits = self.vision_logit(self.dropout(outputs.vision_last_hidden_state)).squeeze(-1)
         region_attention_mask = inputs["region_attention_mask"]
         if region_attention_mask is not None:
-            logits = logits + (1 - region_attention_mask.to(logits.dtype)) * _MASKED_SCORE
+            logits = logits + (1 - region_attention_mask.to(logits.dtype)) * MASKED_SCORE
         if choice_region_ids is not None:
             logits = logits.gather(1, _checked_choices(choice_region_ids, logits.shape))
         text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)

@@ -27,12 +27,14 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import (
+    MASKED_SCORE,
     BertEmbeddings,
     BertEncoder,
     BertOnlyMLMHead,
     BertPooler,
     BertPredictionHeadTransform,
     extended_attention_mask,
+    flatten_choices,
     soft_score_loss,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
@@ -52,8 +54,11 @@ __all__ = [
     "geometry_embedding",
 ]
 
-# The original fills the scores of padded objects with this value (`refcoco/modules/resnet_vlbert_for_refcoco.py`).
-_MASKED_SCORE = -10000.0
+# Per-example dimensions of the multiple-choice inputs as one input shared by every choice (`flatten_choices`).
+_CHOICE_NDIMS = {
+    "input_ids": 1, "attention_mask": 1, "token_type_ids": 1, "text_region_ids": 1, "inputs_embeds": 2,
+    "region_features": 2, "region_locations": 2, "region_attention_mask": 1, "pixel_values": 3, "region_boxes": 2,
+}
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -661,42 +666,15 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         )
         sequence_output = outputs.last_hidden_state
         text_length = _text_length(input_ids, inputs_embeds)
-        text_output = sequence_output[:, :text_length]
-        mvrc_logits = None
-        if _regions(region_features, region_boxes) is not None:
-            mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1])
-        losses: dict[str, torch.Tensor] = {}
+        has_regions = _regions(region_features, region_boxes) is not None
+        mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1]) if has_regions else None
         if labels is not None:
-            if labels.shape != text_output.shape[:2]:
-                raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
-                                 f"got {tuple(labels.shape)}")
-            selected = labels >= 0
-            # Only the labelled tokens go through the vocabulary projection (row-major over (example, position)).
-            mlm_logits = self.cls(text_output[selected])
-            targets = labels[selected]
-            if region_attention_mask is not None:
-                has_image = region_attention_mask.bool().any(dim=1)
-            else:
-                has_image = torch.full((labels.shape[0],), _regions(region_features, region_boxes) is not None,
-                                       device=labels.device)
-            token_has_image = has_image.unsqueeze(1).expand_as(labels)[selected]
-            per_token = F.cross_entropy(mlm_logits.float(), targets, reduction="none")
-            for name, rows in (("mlm_loss", token_has_image), ("text_only_mlm_loss", ~token_has_image)):
-                # Sum / count (not a mean over an empty set) so that a half without labels gives 0, not NaN.
-                rows = rows.to(per_token.dtype)
-                losses[name] = (per_token * rows).sum() / rows.sum().clamp(min=1)
+            mlm_logits, losses = self._masked_language_modelling(sequence_output[:, :text_length], labels,
+                                                                 region_attention_mask, has_regions)
         else:
-            mlm_logits = self.cls(text_output)
+            mlm_logits, losses = self.cls(sequence_output[:, :text_length]), {}
         if region_class_targets is not None:
-            if mvrc_logits is None:
-                raise ValueError("region_class_targets need regions (region_features, or pixel_values and region_boxes)")
-            if region_class_targets.shape != mvrc_logits.shape:
-                raise ValueError(f"region_class_targets must have shape {tuple(mvrc_logits.shape)}, "
-                                 f"got {tuple(region_class_targets.shape)}")
-            targets = region_class_targets.float()
-            labelled = ((targets.sum(-1) - 1).abs() < 0.1).float()
-            per_object = -(F.log_softmax(mvrc_logits.float(), dim=-1) * targets).sum(-1)
-            losses["mvrc_loss"] = (per_object * labelled).sum() / labelled.sum().clamp(min=1)
+            losses["mvrc_loss"] = _masked_region_classification_loss(mvrc_logits, region_class_targets)
         loss = sum(losses.values()) if losses else None
         return VlBertForPreTrainingOutput(
             loss=loss,
@@ -707,6 +685,43 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _masked_language_modelling(self, text_output, labels, region_attention_mask,
+                                   has_regions: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The MLM logits at the labelled tokens (row-major over (example, position)) and the losses of the
+        image-text rows (`mlm_loss`) and of the text-only rows (`text_only_mlm_loss`)."""
+        if labels.shape != text_output.shape[:2]:
+            raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
+                             f"got {tuple(labels.shape)}")
+        selected = labels >= 0
+        # Only the labelled tokens go through the vocabulary projection.
+        mlm_logits = self.cls(text_output[selected])
+        if region_attention_mask is not None:
+            has_image = region_attention_mask.bool().any(dim=1)
+        else:
+            has_image = torch.full((labels.shape[0],), has_regions, device=labels.device)
+        token_has_image = has_image.unsqueeze(1).expand_as(labels)[selected]
+        per_token = F.cross_entropy(mlm_logits.float(), labels[selected], reduction="none")
+        losses = {}
+        for name, rows in (("mlm_loss", token_has_image), ("text_only_mlm_loss", ~token_has_image)):
+            # Sum / count (not a mean over an empty set) so that a half without labels gives 0, not NaN.
+            rows = rows.to(per_token.dtype)
+            losses[name] = (per_token * rows).sum() / rows.sum().clamp(min=1)
+        return mlm_logits, losses
+
+
+def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> torch.Tensor:
+    """MVRC: cross-entropy against the detector's class distribution, over the labelled objects (the rows summing
+    to 1 ± 0.1)."""
+    if mvrc_logits is None:
+        raise ValueError("region_class_targets need regions (region_features, or pixel_values and region_boxes)")
+    if region_class_targets.shape != mvrc_logits.shape:
+        raise ValueError(f"region_class_targets must have shape {tuple(mvrc_logits.shape)}, "
+                         f"got {tuple(region_class_targets.shape)}")
+    targets = region_class_targets.float()
+    labelled = ((targets.sum(-1) - 1).abs() < 0.1).float()
+    per_object = -(F.log_softmax(mvrc_logits.float(), dim=-1) * targets).sum(-1)
+    return (per_object * labelled).sum() / labelled.sum().clamp(min=1)
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
@@ -855,7 +870,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
             region_attention_mask.bool() if region_attention_mask is not None
             else torch.ones_like(scores, dtype=torch.bool)
         )
-        logits = scores.masked_fill(~real, _MASKED_SCORE)
+        logits = scores.masked_fill(~real, MASKED_SCORE)
         loss = None
         if labels is not None:
             if labels.shape != scores.shape:
@@ -930,28 +945,14 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         if _regions(region_features, region_boxes) is None:
             raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
         batch, choices = text.shape[:2]
-
-        def per_sequence(t, shared_ndim):
-            """(batch, choices, ...) → (batch * choices, ...); a tensor shared by the choices is repeated."""
-            if t is None:
-                return None
-            if t.ndim == shared_ndim:
-                return t.repeat_interleave(choices, dim=0)
-            return t.flatten(0, 1)
-
-        outputs = self.vl_bert(
-            input_ids=per_sequence(input_ids, 2),
-            attention_mask=per_sequence(attention_mask, 2),
-            token_type_ids=per_sequence(token_type_ids, 2),
-            region_features=per_sequence(region_features, 3),
-            region_locations=per_sequence(region_locations, 3),
-            region_attention_mask=per_sequence(region_attention_mask, 2),
-            text_region_ids=per_sequence(text_region_ids, 2),
-            inputs_embeds=per_sequence(inputs_embeds, 3),
-            pixel_values=per_sequence(pixel_values, 4),
-            region_boxes=per_sequence(region_boxes, 3),
-            **kwargs,
+        flat = flatten_choices(
+            dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                 region_features=region_features, region_locations=region_locations,
+                 region_attention_mask=region_attention_mask, text_region_ids=text_region_ids,
+                 inputs_embeds=inputs_embeds, pixel_values=pixel_values, region_boxes=region_boxes),
+            batch, choices, _CHOICE_NDIMS,
         )
+        outputs = self.vl_bert(**flat, **kwargs)
         logits = self.vcr_head(outputs.pooler_output).view(batch, choices)
         losses = []
         if labels is not None:
@@ -959,16 +960,28 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
             losses.append(F.binary_cross_entropy_with_logits(logits.float(), targets))
         region_logits = region_loss = None
         if self.vcr_region_head is not None:
-            text_length = text.shape[2]
-            region_logits = self.vcr_region_head(outputs.last_hidden_state[:, text_length:-1])
-            region_logits = region_logits.view(batch, choices, *region_logits.shape[1:])
-            if region_labels is not None:
-                region_labels = per_sequence(region_labels, 2).view(batch, choices, -1)
-                real = per_sequence(region_attention_mask, 2)
-                real = torch.ones_like(region_labels, dtype=torch.bool) if real is None else real.view_as(region_labels).bool()
-                region_loss = F.cross_entropy(region_logits.float()[real], region_labels[real])
+            region_logits, region_loss = self._classify_objects(
+                outputs.last_hidden_state[:, text.shape[2]:-1], batch, choices, region_labels,
+                flat["region_attention_mask"],
+            )
+            if region_loss is not None:
                 losses.append(region_loss)
         return VlBertMultipleChoiceOutput(
             loss=sum(losses) if losses else None, logits=logits, region_logits=region_logits, region_loss=region_loss,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
         )
+
+    def _classify_objects(self, object_states, batch: int, choices: int, region_labels, region_attention_mask):
+        """The object head (the original's `CNN_LOSS_TOP`): class logits `(batch, choices, num_regions,
+        num_vcr_region_labels)` and, with `region_labels`, their cross-entropy over the real objects."""
+        region_logits = self.vcr_region_head(object_states)
+        region_logits = region_logits.view(batch, choices, *region_logits.shape[1:])
+        if region_labels is None:
+            return region_logits, None
+        region_labels = flatten_choices({"region_labels": region_labels}, batch, choices, {"region_labels": 1})
+        region_labels = region_labels["region_labels"].view(batch, choices, -1)
+        if region_attention_mask is None:
+            real = torch.ones_like(region_labels, dtype=torch.bool)
+        else:
+            real = region_attention_mask.view_as(region_labels).bool()
+        return region_logits, F.cross_entropy(region_logits.float()[real], region_labels[real])

@@ -123,6 +123,36 @@ def _read_answers(path: str | os.PathLike, num_answers: int) -> list[str]:
     return answers
 
 
+def _set_answer_labels(model_config, answers, num_labels: int, report: ConversionReport) -> None:
+    """id2label from Pythia's answer vocabulary (or `answer_<i>`); answer 0 never predicted, as the original."""
+    if answers is not None:
+        labels = _read_answers(answers, num_labels)
+    else:
+        labels = [f"answer_{i}" for i in range(num_labels)]
+        report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
+    set_answer_labels(model_config, labels)
+    # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
+    model_config.unknown_answer_id = 0
+    report.notes.append(f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original "
+                        "evaluation")
+
+
+def _card_usage(task: str, folder_name: str, class_name: str) -> str:
+    """The model card's usage snippet for the converted task."""
+    usage = f"""import vlhub
+from transformers import AutoProcessor, {'AutoModelForVisualQuestionAnswering' if task == 'vqa' else 'AutoModelForImageTextToText'}
+processor = AutoProcessor.from_pretrained("{folder_name}")"""
+    if task == "vqa":
+        usage += f"""
+model = AutoModelForVisualQuestionAnswering.from_pretrained("{folder_name}")
+answer_ids = model(**processor(text=question, regions=regions)).predicted_answer_ids"""
+    else:
+        usage += f"""
+model = vlhub.{class_name}.from_pretrained("{folder_name}")
+captions = processor.batch_decode(model.generate(**processor(regions=regions), max_new_tokens=20, num_beams=5))"""
+    return usage
+
+
 def convert_unified_vlp(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -168,16 +198,7 @@ def convert_unified_vlp(
     model_config, notes = _config_from_checkpoint(state_dict, original_config, num_labels)
     report = ConversionReport(source=checkpoint.name, notes=notes)
     if task == "vqa":
-        if answers is not None:
-            labels = _read_answers(answers, num_labels)
-        else:
-            labels = [f"answer_{i}" for i in range(num_labels)]
-            report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
-        set_answer_labels(model_config, labels)
-        # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
-        model_config.unknown_answer_id = 0
-        report.notes.append(f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original "
-                            "evaluation")
+        _set_answer_labels(model_config, answers, num_labels, report)
 
     model_class = getattr(unified_vlp, VLP_TASKS[task])
     model = model_class(model_config)
@@ -198,17 +219,7 @@ def convert_unified_vlp(
         feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"
     )
     output_dir = Path(output_dir)
-    usage = f"""import vlhub
-from transformers import AutoProcessor, {'AutoModelForVisualQuestionAnswering' if task == 'vqa' else 'AutoModelForImageTextToText'}
-processor = AutoProcessor.from_pretrained("{output_dir.name}")"""
-    if task == "vqa":
-        usage += f"""
-model = AutoModelForVisualQuestionAnswering.from_pretrained("{output_dir.name}")
-answer_ids = model(**processor(text=question, regions=regions)).predicted_answer_ids"""
-    else:
-        usage += f"""
-model = vlhub.{model_class.__name__}.from_pretrained("{output_dir.name}")
-captions = processor.batch_decode(model.generate(**processor(regions=regions), max_new_tokens=20, num_beams=5))"""
+    usage = _card_usage(task, output_dir.name, model_class.__name__)
     return save_converted_model(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),

@@ -210,6 +210,43 @@ def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dic
                       "max_bb)")
 
 
+def _set_task_head_config(model_config, state_dict: dict, task: str, checkpoint: Path, answers) -> None:
+    """The head settings a task reads from the checkpoint: VQA's answer vocabulary (id2label), NLVR2's head kind,
+    the referring-expression head's depth."""
+    if task in ("vqa", "ve"):
+        if "vqa_output.3.weight" not in state_dict:
+            raise CheckpointError(f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none")
+        num_answers = state_dict["vqa_output.3.weight"].shape[0]
+        if task == "vqa":
+            ans2label = _find_answers(checkpoint, answers)
+            if ans2label is None:
+                raise FileNotFoundError(
+                    "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
+                    "(train_vqa.py writes it beside its checkpoints)"
+                )
+            if len(ans2label) != num_answers or sorted(ans2label.values()) != list(range(num_answers)):
+                raise CheckpointError(
+                    f"the answer vocabulary has {len(ans2label)} entries but the head predicts {num_answers} answers"
+                )
+            model_config.id2label = {index: answer for answer, index in ans2label.items()}
+            model_config.label2id = dict(ans2label)
+    if task == "nlvr2":
+        model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
+    if task == "re" and "re_output.3.weight" in state_dict:
+        model_config.re_head_layers = 2
+
+
+def _zero_unused_mask_row(model, report: ConversionReport) -> None:
+    """The original zeroes mask_embedding row 0 on every masked forward and never adds it otherwise."""
+    mask_embedding = model.uniter.img_embeddings.mask_embedding.weight
+    if mask_embedding[0].abs().max() > 0:
+        with torch.no_grad():
+            mask_embedding[0].zero_()
+        report.notes.append(
+            "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
+        )
+
+
 def convert_uniter(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -250,27 +287,7 @@ def convert_uniter(
     notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
-    if task in ("vqa", "ve"):
-        if "vqa_output.3.weight" not in state_dict:
-            raise CheckpointError(f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none")
-        num_answers = state_dict["vqa_output.3.weight"].shape[0]
-        if task == "vqa":
-            ans2label = _find_answers(checkpoint, answers)
-            if ans2label is None:
-                raise FileNotFoundError(
-                    "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
-                    "(train_vqa.py writes it beside its checkpoints)"
-                )
-            if len(ans2label) != num_answers or sorted(ans2label.values()) != list(range(num_answers)):
-                raise CheckpointError(
-                    f"the answer vocabulary has {len(ans2label)} entries but the head predicts {num_answers} answers"
-                )
-            model_config.id2label = {index: answer for answer, index in ans2label.items()}
-            model_config.label2id = dict(ans2label)
-    if task == "nlvr2":
-        model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
-    if task == "re" and "re_output.3.weight" in state_dict:
-        model_config.re_head_layers = 2
+    _set_task_head_config(model_config, state_dict, task, checkpoint, answers)
 
     model_class = UNITER_TASKS[task]
     model = model_class(model_config)
@@ -281,13 +298,7 @@ def convert_uniter(
         report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
     convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
     if task == "pretraining":
-        mask_embedding = model.uniter.img_embeddings.mask_embedding.weight
-        if mask_embedding[0].abs().max() > 0:
-            with torch.no_grad():
-                mask_embedding[0].zero_()
-            report.notes.append(
-                "mask_embedding row 0 zeroed: the original zeroes it on every masked forward and never adds it otherwise"
-            )
+        _zero_unused_mask_row(model, report)
 
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
     processor = UniterProcessor(

@@ -277,6 +277,57 @@ def _read_answers(checkpoint: Path, answers) -> list[str] | None:
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _read_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
+    """The original state dict as saved, and with the `vlbert._module.` wrapper prefix taken off."""
+    raw = load_torch_state_dict(checkpoint)
+    raw = strip_prefix(raw, "module.")  # a checkpoint saved without the wrapper still has none
+    if not any(k.startswith("vlbert.") for k in raw) or "vlbert.word_embeddings.weight" not in {
+        re.sub(r"^vlbert\._module\.", "vlbert.", k) for k in raw
+    }:
+        raise CheckpointError(
+            f"{checkpoint.name} is not a VL-BERT checkpoint: it has no vlbert.word_embeddings.weight "
+            f"(it looks like: {_looks_like(raw)})"
+        )
+    state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
+    return raw, state_dict
+
+
+def _set_vqa_answers(model_config, state_dict: dict, detected: str, checkpoint: Path, answers) -> None:
+    """id2label from the answer vocabulary, checked against a fine-tuned head's answer count."""
+    num_answers = state_dict["final_mlp.2.weight"].shape[0] if detected == "vqa" else None
+    answer_list = _read_answers(checkpoint, answers)
+    if answer_list is None:
+        raise FileNotFoundError(
+            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers answers_vqa.txt (the "
+            "original's DATASET.ANSWER_VOCAB_FILE)"
+        )
+    if num_answers is not None and len(answer_list) != num_answers:
+        raise CheckpointError(
+            f"the answer vocabulary has {len(answer_list)} entries but the head predicts {num_answers} answers"
+        )
+    set_answer_labels(model_config, answer_list)
+
+
+def _converted_processor(model_config, tok, config, task: str, report: ConversionReport) -> VlBertProcessor:
+    """The processor with the original loaders' rules: every box kept, pre-training's sort and joint cut."""
+    # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
+    seq_len = conceptual_captions_seq_len(config, task)
+    if seq_len is not None:
+        report.notes.append(f"processor: objects sorted by their largest class score and text + objects (the whole "
+                            f"image included) cut together to {seq_len}, as the original's Conceptual Captions loader "
+                            "(SEQ_LEN); fine-tuning (for_task) turns this off")
+    return VlBertProcessor(
+        # The original's datasets keep every box of a feature file (and the whole-image box first): no limit.
+        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=None,
+                                                image_feature_precomputed=model_config.image_feature_precomputed,
+                                                sort_by_class_score=seq_len is not None,
+                                                **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
+        tokenizer=tok,
+        answer_slot=task == "vqa",
+        max_text_and_objects=seq_len,
+    )
+
+
 def convert_vl_bert(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -301,16 +352,7 @@ def convert_vl_bert(
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
     checkpoint = Path(checkpoint)
-    raw = load_torch_state_dict(checkpoint)
-    raw = strip_prefix(raw, "module.")  # a checkpoint saved without the wrapper still has none
-    if not any(k.startswith("vlbert.") for k in raw) or "vlbert.word_embeddings.weight" not in {
-        re.sub(r"^vlbert\._module\.", "vlbert.", k) for k in raw
-    }:
-        raise CheckpointError(
-            f"{checkpoint.name} is not a VL-BERT checkpoint: it has no vlbert.word_embeddings.weight "
-            f"(it looks like: {_looks_like(raw)})"
-        )
-    state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
+    raw, state_dict = _read_checkpoint(checkpoint)
     detected = detect_vl_bert_task(raw)
     task = task or detected
     check_task(task, VL_BERT_TASKS)
@@ -328,18 +370,7 @@ def convert_vl_bert(
     report = ConversionReport(source=checkpoint.name, notes=notes)
 
     if task == "vqa":
-        num_answers = state_dict["final_mlp.2.weight"].shape[0] if detected == "vqa" else None
-        answer_list = _read_answers(checkpoint, answers)
-        if answer_list is None:
-            raise FileNotFoundError(
-                "the VQA answer vocabulary is needed for id2label: pass answers=/--answers answers_vqa.txt (the "
-                "original's DATASET.ANSWER_VOCAB_FILE)"
-            )
-        if num_answers is not None and len(answer_list) != num_answers:
-            raise CheckpointError(
-                f"the answer vocabulary has {len(answer_list)} entries but the head predicts {num_answers} answers"
-            )
-        set_answer_labels(model_config, answer_list)
+        _set_vqa_answers(model_config, state_dict, detected, checkpoint, answers)
 
     model_class = VL_BERT_TASKS[task]
     model = model_class(model_config)
@@ -356,22 +387,7 @@ def convert_vl_bert(
     tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
-    # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
-    seq_len = conceptual_captions_seq_len(config, task)
-    if seq_len is not None:
-        report.notes.append(f"processor: objects sorted by their largest class score and text + objects (the whole "
-                            f"image included) cut together to {seq_len}, as the original's Conceptual Captions loader "
-                            "(SEQ_LEN); fine-tuning (for_task) turns this off")
-    processor = VlBertProcessor(
-        # The original's datasets keep every box of a feature file (and the whole-image box first): no limit.
-        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=None,
-                                                image_feature_precomputed=model_config.image_feature_precomputed,
-                                                sort_by_class_score=seq_len is not None,
-                                                **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
-        tokenizer=tok,
-        answer_slot=task == "vqa",
-        max_text_and_objects=seq_len,
-    )
+    processor = _converted_processor(model_config, tok, config, task, report)
     return save_converted_model(
         output_dir, model, report, processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),

@@ -13,6 +13,7 @@ import vlhub
 from tests.test_scst import check_scoring_hook, check_scst_training, scst_run
 from tests.test_training_cli import write_store_dataset
 from tests.training_helpers import assert_resume_reproduces, synthetic_corpus, tiny_tokenizer
+from vlhub.registry import Architecture
 from vlhub.training.pretraining import build_pretraining_model
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
@@ -97,18 +98,15 @@ def test_retrieval_task_follows_the_heads_negatives(tmp_path):
     with pytest.raises(ValueError, match="at least 2 pairs"):
         task.train_sampler(1, 1, 0)
 
-    class SampledHead(torch.nn.Module):  # a head that declares nothing trains on sampled hard negatives
-        config = model.config
+    class SampledHead(torch.nn.Module):  # an architecture that declares nothing trains on sampled hard negatives
+        config = vlhub.UniterConfig()
 
     assert type(retrieval_task(SampledHead(), *args, num_sampled=5, num_hard=2)) is RetrievalTask
     with pytest.raises(ValueError, match="hard negatives"):
         retrieval_task(SampledHead(), *args, num_sampled=2, num_hard=3)
-
-    class OddHead(SampledHead):
-        retrieval_negatives = "everything"
-
-    with pytest.raises(ValueError, match="OddHead.retrieval_negatives is 'everything'"):
-        retrieval_task(OddHead(), *args)
+    odd = dict(name="Odd", package="odd", config="C", processor="P", region_processor="R")
+    with pytest.raises(ValueError, match="architecture 'odd' .*retrieval_negatives 'everything' is none of"):
+        Architecture(model_type="odd", retrieval_negatives="everything", **odd)
 
 
 def test_in_batch_retrieval_step_is_the_hardest_negative_hinge_without_same_image_pairs(tmp_path):

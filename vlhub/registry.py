@@ -16,12 +16,19 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 __all__ = [
     "Architecture",
+    "MatchScore",
+    "ChoiceLayout",
+    "CaptionScorer",
+    "InitializesFromPretraining",
+    "RETRIEVAL_NEGATIVES",
+    "CHOICE_LAYOUTS",
     "register_architecture",
     "get_architecture",
+    "architecture_of_processor",
     "architectures",
     "lazy_exports",
     "resolve",
@@ -44,6 +51,83 @@ def resolve(path: str) -> Any:
     if not attribute:
         raise ValueError(f"expected 'module.path:attribute', got {path!r}")
     return getattr(importlib.import_module(module), attribute)
+
+
+# -- capabilities: what shared code may rely on, declared by an architecture instead of probed on its objects -------
+@runtime_checkable
+class ChoiceLayout(Protocol):
+    """A processor that lays out multiple-choice pairs itself (`choice_layout="vcr"`: VL-BERT's VCR text)."""
+
+    def vcr_text(self, question, choices, objects, answer=None, max_length: int = 64, **kwargs) -> dict: ...
+
+
+@runtime_checkable
+class InitializesFromPretraining(Protocol):
+    """A task head that starts from the pre-trained heads (`heads_from_pretraining`); returns the names of the
+    weights it set, so the load report lists only the ones that stay newly initialised."""
+
+    def initialize_from_pretraining(self, pretraining_state_dict: dict) -> list[str]: ...
+
+
+@runtime_checkable
+class CaptionScorer(Protocol):
+    """A captioning head that self-critical training can drive: `generate()`, `caption_scoring_inputs(prompt,
+    caption_ids, caption_mask) -> forward kwargs` whose `logits` `(B, T, vocab)` score the given captions word by word
+    as decoding would, and `check_generation_inputs(input_ids, max_new_tokens)` (a clear error for what it cannot
+    generate)."""
+
+    def generate(self, *args, **kwargs): ...
+
+    def caption_scoring_inputs(self, prompt: dict, caption_ids, caption_mask=None) -> dict: ...
+
+    def check_generation_inputs(self, input_ids, max_new_tokens) -> None: ...
+
+
+# What each declared capability value means (the values shared code knows).
+CHOICE_LAYOUTS = {
+    "pair": "question and choice joined into one text by the shared code ([CLS] question [SEP] choice [SEP])",
+    "vcr": "the processor's own VCR layout (`vcr_text`, the `ChoiceLayout` protocol)",
+}
+RETRIEVAL_NEGATIVES = {
+    "sampled": "sampled hard negatives per positive pair (`RetrievalTask`)",
+    "in_batch": "the other pairs of the batch, ranked within it (`InBatchRetrievalTask`)",
+}
+
+
+@dataclass(frozen=True)
+class MatchScore:
+    """Where a pre-training head says whether a text matches an image, read by zero-shot retrieval.
+
+    vlhub's one convention for matching scores: **a pair's score is a logit, higher means "match"**, and the
+    retrieval pipeline's `score` is its sigmoid. A two-class matching head is read through this declaration, so the
+    class order of the original (UNITER: column 1 = match; ViLBERT: column 0 = aligned) stays inside the architecture.
+
+    Attributes:
+        field: the output field with the `(batch, 2)` matching logits ("itm_logits", "alignment_logits").
+        match_class: the column that means "match" (0 or 1).
+        log_odds: False: the score is the match column's logit (UNITER, whose retrieval head is initialised from that
+            row of its ITM head); True: the match column minus the other one, the logit of the softmax's "match"
+            probability (ViLBERT's zero-shot retrieval scores with `softmax(alignment)[0]`).
+    """
+
+    field: str
+    match_class: int
+    log_odds: bool = False
+
+    def __post_init__(self):
+        if not self.field:
+            raise ValueError("MatchScore.field must name the output field with the matching logits")
+        if self.match_class not in (0, 1):
+            raise ValueError(f"MatchScore.match_class must be 0 or 1 (a two-class matching head), got {self.match_class!r}")
+
+    def __call__(self, outputs):
+        """`(batch,)` match scores from a model's outputs (a `ModelOutput`)."""
+        logits = outputs[self.field] if self.field in outputs else None
+        if logits is None or logits.ndim != 2 or logits.shape[1] != 2:
+            shape = None if logits is None else tuple(logits.shape)
+            raise ValueError(f"the model's {self.field!r} must be (batch, 2) matching logits, got {shape}")
+        score = logits[:, self.match_class]
+        return score - logits[:, 1 - self.match_class] if self.log_odds else score
 
 
 @dataclass(frozen=True)
@@ -74,6 +158,20 @@ class Architecture:
             VL-BERT has no image-text matching head: `{"retrieval": "..."}`).
         finetuning_objectives: task → the name of the objective (among `objectives`) that fine-tunes that task's
             head, for tasks trained on captions (Unified VLP: `{"captioning": "s2s"}`, its masked seq2seq LM).
+
+    Capabilities (what shared code relies on; checked when registered, and each class against its protocol when it
+    is first resolved):
+        choice_layout: how multiple-choice pairs are laid out (`CHOICE_LAYOUTS`): "pair" (the default) or "vcr" (the
+            processor implements `ChoiceLayout`, VL-BERT).
+        match_score: how the pre-training head scores image-text matching (`MatchScore`), for zero-shot retrieval
+            from a pre-training checkpoint; None: a pre-training checkpoint cannot rank pairs.
+        retrieval_negatives: how the "retrieval" head trains (`RETRIEVAL_NEGATIVES`): "sampled" (the default) or
+            "in_batch" (TDEN).
+        heads_from_pretraining: the tasks whose heads start from the pre-trained heads when fine-tuned from a
+            pre-training checkpoint (they implement `InitializesFromPretraining`).
+        config_mask_token_id: the config names the tokenizer's [MASK] (`mask_token_id`), set from the tokenizer when a
+            config is built (VL-BERT reads its VQA answer at [MASK]; Unified VLP predicts the next word there).
+        The "captioning" head, where there is one, implements `CaptionScorer` (self-critical training drives it).
     """
 
     model_type: str
@@ -93,6 +191,30 @@ class Architecture:
     converter: str | None = None
     unsupported_tasks: Mapping[str, str] = field(default_factory=dict)
     finetuning_objectives: Mapping[str, str] = field(default_factory=dict)
+    choice_layout: str = "pair"
+    match_score: MatchScore | None = None
+    retrieval_negatives: str = "sampled"
+    heads_from_pretraining: frozenset[str] = frozenset()
+    config_mask_token_id: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "heads_from_pretraining", frozenset(self.heads_from_pretraining))
+        problems = []
+        if self.choice_layout not in CHOICE_LAYOUTS:
+            problems.append(f"choice_layout {self.choice_layout!r} is none of {sorted(CHOICE_LAYOUTS)}")
+        if self.retrieval_negatives not in RETRIEVAL_NEGATIVES:
+            problems.append(f"retrieval_negatives {self.retrieval_negatives!r} is none of {sorted(RETRIEVAL_NEGATIVES)}")
+        if self.match_score is not None and not isinstance(self.match_score, MatchScore):
+            problems.append(f"match_score must be a MatchScore, got {type(self.match_score).__name__}")
+        if self.match_score is not None and "pretraining" not in self.task_models:
+            problems.append("match_score is declared but there is no 'pretraining' head to read it from")
+        undeclared = sorted(self.heads_from_pretraining - set(self.task_models))
+        if undeclared:
+            problems.append(f"heads_from_pretraining names tasks without a head in task_models: {undeclared}")
+        if self.heads_from_pretraining and "pretraining" not in self.task_models:
+            problems.append("heads_from_pretraining is declared but there is no 'pretraining' head to start from")
+        if problems:
+            raise ValueError(f"architecture {self.model_type!r} ({self.package}): " + "; ".join(problems))
 
     # -- classes ------------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Any:
@@ -104,7 +226,16 @@ class Architecture:
 
     @property
     def processor_class(self):
-        return self.resolve(self.processor)
+        processor_class = self.resolve(self.processor)
+        if self.choice_layout == "vcr":
+            self._check_protocol(processor_class, ChoiceLayout, 'choice_layout="vcr"')
+        return processor_class
+
+    def _check_protocol(self, cls, protocol, declared: str) -> None:
+        if not issubclass(cls, protocol):
+            methods = ", ".join(name for name in vars(protocol) if not name.startswith("_"))
+            raise TypeError(f"architecture {self.model_type!r} declares {declared}, but {cls.__name__} does not "
+                            f"implement {protocol.__name__} ({methods})")
 
     @property
     def region_processor_class(self):
@@ -124,7 +255,19 @@ class Architecture:
         if task not in self.task_models:
             why = f" ({self.unsupported_tasks[task]})" if task in self.unsupported_tasks else ""
             raise ValueError(f"{self.name} has no {task!r} head{why}; its heads: {sorted(self.task_models)}")
-        return self.resolve(self.task_models[task])
+        model_class = self.resolve(self.task_models[task])
+        if task in self.heads_from_pretraining:
+            self._check_protocol(model_class, InitializesFromPretraining, f"heads_from_pretraining={{{task!r}}}")
+        if task == "captioning":
+            self._check_protocol(model_class, CaptionScorer, "a 'captioning' head")
+        return model_class
+
+    def initializes_from_pretraining(self, model_class) -> bool:
+        """Whether `model_class` (one of this architecture's heads) starts from the pre-trained heads."""
+        return any(self.task_models[task] == model_class.__name__ for task in self.heads_from_pretraining)
+
+    def is_pretraining_head(self, model) -> bool:
+        return self.has_task("pretraining") and isinstance(model, self.model_class("pretraining"))
 
     def has_task(self, task: str) -> bool:
         return task in self.task_models
@@ -177,6 +320,15 @@ def on_register(listener: Callable[[Architecture], None]) -> None:
 def unregister_architecture(model_type: str) -> None:
     """Forget an architecture (tests register throwaway ones). Auto-class entries made for it stay."""
     _ARCHITECTURES.pop(model_type, None)
+
+
+def architecture_of_processor(processor) -> Architecture | None:
+    """The registered architecture whose processor `processor` is (or derives from); None for another processor."""
+    for cls in type(processor).__mro__:
+        for architecture in _ARCHITECTURES.values():
+            if cls.__name__ == architecture.processor and cls.__module__.startswith(architecture.package):
+                return architecture
+    return None
 
 
 def get_architecture(model_type: str) -> Architecture:

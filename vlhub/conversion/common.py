@@ -361,7 +361,7 @@ def convert_state_dict(
     in `report.initialized` (they keep the model's fresh initialisation). Returns the loaded `{target: tensor}`.
     """
     targets = model.state_dict()
-    ties = {**(getattr(model, "_tied_weights_keys", None) or {}), **key_map.ties}
+    ties = {**(model._tied_weights_keys or {}), **key_map.ties}
     renamed = key_map.rename_all(source_state_dict)
     mapped: dict[str, torch.Tensor] = {}
     model_name = type(model).__name__

@@ -20,7 +20,7 @@ import warnings
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, Pipeline
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, Pipeline, PreTrainedModel
 
 from ..processing.regions import RegionFeatures
 from ..registry import architectures
@@ -31,8 +31,7 @@ __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
 
 
 def is_vlhub_model(model) -> bool:
-    config = getattr(model, "config", None)
-    return getattr(config, "model_type", None) in architectures()
+    return isinstance(model, PreTrainedModel) and model.config.model_type in architectures()
 
 
 class FiniteScoresGuard(LogitsProcessor):

@@ -8,6 +8,7 @@ from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
 from ..processing.processor_base import check_text
+from ..registry import get_architecture
 from .visual_question_answering import TopKPipelineMixin, check_finite_output, check_image
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
@@ -17,7 +18,7 @@ class AutoModelForImageTextRetrieval:
     """Loads the retrieval head a checkpoint was saved with (transformers has no Auto class for retrieval).
 
     A checkpoint's `config.architectures` names its class; a pre-training checkpoint is loaded as is and scored
-    with its ITM "match" logit (zero-shot retrieval).
+    with the matching score its architecture declares (`Architecture.match_score`, zero-shot retrieval).
     """
 
     @classmethod
@@ -33,8 +34,6 @@ class AutoModelForImageTextRetrieval:
 
 def _check_can_rank(config) -> None:
     """An architecture without a retrieval head (and without ITM) cannot rank pairs: say so, with its reason."""
-    from ..registry import get_architecture
-
     try:
         architecture = get_architecture(config.model_type)
     except ValueError:
@@ -44,14 +43,15 @@ def _check_can_rank(config) -> None:
         raise ValueError(f"image-text retrieval is not available for {architecture.name}: {why}")
 
 
-def _retrieval_scores(outputs) -> torch.Tensor:
-    """One score per pair: the retrieval head's logit, or a pre-training model's ITM "match" logit (an alignment
-    head's `aligned - not aligned` logit)."""
-    if getattr(outputs, "itm_logits", None) is not None:
-        return outputs.itm_logits[:, 1]
-    if getattr(outputs, "alignment_logits", None) is not None:
-        # Pre-training heads whose class 0 means "aligned" (ViLBERT): the logit of softmax(alignment)[0].
-        return outputs.alignment_logits[:, 0] - outputs.alignment_logits[:, 1]
+def _retrieval_scores(model, outputs) -> torch.Tensor:
+    """One score per pair, a logit (higher: a better match): the retrieval head's logit, or for a pre-training model
+    the matching score its architecture declares (`Architecture.match_score`: which field and class mean "match")."""
+    architecture = get_architecture(model.config.model_type)
+    if architecture.is_pretraining_head(model):
+        if architecture.match_score is None:
+            raise ValueError(f"a {architecture.name} pre-training checkpoint cannot rank image-text pairs zero-shot "
+                             "(its architecture declares no matching score): use a retrieval checkpoint")
+        return architecture.match_score(outputs)
     logits = outputs.logits
     if logits.ndim != 2 or logits.shape[1] != 1:
         raise ValueError(f"a retrieval model must give one score per pair, got logits of shape {tuple(logits.shape)}")
@@ -112,7 +112,7 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
     def _forward(self, inputs):
         candidate, is_last = inputs.pop("candidate"), inputs.pop("is_last")
         model_inputs = {k: v for k, v in inputs.items() if k in self.processor.model_input_names}
-        scores = _retrieval_scores(self.model(**model_inputs))
+        scores = _retrieval_scores(self.model, self.model(**model_inputs))
         check_finite_output(scores, "retrieval scores")
         return {"candidate": candidate, "is_last": is_last, "logits": scores}
 

@@ -134,7 +134,7 @@ def extract_to_store(
     accelerator.wait_for_everyone()
     pending = [(image_id, images[image_id]) for image_id in sorted(images) if image_id not in completed]
     summary = ExtractionSummary(total=len(images), already_stored=len(images) - len(pending))
-    if hasattr(extractor, "to"):
+    if isinstance(extractor, torch.nn.Module):  # the detector; a plain callable has no device to move
         extractor = extractor.to(accelerator.device)
     failures: list[dict] = []
     with accelerator.split_between_processes(pending) as mine:

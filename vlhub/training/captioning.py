@@ -9,10 +9,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch.utils.data import Dataset
 
 from ..evaluation.captions import CAPTION_METRICS
 from ..processing.regions import RegionFeatures
+from ..registry import get_architecture
 from .collators import CaptionDataset, PretrainingCollator
 from .finetuning import _architecture_name
 from .loop import TrainingTask
@@ -202,7 +204,7 @@ class PromptCollator:
 
 
 def _unwrapped(model):
-    return getattr(model, "module", model)  # generate() and the hooks live on the model, not on a DDP wrapper
+    return extract_model_from_parallel(model)  # generate() and the hooks live on the model, not on a DDP wrapper
 
 
 class SelfCriticalCaptioningTask(CaptioningTask):
@@ -215,7 +217,8 @@ class SelfCriticalCaptioningTask(CaptioningTask):
     sampled words up to and including the end token. Logged: `reward` (mean CIDEr-D of the samples),
     `baseline_reward` (of the greedy captions) and `scst_loss`.
 
-    Architecture-agnostic: the model needs `generate()` (greedy and `do_sample=True`) and the captioning hook
+    Architecture-agnostic: the model is its architecture's "captioning" head, which implements
+    `vlhub.registry.CaptionScorer`: `generate()` (greedy and `do_sample=True`) and the captioning hook
     `caption_scoring_inputs(prompt, caption_ids, caption_mask) -> forward kwargs` whose `logits` `(B, T, vocab)`
     score `caption_ids` word by word as decoding would (the architecture's segment ids and attention masks). The
     log-probabilities come from that one teacher-forced forward (through the DDP wrapper, so gradients synchronise).
@@ -305,14 +308,15 @@ class SelfCriticalCaptioningTask(CaptioningTask):
 
 
 def check_can_caption(model, max_new_tokens: int | None = None) -> None:
-    """A clear error when `model` cannot be trained by self-critical captioning (no `generate()`, no
-    `caption_scoring_inputs` hook, or a checkpoint whose captioning head was not kept)."""
-    missing = [name for name in ("generate", "caption_scoring_inputs") if not callable(getattr(model, name, None))]
-    if missing:
+    """A clear error when `model` cannot be trained by self-critical captioning (not its architecture's captioning
+    head, which has `generate()` and the `caption_scoring_inputs` hook, or a checkpoint whose captioning head was
+    not kept)."""
+    architecture = get_architecture(model.config.model_type)
+    captioner = architecture.model_class("captioning") if architecture.has_task("captioning") else None
+    if captioner is None or not isinstance(model, captioner):
         raise ValueError(
-            f"{type(model).__name__} cannot be trained as a captioner with self-critical training: it lacks "
-            f"{' and '.join(missing)} (a captioning head with generate() and the caption_scoring_inputs hook that "
-            "scores given captions word by word is needed; see vlhub.training.captioning)")
-    check = getattr(model, "check_generation_inputs", None)
-    if callable(check):
-        check(None, max_new_tokens)
+            f"{type(model).__name__} cannot be trained as a captioner with self-critical training: it is not "
+            f"{architecture.name}'s captioning head ({captioner.__name__ if captioner else 'it has none'}), with "
+            "generate() and the caption_scoring_inputs hook that scores given captions word by word "
+            "(vlhub.registry.CaptionScorer; see vlhub.training.captioning)")
+    model.check_generation_inputs(None, max_new_tokens)

@@ -250,8 +250,8 @@ def _source_config(source: str, how_to_make_one: str):
 
 
 def _load_task_model(model_class, source: str, source_config, architecture, **kwargs):
-    """`model_class` from `source`. From a pre-training checkpoint, a head with `initialize_from_pretraining` starts
-    from the pre-trained heads (UNITER's rank_output from ITM, ...); the load report then lists only the weights that
+    """`model_class` from `source`. From a pre-training checkpoint, a head the architecture declares in
+    `heads_from_pretraining` starts from the pre-trained heads (UNITER's rank_output from ITM, ...); the load report then lists only the weights that
     stay newly initialised (transformers' own report would call the initialised ones MISSING)."""
     import torch
     from transformers.utils import logging as transformers_logging
@@ -259,7 +259,7 @@ def _load_task_model(model_class, source: str, source_config, architecture, **kw
     from .finetuning import load_pretraining_state
 
     if (architecture.task_models.get("pretraining") not in (source_config.architectures or [])
-            or not hasattr(model_class, "initialize_from_pretraining")):
+            or not architecture.initializes_from_pretraining(model_class)):
         return model_class.from_pretrained(source, **kwargs)
     report_logger = transformers_logging.get_logger("transformers.modeling_utils")
     level = report_logger.level

@@ -168,8 +168,9 @@ def shapes_store_key(world) -> str:
 
     digest = hashlib.sha256(f"store format {STORE_VERSION}".encode())  # a new layout gets a new store
     extractor = ShapesRegionExtractor()
-    settings = {k: getattr(extractor, k) for k in ("feature_dim", "pool_size", "include_whole_image",
-                                                   "class_smoothing", "projection_seed")}
+    settings = {"feature_dim": extractor.feature_dim, "pool_size": extractor.pool_size,
+                "include_whole_image": extractor.include_whole_image, "class_smoothing": extractor.class_smoothing,
+                "projection_seed": extractor.projection_seed}
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for split in SPLITS:
         for scene in world.scenes(split):

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
+from ..registry import architecture_of_processor, get_architecture
 from .collators import CaptionDataset
 from .data import arrow_slice
 from .loop import TrainingTask
@@ -408,14 +409,16 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
     `token_type_ids` (and any other per-token input the processor gives) `(batch, num_choices, text_length)`, and
     per-question inputs (ViLBERT's `task_ids`) `(batch, ...)`.
 
-    A processor with a VCR layout (`vcr_text`, VL-BERT's) lays out every choice as its original VCR model:
-    `[CLS] question [SEP] choice [SEP]`, the choice and its `[SEP]` of token type 1. The other processors take one
+    An architecture that declares `choice_layout="vcr"` (VL-BERT) has its processor lay out every choice as its
+    original VCR model (`vcr_text`): `[CLS] question [SEP] choice [SEP]`, the choice and its `[SEP]` of token type 1.
+    The other processors (`choice_layout="pair"`) take one
     text per example: the pair is joined into one, `[CLS] question [SEP] choice [SEP]` (the word pieces of both with
     the tokenizer's `[SEP]` between), every token of the processor's text type, a pair too long for the processor
     cut as VL-BERT cuts one (`_cut_pair`). That is the originals' layout, but for the type of the second segment:
     ViLBERT and TDEN give it type 1, UNITER a type row it adds for VCR, initialised from row 0 (the text's)."""
     batch, count = len(questions), len(choices[0])
-    if hasattr(processor, "vcr_text"):
+    architecture = architecture_of_processor(processor)
+    if architecture is not None and architecture.choice_layout == "vcr":
         rows = [processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
                 for q, cs in zip(questions, choices)]
         length = max(r["input_ids"].shape[1] for r in rows)
@@ -715,8 +718,8 @@ class InBatchRetrievalCollator:
 
 
 class InBatchRetrievalTask(RetrievalTask):
-    """Fine-tune a retrieval head that ranks within the batch (a model class with `retrieval_negatives =
-    "in_batch"`, e.g. TDEN's dual encoder): each batch is positive pairs only, and the model's own loss
+    """Fine-tune a retrieval head that ranks within the batch (of an architecture that declares
+    `retrieval_negatives="in_batch"`, e.g. TDEN's dual encoder): each batch is positive pairs only, and the model's own loss
     (`forward(..., image_ids=..., return_loss=True)`) takes the negatives among the batch's other images and
     captions (TDEN: X-modaler's `BatchTriplet`, the hardest in-batch negative both ways, margin
     `config.ranking_margin`). Evaluation reports `RetrievalTask`'s recall@1/5/10 both ways over a validation gallery,
@@ -764,7 +767,7 @@ class InBatchRetrievalTask(RetrievalTask):
         return info
 
 
-# How each kind of retrieval head trains (a head's class attribute `retrieval_negatives`; default "sampled").
+# How each kind of retrieval head trains (the architecture's declared `retrieval_negatives`).
 RETRIEVAL_TASKS = {"sampled": RetrievalTask, "in_batch": InBatchRetrievalTask}
 
 
@@ -772,11 +775,9 @@ def retrieval_task(model, processor, regions, train_pairs, validation_pairs, dat
                    dataset_description: str, base_model: str | None = None, num_sampled: int = 15, num_hard: int = 3,
                    max_gallery_images: int = 50) -> RetrievalTask:
     """The retrieval task that trains `model` as its original did: `RetrievalTask` (sampled negatives, the hardest
-    `num_hard` of `num_sampled` trained on) or, for a head whose `retrieval_negatives` is "in_batch",
+    `num_hard` of `num_sampled` trained on) or, for an architecture that declares `retrieval_negatives="in_batch"`,
     `InBatchRetrievalTask` (the sampled-negative settings do not apply)."""
-    kind = getattr(type(model), "retrieval_negatives", "sampled")
-    if kind not in RETRIEVAL_TASKS:
-        raise ValueError(f"{type(model).__name__}.retrieval_negatives is {kind!r}; known: {sorted(RETRIEVAL_TASKS)}")
+    kind = get_architecture(model.config.model_type).retrieval_negatives
     common = dict(base_model=base_model, max_gallery_images=max_gallery_images)
     if kind == "sampled":
         common.update(num_sampled=num_sampled, num_hard=num_hard)

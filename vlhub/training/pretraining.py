@@ -40,7 +40,7 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
         raise ValueError(f"--config_name must be a preset ({', '.join(architecture.config_presets)}) or a "
                          f"config.json file, got {config!r}")
     fields["vocab_size"] = len(processor.tokenizer)
-    if hasattr(architecture.config_class, "mask_token_id"):
+    if architecture.config_mask_token_id:
         # A config that names [MASK] follows the tokenizer (VL-BERT reads its VQA answer from that slot).
         fields["mask_token_id"] = processor.tokenizer.mask_token_id
     fields["region_feature_dim"] = sample_regions.feature_dim

@@ -63,6 +63,7 @@ ARCHITECTURE = register_architecture(Architecture(
     # The captioner trains with teacher-forced cross-entropy on `[CLS] w` → `w [SEP]`.
     finetuning_objectives={"captioning": "caption"},
     lowercase=True,  # bert-base-uncased word pieces
+    retrieval_negatives="in_batch",  # the hardest negative of the batch in both directions, as X-modaler
     original_repository="https://github.com/YehLi/xmodaler",
     converter=f"{__name__}.convert_tden",
 ))

@@ -916,6 +916,11 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
+        """Nothing to refuse before generating (the `CaptionScorer` protocol): a checkpoint without the decoder or
+        the LM head is refused when it is loaded (`_required_from_checkpoint`, `__init__`), and
+        `caption_scoring_inputs` checks the positions the captions need."""
+
     def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
                                caption_mask: torch.Tensor | None = None) -> dict:
         """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
@@ -1173,8 +1178,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
                                           r"^region_head\."]
     _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
     # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
-    # within the batch (`vlhub.training.finetuning.InBatchRetrievalTask`), as X-modaler's retrieval training.
-    retrieval_negatives = "in_batch"
+    # within the batch (the registration's `retrieval_negatives="in_batch"`), as X-modaler's retrieval training.
     # The cross-modal encoder and the decoder, which retrieval never runs, are not built (X-modaler's `TDENRetrieval`).
     _config_from_other_heads = {"num_cross_encoder_layers": 0, "num_decoder_layers": 0}
 

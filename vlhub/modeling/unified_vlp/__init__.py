@@ -60,6 +60,7 @@ ARCHITECTURE = register_architecture(Architecture(
     # Captioning fine-tuning keeps the masked seq2seq objective (max 3 predictions, [SEP] maskable), as the original.
     finetuning_objectives={"captioning": "s2s"},
     lowercase=False,  # bert-base-cased
+    config_mask_token_id=True,  # the captioner predicts the next word at [MASK]
     original_repository="https://github.com/LuoweiZhou/VLP",
     converter=f"{__name__}.convert_unified_vlp",
 ))

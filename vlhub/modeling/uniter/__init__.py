@@ -1,7 +1,7 @@
 """UNITER (Chen et al., ECCV 2020): its classes (exported lazily) and its one registration with vlhub."""
 
 from ...processing.stores.original import register_feature_format
-from ...registry import Architecture, lazy_exports, register_architecture
+from ...registry import Architecture, MatchScore, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_uniter": ["UniterConfig"],
@@ -60,6 +60,9 @@ ARCHITECTURE = register_architecture(Architecture(
     # extension gives each modality a first-order signal, and retrieval then learns (README, the demo).
     from_scratch_objectives={"itc": 1, "itm": 1},
     lowercase=False,  # UNITER's vocabulary is bert-base-cased
+    # Zero-shot retrieval reads the ITM head's "match" column (1); the retrieval head starts from that row.
+    match_score=MatchScore("itm_logits", match_class=1),
+    heads_from_pretraining={"retrieval"},
     original_repository="https://github.com/ChenRocks/UNITER",
     converter=f"{__name__}.convert_uniter",
 ))

@@ -2,7 +2,7 @@
 registration with vlhub."""
 
 from ...processing.stores.original import register_feature_format
-from ...registry import Architecture, lazy_exports, register_architecture
+from ...registry import Architecture, MatchScore, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "configuration_vilbert": ["VilbertConfig"],
@@ -64,6 +64,9 @@ ARCHITECTURE = register_architecture(Architecture(
         "base": {},
     },
     lowercase=True,  # bert-base-uncased
+    # The alignment head's class 0 means "aligned"; zero-shot retrieval scores softmax(alignment)[0] as the original.
+    match_score=MatchScore("alignment_logits", match_class=0, log_odds=True),
+    heads_from_pretraining={"retrieval"},
     original_repository="https://github.com/jiasenlu/vilbert_beta",
     converter=f"{__name__}.convert_vilbert",
 ))

@@ -54,6 +54,9 @@ ARCHITECTURE = register_architecture(Architecture(
     # The processor keeps up to 64 text tokens; objects and [END] take the two positions after the text.
     config_presets={**DEFAULT_CONFIG_PRESETS, "tiny": {**DEFAULT_CONFIG_PRESETS["tiny"], "max_position_embeddings": 128}},
     lowercase=True,  # VL-BERT's vocabulary is bert-base-uncased
+    choice_layout="vcr",  # multiple choice in the original VCR layout (the processor's vcr_text)
+    heads_from_pretraining={"vqa", "re"},
+    config_mask_token_id=True,  # the VQA head reads its answer at [MASK]
     original_repository="https://github.com/jackroos/VL-BERT",
     converter=f"{__name__}.convert_vl_bert",
     unsupported_tasks={

@@ -73,6 +73,12 @@ class SharedPrefillMixin:
     are repeated `k` times (`Cache.batch_repeat_interleave`), which is what the `k` identical forwards would have
     given. Only with a cache that is still empty, when the copies are really identical, and when no per-step
     hidden states or attentions are asked for; anything else runs transformers' own first forward.
+
+    Why a private method: transformers has no public hook around the first forward of `generate()`
+    (`prepare_inputs_for_generation` shapes one forward's inputs, its outputs must already have a row per beam).
+    tests/test_tden_modeling.py::test_beam_search_runs_the_object_encoder_once_per_image and
+    tests/test_unified_vlp_modeling.py::test_generate_encodes_each_prompt_once_for_its_beams run `generate()` with
+    transformers' own `_prefill` too: it encodes every prompt `num_beams` times, to the same tokens and scores.
     """
 
     def _prefill(self, input_ids, generation_config, model_kwargs, *args, **kwargs):

@@ -22,6 +22,7 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 (transformers scans it to decide whether the backend may be switched; see `layers.AttentionPooling`).
 """
 
+import warnings
 from dataclasses import dataclass
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
@@ -59,6 +60,7 @@ from ..layers import (
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
+from .generation_tden import beam_search
 
 __all__ = [
     "TdenPreTrainedModel",
@@ -259,8 +261,7 @@ class TdenBeamCache(EncoderDecoderCache):
     beams of one image, made by `batch_repeat_interleave(k)` from one row per image. A beam reorder that keeps every
     row inside its group then leaves the cross-attention rows as they are (reordering them would copy every region's
     keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
-    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` of
-    `TdenForConditionalGeneration` use it."""
+    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
 
     def __init__(self, *caches):
         super().__init__(*(caches or (DynamicCache(), DynamicCache())))
@@ -976,73 +977,31 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         max_new_tokens: int = 20,
         num_return_sequences: int = 1,
     ) -> TdenBeamSearchOutput:
-        r"""X-modaler's beam search (`BeamSearcher`, from meshed-memory-transformer), reproduced exactly: a
-        documented alternative to `generate(num_beams=...)`, whose beam bookkeeping differs.
+        r"""Deprecated: `generate(..., custom_generate=vlhub.modeling.tden.xmodaler_beam_search)` runs the same
+        search (X-modaler's, see `generation_tden`) the way transformers runs decoding loops.
 
-        Start from [CLS] (`config.bos_token_id`) with one beam per image; at every step all `beam × vocabulary`
-        candidates compete by the plain sum of log-probs (no length normalisation); a beam that emitted [SEP]
-        (`config.eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score; after the
-        last step the beams are sorted by score. The sentence encoder and the decoder reuse their key/value cache
-        (reordered with the beams), and the object encoder runs once.
-
-        Args:
-            region_features, region_locations, region_attention_mask: as for `forward`.
-            num_beams (`int`, defaults to 2): the beam size (X-modaler's COCO captioner used 2).
-            max_new_tokens (`int`, defaults to 20): decoding steps (X-modaler's `MAX_SEQ_LEN`).
-            num_return_sequences (`int`, defaults to 1): how many of the final beams to return (at most `num_beams`).
+        Starts from [CLS] (`config.bos_token_id`), in eval mode. Returns a `TdenBeamSearchOutput`, shapes
+        `(batch, num_return_sequences, ...)`, without the start token.
         """
+        warnings.warn(
+            "TdenForConditionalGeneration.xmodaler_beam_search is deprecated: use model.generate(**inputs, "
+            "custom_generate=vlhub.modeling.tden.xmodaler_beam_search, num_beams=..., max_new_tokens=...)",
+            FutureWarning, stacklevel=2,
+        )
         if not 1 <= num_return_sequences <= num_beams:
             raise ValueError(f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}")
         was_training = self.training
         self.eval()
-        batch = region_features.shape[0]
-        device = region_features.device
-        cache = TdenBeamCache()
-        tokens = torch.full((batch, 1), self.config.bos_token_id, dtype=torch.long, device=device)
-        seq_logprob = torch.zeros(batch, 1, 1, device=device)
-        seq_mask = torch.ones(batch, num_beams, 1, device=device)
-        words, word_logprobs, selected_words = [], [], None
-        step_inputs = dict(region_features=region_features, region_locations=region_locations,
-                           region_attention_mask=region_attention_mask)
-        for step in range(max_new_tokens):
-            beams = 1 if step == 0 else num_beams
-            logits = self(input_ids=tokens, cache=cache, use_cache=True, **step_inputs).logits[:, -1]
-            word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, beams, -1)
-            vocab = word_logprob.shape[-1]
-            candidates = seq_logprob + word_logprob
-            if step > 0:
-                # A finished beam keeps its score and offers only word 0.
-                seq_mask = seq_mask * (selected_words.view(batch, beams) != self.config.eos_token_id).float().unsqueeze(-1)
-                word_logprob = word_logprob * seq_mask
-                frozen = seq_logprob.expand_as(candidates).clone()
-                frozen[:, :, 1:] = -999
-                candidates = seq_mask * candidates + frozen * (1 - seq_mask)
-            selected_logprob, selected = torch.sort(candidates.view(batch, -1), dim=-1, descending=True)
-            selected_logprob, selected = selected_logprob[:, :num_beams], selected[:, :num_beams]
-            selected_beam = torch.div(selected, vocab, rounding_mode="floor")
-            selected_words = selected - selected_beam * vocab
-            if step == 0:  # one row per image so far: every beam continues it
-                cache.batch_repeat_interleave(num_beams)
-            else:  # rows of the flat (batch * beams) caches that the selected beams continue
-                cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
-            seq_logprob = selected_logprob.unsqueeze(-1)
-            seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
-            words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
-            chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(batch, num_beams, vocab))
-            word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
-            word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
-            tokens = selected_words.view(-1, 1)
-            if step == 0:  # later steps read the regions from the cache; only their padding mask is needed
-                mask = region_attention_mask if region_attention_mask is not None else torch.ones(
-                    region_features.shape[:2], dtype=torch.long, device=device)
-                step_inputs = dict(region_attention_mask=mask.repeat_interleave(num_beams, dim=0))
-        scores, order = torch.sort(seq_logprob, dim=1, descending=True)
-        sequences = torch.gather(torch.cat(words, -1), 1, order.expand(batch, num_beams, max_new_tokens))
-        token_scores = torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        prompt = torch.full((region_features.shape[0], 1), self.config.bos_token_id, dtype=torch.long,
+                            device=region_features.device)
+        inputs = {"region_features": region_features, "region_locations": region_locations,
+                  "region_attention_mask": region_attention_mask}
+        found = beam_search(self, prompt, {k: v for k, v in inputs.items() if v is not None}, num_beams,
+                            max_new_tokens, self.config.eos_token_id)
         self.train(was_training)
-        return TdenBeamSearchOutput(sequences=sequences[:, :num_return_sequences],
-                                    sequences_scores=scores[:, :num_return_sequences, 0],
-                                    token_scores=token_scores[:, :num_return_sequences])
+        return TdenBeamSearchOutput(sequences=found["words"][:, :num_return_sequences],
+                                    sequences_scores=found["scores"][:, :num_return_sequences],
+                                    token_scores=found["token_scores"][:, :num_return_sequences])
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention

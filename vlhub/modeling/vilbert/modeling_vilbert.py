@@ -25,6 +25,7 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..layers import (
     BertEmbeddings,
@@ -39,7 +40,7 @@ from ..layers import (
     flatten_choices,
     soft_score_loss,
 )
-from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
 
 __all__ = [
@@ -287,64 +288,82 @@ class VilbertEncoder(nn.Module):
             "text_over_vision": cross_stream_mask(self.config, text, vision, region_attention_mask),
         }
 
-    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None, output_attentions=False,
-                output_hidden_states=False, **kwargs) -> VilbertModelOutput:
+    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None,
+                **kwargs) -> VilbertModelOutput:
         """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
         `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
         layer (the layers before it run once per text and once per image, as the original's `fast_mode` /
-        `in_batch_pairs`)."""
-        record = {name: [] for name in _PER_LAYER_FIELDS}
-        if output_hidden_states:
-            record["hidden_states"].append(text)
-            record["vision_hidden_states"].append(vision)
+        `in_batch_pairs`). Per-layer outputs are recorded by `VilbertModel` (`_can_record_outputs`)."""
         masks = self._masks(text, vision, attention_mask, region_attention_mask)
-
-        def run(layers, hidden, mask, start, stop, states, maps):
-            for layer in layers[start:stop]:
-                hidden, probabilities = layer(hidden, mask, **kwargs)
-                if output_hidden_states:
-                    record[states].append(hidden)
-                if output_attentions:
-                    record[maps].append(probabilities)
-            return hidden
-
         v_start = t_start = 0
         schedule = zip(self.config.visual_co_attention_layers, self.config.text_co_attention_layers, self.c_layer)
         for v_stop, t_stop, co_layer in schedule:
-            vision = run(self.v_layer, vision, masks["vision"], v_start, v_stop, "vision_hidden_states",
-                         "vision_attentions")
-            text = run(self.layer, text, masks["text"], t_start, t_stop, "hidden_states", "attentions")
+            vision = _run_layers(self.v_layer[v_start:v_stop], vision, masks["vision"], **kwargs)
+            text = _run_layers(self.layer[t_start:t_stop], text, masks["text"], **kwargs)
             if pair_index is not None:  # form the pairs once, before the first co-attention layer
-                rows = dict(zip(("text", "vision"), pair_index))
-                for name, values in record.items():
-                    record[name] = [v[rows["vision" if "vision" in name else "text"]] for v in values]
-                text, attention_mask = text[rows["text"]], attention_mask[rows["text"]]
-                vision, region_attention_mask = vision[rows["vision"]], region_attention_mask[rows["vision"]]
+                text_rows, vision_rows = pair_index
+                text, attention_mask = text[text_rows], attention_mask[text_rows]
+                vision, region_attention_mask = vision[vision_rows], region_attention_mask[vision_rows]
                 masks = self._masks(text, vision, attention_mask, region_attention_mask)
                 pair_index = None
             # Stream 1 = vision, stream 2 = text: mask_over1 masks regions (for text queries), mask_over2 text.
-            vision, text, vision_to_text, text_to_vision = co_layer(
-                vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs
-            )
-            if output_attentions:
-                record["text_to_vision_attentions"].append(text_to_vision)
-                record["vision_to_text_attentions"].append(vision_to_text)
+            vision, text, _, _ = co_layer(vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs)
             v_start, t_start = v_stop, t_stop
-        vision = run(self.v_layer, vision, masks["vision"], v_start, None, "vision_hidden_states", "vision_attentions")
-        text = run(self.layer, text, masks["text"], t_start, None, "hidden_states", "attentions")
+        vision = _run_layers(self.v_layer[v_start:], vision, masks["vision"], **kwargs)
+        text = _run_layers(self.layer[t_start:], text, masks["text"], **kwargs)
+        return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision)
 
-        if output_attentions and any(m is None for name in _PER_LAYER_FIELDS if "attentions" in name
-                                     for m in record[name]):
-            raise ValueError(
-                f"attention maps need the eager attention backend; this model runs "
-                f"{self.config._attn_implementation!r}: build it with attn_implementation='eager' or call "
-                "model.set_attn_implementation('eager')"
-            )
-        per_layer = {
-            name: tuple(values) if (output_attentions if "attentions" in name else output_hidden_states) else None
-            for name, values in record.items()
-        }
-        return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision, **per_layer)
+
+def _run_layers(layers, hidden_states, mask, **kwargs):
+    for layer in layers:
+        hidden_states, _ = layer(hidden_states, mask, **kwargs)
+    return hidden_states
+
+
+# What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs`): each stream's embeddings
+# and layers (the text stream's in `encoder.layer`, the visual stream's in `encoder.v_layer`), and each co-attention
+# layer's maps both ways, all asked for with `output_hidden_states` / `output_attentions` (`recording_flags`).
+_RECORDED_OUTPUTS = {
+    "hidden_states": [
+        OutputRecorder(VilbertEmbeddings, capture_initial_hidden_state=False),
+        OutputRecorder(StreamLayer, index=0, layer_name="encoder.layer", capture_initial_hidden_state=False),
+    ],
+    "attentions": OutputRecorder(StreamLayer, index=1, layer_name="encoder.layer"),
+    "vision_hidden_states": [
+        OutputRecorder(VilbertImageEmbeddings),
+        OutputRecorder(StreamLayer, index=0, layer_name="encoder.v_layer"),
+    ],
+    "vision_attentions": OutputRecorder(StreamLayer, index=1, layer_name="encoder.v_layer"),
+    "vision_to_text_attentions": OutputRecorder(CoAttentionLayer, index=2),
+    "text_to_vision_attentions": OutputRecorder(CoAttentionLayer, index=3),
+}
+
+
+def _pair_early_records(outputs: VilbertModelOutput, config: VilbertConfig, pair_index) -> None:
+    """With `in_batch_pairs`, the states and maps recorded before the first co-attention layer have one row per text
+    (or per image): give them one row per pair, as every later record has."""
+    text_rows, vision_rows = pair_index
+    early = {"hidden_states": 1 + config.text_co_attention_layers[0], "attentions": config.text_co_attention_layers[0],
+             "vision_hidden_states": 1 + config.visual_co_attention_layers[0],
+             "vision_attentions": config.visual_co_attention_layers[0]}
+    for name, count in early.items():
+        if outputs.get(name) is not None:
+            rows = vision_rows if name.startswith("vision") else text_rows
+            outputs[name] = tuple(value if value is None or i >= count else value[rows]
+                                  for i, value in enumerate(outputs[name]))
+
+
+def _check_attention_maps(outputs: VilbertModelOutput, config: VilbertConfig) -> None:
+    expected = {"attentions": config.num_hidden_layers, "vision_attentions": config.visual_num_hidden_layers,
+                "text_to_vision_attentions": config.num_co_attention_layers,
+                "vision_to_text_attentions": config.num_co_attention_layers}
+    # The other attention backends return no maps (the records then miss them).
+    if any(outputs.get(name) is not None and len(outputs[name]) < count for name, count in expected.items()):
+        raise ValueError(
+            f"attention maps need the eager attention backend; this model runs "
+            f"{config._attn_implementation!r}: build it with attn_implementation='eager' or call "
+            "model.set_attn_implementation('eager')"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- base
@@ -354,6 +373,7 @@ class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     base_model_prefix = "vilbert"
     _region_feature_layers = ("v_embeddings.image_embeddings",)
     _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]
+    _can_record_outputs = _RECORDED_OUTPUTS
 
 
 def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
@@ -416,8 +436,6 @@ class VilbertModel(VilbertPreTrainedModel):
         region_attention_mask: torch.Tensor | None = None,
         task_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         in_batch_pairs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
@@ -434,8 +452,26 @@ class VilbertModel(VilbertPreTrainedModel):
         """
         _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
                       task_ids, in_batch_pairs)
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        pair_index = None
+        if in_batch_pairs:
+            texts = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+            images, device = region_features.shape[0], region_features.device
+            pair_index = (torch.arange(texts, device=device).repeat_interleave(images),
+                          torch.arange(images, device=device).repeat(texts))
+        outputs = self._encode(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
+            pair_index=pair_index, return_dict=True, **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
+        )
+        if pair_index is not None:
+            _pair_early_records(outputs, self.config, pair_index)
+        _check_attention_maps(outputs, self.config)
+        return outputs
+
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the text stream's, as recorded
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, region_features, region_locations,
+                region_attention_mask, task_ids, inputs_embeds, pair_index, **kwargs) -> VilbertModelOutput:
         text = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
                                inputs_embeds=inputs_embeds, task_ids=task_ids)
         batch, text_length = text.shape[:2]
@@ -449,21 +485,9 @@ class VilbertModel(VilbertPreTrainedModel):
             region_attention_mask = torch.ones(vision.shape[:2], dtype=torch.long, device=vision.device)
         attention_mask = attention_mask.to(text.device, torch.long)
         region_attention_mask = region_attention_mask.to(vision.device, torch.long)
-        pair_index = None
-        if in_batch_pairs:
-            texts, images = text.shape[0], vision.shape[0]
-            pair_index = (torch.arange(texts, device=text.device).repeat_interleave(images),
-                          torch.arange(images, device=vision.device).repeat(texts))
-        encoded = self.encoder(
-            text,
-            vision,
-            attention_mask,
-            region_attention_mask,
-            pair_index=pair_index,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
+        layer_kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
+        encoded = self.encoder(text, vision, attention_mask, region_attention_mask, pair_index=pair_index,
+                               **layer_kwargs)
         pooled_text = self.t_pooler(encoded.last_hidden_state)
         pooled_vision = self.v_pooler(encoded.vision_last_hidden_state)
         fused = pooled_text * pooled_vision if self.config.fusion_method == "mul" else pooled_text + pooled_vision
@@ -473,7 +497,6 @@ class VilbertModel(VilbertPreTrainedModel):
             pooler_output=fused,
             text_pooler_output=pooled_text,
             vision_pooler_output=pooled_vision,
-            **_per_layer(encoded),
         )
 
 

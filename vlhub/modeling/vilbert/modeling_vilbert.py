@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -63,27 +63,37 @@ _MASKED_SCORE = -10000.0
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class VilbertModelOutput(ModelOutput):
     r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the text stream's output.
-        With task tokens the task token sits at position 1 and `text_length` is the input length + 1.
-    vision_last_hidden_state (`torch.FloatTensor` of shape `(batch, num_regions, visual_hidden_size)`): the visual
-        stream's output (row 0 = the global image token).
-    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output
-        (`text_pooler_output * vision_pooler_output`, or their sum with `fusion_method="sum"`), before dropout.
-    text_pooler_output, vision_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
-        `ReLU(Linear(·))` of the text [CLS] and of the global image token.
-    hidden_states (`tuple(torch.FloatTensor)`, `output_hidden_states=True`): text stream, the embeddings and the
-        output of each of the `num_hidden_layers` BERT layers (co-attention layers run between some of them).
-    attentions (`tuple(torch.FloatTensor)`, `output_attentions=True`): text self-attention probabilities per
-        BERT layer, `(batch, num_attention_heads, text_length, text_length)`.
-    vision_hidden_states, vision_attentions: the same for the visual stream (embeddings + `visual_num_hidden_layers`
-        outputs; `(batch, visual_num_attention_heads, num_regions, num_regions)`).
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, text queries over regions
-        `(batch, bi_num_attention_heads, text_length, num_regions)`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, region queries over text
-        `(batch, bi_num_attention_heads, num_regions, text_length)`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`):
+        The text stream's output. With task tokens the task token sits at position 1 and `text_length` is the input
+        length + 1.
+    vision_last_hidden_state (`torch.FloatTensor` of shape `(batch, num_regions, visual_hidden_size)`):
+        The visual stream's output (row 0 = the global image token).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (`text_pooler_output * vision_pooler_output`, or their sum with
+        `fusion_method="sum"`), before dropout.
+    text_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        `ReLU(Linear(·))` of the text [CLS].
+    vision_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        `ReLU(Linear(·))` of the global image token.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The text stream: the embeddings and the output of each of the `num_hidden_layers` BERT layers, each
+        `(batch, text_length, hidden_size)` (co-attention layers run between some of them).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Text self-attention probabilities per BERT layer, `(batch, num_attention_heads, text_length, text_length)`
+        (eager attention only).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The visual stream: the embeddings and each of the `visual_num_hidden_layers` layers' output,
+        `(batch, num_regions, visual_hidden_size)`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Visual self-attention per layer, `(batch, visual_num_attention_heads, num_regions, num_regions)`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Per co-attention layer, text queries over regions `(batch, bi_num_attention_heads, text_length, num_regions)`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Per co-attention layer, region queries over text `(batch, bi_num_attention_heads, num_regions, text_length)`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -107,17 +117,31 @@ def _per_layer(outputs: VilbertModelOutput) -> dict:
     return {name: outputs[name] if name in outputs else None for name in _PER_LAYER_FIELDS}
 
 
+@auto_docstring
 @dataclass
 class VilbertClassifierOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, when labels are given).
-    logits (`torch.FloatTensor`): `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores,
-        `(batch, num_regions)` region scores or `(batch, num_choices)` choice scores, depending on the head.
-    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`): `VilbertForReferringExpression` only, the
-        released per-token grounding score (`linguisic_logit`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output.
-    hidden_states, attentions, vision_hidden_states, vision_attentions, text_to_vision_attentions,
-    vision_to_text_attentions: per layer, when requested (see `VilbertModelOutput`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        The head's loss.
+    logits (`torch.FloatTensor`):
+        `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores, `(batch, num_regions)` region
+        scores or `(batch, num_choices)` choice scores, depending on the head.
+    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`, *optional*):
+        `VilbertForReferringExpression` only, the released per-token grounding score (`linguisic_logit`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (see `VilbertModelOutput`).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.attentions`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_attentions`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.text_to_vision_attentions`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -132,20 +156,41 @@ class VilbertClassifierOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class VilbertForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`): sum of the losses whose targets were given (the original weighs them
-        equally).
-    mlm_loss, region_kl_loss, alignment_loss (`torch.FloatTensor` of shape `()`): each objective's loss.
-    prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): masked-LM logits.
-    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`): with `labels`, the rows of
-        `prediction_logits` at the positions with a label >= 0, row-major over (example, position).
-    region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): masked-region class
-        logits of every region row (the global image token and padding included).
-    alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-caption alignment; **class 0 = aligned**,
-        as in the original.
-    pooler_output, hidden_states, ...: as `VilbertClassifierOutput`.
+    loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Sum of the losses whose targets were given (the original weighs them equally).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked language modelling.
+    region_kl_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked-region classification (KL to the detector's class distribution).
+    alignment_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Image-caption alignment.
+    prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`):
+        Masked-LM logits.
+    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`, *optional*):
+        With `labels`, the rows of `prediction_logits` at the positions with a label >= 0, row-major over
+        (example, position).
+    region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`):
+        Masked-region class logits of every region row (the global image token and padding included).
+    alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`):
+        Image-caption alignment; **class 0 = aligned**, as in the original.
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (see `VilbertModelOutput`).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.attentions`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_attentions`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.text_to_vision_attentions`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -165,28 +210,30 @@ class VilbertForPreTrainingOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-VILBERT_INPUTS_DOCSTRING = r"""
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`):
-            Word-piece ids, `[CLS] ... [SEP]` then padding (the processor's `input_ids`).
-        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
-            1 for real tokens, 0 for padding. Defaults to all ones.
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): defaults to 0.
-        position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
-            Text positions; defaults to `0..text_length-1`. Regions have no positions.
-        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
-            Region features, row 0 the global image token (the mean feature; the processor adds it), zero padded.
-        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
-            `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]` per region, `[0, 0, 1, 1, 1]` for the global token.
-        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for real regions (the global token included), 0 for padding. Required for a batch of several images.
-        task_ids (`torch.LongTensor` of shape `(batch_size, 1)` or `(batch_size,)`, *optional*):
-            12-in-1 task number of each example (e.g. 1 = VQA, 15 = GQA); required when the model has task tokens
-            (`config.num_task_tokens > 0`), which it inserts after [CLS].
-        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
-            Word embeddings instead of `input_ids` (position and type embeddings are still added).
-        output_attentions, output_hidden_states (`bool`, *optional*): return the per-layer outputs of both streams
-            (attention maps need `attn_implementation="eager"`).
+# What auto_docstring does not know of ViLBERT's inputs (it documents `input_ids`, `attention_mask`, ... itself).
+_REGION_ARGS = r"""
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+    Region features, row 0 the global image token (the mean feature; the processor adds it), zero padded.
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
+    `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]` per region, `[0, 0, 1, 1, 1]` for the global token.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for real regions (the global token included), 0 for padding. Required for a batch of several images.
+task_ids (`torch.LongTensor` of shape `(batch_size, 1)` or `(batch_size,)`, *optional*):
+    12-in-1 task number of each example (e.g. 1 = VQA, 15 = GQA); required when the model has task tokens
+    (`config.num_task_tokens > 0`), which it inserts after [CLS].
+"""
+_IN_BATCH_PAIRS_ARG = r"""
+in_batch_pairs (`bool`, defaults to `False`):
+    Pair every text with every image: `Bt` texts (`input_ids` `(Bt, T)`, `task_ids` one per text) and `Bv`
+    images (regions `(Bv, R, ·)`) give `Bt * Bv` pairs, row `i * Bv + j` = (text i, image j). The layers
+    before the first co-attention layer run once per text and once per image (the first 6 text layers of
+    the released model), as the original's `in_batch_pairs` and, for one text against many images
+    (`Bt = 1`, its zero-shot retrieval), `fast_mode`. Every output then has one row per pair.
+"""
+_LABELS_ARG = r"""
+labels (`torch.Tensor`, *optional*):
+    The task's targets, as described by the head's class (which also names any further target arguments it
+    takes).
 """
 
 
@@ -408,11 +455,14 @@ def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_featur
         raise ValueError("task_ids were given but this ViLBERT has no task tokens (config.num_task_tokens = 0)")
 
 
-class VilbertModel(VilbertPreTrainedModel):
-    """The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
+@auto_docstring(
+    custom_intro="""
+    The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
     co-attention, and both poolers. Module names follow the original `BertModel` of ViLBERT (`embeddings`,
     `v_embeddings`, `encoder.layer` / `encoder.v_layer` / `encoder.c_layer`, `t_pooler`, `v_pooler`).
     """
+)
+class VilbertModel(VilbertPreTrainedModel):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -423,8 +473,8 @@ class VilbertModel(VilbertPreTrainedModel):
         self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size)
         self.post_init()
 
+    @auto_docstring(custom_args=_REGION_ARGS + _IN_BATCH_PAIRS_ARG)
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -440,13 +490,6 @@ class VilbertModel(VilbertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
         r"""
-        in_batch_pairs (`bool`, defaults to `False`):
-            Pair every text with every image: `Bt` texts (`input_ids` `(Bt, T)`, `task_ids` one per text) and `Bv`
-            images (regions `(Bv, R, ·)`) give `Bt * Bv` pairs, row `i * Bv + j` = (text i, image j). The layers
-            before the first co-attention layer run once per text and once per image (the first 6 text layers of
-            the released model), as the original's `in_batch_pairs` and, for one text against many images
-            (`Bt = 1`, its zero-shot retrieval), `fast_mode`. Every output then has one row per pair.
-
         Returns:
             `VilbertModelOutput`: both streams' outputs, both pooled outputs and their fusion (`pooler_output`).
         """
@@ -522,8 +565,8 @@ class _VilbertHead(VilbertPreTrainedModel):
     def _head(self, outputs: VilbertModelOutput, labels, inputs: dict, **head_arguments):
         raise NotImplementedError
 
+    @auto_docstring(custom_args=_REGION_ARGS + _LABELS_ARG)
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -539,9 +582,6 @@ class _VilbertHead(VilbertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        labels (`torch.Tensor`, *optional*): the task's targets, as described by the head's class (which also
-            names any further target arguments it takes).
-
         Returns:
             The head's output (`VilbertClassifierOutput` for the task heads); see the head's class.
         """
@@ -590,8 +630,9 @@ class VilbertPreTrainingHeads(nn.Module):
         self.imagePredictions = VilbertImagePredictionHead(config)
 
 
-class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
-    """ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
+@auto_docstring(
+    custom_intro="""
+    ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
     the detector's class distribution (KL) and image-caption alignment (**class 0 = aligned**, as the original).
 
     Losses are computed for the targets given and summed with equal weights (the original's `img_weight` is 1).
@@ -613,6 +654,8 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
     Returns:
         `VilbertForPreTrainingOutput` with the logits of all three heads.
     """
+)
+class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vilbert.embeddings.word_embeddings.weight",
@@ -681,13 +724,16 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     return classifier_head(in_size, inner, num_labels, "gelu", config.layer_norm_eps)
 
 
-class VilbertForQuestionAnswering(_VilbertHead):
-    """VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
+@auto_docstring(
+    custom_intro="""
+    VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
     the answers.
 
     `labels` (`(batch_size, num_labels)` soft answer scores in [0, 1]): the original's loss, BCE with logits averaged
     and times the number of answers. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_labels)`.
     """
+)
+class VilbertForQuestionAnswering(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -702,12 +748,15 @@ class VilbertForQuestionAnswering(_VilbertHead):
         return self._output(loss, logits, outputs)
 
 
-class VilbertForVisualEntailment(_VilbertHead):
-    """SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
+@auto_docstring(
+    custom_intro="""
+    SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
 
     `labels` (`(batch_size,)` class ids, in the order of the training data): cross-entropy. Returns
     `VilbertClassifierOutput` with `logits` `(batch_size, 3)`.
     """
+)
+class VilbertForVisualEntailment(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -723,8 +772,9 @@ def _cross_entropy(logits, labels):
     return None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
 
 
-class VilbertForImageTextRetrieval(_VilbertHead):
-    """Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
+@auto_docstring(
+    custom_intro="""
+    Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
     Returns `VilbertClassifierOutput` with `logits` `(batch_size, 1)`.
 
     Training, as the original: `num_negatives=N` reads the batch as groups of `1 + N` pairs, the matched pair first,
@@ -735,6 +785,8 @@ class VilbertForImageTextRetrieval(_VilbertHead):
     with `Bt` texts and `Bv` images gives `logits` `(Bt * Bv, 1)`, `logits.view(Bt, Bv)` the score matrix; the text
     layers before the first co-attention run once per text (the original's `fast_mode` retrieval evaluation).
     """
+)
+class VilbertForImageTextRetrieval(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -791,8 +843,9 @@ def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
 _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
 
 
-class VilbertForMultipleChoice(_VilbertHead):
-    """VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
+@auto_docstring(
+    custom_intro="""
+    VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
     it and the choices compete in a cross-entropy, as the original.
 
     Inputs: `input_ids` / `attention_mask` / `token_type_ids` / `position_ids` `(batch_size, num_choices,
@@ -801,6 +854,8 @@ class VilbertForMultipleChoice(_VilbertHead):
     (`(batch_size,)`): the right choice. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_choices)`;
     per-layer outputs cover the `batch_size * num_choices` pairs.
     """
+)
+class VilbertForMultipleChoice(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -820,8 +875,9 @@ class VilbertForMultipleChoice(_VilbertHead):
         return self._output(_cross_entropy(logits, labels), logits, outputs)
 
 
-class VilbertForVisualReasoning(_VilbertHead):
-    """NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
+@auto_docstring(
+    custom_intro="""
+    NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
     outputs, concatenated, go through `vil_binary_prediction` (Linear, GELU, LayerNorm, Linear → 2).
 
     Inputs: regions `(batch_size, 2, num_regions, ...)` (left and right image); the text `(batch_size, T)` (used
@@ -829,6 +885,8 @@ class VilbertForVisualReasoning(_VilbertHead):
     1 = the statement is true. Returns `VilbertClassifierOutput` with `logits` `(batch_size, 2)`; per-layer outputs
     cover the `2 * batch_size` pairs, left then right for each example.
     """
+)
+class VilbertForVisualReasoning(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -875,8 +933,9 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
     return choice_region_ids.long()
 
 
-class VilbertForReferringExpression(_VilbertHead):
-    """Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
+@auto_docstring(
+    custom_intro="""
+    Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
     1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
     `linguisic_logit` (no task reads it) is returned as `text_logits`.
 
@@ -891,6 +950,8 @@ class VilbertForReferringExpression(_VilbertHead):
     rows of the detected regions (global token first), so a row is `101 + multiple_choice_idx`;
     `VilbertProcessor.pointing` lays the inputs out so, with `choice_region_ids` and the soft targets as `labels`.
     """
+)
+class VilbertForReferringExpression(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)

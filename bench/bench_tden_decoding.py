@@ -16,7 +16,7 @@ regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes 
   do that work (`XmodalerRecomputeCache`), so the model's code and the beam search are those of "cache".
 - "no cache": `generate(use_cache=False)`: every step re-runs the whole prefix through every stack, the object
   encoder included (more than X-modaler recomputes).
-- with `--xmodaler`, also `xmodaler_beam_search` (cached) for the beam rows.
+- with `--xmodaler`, also `custom_generate=xmodaler_beam_search` (cached) for the beam rows.
 - with `--original-checkout PATH`, X-modaler's own code, imported from PATH, a checkout of YehLi/xmodaler (vlhub never
   ships it; see bench/xmodaler_tden.py for the stand-ins its imports need): its `TDENCaptioner` built by its config
   system from the checkout's `configs/image_caption/tden/tden.yaml` at these sizes, decoding with its `GreedyDecoder`
@@ -50,6 +50,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 import vlhub
 from vlhub.modeling.packed_linear import PackedLinear, pack_linear_weights
+from vlhub.modeling.tden import xmodaler_beam_search
 from vlhub.modeling.tden.modeling_tden import TdenBeamCache
 from vlhub.utils.compat import CACHE_NAME
 
@@ -192,9 +193,10 @@ def inputs(model, batch: int, regions: int, device: str) -> dict:
 
 def run(model, batch_inputs, beams: int, steps: int, mode: str):
     """mode: "cache", "recompute" (X-modaler's work), "no cache" (`use_cache=False`) or "xmodaler"
-    (`xmodaler_beam_search`, cached)."""
+    (`custom_generate=xmodaler_beam_search`, cached)."""
     if mode == "xmodaler":
-        return model.xmodaler_beam_search(**batch_inputs, num_beams=beams, max_new_tokens=steps).sequences[:, 0]
+        return model.generate(**batch_inputs, num_beams=beams, max_new_tokens=steps,
+                              custom_generate=xmodaler_beam_search)[:, 1:]
     kwargs = dict(max_new_tokens=steps, min_new_tokens=steps, num_beams=beams, do_sample=False,
                   length_penalty=0.0 if beams > 1 else None, use_cache=mode != "no cache")
     if mode != "recompute":

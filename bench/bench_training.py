@@ -21,7 +21,10 @@ import torch
 import vlhub
 from vlhub.data import shapes_tokenizer
 from vlhub.training import CaptionCorpus, ObjectiveMix, PretrainingTask, TrainingArguments, objectives_for, train
-from vlhub.training.pretraining import CONFIG_PRESETS, build_uniter_config
+from vlhub.registry import get_architecture
+from vlhub.training import build_config
+
+UNITER = get_architecture("uniter")
 
 SHAPES = {"tiny": dict(feature_dim=128, regions=(1, 4), words=(6, 14)),
           "base": dict(feature_dim=2048, regions=(36, 36), words=(8, 16))}
@@ -55,7 +58,7 @@ def pretraining_throughput(size: str, objectives: dict, batch: int, steps: int, 
         feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=SHAPES[size]["feature_dim"]),
         tokenizer=tokenizer)
     torch.manual_seed(0)
-    model = vlhub.UniterForPreTraining(build_uniter_config(CONFIG_PRESETS[size], processor, corpus.sample_regions()))
+    model = vlhub.UniterForPreTraining(build_config(UNITER, size, processor, corpus.sample_regions()))
     task = PretrainingTask(model, processor, corpus, ObjectiveMix(objectives, objectives_for("uniter")))
     stamps: list[float] = []
     with tempfile.TemporaryDirectory() as out:
@@ -75,7 +78,7 @@ def vqa_inference_throughput(batch: int, repeats: int) -> tuple[float, float]:
     corpus = synthetic_corpus("tiny", num_images=64)
     processor = vlhub.UniterProcessor(feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=128),
                                       tokenizer=shapes_tokenizer())
-    config = build_uniter_config(CONFIG_PRESETS["tiny"], processor, corpus.sample_regions())
+    config = build_config(UNITER, "tiny", processor, corpus.sample_regions())
     config.id2label = {i: f"answer{i}" for i in range(25)}
     config.label2id = {v: k for k, v in config.id2label.items()}
     torch.manual_seed(0)

@@ -97,3 +97,24 @@ def test_retrieval_pipeline_zero_shot_from_pretraining_model(tmp_path, tiny_unit
     with torch.no_grad():
         itm = model(**retrieval.processor(text=["a red cat"], regions=[regions])).itm_logits[0, 1].item()
     assert next(r for r in ranked if r["text"] == "a red cat")["logit"] == pytest.approx(itm, abs=1e-5)
+
+
+def test_public_registration_alone_cannot_serve_the_removed_tasks(vqa_folder, monkeypatch):
+    """Why `vlhub.pipelines.register_pipelines` touches transformers' module globals: with vlhub's pipelines
+    registered through the public `PIPELINE_REGISTRY` but transformers' own `REMOVED_TASKS` and
+    `_resolve_deprecated_task` in place, "visual-question-answering" is refused and "image-to-text" is rewritten
+    before the registry is read. When this test fails, the public route works: remove the patch."""
+    removed = getattr(transformers_pipelines, "REMOVED_TASKS", None)
+    if removed is None:
+        pytest.skip(f"transformers {transformers.__version__} removes no pipeline task")
+    assert "visual-question-answering" in transformers_pipelines.PIPELINE_REGISTRY.get_supported_tasks()
+    monkeypatch.setitem(removed, "visual-question-answering", "removed upstream")
+    monkeypatch.setattr(transformers_pipelines, "_resolve_deprecated_task",
+                        transformers_pipelines._resolve_deprecated_task.__wrapped__)
+    with pytest.raises(KeyError, match="removed"):
+        pipeline("visual-question-answering", model=str(vqa_folder))
+    with pytest.raises(KeyError, match="removed"):
+        pipeline("visual-question-answering", model=str(vqa_folder), pipeline_class=VisualQuestionAnsweringPipeline)
+    # (transformers' own notice of that rewrite passes a warning class as a %-argument, which logging cannot format)
+    monkeypatch.setattr(transformers_pipelines.logger, "disabled", True)
+    assert transformers_pipelines._resolve_deprecated_task("image-to-text") == "image-text-to-text"

@@ -546,7 +546,7 @@ def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_p
 
 @_skip_without("vl_bert")
 def test_vl_bert_converter_sets_the_conceptual_captions_rule_from_a_pretraining_config(tmp_path):
-    from vlhub.conversion.vl_bert import convert_vl_bert
+    from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
     original = ORIGINALS / "vl_bert" / "original"
     convert_vl_bert(next(original.glob("*prec*.model")), tmp_path / "pretrain",
@@ -579,7 +579,7 @@ def test_vl_bert_converter_sets_no_region_limit(tmp_path):
 def test_unified_vlp_converter_takes_the_files_rows_as_stored(tmp_path, images):
     """`seq2seq_loader.py` feeds the file's 100 rows in their stored order (each slot has its own position): the
     converted processor keeps that order, whatever the confidences, pads fewer and keeps the first 100 of more."""
-    from vlhub.conversion.unified_vlp import convert_unified_vlp
+    from vlhub.modeling.unified_vlp.convert_unified_vlp import convert_unified_vlp
 
     from .release_files import unified_vlp_files
 

@@ -25,6 +25,7 @@ from vlhub import (
     TdenModel,
 )
 from vlhub.modeling.modeling_utils import SharedPrefillMixin
+from vlhub.modeling.tden import XmodalerBeamSearchOutput, xmodaler_beam_search
 from vlhub.modeling.tden.modeling_tden import batch_hardest_triplet_loss
 
 B, T, R, F = 2, 6, 5, 16
@@ -268,10 +269,29 @@ def test_xmodaler_beam_search_with_one_beam_is_greedy_decoding():
     batch = inputs()
     with torch.no_grad():
         greedy = model.generate(**regions(batch), max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=1)
-    beam = model.xmodaler_beam_search(**regions(batch), num_beams=1, max_new_tokens=6)
-    assert beam.sequences.shape == (B, 1, 6)
-    finished = (beam.sequences[:, 0] == 2).cumsum(-1) > 0
+    beam = model.generate(**regions(batch), max_new_tokens=6, num_beams=1, custom_generate=xmodaler_beam_search)
+    assert beam.shape == (B, 7) and (beam[:, 0] == 1).all()
+    finished = (beam[:, 1:] == 2).cumsum(-1) > 0
     # Up to the first [SEP] (eos id 2 here) both decode the argmax; afterwards X-modaler writes 0.
-    assert torch.equal(beam.sequences[:, 0][~finished], greedy[:, 1:][~finished])
+    assert torch.equal(beam[:, 1:][~finished], greedy[:, 1:][~finished])
     with pytest.raises(ValueError, match="num_return_sequences"):
-        model.xmodaler_beam_search(**regions(batch), num_beams=2, num_return_sequences=3)
+        model.generate(**regions(batch), num_beams=2, num_return_sequences=3, custom_generate=xmodaler_beam_search)
+
+
+@pytest.mark.parametrize("returned", [1, 3])
+def test_xmodaler_beam_search_method_is_a_deprecated_alias_of_the_custom_generate_route(returned):
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    batch = inputs()
+    found = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, num_return_sequences=returned,
+                           custom_generate=xmodaler_beam_search, return_dict_in_generate=True)
+    assert isinstance(found, XmodalerBeamSearchOutput) and found.sequences.shape == (B * returned, 6)
+    torch.testing.assert_close(found.sequences_scores, found.token_scores.sum(-1))
+    with pytest.warns(FutureWarning, match="custom_generate"):
+        old = model.xmodaler_beam_search(**regions(batch), num_beams=3, max_new_tokens=5,
+                                         num_return_sequences=returned)
+    assert torch.equal(old.sequences.flatten(0, 1), found.sequences[:, 1:])
+    assert torch.equal(old.sequences_scores.flatten(), found.sequences_scores)
+    assert torch.equal(old.token_scores.flatten(0, 1), found.token_scores)
+
+

@@ -12,6 +12,7 @@ from transformers import AutoModel, AutoModelForImageTextToText, AutoModelForPre
 
 import vlhub
 from vlhub.modeling.tden.convert_tden import convert_tden
+from vlhub.modeling.tden import xmodaler_beam_search
 
 from .conftest import ParityFixture, assert_close, parity_fixture_dir
 from .release_files import paths_of, tden_files
@@ -244,12 +245,14 @@ def test_tden_parity_xmodaler_beam_search(fx):
     batch = fx.batch("caption_gen")
     all_ids = fx.outputs["caption_gen.beam_all_ids"]
     beams, steps = all_ids.shape[1:]
-    best = captioner.xmodaler_beam_search(**batch, num_beams=beams, max_new_tokens=steps)
-    fx.equal("caption_gen.beam_ids", best.sequences[:, 0])
-    fx.close("caption_gen.beam_logprobs", best.token_scores[:, 0])
-    every = captioner.xmodaler_beam_search(**batch, num_beams=beams, max_new_tokens=steps, num_return_sequences=beams)
-    fx.equal("caption_gen.beam_all_ids", every.sequences)
-    fx.close("caption_gen.beam_all_logprobs", every.token_scores)
+    search = dict(max_new_tokens=steps, num_beams=beams, custom_generate=xmodaler_beam_search,
+                  return_dict_in_generate=True)
+    best = captioner.generate(**batch, **search)
+    fx.equal("caption_gen.beam_ids", best.sequences[:, 1:])
+    fx.close("caption_gen.beam_logprobs", best.token_scores)
+    every = captioner.generate(**batch, **search, num_return_sequences=beams)
+    fx.equal("caption_gen.beam_all_ids", every.sequences[:, 1:].view(-1, beams, steps))
+    fx.close("caption_gen.beam_all_logprobs", every.token_scores.view(-1, beams, steps))
     torch.testing.assert_close(every.sequences_scores, every.token_scores.sum(-1))
     # transformers' own beam search with the converted generation settings (beam 2, no length penalty) agrees on
     # this fixture up to the first [SEP] (its bookkeeping differs in general; see xmodaler_beam_search).

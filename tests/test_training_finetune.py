@@ -10,7 +10,8 @@ from accelerate.utils import set_seed
 
 import vlhub
 from tests.training_helpers import COLOURS, TINY_CONFIG, synthetic_corpus, tiny_tokenizer
-from vlhub.training import TrainingArguments, build_uniter_config, train
+from vlhub.registry import get_architecture
+from vlhub.training import TrainingArguments, build_config, train
 from vlhub.training.finetuning import RetrievalTask, VqaDataset, VqaExample, VqaTask, concat_inputs
 
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")
 def processor_and_config(tmp_path, corpus, **overrides):
     processor = vlhub.UniterProcessor(feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=12),
                                       tokenizer=tiny_tokenizer(tmp_path))
-    config = build_uniter_config({**TINY_CONFIG, **overrides}, processor, corpus.sample_regions())
+    config = build_config(get_architecture("uniter"), {**TINY_CONFIG, **overrides}, processor, corpus.sample_regions())
     return processor, config
 
 

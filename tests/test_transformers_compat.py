@@ -13,6 +13,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.utils import logging as hf_logging
 
 from vlhub import TdenForConditionalGeneration
+from vlhub.modeling.tden import xmodaler_beam_search
 from vlhub.modeling.unified_vlp import vlp_beam_search
 from vlhub.utils.compat import CACHE_NAME, accepts_past_key_values
 
@@ -77,8 +78,7 @@ def test_generation_raises_no_cache_deprecation_notice(processor):
             batch = inputs()
             for settings in (dict(do_sample=False), dict(num_beams=2, do_sample=False), dict(do_sample=True)):
                 tden.generate(**regions(batch), max_new_tokens=3, **settings)
-            tden.xmodaler_beam_search(batch["region_features"], batch["region_locations"],
-                                      batch["region_attention_mask"], num_beams=2, max_new_tokens=3)
+            tden.generate(**regions(batch), max_new_tokens=3, num_beams=2, custom_generate=xmodaler_beam_search)
             vlp = model_of(UnifiedVlpForConditionalGeneration)
             prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
             vlp.generate(**prompt, max_new_tokens=3, do_sample=False)

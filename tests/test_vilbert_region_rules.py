@@ -10,7 +10,7 @@ import torch
 from transformers import AutoProcessor, BertTokenizer
 
 import vlhub
-from vlhub.conversion.vilbert import _region_settings
+from vlhub.modeling.vilbert.convert_vilbert import _region_settings
 from vlhub.modeling.vilbert import VilbertProcessor, VilbertRegionProcessor
 
 DIM = 8

@@ -6,6 +6,7 @@ An architecture's base class subclasses `VisionLanguagePreTrainedModel` and sets
 """
 
 import math
+from collections.abc import Mapping
 
 import torch
 from transformers import PreTrainedModel
@@ -16,10 +17,21 @@ from ..utils.compat import CACHE_NAME
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
 
 __all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "SharedPrefillMixin", "VisionLanguagePreTrainedModel",
-           "check_region_feature_magnitude", "region_feature_limit"]
+           "check_region_feature_magnitude", "recording_flags", "region_feature_limit"]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
+
+
+def recording_flags(config, kwargs: dict, recorded: Mapping[str, object]) -> dict:
+    """`kwargs` with an `output_<field>` flag for every field of `recorded` (a `_can_record_outputs`), for models
+    whose per-layer outputs span several fields (each stream's, the co-attention's, the decoder's): hidden states
+    are recorded with `output_hidden_states`, maps with `output_attentions` (the argument, else the config), as
+    transformers' `capture_outputs` only reads `output_hidden_states` for `hidden_states`."""
+    hidden = kwargs.get("output_hidden_states", config.output_hidden_states)
+    attentions = bool(kwargs.get("output_attentions", config.output_attentions))
+    flags = {f"output_{name}": attentions if name.endswith("attentions") else bool(hidden) for name in recorded}
+    return {**kwargs, **flags, "output_hidden_states": hidden}
 
 
 class VisionLanguagePreTrainedModel(PreTrainedModel):
@@ -73,6 +85,12 @@ class SharedPrefillMixin:
     are repeated `k` times (`Cache.batch_repeat_interleave`), which is what the `k` identical forwards would have
     given. Only with a cache that is still empty, when the copies are really identical, and when no per-step
     hidden states or attentions are asked for; anything else runs transformers' own first forward.
+
+    Why a private method: transformers has no public hook around the first forward of `generate()`
+    (`prepare_inputs_for_generation` shapes one forward's inputs, its outputs must already have a row per beam).
+    tests/test_tden_modeling.py::test_beam_search_runs_the_object_encoder_once_per_image and
+    tests/test_unified_vlp_modeling.py::test_generate_encodes_each_prompt_once_for_its_beams run `generate()` with
+    transformers' own `_prefill` too: it encodes every prompt `num_beams` times, to the same tokens and scores.
     """
 
     def _prefill(self, input_ids, generation_config, model_kwargs, *args, **kwargs):

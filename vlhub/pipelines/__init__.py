@@ -11,9 +11,19 @@ Captioning: transformers 5 also rewrites the task "image-to-text" to "image-text
 features. `register_pipelines` lets "image-to-text" through that rewrite and registers `ImageToTextPipeline` for it,
 which builds vlhub's captioning pipeline for a vlhub model and transformers' own "image-text-to-text" pipeline for
 any other; "image-captioning" is vlhub's captioning pipeline. tests/test_unified_vlp_pipelines.py checks both.
+
+Why the patch and not only the public route (`PIPELINE_REGISTRY.register_pipeline`):
+tests/test_pipelines.py::test_public_registration_alone_cannot_serve_the_removed_tasks registers vlhub's pipelines,
+restores transformers' own `REMOVED_TASKS` and `_resolve_deprecated_task`, and shows that
+`pipeline("visual-question-answering", model=...)` then raises KeyError and that "image-to-text" is rewritten to
+"image-text-to-text" before the registry is read. Per-checkpoint `custom_pipelines` would need
+`trust_remote_code=True` for every vlhub checkpoint. When that test fails, transformers serves registered tasks again:
+remove the patch.
 """
 
 from __future__ import annotations
+
+import functools
 
 import transformers.pipelines as _transformers_pipelines
 from transformers import AutoModelForImageTextToText, AutoModelForVisualQuestionAnswering
@@ -60,6 +70,7 @@ def _register_captioning() -> None:
     # Absent before transformers 5.19, which did not rewrite "image-to-text": nothing to let through then.
     resolve = getattr(_transformers_pipelines, "_resolve_deprecated_task", None)
     if resolve is not None and not getattr(resolve, "_lets_image_to_text_through", False):
+        @functools.wraps(resolve)  # `__wrapped__`: transformers' own resolver (the test above restores it)
         def _resolve_deprecated_task(task: str) -> str:
             return task if task == "image-to-text" else resolve(task)
 

@@ -17,7 +17,7 @@ from .objectives import (
     objectives_for,
     register_objective,
 )
-from .pretraining import PretrainingTask, build_config, build_pretraining_model, build_uniter_config
+from .pretraining import PretrainingTask, build_config, build_pretraining_model
 from .sampling import ObjectiveBatchSampler, SampleKey
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "build_config",
     "build_pretraining_model",
     "default_objective_mix",
-    "build_uniter_config",
     "load_caption_corpus",
     "mask_regions",
     "mask_tokens",

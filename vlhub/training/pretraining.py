@@ -18,7 +18,7 @@ from .model_card import CardInfo
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 from .sampling import FixedObjective, ObjectiveBatchSampler
 
-__all__ = ["PretrainingTask", "TwoPassCollator", "build_config", "build_uniter_config", "build_pretraining_model", "EVAL_EPOCH"]
+__all__ = ["PretrainingTask", "TwoPassCollator", "build_config", "build_pretraining_model", "EVAL_EPOCH"]
 
 # Evaluation masks and negatives come from one fixed "epoch" of the seeded streams, so every evaluation of a run
 # scores exactly the same corrupted examples.
@@ -48,11 +48,6 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
         fields["num_region_labels"] = sample_regions.class_probs.shape[1]
     fields.update(processor.model_config_fields())  # e.g. the special token ids a generating model needs
     return architecture.config_class(**fields)
-
-
-def build_uniter_config(config: str | dict, processor, sample_regions):
-    """`build_config` for UNITER (kept for existing callers)."""
-    return build_config(get_architecture("uniter"), config, processor, sample_regions)
 
 
 def build_pretraining_model(

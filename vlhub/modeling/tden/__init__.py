@@ -22,6 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "TdenRetrievalOutput",
         "batch_hardest_triplet_loss",
     ],
+    "generation_tden": ["XmodalerBeamSearchOutput", "xmodaler_beam_search"],
     "objectives_tden": ["TDEN_OBJECTIVES", "tden_mask_regions", "tden_second_pass"],
     "processing_tden": ["TdenProcessor", "TdenRegionProcessor", "tden_locations"],
 })

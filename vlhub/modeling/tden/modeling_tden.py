@@ -8,7 +8,7 @@ Faithful to X-modaler (`meta_arch/tden.py`, `encoder/two_stream_bert_encoder.py`
 - the *object encoder* (`visual_encoder`, BERT layers over the regions) and the *sentence encoder* (`encoder`, BERT
   layers over the text). The sentence encoder is shared by two text streams: the *understanding* stream
   (`input_ids`, bidirectional, token type 0) and the *generation* stream (`decoder_input_ids`, causal, token type 1);
-- the *cross-modal encoder* (`cross_encoder`, `layers.CrossModalLayer`: one attention over [visual | text], one
+- the *cross-modal encoder* (`cross_encoder`, `layers_tden.CrossModalLayer`: one attention over [visual | text], one
   feed-forward per modality) on the understanding stream;
 - the *decoder* (`decoder`, causal self-attention + cross-attention to the visual tokens + feed-forward) on the
   generation stream. It cross-attends to the cross-modal encoder's last visual output when that encoder runs
@@ -22,6 +22,7 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 (transformers scans it to decide whether the backend may be switched; see `layers.AttentionPooling`).
 """
 
+import warnings
 from dataclasses import dataclass
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
@@ -40,10 +41,12 @@ from transformers.models.bert.modeling_bert import (
     BertIntermediate,
     BertOutput,
     BertPredictionHeadTransform,
+    BertSelfAttention,
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..layers import (
     MASKED_SCORE,
@@ -56,9 +59,10 @@ from ..layers import (
     same_pair_mask,
     soft_score_loss,
 )
-from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
+from .generation_tden import beam_search
 from .layers_tden import CrossModalLayer
 
 __all__ = [
@@ -257,8 +261,7 @@ class TdenBeamCache(EncoderDecoderCache):
     beams of one image, made by `batch_repeat_interleave(k)` from one row per image. A beam reorder that keeps every
     row inside its group then leaves the cross-attention rows as they are (reordering them would copy every region's
     keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
-    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` of
-    `TdenForConditionalGeneration` use it."""
+    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
 
     def __init__(self, *caches):
         super().__init__(*(caches or (DynamicCache(), DynamicCache())))
@@ -511,33 +514,58 @@ def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:
                       device=reference.device)
 
 
-def _run_stack(layers, hidden_states, mask, keep_all: bool, want_hidden: bool, want_attentions: bool, **kwargs):
-    """Run BERT layers, returning `(output, every layer's output or None, hidden states or None, attentions or
-    None)`. Attention probabilities are read with a forward hook on each layer's self-attention (BERT's layer
-    does not return them), only when asked for."""
-    outputs, hidden, probabilities, hooks = [], [hidden_states] if want_hidden else None, [], []
-    if want_attentions:
-        for layer in layers:
-            hooks.append(layer.attention.self.register_forward_hook(
-                lambda module, args, result: probabilities.append(result[1])
-            ))
-    try:
-        for layer in layers:
-            hidden_states = layer(hidden_states, mask, **kwargs)
-            if keep_all:
-                outputs.append(hidden_states)
-            if want_hidden:
-                hidden.append(hidden_states)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return (hidden_states, tuple(outputs) if keep_all else None, tuple(hidden) if want_hidden else None,
-            tuple(probabilities) if want_attentions else None)
+# What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs`). The sentence encoder
+# (`encoder.layer`) runs both text streams, understanding first: `_arrange_records` splits its records into
+# `hidden_states` and `generation_*`, joins each cross-modal layer's visual and text outputs, and puts the decoder's
+# input (the last text-encoder state) first among the decoder's hidden states.
+_RECORDED_OUTPUTS = {
+    "hidden_states": [
+        OutputRecorder(TdenEmbeddings, capture_initial_hidden_state=False),
+        OutputRecorder(BertLayer, layer_name="encoder.layer", capture_initial_hidden_state=False),
+    ],
+    "attentions": OutputRecorder(BertSelfAttention, index=1, layer_name="encoder.layer"),
+    "vision_hidden_states": [OutputRecorder(TdenRegionEmbeddings),
+                             OutputRecorder(BertLayer, layer_name="visual_encoder.layer")],
+    "vision_attentions": OutputRecorder(BertSelfAttention, index=1, layer_name="visual_encoder.layer"),
+    "cross_encoder_hidden_states": [OutputRecorder(CrossModalLayer, index=0), OutputRecorder(CrossModalLayer, index=1)],
+    "cross_encoder_attentions": OutputRecorder(CrossModalLayer, index=2),
+    "decoder_hidden_states": OutputRecorder(TdenDecoderLayer, index=0),
+    "decoder_attentions": OutputRecorder(TdenDecoderLayer, index=1),
+    "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
+}
+_GENERATION_FIELDS = {"hidden_states": "generation_hidden_states", "attentions": "generation_attentions"}
+
+
+def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
+    """The records of `_RECORDED_OUTPUTS` laid out as `TdenModelOutput` documents them (see there)."""
+    hidden = outputs.get("hidden_states")
+    if outputs.get("decoder_hidden_states") is not None:
+        outputs["decoder_hidden_states"] = (hidden[-1], *outputs["decoder_hidden_states"])
+    if both_streams:  # the understanding stream's records come first
+        for name, count in (("hidden_states", config.num_hidden_layers + 1), ("attentions", config.num_hidden_layers)):
+            if outputs.get(name) is not None:
+                records = outputs[name]
+                outputs[name], outputs[_GENERATION_FIELDS[name]] = records[:count], records[count:]
+    cross = outputs.get("cross_encoder_hidden_states")
+    if cross is not None:  # (visual, text) of each layer
+        pairs = range(0, len(cross), 2)
+        outputs["cross_encoder_hidden_states"] = tuple(torch.cat(cross[i : i + 2], dim=1) for i in pairs)
+
+
+def _run_stack(layers, hidden_states, mask, **kwargs) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Run BERT layers: `(output, every layer's output)`."""
+    outputs = []
+    for layer in layers:
+        hidden_states = layer(hidden_states, mask, **kwargs)
+        outputs.append(hidden_states)
+    return hidden_states, tuple(outputs)
 
 
 class TdenModel(TdenPreTrainedModel):
     """The bare TDEN: embeddings, object encoder, sentence encoder, cross-modal encoder and decoder (the last two
     present when the config asks for layers). Heads build on `TdenModelOutput`."""
+
+    _can_record_outputs = _RECORDED_OUTPUTS
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
@@ -581,8 +609,6 @@ class TdenModel(TdenPreTrainedModel):
         decoder_inputs_embeds: torch.FloatTensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenModelOutput:
         r"""
@@ -614,88 +640,47 @@ class TdenModel(TdenPreTrainedModel):
         Returns:
             `TdenModelOutput`.
         """
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        use_cache = bool(use_cache)
         past_length = cache.get_seq_length() if cache is not None else 0
         _check_inputs(self.config, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
                       region_features, region_locations, region_attention_mask, past_length)
+        text = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                    position_ids=position_ids, inputs_embeds=inputs_embeds)
+        generation = dict(input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+                          token_type_ids=decoder_token_type_ids, position_ids=decoder_position_ids,
+                          inputs_embeds=decoder_inputs_embeds)
+        regions = dict(region_features=region_features, region_locations=region_locations,
+                       region_attention_mask=region_attention_mask)
+        outputs = self._encode(text, generation, regions, cache=cache, use_cache=bool(use_cache), return_dict=True,
+                               **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS))
         has_text = input_ids is not None or inputs_embeds is not None
         has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
+        _arrange_records(outputs, self.config, has_text and has_generation)
+        return outputs
+
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the sentence encoder's, as recorded
+    def _encode(self, text: dict, generation: dict, regions: dict, cache, use_cache: bool, **kwargs) -> TdenModelOutput:
+        kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
+        has_text = text["input_ids"] is not None or text["inputs_embeds"] is not None
+        has_generation = generation["input_ids"] is not None or generation["inputs_embeds"] is not None
         cross_cached = (
             isinstance(cache, EncoderDecoderCache) and bool(cache.is_updated) and all(cache.is_updated.values())
         )
-        result = {}
-
-        # Object encoder (skipped once the decoder's cross-attention keys are cached and no understanding is asked).
-        region_mask = vision = object_layers = None
-        if region_features is not None and not (cross_cached and not has_text):
-            dtype = self.region_embeddings.feature_embeddings.weight.dtype
-            region_embeddings = self.region_embeddings(region_features.to(dtype), region_locations.to(dtype))
-            region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-            vision, object_layers, vision_hidden, vision_attentions = _run_stack(
-                self.visual_encoder.layer, region_embeddings,
-                extended_attention_mask(self.config, region_embeddings, region_mask),
-                True, output_hidden_states, output_attentions,
-            )
-            result.update(object_encoder_layers=object_layers, vision_hidden_states=vision_hidden,
-                          vision_attentions=vision_attentions)
-        elif region_attention_mask is not None:
-            region_mask = region_attention_mask
-        if region_features is None and not cross_cached and (has_text or self.decoder is not None):
+        region_mask, vision, object_layers = self._encode_regions(regions, skip=cross_cached and not has_text)
+        if regions["region_features"] is None and not cross_cached and (has_text or self.decoder is not None):
             raise ValueError("TDEN needs regions: pass region_features, region_locations and region_attention_mask")
-
-        # Understanding stream: sentence encoder (bidirectional), then the cross-modal encoder.
-        language = sentence = text_mask = None
+        result = dict(object_encoder_layers=object_layers)
+        language = sentence = text_mask = decoder_input = decoder_mask = None
         if has_text:
-            reference = input_ids if input_ids is not None else inputs_embeds
-            text_mask = attention_mask if attention_mask is not None else _ones(reference)
-            embeddings = self.embeddings(
-                input_ids=input_ids, inputs_embeds=inputs_embeds, position_ids=position_ids,
-                token_type_ids=self._type_ids(reference, token_type_ids, self.config.understanding_token_type_id),
-            )
-            sentence, _, hidden, attentions = _run_stack(
-                self.encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, text_mask),
-                False, output_hidden_states, output_attentions,
-            )
-            result.update(sentence_encoder_output=sentence, hidden_states=hidden, attentions=attentions)
-            language = sentence
+            text_mask = text["attention_mask"] if text["attention_mask"] is not None else _ones(
+                text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"])
+            sentence = language = self._encode_text(text, text_mask)
             if self.cross_encoder is not None:
-                vision, language, cross = self._cross_encode(vision, language, region_mask, text_mask,
-                                                             output_hidden_states, output_attentions)
-                result.update(cross)
-
-        # Generation stream: sentence encoder (causal, cached), then the decoder.
-        decoder_input = decoder_mask = None
+                vision, language, result["cross_encoder_vision_layers"] = self._cross_encode(
+                    vision, language, region_mask, text_mask)
         if has_generation:
-            reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
             if use_cache and cache is None:
                 cache = TdenBeamCache()
-            if decoder_attention_mask is None:
-                decoder_attention_mask = _ones(reference, past_length + reference.shape[1])
-            if decoder_position_ids is None:  # counted on from the cache (given explicitly: BertEmbeddings' keyword
-                # for the cache length changed name in transformers 5.24)
-                decoder_position_ids = torch.arange(
-                    past_length, past_length + reference.shape[1], device=reference.device
-                ).unsqueeze(0)
-            embeddings = self.embeddings(
-                input_ids=decoder_input_ids, inputs_embeds=decoder_inputs_embeds, position_ids=decoder_position_ids,
-                token_type_ids=self._type_ids(reference, decoder_token_type_ids, self.config.generation_token_type_id),
-            )
-            # Always materialised: the sentence encoder's layers are not causal modules (they also run the
-            # understanding stream), so sdpa must not be told "causal" through a missing mask.
-            decoder_mask = create_causal_mask(
-                config=self.config, inputs_embeds=embeddings, attention_mask=decoder_attention_mask,
-                **cache_argument(cache), allow_is_causal_skip=False,
-            )
-            decoder_input, _, hidden, attentions = _run_stack(
-                self.encoder.layer, embeddings, decoder_mask, False, output_hidden_states, output_attentions,
-                **cache_argument(cache),
-            )
-            if has_text:
-                result.update(generation_hidden_states=hidden, generation_attentions=attentions)
-            else:
-                result.update(hidden_states=hidden, attentions=attentions)
+            decoder_input, decoder_mask = self._encode_generation(generation, cache, **kwargs)
         elif self.config.bidirectional_decoder and has_text and self.decoder is not None:
             # X-modaler's VQA/VCR model: the decoder reads the understanding stream's sentence encoding, unmasked.
             decoder_input = sentence
@@ -703,59 +688,84 @@ class TdenModel(TdenPreTrainedModel):
                 config=self.config, inputs_embeds=sentence, attention_mask=text_mask,
                 allow_is_bidirectional_skip=False,
             )
-
         if decoder_input is not None and self.decoder is not None:
             fused = self.cross_encoder is not None and has_text and self.config.decoder_attends_fused_visual
             memory = vision if fused else (object_layers[-1] if object_layers is not None else None)
-            memory_mask = None
-            if region_mask is not None:
-                memory_mask = create_bidirectional_mask(
-                    config=self.config, inputs_embeds=decoder_input, attention_mask=region_mask,
-                    encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
-                )
-            result.update(self._decode(decoder_input, decoder_mask, memory, memory_mask, cache,
-                                       output_hidden_states, output_attentions))
-        if not has_text and vision is None and object_layers is not None:
-            vision = object_layers[-1]
-        return TdenModelOutput(
-            language_output=language,
-            vision_output=vision,
-            cache=cache if use_cache else None,
-            **result,
-        )
+            result["decoder_output"] = self._decode(decoder_input, decoder_mask, memory, region_mask, cache)
+        return TdenModelOutput(language_output=language, vision_output=vision, sentence_encoder_output=sentence,
+                               cache=cache if use_cache else None, **result)
 
-    def _cross_encode(self, vision, text, region_mask, text_mask, want_hidden, want_attentions):
+    def _encode_regions(self, regions: dict, skip: bool):
+        """The object encoder (skipped once the decoder's cross-attention keys are cached and no understanding is
+        asked): `(region padding mask, its output, every layer's output)`, the last two None when skipped."""
+        features, mask = regions["region_features"], regions["region_attention_mask"]
+        if features is None or skip:
+            return mask, None, None
+        dtype = self.region_embeddings.feature_embeddings.weight.dtype
+        embeddings = self.region_embeddings(features.to(dtype), regions["region_locations"].to(dtype))
+        mask = mask if mask is not None else _ones(features)
+        output, layers = _run_stack(self.visual_encoder.layer, embeddings,
+                                    extended_attention_mask(self.config, embeddings, mask))
+        return mask, output, layers
+
+    def _encode_text(self, text: dict, text_mask: torch.Tensor) -> torch.Tensor:
+        """The understanding stream through the sentence encoder (bidirectional, token type 0 by default)."""
+        reference = text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"]
+        embeddings = self.embeddings(
+            input_ids=text["input_ids"], inputs_embeds=text["inputs_embeds"], position_ids=text["position_ids"],
+            token_type_ids=self._type_ids(reference, text["token_type_ids"], self.config.understanding_token_type_id),
+        )
+        sentence, _ = _run_stack(self.encoder.layer, embeddings,
+                                 extended_attention_mask(self.config, embeddings, text_mask))
+        return sentence
+
+    def _encode_generation(self, generation: dict, cache, **kwargs):
+        """The generation stream through the sentence encoder (causal, cached): `(its output, its causal mask)`."""
+        reference = generation["input_ids"] if generation["input_ids"] is not None else generation["inputs_embeds"]
+        past_length = cache.get_seq_length() if cache is not None else 0
+        attention_mask = generation["attention_mask"]
+        if attention_mask is None:
+            attention_mask = _ones(reference, past_length + reference.shape[1])
+        position_ids = generation["position_ids"]
+        if position_ids is None:  # counted on from the cache (given explicitly: BertEmbeddings' keyword for the
+            # cache length changed name in transformers 5.24)
+            position_ids = torch.arange(past_length, past_length + reference.shape[1], device=reference.device)
+            position_ids = position_ids.unsqueeze(0)
+        embeddings = self.embeddings(
+            input_ids=generation["input_ids"], inputs_embeds=generation["inputs_embeds"], position_ids=position_ids,
+            token_type_ids=self._type_ids(reference, generation["token_type_ids"],
+                                          self.config.generation_token_type_id),
+        )
+        # Always materialised: the sentence encoder's layers are not causal modules (they also run the
+        # understanding stream), so sdpa must not be told "causal" through a missing mask.
+        mask = create_causal_mask(
+            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask,
+            **cache_argument(cache), allow_is_causal_skip=False,
+        )
+        output, _ = _run_stack(self.encoder.layer, embeddings, mask, **cache_argument(cache))
+        return output, mask
+
+    def _cross_encode(self, vision, text, region_mask, text_mask):
+        """The cross-modal encoder: `(visual output, text output, every layer's visual output)`."""
         mask_2d = torch.cat([region_mask.to(text_mask.dtype), text_mask], dim=1)
         mask = extended_attention_mask(self.config, torch.cat([vision, text], dim=1), mask_2d)
-        vision_layers, hidden, attentions = [], [], []
+        vision_layers = []
         for layer in self.cross_encoder.layer:
-            vision, text, probabilities = layer(vision, text, mask)
+            vision, text, _ = layer(vision, text, mask)
             vision_layers.append(vision)
-            if want_hidden:
-                hidden.append(torch.cat([vision, text], dim=1))
-            if want_attentions:
-                attentions.append(probabilities)
-        return vision, text, dict(
-            cross_encoder_vision_layers=tuple(vision_layers),
-            cross_encoder_hidden_states=tuple(hidden) if want_hidden else None,
-            cross_encoder_attentions=tuple(attentions) if want_attentions else None,
-        )
+        return vision, text, tuple(vision_layers)
 
-    def _decode(self, hidden_states, mask, memory, memory_mask, cache, want_hidden, want_attentions):
-        hidden, self_attentions, cross_attentions = [hidden_states], [], []
-        for layer in self.decoder.layer:
-            hidden_states, self_probabilities, cross_probabilities = layer(
-                hidden_states, mask, memory, memory_mask, cache=cache
+    def _decode(self, hidden_states, mask, memory, region_mask, cache) -> torch.Tensor:
+        """The decoder over `hidden_states`, cross-attending to `memory` (None once its keys are cached)."""
+        memory_mask = None
+        if region_mask is not None:
+            memory_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=region_mask,
+                encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
             )
-            hidden.append(hidden_states)
-            self_attentions.append(self_probabilities)
-            cross_attentions.append(cross_probabilities)
-        return dict(
-            decoder_output=hidden_states,
-            decoder_hidden_states=tuple(hidden) if want_hidden else None,
-            decoder_attentions=tuple(self_attentions) if want_attentions else None,
-            decoder_cross_attentions=tuple(cross_attentions) if want_attentions else None,
-        )
+        for layer in self.decoder.layer:
+            hidden_states, _, _ = layer(hidden_states, mask, memory, memory_mask, cache=cache)
+        return hidden_states
 
 
 # ---------------------------------------------------------------------------------------------------- heads
@@ -775,6 +785,30 @@ def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: flo
     total = F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing,
                             reduction="sum")
     return total / (targets >= 0).sum().clamp(min=1)
+
+
+def _word_and_region_losses(mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions,
+                            region_class_targets) -> dict:
+    """The MLM, MSG and MOC losses whose targets are given (see `TdenForPreTraining.forward`)."""
+    losses = {}
+    if labels is not None:
+        if mlm_logits is None:
+            raise ValueError("MLM labels need the understanding stream (input_ids)")
+        losses["mlm_loss"] = _token_loss(mlm_logits, labels)
+    if decoder_labels is not None:
+        if msg_logits is None:
+            raise ValueError("decoder_labels (MSG) need the generation stream (decoder_input_ids) and decoder layers")
+        losses["msg_loss"] = _token_loss(msg_logits, decoder_labels)
+    if region_class_targets is not None:
+        if masked_regions is None:
+            raise ValueError("region_class_targets need masked_regions (which visual tokens they belong to)")
+        selected = gather_masked(moc_logits, masked_regions)
+        if region_class_targets.shape != selected.shape:
+            raise ValueError(f"region_class_targets must have shape {tuple(selected.shape)} (one row per masked "
+                             f"region), got {tuple(region_class_targets.shape)}")
+        kl = F.kl_div(F.log_softmax(selected.float(), dim=-1), region_class_targets.float(), reduction="sum")
+        losses["moc_loss"] = kl / max(selected.shape[0], 1)
+    return losses
 
 
 class TdenForPreTraining(TdenPreTrainedModel):
@@ -853,27 +887,11 @@ class TdenForPreTraining(TdenPreTrainedModel):
             decoder_token_type_ids=decoder_token_type_ids, inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
         )
-        losses = {}
         mlm_logits = self.lm_head(outputs.language_output) if outputs.language_output is not None else None
         msg_logits = self.lm_head(outputs.decoder_output) if outputs.decoder_output is not None else None
         moc_logits = self.region_head(outputs.vision_output)
-        if labels is not None:
-            if mlm_logits is None:
-                raise ValueError("MLM labels need the understanding stream (input_ids)")
-            losses["mlm_loss"] = _token_loss(mlm_logits, labels)
-        if decoder_labels is not None:
-            if msg_logits is None:
-                raise ValueError("decoder_labels (MSG) need the generation stream (decoder_input_ids) and decoder layers")
-            losses["msg_loss"] = _token_loss(msg_logits, decoder_labels)
-        if region_class_targets is not None:
-            if masked_regions is None:
-                raise ValueError("region_class_targets need masked_regions (which visual tokens they belong to)")
-            selected = gather_masked(moc_logits, masked_regions)
-            if region_class_targets.shape != selected.shape:
-                raise ValueError(f"region_class_targets must have shape {tuple(selected.shape)} (one row per masked "
-                                 f"region), got {tuple(region_class_targets.shape)}")
-            kl = F.kl_div(F.log_softmax(selected.float(), dim=-1), region_class_targets.float(), reduction="sum")
-            losses["moc_loss"] = kl / max(selected.shape[0], 1)
+        losses = _word_and_region_losses(mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions,
+                                         region_class_targets)
         text_embeds = image_embeds = similarity = None
         if compute_similarity and outputs.sentence_encoder_output is not None:
             text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
@@ -979,73 +997,31 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         max_new_tokens: int = 20,
         num_return_sequences: int = 1,
     ) -> TdenBeamSearchOutput:
-        r"""X-modaler's beam search (`BeamSearcher`, from meshed-memory-transformer), reproduced exactly: a
-        documented alternative to `generate(num_beams=...)`, whose beam bookkeeping differs.
+        r"""Deprecated: `generate(..., custom_generate=vlhub.modeling.tden.xmodaler_beam_search)` runs the same
+        search (X-modaler's, see `generation_tden`) the way transformers runs decoding loops.
 
-        Start from [CLS] (`config.bos_token_id`) with one beam per image; at every step all `beam × vocabulary`
-        candidates compete by the plain sum of log-probs (no length normalisation); a beam that emitted [SEP]
-        (`config.eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score; after the
-        last step the beams are sorted by score. The sentence encoder and the decoder reuse their key/value cache
-        (reordered with the beams), and the object encoder runs once.
-
-        Args:
-            region_features, region_locations, region_attention_mask: as for `forward`.
-            num_beams (`int`, defaults to 2): the beam size (X-modaler's COCO captioner used 2).
-            max_new_tokens (`int`, defaults to 20): decoding steps (X-modaler's `MAX_SEQ_LEN`).
-            num_return_sequences (`int`, defaults to 1): how many of the final beams to return (at most `num_beams`).
+        Starts from [CLS] (`config.bos_token_id`), in eval mode. Returns a `TdenBeamSearchOutput`, shapes
+        `(batch, num_return_sequences, ...)`, without the start token.
         """
+        warnings.warn(
+            "TdenForConditionalGeneration.xmodaler_beam_search is deprecated: use model.generate(**inputs, "
+            "custom_generate=vlhub.modeling.tden.xmodaler_beam_search, num_beams=..., max_new_tokens=...)",
+            FutureWarning, stacklevel=2,
+        )
         if not 1 <= num_return_sequences <= num_beams:
             raise ValueError(f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}")
         was_training = self.training
         self.eval()
-        batch = region_features.shape[0]
-        device = region_features.device
-        cache = TdenBeamCache()
-        tokens = torch.full((batch, 1), self.config.bos_token_id, dtype=torch.long, device=device)
-        seq_logprob = torch.zeros(batch, 1, 1, device=device)
-        seq_mask = torch.ones(batch, num_beams, 1, device=device)
-        words, word_logprobs, selected_words = [], [], None
-        step_inputs = dict(region_features=region_features, region_locations=region_locations,
-                           region_attention_mask=region_attention_mask)
-        for step in range(max_new_tokens):
-            beams = 1 if step == 0 else num_beams
-            logits = self(input_ids=tokens, cache=cache, use_cache=True, **step_inputs).logits[:, -1]
-            word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, beams, -1)
-            vocab = word_logprob.shape[-1]
-            candidates = seq_logprob + word_logprob
-            if step > 0:
-                # A finished beam keeps its score and offers only word 0.
-                seq_mask = seq_mask * (selected_words.view(batch, beams) != self.config.eos_token_id).float().unsqueeze(-1)
-                word_logprob = word_logprob * seq_mask
-                frozen = seq_logprob.expand_as(candidates).clone()
-                frozen[:, :, 1:] = -999
-                candidates = seq_mask * candidates + frozen * (1 - seq_mask)
-            selected_logprob, selected = torch.sort(candidates.view(batch, -1), dim=-1, descending=True)
-            selected_logprob, selected = selected_logprob[:, :num_beams], selected[:, :num_beams]
-            selected_beam = torch.div(selected, vocab, rounding_mode="floor")
-            selected_words = selected - selected_beam * vocab
-            if step == 0:  # one row per image so far: every beam continues it
-                cache.batch_repeat_interleave(num_beams)
-            else:  # rows of the flat (batch * beams) caches that the selected beams continue
-                cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * beams + selected_beam).view(-1))
-            seq_logprob = selected_logprob.unsqueeze(-1)
-            seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
-            words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
-            chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(batch, num_beams, vocab))
-            word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
-            word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
-            tokens = selected_words.view(-1, 1)
-            if step == 0:  # later steps read the regions from the cache; only their padding mask is needed
-                mask = region_attention_mask if region_attention_mask is not None else torch.ones(
-                    region_features.shape[:2], dtype=torch.long, device=device)
-                step_inputs = dict(region_attention_mask=mask.repeat_interleave(num_beams, dim=0))
-        scores, order = torch.sort(seq_logprob, dim=1, descending=True)
-        sequences = torch.gather(torch.cat(words, -1), 1, order.expand(batch, num_beams, max_new_tokens))
-        token_scores = torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, num_beams, max_new_tokens))
+        prompt = torch.full((region_features.shape[0], 1), self.config.bos_token_id, dtype=torch.long,
+                            device=region_features.device)
+        inputs = {"region_features": region_features, "region_locations": region_locations,
+                  "region_attention_mask": region_attention_mask}
+        found = beam_search(self, prompt, {k: v for k, v in inputs.items() if v is not None}, num_beams,
+                            max_new_tokens, self.config.eos_token_id)
         self.train(was_training)
-        return TdenBeamSearchOutput(sequences=sequences[:, :num_return_sequences],
-                                    sequences_scores=scores[:, :num_return_sequences, 0],
-                                    token_scores=token_scores[:, :num_return_sequences])
+        return TdenBeamSearchOutput(sequences=found["words"][:, :num_return_sequences],
+                                    sequences_scores=found["scores"][:, :num_return_sequences],
+                                    token_scores=found["token_scores"][:, :num_return_sequences])
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention

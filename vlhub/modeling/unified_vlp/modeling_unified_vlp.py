@@ -17,8 +17,6 @@ Captioning predicts each word from a trailing [MASK] slot placed after the words
 real tokens and no position is ever computed twice.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 

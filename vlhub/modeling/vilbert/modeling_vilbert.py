@@ -2,7 +2,7 @@
 
 Faithful to the released code (jiasenlu/vilbert_beta and facebookresearch/vilbert-multi-task, `vilbert/vilbert.py`):
 the text stream is BERT (transformers' blocks, BERT's parameter names); the visual stream embeds region features and
-5-d locations (no position embeddings) and runs BERT layers of its own size; co-attention layers (`layers.py`,
+5-d locations (no position embeddings) and runs BERT layers of its own size; co-attention layers (`layers_vilbert.py`,
 `CoAttentionLayer`) exchange keys and values between the streams on the original schedule (the image embeddings go
 straight into the first co-attention layer; the text stream runs its first BERT layers before it). Both pooled
 outputs are `ReLU(Linear(·))` of the first position (text [CLS], the global image token), fused by product.
@@ -23,8 +23,9 @@ from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..layers import (
     MASKED_SCORE,
@@ -36,7 +37,7 @@ from ..layers import (
     flatten_choices,
     soft_score_loss,
 )
-from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
 from .layers_vilbert import CoAttentionLayer, StreamConfig, StreamLayer, cross_stream_mask
 
@@ -57,27 +58,37 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class VilbertModelOutput(ModelOutput):
     r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the text stream's output.
-        With task tokens the task token sits at position 1 and `text_length` is the input length + 1.
-    vision_last_hidden_state (`torch.FloatTensor` of shape `(batch, num_regions, visual_hidden_size)`): the visual
-        stream's output (row 0 = the global image token).
-    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output
-        (`text_pooler_output * vision_pooler_output`, or their sum with `fusion_method="sum"`), before dropout.
-    text_pooler_output, vision_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
-        `ReLU(Linear(·))` of the text [CLS] and of the global image token.
-    hidden_states (`tuple(torch.FloatTensor)`, `output_hidden_states=True`): text stream, the embeddings and the
-        output of each of the `num_hidden_layers` BERT layers (co-attention layers run between some of them).
-    attentions (`tuple(torch.FloatTensor)`, `output_attentions=True`): text self-attention probabilities per
-        BERT layer, `(batch, num_attention_heads, text_length, text_length)`.
-    vision_hidden_states, vision_attentions: the same for the visual stream (embeddings + `visual_num_hidden_layers`
-        outputs; `(batch, visual_num_attention_heads, num_regions, num_regions)`).
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, text queries over regions
-        `(batch, bi_num_attention_heads, text_length, num_regions)`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`): per co-attention layer, region queries over text
-        `(batch, bi_num_attention_heads, num_regions, text_length)`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`):
+        The text stream's output. With task tokens the task token sits at position 1 and `text_length` is the input
+        length + 1.
+    vision_last_hidden_state (`torch.FloatTensor` of shape `(batch, num_regions, visual_hidden_size)`):
+        The visual stream's output (row 0 = the global image token).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (`text_pooler_output * vision_pooler_output`, or their sum with
+        `fusion_method="sum"`), before dropout.
+    text_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        `ReLU(Linear(·))` of the text [CLS].
+    vision_pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        `ReLU(Linear(·))` of the global image token.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The text stream: the embeddings and the output of each of the `num_hidden_layers` BERT layers, each
+        `(batch, text_length, hidden_size)` (co-attention layers run between some of them).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Text self-attention probabilities per BERT layer, `(batch, num_attention_heads, text_length, text_length)`
+        (eager attention only).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The visual stream: the embeddings and each of the `visual_num_hidden_layers` layers' output,
+        `(batch, num_regions, visual_hidden_size)`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Visual self-attention per layer, `(batch, visual_num_attention_heads, num_regions, num_regions)`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Per co-attention layer, text queries over regions `(batch, bi_num_attention_heads, text_length, num_regions)`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Per co-attention layer, region queries over text `(batch, bi_num_attention_heads, num_regions, text_length)`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -101,17 +112,31 @@ def _per_layer(outputs: VilbertModelOutput) -> dict:
     return {name: outputs[name] if name in outputs else None for name in _PER_LAYER_FIELDS}
 
 
+@auto_docstring
 @dataclass
 class VilbertClassifierOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, when labels are given).
-    logits (`torch.FloatTensor`): `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores,
-        `(batch, num_regions)` region scores or `(batch, num_choices)` choice scores, depending on the head.
-    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`): `VilbertForReferringExpression` only, the
-        released per-token grounding score (`linguisic_logit`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`): the fused pooled output.
-    hidden_states, attentions, vision_hidden_states, vision_attentions, text_to_vision_attentions,
-    vision_to_text_attentions: per layer, when requested (see `VilbertModelOutput`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        The head's loss.
+    logits (`torch.FloatTensor`):
+        `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores, `(batch, num_regions)` region
+        scores or `(batch, num_choices)` choice scores, depending on the head.
+    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`, *optional*):
+        `VilbertForReferringExpression` only, the released per-token grounding score (`linguisic_logit`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (see `VilbertModelOutput`).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.attentions`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_attentions`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.text_to_vision_attentions`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -126,20 +151,41 @@ class VilbertClassifierOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class VilbertForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`): sum of the losses whose targets were given (the original weighs them
-        equally).
-    mlm_loss, region_kl_loss, alignment_loss (`torch.FloatTensor` of shape `()`): each objective's loss.
-    prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): masked-LM logits.
-    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`): with `labels`, the rows of
-        `prediction_logits` at the positions with a label >= 0, row-major over (example, position).
-    region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): masked-region class
-        logits of every region row (the global image token and padding included).
-    alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-caption alignment; **class 0 = aligned**,
-        as in the original.
-    pooler_output, hidden_states, ...: as `VilbertClassifierOutput`.
+    loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Sum of the losses whose targets were given (the original weighs them equally).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked language modelling.
+    region_kl_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked-region classification (KL to the detector's class distribution).
+    alignment_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Image-caption alignment.
+    prediction_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`):
+        Masked-LM logits.
+    mlm_logits (`torch.FloatTensor` of shape `(num_masked_tokens, vocab_size)`, *optional*):
+        With `labels`, the rows of `prediction_logits` at the positions with a label >= 0, row-major over
+        (example, position).
+    region_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`):
+        Masked-region class logits of every region row (the global image token and padding included).
+    alignment_logits (`torch.FloatTensor` of shape `(batch, 2)`):
+        Image-caption alignment; **class 0 = aligned**, as in the original.
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
+        The fused pooled output (see `VilbertModelOutput`).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.attentions`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VilbertModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_attentions`.
+    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.text_to_vision_attentions`.
+    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -159,28 +205,30 @@ class VilbertForPreTrainingOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-VILBERT_INPUTS_DOCSTRING = r"""
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`):
-            Word-piece ids, `[CLS] ... [SEP]` then padding (the processor's `input_ids`).
-        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
-            1 for real tokens, 0 for padding. Defaults to all ones.
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): defaults to 0.
-        position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
-            Text positions; defaults to `0..text_length-1`. Regions have no positions.
-        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
-            Region features, row 0 the global image token (the mean feature; the processor adds it), zero padded.
-        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
-            `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]` per region, `[0, 0, 1, 1, 1]` for the global token.
-        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for real regions (the global token included), 0 for padding. Required for a batch of several images.
-        task_ids (`torch.LongTensor` of shape `(batch_size, 1)` or `(batch_size,)`, *optional*):
-            12-in-1 task number of each example (e.g. 1 = VQA, 15 = GQA); required when the model has task tokens
-            (`config.num_task_tokens > 0`), which it inserts after [CLS].
-        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
-            Word embeddings instead of `input_ids` (position and type embeddings are still added).
-        output_attentions, output_hidden_states (`bool`, *optional*): return the per-layer outputs of both streams
-            (attention maps need `attn_implementation="eager"`).
+# What auto_docstring does not know of ViLBERT's inputs (it documents `input_ids`, `attention_mask`, ... itself).
+_REGION_ARGS = r"""
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+    Region features, row 0 the global image token (the mean feature; the processor adds it), zero padded.
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
+    `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]` per region, `[0, 0, 1, 1, 1]` for the global token.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for real regions (the global token included), 0 for padding. Required for a batch of several images.
+task_ids (`torch.LongTensor` of shape `(batch_size, 1)` or `(batch_size,)`, *optional*):
+    12-in-1 task number of each example (e.g. 1 = VQA, 15 = GQA); required when the model has task tokens
+    (`config.num_task_tokens > 0`), which it inserts after [CLS].
+"""
+_IN_BATCH_PAIRS_ARG = r"""
+in_batch_pairs (`bool`, defaults to `False`):
+    Pair every text with every image: `Bt` texts (`input_ids` `(Bt, T)`, `task_ids` one per text) and `Bv`
+    images (regions `(Bv, R, ·)`) give `Bt * Bv` pairs, row `i * Bv + j` = (text i, image j). The layers
+    before the first co-attention layer run once per text and once per image (the first 6 text layers of
+    the released model), as the original's `in_batch_pairs` and, for one text against many images
+    (`Bt = 1`, its zero-shot retrieval), `fast_mode`. Every output then has one row per pair.
+"""
+_LABELS_ARG = r"""
+labels (`torch.Tensor`, *optional*):
+    The task's targets, as described by the head's class (which also names any further target arguments it
+    takes).
 """
 
 
@@ -282,64 +330,82 @@ class VilbertEncoder(nn.Module):
             "text_over_vision": cross_stream_mask(self.config, text, vision, region_attention_mask),
         }
 
-    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None, output_attentions=False,
-                output_hidden_states=False, **kwargs) -> VilbertModelOutput:
+    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None,
+                **kwargs) -> VilbertModelOutput:
         """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
         `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
         layer (the layers before it run once per text and once per image, as the original's `fast_mode` /
-        `in_batch_pairs`)."""
-        record = {name: [] for name in _PER_LAYER_FIELDS}
-        if output_hidden_states:
-            record["hidden_states"].append(text)
-            record["vision_hidden_states"].append(vision)
+        `in_batch_pairs`). Per-layer outputs are recorded by `VilbertModel` (`_can_record_outputs`)."""
         masks = self._masks(text, vision, attention_mask, region_attention_mask)
-
-        def run(layers, hidden, mask, start, stop, states, maps):
-            for layer in layers[start:stop]:
-                hidden, probabilities = layer(hidden, mask, **kwargs)
-                if output_hidden_states:
-                    record[states].append(hidden)
-                if output_attentions:
-                    record[maps].append(probabilities)
-            return hidden
-
         v_start = t_start = 0
         schedule = zip(self.config.visual_co_attention_layers, self.config.text_co_attention_layers, self.c_layer)
         for v_stop, t_stop, co_layer in schedule:
-            vision = run(self.v_layer, vision, masks["vision"], v_start, v_stop, "vision_hidden_states",
-                         "vision_attentions")
-            text = run(self.layer, text, masks["text"], t_start, t_stop, "hidden_states", "attentions")
+            vision = _run_layers(self.v_layer[v_start:v_stop], vision, masks["vision"], **kwargs)
+            text = _run_layers(self.layer[t_start:t_stop], text, masks["text"], **kwargs)
             if pair_index is not None:  # form the pairs once, before the first co-attention layer
-                rows = dict(zip(("text", "vision"), pair_index))
-                for name, values in record.items():
-                    record[name] = [v[rows["vision" if "vision" in name else "text"]] for v in values]
-                text, attention_mask = text[rows["text"]], attention_mask[rows["text"]]
-                vision, region_attention_mask = vision[rows["vision"]], region_attention_mask[rows["vision"]]
+                text_rows, vision_rows = pair_index
+                text, attention_mask = text[text_rows], attention_mask[text_rows]
+                vision, region_attention_mask = vision[vision_rows], region_attention_mask[vision_rows]
                 masks = self._masks(text, vision, attention_mask, region_attention_mask)
                 pair_index = None
             # Stream 1 = vision, stream 2 = text: mask_over1 masks regions (for text queries), mask_over2 text.
-            vision, text, vision_to_text, text_to_vision = co_layer(
-                vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs
-            )
-            if output_attentions:
-                record["text_to_vision_attentions"].append(text_to_vision)
-                record["vision_to_text_attentions"].append(vision_to_text)
+            vision, text, _, _ = co_layer(vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs)
             v_start, t_start = v_stop, t_stop
-        vision = run(self.v_layer, vision, masks["vision"], v_start, None, "vision_hidden_states", "vision_attentions")
-        text = run(self.layer, text, masks["text"], t_start, None, "hidden_states", "attentions")
+        vision = _run_layers(self.v_layer[v_start:], vision, masks["vision"], **kwargs)
+        text = _run_layers(self.layer[t_start:], text, masks["text"], **kwargs)
+        return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision)
 
-        if output_attentions and any(m is None for name in _PER_LAYER_FIELDS if "attentions" in name
-                                     for m in record[name]):
-            raise ValueError(
-                f"attention maps need the eager attention backend; this model runs "
-                f"{self.config._attn_implementation!r}: build it with attn_implementation='eager' or call "
-                "model.set_attn_implementation('eager')"
-            )
-        per_layer = {
-            name: tuple(values) if (output_attentions if "attentions" in name else output_hidden_states) else None
-            for name, values in record.items()
-        }
-        return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision, **per_layer)
+
+def _run_layers(layers, hidden_states, mask, **kwargs):
+    for layer in layers:
+        hidden_states, _ = layer(hidden_states, mask, **kwargs)
+    return hidden_states
+
+
+# What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs`): each stream's embeddings
+# and layers (the text stream's in `encoder.layer`, the visual stream's in `encoder.v_layer`), and each co-attention
+# layer's maps both ways, all asked for with `output_hidden_states` / `output_attentions` (`recording_flags`).
+_RECORDED_OUTPUTS = {
+    "hidden_states": [
+        OutputRecorder(VilbertEmbeddings, capture_initial_hidden_state=False),
+        OutputRecorder(StreamLayer, index=0, layer_name="encoder.layer", capture_initial_hidden_state=False),
+    ],
+    "attentions": OutputRecorder(StreamLayer, index=1, layer_name="encoder.layer"),
+    "vision_hidden_states": [
+        OutputRecorder(VilbertImageEmbeddings),
+        OutputRecorder(StreamLayer, index=0, layer_name="encoder.v_layer"),
+    ],
+    "vision_attentions": OutputRecorder(StreamLayer, index=1, layer_name="encoder.v_layer"),
+    "vision_to_text_attentions": OutputRecorder(CoAttentionLayer, index=2),
+    "text_to_vision_attentions": OutputRecorder(CoAttentionLayer, index=3),
+}
+
+
+def _pair_early_records(outputs: VilbertModelOutput, config: VilbertConfig, pair_index) -> None:
+    """With `in_batch_pairs`, the states and maps recorded before the first co-attention layer have one row per text
+    (or per image): give them one row per pair, as every later record has."""
+    text_rows, vision_rows = pair_index
+    early = {"hidden_states": 1 + config.text_co_attention_layers[0], "attentions": config.text_co_attention_layers[0],
+             "vision_hidden_states": 1 + config.visual_co_attention_layers[0],
+             "vision_attentions": config.visual_co_attention_layers[0]}
+    for name, count in early.items():
+        if outputs.get(name) is not None:
+            rows = vision_rows if name.startswith("vision") else text_rows
+            outputs[name] = tuple(value if value is None or i >= count else value[rows]
+                                  for i, value in enumerate(outputs[name]))
+
+
+def _check_attention_maps(outputs: VilbertModelOutput, config: VilbertConfig) -> None:
+    expected = {"attentions": config.num_hidden_layers, "vision_attentions": config.visual_num_hidden_layers,
+                "text_to_vision_attentions": config.num_co_attention_layers,
+                "vision_to_text_attentions": config.num_co_attention_layers}
+    # The other attention backends return no maps (the records then miss them).
+    if any(outputs.get(name) is not None and len(outputs[name]) < count for name, count in expected.items()):
+        raise ValueError(
+            f"attention maps need the eager attention backend; this model runs "
+            f"{config._attn_implementation!r}: build it with attn_implementation='eager' or call "
+            "model.set_attn_implementation('eager')"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- base
@@ -349,6 +415,7 @@ class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     base_model_prefix = "vilbert"
     _region_feature_layers = ("v_embeddings.image_embeddings",)
     _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]
+    _can_record_outputs = _RECORDED_OUTPUTS
 
 
 def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
@@ -383,11 +450,14 @@ def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_featur
         raise ValueError("task_ids were given but this ViLBERT has no task tokens (config.num_task_tokens = 0)")
 
 
-class VilbertModel(VilbertPreTrainedModel):
-    """The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
+@auto_docstring(
+    custom_intro="""
+    The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
     co-attention, and both poolers. Module names follow the original `BertModel` of ViLBERT (`embeddings`,
     `v_embeddings`, `encoder.layer` / `encoder.v_layer` / `encoder.c_layer`, `t_pooler`, `v_pooler`).
     """
+)
+class VilbertModel(VilbertPreTrainedModel):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -398,8 +468,8 @@ class VilbertModel(VilbertPreTrainedModel):
         self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size)
         self.post_init()
 
+    @auto_docstring(custom_args=_REGION_ARGS + _IN_BATCH_PAIRS_ARG)
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -411,26 +481,35 @@ class VilbertModel(VilbertPreTrainedModel):
         region_attention_mask: torch.Tensor | None = None,
         task_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         in_batch_pairs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
         r"""
-        in_batch_pairs (`bool`, defaults to `False`):
-            Pair every text with every image: `Bt` texts (`input_ids` `(Bt, T)`, `task_ids` one per text) and `Bv`
-            images (regions `(Bv, R, ·)`) give `Bt * Bv` pairs, row `i * Bv + j` = (text i, image j). The layers
-            before the first co-attention layer run once per text and once per image (the first 6 text layers of
-            the released model), as the original's `in_batch_pairs` and, for one text against many images
-            (`Bt = 1`, its zero-shot retrieval), `fast_mode`. Every output then has one row per pair.
-
         Returns:
             `VilbertModelOutput`: both streams' outputs, both pooled outputs and their fusion (`pooler_output`).
         """
         _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
                       task_ids, in_batch_pairs)
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        pair_index = None
+        if in_batch_pairs:
+            texts = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+            images, device = region_features.shape[0], region_features.device
+            pair_index = (torch.arange(texts, device=device).repeat_interleave(images),
+                          torch.arange(images, device=device).repeat(texts))
+        outputs = self._encode(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
+            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
+            pair_index=pair_index, return_dict=True, **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
+        )
+        if pair_index is not None:
+            _pair_early_records(outputs, self.config, pair_index)
+        _check_attention_maps(outputs, self.config)
+        return outputs
+
+    @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the text stream's, as recorded
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, region_features, region_locations,
+                region_attention_mask, task_ids, inputs_embeds, pair_index, **kwargs) -> VilbertModelOutput:
         text = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
                                inputs_embeds=inputs_embeds, task_ids=task_ids)
         batch, text_length = text.shape[:2]
@@ -444,21 +523,9 @@ class VilbertModel(VilbertPreTrainedModel):
             region_attention_mask = torch.ones(vision.shape[:2], dtype=torch.long, device=vision.device)
         attention_mask = attention_mask.to(text.device, torch.long)
         region_attention_mask = region_attention_mask.to(vision.device, torch.long)
-        pair_index = None
-        if in_batch_pairs:
-            texts, images = text.shape[0], vision.shape[0]
-            pair_index = (torch.arange(texts, device=text.device).repeat_interleave(images),
-                          torch.arange(images, device=vision.device).repeat(texts))
-        encoded = self.encoder(
-            text,
-            vision,
-            attention_mask,
-            region_attention_mask,
-            pair_index=pair_index,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
+        layer_kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
+        encoded = self.encoder(text, vision, attention_mask, region_attention_mask, pair_index=pair_index,
+                               **layer_kwargs)
         pooled_text = self.t_pooler(encoded.last_hidden_state)
         pooled_vision = self.v_pooler(encoded.vision_last_hidden_state)
         fused = pooled_text * pooled_vision if self.config.fusion_method == "mul" else pooled_text + pooled_vision
@@ -468,7 +535,6 @@ class VilbertModel(VilbertPreTrainedModel):
             pooler_output=fused,
             text_pooler_output=pooled_text,
             vision_pooler_output=pooled_vision,
-            **_per_layer(encoded),
         )
 
 
@@ -494,8 +560,8 @@ class _VilbertHead(VilbertPreTrainedModel):
     def _head(self, outputs: VilbertModelOutput, labels, inputs: dict, **head_arguments):
         raise NotImplementedError
 
+    @auto_docstring(custom_args=_REGION_ARGS + _LABELS_ARG)
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VILBERT_INPUTS_DOCSTRING)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -511,9 +577,6 @@ class _VilbertHead(VilbertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        labels (`torch.Tensor`, *optional*): the task's targets, as described by the head's class (which also
-            names any further target arguments it takes).
-
         Returns:
             The head's output (`VilbertClassifierOutput` for the task heads); see the head's class.
         """
@@ -562,8 +625,9 @@ class VilbertPreTrainingHeads(nn.Module):
         self.imagePredictions = VilbertImagePredictionHead(config)
 
 
-class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
-    """ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
+@auto_docstring(
+    custom_intro="""
+    ViLBERT with its pre-training heads (`cls`): masked language modelling, masked-region classification against
     the detector's class distribution (KL) and image-caption alignment (**class 0 = aligned**, as the original).
 
     Losses are computed for the targets given and summed with equal weights (the original's `img_weight` is 1).
@@ -585,6 +649,8 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
     Returns:
         `VilbertForPreTrainingOutput` with the logits of all three heads.
     """
+)
+class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vilbert.embeddings.word_embeddings.weight",
@@ -653,13 +719,16 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     return classifier_head(in_size, inner, num_labels, "gelu", config.layer_norm_eps)
 
 
-class VilbertForQuestionAnswering(_VilbertHead):
-    """VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
+@auto_docstring(
+    custom_intro="""
+    VQA (3129 answers) / GQA (1533 answers): `vil_prediction` on the fused pooled output. `config.id2label` holds
     the answers.
 
     `labels` (`(batch_size, num_labels)` soft answer scores in [0, 1]): the original's loss, BCE with logits averaged
     and times the number of answers. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_labels)`.
     """
+)
+class VilbertForQuestionAnswering(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -674,12 +743,15 @@ class VilbertForQuestionAnswering(_VilbertHead):
         return self._output(loss, logits, outputs)
 
 
-class VilbertForVisualEntailment(_VilbertHead):
-    """SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
+@auto_docstring(
+    custom_intro="""
+    SNLI-VE (12-in-1): `vil_tri_prediction` Linear(bi_hidden_size, 3) on the fused pooled output.
 
     `labels` (`(batch_size,)` class ids, in the order of the training data): cross-entropy. Returns
     `VilbertClassifierOutput` with `logits` `(batch_size, 3)`.
     """
+)
+class VilbertForVisualEntailment(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -695,8 +767,9 @@ def _cross_entropy(logits, labels):
     return None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
 
 
-class VilbertForImageTextRetrieval(_VilbertHead):
-    """Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
+@auto_docstring(
+    custom_intro="""
+    Image-text retrieval: `vil_logit` Linear(bi_hidden_size, 1) scores a pair from the fused pooled output.
     Returns `VilbertClassifierOutput` with `logits` `(batch_size, 1)`.
 
     Training, as the original: `num_negatives=N` reads the batch as groups of `1 + N` pairs, the matched pair first,
@@ -707,6 +780,8 @@ class VilbertForImageTextRetrieval(_VilbertHead):
     with `Bt` texts and `Bv` images gives `logits` `(Bt * Bv, 1)`, `logits.view(Bt, Bv)` the score matrix; the text
     layers before the first co-attention run once per text (the original's `fast_mode` retrieval evaluation).
     """
+)
+class VilbertForImageTextRetrieval(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -763,8 +838,9 @@ def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
 _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
 
 
-class VilbertForMultipleChoice(_VilbertHead):
-    """VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
+@auto_docstring(
+    custom_intro="""
+    VCR (and other multiple choice): each (question, choice) text is encoded with the image; `vil_logit` scores
     it and the choices compete in a cross-entropy, as the original.
 
     Inputs: `input_ids` / `attention_mask` / `token_type_ids` / `position_ids` `(batch_size, num_choices,
@@ -773,6 +849,8 @@ class VilbertForMultipleChoice(_VilbertHead):
     (`(batch_size,)`): the right choice. Returns `VilbertClassifierOutput` with `logits` `(batch_size, num_choices)`;
     per-layer outputs cover the `batch_size * num_choices` pairs.
     """
+)
+class VilbertForMultipleChoice(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -792,8 +870,9 @@ class VilbertForMultipleChoice(_VilbertHead):
         return self._output(_cross_entropy(logits, labels), logits, outputs)
 
 
-class VilbertForVisualReasoning(_VilbertHead):
-    """NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
+@auto_docstring(
+    custom_intro="""
+    NLVR2 (12-in-1): one statement, two images. Each (text, image) pair is encoded and the two fused pooled
     outputs, concatenated, go through `vil_binary_prediction` (Linear, GELU, LayerNorm, Linear → 2).
 
     Inputs: regions `(batch_size, 2, num_regions, ...)` (left and right image); the text `(batch_size, T)` (used
@@ -801,6 +880,8 @@ class VilbertForVisualReasoning(_VilbertHead):
     1 = the statement is true. Returns `VilbertClassifierOutput` with `logits` `(batch_size, 2)`; per-layer outputs
     cover the `2 * batch_size` pairs, left then right for each example.
     """
+)
+class VilbertForVisualReasoning(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
@@ -847,8 +928,9 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
     return choice_region_ids.long()
 
 
-class VilbertForReferringExpression(_VilbertHead):
-    """Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
+@auto_docstring(
+    custom_intro="""
+    Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
     1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
     `linguisic_logit` (no task reads it) is returned as `text_logits`.
 
@@ -863,6 +945,8 @@ class VilbertForReferringExpression(_VilbertHead):
     rows of the detected regions (global token first), so a row is `101 + multiple_choice_idx`;
     `VilbertProcessor.pointing` lays the inputs out so, with `choice_region_ids` and the soft targets as `labels`.
     """
+)
+class VilbertForReferringExpression(_VilbertHead):
 
     def __init__(self, config: VilbertConfig):
         super().__init__(config)

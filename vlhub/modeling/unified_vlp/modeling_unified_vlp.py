@@ -19,7 +19,6 @@ real tokens and no position is ever computed twice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

@@ -42,11 +42,15 @@ setup(
         "captions": ["pycocoevalcap>=1.2"],
         # the browser app (`vlhub app`); gradio_client comes with gradio
         "app": ["gradio>=6,<7"],
-        # gradio and selenium for the app's tests (the browser test drives Debian's chromium + chromium-driver)
-        "test": ["pytest>=8", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2", "gradio>=6,<7",
-                 "selenium>=4.20"],
+        # gradio and selenium for the app's tests (the browser test drives Debian's chromium + chromium-driver);
+        # pytest-xdist spreads the suite over the cores (scripts/test.sh); ruff is CI's linter and formatter, pinned
+        # to a minor release because its formatting style may change between them
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2",
+                 "gradio>=6,<7", "selenium>=4.20", "ruff>=0.17.6,<0.18"],
         # the documentation site (mkdocs.yml, docs/): `mkdocs serve`; CI runs `mkdocs build --strict`
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
+        # a contributor's checkout: the above plus the git hooks of .pre-commit-config.yaml (`pre-commit install`)
+        "dev": ["vlhub[test,docs]", "pre-commit>=3.5"],
     },
     entry_points={"console_scripts": ["vlhub=vlhub.cli:main"]},
 )

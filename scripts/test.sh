@@ -16,4 +16,6 @@ VENV="${VLHUB_VENV:-.venv}"
 export HF_HUB_OFFLINE=1
 # The whole suite, slow multi-process and end-to-end tests included (a few minutes); VLHUB_SLOW_TESTS=0 skips those.
 export VLHUB_SLOW_TESTS="${VLHUB_SLOW_TESTS:-1}"
-exec "$VENV/bin/python" -m pytest -q tests "$@"
+# One pytest-xdist worker per available core (VLHUB_TEST_PROCESSES to choose; `-n 0` after the script's name runs one
+# process); each test file runs whole on one worker, so a module's shared setup is built once.
+exec "$VENV/bin/python" -m pytest -q -n "${VLHUB_TEST_PROCESSES:-$(nproc)}" --dist loadfile tests "$@"

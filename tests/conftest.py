@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,12 +13,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if "VLHUB_TESTS_KEEP_HF_HOME" not in os.environ:
     _hf_home = Path(tempfile.mkdtemp(prefix="vlhub-tests-hf-home-"))
     (_hf_home / "accelerate").mkdir()
-    shutil.copy(Path(__file__).parents[1] / "configs" / "accelerate" / "cpu_processes.yaml",
-                _hf_home / "accelerate" / "default_config.yaml")
+    _config = (Path(__file__).parents[1] / "configs" / "accelerate" / "cpu_processes.yaml").read_text()
+    # Port 0: each launch's processes meet on a free port, so launches in parallel test processes never share one.
+    (_hf_home / "accelerate" / "default_config.yaml").write_text(_config + "main_process_port: 0\n")
     os.environ["HF_HOME"] = str(_hf_home)
-# datasets caches prepared Parquet/Arrow files; keep the suite's out of the user's cache.
-os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="vlhub-tests-datasets-"))
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# datasets caches prepared Parquet/Arrow files; keep the suite's out of the user's cache, one folder per test process
+# (pytest-xdist's workers inherit the environment of the process that started them, this folder included).
+if os.environ.get("HF_DATASETS_CACHE") in (None, os.environ.get("VLHUB_TESTS_DATASETS_CACHE")):
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="vlhub-tests-datasets-")
+    os.environ["VLHUB_TESTS_DATASETS_CACHE"] = os.environ["HF_DATASETS_CACHE"]
+# The cores are shared among pytest-xdist's workers (scripts/test.sh starts one per core).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 TESTS = Path(__file__).parent
 

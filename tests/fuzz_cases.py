@@ -20,7 +20,6 @@ import math
 import os
 import pickle
 import re
-import struct
 import subprocess
 import sys
 import tempfile

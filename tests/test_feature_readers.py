@@ -9,7 +9,6 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 
 from vlhub.processing.stores import (
     BUTD_TSV_FIELDS,

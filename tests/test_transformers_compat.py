@@ -65,7 +65,7 @@ class _Records(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def test_generation_raises_no_cache_deprecation_notice(processor):
+def test_generation_raises_no_cache_deprecation_notice(processor):  # noqa: F811 (the imported pytest fixture)
     """transformers 5.24 warns (FutureWarning, or its logger once) where the old name `past_key_values` is used."""
     records = _Records()
     hf_logging.warning_once.cache_clear()  # notices already shown by earlier tests would otherwise be skipped

@@ -16,7 +16,10 @@ What the official script does, and therefore what this module does:
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["normalize_answer", "process_punctuation", "process_digits_and_articles", "vqa_accuracy_score",
            "predictable_answer_logits"]

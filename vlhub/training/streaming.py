@@ -31,11 +31,9 @@ from __future__ import annotations
 import bisect
 import copy
 import logging
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .data import CaptionPairs

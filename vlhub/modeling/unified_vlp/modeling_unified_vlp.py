@@ -17,7 +17,6 @@ Captioning predicts each word from a trailing [MASK] slot placed after the words
 real tokens and no position is ever computed twice.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch

@@ -18,8 +18,6 @@ import os
 import re
 from pathlib import Path
 
-import torch
-
 from ...utils.files import read_yaml
 from . import (
     VlBertConfig,

@@ -68,7 +68,7 @@ ID_INDEX_FILE = "index.sqlite"
 _SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.arrow$")
 _V1_SHARD_PATTERN = re.compile(r"^shard-p(\d{5})-(\d{5})\.parquet$")
 _OPTIONAL_FIELDS = ("scores", "class_probs", "attribute_probs")
-# The one per-image metadata field a store keeps: a whole-image feature (VL-BERT's feature files have one), read back
+# The one per-image metadata field a store keeps: a whole-image feature (some architectures' feature files carry one), read back
 # into `RegionFeatures.metadata` under the same name; null for an image without one.
 IMAGE_BOX_FEATURE = "image_box_feature"
 _FEATURE_DTYPES = ("float32", "float16")

@@ -29,9 +29,9 @@ setup(
         "huggingface-hub>=1.0",
         "numpy",
         "pillow",
-        "pyarrow",      # the region store's Arrow shards (also a datasets dependency)
-        "xxhash",       # the region store's row checksums (also a datasets dependency)
-        "pyyaml",       # the detector ports' config.yaml
+        "pyarrow",  # the region store's Arrow shards (also a datasets dependency)
+        "xxhash",  # the region store's row checksums (also a datasets dependency)
+        "pyyaml",  # the detector ports' config.yaml
         "tqdm",
         "torchdata>=0.8",  # StatefulDataLoader: --streaming resumes each process's stream exactly
     ],
@@ -45,8 +45,17 @@ setup(
         # gradio and selenium for the app's tests (the browser test drives Debian's chromium + chromium-driver);
         # pytest-xdist spreads the suite over the cores (scripts/test.sh); ruff is CI's linter and formatter, pinned
         # to a minor release because its formatting style may change between them
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "lmdb>=1.4", "h5py>=3.8", "msgpack>=1.0", "pycocoevalcap>=1.2",
-                 "gradio>=6,<7", "selenium>=4.20", "ruff>=0.17.6,<0.18"],
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "lmdb>=1.4",
+            "h5py>=3.8",
+            "msgpack>=1.0",
+            "pycocoevalcap>=1.2",
+            "gradio>=6,<7",
+            "selenium>=4.20",
+            "ruff>=0.17.6,<0.18",
+        ],
         # the documentation site (mkdocs.yml, docs/): `mkdocs serve`; CI runs `mkdocs build --strict`
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
         # a contributor's checkout: the above plus the git hooks of .pre-commit-config.yaml (`pre-commit install`)

@@ -67,9 +67,11 @@ def main() -> None:
             start = time.perf_counter()
             app.models[name].pipeline.processor.regions_from_images([image])
             found.append(time.perf_counter() - start)
-        print(f"region extraction ({name}'s extractor, {len(app.examples)} example images): with the world's boxes "
-              f"median {statistics.median(seconds) * 1000:.0f} ms (max {max(seconds) * 1000:.0f}), boxes found by the "
-              f"extractor median {statistics.median(found) * 1000:.0f} ms (max {max(found) * 1000:.0f})")
+        print(
+            f"region extraction ({name}'s extractor, {len(app.examples)} example images): with the world's boxes "
+            f"median {statistics.median(seconds) * 1000:.0f} ms (max {max(seconds) * 1000:.0f}), boxes found by the "
+            f"extractor median {statistics.median(found) * 1000:.0f} ms (max {max(found) * 1000:.0f})"
+        )
     page = Page(f"http://127.0.0.1:{port}/")
     example = app.examples[0]
     rows = []
@@ -96,10 +98,13 @@ def main() -> None:
                 page.tab("Caption")
                 for i in range(args.repeats):
                     label = "greedy" if i % 2 == 0 else "beam"
-                    [radio] = [b for b in page.driver.find_elements("css selector", "#decoding label") if b.text == label]
+                    [radio] = [
+                        b for b in page.driver.find_elements("css selector", "#decoding label") if b.text == label
+                    ]
                     radio.click()
                     (times if label == "greedy" else beam_times).append(
-                        page.status_after(lambda: page.click("caption-button"))[1])
+                        page.status_after(lambda: page.click("caption-button"))[1]
+                    )
             rows.append((name, model.task + (" (greedy)" if beam_times else ""), statistics.median(times), max(times)))
             if beam_times:
                 rows.append((name, "captioning (beam 3)", statistics.median(beam_times), max(beam_times)))

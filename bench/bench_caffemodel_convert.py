@@ -27,6 +27,7 @@ from vlhub.conversion.caffemodel import BUTD_STAGE_BLOCKS, caffe_to_detectron2, 
 
 def butd_layers(rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
     """Random blobs with the shapes of the released ResNet-101 detector."""
+
     def normal(*shape):
         return rng.standard_normal(shape, dtype=np.float32)
 
@@ -87,8 +88,10 @@ def main():
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         values = sum(a.size for a in state.values())
-        print(f"{len(state)} tensors, {values:,} values ({values * 4 / 2**20:.1f} MiB float32); "
-              f"{len(report.used)} from {len(set(report.used.values()))} Caffe layers")
+        print(
+            f"{len(state)} tensors, {values:,} values ({values * 4 / 2**20:.1f} MiB float32); "
+            f"{len(report.used)} from {len(set(report.used.values()))} Caffe layers"
+        )
         print(f"read_caffemodel: {min(read_seconds):.2f} s (best of {args.repeats})")
         print(f"caffe_to_detectron2 on the read layers: {min(convert_seconds):.2f} s (best of {args.repeats})")
         print(f"peak numpy memory, file → state dict: {peak / 2**20:.0f} MiB")

@@ -43,8 +43,10 @@ import numpy as np
 
 REGIONS, FEATURE_DIM, BATCH = 36, 2048, 32
 WARMUP_BATCHES = 20
-WORDS = ("a red blue green small large circle square triangle left right above below of the near next to and with "
-         "two three one shape picture shows there is are").split()
+WORDS = (
+    "a red blue green small large circle square triangle left right above below of the near next to and with "
+    "two three one shape picture shows there is are"
+).split()
 
 
 def synthetic_rows(count: int, start: int, seed: int = 0):
@@ -60,9 +62,14 @@ def synthetic_rows(count: int, start: int, seed: int = 0):
         y1 = rng.uniform(0, 380, REGIONS)
         boxes = np.stack([x1, y1, x1 + rng.uniform(10, 140, REGIONS), y1 + rng.uniform(10, 100, REGIONS)], 1)
         features = pool[index % 16] * np.float32(1 + (index % 7) / 10)
-        yield f"img{index:08d}", RegionFeatures.from_validated(
-            features=torch.from_numpy(features), boxes=torch.from_numpy(boxes.astype(np.float32)),
-            image_size=(480, 640), scores=torch.from_numpy(rng.uniform(0.2, 1, REGIONS).astype(np.float32)),
+        yield (
+            f"img{index:08d}",
+            RegionFeatures.from_validated(
+                features=torch.from_numpy(features),
+                boxes=torch.from_numpy(boxes.astype(np.float32)),
+                image_size=(480, 640),
+                scores=torch.from_numpy(rng.uniform(0.2, 1, REGIONS).astype(np.float32)),
+            ),
         )
 
 
@@ -110,8 +117,11 @@ def write_uniter_lmdb(path: Path, size: int):
         for image_id, regions in synthetic_rows(size, 0):
             boxes = regions.normalized_boxes().numpy()
             norm_bb = np.concatenate([boxes, boxes[:, 2:] - boxes[:, :2]], 1).astype(np.float16)
-            record = {"features": packed(regions.features.numpy().astype(np.float16)), "norm_bb": packed(norm_bb),
-                      "conf": packed(regions.scores.numpy().astype(np.float16)[:, None])}
+            record = {
+                "features": packed(regions.features.numpy().astype(np.float16)),
+                "norm_bb": packed(norm_bb),
+                "conf": packed(regions.scores.numpy().astype(np.float16)[:, None]),
+            }
             txn.put(image_id.encode(), msgpack.packb(record, use_bin_type=True))
             keys.append(image_id)
         txn.put(b"__keys__", json.dumps(keys).encode())
@@ -200,33 +210,65 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
 
     torch.manual_seed(0)
     corpus = load_caption_corpus(str(folder / "store"))
-    model, processor = build_pretraining_model(None, "tiny", _load_tokenizer(str(folder / "vocab.txt"), "x", True),
-                                               corpus, model_type="uniter")
+    model, processor = build_pretraining_model(
+        None, "tiny", _load_tokenizer(str(folder / "vocab.txt"), "x", True), corpus, model_type="uniter"
+    )
     mix = ObjectiveMix.parse(["mlm:1", "mrfr:1", "itm:1"], objectives_for("uniter"))
     task = PretrainingTask(model, processor, corpus, mix)
     length = max(steps, 20)
     for count in workers:
         sampler = task.train_sampler(BATCH, 1, 0)
         figures[f"data_path_examples_per_s_{count}_workers"] = data_path(
-            task.train_dataset, {"batch_sampler": sampler, "collate_fn": loader_collate(task.collate_fn, count)}, count,
-            min(length, len(sampler) - 1 - WARMUP_BATCHES))
+            task.train_dataset,
+            {"batch_sampler": sampler, "collate_fn": loader_collate(task.collate_fn, count)},
+            count,
+            min(length, len(sampler) - 1 - WARMUP_BATCHES),
+        )
         sample_memory()
     for count in workers:
-        args = VlhubTrainingArguments(output_dir=str(folder / "run"), per_device_train_batch_size=BATCH,
-                                      dataloader_num_workers=count, shuffle_buffer_size=4096)
+        args = VlhubTrainingArguments(
+            output_dir=str(folder / "run"),
+            per_device_train_batch_size=BATCH,
+            dataloader_num_workers=count,
+            shuffle_buffer_size=4096,
+        )
         figures[f"streamed_examples_per_s_{count}_workers"] = data_path(
-            task.train_stream(args, 0, 1), {"batch_size": None, "collate_fn": loader_collate(task.collate_fn, count)},
-            count, length)
+            task.train_stream(args, 0, 1),
+            {"batch_size": None, "collate_fn": loader_collate(task.collate_fn, count)},
+            count,
+            length,
+        )
         sample_memory()
     del task, model, corpus
 
     stamps = []
     start = time.perf_counter()
-    pretrain_main(["--dataset", str(folder / "store"), "--tokenizer", str(folder / "vocab.txt"), "--config", "tiny",
-                   "--objectives", "mlm:1", "mrfr:1", "itm:1", "--per_device_train_batch_size", str(BATCH),
-                   "--max_steps", str(steps + 5), "--logging_steps", "1000", "--learning_rate", "1e-4",
-                   "--output_dir", str(folder / "run"), "--overwrite_output_dir"],
-                  callbacks=[lambda state: stamps.append(time.perf_counter())])
+    pretrain_main(
+        [
+            "--dataset",
+            str(folder / "store"),
+            "--tokenizer",
+            str(folder / "vocab.txt"),
+            "--config",
+            "tiny",
+            "--objectives",
+            "mlm:1",
+            "mrfr:1",
+            "itm:1",
+            "--per_device_train_batch_size",
+            str(BATCH),
+            "--max_steps",
+            str(steps + 5),
+            "--logging_steps",
+            "1000",
+            "--learning_rate",
+            "1e-4",
+            "--output_dir",
+            str(folder / "run"),
+            "--overwrite_output_dir",
+        ],
+        callbacks=[lambda state: stamps.append(time.perf_counter())],
+    )
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     figures["startup_s"] = stamps[0] - start
@@ -265,24 +307,48 @@ def main():
     if args.measure:
         print(json.dumps(measure(args.measure, args.workers, args.steps)))
         return
-    print(f"{os.cpu_count()} cores, fp32 matmul {matmul_gflops():.0f} GFLOP/s; rows: {REGIONS} regions x "
-          f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm")
+    print(
+        f"{os.cpu_count()} cores, fp32 matmul {matmul_gflops():.0f} GFLOP/s; rows: {REGIONS} regions x "
+        f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm"
+    )
     rows = []
     for size in args.sizes:
         folder = args.cache_dir / f"n{size}"
         figures = build(folder, size)
         child = subprocess.run(
-            [sys.executable, __file__, "--measure", str(folder), "--workers", *map(str, args.workers),
-             "--steps", str(args.steps)], capture_output=True, text=True, check=False)
+            [
+                sys.executable,
+                __file__,
+                "--measure",
+                str(folder),
+                "--workers",
+                *map(str, args.workers),
+                "--steps",
+                str(args.steps),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if child.returncode != 0:
             sys.exit(f"measuring N={size} failed:\n{child.stderr[-4000:]}")
         figures.update(json.loads(child.stdout.strip().splitlines()[-1]))
         rows.append(figures)
         print(json.dumps(figures))
-    columns = ["images", "store_write_images_per_s", "open_s", "store_reads_per_s", "lmdb_reads_per_s",
-               *(f"data_path_examples_per_s_{w}_workers" for w in args.workers),
-               *(f"streamed_examples_per_s_{w}_workers" for w in args.workers), "startup_s",
-               "train_steps_per_s", "anon_rss_mb", "file_rss_mb", "peak_rss_mb"]
+    columns = [
+        "images",
+        "store_write_images_per_s",
+        "open_s",
+        "store_reads_per_s",
+        "lmdb_reads_per_s",
+        *(f"data_path_examples_per_s_{w}_workers" for w in args.workers),
+        *(f"streamed_examples_per_s_{w}_workers" for w in args.workers),
+        "startup_s",
+        "train_steps_per_s",
+        "anon_rss_mb",
+        "file_rss_mb",
+        "peak_rss_mb",
+    ]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for figures in rows:

@@ -115,8 +115,12 @@ def compare_roi_head(extractor: RegionExtractor, num_rois: int, rounds: int = 3)
             fast = res5(fast_input).mean(dim=(2, 3))
             timings["NHWC, BatchNorm folded"].append(time.perf_counter() - start)
     difference = (fast - plain).abs().max().item()
-    print(f"\nres5 on {num_rois} RoIs, {rounds} alternating rounds (min s): " + ", ".join(
-        f"{k} {min(v):.2f}" for k, v in timings.items()) + f"; max abs feature difference {difference:.1e}", flush=True)
+    print(
+        f"\nres5 on {num_rois} RoIs, {rounds} alternating rounds (min s): "
+        + ", ".join(f"{k} {min(v):.2f}" for k, v in timings.items())
+        + f"; max abs feature difference {difference:.1e}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -129,13 +133,21 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=800)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--no-channels-last", action="store_true")
-    parser.add_argument("--compare-roi-head", type=int, default=0, metavar="N",
-                        help="also time res5 on N RoIs: plain NCHW + separate BatchNorm vs vlhub's (fp32)")
+    parser.add_argument(
+        "--compare-roi-head",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time res5 on N RoIs: plain NCHW + separate BatchNorm vs vlhub's (fp32)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = args.device
-    print(f"torch {torch.__version__}, {args.threads} threads, device {device}, "
-          f"channels_last={not args.no_channels_last}, images {args.height}x{args.width}", flush=True)
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, device {device}, "
+        f"channels_last={not args.no_channels_last}, images {args.height}x{args.width}",
+        flush=True,
+    )
     base = build_extractor(not args.no_channels_last, device)
     if args.compare_roi_head:
         compare_roi_head(base, args.compare_roi_head)
@@ -160,8 +172,11 @@ def main() -> None:
                 res4 = extractor.backbone_features(extractor.prepare(pictures[0])[0])
                 features = extractor.roi_heads([res4], [reference[0]])[0].features
             error = ((features - reference[1]).norm() / reference[1].norm()).item()
-            print(f"[{dtype_name}] region features vs {args.dtypes[0]} on the same 50 proposals: relative L2 difference "
-                  f"{error:.2e}", flush=True)
+            print(
+                f"[{dtype_name}] region features vs {args.dtypes[0]} on the same 50 proposals: relative L2 difference "
+                f"{error:.2e}",
+                flush=True,
+            )
         base = extractor.float()
 
 

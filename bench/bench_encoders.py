@@ -93,7 +93,8 @@ def time_forward(model, inputs, repeats: int, device: str) -> tuple[float, float
 def to_device(inputs: dict, device: str, dtype: torch.dtype) -> dict:
     return {
         key: value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
-        if isinstance(value, torch.Tensor) else value
+        if isinstance(value, torch.Tensor)
+        else value
         for key, value in inputs.items()
     }
 
@@ -122,8 +123,17 @@ def original_checkouts(values: list[str], names: list[str], parser) -> dict[str,
     return checkouts
 
 
-def print_row(label: str, attention: str, dtype: torch.dtype, batch: int, median: float, best: float, flops: int,
-              peak: float, note: str = "") -> None:
+def print_row(
+    label: str,
+    attention: str,
+    dtype: torch.dtype,
+    batch: int,
+    median: float,
+    best: float,
+    flops: int,
+    peak: float,
+    note: str = "",
+) -> None:
     percent = 100 * flops / median / 1e9 / peak
     print(
         f"{label:28s} {attention:8s} {str(dtype)[6:]:8s} {batch:5d} {batch / median:9.2f} {batch / best:9.2f}"
@@ -141,10 +151,19 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--packed-linear", action="store_true", help="vlhub's models run their fp32 CPU inference on "
-                        "oneDNN-packed linear weights (vlhub.pack_linear_weights; the original code runs as it is)")
-    parser.add_argument("--original-checkout", nargs="+", default=[], metavar="[CASE=]PATH",
-                        help="a checkout of the case's original repository: time the original code beside vlhub's")
+    parser.add_argument(
+        "--packed-linear",
+        action="store_true",
+        help="vlhub's models run their fp32 CPU inference on "
+        "oneDNN-packed linear weights (vlhub.pack_linear_weights; the original code runs as it is)",
+    )
+    parser.add_argument(
+        "--original-checkout",
+        nargs="+",
+        default=[],
+        metavar="[CASE=]PATH",
+        help="a checkout of the case's original repository: time the original code beside vlhub's",
+    )
     args = parser.parse_args()
     names = args.encoders or available_cases()
     unknown = sorted(set(names) - set(available_cases()))
@@ -158,11 +177,15 @@ def main() -> None:
         peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
     bf16_units = ", ".join(cpu_bf16_units()) or "none"
     hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {bf16_units}"
-    print(f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
-          f"vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}")
+    print(
+        f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
+        f"vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}"
+    )
     print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
-    print(f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
-          f" {'% peak':>7s}  note")
+    print(
+        f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
+        f" {'% peak':>7s}  note"
+    )
 
     for name in names:
         case = importlib.import_module(f"encoders.{name}")
@@ -210,8 +233,12 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
     speeds: dict[tuple[str, int], tuple[float, float]] = {}
     source = f"the original code ({getattr(case, 'ORIGINAL_REPOSITORY', 'original repository')})"
     for batch in args.batch_sizes:
-        runs = {"original": (original, to_device(case.make_original_inputs(original, batch, args.text, regions),
-                                                 device, torch.float32))}
+        runs = {
+            "original": (
+                original,
+                to_device(case.make_original_inputs(original, batch, args.text, regions), device, torch.float32),
+            )
+        }
         for attention, model in models.items():
             inputs = case.make_inputs(model, batch, args.text, regions)
             runs[attention] = model, to_device(inputs, device, torch.float32)
@@ -220,23 +247,34 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
         with torch.inference_mode():
             for key, (model, inputs) in runs.items():
                 logits[key] = answer_logits(model(**inputs)).float()  # also the warm-up call
-            rounds = interleaved_rounds({key: (lambda model=model, inputs=inputs: model(**inputs))
-                                         for key, (model, inputs) in runs.items()}, args.repeats, device)
+            rounds = interleaved_rounds(
+                {key: (lambda model=model, inputs=inputs: model(**inputs)) for key, (model, inputs) in runs.items()},
+                args.repeats,
+                device,
+            )
             times = {key: [wall for wall, _ in rounds[key]] for key in runs}
         for key in runs:
             ordered = sorted(times[key])
             speeds[key, batch] = ordered[len(ordered) // 2], ordered[0]
-            note = source if key == "original" else (
-                f"max |logit - original| {(logits[key] - logits['original']).abs().max().item():.2e}"
-                if hasattr(case, "copy_original_weights") else "")
+            note = (
+                source
+                if key == "original"
+                else (
+                    f"max |logit - original| {(logits[key] - logits['original']).abs().max().item():.2e}"
+                    if hasattr(case, "copy_original_weights")
+                    else ""
+                )
+            )
             print_row(label, key, torch.float32, batch, *speeds[key, batch], flops[key], peak, note)
     for attention in models:
         ratios = []
         for batch in args.batch_sizes:
             (orig_median, orig_best), (median, best) = speeds["original", batch], speeds[attention, batch]
             ratios.append(f"batch {batch} {orig_median / median:.2f}x (best {orig_best / best:.2f}x)")
-        print(f"{label}: vlhub {attention} / the original code, fp32 examples/s, median of interleaved rounds: "
-              + ", ".join(ratios))
+        print(
+            f"{label}: vlhub {attention} / the original code, fp32 examples/s, median of interleaved rounds: "
+            + ", ".join(ratios)
+        )
 
 
 if __name__ == "__main__":

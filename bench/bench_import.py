@@ -40,8 +40,13 @@ print(json.dumps({{"wall": wall, "cpu": cpu, "modules": len(sys.modules),
 
 def run_case(code: str) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    result = subprocess.run([sys.executable, "-c", _CHILD.format(code=code, heavy=HEAVY)], capture_output=True,
-                            text=True, env=env, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(code=code, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

@@ -63,6 +63,7 @@ from timing import interleaved_rounds  # noqa: E402  (bench/timing.py, found thr
 # formula as the CUDA kernels'.
 _CPU_SDPA = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 if _CPU_SDPA not in flop_counter.flop_registry:
+
     @flop_counter.register_flop_formula(_CPU_SDPA)
     def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
         return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
@@ -98,8 +99,9 @@ class HistoryLayer(DynamicLayer):
         if self.is_initialized:
             history = self.keys[:, 0]
             key_states = torch.cat([_heads(self.attention, _alone(self.attention.key, history)), key_states], dim=-2)
-            value_states = torch.cat([_heads(self.attention, _alone(self.attention.value, history)), value_states],
-                                     dim=-2)
+            value_states = torch.cat(
+                [_heads(self.attention, _alone(self.attention.value, history)), value_states], dim=-2
+            )
             new = torch.cat([history, new], dim=1)
         self.is_initialized = True
         self.keys = self.values = new.unsqueeze(1)
@@ -167,8 +169,10 @@ def recompute_hooks(model):
 
     stacks = list(model.tden.encoder.layer) + list(model.tden.decoder.layer)
     hooks = [layer.attention.self.register_forward_pre_hook(keep_inputs, with_kwargs=True) for layer in stacks]
-    hooks += [layer.crossattention.self.register_forward_pre_hook(keep_regions, with_kwargs=True)
-              for layer in model.tden.decoder.layer]
+    hooks += [
+        layer.crossattention.self.register_forward_pre_hook(keep_regions, with_kwargs=True)
+        for layer in model.tden.decoder.layer
+    ]
     try:
         yield
     finally:
@@ -195,10 +199,17 @@ def run(model, batch_inputs, beams: int, steps: int, mode: str):
     """mode: "cache", "recompute" (X-modaler's work), "no cache" (`use_cache=False`) or "xmodaler"
     (`custom_generate=xmodaler_beam_search`, cached)."""
     if mode == "xmodaler":
-        return model.generate(**batch_inputs, num_beams=beams, max_new_tokens=steps,
-                              custom_generate=xmodaler_beam_search)[:, 1:]
-    kwargs = dict(max_new_tokens=steps, min_new_tokens=steps, num_beams=beams, do_sample=False,
-                  length_penalty=0.0 if beams > 1 else None, use_cache=mode != "no cache")
+        return model.generate(
+            **batch_inputs, num_beams=beams, max_new_tokens=steps, custom_generate=xmodaler_beam_search
+        )[:, 1:]
+    kwargs = dict(
+        max_new_tokens=steps,
+        min_new_tokens=steps,
+        num_beams=beams,
+        do_sample=False,
+        length_penalty=0.0 if beams > 1 else None,
+        use_cache=mode != "no cache",
+    )
     if mode != "recompute":
         return model.generate(**batch_inputs, **kwargs)
     with recompute_hooks(model):
@@ -217,9 +228,15 @@ def measure_interleaved(decoders: dict, batch: int, repeats: int, device: str) -
                 outputs[name] = decode()
             flops[name] = counter.get_total_flops()
         times = interleaved_rounds(decoders, repeats, device)
-    return {name: (outputs[name], statistics.median(wall for wall, _ in times[name]) / batch,
-                   statistics.median(cpu for _, cpu in times[name]) / batch, flops[name] / batch / 1e9)
-            for name in decoders}
+    return {
+        name: (
+            outputs[name],
+            statistics.median(wall for wall, _ in times[name]) / batch,
+            statistics.median(cpu for _, cpu in times[name]) / batch,
+            flops[name] / batch / 1e9,
+        )
+        for name in decoders
+    }
 
 
 def main():
@@ -230,26 +247,46 @@ def main():
     parser.add_argument("--regions", type=int, default=51)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention", default="sdpa")
-    parser.add_argument("--baselines", nargs="*", choices=["recompute", "no cache"], default=["recompute", "no cache"],
-                        help="what the cache is compared with (see above)")
+    parser.add_argument(
+        "--baselines",
+        nargs="*",
+        choices=["recompute", "no cache"],
+        default=["recompute", "no cache"],
+        help="what the cache is compared with (see above)",
+    )
     parser.add_argument("--xmodaler", action="store_true", help="also time xmodaler_beam_search")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--skip-uncached-above-batch", type=int, default=None,
-                        help="measure the (slow) baselines only up to this batch size")
-    parser.add_argument("--packed-linear", action="store_true",
-                        help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for every run")
-    parser.add_argument("--original-checkout", metavar="PATH", default=None,
-                        help="a checkout of YehLi/xmodaler: also time X-modaler's own TDENCaptioner and decoders")
-    parser.add_argument("--profile-original", action="store_true",
-                        help="with --original-checkout: where the original's time goes, at the first batch size "
-                             "and the largest beam")
+    parser.add_argument(
+        "--skip-uncached-above-batch",
+        type=int,
+        default=None,
+        help="measure the (slow) baselines only up to this batch size",
+    )
+    parser.add_argument(
+        "--packed-linear",
+        action="store_true",
+        help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for every run",
+    )
+    parser.add_argument(
+        "--original-checkout",
+        metavar="PATH",
+        default=None,
+        help="a checkout of YehLi/xmodaler: also time X-modaler's own TDENCaptioner and decoders",
+    )
+    parser.add_argument(
+        "--profile-original",
+        action="store_true",
+        help="with --original-checkout: where the original's time goes, at the first batch size and the largest beam",
+    )
     args = parser.parse_args()
     if args.original_checkout is not None:
         import xmodaler_tden  # bench/xmodaler_tden.py: imports X-modaler's code from the checkout
 
         if not (Path(args.original_checkout).expanduser() / xmodaler_tden.CAPTION_CONFIG).is_file():
-            parser.error(f"--original-checkout {args.original_checkout}: not a checkout of "
-                         f"{xmodaler_tden.ORIGINAL_REPOSITORY} (no {xmodaler_tden.CAPTION_CONFIG})")
+            parser.error(
+                f"--original-checkout {args.original_checkout}: not a checkout of "
+                f"{xmodaler_tden.ORIGINAL_REPOSITORY} (no {xmodaler_tden.CAPTION_CONFIG})"
+            )
     if args.profile_original and args.original_checkout is None:
         parser.error("--profile-original needs --original-checkout")
     torch.manual_seed(0)
@@ -260,9 +297,11 @@ def main():
         xmodaler_tden.suppress_eos(original, model.config.eos_token_id)
         xmodaler_tden.copy_original_weights(original, model)  # vlhub's model decodes with the original's weights
     packed = pack_linear_weights(model) if args.packed_linear else 0
-    print(f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, fp32, "
-          f"{torch.get_num_threads()} threads, vlhub's linear weights {'packed for oneDNN' if packed else 'as is'}"
-          + (", weights of X-modaler's model (its own init) in both" if original is not None else ""))
+    print(
+        f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, fp32, "
+        f"{torch.get_num_threads()} threads, vlhub's linear weights {'packed for oneDNN' if packed else 'as is'}"
+        + (", weights of X-modaler's model (its own init) in both" if original is not None else "")
+    )
     print("| batch | beams | decoder | run | s/image | cpu s/image | GFLOP/image | cache's speed-up | same captions |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for batch in args.batch_sizes:
@@ -273,8 +312,10 @@ def main():
                 decoders.update({mode: mode for mode in args.baselines})
             if args.xmodaler and beams > 1:
                 decoders["xmodaler_beam_search"] = "xmodaler"
-            decoders = {name: (lambda mode=mode: run(model, batch_inputs, beams, args.steps, mode))
-                        for name, mode in decoders.items()}
+            decoders = {
+                name: (lambda mode=mode: run(model, batch_inputs, beams, args.steps, mode))
+                for name, mode in decoders.items()
+            }
             if original is not None:
                 original_batch = xmodaler_tden.original_inputs(original, batch_inputs, args.steps)
                 decoders["original code"] = lambda: xmodaler_tden.decode_original(original, original_batch, beams)
@@ -285,16 +326,21 @@ def main():
                     decoder, run_name, speed_up, same = ("generate" if name == "cache" else name), "cache", "", ""
                 else:  # the baselines; X-modaler's code returns the words without the prompt
                     original_code = name == "original code"
-                    decoder = f"X-modaler {'BeamSearcher' if beams > 1 else 'GreedyDecoder'}" if original_code \
-                        else "generate"
-                    reference = cached[:, -args.steps:] if original_code else cached
+                    decoder = (
+                        f"X-modaler {'BeamSearcher' if beams > 1 else 'GreedyDecoder'}" if original_code else "generate"
+                    )
+                    reference = cached[:, -args.steps :] if original_code else cached
                     run_name, speed_up, same = name, f"{t / t_cache:.1f}x", torch.equal(reference, output)
-                print(f"| {batch} | {beams} | {decoder} | {run_name} | {t:.3f} | {c:.2f} | {f:.1f} | {speed_up} | "
-                      f"{same} |", flush=True)
+                print(
+                    f"| {batch} | {beams} | {decoder} | {run_name} | {t:.3f} | {c:.2f} | {f:.1f} | {speed_up} | "
+                    f"{same} |",
+                    flush=True,
+                )
     if args.profile_original:
         batch, beams = args.batch_sizes[0], max(args.beams)
-        original_batch = xmodaler_tden.original_inputs(original, inputs(model, batch, args.regions, args.device),
-                                                       args.steps)
+        original_batch = xmodaler_tden.original_inputs(
+            original, inputs(model, batch, args.regions, args.device), args.steps
+        )
         xmodaler_tden.profile_original(original, original_batch, beams)
 
 

@@ -26,8 +26,10 @@ from vlhub.training import build_config
 
 UNITER = get_architecture("uniter")
 
-SHAPES = {"tiny": dict(feature_dim=128, regions=(1, 4), words=(6, 14)),
-          "base": dict(feature_dim=2048, regions=(36, 36), words=(8, 16))}
+SHAPES = {
+    "tiny": dict(feature_dim=128, regions=(1, 4), words=(6, 14)),
+    "base": dict(feature_dim=2048, regions=(36, 36), words=(8, 16)),
+}
 
 
 def synthetic_corpus(size: str, num_images: int = 256, seed: int = 0) -> CaptionCorpus:
@@ -42,9 +44,13 @@ def synthetic_corpus(size: str, num_images: int = 256, seed: int = 0) -> Caption
         boxes = np.concatenate([xy, xy + 2 + rng.random((count, 2)) * 30], axis=1)
         probs = rng.dirichlet(np.ones(25), size=count)
         image_id = f"img{i}"
-        regions[image_id] = vlhub.RegionFeatures(features=rng.random((count, spec["feature_dim"]), dtype=np.float32),
-                                                 boxes=boxes, image_size=(64, 64), class_probs=probs,
-                                                 scores=np.ones(count))
+        regions[image_id] = vlhub.RegionFeatures(
+            features=rng.random((count, spec["feature_dim"]), dtype=np.float32),
+            boxes=boxes,
+            image_size=(64, 64),
+            class_probs=probs,
+            scores=np.ones(count),
+        )
         for _ in range(2):
             length = int(rng.integers(*spec["words"]))
             pairs.append((image_id, " ".join(rng.choice(words, length))))
@@ -56,14 +62,20 @@ def pretraining_throughput(size: str, objectives: dict, batch: int, steps: int, 
     tokenizer = shapes_tokenizer()
     processor = vlhub.UniterProcessor(
         feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=SHAPES[size]["feature_dim"]),
-        tokenizer=tokenizer)
+        tokenizer=tokenizer,
+    )
     torch.manual_seed(0)
     model = vlhub.UniterForPreTraining(build_config(UNITER, size, processor, corpus.sample_regions()))
     task = PretrainingTask(model, processor, corpus, ObjectiveMix(objectives, objectives_for("uniter")))
     stamps: list[float] = []
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(output_dir=out, max_steps=warmup + steps, per_device_batch_size=batch,
-                                 logging_steps=10**6, learning_rate=1e-4)
+        args = TrainingArguments(
+            output_dir=out,
+            max_steps=warmup + steps,
+            per_device_batch_size=batch,
+            logging_steps=10**6,
+            learning_rate=1e-4,
+        )
         train(task, args, callbacks=[lambda state: stamps.append(time.perf_counter())])
     from accelerate.state import AcceleratorState, GradientState
 
@@ -76,8 +88,9 @@ def vqa_inference_throughput(batch: int, repeats: int) -> tuple[float, float]:
     from transformers import pipeline
 
     corpus = synthetic_corpus("tiny", num_images=64)
-    processor = vlhub.UniterProcessor(feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=128),
-                                      tokenizer=shapes_tokenizer())
+    processor = vlhub.UniterProcessor(
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=128), tokenizer=shapes_tokenizer()
+    )
     config = build_config(UNITER, "tiny", processor, corpus.sample_regions())
     config.id2label = {i: f"answer{i}" for i in range(25)}
     config.label2id = {v: k for k, v in config.id2label.items()}
@@ -108,15 +121,30 @@ def main():
     parser.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--objectives", nargs="+", default=None,
-                        help="Which of mlm, mrfr, mrc-kl, itm, wra, 'default mix' to time (default: all).")
-    parser.add_argument("--batch", type=int, nargs="+", default=None,
-                        help="Examples per step for each size (default: 32 for tiny, 8 for base).")
+    parser.add_argument(
+        "--objectives",
+        nargs="+",
+        default=None,
+        help="Which of mlm, mrfr, mrc-kl, itm, wra, 'default mix' to time (default: all).",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        nargs="+",
+        default=None,
+        help="Examples per step for each size (default: 32 for tiny, 8 for base).",
+    )
     args = parser.parse_args()
     batches = dict(zip(args.sizes, args.batch)) if args.batch else {"tiny": 32, "base": 8}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    mixes = {"mlm": {"mlm": 1}, "mrfr": {"mrfr": 1}, "mrc-kl": {"mrc-kl": 1}, "itm": {"itm": 1},
-             "wra": {"wra": 1}, "default mix": {"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1}}
+    mixes = {
+        "mlm": {"mlm": 1},
+        "mrfr": {"mrfr": 1},
+        "mrc-kl": {"mrc-kl": 1},
+        "itm": {"itm": 1},
+        "wra": {"wra": 1},
+        "default mix": {"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1},
+    }
     if args.objectives:
         mixes = {name: mixes[name] for name in args.objectives}
     for size in args.sizes:

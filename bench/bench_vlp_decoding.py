@@ -79,43 +79,62 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--searches", nargs="+", choices=["greedy", "beam", "vlp-beam"], default=["greedy", "beam", "vlp-beam"])
+    parser.add_argument(
+        "--searches", nargs="+", choices=["greedy", "beam", "vlp-beam"], default=["greedy", "beam", "vlp-beam"]
+    )
     parser.add_argument("--beams", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs after the counted one (0: time that one)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--skip-uncached-above-batch", type=int, default=None,
-                        help="measure the (slow) uncached runs only up to this batch size")
-    parser.add_argument("--packed-linear", action="store_true",
-                        help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for both cached and uncached")
+    parser.add_argument(
+        "--skip-uncached-above-batch",
+        type=int,
+        default=None,
+        help="measure the (slow) uncached runs only up to this batch size",
+    )
+    parser.add_argument(
+        "--packed-linear",
+        action="store_true",
+        help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for both cached and uncached",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
     model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device)
     packed = pack_linear_weights(model) if args.packed_linear else 0
-    print(f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
-          f"{config.num_regions} regions, {args.new_tokens} new tokens, device {device}, "
-          f"{torch.get_num_threads()} threads, linear weights {'packed for oneDNN' if packed else 'as is'}")
+    print(
+        f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
+        f"{config.num_regions} regions, {args.new_tokens} new tokens, device {device}, "
+        f"{torch.get_num_threads()} threads, linear weights {'packed for oneDNN' if packed else 'as is'}"
+    )
     print("| search | batch | cache | s / image | cpu s / image | GFLOP / image | speed-up | same captions |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with torch.no_grad():
         for search in args.searches:
             for batch in args.batch_sizes:
                 inputs = prompt(config, batch, device)
-                cached_ids, cached_s, cached_cpu, cached_flop = measure(model, inputs, search, args.beams,
-                                                                        args.new_tokens, True, args.repeats, device)
-                print(f"| {search} | {batch} | on | {cached_s:.3f} | {cached_cpu:.2f} | {cached_flop:.1f} | | |",
-                      flush=True)
-                if search == "vlp-beam" or (args.skip_uncached_above_batch is not None
-                                            and batch > args.skip_uncached_above_batch):
+                cached_ids, cached_s, cached_cpu, cached_flop = measure(
+                    model, inputs, search, args.beams, args.new_tokens, True, args.repeats, device
+                )
+                print(
+                    f"| {search} | {batch} | on | {cached_s:.3f} | {cached_cpu:.2f} | {cached_flop:.1f} | | |",
+                    flush=True,
+                )
+                if search == "vlp-beam" or (
+                    args.skip_uncached_above_batch is not None and batch > args.skip_uncached_above_batch
+                ):
                     continue
-                ids, seconds, cpu, flop = measure(model, inputs, search, args.beams, args.new_tokens, False,
-                                                  min(args.repeats, 1), device)
+                ids, seconds, cpu, flop = measure(
+                    model, inputs, search, args.beams, args.new_tokens, False, min(args.repeats, 1), device
+                )
                 same = torch.equal(ids, cached_ids)
-                print(f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | "
-                      f"{seconds / cached_s:.1f}x time, "
-                      f"{flop / cached_flop:.1f}x FLOP | {same} |", flush=True)
+                print(
+                    f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | "
+                    f"{seconds / cached_s:.1f}x time, "
+                    f"{flop / cached_flop:.1f}x FLOP | {same} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

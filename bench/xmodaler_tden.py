@@ -126,8 +126,12 @@ class _PathManager:
 _IMPORT_STUBS = {
     "fvcore.common.config": {"CfgNode": _CfgNode},
     "fvcore.common.registry": {"Registry": _Registry},
-    "iopath.common.file_io": {"PathManager": _PathManager, "PathHandler": object, "HTTPURLHandler": object,
-                              "OneDrivePathHandler": object},
+    "iopath.common.file_io": {
+        "PathManager": _PathManager,
+        "PathHandler": object,
+        "HTTPURLHandler": object,
+        "OneDrivePathHandler": object,
+    },
     "omegaconf": {"DictConfig": type("DictConfig", (dict,), {}), "ListConfig": list, "OmegaConf": object},
     "pytorch_transformers.tokenization_utils": {"PreTrainedTokenizer": object},
 }
@@ -148,9 +152,14 @@ def build_original(checkout, config, steps: int, device: str = "cpu") -> torch.n
     layers, vocabulary, positions, region feature size), decoding `steps` tokens, random weights, eval mode."""
     checkout = Path(checkout).expanduser().resolve()
     if not (checkout / CAPTION_CONFIG).is_file():
-        raise FileNotFoundError(f"{checkout} is not a checkout of X-modaler ({ORIGINAL_REPOSITORY}): no {CAPTION_CONFIG}")
-    tokenizer = types.SimpleNamespace(from_pretrained=lambda *args, **kwargs: types.SimpleNamespace(
-        vocab={"[CLS]": config.bos_token_id, "[SEP]": config.eos_token_id}))
+        raise FileNotFoundError(
+            f"{checkout} is not a checkout of X-modaler ({ORIGINAL_REPOSITORY}): no {CAPTION_CONFIG}"
+        )
+    tokenizer = types.SimpleNamespace(
+        from_pretrained=lambda *args, **kwargs: types.SimpleNamespace(
+            vocab={"[CLS]": config.bos_token_id, "[SEP]": config.eos_token_id}
+        )
+    )
     with stub_modules(_IMPORT_STUBS):
         modeling = import_from_checkout(checkout, "xmodaler/modeling/__init__.py", "xmodaler.modeling")
         xconfig = importlib.import_module("xmodaler.config")
@@ -160,17 +169,38 @@ def build_original(checkout, config, steps: int, device: str = "cpu") -> torch.n
         logging.getLogger("xmodaler").setLevel(logging.ERROR)  # "no VERSION, assuming the latest" is expected
         modeling.add_config(cfg, cfg.load_from_file_tmp(yaml_file))
         cfg.merge_from_file(yaml_file)
-        cfg.merge_from_list([
-            "MODEL.DEVICE", device, "MODEL.MAX_SEQ_LEN", steps, "MODEL.VOCAB_SIZE", config.vocab_size,
-            "MODEL.BERT.HIDDEN_SIZE", config.hidden_size, "MODEL.BERT.NUM_ATTENTION_HEADS", config.num_attention_heads,
-            "MODEL.BERT.INTERMEDIATE_SIZE", config.intermediate_size,
-            "MODEL.BERT.NUM_HIDDEN_LAYERS", config.num_hidden_layers,
-            "MODEL.BERT.V_NUM_HIDDEN_LAYERS", config.num_visual_layers,
-            "MODEL.BERT.NUM_GENERATION_LAYERS", config.num_decoder_layers,
-            "MODEL.TOKEN_EMBED.DIM", config.hidden_size, "MODEL.TOKEN_EMBED.POSITION_MAX_LEN",
-            config.max_position_embeddings, "MODEL.TOKEN_EMBED.TYPE_VOCAB_SIZE", config.type_vocab_size,
-            "MODEL.VISUAL_EMBED.IN_DIM", config.region_feature_dim, "MODEL.VISUAL_EMBED.OUT_DIM", config.hidden_size,
-        ])
+        cfg.merge_from_list(
+            [
+                "MODEL.DEVICE",
+                device,
+                "MODEL.MAX_SEQ_LEN",
+                steps,
+                "MODEL.VOCAB_SIZE",
+                config.vocab_size,
+                "MODEL.BERT.HIDDEN_SIZE",
+                config.hidden_size,
+                "MODEL.BERT.NUM_ATTENTION_HEADS",
+                config.num_attention_heads,
+                "MODEL.BERT.INTERMEDIATE_SIZE",
+                config.intermediate_size,
+                "MODEL.BERT.NUM_HIDDEN_LAYERS",
+                config.num_hidden_layers,
+                "MODEL.BERT.V_NUM_HIDDEN_LAYERS",
+                config.num_visual_layers,
+                "MODEL.BERT.NUM_GENERATION_LAYERS",
+                config.num_decoder_layers,
+                "MODEL.TOKEN_EMBED.DIM",
+                config.hidden_size,
+                "MODEL.TOKEN_EMBED.POSITION_MAX_LEN",
+                config.max_position_embeddings,
+                "MODEL.TOKEN_EMBED.TYPE_VOCAB_SIZE",
+                config.type_vocab_size,
+                "MODEL.VISUAL_EMBED.IN_DIM",
+                config.region_feature_dim,
+                "MODEL.VISUAL_EMBED.OUT_DIM",
+                config.hidden_size,
+            ]
+        )
         with mock.patch.object(strategy, "BertTokenizer", tokenizer):
             model = modeling.build_model(cfg)
     model.kfg = xconfig.kfg  # X-modaler's input/output key names
@@ -220,12 +250,18 @@ def copy_original_weights(original, model) -> None:
 
 _ROLES = (  # (pattern on the module's name in X-modaler's model, what that linear layer does while decoding)
     (r"^encoder\.v_layers\.|^visual_embed\.", "object encoder and region embedding (once per caption)"),
-    (r"^encoder\.layers\.\d+\.attention\.self\.(key|value)$",
-     "sentence encoder: keys/values of all earlier inputs, re-projected every step"),
-    (r"^decoder\.g_layers\.\d+\.self_attn\.self\.(key|value)$",
-     "decoder self-attention: keys/values of all earlier inputs, re-projected every step"),
-    (r"^decoder\.g_layers\.\d+\.x_att\.self\.(key|value)$",
-     "decoder cross-attention: keys/values of the regions, re-projected every step"),
+    (
+        r"^encoder\.layers\.\d+\.attention\.self\.(key|value)$",
+        "sentence encoder: keys/values of all earlier inputs, re-projected every step",
+    ),
+    (
+        r"^decoder\.g_layers\.\d+\.self_attn\.self\.(key|value)$",
+        "decoder self-attention: keys/values of all earlier inputs, re-projected every step",
+    ),
+    (
+        r"^decoder\.g_layers\.\d+\.x_att\.self\.(key|value)$",
+        "decoder cross-attention: keys/values of the regions, re-projected every step",
+    ),
     (r"^predictor\.decoder$", "LM head's vocabulary projection"),
     (r"", "other linear layers of a step (queries, attention outputs, feed-forward, LM transform)"),
 )
@@ -272,8 +308,10 @@ def profile_original(original, batch: dict, beams: int, top: int = 12) -> None:
     for role, (seconds, gflop) in totals.items():
         print(f"| {role} | {seconds:.3f} | {100 * seconds / total:.0f}% | {gflop:.1f} |")
     rest = total - sum(seconds for seconds, _ in totals.values())
-    print(f"| everything else (attention products and softmax, LayerNorm, GELU, history concatenation, beam "
-          f"bookkeeping, Python) | {rest:.3f} | {100 * rest / total:.0f}% | |")
+    print(
+        f"| everything else (attention products and softmax, LayerNorm, GELU, history concatenation, beam "
+        f"bookkeeping, Python) | {rest:.3f} | {100 * rest / total:.0f}% | |"
+    )
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         decode_original(original, batch, beams)
     print(f"\ntorch.profiler, operators by self CPU time (top {top}):")

@@ -40,16 +40,22 @@ def build():
     folders = model_folders()
     if not folders:
         raise SystemExit("no models: add folders under models/ or name Hub repositories in the VLHUB_MODELS variable")
-    return VlhubApp.from_folders(folders, load_region_extractor(_local(extractor)) if extractor else None,
-                                 examples_dir=tempfile.mkdtemp(prefix="vlhub-space-examples-"))
+    return VlhubApp.from_folders(
+        folders,
+        load_region_extractor(_local(extractor)) if extractor else None,
+        examples_dir=tempfile.mkdtemp(prefix="vlhub-space-examples-"),
+    )
 
 
 def main() -> None:
     from vlhub.app import launch
 
     # A Space sets GRADIO_SERVER_NAME=0.0.0.0; elsewhere the app stays on this machine.
-    launch(build(), host=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-           port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    launch(
+        build(),
+        host=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+    )
 
 
 if __name__ == "__main__":

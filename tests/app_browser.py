@@ -30,8 +30,13 @@ class Page:
 
     def __init__(self, url: str, width: int = 1280, height: int = 1500, timeout: float = 60):
         options = webdriver.ChromeOptions()
-        for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                         f"--window-size={width},{height}"):
+        for argument in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--disable-gpu",
+            f"--window-size={width},{height}",
+        ):
             options.add_argument(argument)
         options.binary_location = next(shutil.which(name) for name in CHROMIUM if shutil.which(name))
         self.driver = webdriver.Chrome(service=Service(shutil.which(DRIVER)), options=options)
@@ -50,7 +55,9 @@ class Page:
         return self.driver.execute_script(
             "const copy = document.getElementById(arguments[0]).cloneNode(true);"
             "copy.querySelectorAll('[data-testid=status-tracker]').forEach(e => e.remove());"
-            "return copy.innerText.trim();", element_id)
+            "return copy.innerText.trim();",
+            element_id,
+        )
 
     def screenshot(self, path) -> None:
         self.driver.save_screenshot(str(path))
@@ -69,7 +76,9 @@ class Page:
     def pick_model(self, name: str) -> None:
         box = self.driver.find_element(By.CSS_SELECTOR, "#model input")
         box.click()
-        option = self.wait_for(lambda: self.driver.find_elements(By.CSS_SELECTOR, f"li[role=option][aria-label='{name}']"))
+        option = self.wait_for(
+            lambda: self.driver.find_elements(By.CSS_SELECTOR, f"li[role=option][aria-label='{name}']")
+        )
         option[0].click()
         self.wait_for(lambda: box.get_attribute("value") == name)
 
@@ -98,8 +107,10 @@ class Page:
     def answers(self, element_id: str = "answers") -> list[tuple[str, str]]:
         """The labels shown with their percentages, best first (the answers, or the ranking)."""
         rows = self.driver.find_elements(By.CSS_SELECTOR, f"#{element_id} .confidence-set")
-        return [(r.find_element(By.CSS_SELECTOR, ".text").text, r.find_element(By.CSS_SELECTOR, ".confidence").text)
-                for r in rows]
+        return [
+            (r.find_element(By.CSS_SELECTOR, ".text").text, r.find_element(By.CSS_SELECTOR, ".confidence").text)
+            for r in rows
+        ]
 
     def caption(self) -> str:
         return self.driver.find_element(By.CSS_SELECTOR, "#caption textarea").get_attribute("value")

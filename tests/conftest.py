@@ -102,7 +102,9 @@ class ParityFixture:
 
 def assert_close(actual, expected, what: str = "", atol: float = PARITY_TOLERANCE):
     """Same shape and max |actual - expected| <= atol (empty tensors of the same shape agree)."""
-    assert tuple(actual.shape) == tuple(expected.shape), f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
     diff = (actual.detach().float() - expected.float()).abs().max().item() if expected.numel() else 0.0
     assert diff <= atol, f"{what}: max abs diff {diff:.3g} > {atol}"
 

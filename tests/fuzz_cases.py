@@ -36,8 +36,15 @@ from vlhub.processing.stores import FeatureFileError
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("VLHUB_FIXTURES_DIR", REPOSITORY / "tests" / "fixtures"))
-CATEGORIES = ("processors", "pipelines", "converters", "store readers", "feature-file readers", "images",
-              "CLI arguments")
+CATEGORIES = (
+    "processors",
+    "pipelines",
+    "converters",
+    "store readers",
+    "feature-file readers",
+    "images",
+    "CLI arguments",
+)
 OUTCOMES = ("clear error", "correctly accepted", "traceback", "silent", "hang", "crash")
 # The cases run in a child took > 900 s (a hang) or died of SIGBUS before the fix; they take seconds on an idle core,
 # but a minute or more when the suite's workers share busy cores, so the limit sits well between the two.
@@ -98,12 +105,20 @@ def classify(case: Case) -> tuple[str, str]:
     """`(outcome, detail)` of `case`, in a child process with a time limit when the case asks for one."""
     if not case.in_child:
         return classify_here(case)
-    code = (f"import json, sys; sys.path.insert(0, {str(REPOSITORY)!r}); from tests.fuzz_cases import CASES, classify_here; "
-            f"print('FUZZ' + json.dumps(classify_here(CASES[{case.id!r}])))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(REPOSITORY)!r}); from tests.fuzz_cases import CASES, classify_here; "
+        f"print('FUZZ' + json.dumps(classify_here(CASES[{case.id!r}])))"
+    )
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "HF_HUB_OFFLINE": "1"}
     try:
-        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
-                               env=environment, cwd=REPOSITORY)
+        child = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            env=environment,
+            cwd=REPOSITORY,
+        )
     except subprocess.TimeoutExpired:
         return "hang", f"still running after {CHILD_TIMEOUT_S:g} s"
     if child.returncode < 0 or child.returncode >= 128:
@@ -125,8 +140,24 @@ def workdir() -> Path:
 def tokenizer():
     from transformers import BertTokenizer
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "blue", "circle", "square", "what", "is", "it",
-             "?", "the", "colour"]
+    words = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "a",
+        "red",
+        "blue",
+        "circle",
+        "square",
+        "what",
+        "is",
+        "it",
+        "?",
+        "the",
+        "colour",
+    ]
     path = workdir() / "vocab.txt"
     path.write_text("\n".join(words) + "\n", encoding="utf-8")
     return BertTokenizer(vocab=str(path), do_lower_case=True)
@@ -143,7 +174,9 @@ def regions(num: int = 4, features: torch.Tensor | None = None, seed: int = 0):
     boxes = torch.cat([xy, xy + 5 + torch.rand(num, 2, generator=generator) * 10], dim=1)
     return vlhub.RegionFeatures(
         features=torch.rand(num, FEATURE_DIM, generator=generator) if features is None else features,
-        boxes=boxes, image_size=(40, 40), scores=torch.linspace(1.0, 0.5, num),
+        boxes=boxes,
+        image_size=(40, 40),
+        scores=torch.linspace(1.0, 0.5, num),
         class_probs=torch.softmax(torch.rand(num, 1601, generator=generator), dim=-1),
     )
 
@@ -183,8 +216,11 @@ def model_folder(architecture: str, task: str) -> Path:
     return folder
 
 
-PIPELINE_TASKS = {"vqa": "visual-question-answering", "captioning": "image-captioning",
-                  "retrieval": "image-text-retrieval"}
+PIPELINE_TASKS = {
+    "vqa": "visual-question-answering",
+    "captioning": "image-captioning",
+    "retrieval": "image-text-retrieval",
+}
 
 
 @functools.cache
@@ -212,16 +248,18 @@ def caption(architecture: str, image, dtype: str = "float32", nan_weights: bool 
 
 
 def rank(architecture: str, image, nan_weights: bool = False, **kwargs):
-    return pipe(architecture, "retrieval", "float32", nan_weights)(image=image, texts=["a red circle", "a blue square"],
-                                                                   **kwargs)
+    return pipe(architecture, "retrieval", "float32", nan_weights)(
+        image=image, texts=["a red circle", "a blue square"], **kwargs
+    )
 
 
 # --------------------------------------------------------------------------------------------- the cases
 CASES: dict[str, Case] = {}
 
 
-def case(category: str, name: str, run: Callable[[], Any], error: type | None = None, match: str = "",
-         in_child: bool = False) -> None:
+def case(
+    category: str, name: str, run: Callable[[], Any], error: type | None = None, match: str = "", in_child: bool = False
+) -> None:
     item = Case(category, name, run, error, match, in_child)
     assert item.id not in CASES, item.id
     CASES[item.id] = item
@@ -237,29 +275,72 @@ for arch in ARCHITECTURES:
         ("float tensor ids", torch.tensor([5.0, 6.0]), TypeError, r"token_ids\[0\] must hold integer ids"),
         ("empty ids", [], ValueError, r"token_ids is empty"),
         ("empty row", [[5], []], ValueError, r"token_ids\[1\] is empty"),
-        ("id past the vocabulary", [[5, 10**6]], ValueError, r"token_ids\[0\] holds id 1000000.*outside the vocabulary"),
+        (
+            "id past the vocabulary",
+            [[5, 10**6]],
+            ValueError,
+            r"token_ids\[0\] holds id 1000000.*outside the vocabulary",
+        ),
         ("negative id", [[-1, 5]], ValueError, r"token_ids\[0\] holds id -1.*outside"),
         ("string ids", "what", TypeError, r"token_ids must be a list"),
         ("None inside ids", [[5, None]], TypeError, r"token_ids\[0\] must hold integer ids"),
         ("ids mixed with rows", [5, [6]], ValueError, r"token_ids mixes ids and lists"),
         ("huge int id", [[5, 2**70]], ValueError, r"token_ids\[0\] holds id 1180591620717411303424 at position 1"),
     ):
-        case("processors", f"{arch}: {name}", lambda call=call, ids=ids: call(token_ids=ids, regions=[regions()] * (
-            len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], list) else 1)), error, match)
+        case(
+            "processors",
+            f"{arch}: {name}",
+            lambda call=call, ids=ids: call(
+                token_ids=ids,
+                regions=[regions()] * (len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], list) else 1),
+            ),
+            error,
+            match,
+        )
     case("processors", f"{arch}: valid ids", lambda call=call: call(token_ids=[[5, 6], [7]], regions=[regions()] * 2))
-    case("processors", f"{arch}: empty text", lambda call=call: call(text=["a red circle", "  "], regions=[regions()] * 2),
-         ValueError, r"text\[1\] is empty")
-    case("processors", f"{arch}: wrong feature size", lambda call=call: call(
-        text="a red circle", regions=[regions()] + [__import__("vlhub").RegionFeatures(
-            features=torch.rand(3, 7), boxes=torch.tensor([[0.0, 0, 5, 5]] * 3), image_size=(40, 40))]),
-        ValueError, r"regions\[1\] has 7-d features")
-    case("processors", f"{arch}: a dict for regions", lambda call=call: call(text="a red circle", regions=[{"a": 1}]),
-         TypeError, r"regions\[0\] must be a vlhub.RegionFeatures")
-    case("processors", f"{arch}: texts and images differ in number",
-         lambda call=call: call(text=["a", "red", "circle"], regions=[regions(), regions()]), ValueError,
-         r"got 3 texts but 2 images")
-    case("processors", f"{arch}: unknown argument", lambda call=call: call(text="a", regions=[regions()], colour=3),
-         TypeError, r"unexpected argument.*colour")
+    case(
+        "processors",
+        f"{arch}: empty text",
+        lambda call=call: call(text=["a red circle", "  "], regions=[regions()] * 2),
+        ValueError,
+        r"text\[1\] is empty",
+    )
+    case(
+        "processors",
+        f"{arch}: wrong feature size",
+        lambda call=call: call(
+            text="a red circle",
+            regions=[regions()]
+            + [
+                __import__("vlhub").RegionFeatures(
+                    features=torch.rand(3, 7), boxes=torch.tensor([[0.0, 0, 5, 5]] * 3), image_size=(40, 40)
+                )
+            ],
+        ),
+        ValueError,
+        r"regions\[1\] has 7-d features",
+    )
+    case(
+        "processors",
+        f"{arch}: a dict for regions",
+        lambda call=call: call(text="a red circle", regions=[{"a": 1}]),
+        TypeError,
+        r"regions\[0\] must be a vlhub.RegionFeatures",
+    )
+    case(
+        "processors",
+        f"{arch}: texts and images differ in number",
+        lambda call=call: call(text=["a", "red", "circle"], regions=[regions(), regions()]),
+        ValueError,
+        r"got 3 texts but 2 images",
+    )
+    case(
+        "processors",
+        f"{arch}: unknown argument",
+        lambda call=call: call(text="a", regions=[regions()], colour=3),
+        TypeError,
+        r"unexpected argument.*colour",
+    )
 
 # pipelines: top_k, magnitudes per dtype, NaN models, empty inputs
 for value, error, match in (
@@ -276,39 +357,109 @@ case("pipelines", "retrieval top_k=0", lambda: rank("uniter", regions(), top_k=0
 case("pipelines", "retrieval top_k=1.5", lambda: rank("uniter", regions(), top_k=1.5), TypeError, r"top_k")
 for arch in ("vl_bert", "vilbert", "tden", "unified_vlp"):
     for value in (1e20, 1e30):
-        case("pipelines", f"{arch} vqa float32 features {value:g}", lambda arch=arch, value=value: ask(
-            arch, big_regions(value)), ValueError, rf"image features hold {re.escape(f'{value:g}')}.*float32 takes region features up to")
-    case("pipelines", f"{arch} vqa float16 features 1e5", lambda arch=arch: ask(arch, big_regions(1e5), "float16"),
-         ValueError, r"image features hold 100000.*float16 takes region features up to")
+        case(
+            "pipelines",
+            f"{arch} vqa float32 features {value:g}",
+            lambda arch=arch, value=value: ask(arch, big_regions(value)),
+            ValueError,
+            rf"image features hold {re.escape(f'{value:g}')}.*float32 takes region features up to",
+        )
+    case(
+        "pipelines",
+        f"{arch} vqa float16 features 1e5",
+        lambda arch=arch: ask(arch, big_regions(1e5), "float16"),
+        ValueError,
+        r"image features hold 100000.*float16 takes region features up to",
+    )
     case("pipelines", f"{arch} vqa float32 features 1e4 (fine)", lambda arch=arch: ask(arch, big_regions(1e4)))
-    case("pipelines", f"{arch} vqa with NaN weights", lambda arch=arch: ask(arch, regions(), nan_weights=True),
-         ValueError, r"answer logits hold NaN or infinite")
-case("pipelines", "uniter vqa float32 features 1e30 (float16 storage)", lambda: ask("uniter", big_regions(1e30)),
-     ValueError, r"image: features hold 1e\+30.*float16 limit of 65504")
-case("pipelines", "uniter vqa float16 features 1e5", lambda: ask("uniter", big_regions(1e5), "float16"),
-     ValueError, r"image features hold 100000.*float16")
+    case(
+        "pipelines",
+        f"{arch} vqa with NaN weights",
+        lambda arch=arch: ask(arch, regions(), nan_weights=True),
+        ValueError,
+        r"answer logits hold NaN or infinite",
+    )
+case(
+    "pipelines",
+    "uniter vqa float32 features 1e30 (float16 storage)",
+    lambda: ask("uniter", big_regions(1e30)),
+    ValueError,
+    r"image: features hold 1e\+30.*float16 limit of 65504",
+)
+case(
+    "pipelines",
+    "uniter vqa float16 features 1e5",
+    lambda: ask("uniter", big_regions(1e5), "float16"),
+    ValueError,
+    r"image features hold 100000.*float16",
+)
 for arch in ("tden", "unified_vlp"):
-    case("pipelines", f"{arch} captioning float32 features 1e30", lambda arch=arch: caption(arch, big_regions(1e30)),
-         ValueError, r"image features hold 1e\+30")
-    case("pipelines", f"{arch} captioning float16 features 1e5", lambda arch=arch: caption(
-        arch, big_regions(1e5), "float16"), ValueError, r"image features hold 100000.*float16")
-    case("pipelines", f"{arch} captioning with NaN weights", lambda arch=arch: caption(arch, regions(), nan_weights=True),
-         ValueError, r"next-token scores hold NaN")
+    case(
+        "pipelines",
+        f"{arch} captioning float32 features 1e30",
+        lambda arch=arch: caption(arch, big_regions(1e30)),
+        ValueError,
+        r"image features hold 1e\+30",
+    )
+    case(
+        "pipelines",
+        f"{arch} captioning float16 features 1e5",
+        lambda arch=arch: caption(arch, big_regions(1e5), "float16"),
+        ValueError,
+        r"image features hold 100000.*float16",
+    )
+    case(
+        "pipelines",
+        f"{arch} captioning with NaN weights",
+        lambda arch=arch: caption(arch, regions(), nan_weights=True),
+        ValueError,
+        r"next-token scores hold NaN",
+    )
     case("pipelines", f"{arch} captioning (fine)", lambda arch=arch: caption(arch, regions()))
-case("pipelines", "retrieval float32 features 1e30", lambda: rank("uniter", big_regions(1e30)), ValueError,
-     r"image: features hold 1e\+30")
-case("pipelines", "retrieval with NaN weights", lambda: rank("uniter", regions(), nan_weights=True), ValueError,
-     r"retrieval scores hold NaN")
-case("pipelines", "vqa empty question", lambda: pipe("uniter", "vqa")(image=regions(), question="   "), ValueError,
-     r"question is empty")
-case("pipelines", "vqa question=None", lambda: pipe("uniter", "vqa")(image=regions(), question=None), ValueError,
-     r"needs image= and question=")
+case(
+    "pipelines",
+    "retrieval float32 features 1e30",
+    lambda: rank("uniter", big_regions(1e30)),
+    ValueError,
+    r"image: features hold 1e\+30",
+)
+case(
+    "pipelines",
+    "retrieval with NaN weights",
+    lambda: rank("uniter", regions(), nan_weights=True),
+    ValueError,
+    r"retrieval scores hold NaN",
+)
+case(
+    "pipelines",
+    "vqa empty question",
+    lambda: pipe("uniter", "vqa")(image=regions(), question="   "),
+    ValueError,
+    r"question is empty",
+)
+case(
+    "pipelines",
+    "vqa question=None",
+    lambda: pipe("uniter", "vqa")(image=regions(), question=None),
+    ValueError,
+    r"needs image= and question=",
+)
 case("pipelines", "vqa empty image list", lambda: pipe("uniter", "vqa")(image=[], question=["a"]), ValueError, r"empty")
-case("pipelines", "vqa a number as image", lambda: pipe("uniter", "vqa")(image=3, question="what ?"), ValueError,
-     r"image is a int but this processor has no region extractor")
+case(
+    "pipelines",
+    "vqa a number as image",
+    lambda: pipe("uniter", "vqa")(image=3, question="what ?"),
+    ValueError,
+    r"image is a int but this processor has no region extractor",
+)
 case("pipelines", "captioning empty list", lambda: pipe("tden", "captioning")([]), ValueError, r"empty list of images")
-case("pipelines", "captioning unknown argument", lambda: pipe("tden", "captioning")(regions(), colour=1), TypeError,
-     r"unexpected argument.*colour")
+case(
+    "pipelines",
+    "captioning unknown argument",
+    lambda: pipe("tden", "captioning")(regions(), colour=1),
+    TypeError,
+    r"unexpected argument.*colour",
+)
 
 
 # converters: non-finite weights (each named), damaged files
@@ -331,8 +482,14 @@ def _convert_uniter(checkpoint) -> Any:
         names[index] = token
     vocab.write_text("\n".join(names) + "\n", encoding="utf-8")
     output = workdir() / f"converted-{Path(checkpoint).stem}"
-    return convert_uniter(checkpoint, output, config=original / "config.json", task="vqa", tokenizer=vocab,
-                          answers=original / "ans2label.json").summary()
+    return convert_uniter(
+        checkpoint,
+        output,
+        config=original / "config.json",
+        task="vqa",
+        tokenizer=vocab,
+        answers=original / "ans2label.json",
+    ).summary()
 
 
 def _poison(key_part: str, value: float):
@@ -340,6 +497,7 @@ def _poison(key_part: str, value: float):
         key = next(k for k in state if key_part in k)
         state[key] = state[key].clone()
         state[key].view(-1)[1] = value
+
     return mutate
 
 
@@ -357,22 +515,54 @@ def _detector(mutate=None) -> Any:
     return convert_detector(folder / "pytorch_model.bin", folder / "out").summary()
 
 
-for key_part, value in (("vqa_output", float("nan")), ("img_embeddings.img_linear.weight", float("inf")),
-                        ("word_embeddings", float("-inf"))):
-    case("converters", f"uniter {value} in {key_part}", lambda k=key_part, v=value: _convert_uniter(
-        _uniter_checkpoint(_poison(k, v))), Exception, rf"tensor '[^']*{re.escape(key_part)}[^']*' holds 1 NaN or infinite")
+for key_part, value in (
+    ("vqa_output", float("nan")),
+    ("img_embeddings.img_linear.weight", float("inf")),
+    ("word_embeddings", float("-inf")),
+):
+    case(
+        "converters",
+        f"uniter {value} in {key_part}",
+        lambda k=key_part, v=value: _convert_uniter(_uniter_checkpoint(_poison(k, v))),
+        Exception,
+        rf"tensor '[^']*{re.escape(key_part)}[^']*' holds 1 NaN or infinite",
+    )
 case("converters", "uniter (fine)", lambda: _convert_uniter(FIXTURES / "uniter" / "original" / "uniter-vqa.pt"))
-case("converters", "detector NaN in a weight", lambda: _detector(_poison("conv1", float("nan"))), Exception,
-     r"tensor '[^']*conv1[^']*' holds 1 NaN or infinite")
-case("converters", "uniter truncated checkpoint", lambda: _convert_uniter(_write(
-    "cut.pt", (FIXTURES / "uniter" / "original" / "uniter-vqa.pt").read_bytes()[:4000])), Exception,
-     r"cut\.pt.*truncated, corrupt")
-case("converters", "uniter empty checkpoint", lambda: _convert_uniter(_write("empty.pt", b"")), Exception,
-     r"empty\.pt.*empty \(0 bytes\)")
-case("converters", "uniter text file as checkpoint", lambda: _convert_uniter(_write("text.pt", b"hello\n" * 50)),
-     Exception, r"cannot read '.*text\.pt'")
-case("converters", "uniter missing checkpoint", lambda: _convert_uniter(workdir() / "nope.pt"), Exception,
-     r"nope\.pt.*does not exist")
+case(
+    "converters",
+    "detector NaN in a weight",
+    lambda: _detector(_poison("conv1", float("nan"))),
+    Exception,
+    r"tensor '[^']*conv1[^']*' holds 1 NaN or infinite",
+)
+case(
+    "converters",
+    "uniter truncated checkpoint",
+    lambda: _convert_uniter(_write("cut.pt", (FIXTURES / "uniter" / "original" / "uniter-vqa.pt").read_bytes()[:4000])),
+    Exception,
+    r"cut\.pt.*truncated, corrupt",
+)
+case(
+    "converters",
+    "uniter empty checkpoint",
+    lambda: _convert_uniter(_write("empty.pt", b"")),
+    Exception,
+    r"empty\.pt.*empty \(0 bytes\)",
+)
+case(
+    "converters",
+    "uniter text file as checkpoint",
+    lambda: _convert_uniter(_write("text.pt", b"hello\n" * 50)),
+    Exception,
+    r"cannot read '.*text\.pt'",
+)
+case(
+    "converters",
+    "uniter missing checkpoint",
+    lambda: _convert_uniter(workdir() / "nope.pt"),
+    Exception,
+    r"nope\.pt.*does not exist",
+)
 
 
 def _write(name: str, data: bytes) -> Path:
@@ -401,16 +591,30 @@ def _vilbert_entries(count: int = 40, payload=None) -> dict[bytes, bytes]:
     ids = [str(i).encode() for i in range(count)]
     entries = {b"keys": pickle.dumps(ids)}
     for i in ids:
-        entries[i] = payload if payload is not None else pickle.dumps(
-            {"image_id": i, "image_w": 40, "image_h": 40, "num_boxes": 2, "boxes": np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32),
-             "features": np.random.default_rng(0).random((2, 2048), dtype=np.float32)})
+        entries[i] = (
+            payload
+            if payload is not None
+            else pickle.dumps(
+                {
+                    "image_id": i,
+                    "image_w": 40,
+                    "image_h": 40,
+                    "num_boxes": 2,
+                    "boxes": np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32),
+                    "features": np.random.default_rng(0).random((2, 2048), dtype=np.float32),
+                }
+            )
+        )
     return entries
 
 
 def _uniter_entries(count: int = 40, npz: bytes | None = None) -> dict[bytes, bytes]:
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, features=np.random.default_rng(0).random((10, 2048)).astype(np.float16),
-                        norm_bb=np.tile(np.array([0.1, 0.1, 0.5, 0.5, 0.4, 0.4], np.float16), (10, 1)))
+    np.savez_compressed(
+        buffer,
+        features=np.random.default_rng(0).random((10, 2048)).astype(np.float16),
+        norm_bb=np.tile(np.array([0.1, 0.1, 0.5, 0.5, 0.4, 0.4], np.float16), (10, 1)),
+    )
     return {f"img{i}.npz".encode(): npz or buffer.getvalue() for i in range(count)}
 
 
@@ -432,27 +636,69 @@ class _HugeArray:
 
 
 for fmt, entries in (("vilbert-lmdb", _vilbert_entries), ("uniter-lmdb", _uniter_entries)):
-    case("store readers", f"{fmt} truncated to half", lambda f=fmt, e=entries: _read_all(_open(
-        f, _lmdb(f"{f}-half", e(), 0.5))), FeatureFileError, r"the LMDB is truncated: its header counts", in_child=True)
-    case("store readers", f"{fmt} truncated to 3 pages", lambda f=fmt, e=entries: _read_all(_open(
-        f, _cut_to(_lmdb(f"{f}-3p", e()), 3 * 4096))), FeatureFileError, r"truncated|not a readable LMDB",
-        in_child=True)
-    case("store readers", f"{fmt} truncated inside its meta pages", lambda f=fmt, e=entries: _read_all(_open(
-        f, _cut_to(_lmdb(f"{f}-1p", e()), 5000))), FeatureFileError, r"truncated|not a readable LMDB", in_child=True)
-    case("store readers", f"{fmt} garbage file", lambda f=fmt: _open(f, _write(f"{f}.garbage", b"\x00\x01" * 9000)),
-         FeatureFileError, r"garbage.*not a readable LMDB")
-    case("store readers", f"{fmt} missing", lambda f=fmt: _open(f, workdir() / "no-such-lmdb"), FileNotFoundError,
-         r"no LMDB at .*no-such-lmdb")
+    case(
+        "store readers",
+        f"{fmt} truncated to half",
+        lambda f=fmt, e=entries: _read_all(_open(f, _lmdb(f"{f}-half", e(), 0.5))),
+        FeatureFileError,
+        r"the LMDB is truncated: its header counts",
+        in_child=True,
+    )
+    case(
+        "store readers",
+        f"{fmt} truncated to 3 pages",
+        lambda f=fmt, e=entries: _read_all(_open(f, _cut_to(_lmdb(f"{f}-3p", e()), 3 * 4096))),
+        FeatureFileError,
+        r"truncated|not a readable LMDB",
+        in_child=True,
+    )
+    case(
+        "store readers",
+        f"{fmt} truncated inside its meta pages",
+        lambda f=fmt, e=entries: _read_all(_open(f, _cut_to(_lmdb(f"{f}-1p", e()), 5000))),
+        FeatureFileError,
+        r"truncated|not a readable LMDB",
+        in_child=True,
+    )
+    case(
+        "store readers",
+        f"{fmt} garbage file",
+        lambda f=fmt: _open(f, _write(f"{f}.garbage", b"\x00\x01" * 9000)),
+        FeatureFileError,
+        r"garbage.*not a readable LMDB",
+    )
+    case(
+        "store readers",
+        f"{fmt} missing",
+        lambda f=fmt: _open(f, workdir() / "no-such-lmdb"),
+        FileNotFoundError,
+        r"no LMDB at .*no-such-lmdb",
+    )
     case("store readers", f"{fmt} (fine)", lambda f=fmt, e=entries: _read_all(_open(f, _lmdb(f"{f}-fine", e()))))
-case("store readers", "vilbert-lmdb entry pickling a 64 GiB array", lambda: _read_all(_open(
-    "vilbert-lmdb", _lmdb("vilbert-huge", _vilbert_entries(2, pickle.dumps(_HugeArray())))) ), FeatureFileError,
-     r"image 0.*declares an array of shape \(68719476736,\)", in_child=True)
-case("store readers", "uniter-lmdb npz declaring 16 GiB", lambda: _read_all(_open(
-    "uniter-lmdb", _lmdb("uniter-huge", _uniter_entries(2, _npz_bytes(shape=(1 << 32,)))))), FeatureFileError,
-     r"img0\.npz.*member 'features.npy' declares an array", in_child=True)
+case(
+    "store readers",
+    "vilbert-lmdb entry pickling a 64 GiB array",
+    lambda: _read_all(_open("vilbert-lmdb", _lmdb("vilbert-huge", _vilbert_entries(2, pickle.dumps(_HugeArray()))))),
+    FeatureFileError,
+    r"image 0.*declares an array of shape \(68719476736,\)",
+    in_child=True,
+)
+case(
+    "store readers",
+    "uniter-lmdb npz declaring 16 GiB",
+    lambda: _read_all(_open("uniter-lmdb", _lmdb("uniter-huge", _uniter_entries(2, _npz_bytes(shape=(1 << 32,)))))),
+    FeatureFileError,
+    r"img0\.npz.*member 'features.npy' declares an array",
+    in_child=True,
+)
 case("store readers", "vlhub store missing", lambda: _open("vlhub", workdir() / "no-store"), Exception, r"no-store")
-case("store readers", "vlhub store empty folder", lambda: _open("vlhub", _mkdir("empty-store")), Exception,
-     r"empty-store")
+case(
+    "store readers",
+    "vlhub store empty folder",
+    lambda: _open("vlhub", _mkdir("empty-store")),
+    Exception,
+    r"empty-store",
+)
 
 
 def _cut_to(path: Path, size: int) -> Path:
@@ -467,8 +713,9 @@ def _mkdir(name: str) -> Path:
 
 
 # feature-file readers: npz, h5, tsv, VL-BERT json
-def _npz_bytes(shape=(2, 2048), declared_extra: int = 0, dtype="<f4", data: bytes | None = None,
-               boxes: bool = False) -> bytes:
+def _npz_bytes(
+    shape=(2, 2048), declared_extra: int = 0, dtype="<f4", data: bytes | None = None, boxes: bool = False
+) -> bytes:
     """An npz whose `features.npy` header declares `shape` (the data written may be less)."""
     header = {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
     buffer = io.BytesIO()
@@ -477,8 +724,12 @@ def _npz_bytes(shape=(2, 2048), declared_extra: int = 0, dtype="<f4", data: byte
             np.lib.format.write_array_header_1_0(member, header)
             member.write(data if data is not None else b"\x00" * 64)
         if boxes:
-            for name, value in (("boxes", np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32)),
-                                ("image_h", np.array([40])), ("image_w", np.array([40])), ("num_boxes", np.array([2]))):
+            for name, value in (
+                ("boxes", np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32)),
+                ("image_h", np.array([40])),
+                ("image_w", np.array([40])),
+                ("num_boxes", np.array([2])),
+            ):
                 with archive.open(f"{name}.npy", "w") as member:
                     np.lib.format.write_array(member, value)
     return buffer.getvalue()
@@ -496,29 +747,81 @@ def _npz_read(name: str, data: bytes):
 
 def _good_npz() -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, features=np.random.default_rng(0).random((2, 8), dtype=np.float32),
-             boxes=np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32), image_h=[40], image_w=[40], num_boxes=[2])
+    np.savez(
+        buffer,
+        features=np.random.default_rng(0).random((2, 8), dtype=np.float32),
+        boxes=np.array([[0, 0, 5, 5], [1, 1, 9, 9]], np.float32),
+        image_h=[40],
+        image_w=[40],
+        num_boxes=[2],
+    )
     return buffer.getvalue()
 
 
-case("feature-file readers", "npz declaring 16 GiB", lambda: _npz_read("npz-huge", _npz_bytes((1 << 32,), boxes=True)),
-     FeatureFileError, r"1\.npz.*member 'features.npy' declares an array of shape \(4294967296,\)", in_child=True)
-case("feature-file readers", "npz declaring more than it holds", lambda: _npz_read(
-    "npz-short", _npz_bytes((2, 2048), boxes=True)), FeatureFileError, r"1\.npz.*declares 16384 bytes.*holds only 64")
-case("feature-file readers", "npz negative dimension", lambda: _npz_read("npz-neg", _npz_bytes((-2, 8), boxes=True)),
-     FeatureFileError, r"1\.npz")
-case("feature-file readers", "npz object array", lambda: _npz_read("npz-object", _npz_bytes((2,), dtype="|O")),
-     FeatureFileError, r"1\.npz.*object array.*without pickle")
-case("feature-file readers", "npz garbage member", lambda: _npz_read("npz-garbage", _zip({"features.npy": b"\x93NUMPYxx"})),
-     FeatureFileError, r"1\.npz")
-case("feature-file readers", "npz not a zip", lambda: _npz_read("npz-text", b"not a zip at all" * 10),
-     FeatureFileError, r"1\.npz.*not a readable npz")
-case("feature-file readers", "npz empty file", lambda: _npz_read("npz-empty", b""), FeatureFileError,
-     r"1\.npz.*not a readable npz")
-case("feature-file readers", "npz truncated", lambda: _npz_read("npz-cut", _good_npz()[:300]), FeatureFileError,
-     r"1\.npz")
-case("feature-file readers", "npz without boxes", lambda: _npz_read("npz-noboxes", _zip_arrays(
-    features=np.zeros((2, 8), np.float32))), FeatureFileError, r"1\.npz.*missing field")
+case(
+    "feature-file readers",
+    "npz declaring 16 GiB",
+    lambda: _npz_read("npz-huge", _npz_bytes((1 << 32,), boxes=True)),
+    FeatureFileError,
+    r"1\.npz.*member 'features.npy' declares an array of shape \(4294967296,\)",
+    in_child=True,
+)
+case(
+    "feature-file readers",
+    "npz declaring more than it holds",
+    lambda: _npz_read("npz-short", _npz_bytes((2, 2048), boxes=True)),
+    FeatureFileError,
+    r"1\.npz.*declares 16384 bytes.*holds only 64",
+)
+case(
+    "feature-file readers",
+    "npz negative dimension",
+    lambda: _npz_read("npz-neg", _npz_bytes((-2, 8), boxes=True)),
+    FeatureFileError,
+    r"1\.npz",
+)
+case(
+    "feature-file readers",
+    "npz object array",
+    lambda: _npz_read("npz-object", _npz_bytes((2,), dtype="|O")),
+    FeatureFileError,
+    r"1\.npz.*object array.*without pickle",
+)
+case(
+    "feature-file readers",
+    "npz garbage member",
+    lambda: _npz_read("npz-garbage", _zip({"features.npy": b"\x93NUMPYxx"})),
+    FeatureFileError,
+    r"1\.npz",
+)
+case(
+    "feature-file readers",
+    "npz not a zip",
+    lambda: _npz_read("npz-text", b"not a zip at all" * 10),
+    FeatureFileError,
+    r"1\.npz.*not a readable npz",
+)
+case(
+    "feature-file readers",
+    "npz empty file",
+    lambda: _npz_read("npz-empty", b""),
+    FeatureFileError,
+    r"1\.npz.*not a readable npz",
+)
+case(
+    "feature-file readers",
+    "npz truncated",
+    lambda: _npz_read("npz-cut", _good_npz()[:300]),
+    FeatureFileError,
+    r"1\.npz",
+)
+case(
+    "feature-file readers",
+    "npz without boxes",
+    lambda: _npz_read("npz-noboxes", _zip_arrays(features=np.zeros((2, 8), np.float32))),
+    FeatureFileError,
+    r"1\.npz.*missing field",
+)
 case("feature-file readers", "npz (fine)", lambda: _npz_read("npz-fine", _good_npz()))
 
 
@@ -557,19 +860,46 @@ def _h5(shape=None, data=None, cut: int = 0):
                 handle.create_dataset("1", shape=shape, dtype=np.float32)
         if cut:
             os.truncate(path, path.stat().st_size - cut)
+
     return make
 
 
-case("feature-file readers", "h5 declaring 16 GiB", lambda: _vlp("h5-huge", _h5(shape=(2, 1 << 31))), FeatureFileError,
-     r"feat\.h5: dataset '1' declares an array of shape \(2, 2147483648\)", in_child=True)
-case("feature-file readers", "h5 never written", lambda: _vlp("h5-unwritten", _h5(shape=(2, 8))), FeatureFileError,
-     r"feat\.h5: dataset '1' declares 64 bytes.*stores 0")
-case("feature-file readers", "h5 truncated", lambda: _vlp("h5-cut", _h5(data=np.ones((2, 512), np.float32), cut=2000)),
-     FeatureFileError, r"feat\.h5.*(truncated|cannot be read)")
-case("feature-file readers", "h5 wrong rows", lambda: _vlp("h5-rows", _h5(data=np.ones((3, 8), np.float32))),
-     FeatureFileError, r"features.*3 rows")
-case("feature-file readers", "h5 text file", lambda: _vlp("h5-text", lambda p: p.write_text("hello")), FeatureFileError,
-     r"feat\.h5: not a readable HDF5")
+case(
+    "feature-file readers",
+    "h5 declaring 16 GiB",
+    lambda: _vlp("h5-huge", _h5(shape=(2, 1 << 31))),
+    FeatureFileError,
+    r"feat\.h5: dataset '1' declares an array of shape \(2, 2147483648\)",
+    in_child=True,
+)
+case(
+    "feature-file readers",
+    "h5 never written",
+    lambda: _vlp("h5-unwritten", _h5(shape=(2, 8))),
+    FeatureFileError,
+    r"feat\.h5: dataset '1' declares 64 bytes.*stores 0",
+)
+case(
+    "feature-file readers",
+    "h5 truncated",
+    lambda: _vlp("h5-cut", _h5(data=np.ones((2, 512), np.float32), cut=2000)),
+    FeatureFileError,
+    r"feat\.h5.*(truncated|cannot be read)",
+)
+case(
+    "feature-file readers",
+    "h5 wrong rows",
+    lambda: _vlp("h5-rows", _h5(data=np.ones((3, 8), np.float32))),
+    FeatureFileError,
+    r"features.*3 rows",
+)
+case(
+    "feature-file readers",
+    "h5 text file",
+    lambda: _vlp("h5-text", lambda p: p.write_text("hello")),
+    FeatureFileError,
+    r"feat\.h5: not a readable HDF5",
+)
 case("feature-file readers", "h5 (fine)", lambda: _vlp("h5-fine", _h5(data=np.ones((2, 8), np.float32))))
 
 
@@ -587,19 +917,48 @@ def _b64(array) -> str:
 
 _BOXES = _b64([[0, 0, 5, 5], [1, 1, 9, 9]])
 _FEATURES = _b64(np.ones((2, 8)))
-case("feature-file readers", "tsv too few columns", lambda: _tsv("tsv-cols", "1\t40\t40\t2"), FeatureFileError,
-     r"tsv \(image 1\): line has 4 tab-separated columns")
-case("feature-file readers", "tsv bad base64", lambda: _tsv("tsv-b64", f"1\t40\t40\t2\t{_BOXES}\t@@@!"),
-     FeatureFileError, r"tsv \(image 1\).*features")
-case("feature-file readers", "tsv zero boxes", lambda: _tsv("tsv-zero", f"1\t40\t40\t0\t{_BOXES}\t{_FEATURES}"),
-     FeatureFileError, r"num_boxes is 0")
-case("feature-file readers", "tsv boxes not a multiple", lambda: _tsv("tsv-mult", f"1\t40\t40\t3\t{_BOXES}\t{_FEATURES}"),
-     FeatureFileError, r"field 'boxes'.*not a multiple of num_boxes=3")
-case("feature-file readers", "tsv NaN feature", lambda: _tsv("tsv-nan", f"1\t40\t40\t2\t{_BOXES}\t"
-                                                              f"{_b64(np.full((2, 8), np.nan))}"),
-     FeatureFileError, r"tsv \(image 1\).*NaN")
-case("feature-file readers", "tsv non-numeric size", lambda: _tsv("tsv-size", f"1\tforty\t40\t2\t{_BOXES}\t{_FEATURES}"),
-     Exception, r"tsv \(image 1\)")
+case(
+    "feature-file readers",
+    "tsv too few columns",
+    lambda: _tsv("tsv-cols", "1\t40\t40\t2"),
+    FeatureFileError,
+    r"tsv \(image 1\): line has 4 tab-separated columns",
+)
+case(
+    "feature-file readers",
+    "tsv bad base64",
+    lambda: _tsv("tsv-b64", f"1\t40\t40\t2\t{_BOXES}\t@@@!"),
+    FeatureFileError,
+    r"tsv \(image 1\).*features",
+)
+case(
+    "feature-file readers",
+    "tsv zero boxes",
+    lambda: _tsv("tsv-zero", f"1\t40\t40\t0\t{_BOXES}\t{_FEATURES}"),
+    FeatureFileError,
+    r"num_boxes is 0",
+)
+case(
+    "feature-file readers",
+    "tsv boxes not a multiple",
+    lambda: _tsv("tsv-mult", f"1\t40\t40\t3\t{_BOXES}\t{_FEATURES}"),
+    FeatureFileError,
+    r"field 'boxes'.*not a multiple of num_boxes=3",
+)
+case(
+    "feature-file readers",
+    "tsv NaN feature",
+    lambda: _tsv("tsv-nan", f"1\t40\t40\t2\t{_BOXES}\t{_b64(np.full((2, 8), np.nan))}"),
+    FeatureFileError,
+    r"tsv \(image 1\).*NaN",
+)
+case(
+    "feature-file readers",
+    "tsv non-numeric size",
+    lambda: _tsv("tsv-size", f"1\tforty\t40\t2\t{_BOXES}\t{_FEATURES}"),
+    Exception,
+    r"tsv \(image 1\)",
+)
 case("feature-file readers", "tsv (fine)", lambda: _tsv("tsv-fine", f"1\t40\t40\t2\t{_BOXES}\t{_FEATURES}"))
 
 
@@ -609,15 +968,34 @@ def _vl_bert_json(name: str, text: str):
     return _open("vl-bert-json", folder)["1"]
 
 
-case("feature-file readers", "vl-bert json not json", lambda: _vl_bert_json("json-bad", "{not json"), FeatureFileError,
-     r"1\.json: not a readable json")
-case("feature-file readers", "vl-bert json a list", lambda: _vl_bert_json("json-list", "[1, 2]"), FeatureFileError,
-     r"1\.json: expected a json object")
-case("feature-file readers", "vl-bert json without features", lambda: _vl_bert_json(
-    "json-nofeat", json.dumps({"image_w": 40, "image_h": 40, "num_boxes": 2, "boxes": _BOXES})), FeatureFileError,
-     r"1\.json: missing field 'features'")
-case("feature-file readers", "vl-bert json (fine)", lambda: _vl_bert_json("json-fine", json.dumps(
-    {"image_w": 40, "image_h": 40, "num_boxes": 2, "boxes": _BOXES, "features": _FEATURES})))
+case(
+    "feature-file readers",
+    "vl-bert json not json",
+    lambda: _vl_bert_json("json-bad", "{not json"),
+    FeatureFileError,
+    r"1\.json: not a readable json",
+)
+case(
+    "feature-file readers",
+    "vl-bert json a list",
+    lambda: _vl_bert_json("json-list", "[1, 2]"),
+    FeatureFileError,
+    r"1\.json: expected a json object",
+)
+case(
+    "feature-file readers",
+    "vl-bert json without features",
+    lambda: _vl_bert_json("json-nofeat", json.dumps({"image_w": 40, "image_h": 40, "num_boxes": 2, "boxes": _BOXES})),
+    FeatureFileError,
+    r"1\.json: missing field 'features'",
+)
+case(
+    "feature-file readers",
+    "vl-bert json (fine)",
+    lambda: _vl_bert_json(
+        "json-fine", json.dumps({"image_w": 40, "image_h": 40, "num_boxes": 2, "boxes": _BOXES, "features": _FEATURES})
+    ),
+)
 
 
 # images: the shapes world's extractor and the detector's loader
@@ -652,36 +1030,109 @@ def _load(image, **kwargs):
 
 
 case("images", "shapes: 512x510 serpentine line", lambda: _shapes(_png("serpentine", _serpentine)), in_child=True)
-case("images", "shapes: 11000 px image", lambda: _shapes(_png("huge", lambda Image: Image.new("1", (11000, 11000)))),
-     ValueError, r"images\[0\].*11000x11000 pixels is above the .*limit", in_child=True)
-case("images", "shapes: decompression bomb", lambda: _shapes(_png("bomb", lambda Image: Image.new("1", (20000, 20000)))),
-     ValueError, r"images\[0\].*(cannot read the image|above the)", in_child=True)
-case("images", "shapes: huge array", lambda: _shapes(np.zeros((3000, 3000, 3), np.uint8)), ValueError,
-     r"images\[0\]: 3000x3000 pixels is above")
-case("images", "shapes: huge tensor", lambda: _shapes(torch.zeros(3, 3000, 3000)), ValueError,
-     r"images\[0\]: 3000x3000 pixels is above")
-case("images", "shapes: truncated png", lambda: _shapes(_write("cut.png", _png("whole", lambda Image: Image.new(
-    "RGB", (64, 64), (200, 10, 10))).read_bytes()[:60])), ValueError, r"images\[0\].*cannot read the image")
-case("images", "shapes: text file", lambda: _shapes(_write("text.png", b"hello")), ValueError,
-     r"images\[0\].*cannot read the image")
-case("images", "shapes: missing file", lambda: _shapes(workdir() / "missing.png"), FileNotFoundError,
-     r"images\[0\].*no such image file")
-case("images", "shapes: float array", lambda: _shapes(np.zeros((8, 8, 3), np.float32)), ValueError,
-     r"images\[0\] must be an \(height, width, 3\) uint8")
+case(
+    "images",
+    "shapes: 11000 px image",
+    lambda: _shapes(_png("huge", lambda Image: Image.new("1", (11000, 11000)))),
+    ValueError,
+    r"images\[0\].*11000x11000 pixels is above the .*limit",
+    in_child=True,
+)
+case(
+    "images",
+    "shapes: decompression bomb",
+    lambda: _shapes(_png("bomb", lambda Image: Image.new("1", (20000, 20000)))),
+    ValueError,
+    r"images\[0\].*(cannot read the image|above the)",
+    in_child=True,
+)
+case(
+    "images",
+    "shapes: huge array",
+    lambda: _shapes(np.zeros((3000, 3000, 3), np.uint8)),
+    ValueError,
+    r"images\[0\]: 3000x3000 pixels is above",
+)
+case(
+    "images",
+    "shapes: huge tensor",
+    lambda: _shapes(torch.zeros(3, 3000, 3000)),
+    ValueError,
+    r"images\[0\]: 3000x3000 pixels is above",
+)
+case(
+    "images",
+    "shapes: truncated png",
+    lambda: _shapes(
+        _write("cut.png", _png("whole", lambda Image: Image.new("RGB", (64, 64), (200, 10, 10))).read_bytes()[:60])
+    ),
+    ValueError,
+    r"images\[0\].*cannot read the image",
+)
+case(
+    "images",
+    "shapes: text file",
+    lambda: _shapes(_write("text.png", b"hello")),
+    ValueError,
+    r"images\[0\].*cannot read the image",
+)
+case(
+    "images",
+    "shapes: missing file",
+    lambda: _shapes(workdir() / "missing.png"),
+    FileNotFoundError,
+    r"images\[0\].*no such image file",
+)
+case(
+    "images",
+    "shapes: float array",
+    lambda: _shapes(np.zeros((8, 8, 3), np.float32)),
+    ValueError,
+    r"images\[0\] must be an \(height, width, 3\) uint8",
+)
 case("images", "shapes: 4-d tensor", lambda: _shapes(torch.zeros(1, 3, 8, 8)), ValueError, r"images\[0\] as a tensor")
 case("images", "shapes: a number", lambda: _shapes(3), TypeError, r"images\[0\] must be an image path")
-case("images", "shapes: noise picture", lambda: _shapes(np.random.default_rng(0).integers(
-    0, 256, (256, 256, 3)).astype(np.uint8)))
-case("images", "shapes: plain picture", lambda: _shapes(_png("plain", lambda Image: Image.new("RGB", (64, 64),
-                                                                                                (250, 250, 250)))),
-     ValueError, r"image 0 has no regions")
-case("images", "detector: decompression bomb", lambda: _load(_png("bomb2", lambda Image: Image.new("1", (20000, 20000)))),
-     ValueError, r"picture.*(cannot read the image|above the limit)", in_child=True)
-case("images", "detector: too small", lambda: _load(np.zeros((8, 8, 3), np.uint8)), ValueError, r"picture: 8x8 pixels is too small")
-case("images", "detector: float array", lambda: _load(np.zeros((32, 32, 3), np.float32)), ValueError,
-     r"picture: numpy images must be uint8")
-case("images", "detector: 16-bit out of range", lambda: _load(np.full((32, 32), 70000, np.int32)), ValueError,
-     r"picture: numpy images must be uint8")
+case(
+    "images",
+    "shapes: noise picture",
+    lambda: _shapes(np.random.default_rng(0).integers(0, 256, (256, 256, 3)).astype(np.uint8)),
+)
+case(
+    "images",
+    "shapes: plain picture",
+    lambda: _shapes(_png("plain", lambda Image: Image.new("RGB", (64, 64), (250, 250, 250)))),
+    ValueError,
+    r"image 0 has no regions",
+)
+case(
+    "images",
+    "detector: decompression bomb",
+    lambda: _load(_png("bomb2", lambda Image: Image.new("1", (20000, 20000)))),
+    ValueError,
+    r"picture.*(cannot read the image|above the limit)",
+    in_child=True,
+)
+case(
+    "images",
+    "detector: too small",
+    lambda: _load(np.zeros((8, 8, 3), np.uint8)),
+    ValueError,
+    r"picture: 8x8 pixels is too small",
+)
+case(
+    "images",
+    "detector: float array",
+    lambda: _load(np.zeros((32, 32, 3), np.float32)),
+    ValueError,
+    r"picture: numpy images must be uint8",
+)
+case(
+    "images",
+    "detector: 16-bit out of range",
+    lambda: _load(np.full((32, 32), 70000, np.int32)),
+    ValueError,
+    r"picture: numpy images must be uint8",
+)
 
 
 # CLI arguments: one line per user error, an exit status
@@ -708,28 +1159,87 @@ def _cli_line(*argv):
 
 
 for fmt, entries in (("uniter-lmdb", _uniter_entries), ("vilbert-lmdb", _vilbert_entries)):
-    case("CLI arguments", f"import-features {fmt} truncated", lambda f=fmt, e=entries: _cli_line(
-        "import-features", _lmdb(f"cli-{f}", e(), 0.5), "--format", f, "--output", workdir() / f"out-{f}"),
-        ValueError, r"the LMDB is truncated", in_child=True)
-case("CLI arguments", "import-features unknown format", lambda: _cli_line(
-    "import-features", workdir(), "--format", "nope", "--output", workdir() / "o"), ValueError, r"invalid choice: 'nope'")
-case("CLI arguments", "import-features missing source", lambda: _cli_line(
-    "import-features", workdir() / "missing.tsv", "--format", "butd-tsv", "--output", workdir() / "o2"), ValueError,
-     r"missing\.tsv")
-case("CLI arguments", "import-features npz declaring 16 GiB", lambda: _cli_line(
-    "import-features", _npz_folder("cli-npz", _npz_bytes((1 << 32,), boxes=True)), "--format", "npz", "--output",
-    workdir() / "o3"), ValueError, r"1\.npz.*declares an array", in_child=True)
-case("CLI arguments", "import-features shard size 0", lambda: _cli_line(
-    "import-features", _npz_folder("cli-npz0", _good_npz()), "--format", "npz", "--output", workdir() / "o4",
-    "--shard-size", "0"), ValueError, r"shard")
-case("CLI arguments", "import-features shard size 'x'", lambda: _cli_line(
-    "import-features", workdir(), "--format", "npz", "--output", workdir() / "o5", "--shard-size", "x"), ValueError,
-     r"--shard-size: invalid int value: 'x'")
-case("CLI arguments", "convert uniter missing checkpoint", lambda: _cli_line(
-    "convert", "uniter", workdir() / "missing.pt", "--output-dir", workdir() / "o6"), ValueError, r"missing\.pt")
+    case(
+        "CLI arguments",
+        f"import-features {fmt} truncated",
+        lambda f=fmt, e=entries: _cli_line(
+            "import-features", _lmdb(f"cli-{f}", e(), 0.5), "--format", f, "--output", workdir() / f"out-{f}"
+        ),
+        ValueError,
+        r"the LMDB is truncated",
+        in_child=True,
+    )
+case(
+    "CLI arguments",
+    "import-features unknown format",
+    lambda: _cli_line("import-features", workdir(), "--format", "nope", "--output", workdir() / "o"),
+    ValueError,
+    r"invalid choice: 'nope'",
+)
+case(
+    "CLI arguments",
+    "import-features missing source",
+    lambda: _cli_line(
+        "import-features", workdir() / "missing.tsv", "--format", "butd-tsv", "--output", workdir() / "o2"
+    ),
+    ValueError,
+    r"missing\.tsv",
+)
+case(
+    "CLI arguments",
+    "import-features npz declaring 16 GiB",
+    lambda: _cli_line(
+        "import-features",
+        _npz_folder("cli-npz", _npz_bytes((1 << 32,), boxes=True)),
+        "--format",
+        "npz",
+        "--output",
+        workdir() / "o3",
+    ),
+    ValueError,
+    r"1\.npz.*declares an array",
+    in_child=True,
+)
+case(
+    "CLI arguments",
+    "import-features shard size 0",
+    lambda: _cli_line(
+        "import-features",
+        _npz_folder("cli-npz0", _good_npz()),
+        "--format",
+        "npz",
+        "--output",
+        workdir() / "o4",
+        "--shard-size",
+        "0",
+    ),
+    ValueError,
+    r"shard",
+)
+case(
+    "CLI arguments",
+    "import-features shard size 'x'",
+    lambda: _cli_line(
+        "import-features", workdir(), "--format", "npz", "--output", workdir() / "o5", "--shard-size", "x"
+    ),
+    ValueError,
+    r"--shard-size: invalid int value: 'x'",
+)
+case(
+    "CLI arguments",
+    "convert uniter missing checkpoint",
+    lambda: _cli_line("convert", "uniter", workdir() / "missing.pt", "--output-dir", workdir() / "o6"),
+    ValueError,
+    r"missing\.pt",
+)
 case("CLI arguments", "unknown command", lambda: _cli_line("frobnicate"), ValueError, r"invalid choice: 'frobnicate'")
-case("CLI arguments", "import-features (fine)", lambda: _cli_line(
-    "import-features", _npz_folder("cli-fine", _good_npz()), "--format", "npz", "--output", workdir() / "o7"))
+case(
+    "CLI arguments",
+    "import-features (fine)",
+    lambda: _cli_line(
+        "import-features", _npz_folder("cli-fine", _good_npz()), "--format", "npz", "--output", workdir() / "o7"
+    ),
+)
 
 
 def tally(outcomes: dict[str, str]) -> dict[str, dict[str, int]]:

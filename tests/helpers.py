@@ -47,9 +47,21 @@ def tiny_detector_config(**overrides):
     from vlhub.processing.detector import DetectorConfig
 
     settings = dict(
-        depth=50, width_per_group=2, stem_out_channels=4, res2_out_channels=2, rpn_hidden_channels=4,
-        num_classes=5, num_attributes=3, attribute_embedding_dim=4, attribute_hidden_dim=8, min_size=64,
-        max_size=96, rpn_pre_nms_top_n=200, rpn_post_nms_top_n=20, min_boxes=2, max_boxes=10,
+        depth=50,
+        width_per_group=2,
+        stem_out_channels=4,
+        res2_out_channels=2,
+        rpn_hidden_channels=4,
+        num_classes=5,
+        num_attributes=3,
+        attribute_embedding_dim=4,
+        attribute_hidden_dim=8,
+        min_size=64,
+        max_size=96,
+        rpn_pre_nms_top_n=200,
+        rpn_post_nms_top_n=20,
+        min_boxes=2,
+        max_boxes=10,
     )
     settings.update(overrides)
     return DetectorConfig(**settings)

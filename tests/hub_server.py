@@ -81,8 +81,11 @@ class FakeHub:
                     hub._release.wait()
                     return None
                 if hub.refuse_uploads and path != "/api/repos/create":
-                    return self._json(403, {"error": "Invalid credentials in Authorization header"},
-                                      {"X-Error-Message": "Invalid credentials in Authorization header"})
+                    return self._json(
+                        403,
+                        {"error": "Invalid credentials in Authorization header"},
+                        {"X-Error-Message": "Invalid credentials in Authorization header"},
+                    )
                 if method == "POST" and path == "/api/validate-yaml":
                     import yaml
 
@@ -97,9 +100,15 @@ class FakeHub:
                     return self._json(200 if not errors else 400, {"errors": errors, "warnings": []})
                 if method == "POST" and len(parts) == 6 and parts[:2] == ["api", "models"] and parts[4] == "preupload":
                     files = json.loads(body)["files"]
-                    return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular",
-                                                       "shouldIgnore": False} for f in files],
-                                            "commitOid": "0" * 40})
+                    return self._json(
+                        200,
+                        {
+                            "files": [
+                                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files
+                            ],
+                            "commitOid": "0" * 40,
+                        },
+                    )
                 if method == "POST" and len(parts) == 6 and parts[:2] == ["api", "models"] and parts[4] == "commit":
                     repo = f"{parts[2]}/{parts[3]}"
                     header, paths = {}, []
@@ -124,8 +133,9 @@ class FakeHub:
                     return self._json(200, {"commitUrl": f"{hub.url}/{repo}/commit/{oid}", "commitOid": oid})
                 with hub.lock:
                     hub.unknown.append((method, path))
-                return self._json(404, {"error": f"not served by the test hub: {method} {path}"},
-                                  {"X-Error-Code": "EntryNotFound"})
+                return self._json(
+                    404, {"error": f"not served by the test hub: {method} {path}"}, {"X-Error-Code": "EntryNotFound"}
+                )
 
             def do_GET(self):
                 self._route("GET")
@@ -195,8 +205,9 @@ class TricklingServer(SilentServer):
         with connection:
             try:
                 connection.recv(65536)
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                   b"Content-Length: 1000000\r\n\r\n")
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+                )
                 while not self._stop.wait(0.2):
                     connection.sendall(b" ")
             except OSError:

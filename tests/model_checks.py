@@ -295,7 +295,9 @@ class ModelChecks:
         checkpointed.load_state_dict(plain.state_dict())
         # transformers 5.23 renames gradient_checkpointing_enable (deprecated, same behaviour) to
         # activation_checkpointing_enable.
-        enable = getattr(checkpointed, "activation_checkpointing_enable", None) or checkpointed.gradient_checkpointing_enable
+        enable = (
+            getattr(checkpointed, "activation_checkpointing_enable", None) or checkpointed.gradient_checkpointing_enable
+        )
         enable()
         assert any(getattr(m, "gradient_checkpointing", False) for m in checkpointed.modules())
         loss_ckpt, grads_ckpt = _gradients(case, checkpointed, inputs)

@@ -65,8 +65,11 @@ def uniter_files(original: Path) -> dict:
         return "pretrain"
 
     configs = [p for p in original.glob("*.json") if "hidden_size" in json.loads(p.read_text(encoding="utf-8"))]
-    return {"config": _one(configs, "model config (*.json with hidden_size)", original),
-            "checkpoints": _by_kind(original.glob("*.pt"), role, original), "answers": original / "ans2label.json"}
+    return {
+        "config": _one(configs, "model config (*.json with hidden_size)", original),
+        "checkpoints": _by_kind(original.glob("*.pt"), role, original),
+        "answers": original / "ans2label.json",
+    }
 
 
 # -- ViLBERT (jiasenlu/vilbert_beta, facebookresearch/vilbert-multi-task): `--config_file`, `--from_pretrained` -------
@@ -79,8 +82,10 @@ def vilbert_files(original: Path) -> dict:
             return "mt"
         return "beta_vqa" if _has(keys, "vil_prediction.") else "pretrain"
 
-    return {"config": _one(original.glob("*.json"), "BertConfig JSON (--config_file)", original),
-            "checkpoints": _by_kind(original.rglob("*.bin"), role, original)}
+    return {
+        "config": _one(original.glob("*.json"), "BertConfig JSON (--config_file)", original),
+        "checkpoints": _by_kind(original.rglob("*.bin"), role, original),
+    }
 
 
 # -- Unified VLP (LuoweiZhou/VLP): `--bert_model <dir>` (bert_config.json, vocab.txt), `--model_recover_path` -------
@@ -88,8 +93,11 @@ def unified_vlp_files(original: Path) -> dict:
     """`config` and `vocab` (the names `from_pretrained(<dir>)` reads), `checkpoints` by role ("img2txt", "vqa2": the
     one with `ans_classifier`)."""
     role = lambda keys: "vqa2" if _has(keys, "ans_classifier.") else "img2txt"  # noqa: E731
-    return {"config": original / "bert_config.json", "vocab": original / "vocab.txt",
-            "checkpoints": _by_kind(original.rglob("*.bin"), role, original)}
+    return {
+        "config": original / "bert_config.json",
+        "vocab": original / "vocab.txt",
+        "checkpoints": _by_kind(original.rglob("*.bin"), role, original),
+    }
 
 
 # -- VL-BERT (jackroos/VL-BERT): `--cfg cfgs/<task>/<yaml>`, checkpoints named by the yaml --------------------------
@@ -103,23 +111,38 @@ def vl_bert_files(original: Path) -> dict:
     """`configs` by task folder of `cfgs/` ("pretrain", "vqa", "refcoco"), `checkpoints` by the same names
     (fine-tuned: `<MODEL_PREFIX>-<epoch>.model`; "pretrain": the fine-tune configs' `PARTIAL_PRETRAIN`), `bert` (the
     folder `BERT_MODEL_NAME` names) and `answers` (`ANSWER_VOCAB_FILE`'s name)."""
-    configs = {task.name: _one(task.glob("*.yaml"), f"YAML under cfgs/{task.name}", original)
-               for task in sorted((original / "cfgs").iterdir()) if task.is_dir()}
+    configs = {
+        task.name: _one(task.glob("*.yaml"), f"YAML under cfgs/{task.name}", original)
+        for task in sorted((original / "cfgs").iterdir())
+        if task.is_dir()
+    }
     read = {task: _yaml(path) for task, path in configs.items()}
-    checkpoints = {task: _one(original.glob(f"{cfg['MODEL_PREFIX']}-*.model"),
-                              f"{cfg['MODEL_PREFIX']}-<epoch>.model (MODEL_PREFIX of {configs[task].name})", original)
-                   for task, cfg in read.items() if task != "pretrain"}
-    pretrained = {Path(cfg["NETWORK"]["PARTIAL_PRETRAIN"]).name for cfg in read.values()
-                  if cfg["NETWORK"].get("PARTIAL_PRETRAIN")}
+    checkpoints = {
+        task: _one(
+            original.glob(f"{cfg['MODEL_PREFIX']}-*.model"),
+            f"{cfg['MODEL_PREFIX']}-<epoch>.model (MODEL_PREFIX of {configs[task].name})",
+            original,
+        )
+        for task, cfg in read.items()
+        if task != "pretrain"
+    }
+    pretrained = {
+        Path(cfg["NETWORK"]["PARTIAL_PRETRAIN"]).name for cfg in read.values() if cfg["NETWORK"].get("PARTIAL_PRETRAIN")
+    }
     if len(pretrained) != 1:
         pytest.fail(f"the fine-tune configs in {original}/cfgs name {sorted(pretrained)} as PARTIAL_PRETRAIN, not one")
     checkpoints["pretrain"] = original / pretrained.pop()
     bert = {Path(cfg["NETWORK"]["BERT_MODEL_NAME"]).name for cfg in read.values()}
-    datasets = [d for cfg in read.values() for d in (cfg["DATASET"] if isinstance(cfg["DATASET"], list)
-                                                     else [cfg["DATASET"]])]  # pre-training lists several
+    datasets = [
+        d for cfg in read.values() for d in (cfg["DATASET"] if isinstance(cfg["DATASET"], list) else [cfg["DATASET"]])
+    ]  # pre-training lists several
     answers = {Path(d["ANSWER_VOCAB_FILE"]).name for d in datasets if d.get("ANSWER_VOCAB_FILE")}
-    return {"configs": configs, "checkpoints": checkpoints, "bert": original / _one_name(bert, "BERT_MODEL_NAME"),
-            "answers": original / _one_name(answers, "ANSWER_VOCAB_FILE")}
+    return {
+        "configs": configs,
+        "checkpoints": checkpoints,
+        "bert": original / _one_name(bert, "BERT_MODEL_NAME"),
+        "answers": original / _one_name(answers, "ANSWER_VOCAB_FILE"),
+    }
 
 
 def _one_name(names: set[str], field: str) -> str:
@@ -134,8 +157,10 @@ def tden_files(original: Path) -> dict:
     holding a checkpoint, and `vocab` (`MODEL.PRETRAINING.MODEL_NAME`, `vocab.txt`)."""
     runs = {}
     for folder in sorted(p for p in original.iterdir() if p.is_dir() and any(p.glob("*.pth"))):
-        runs[folder.name] = {"checkpoint": _one(folder.glob("*.pth"), "checkpoint (*.pth)", folder),
-                             "config": folder / "config.yaml"}
+        runs[folder.name] = {
+            "checkpoint": _one(folder.glob("*.pth"), "checkpoint (*.pth)", folder),
+            "config": folder / "config.yaml",
+        }
     return {"runs": runs, "vocab": original / "vocab.txt"}
 
 

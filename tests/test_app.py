@@ -24,9 +24,14 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("app-folders")
-    built = {name: save_tiny_folder(root / name, model_type, task) for name, model_type, task in (
-        ("uniter-shapes-vqa", "uniter", "vqa"), ("uniter-shapes-retrieval", "uniter", "retrieval"),
-        ("vlp-shapes-captioning", "unified_vlp", "captioning"))}
+    built = {
+        name: save_tiny_folder(root / name, model_type, task)
+        for name, model_type, task in (
+            ("uniter-shapes-vqa", "uniter", "vqa"),
+            ("uniter-shapes-retrieval", "uniter", "retrieval"),
+            ("vlp-shapes-captioning", "unified_vlp", "captioning"),
+        )
+    }
     bert = root / "bert"
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
@@ -50,8 +55,9 @@ def upload(tmp_path_factory):
 
 def _example_regions(app, name, example):
     extractor = app.models[name].region_extractor
-    return extractor(Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes],
-                     labels=list(example.labels))
+    return extractor(
+        Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels)
+    )
 
 
 def _same_ranking(got, want, key):
@@ -62,12 +68,18 @@ def _same_ranking(got, want, key):
 def test_models_open_with_their_tasks_and_bad_folders_are_reported(app, folders):
     assert sorted(app.models) == ["uniter-shapes-retrieval", "uniter-shapes-vqa", "vlp-shapes-captioning"]
     assert {name: model.task for name, model in app.models.items()} == {
-        "uniter-shapes-vqa": "vqa", "uniter-shapes-retrieval": "retrieval", "vlp-shapes-captioning": "captioning"}
-    assert app.problems == [f"{folders['bert']} is not a vlhub model folder: its config.json has model_type 'bert'; "
-                            "vlhub's are tden, unified_vlp, uniter, vilbert, vl_bert"]
+        "uniter-shapes-vqa": "vqa",
+        "uniter-shapes-retrieval": "retrieval",
+        "vlp-shapes-captioning": "captioning",
+    }
+    assert app.problems == [
+        f"{folders['bert']} is not a vlhub model folder: its config.json has model_type 'bert'; "
+        "vlhub's are tden, unified_vlp, uniter, vilbert, vl_bert"
+    ]
     # A task the architecture cannot do is disabled with the demo's line; one the folder's head does not do says so.
     assert app.models["uniter-shapes-vqa"].unavailable["captioning"] == (
-        "UNITER is an encoder without a text decoder: it cannot caption")
+        "UNITER is an encoder without a text decoder: it cannot caption"
+    )
     assert "Unified VLP has no retrieval head" in app.models["vlp-shapes-captioning"].unavailable["retrieval"]
     assert "a retrieval model; open one fine-tuned for VQA" in app.models["uniter-shapes-retrieval"].unavailable["vqa"]
     # Packed for the CPU where this torch has oneDNN.
@@ -146,19 +158,38 @@ def test_no_folder_says_how_to_make_them_and_demo_folders_are_found_in_both_layo
     assert main(["app", "--demo-dir", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bash scripts/demo.sh" in err and err.startswith("vlhub app: error: no model folders")
-    for folder in ("uniter-shapes-vqa", "uniter-shapes-itr", "vlp-shapes-captioning", "uniter/uniter-shapes-retrieval",
-                   "uniter-shapes", "uniter/uniter-shapes", "pictures"):
+    for folder in (
+        "uniter-shapes-vqa",
+        "uniter-shapes-itr",
+        "vlp-shapes-captioning",
+        "uniter/uniter-shapes-retrieval",
+        "uniter-shapes",
+        "uniter/uniter-shapes",
+        "pictures",
+    ):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "config.json").write_text("{}")
     assert [p.relative_to(tmp_path).as_posix() for p in demo_folders(tmp_path)] == [
-        "uniter/uniter-shapes-retrieval", "uniter-shapes-itr", "uniter-shapes-vqa", "vlp-shapes-captioning"]
+        "uniter/uniter-shapes-retrieval",
+        "uniter-shapes-itr",
+        "uniter-shapes-vqa",
+        "vlp-shapes-captioning",
+    ]
 
 
 def test_import_vlhub_and_its_command_line_do_not_import_gradio():
-    code = ("import sys, vlhub, vlhub.cli; vlhub.cli.build_parser(); import vlhub.app; "
-            "print(sorted(m for m in ('gradio', 'gradio_client') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[1], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    code = (
+        "import sys, vlhub, vlhub.cli; vlhub.cli.build_parser(); import vlhub.app; "
+        "print(sorted(m for m in ('gradio', 'gradio_client') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -188,22 +219,27 @@ def test_through_gradio_client(served, app, folders, upload, tmp_path):
     question = "how many shapes are there?"
     label, status = served.predict("uniter-shapes-vqa", handle_file(str(upload)), question, api_name="/ask")
     want = pipeline("visual-question-answering", model=str(folders["uniter-shapes-vqa"]))(
-        image=str(upload), question=question, top_k=5)
+        image=str(upload), question=question, top_k=5
+    )
     assert [c["label"] for c in label["confidences"]] == [w["answer"] for w in want]
     np.testing.assert_allclose([c["confidence"] for c in label["confidences"]], [w["score"] for w in want], rtol=1e-5)
     assert status.startswith("answered in")
 
     example = app.examples[2]
-    caption, status = served.predict("vlp-shapes-captioning", handle_file(str(example.path)), "beam", 2,
-                                     api_name="/caption")
+    caption, status = served.predict(
+        "vlp-shapes-captioning", handle_file(str(example.path)), "beam", 2, api_name="/caption"
+    )
     regions = _example_regions(app, "vlp-shapes-captioning", example)
     captioner = pipeline("image-captioning", model=str(folders["vlp-shapes-captioning"]))
     assert caption == captioner(regions, generate_kwargs={"num_beams": 2})[0]["generated_text"]
 
     texts = ["a red circle.", "two blue squares."]
-    table, status = served.predict("uniter-shapes-retrieval", handle_file(str(upload)), "\n".join(texts),
-                                   api_name="/rank")
-    want = pipeline("image-text-retrieval", model=str(folders["uniter-shapes-retrieval"]))(image=str(upload), texts=texts)
+    table, status = served.predict(
+        "uniter-shapes-retrieval", handle_file(str(upload)), "\n".join(texts), api_name="/rank"
+    )
+    want = pipeline("image-text-retrieval", model=str(folders["uniter-shapes-retrieval"]))(
+        image=str(upload), texts=texts
+    )
     assert [c["label"] for c in table["confidences"]] == [f"{n}. {w['text']}" for n, w in enumerate(want, 1)]
     np.testing.assert_allclose([c["confidence"] for c in table["confidences"]], [w["score"] for w in want], rtol=1e-5)
     assert status.startswith("ranked 2 texts in")
@@ -243,8 +279,11 @@ def test_the_space_requirements_name_every_dependency():
     setup = (Path(__file__).parents[1] / "setup.py").read_text()
     needed = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",', setup.split("install_requires=[")[1].split("]")[0], re.M)
     needed += ["gradio"]
-    listed = [re.split(r"[<>=\[ ]", line)[0] for line in (Path(__file__).parents[1] / "spaces" / "requirements.txt")
-              .read_text().splitlines() if line and not line.startswith("#")]
+    listed = [
+        re.split(r"[<>=\[ ]", line)[0]
+        for line in (Path(__file__).parents[1] / "spaces" / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     assert needed and sorted(needed) == sorted(listed)
 
 

@@ -28,9 +28,14 @@ def folders(tmp_path_factory):
     from tests.app_helpers import save_tiny_folder
 
     root = tmp_path_factory.mktemp("browser-folders")
-    return {task: save_tiny_folder(root / name, model_type, task) for task, name, model_type in (
-        ("vqa", "uniter-shapes-vqa", "uniter"), ("retrieval", "uniter-shapes-retrieval", "uniter"),
-        ("captioning", "vlp-shapes-captioning", "unified_vlp"))}
+    return {
+        task: save_tiny_folder(root / name, model_type, task)
+        for task, name, model_type in (
+            ("vqa", "uniter-shapes-vqa", "uniter"),
+            ("retrieval", "uniter-shapes-retrieval", "uniter"),
+            ("captioning", "vlp-shapes-captioning", "unified_vlp"),
+        )
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,8 @@ def test_the_four_states_and_an_error_in_a_browser(page, folders, tmp_path):
     app, example = page.app, page.app.examples[0]
     names = {task: folder.name for task, folder in folders.items()}
     regions = app.models[names["vqa"]].region_extractor(
-        Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels))
+        Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels)
+    )
 
     # Regions.
     status, _ = page.status_after(lambda: page.upload(example.path))
@@ -74,7 +80,8 @@ def test_the_four_states_and_an_error_in_a_browser(page, folders, tmp_path):
     status, _ = page.status_after(lambda: page.click("ask-button"))
     assert status.startswith("answered in"), status
     want = pipeline("visual-question-answering", model=str(folders["vqa"]))(
-        image=regions, question=example.question, top_k=5)
+        image=regions, question=example.question, top_k=5
+    )
     assert page.answers() == [(w["answer"], _percent(w["score"])) for w in want]
     page.screenshot(shots / "app-answer.png")
 
@@ -89,7 +96,8 @@ def test_the_four_states_and_an_error_in_a_browser(page, folders, tmp_path):
     assert status.startswith("captioned (beam search of 3) in"), status
     captioner = pipeline("image-captioning", model=str(folders["captioning"]))
     caption_regions = app.models[names["captioning"]].region_extractor(
-        Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels))
+        Image.open(example.path).convert("RGB"), boxes=[list(b) for b in example.boxes], labels=list(example.labels)
+    )
     assert page.caption() == captioner(caption_regions, generate_kwargs={"num_beams": 3})[0]["generated_text"]
     page.screenshot(shots / "app-caption.png")
 

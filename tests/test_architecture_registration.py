@@ -31,9 +31,20 @@ from vlhub.training.objectives import Objective
 class ToyVlConfig(PreTrainedConfig):
     model_type = "toy_vl"
 
-    def __init__(self, vocab_size=30, hidden_size=16, region_feature_dim=12, num_region_labels=4,
-                 max_position_embeddings=64, **kwargs):
-        self.vocab_size, self.hidden_size, self.max_position_embeddings = vocab_size, hidden_size, max_position_embeddings
+    def __init__(
+        self,
+        vocab_size=30,
+        hidden_size=16,
+        region_feature_dim=12,
+        num_region_labels=4,
+        max_position_embeddings=64,
+        **kwargs,
+    ):
+        self.vocab_size, self.hidden_size, self.max_position_embeddings = (
+            vocab_size,
+            hidden_size,
+            max_position_embeddings,
+        )
         self.num_hidden_layers = 1  # generate() sizes its (here unused) cache by it
         self.region_feature_dim, self.num_region_labels = region_feature_dim, num_region_labels
         super().__init__(**kwargs)
@@ -132,8 +143,17 @@ class ToyVlForConditionalGeneration(ToyVlPreTrainedModel, GenerationMixin):
         self.mlm = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
 
-    def forward(self, input_ids, region_features, region_attention_mask, region_locations=None, attention_mask=None,
-                token_type_ids=None, labels=None, **kwargs):  # generate() passes what the forward names
+    def forward(
+        self,
+        input_ids,
+        region_features,
+        region_attention_mask,
+        region_locations=None,
+        attention_mask=None,
+        token_type_ids=None,
+        labels=None,
+        **kwargs,
+    ):  # generate() passes what the forward names
         logits = self.mlm(self.encode(input_ids, region_features, region_attention_mask))
         loss = None if labels is None else nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
         return ToyVlOutput(loss=loss, caption_loss=loss, logits=logits)
@@ -172,8 +192,9 @@ class ToyVlProcessor(VisionLanguageProcessor):
         return captioning
 
     def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", **kwargs):
-        out = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                               return_tensors=return_tensors, **kwargs)
+        out = super().__call__(
+            text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
+        )
         if self.caption_prompt and "input_ids" not in out:  # regions only: the captioning prompt, [CLS]
             prompt = torch.full((out["region_features"].shape[0], 1), self.tokenizer.cls_token_id, dtype=torch.long)
             out["input_ids"], out["attention_mask"] = prompt, torch.ones_like(prompt)
@@ -181,15 +202,24 @@ class ToyVlProcessor(VisionLanguageProcessor):
 
     def model_config_fields(self):  # generate() starts from [CLS] and stops at [SEP]
         tokenizer = self.tokenizer
-        return {"bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id,
-                "pad_token_id": tokenizer.pad_token_id}
+        return {
+            "bos_token_id": tokenizer.cls_token_id,
+            "eos_token_id": tokenizer.sep_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
 
 
 def _build_mlm(context, examples, rngs):
     inputs, _ = context.encode(examples)
     inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"], inputs["attention_mask"], context.tokenizer.all_special_ids,
-        context.tokenizer.mask_token_id, context.random_token_ids, rngs, context.mlm_probability)
+        inputs["input_ids"],
+        inputs["attention_mask"],
+        context.tokenizer.all_special_ids,
+        context.tokenizer.mask_token_id,
+        context.random_token_ids,
+        rngs,
+        context.mlm_probability,
+    )
     return inputs
 
 
@@ -213,30 +243,61 @@ def add_arguments(parser):  # `vlhub convert toy_vl CHECKPOINT --output-dir DIR`
 def convert_from_args(args):
     """The "original release" names its modules `emb.*`, `img.*`, `head.*` and keeps a training-only `aux.*`."""
     from vlhub.conversion.common import (
-        ConversionReport, KeyMap, Provenance, convert_state_dict, load_torch_state_dict, save_converted)
+        ConversionReport,
+        KeyMap,
+        Provenance,
+        convert_state_dict,
+        load_torch_state_dict,
+        save_converted,
+    )
 
     source = load_torch_state_dict(args.checkpoint)
     vocab_size, hidden_size = source["emb.weight"].shape
-    model = ToyVlForPreTraining(ToyVlConfig(vocab_size=vocab_size, hidden_size=hidden_size,
-                                            region_feature_dim=source["img.weight"].shape[1]))
+    model = ToyVlForPreTraining(
+        ToyVlConfig(vocab_size=vocab_size, hidden_size=hidden_size, region_feature_dim=source["img.weight"].shape[1])
+    )
     report = ConversionReport(source="toy.pt")
-    key_map = KeyMap(renames=[(r"^emb\.", "words."), (r"^img\.", "regions."), (r"^head\.", "mlm.")],
-                     drops={r"^aux\.": "training-only auxiliary head"})
+    key_map = KeyMap(
+        renames=[(r"^emb\.", "words."), (r"^img\.", "regions."), (r"^head\.", "mlm.")],
+        drops={r"^aux\.": "training-only auxiliary head"},
+    )
     convert_state_dict(source, model, key_map, report)
-    save_converted(args.output_dir, model, report, provenance=Provenance(args.checkpoint, "https://example.org/toy",
-                                                                         "0" * 40), title="Toy", architecture="toy_vl")
+    save_converted(
+        args.output_dir,
+        model,
+        report,
+        provenance=Provenance(args.checkpoint, "https://example.org/toy", "0" * 40),
+        title="Toy",
+        architecture="toy_vl",
+    )
     return report
 
+
 TOY = Architecture(
-    model_type="toy_vl", name="Toy-VL", package=__name__, config="ToyVlConfig", processor="ToyVlProcessor",
+    model_type="toy_vl",
+    name="Toy-VL",
+    package=__name__,
+    config="ToyVlConfig",
+    processor="ToyVlProcessor",
     region_processor="ToyVlRegionProcessor",
-    auto_models={"AutoModelForPreTraining": "ToyVlForPreTraining", "AutoModelForMultipleChoice": "ToyVlForMultipleChoice",
-                 "AutoModelForImageTextToText": "ToyVlForConditionalGeneration"},
-    task_models={"pretraining": "ToyVlForPreTraining", "retrieval": "ToyVlForImageTextRetrieval",
-                 "vcr": "ToyVlForMultipleChoice", "captioning": "ToyVlForConditionalGeneration"},
-    objectives=f"{__name__}:TOY_OBJECTIVES", default_objectives={"mlm": 1},
-    finetuning_objectives={"captioning": "caption"}, config_presets={"tiny": {"hidden_size": 16}}, lowercase=True,
-    converter=__name__, match_score=MatchScore("itm_logits", match_class=0, log_odds=True),
+    auto_models={
+        "AutoModelForPreTraining": "ToyVlForPreTraining",
+        "AutoModelForMultipleChoice": "ToyVlForMultipleChoice",
+        "AutoModelForImageTextToText": "ToyVlForConditionalGeneration",
+    },
+    task_models={
+        "pretraining": "ToyVlForPreTraining",
+        "retrieval": "ToyVlForImageTextRetrieval",
+        "vcr": "ToyVlForMultipleChoice",
+        "captioning": "ToyVlForConditionalGeneration",
+    },
+    objectives=f"{__name__}:TOY_OBJECTIVES",
+    default_objectives={"mlm": 1},
+    finetuning_objectives={"captioning": "caption"},
+    config_presets={"tiny": {"hidden_size": 16}},
+    lowercase=True,
+    converter=__name__,
+    match_score=MatchScore("itm_logits", match_class=0, log_odds=True),
     heads_from_pretraining={"retrieval"},
 )
 
@@ -260,8 +321,11 @@ def test_the_registry_answers_for_a_registered_architecture(toy_architecture):
     with pytest.raises(ValueError, match="toy_vl"):  # the error lists the known model types
         vlhub.get_architecture("no_such_model")
     with pytest.raises(ValueError, match="already registered"):
-        register_architecture(Architecture(model_type="toy_vl", name="other", package="x", config="C",
-                                           processor="P", region_processor="R"))
+        register_architecture(
+            Architecture(
+                model_type="toy_vl", name="other", package="x", config="C", processor="P", region_processor="R"
+            )
+        )
 
 
 def test_pretrain_py_trains_a_new_architecture_by_model_type_and_auto_classes_load_it(tmp_path, toy_architecture):
@@ -278,8 +342,9 @@ def test_pretrain_py_trains_a_new_architecture_by_model_type_and_auto_classes_lo
     processor = AutoProcessor.from_pretrained(tmp_path / "run")
     assert type(model) is ToyVlForPreTraining and type(processor) is ToyVlProcessor
     assert processor.tokenizer.do_lower_case  # the architecture declared an uncased vocabulary
-    regions = vlhub.RegionFeatures(features=torch.rand(3, 12), boxes=torch.tensor([[0.0, 0, 5, 5]] * 3),
-                                   image_size=(10, 10))
+    regions = vlhub.RegionFeatures(
+        features=torch.rand(3, 12), boxes=torch.tensor([[0.0, 0, 5, 5]] * 3), image_size=(10, 10)
+    )
     inputs = processor(text=["a red circle"], regions=[regions], return_tensors="pt")
     assert model(**inputs).logits.shape[:2] == inputs["input_ids"].shape
 
@@ -298,13 +363,21 @@ def test_vlhub_convert_runs_a_new_architecture_converter_through_the_registry(tm
     from vlhub.conversion import converters
 
     assert "toy_vl" in converters()
-    original = {"emb.weight": torch.randn(30, 8), "img.weight": torch.randn(8, 12), "img.bias": torch.randn(8),
-                "head.weight": torch.randn(30, 8), "head.bias": torch.randn(30), "aux.weight": torch.randn(2, 8)}
+    original = {
+        "emb.weight": torch.randn(30, 8),
+        "img.weight": torch.randn(8, 12),
+        "img.bias": torch.randn(8),
+        "head.weight": torch.randn(30, 8),
+        "head.bias": torch.randn(30),
+        "aux.weight": torch.randn(2, 8),
+    }
     torch.save(original, tmp_path / "toy.pt")
     assert main(["convert", "toy_vl", str(tmp_path / "toy.pt"), "--output-dir", str(tmp_path / "out")]) == 0
     model = AutoModelForPreTraining.from_pretrained(tmp_path / "out")
     assert type(model) is ToyVlForPreTraining
-    assert torch.equal(model.words.weight, original["emb.weight"]) and torch.equal(model.mlm.bias, original["head.bias"])
+    assert torch.equal(model.words.weight, original["emb.weight"]) and torch.equal(
+        model.mlm.bias, original["head.bias"]
+    )
     report = (tmp_path / "out" / "conversion_report.json").read_text()
     assert "training-only auxiliary head" in report
     del original["aux.weight"]
@@ -324,10 +397,29 @@ def toy_pretrained(tmp_path, toy_architecture):
 def _finetune(tmp_path, task, dataset, *extra):
     from vlhub.training.cli import finetune_main
 
-    result = finetune_main(["--task", task, "--model_name_or_path", str(tmp_path / "run"), "--dataset", str(dataset),
-                            "--region_store", str(tmp_path / "data"), "--max_steps", "3",
-                            "--per_device_train_batch_size", "4", "--logging_steps", "1", "--learning_rate", "1e-2",
-                            "--output_dir", str(tmp_path / task), *extra])
+    result = finetune_main(
+        [
+            "--task",
+            task,
+            "--model_name_or_path",
+            str(tmp_path / "run"),
+            "--dataset",
+            str(dataset),
+            "--region_store",
+            str(tmp_path / "data"),
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--learning_rate",
+            "1e-2",
+            "--output_dir",
+            str(tmp_path / task),
+            *extra,
+        ]
+    )
     reset_accelerate_state()
     assert [r["step"] for r in result.log_history if "loss" in r] == [1, 2, 3]
     return result
@@ -335,8 +427,11 @@ def _finetune(tmp_path, task, dataset, *extra):
 
 def _regions(seed):
     generator = torch.Generator().manual_seed(seed)
-    return vlhub.RegionFeatures(features=torch.rand(3, 12, generator=generator),
-                                boxes=torch.tensor([[0.0, 0, 5, 5], [1, 1, 8, 9], [2, 0, 10, 10]]), image_size=(10, 10))
+    return vlhub.RegionFeatures(
+        features=torch.rand(3, 12, generator=generator),
+        boxes=torch.tensor([[0.0, 0, 5, 5], [1, 1, 8, 9], [2, 0, 10, 10]]),
+        image_size=(10, 10),
+    )
 
 
 def test_retrieval_zero_shot_and_fine_tuned_for_a_new_architecture(tmp_path, toy_pretrained):
@@ -351,8 +446,17 @@ def test_retrieval_zero_shot_and_fine_tuned_for_a_new_architecture(tmp_path, toy
             itm = ranker.model(**ranker.processor(text=[r["text"]], regions=[regions])).itm_logits
             assert r["score"] == pytest.approx(itm.softmax(-1)[0, 0].item(), abs=1e-5)
 
-    result = _finetune(tmp_path, "retrieval", tmp_path / "data" / "captions.jsonl", "--num_sampled_negatives", "3",
-                       "--num_hard_negatives", "1", "--max_gallery_images", "4")
+    result = _finetune(
+        tmp_path,
+        "retrieval",
+        tmp_path / "data" / "captions.jsonl",
+        "--num_sampled_negatives",
+        "3",
+        "--num_hard_negatives",
+        "1",
+        "--max_gallery_images",
+        "4",
+    )
     assert all(0.0 <= result.eval_results[f"{way}_recall@1"] <= 1.0 for way in ("text_to_image", "image_to_text"))
     head = ToyVlForImageTextRetrieval.from_pretrained(tmp_path / "retrieval")
     pretrained = ToyVlForPreTraining.from_pretrained(toy_pretrained)
@@ -392,18 +496,22 @@ def test_captioning_fine_tunes_a_new_architecture_and_the_pipeline_captions(tmp_
     from vlhub.training.captioning import check_can_caption
 
     corpus = synthetic_corpus()
-    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
-              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
+    splits = {
+        name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
+        for name, pairs in (("train", corpus.train), ("validation", corpus.validation))
+    }
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
-    result = _finetune(tmp_path, "captioning", tmp_path / "captions", "--caption_metrics", "Bleu_1",
-                       "--max_caption_tokens", "4")
+    result = _finetune(
+        tmp_path, "captioning", tmp_path / "captions", "--caption_metrics", "Bleu_1", "--max_caption_tokens", "4"
+    )
     assert "validation_Bleu_1" in result.eval_results
     captioner = ToyVlForConditionalGeneration.from_pretrained(tmp_path / "captioning")
     check_can_caption(captioner, 4)  # the declared captioning head: self-critical training could drive it
     with pytest.raises(ValueError, match="ToyVlForMultipleChoice cannot be trained as a captioner"):
         check_can_caption(ToyVlForMultipleChoice(captioner.config))
     captions = pipeline("image-captioning", model=str(tmp_path / "captioning"))(
-        [_regions(1), _regions(2)], generate_kwargs={"max_new_tokens": 4})
+        [_regions(1), _regions(2)], generate_kwargs={"max_new_tokens": 4}
+    )
     assert len(captions) == 2 and all(isinstance(c[0]["generated_text"], str) for c in captions)
     # The pipeline's caption is the model's greedy decoding.
     processor = vlhub_processor(tmp_path / "captioning")

@@ -32,10 +32,16 @@ def test_a_folder_that_is_not_an_xmodaler_checkout_is_refused(tmp_path):
 NOT_A_CHECKOUT = str(Path(__file__).parent)
 
 
-@pytest.mark.parametrize("arguments, error", [(["--profile-original"], "--profile-original needs --original-checkout"),
-                                               (["--original-checkout", NOT_A_CHECKOUT], "not a checkout of YehLi/xmodaler")])
-def test_the_bench_refuses_a_profile_without_checkout_and_a_folder_that_is_not_one(monkeypatch, capsys, arguments,
-                                                                                  error):
+@pytest.mark.parametrize(
+    "arguments, error",
+    [
+        (["--profile-original"], "--profile-original needs --original-checkout"),
+        (["--original-checkout", NOT_A_CHECKOUT], "not a checkout of YehLi/xmodaler"),
+    ],
+)
+def test_the_bench_refuses_a_profile_without_checkout_and_a_folder_that_is_not_one(
+    monkeypatch, capsys, arguments, error
+):
     bench = load_bench()
     monkeypatch.setattr(sys, "argv", ["bench_tden_decoding.py", *arguments])
     with pytest.raises(SystemExit):
@@ -43,8 +49,10 @@ def test_the_bench_refuses_a_profile_without_checkout_and_a_folder_that_is_not_o
     assert error in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not CHECKOUT or not (Path(CHECKOUT) / CONFIG).is_file(),
-                    reason="set VLHUB_XMODALER_CHECKOUT to a checkout of github.com/YehLi/xmodaler")
+@pytest.mark.skipif(
+    not CHECKOUT or not (Path(CHECKOUT) / CONFIG).is_file(),
+    reason="set VLHUB_XMODALER_CHECKOUT to a checkout of github.com/YehLi/xmodaler",
+)
 def test_original_code_decodes_the_same_captions_with_the_recompute_flops():
     bench = load_bench()
     import xmodaler_tden

@@ -23,10 +23,21 @@ def load_bench():
 
 
 def tiny_config() -> TdenConfig:
-    return TdenConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2,
-                      num_cross_encoder_layers=0, num_decoder_layers=2, num_attention_heads=4,
-                      intermediate_size=48, max_position_embeddings=24, region_feature_dim=16,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return TdenConfig(
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_visual_layers=2,
+        num_cross_encoder_layers=0,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        region_feature_dim=16,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])

@@ -88,8 +88,9 @@ def encode_net(layers: list[bytes], legacy_layers: list[bytes] = ()) -> bytes:
 
 
 def write_caffemodel(path, layers: dict[str, list[np.ndarray]], double: frozenset[str] = frozenset()):
-    encoded = [encode_layer(name, [encode_blob(b, double=name in double) for b in blobs])
-               for name, blobs in layers.items()]
+    encoded = [
+        encode_layer(name, [encode_blob(b, double=name in double) for b in blobs]) for name, blobs in layers.items()
+    ]
     path.write_bytes(encode_net(encoded))
     return path
 
@@ -138,11 +139,15 @@ def caffe_layers_from_d2(state: dict[str, np.ndarray], stage_blocks) -> dict[str
     d2_of_caffe = [3 * (c % 4) + c // 4 for c in range(12)]
     fg_weight = state[f"{rpn}.objectness_logits.weight"][d2_of_caffe]
     fg_bias = state[f"{rpn}.objectness_logits.bias"][d2_of_caffe]
-    layers["rpn_cls_score"] = [np.concatenate([np.zeros_like(fg_weight), fg_weight]),
-                               np.concatenate([np.zeros_like(fg_bias), fg_bias])]  # bg logits 0: fg − bg = logit
+    layers["rpn_cls_score"] = [
+        np.concatenate([np.zeros_like(fg_weight), fg_weight]),
+        np.concatenate([np.zeros_like(fg_bias), fg_bias]),
+    ]  # bg logits 0: fg − bg = logit
     delta_rows = [4 * d + k for d in d2_of_caffe for k in range(4)]
-    layers["rpn_bbox_pred"] = [state[f"{rpn}.anchor_deltas.weight"][delta_rows],
-                               state[f"{rpn}.anchor_deltas.bias"][delta_rows]]
+    layers["rpn_bbox_pred"] = [
+        state[f"{rpn}.anchor_deltas.weight"][delta_rows],
+        state[f"{rpn}.anchor_deltas.bias"][delta_rows],
+    ]
 
     def bg_first(rows):
         return np.concatenate([rows[-1:], rows[:-1]])
@@ -153,8 +158,10 @@ def caffe_layers_from_d2(state: dict[str, np.ndarray], stage_blocks) -> dict[str
     rng = np.random.default_rng(0)
     box_weight = state[f"{head}.bbox_pred.weight"].astype(np.float64) / weights[:, None]
     box_bias = state[f"{head}.bbox_pred.bias"].astype(np.float64) / weights
-    layers["bbox_pred"] = [np.concatenate([rng.normal(size=(4, box_weight.shape[1])), box_weight]),
-                           np.concatenate([rng.normal(size=4), box_bias])]  # background rows: never used
+    layers["bbox_pred"] = [
+        np.concatenate([rng.normal(size=(4, box_weight.shape[1])), box_weight]),
+        np.concatenate([rng.normal(size=4), box_bias]),
+    ]  # background rows: never used
     layers["cls_embedding"] = [bg_first(state[f"{head}.cls_embedding.weight"])]
     layers["fc_attr"] = [state[f"{head}.fc_attr.weight"], state[f"{head}.fc_attr.bias"]]
     layers["attr_score"] = [bg_first(state[f"{head}.attr_score.weight"]), bg_first(state[f"{head}.attr_score.bias"])]
@@ -178,12 +185,18 @@ def test_decoder_reads_new_and_legacy_blobs_packed_unpacked_and_double(tmp_path)
     doubles = np.array([1 / 3, -2 / 7, 1e-300])
     legacy = np.array([[1.5, 2.5, 3.5], [4.5, 5.5, 6.5]], np.float32)
     unpacked_shape = length_delimited(7, b"".join(varint_field(1, d) for d in (2, 2)))  # BlobShape dims unpacked
-    split_data = length_delimited(5, np.array([1, 2], "<f4").tobytes()) + tag(5, 5) + struct.pack("<f", 3) + tag(5, 5) \
-        + struct.pack("<f", 4)  # one repeated field written packed then unpacked: values concatenate
+    split_data = (
+        length_delimited(5, np.array([1, 2], "<f4").tobytes())
+        + tag(5, 5)
+        + struct.pack("<f", 3)
+        + tag(5, 5)
+        + struct.pack("<f", 4)
+    )  # one repeated field written packed then unpacked: values concatenate
     net = encode_net(
         [
-            encode_layer("conv", [encode_blob(weight, diff=True), encode_blob(bias, packed=False)],
-                         layer_type="Convolution"),
+            encode_layer(
+                "conv", [encode_blob(weight, diff=True), encode_blob(bias, packed=False)], layer_type="Convolution"
+            ),
             encode_layer("relu", [], layer_type="ReLU"),
             encode_layer("double", [encode_blob(doubles, double=True)]),
             encode_layer("split", [unpacked_shape + split_data]),
@@ -255,9 +268,14 @@ def tiny_caffe_net() -> dict[str, list[np.ndarray]]:
         layers[bn] = bn_blobs or [zeros, ones, np.ones(1, np.float32)]
         layers[scale] = scale_blobs or [ones, zeros]
 
-    unit("conv1", "bn_conv1", "scale_conv1", in_channels=3,
-         bn_blobs=[np.array([2, 4], np.float32), np.array([6, 8], np.float32), np.array([2], np.float32)],
-         scale_blobs=[np.array([1.5, 2.5], np.float32), np.array([-1, 1], np.float32)])
+    unit(
+        "conv1",
+        "bn_conv1",
+        "scale_conv1",
+        in_channels=3,
+        bn_blobs=[np.array([2, 4], np.float32), np.array([6, 8], np.float32), np.array([2], np.float32)],
+        scale_blobs=[np.array([1.5, 2.5], np.float32), np.array([-1, 1], np.float32)],
+    )
     for stage in (2, 3, 4, 5):
         for branch in ("1", "2a", "2b", "2c"):
             tail = f"{stage}a_branch{branch}"
@@ -296,19 +314,22 @@ def test_batchnorm_and_scale_become_frozen_bn():
 def test_rpn_objectness_is_fg_minus_bg_in_caffe_and_detectron2_anchor_order():
     caffe_state, _ = caffe_to_detectron2(tiny_caffe_net(), **TINY)
     rpn = "proposal_generator.rpn_head"
-    np.testing.assert_array_equal(caffe_state[f"{rpn}.objectness_logits.bias"],
-                                  [0, 9, 18, 27, 36, 45, 54, 63, 72, 81, 90, 99])
+    np.testing.assert_array_equal(
+        caffe_state[f"{rpn}.objectness_logits.bias"], [0, 9, 18, 27, 36, 45, 54, 63, 72, 81, 90, 99]
+    )
     assert caffe_state[f"{rpn}.objectness_logits.weight"].shape == (12, 2, 1, 1)
     assert caffe_state[f"{rpn}.objectness_logits.weight"][3, 0, 0, 0] == 3.0  # 4 − 1
     np.testing.assert_array_equal(caffe_state[f"{rpn}.anchor_deltas.bias"], np.arange(48))
 
     d2_state, _ = caffe_to_detectron2(tiny_caffe_net(), anchors="detectron2", **TINY)
     # detectron2 anchor (size s, ratio r) = Caffe anchor 4r + s: [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11].
-    np.testing.assert_array_equal(d2_state[f"{rpn}.objectness_logits.bias"],
-                                  [0, 36, 72, 9, 45, 81, 18, 54, 90, 27, 63, 99])
+    np.testing.assert_array_equal(
+        d2_state[f"{rpn}.objectness_logits.bias"], [0, 36, 72, 9, 45, 81, 18, 54, 90, 27, 63, 99]
+    )
     assert d2_state[f"{rpn}.objectness_logits.weight"][9, 0, 0, 0] == 3.0  # Caffe anchor 3 → detectron2 anchor 9
-    np.testing.assert_array_equal(d2_state[f"{rpn}.anchor_deltas.bias"][:12],
-                                  [0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35])
+    np.testing.assert_array_equal(
+        d2_state[f"{rpn}.anchor_deltas.bias"][:12], [0, 1, 2, 3, 16, 17, 18, 19, 32, 33, 34, 35]
+    )
 
 
 def test_class_rows_put_background_last_and_bbox_pred_drops_it_and_is_scaled():
@@ -331,9 +352,20 @@ def test_class_rows_put_background_last_and_bbox_pred_drops_it_and_is_scaled():
 
 def test_anchor_generators_match_caffe_and_detectron2(d2_state):
     # generate_anchors(ratios=[0.5, 1, 2], scales=[4, 8, 16, 32]) as listed in regions.md §1.3 (pixel-inclusive).
-    caffe_inclusive = [[-38, -16, 53, 31], [-84, -40, 99, 55], [-176, -88, 191, 103], [-360, -184, 375, 199],
-                       [-24, -24, 39, 39], [-56, -56, 71, 71], [-120, -120, 135, 135], [-248, -248, 263, 263],
-                       [-14, -36, 29, 51], [-36, -80, 51, 95], [-80, -168, 95, 183], [-168, -344, 183, 359]]
+    caffe_inclusive = [
+        [-38, -16, 53, 31],
+        [-84, -40, 99, 55],
+        [-176, -88, 191, 103],
+        [-360, -184, 375, 199],
+        [-24, -24, 39, 39],
+        [-56, -56, 71, 71],
+        [-120, -120, 135, 135],
+        [-248, -248, 263, 263],
+        [-14, -36, 29, 51],
+        [-36, -80, 51, 95],
+        [-80, -168, 95, 183],
+        [-168, -344, 183, 359],
+    ]
     np.testing.assert_array_equal(caffe_cell_anchors(), caffe_inclusive)
     # What detectron2 generated from the port's config (the fixture's buffer).
     generated = d2_state["proposal_generator.anchor_generator.cell_anchors.0"]
@@ -349,8 +381,11 @@ def test_anchors_given_as_an_array_are_stored_as_given():
         caffe_to_detectron2(tiny_caffe_net(), anchors=shifted[:9], **TINY)
     with pytest.raises(ValueError, match="'caffe', 'detectron2' or an"):
         caffe_to_detectron2(tiny_caffe_net(), anchors="torchvision", **TINY)
-    nine = dict(tiny_caffe_net(), rpn_cls_score=[np.zeros((18, 2, 1, 1)), np.zeros(18)],
-                rpn_bbox_pred=[np.zeros((36, 2, 1, 1)), np.zeros(36)])
+    nine = dict(
+        tiny_caffe_net(),
+        rpn_cls_score=[np.zeros((18, 2, 1, 1)), np.zeros(18)],
+        rpn_bbox_pred=[np.zeros((36, 2, 1, 1)), np.zeros(36)],
+    )
     with pytest.raises(CaffemodelError, match="predicts 9 anchors per cell but Caffe's generator .* makes 12"):
         caffe_to_detectron2(nine, **TINY)
     state, _ = caffe_to_detectron2(nine, anchors=np.zeros((9, 4)), **TINY)

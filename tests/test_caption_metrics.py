@@ -21,7 +21,9 @@ def test_bleu_and_rouge_on_a_prefix_of_the_reference():
         assert scores[f"Bleu_{n}"] == pytest.approx(math.exp(1 - 8 / 5), abs=1e-6)
     # ROUGE-L: LCS 5, P = 5/5, R = 5/8, F_beta with beta = 1.2
     precision, recall, beta = 1.0, 5 / 8, 1.2
-    assert scores["ROUGE_L"] == pytest.approx((1 + beta**2) * precision * recall / (recall + beta**2 * precision), abs=1e-6)
+    assert scores["ROUGE_L"] == pytest.approx(
+        (1 + beta**2) * precision * recall / (recall + beta**2 * precision), abs=1e-6
+    )
     assert "METEOR" not in scores
 
 
@@ -43,8 +45,9 @@ def test_disjoint_and_empty_captions_score_zero():
 
 def test_all_metrics_through_the_evaluate_module():
     metric = evaluation.load("coco_caption")
-    result = metric.compute(predictions=["a dog runs on the grass"],
-                            references=[["A dog runs on the grass.", "a brown dog"]])
+    result = metric.compute(
+        predictions=["a dog runs on the grass"], references=[["A dog runs on the grass.", "a brown dog"]]
+    )
     # an exact match: METEOR 1.5 gives a perfect match 1 (no fragmentation), ROUGE-L 1, every BLEU precision 1 with
     # the closest reference length equal (no brevity penalty)
     assert result["METEOR"] == pytest.approx(1.0) and result["ROUGE_L"] == pytest.approx(1.0)

@@ -37,10 +37,13 @@ def _add_arguments(parser):
 
 def test_register_lazy_targets_and_conflicts(clean_registry):
     converter = clean_registry.register_converter(
-        "lazy-thing", convert="json:dumps", add_arguments="json:loads", help="a lazily imported converter")
+        "lazy-thing", convert="json:dumps", add_arguments="json:loads", help="a lazily imported converter"
+    )
     assert clean_registry.get_converter("lazy-thing") is converter and converter.help == "a lazily imported converter"
     # The same target again (by string or by the callable it names) is a no-op; another target is an error.
-    assert clean_registry.register_converter("lazy-thing", convert="json:dumps", add_arguments="json:loads") is converter
+    assert (
+        clean_registry.register_converter("lazy-thing", convert="json:dumps", add_arguments="json:loads") is converter
+    )
     assert clean_registry.register_converter("lazy-thing", convert=json.dumps, add_arguments=json.loads) is converter
     with pytest.raises(ValueError, match="already registered"):
         clean_registry.register_converter("lazy-thing", convert="json:load", add_arguments="json:loads")
@@ -102,8 +105,13 @@ class TinyModel(PreTrainedModel):
 def original_state(**changes):
     torch.manual_seed(0)
     embed = torch.randn(10, 4)
-    state = {"net.embed.weight": embed, "net.body.gamma": torch.randn(4, 4), "net.body.beta": torch.randn(4),
-             "net.out.weight": embed.clone(), "aux_head.weight": torch.randn(3, 4)}
+    state = {
+        "net.embed.weight": embed,
+        "net.body.gamma": torch.randn(4, 4),
+        "net.body.beta": torch.randn(4),
+        "net.out.weight": embed.clone(),
+        "aux_head.weight": torch.randn(3, 4),
+    }
     state.update(changes)
     return state
 
@@ -119,17 +127,28 @@ def test_generic_core_converts_a_made_up_architecture(tmp_path):
     model = TinyModel(TinyConfig())
     report = ConversionReport(source="tiny.pt")
     convert_state_dict(source, model, TINY_MAP, report)
-    assert report.used == {"embed.weight": "net.embed.weight", "body.weight": "net.body.gamma",
-                           "body.bias": "net.body.beta"}
-    assert report.dropped == {"aux_head.weight": "auxiliary loss head, used only in training",
-                              "net.out.weight": "tied to embed.weight (identical values); re-tied on load"}
+    assert report.used == {
+        "embed.weight": "net.embed.weight",
+        "body.weight": "net.body.gamma",
+        "body.bias": "net.body.beta",
+    }
+    assert report.dropped == {
+        "aux_head.weight": "auxiliary loss head, used only in training",
+        "net.out.weight": "tied to embed.weight (identical values); re-tied on load",
+    }
     assert set(report.initialized) == {"new_head.weight", "new_head.bias"}
     assert model.out.weight is model.embed.weight and torch.equal(model.embed.weight, source["net.embed.weight"])
 
     checkpoint = tmp_path / "tiny.pt"
     torch.save(source, checkpoint)
-    out = save_converted(tmp_path / "out", model, report, title="Tiny", architecture="tiny",
-                         provenance=Provenance(checkpoint, "https://github.com/o/tiny", "abc123"))
+    out = save_converted(
+        tmp_path / "out",
+        model,
+        report,
+        title="Tiny",
+        architecture="tiny",
+        provenance=Provenance(checkpoint, "https://github.com/o/tiny", "abc123"),
+    )
     assert json.loads((out / "conversion_report.json").read_text())["dropped"] == report.dropped
     card = (out / "README.md").read_text()
     assert sha256_of(checkpoint) in card and "https://github.com/o/tiny" in card and "abc123" in card
@@ -158,8 +177,14 @@ def test_a_registered_converter_runs_from_the_command_line(clean_registry, tmp_p
         model = TinyModel(TinyConfig())
         report = ConversionReport(source=Path(args.checkpoint).name)
         convert_state_dict(torch.load(args.checkpoint, weights_only=True), model, TINY_MAP, report)
-        save_converted(args.output_dir, model, report, title="Tiny", architecture="tiny",
-                       provenance=Provenance(args.checkpoint, "https://github.com/o/tiny", "abc123"))
+        save_converted(
+            args.output_dir,
+            model,
+            report,
+            title="Tiny",
+            architecture="tiny",
+            provenance=Provenance(args.checkpoint, "https://github.com/o/tiny", "abc123"),
+        )
         return report
 
     clean_registry.register_converter("tiny-test", convert, _add_arguments, help="a made-up architecture")
@@ -173,20 +198,39 @@ def test_a_registered_converter_runs_from_the_command_line(clean_registry, tmp_p
     assert "net.mystery.weight" in capsys.readouterr().err
 
 
-
-@pytest.mark.parametrize("name, extra", [
-    ("uniter", {}), ("vl_bert", {}), ("vilbert", {"task_id": 7}), ("unified_vlp", {}), ("tden", {}),
-])
+@pytest.mark.parametrize(
+    "name, extra", [("uniter", {}), ("vl_bert", {}), ("vilbert", {"task_id": 7}), ("unified_vlp", {}), ("tden", {})]
+)
 def test_architecture_converters_take_the_standard_arguments(name, extra):
     """Every `vlhub convert <architecture>` parses CHECKPOINT --output-dir --config --task --tokenizer --answers (one
     shared definition), plus its own extras (ViLBERT's --task-id)."""
     from vlhub.cli import build_parser
 
     extra_argv = [str(part) for key, value in extra.items() for part in ("--" + key.replace("_", "-"), value)]
-    args = build_parser().parse_args(["convert", name, "ck.bin", "--output-dir", "out", "--config", "c.json",
-                                      "--tokenizer", "vocab.txt", "--answers", "answers.json", *extra_argv])
+    args = build_parser().parse_args(
+        [
+            "convert",
+            name,
+            "ck.bin",
+            "--output-dir",
+            "out",
+            "--config",
+            "c.json",
+            "--tokenizer",
+            "vocab.txt",
+            "--answers",
+            "answers.json",
+            *extra_argv,
+        ]
+    )
     assert (args.checkpoint, args.output_dir, args.config, args.task, args.tokenizer, args.answers) == (
-        "ck.bin", "out", "c.json", None, "vocab.txt", "answers.json")
+        "ck.bin",
+        "out",
+        "c.json",
+        None,
+        "vocab.txt",
+        "answers.json",
+    )
     assert {key: getattr(args, key) for key in extra} == extra
     with pytest.raises(SystemExit):  # --output-dir is required
         build_parser().parse_args(["convert", name, "ck.bin"])
@@ -199,11 +243,20 @@ def test_converter_command_line_passes_every_argument_on():
 
     calls = []
     add_arguments, convert_from_args = converter_command_line(
-        lambda *a, **k: calls.append((a, k)) or "report", "toy", checkpoint_help="", config_help="", tasks=["vqa"],
-        tokenizer_default="bert", answers_help="", extra_arguments={"--task-id": dict(type=int)})
+        lambda *a, **k: calls.append((a, k)) or "report",
+        "toy",
+        checkpoint_help="",
+        config_help="",
+        tasks=["vqa"],
+        tokenizer_default="bert",
+        answers_help="",
+        extra_arguments={"--task-id": dict(type=int)},
+    )
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert convert_from_args(parser.parse_args(["ck", "--output-dir", "o", "--task", "vqa", "--task-id", "3"])) == "report"
+    assert (
+        convert_from_args(parser.parse_args(["ck", "--output-dir", "o", "--task", "vqa", "--task-id", "3"])) == "report"
+    )
     assert calls == [(("ck", "o"), dict(config=None, task="vqa", tokenizer="bert", answers=None, task_id=3))]
     with pytest.raises(SystemExit):  # not one of `tasks`
         parser.parse_args(["ck", "--output-dir", "o", "--task", "captioning"])

@@ -42,8 +42,9 @@ def test_tiny_uniter_learns_a_label_that_needs_words_and_regions_together():
     model, processor = build_pretraining_model(None, "tiny", shapes_tokenizer(), corpus, model_type="uniter")
 
     def encode(pairs):
-        inputs = processor(text=[p[0] for p in pairs], regions=[corpus.regions[p[1]] for p in pairs],
-                           return_tensors="pt")
+        inputs = processor(
+            text=[p[0] for p in pairs], regions=[corpus.regions[p[1]] for p in pairs], return_tensors="pt"
+        )
         return {**inputs, "itm_labels": torch.tensor([p[2] for p in pairs])}
 
     train = _pairs(world, "train", 32 * 120, rng)
@@ -52,7 +53,7 @@ def test_tiny_uniter_learns_a_label_that_needs_words_and_regions_together():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
     for step in range(120):
-        loss = model(**encode(train[32 * step: 32 * (step + 1)]), objective="itm").loss
+        loss = model(**encode(train[32 * step : 32 * (step + 1)]), objective="itm").loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

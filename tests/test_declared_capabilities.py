@@ -11,19 +11,38 @@ import pytest
 import torch
 
 from vlhub.registry import (
-    Architecture, CaptionScorer, ChoiceLayout, InitializesFromPretraining, MatchScore, architectures)
+    Architecture,
+    CaptionScorer,
+    ChoiceLayout,
+    InitializesFromPretraining,
+    MatchScore,
+    architectures,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ["vlhub/training", "vlhub/pipelines", "vlhub/processing", "vlhub/cli.py", "vlhub/demo.py",
-          "vlhub/conversion/common.py", "vlhub/modeling/auto.py", "vlhub/modeling/layers.py", "vlhub/registry.py"]
-QUIRKS = r"vcr_text|alignment_logits|itm_logits|retrieval_negatives|caption_scoring_inputs|check_generation_inputs|" \
-         r"initialize_from_pretraining|mask_token_id"
+SHARED = [
+    "vlhub/training",
+    "vlhub/pipelines",
+    "vlhub/processing",
+    "vlhub/cli.py",
+    "vlhub/demo.py",
+    "vlhub/conversion/common.py",
+    "vlhub/modeling/auto.py",
+    "vlhub/modeling/layers.py",
+    "vlhub/registry.py",
+]
+QUIRKS = (
+    r"vcr_text|alignment_logits|itm_logits|retrieval_negatives|caption_scoring_inputs|check_generation_inputs|"
+    r"initialize_from_pretraining|mask_token_id"
+)
 # A quirk asked for by name, of anything.
 QUIRK_PROBE = re.compile(r"\b(hasattr|getattr)\((?:[^()]|\([^()]*\))*?['\"](" + QUIRKS + r")['\"]")
 # Any attribute asked of a model, processor, head, tokenizer, extractor or model output (or of their class); reading
 # a model's config is not a probe of the model.
-OBJECT_PROBE = re.compile(r"\b(hasattr|getattr)\(\s*(type\(\s*)?(self\.)?(model|processor|head|extractor|"
-                          r"tokenizer|captioner|outputs|feature_extractor)\b(?!\.config\b)")
+OBJECT_PROBE = re.compile(
+    r"\b(hasattr|getattr)\(\s*(type\(\s*)?(self\.)?(model|processor|head|extractor|"
+    r"tokenizer|captioner|outputs|feature_extractor)\b(?!\.config\b)"
+)
 
 
 def probes(text: str) -> list[int]:
@@ -31,13 +50,22 @@ def probes(text: str) -> list[int]:
 
 
 def test_the_probe_patterns_catch_probes_and_pass_declarations():
-    caught = ['if hasattr(processor, "vcr_text"):', 'kind = getattr(type(model), "retrieval_negatives", "sampled")',
-              'if getattr(outputs, "alignment_logits", None) is not None:', 'getattr(self.tokenizer, "x", 1)',
-              'hasattr(model_class, "initialize_from_pretraining")', 'getattr(model, "module", model)',
-              'subfolder = getattr(processor.feature_extractor, "region_extractor_folder", None)']
+    caught = [
+        'if hasattr(processor, "vcr_text"):',
+        'kind = getattr(type(model), "retrieval_negatives", "sampled")',
+        'if getattr(outputs, "alignment_logits", None) is not None:',
+        'getattr(self.tokenizer, "x", 1)',
+        'hasattr(model_class, "initialize_from_pretraining")',
+        'getattr(model, "module", model)',
+        'subfolder = getattr(processor.feature_extractor, "region_extractor_folder", None)',
+    ]
     assert probes("\n".join(caught)) == list(range(1, len(caught) + 1))
-    passed = ['if architecture.choice_layout == "vcr":', 'getattr(importlib.import_module(module), name)',
-              'getattr(self.model.config, "ranking_margin", None)', "model.initialize_from_pretraining(state)"]
+    passed = [
+        'if architecture.choice_layout == "vcr":',
+        "getattr(importlib.import_module(module), name)",
+        'getattr(self.model.config, "ranking_margin", None)',
+        "model.initialize_from_pretraining(state)",
+    ]
     assert probes("\n".join(passed)) == []
 
 
@@ -47,8 +75,9 @@ def test_shared_code_reads_declarations_instead_of_probing_objects():
         path = ROOT / entry
         for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             found += [f"{file.relative_to(ROOT)}:{n}" for n in probes(file.read_text())]
-    assert not found, ("shared code probes architecture objects (declare the capability on `Architecture` "
-                       f"instead): {found}")
+    assert not found, (
+        f"shared code probes architecture objects (declare the capability on `Architecture` instead): {found}"
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(architectures()))
@@ -58,7 +87,8 @@ def test_every_architecture_implements_what_it_declares(model_type):
     for task in architecture.task_models:
         model_class = architecture.model_class(task)  # checked against the task's protocol
         assert architecture.initializes_from_pretraining(model_class) == issubclass(
-            model_class, InitializesFromPretraining), f"{model_class.__name__}: heads_from_pretraining is not declared"
+            model_class, InitializesFromPretraining
+        ), f"{model_class.__name__}: heads_from_pretraining is not declared"
     if architecture.choice_layout == "vcr":
         assert issubclass(architecture.processor_class, ChoiceLayout)
     if architecture.has_task("captioning"):
@@ -66,10 +96,16 @@ def test_every_architecture_implements_what_it_declares(model_type):
 
 
 def _toy(**declared) -> Architecture:
-    return Architecture(model_type="toy_declared", name="Toy", package=__name__, config="ToyConfig",
-                        processor="ToyProcessor", region_processor="ToyProcessor",
-                        task_models={"pretraining": "ToyHead", "retrieval": "ToyHead", "captioning": "ToyHead"},
-                        **declared)
+    return Architecture(
+        model_type="toy_declared",
+        name="Toy",
+        package=__name__,
+        config="ToyConfig",
+        processor="ToyProcessor",
+        region_processor="ToyProcessor",
+        task_models={"pretraining": "ToyHead", "retrieval": "ToyHead", "captioning": "ToyHead"},
+        **declared,
+    )
 
 
 class ToyProcessor:
@@ -80,12 +116,18 @@ class ToyHead:
     pass
 
 
-@pytest.mark.parametrize("declared, problem", [
-    (dict(choice_layout="columns"), "choice_layout 'columns' is none of"),
-    (dict(retrieval_negatives="all"), "retrieval_negatives 'all' is none of"),
-    (dict(heads_from_pretraining={"vqa"}), r"heads_from_pretraining names tasks without a head in task_models: \['vqa'\]"),
-    (dict(match_score=("itm_logits", 1)), "match_score must be a MatchScore"),
-])
+@pytest.mark.parametrize(
+    "declared, problem",
+    [
+        (dict(choice_layout="columns"), "choice_layout 'columns' is none of"),
+        (dict(retrieval_negatives="all"), "retrieval_negatives 'all' is none of"),
+        (
+            dict(heads_from_pretraining={"vqa"}),
+            r"heads_from_pretraining names tasks without a head in task_models: \['vqa'\]",
+        ),
+        (dict(match_score=("itm_logits", 1)), "match_score must be a MatchScore"),
+    ],
+)
 def test_a_declaration_is_checked_when_made(declared, problem):
     with pytest.raises(ValueError, match=f"architecture 'toy_declared' .*{problem}"):
         _toy(**declared)
@@ -95,14 +137,23 @@ def test_a_declaration_is_checked_when_made(declared, problem):
 
 def test_a_class_that_lacks_a_declared_capability_is_named_when_resolved():
     architecture = _toy(choice_layout="vcr", heads_from_pretraining={"retrieval"})
-    with pytest.raises(TypeError, match=r"'toy_declared' declares choice_layout=\"vcr\", but ToyProcessor does "
-                                        r"not implement ChoiceLayout \(vcr_text\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"'toy_declared' declares choice_layout=\"vcr\", but ToyProcessor does "
+        r"not implement ChoiceLayout \(vcr_text\)",
+    ):
         architecture.processor_class
-    with pytest.raises(TypeError, match=r"'toy_declared' declares heads_from_pretraining=\{'retrieval'\}, but "
-                                        r"ToyHead does not implement InitializesFromPretraining"):
+    with pytest.raises(
+        TypeError,
+        match=r"'toy_declared' declares heads_from_pretraining=\{'retrieval'\}, but "
+        r"ToyHead does not implement InitializesFromPretraining",
+    ):
         architecture.model_class("retrieval")
-    with pytest.raises(TypeError, match=r"a 'captioning' head, but ToyHead does not implement CaptionScorer "
-                                        r"\(generate, caption_scoring_inputs, check_generation_inputs\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"a 'captioning' head, but ToyHead does not implement CaptionScorer "
+        r"\(generate, caption_scoring_inputs, check_generation_inputs\)",
+    ):
         architecture.model_class("captioning")
 
 

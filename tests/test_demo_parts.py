@@ -31,7 +31,9 @@ def test_contradiction_of_a_hand_made_scene_is_one_of_the_expected_sentences():
     expected = {f"a large {c} circle on the left." for c in ("green", "blue", "yellow", "purple", "orange")}
     expected |= {f"a large red {s} on the left." for s in ("square", "triangle", "diamond")}
     expected |= {"a small red circle on the left.", "a large red circle on the right."}
-    seen = {contradicting_caption(scene, "a large red circle on the left.", np.random.default_rng(i)) for i in range(200)}
+    seen = {
+        contradicting_caption(scene, "a large red circle on the left.", np.random.default_rng(i)) for i in range(200)
+    }
     assert seen == expected
     # Articles follow the new word: no "an" before a consonant gives a negative away.
     scene = _one_object_scene(colour="orange")
@@ -70,7 +72,7 @@ def test_contradictions_of_world_captions_change_one_word_into_something_false()
             pass
         else:
             assert old in ("two", "three", "four", "five", "six") and new in ("two", "three", "four", "five", "six")
-        assert changed not in captions["caption"][captions["image_id"].index(image_id):][:5]
+        assert changed not in captions["caption"][captions["image_id"].index(image_id) :][:5]
     assert made > 150  # almost every caption has a word that can be contradicted
 
 
@@ -81,10 +83,17 @@ def test_scene_lookup_names_a_wrong_id():
 
 
 def _context(contradict, probability):
-    return ObjectiveContext(tokenizer=None, random_token_ids=torch.tensor([0]), mlm_probability=0.15,
-                            region_mask_probability=0.15, itm_negative_probability=0.5, encode=None,
-                            other_image=lambda image_id, rng: "other", contradict=contradict,
-                            itm_hard_negative_probability=probability)
+    return ObjectiveContext(
+        tokenizer=None,
+        random_token_ids=torch.tensor([0]),
+        mlm_probability=0.15,
+        region_mask_probability=0.15,
+        itm_negative_probability=0.5,
+        encode=None,
+        other_image=lambda image_id, rng: "other",
+        contradict=contradict,
+        itm_hard_negative_probability=probability,
+    )
 
 
 def test_mismatched_pair_keeps_the_image_for_hard_negatives_and_swaps_it_otherwise():
@@ -94,7 +103,9 @@ def test_mismatched_pair_keeps_the_image_for_hard_negatives_and_swaps_it_otherwi
     swapped = mismatched_pair(_context(lambda i, c, rng: "a blue circle.", 0.0), example, np.random.default_rng(0))
     assert swapped == {**example, "image_id": "other"}
     # No contradiction possible: the image is swapped instead.
-    assert mismatched_pair(_context(lambda i, c, rng: None, 1.0), example, np.random.default_rng(0))["image_id"] == "other"
+    assert (
+        mismatched_pair(_context(lambda i, c, rng: None, 1.0), example, np.random.default_rng(0))["image_id"] == "other"
+    )
     assert mismatched_pair(_context(None, 1.0), example, np.random.default_rng(0))["image_id"] == "other"
 
 
@@ -134,15 +145,22 @@ def test_summary_table_aligns_columns():
 def test_picture_has_the_image_its_boxes_and_the_text(tmp_path):
     image = np.full((64, 64, 3), 240, dtype=np.uint8)
     image[20:30, 10:20] = (215, 35, 35)
-    path = write_example_picture(tmp_path / "example.png", ExamplePicture(
-        image=image, boxes=[[10, 20, 20, 30]], title="test-000000", region_labels=["small red square"],
-        sections=[("VQA", ["Q: what colour is the square?", "A: red"])]))
+    path = write_example_picture(
+        tmp_path / "example.png",
+        ExamplePicture(
+            image=image,
+            boxes=[[10, 20, 20, 30]],
+            title="test-000000",
+            region_labels=["small red square"],
+            sections=[("VQA", ["Q: what colour is the square?", "A: red"])],
+        ),
+    )
     picture = np.asarray(Image.open(path).convert("RGB"))
     assert picture.shape[1] > 4 * 64 and picture.shape[0] >= 4 * 64
     # The image is drawn 4x larger at an 8-pixel margin: the red square's centre stays red, its box edge is dark.
     assert tuple(picture[8 + 4 * 25, 8 + 4 * 15]) == (215, 35, 35)
     assert picture[8 + 4 * 25, 8 + 4 * 10].max() < 60
-    text_area = picture[:, 8 + 4 * 64 + 8:]
+    text_area = picture[:, 8 + 4 * 64 + 8 :]
     assert (text_area < 128).any()  # something is written beside the image
     assert not list(tmp_path.glob(".*tmp"))  # written atomically
 
@@ -176,8 +194,10 @@ def test_a_demo_step_is_reused_when_finished_with_the_same_settings_and_redone_o
     first, second = tmp_path / "pretrained", tmp_path / "finetuned"
     assert demo.run_step(main, first, None, ["--max_steps", "5"]) == {"score": 1.0}
     assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 2.0}
-    assert calls == [["--output_dir", str(first), "--max_steps", "5"],
-                     ["--model_name_or_path", str(first), "--output_dir", str(second), "--max_steps", "3"]]
+    assert calls == [
+        ["--output_dir", str(first), "--max_steps", "5"],
+        ["--model_name_or_path", str(first), "--output_dir", str(second), "--max_steps", "3"],
+    ]
     # Again: both reused, nothing trained.
     assert demo.run_step(main, first, None, ["--max_steps", "5"]) == {"score": 1.0}
     assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 2.0}

@@ -12,11 +12,7 @@ import torch
 
 from vlhub.cli import main
 from vlhub.conversion.common import CheckpointError
-from vlhub.conversion.detector import (
-    convert_detector,
-    detectron2_state_to_vlhub,
-    read_detectron2_pickle,
-)
+from vlhub.conversion.detector import convert_detector, detectron2_state_to_vlhub, read_detectron2_pickle
 from vlhub.processing.detector import RegionExtractor
 
 from .conftest import fixtures_root
@@ -93,8 +89,17 @@ def test_config_inferred_from_weights_without_yaml(tmp_path):
     (tmp_path / "objects_vocab.txt").write_text("cat,kitty\ndog\nbird\ntable\nsky\n")
     report = convert_detector(path, tmp_path / "out")
     loaded = RegionExtractor.from_pretrained(tmp_path / "out")
-    for key in ("depth", "width_per_group", "stem_out_channels", "res2_out_channels", "rpn_hidden_channels",
-                "num_classes", "num_attributes", "attribute_embedding_dim", "attribute_hidden_dim"):
+    for key in (
+        "depth",
+        "width_per_group",
+        "stem_out_channels",
+        "res2_out_channels",
+        "rpn_hidden_channels",
+        "num_classes",
+        "num_attributes",
+        "attribute_embedding_dim",
+        "attribute_hidden_dim",
+    ):
         assert getattr(loaded.config, key) == getattr(extractor.config, key), key
     assert loaded.object_names == ["cat", "dog", "bird", "table", "sky"]  # first synonym of each line
     assert loaded.attribute_names == ["attribute_0", "attribute_1", "attribute_2"]
@@ -142,7 +147,9 @@ def test_yaml_that_disagrees_with_weights_or_is_unsupported(tmp_path):
 def test_cli_converts_a_detector(tmp_path, capsys):
     extractor = tiny_detector(seed=5)
     path = _write_pkl(tmp_path / "model.pkl", _d2_state(extractor))
-    assert main(["convert", "detector", str(path), "--output-dir", str(tmp_path / "out"), "--format", "detectron2"]) == 0
+    assert (
+        main(["convert", "detector", str(path), "--output-dir", str(tmp_path / "out"), "--format", "detectron2"]) == 0
+    )
     assert "tensors converted" in capsys.readouterr().out
     assert RegionExtractor.from_pretrained(tmp_path / "out").config.num_classes == extractor.config.num_classes
     assert main(["convert", "detector", str(tmp_path / "nothing.pkl"), "--output-dir", str(tmp_path / "x")]) == 2

@@ -82,9 +82,7 @@ def test_retrieval_pipeline_takes_images(tmp_path, tiny_uniter_config, tiny_voca
     ranked = retrieval(text="a red cat", images=paths, batch_size=2)
     assert sorted(r["image_index"] for r in ranked) == [0, 1, 2]
     with torch.no_grad():
-        direct = [
-            model(**retrieval.processor(text=["a red cat"], regions=extractor(p))).logits.item() for p in paths
-        ]
+        direct = [model(**retrieval.processor(text=["a red cat"], regions=extractor(p))).logits.item() for p in paths]
     for r in ranked:
         assert r["logit"] == pytest.approx(direct[r["image_index"]], abs=1e-5)
     texts = retrieval(image=paths[0], texts=["a red cat", "two dogs"])

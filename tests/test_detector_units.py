@@ -28,9 +28,18 @@ from .helpers import tiny_detector, tiny_detector_config, write_test_image
 
 # regions.md §1.3: the 12 cell anchors of bottom-up-attention's generate_anchors (x1, y1, x2, y2), channel order.
 CAFFE_ANCHORS = [
-    [-38, -16, 53, 31], [-84, -40, 99, 55], [-176, -88, 191, 103], [-360, -184, 375, 199],
-    [-24, -24, 39, 39], [-56, -56, 71, 71], [-120, -120, 135, 135], [-248, -248, 263, 263],
-    [-14, -36, 29, 51], [-36, -80, 51, 95], [-80, -168, 95, 183], [-168, -344, 183, 359],
+    [-38, -16, 53, 31],
+    [-84, -40, 99, 55],
+    [-176, -88, 191, 103],
+    [-360, -184, 375, 199],
+    [-24, -24, 39, 39],
+    [-56, -56, 71, 71],
+    [-120, -120, 135, 135],
+    [-248, -248, 263, 263],
+    [-14, -36, 29, 51],
+    [-36, -80, 51, 95],
+    [-80, -168, 95, 183],
+    [-168, -344, 183, 359],
 ]
 
 
@@ -67,7 +76,9 @@ def test_caffe_maxpool_is_ceil_mode_without_padding():
         # the last window (pad 0, ceil mode) starts at 2·(out − 1) and is cut by the map's edge
         conv_map = F.relu(stem.conv1(x))[0, 0]
         last_y, last_x = 2 * (expected[0] - 1), 2 * (expected[1] - 1)
-        assert out[0, 0, -1, -1].item() == pytest.approx(conv_map[last_y:last_y + 3, last_x:last_x + 3].max().item())
+        assert out[0, 0, -1, -1].item() == pytest.approx(
+            conv_map[last_y : last_y + 3, last_x : last_x + 3].max().item()
+        )
         assert out[0, 0, 0, 0].item() == pytest.approx(conv_map[0:3, 0:3].max().item())
 
 
@@ -268,7 +279,10 @@ def test_extractor_outputs_and_round_trip(tmp_path):
     torch.testing.assert_close(single.features, regions[1].features, atol=1e-5, rtol=1e-5)
     extractor.save_pretrained(tmp_path / "saved")
     assert {p.name for p in (tmp_path / "saved").iterdir()} >= {
-        "config.json", "model.safetensors", "objects_vocab.txt", "attributes_vocab.txt"
+        "config.json",
+        "model.safetensors",
+        "objects_vocab.txt",
+        "attributes_vocab.txt",
     }
     loaded = RegionExtractor.from_pretrained(tmp_path / "saved")
     assert loaded.object_names == [f"thing{i}" for i in range(5)]
@@ -276,8 +290,9 @@ def test_extractor_outputs_and_round_trip(tmp_path):
     again = loaded(str(image))[0]
     torch.testing.assert_close(again.features, first.features)
     torch.testing.assert_close(again.boxes, first.boxes)
-    regrouped = RegionExtractor.from_pretrained(tmp_path / "saved", selection_mode="max_class_nms",
-                                                nms_thresholds=[0.3, 0.5])
+    regrouped = RegionExtractor.from_pretrained(
+        tmp_path / "saved", selection_mode="max_class_nms", nms_thresholds=[0.3, 0.5]
+    )
     assert regrouped.config.selection_mode == "max_class_nms"
 
 
@@ -330,8 +345,9 @@ def test_per_class_selection_that_keeps_nothing_is_an_error(tmp_path):
 
 
 def test_caffe_conventions_run_end_to_end(tmp_path):
-    extractor = tiny_detector(seed=6, box_convention="caffe", anchor_style="caffe", rpn_min_size=16.0,
-                              box_weights=[1.0, 1.0, 1.0, 1.0])
+    extractor = tiny_detector(
+        seed=6, box_convention="caffe", anchor_style="caffe", rpn_min_size=16.0, box_weights=[1.0, 1.0, 1.0, 1.0]
+    )
     assert extractor.proposal_generator.cell_anchors.tolist() == CAFFE_ANCHORS
     image = write_test_image(tmp_path / "a.png", 48, 80, seed=6)
     prepared = extractor.prepare(str(image))[0]

@@ -63,7 +63,7 @@ def fenced_blocks(path: Path, root: Path = ROOT) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == fence), None)
         if end is None:
             raise ValueError(f"{page}:{i + 1}: a code block opened with {fence} is never closed")
-        body = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]]
+        body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : end]]
         previous = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = _MARKER.match(previous)
         block = Block(page, i + 1, language, "\n".join(body) + "\n")
@@ -93,18 +93,66 @@ def demo_runs(tmp_path_factory) -> Path:
 
     runs = tmp_path_factory.mktemp("snippets") / "runs"
     demo = runs / "demo" / "uniter"
-    common = ["--seed", "0", "--logging_steps", "1", "--max_steps", "2", "--per_device_train_batch_size", "4",
-              "--per_device_eval_batch_size", "16", "--max_eval_samples", "16"]
+    common = [
+        "--seed",
+        "0",
+        "--logging_steps",
+        "1",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "16",
+        "--max_eval_samples",
+        "16",
+    ]
     trainings = [
-        (pretrain_main, ["--model_type", "uniter", "--config_name", "tiny", "--objectives", "itc:1,itm:1",
-                         "--output_dir", demo / "uniter-shapes"]),
+        (
+            pretrain_main,
+            [
+                "--model_type",
+                "uniter",
+                "--config_name",
+                "tiny",
+                "--objectives",
+                "itc:1,itm:1",
+                "--output_dir",
+                demo / "uniter-shapes",
+            ],
+        ),
         (finetune_main, ["--model_name_or_path", demo / "uniter-shapes", "--output_dir", demo / "uniter-shapes-vqa"]),
-        (finetune_main, ["--task", "retrieval", "--model_name_or_path", demo / "uniter-shapes", "--output_dir",
-                         demo / "uniter-shapes-itr", "--num_sampled_negatives", "3", "--num_hard_negatives", "1",
-                         "--max_gallery_images", "8"]),
+        (
+            finetune_main,
+            [
+                "--task",
+                "retrieval",
+                "--model_name_or_path",
+                demo / "uniter-shapes",
+                "--output_dir",
+                demo / "uniter-shapes-itr",
+                "--num_sampled_negatives",
+                "3",
+                "--num_hard_negatives",
+                "1",
+                "--max_gallery_images",
+                "8",
+            ],
+        ),
         (pretrain_main, ["--model_type", "unified_vlp", "--config_name", "tiny", "--output_dir", demo / "vlp-shapes"]),
-        (finetune_main, ["--task", "captioning", "--model_name_or_path", demo / "vlp-shapes", "--output_dir",
-                         demo / "vlp-shapes-captioning", "--caption_metrics", "CIDEr"]),
+        (
+            finetune_main,
+            [
+                "--task",
+                "captioning",
+                "--model_name_or_path",
+                demo / "vlp-shapes",
+                "--output_dir",
+                demo / "vlp-shapes-captioning",
+                "--caption_metrics",
+                "CIDEr",
+            ],
+        ),
     ]
     for main, arguments in trainings:
         reset_accelerate_state()
@@ -125,12 +173,19 @@ def page_folder(tmp_path, demo_runs, monkeypatch) -> Path:
 # ------------------------------------------------------------------------------------------------------ the tests
 def test_every_block_is_labelled():
     """A block that neither runs nor is output must not exist: an unlabelled one would never be checked."""
-    bad = [f"{b.page}:{b.line} ```{b.language}" for path in markdown_pages() for b in fenced_blocks(path)
-           if b.language not in RUN_LANGUAGES + OUTPUT_LANGUAGES]
-    assert not bad, (f"code blocks must be one of {RUN_LANGUAGES + OUTPUT_LANGUAGES} (or skipped with "
-                     f"`<!-- snippet: skip (reason) -->` and still labelled): {bad}")
-    unexplained = [f"{b.page}:{b.line}" for path in markdown_pages() for b in fenced_blocks(path)
-                   if b.marker and not b.reason]
+    bad = [
+        f"{b.page}:{b.line} ```{b.language}"
+        for path in markdown_pages()
+        for b in fenced_blocks(path)
+        if b.language not in RUN_LANGUAGES + OUTPUT_LANGUAGES
+    ]
+    assert not bad, (
+        f"code blocks must be one of {RUN_LANGUAGES + OUTPUT_LANGUAGES} (or skipped with "
+        f"`<!-- snippet: skip (reason) -->` and still labelled): {bad}"
+    )
+    unexplained = [
+        f"{b.page}:{b.line}" for path in markdown_pages() for b in fenced_blocks(path) if b.marker and not b.reason
+    ]
     assert not unexplained, f"a snippet marker needs a reason in parentheses: {unexplained}"
 
 
@@ -141,17 +196,28 @@ def test_page_snippets_run(path, request):
         pytest.skip("no code block to run on this page")
     folder = request.getfixturevalue("page_folder")
     namespace = {"__name__": "__main__"}
-    environment = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    environment = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     for block in blocks:
         where = f"{block.page}:{block.line}"
         if block.language == "python":
             exec(compile(block.code, where, "exec"), namespace)
         else:
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=folder, env=environment,
-                                  capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, (f"{where}: the bash block exited with {done.returncode}\n{block.code}\n"
-                                          f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block.code],
+                cwd=folder,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert done.returncode == 0, (
+                f"{where}: the bash block exited with {done.returncode}\n{block.code}\n"
+                f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+            )
 
 
 def test_readme_links_resolve():
@@ -180,9 +246,15 @@ def _anchors(tokens) -> set[str]:
 
 def test_the_parser_reads_markers_languages_and_indentation(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# t\n\n```python\nx = 1\n```\n<!-- snippet: skip (needs a GPU) -->\n\n```bash\nnvidia-smi\n```\n"
-                    "- item\n\n  ```text\n  out\n  ```\n```\nbare\n```\n", encoding="utf-8")
+    page.write_text(
+        "# t\n\n```python\nx = 1\n```\n<!-- snippet: skip (needs a GPU) -->\n\n```bash\nnvidia-smi\n```\n"
+        "- item\n\n  ```text\n  out\n  ```\n```\nbare\n```\n",
+        encoding="utf-8",
+    )
     blocks = fenced_blocks(page, root=tmp_path)
     assert [(b.language, b.marker, b.reason, b.code) for b in blocks] == [
-        ("python", None, None, "x = 1\n"), ("bash", "skip", "needs a GPU", "nvidia-smi\n"),
-        ("text", None, None, "out\n"), ("", None, None, "bare\n")]
+        ("python", None, None, "x = 1\n"),
+        ("bash", "skip", "needs a GPU", "nvidia-smi\n"),
+        ("text", None, None, "out\n"),
+        ("", None, None, "bare\n"),
+    ]

@@ -65,8 +65,9 @@ def test_bad_images_stop_the_run_or_are_recorded(image_folder, tmp_path):
     images = collect_images([image_folder])
     with pytest.raises(RuntimeError, match="broken.png"):
         extract_to_store(tiny_detector().eval(), images, tmp_path / "a", batch_size=2, progress=False)
-    summary = extract_to_store(tiny_detector().eval(), images, tmp_path / "b", batch_size=2, skip_errors=True,
-                               progress=False)
+    summary = extract_to_store(
+        tiny_detector().eval(), images, tmp_path / "b", batch_size=2, skip_errors=True, progress=False
+    )
     assert summary.extracted == 4 and [f["image_id"] for f in summary.failed] == ["broken"]
     failures = [json.loads(line) for line in (tmp_path / "b" / "failed.jsonl").read_text().splitlines()]
     assert failures[0]["path"].endswith("broken.png") and failures[0]["error"]
@@ -95,8 +96,20 @@ def test_two_processes_split_the_images_through_accelerate(image_folder, tmp_pat
     tiny_detector().save_pretrained(tmp_path / "detector")
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "-m", "vlhub.extract",
-               str(image_folder), "--extractor", str(tmp_path / "detector"), "--output", str(tmp_path / "store")]
+    command = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "-m",
+        "vlhub.extract",
+        str(image_folder),
+        "--extractor",
+        str(tmp_path / "detector"),
+        "--output",
+        str(tmp_path / "store"),
+    ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     store = RegionStore(tmp_path / "store")

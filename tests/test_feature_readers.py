@@ -10,12 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-from vlhub.processing.stores import (
-    BUTD_TSV_FIELDS,
-    ButdTsvReader,
-    FeatureFileError,
-    NpzFolderReader,
-)
+from vlhub.processing.stores import BUTD_TSV_FIELDS, ButdTsvReader, FeatureFileError, NpzFolderReader
 from vlhub.modeling.unified_vlp import VlpH5Reader
 from vlhub.modeling.uniter import UniterLmdbReader
 from vlhub.modeling.vilbert import VilbertLmdbReader
@@ -52,8 +47,16 @@ def test_butd_tsv(tmp_path):
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, delimiter="\t", fieldnames=list(BUTD_TSV_FIELDS))
         for image_id, d in images.items():
-            writer.writerow({"image_id": image_id, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": len(d["boxes"]),
-                             "boxes": b64(d["boxes"]), "features": b64(d["features"])})
+            writer.writerow(
+                {
+                    "image_id": image_id,
+                    "image_w": WIDTH,
+                    "image_h": HEIGHT,
+                    "num_boxes": len(d["boxes"]),
+                    "boxes": b64(d["boxes"]),
+                    "features": b64(d["features"]),
+                }
+            )
     reader = ButdTsvReader(path)
     assert reader.ids == ["101", "7"] and len(reader) == 2
     regions = reader["7"]
@@ -80,8 +83,18 @@ def test_butd_tsv_with_class_probs_and_bad_rows(tmp_path):
 def test_lxmert_tsv(tmp_path):
     d = detections(3, 3)
     ids, attrs = np.array([4, 0, 2], dtype=np.int64), np.array([1, 1, 0], dtype=np.int64)
-    row = ["COCO_1", str(HEIGHT), str(WIDTH), b64(ids), b64(d["conf"]), b64(attrs), b64(d["conf"] / 2), "3",
-           b64(d["boxes"]), b64(d["features"])]
+    row = [
+        "COCO_1",
+        str(HEIGHT),
+        str(WIDTH),
+        b64(ids),
+        b64(d["conf"]),
+        b64(attrs),
+        b64(d["conf"] / 2),
+        "3",
+        b64(d["boxes"]),
+        b64(d["features"]),
+    ]
     path = tmp_path / "obj36.tsv"
     path.write_text("\t".join(row) + "\n")
     regions = ButdTsvReader(path, fields="lxmert")["COCO_1"]
@@ -104,10 +117,15 @@ def write_lmdb(path, entries: dict[bytes, bytes]):
 def uniter_npz(d):
     w, h = WIDTH, HEIGHT
     b = d["boxes"]
-    norm_bb = np.stack([b[:, 0] / w, b[:, 1] / h, b[:, 2] / w, b[:, 3] / h, (b[:, 2] - b[:, 0]) / w,
-                        (b[:, 3] - b[:, 1]) / h], axis=1)
-    return {"features": d["features"].astype(np.float16), "norm_bb": norm_bb.astype(np.float16),
-            "conf": d["conf"][:, None].astype(np.float16), "soft_labels": d["cls_prob"].astype(np.float16)}
+    norm_bb = np.stack(
+        [b[:, 0] / w, b[:, 1] / h, b[:, 2] / w, b[:, 3] / h, (b[:, 2] - b[:, 0]) / w, (b[:, 3] - b[:, 1]) / h], axis=1
+    )
+    return {
+        "features": d["features"].astype(np.float16),
+        "norm_bb": norm_bb.astype(np.float16),
+        "conf": d["conf"][:, None].astype(np.float16),
+        "soft_labels": d["cls_prob"].astype(np.float16),
+    }
 
 
 def test_uniter_lmdb_compressed_and_msgpack(tmp_path):
@@ -120,8 +138,10 @@ def test_uniter_lmdb_compressed_and_msgpack(tmp_path):
 
     packed = msgpack.packb(uniter_npz(b), default=msgpack_numpy, use_bin_type=True)
     keys = ["coco_val2014_000000000001.npz", "coco_val2014_000000000002.npz"]
-    write_lmdb(tmp_path / "img_db", {keys[0].encode(): buffer.getvalue(), keys[1].encode(): packed,
-                                     b"__keys__": json.dumps(keys).encode()})
+    write_lmdb(
+        tmp_path / "img_db",
+        {keys[0].encode(): buffer.getvalue(), keys[1].encode(): packed, b"__keys__": json.dumps(keys).encode()},
+    )
     reader = UniterLmdbReader(tmp_path / "img_db")
     assert reader.ids == keys
     for key, d in zip(keys, (a, b)):
@@ -145,12 +165,31 @@ def test_uniter_lmdb_missing_field(tmp_path):
 def test_vilbert_lmdb_beta_multitask_and_cc(tmp_path):
     beta, mt, cc = detections(3, 6), detections(5, 7), detections(2, 8)
     rows = {
-        b"11": pickle.dumps({"image_id": 11, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": 3,
-                             "boxes": b64(beta["boxes"]), "features": b64(beta["features"])}, protocol=2),
-        b"12": pickle.dumps({"image_id": 12, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": 5,
-                             "boxes": mt["boxes"], "features": mt["features"], "cls_prob": mt["cls_prob"]}),
-        b"13": pickle.dumps([b64(cc["features"]), b64(cc["cls_prob"]), b64(cc["boxes"]), 2, HEIGHT, WIDTH, "13",
-                             "a caption"]),
+        b"11": pickle.dumps(
+            {
+                "image_id": 11,
+                "image_w": WIDTH,
+                "image_h": HEIGHT,
+                "num_boxes": 3,
+                "boxes": b64(beta["boxes"]),
+                "features": b64(beta["features"]),
+            },
+            protocol=2,
+        ),
+        b"12": pickle.dumps(
+            {
+                "image_id": 12,
+                "image_w": WIDTH,
+                "image_h": HEIGHT,
+                "num_boxes": 5,
+                "boxes": mt["boxes"],
+                "features": mt["features"],
+                "cls_prob": mt["cls_prob"],
+            }
+        ),
+        b"13": pickle.dumps(
+            [b64(cc["features"]), b64(cc["cls_prob"]), b64(cc["boxes"]), 2, HEIGHT, WIDTH, "13", "a caption"]
+        ),
         b"keys": pickle.dumps([b"11", b"12", b"13"]),
     }
     write_lmdb(tmp_path / "vilbert.lmdb", rows)
@@ -189,8 +228,12 @@ def test_vlp_h5_shards(tmp_path):
     with pytest.raises(ValueError, match="image sizes"):
         VlpH5Reader(tmp_path / "coco_feat{shard}.h5", tmp_path / "coco_bbox.h5")
     sizes = {image_id: (HEIGHT, WIDTH) for image_id in images}
-    reader = VlpH5Reader(tmp_path / "coco_feat{shard}.h5", tmp_path / "coco_bbox.h5",
-                         class_probs=tmp_path / "coco_cls{shard}.h5", image_sizes=sizes)
+    reader = VlpH5Reader(
+        tmp_path / "coco_feat{shard}.h5",
+        tmp_path / "coco_bbox.h5",
+        class_probs=tmp_path / "coco_cls{shard}.h5",
+        image_sizes=sizes,
+    )
     d = images["COCO_val2014_000000000456"]
     regions = reader["COCO_val2014_000000000456"]
     np.testing.assert_array_equal(regions.features.numpy(), d["features"])
@@ -206,8 +249,16 @@ def test_vlp_h5_shards(tmp_path):
 
 def test_npz_folder(tmp_path):
     d = detections(3, 11)
-    np.savez(tmp_path / "391895.npz", features=d["features"], boxes=d["boxes"], cls_prob=d["cls_prob"],
-             image_h=[HEIGHT], image_w=[WIDTH], num_boxes=[3], image_id=["391895"])
+    np.savez(
+        tmp_path / "391895.npz",
+        features=d["features"],
+        boxes=d["boxes"],
+        cls_prob=d["cls_prob"],
+        image_h=[HEIGHT],
+        image_w=[WIDTH],
+        num_boxes=[3],
+        image_id=["391895"],
+    )
     np.savez(tmp_path / "bad.npz", features=d["features"], image_h=[HEIGHT], image_w=[WIDTH], num_boxes=[3])
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really a zip")
     reader = NpzFolderReader(tmp_path)
@@ -228,10 +279,17 @@ def test_vl_bert_json_folder(tmp_path):
 
     d = detections(3, 13)
     image_box_feature = np.arange(6, dtype=np.float32).reshape(1, 6) - 50
-    record = {"image_id": 42, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": 3, "boxes": b64(d["boxes"]),
-              "features": b64(d["features"])}
-    (tmp_path / "42.json").write_text(json.dumps({**record, "image_box_feature": b64(image_box_feature),
-                                                  "classes": b64(d["cls_prob"])}))
+    record = {
+        "image_id": 42,
+        "image_w": WIDTH,
+        "image_h": HEIGHT,
+        "num_boxes": 3,
+        "boxes": b64(d["boxes"]),
+        "features": b64(d["features"]),
+    }
+    (tmp_path / "42.json").write_text(
+        json.dumps({**record, "image_box_feature": b64(image_box_feature), "classes": b64(d["cls_prob"])})
+    )
     (tmp_path / "43.json").write_text(json.dumps(record))
     (tmp_path / "44.json").write_text(json.dumps({**record, "image_box_feature": b64(np.zeros(5))}))
     (tmp_path / "45.json").write_text("{not json")
@@ -240,7 +298,9 @@ def test_vl_bert_json_folder(tmp_path):
     from vlhub.processing.stores import FEATURE_FORMATS, open_feature_file
 
     # VL-BERT registers its format with the shared feature-file registry (nothing in the stores names it).
-    assert "vl-bert-json" in FEATURE_FORMATS and isinstance(open_feature_file("vl-bert-json", tmp_path), VlBertJsonReader)
+    assert "vl-bert-json" in FEATURE_FORMATS and isinstance(
+        open_feature_file("vl-bert-json", tmp_path), VlBertJsonReader
+    )
     regions = reader["42"]
     np.testing.assert_array_equal(regions.features.numpy(), d["features"])
     np.testing.assert_array_equal(regions.boxes.numpy(), d["boxes"])
@@ -256,8 +316,14 @@ def test_vl_bert_json_folder(tmp_path):
 
 def test_boxes_outside_image_are_reported_with_the_file(tmp_path):
     d = detections(2, 12)
-    np.savez(tmp_path / "1.npz", features=d["features"], boxes=d["boxes"] * 10, image_h=[HEIGHT], image_w=[WIDTH],
-             num_boxes=[2])
+    np.savez(
+        tmp_path / "1.npz",
+        features=d["features"],
+        boxes=d["boxes"] * 10,
+        image_h=[HEIGHT],
+        image_w=[WIDTH],
+        num_boxes=[2],
+    )
     with pytest.raises(FeatureFileError, match="1.npz.*inside the image"):
         NpzFolderReader(tmp_path)["1"]
 
@@ -270,8 +336,15 @@ def test_import_features_cli_into_a_store(tmp_path):
     folder = tmp_path / "npz"
     folder.mkdir()
     for image_id, d in images.items():
-        np.savez(folder / f"{image_id}.npz", features=d["features"], boxes=d["boxes"], cls_prob=d["cls_prob"],
-                 image_h=[HEIGHT], image_w=[WIDTH], num_boxes=[len(d["boxes"])])
+        np.savez(
+            folder / f"{image_id}.npz",
+            features=d["features"],
+            boxes=d["boxes"],
+            cls_prob=d["cls_prob"],
+            image_h=[HEIGHT],
+            image_w=[WIDTH],
+            num_boxes=[len(d["boxes"])],
+        )
     assert main(["import-features", str(folder), "--format", "npz", "--output", str(tmp_path / "store")]) == 0
     assert main(["import-features", str(folder), "--format", "npz", "--output", str(tmp_path / "store")]) == 0
     store = RegionStore(tmp_path / "store")
@@ -296,10 +369,19 @@ def test_each_architecture_registers_its_format_for_a_bare_import_of_the_stores(
         "except FileNotFoundError as err:\n"
         "    print('opened by', type(err).__name__, err)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "missing.lmdb")], capture_output=True,
-                          text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "missing.lmdb")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert f"no LMDB at {tmp_path / 'missing.lmdb'}" in done.stdout
 
@@ -307,10 +389,17 @@ def test_each_architecture_registers_its_format_for_a_bare_import_of_the_stores(
 def test_the_architectures_readers_still_import_from_the_stores_with_a_warning():
     import vlhub.processing.stores as stores
 
-    for name, reader in (("UniterLmdbReader", UniterLmdbReader), ("VilbertLmdbReader", VilbertLmdbReader),
-                         ("VlpH5Reader", VlpH5Reader), ("VlBertJsonReader", VlBertJsonReader)):
-        with pytest.warns(FutureWarning, match=rf"{name} lives with its architecture now: import it from "
-                                               rf"{reader.__module__.rpartition('.')[0]}"):
+    for name, reader in (
+        ("UniterLmdbReader", UniterLmdbReader),
+        ("VilbertLmdbReader", VilbertLmdbReader),
+        ("VlpH5Reader", VlpH5Reader),
+        ("VlBertJsonReader", VlBertJsonReader),
+    ):
+        with pytest.warns(
+            FutureWarning,
+            match=rf"{name} lives with its architecture now: import it from "
+            rf"{reader.__module__.rpartition('.')[0]}",
+        ):
             assert getattr(stores, name) is reader
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchReader'"):
         stores.NoSuchReader

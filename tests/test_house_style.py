@@ -14,8 +14,9 @@ AUTO_DOCUMENTED = ["vlhub.modeling.vilbert.modeling_vilbert"]
 
 @pytest.mark.parametrize("module", AUTO_DOCUMENTED)
 def test_auto_docstring_documents_every_argument_and_field(module):
-    run = subprocess.run([sys.executable, "-W", "always", "-c", f"import {module}"], capture_output=True, text=True,
-                         check=True)
+    run = subprocess.run(
+        [sys.executable, "-W", "always", "-c", f"import {module}"], capture_output=True, text=True, check=True
+    )
     assert run.stdout == "" and "docstring" not in run.stderr and "Warning" not in run.stderr, run.stdout + run.stderr
 
 

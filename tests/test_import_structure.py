@@ -54,7 +54,9 @@ def test_the_shared_feature_file_readers_name_no_architecture():
     # the shared stores only know the registry.
     packages = [p.parent.name for p in (VLHUB / "modeling").glob("*/__init__.py")]
     assert len(packages) >= 5
-    names = {variant for package in packages for variant in (package, package.replace("_", "-"), package.replace("_", " "))}
+    names = {
+        variant for package in packages for variant in (package, package.replace("_", "-"), package.replace("_", " "))
+    }
     for path in sorted((VLHUB / "processing" / "stores").glob("*.py")):
         text = path.read_text(encoding="utf-8").lower()
         named = sorted(name for name in names if name in text)

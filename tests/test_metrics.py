@@ -93,12 +93,7 @@ def test_unknown_metric_names_the_shipped_ones():
 
 def test_retrieval_recall_by_hand():
     # 4 texts × 3 images. Text ranks of their image: t0→i0 rank 0, t1→i0 rank 1, t2→i1 rank 2, t3→i2 rank 0.
-    scores = [
-        [0.9, 0.1, 0.2],
-        [0.5, 0.7, 0.1],
-        [0.8, 0.1, 0.3],
-        [0.1, 0.2, 0.6],
-    ]
+    scores = [[0.9, 0.1, 0.2], [0.5, 0.7, 0.1], [0.8, 0.1, 0.3], [0.1, 0.2, 0.6]]
     targets = [0, 0, 1, 2]
     result = retrieval_recall(scores, targets, ks=(1, 2))
     assert result["text_to_image_recall@1"] == pytest.approx(2 / 4)

@@ -50,8 +50,13 @@ def test_old_converter_module_names_what_it_lacks():
 
 
 LAYERS_MOVED = {
-    "StreamConfig": "vilbert", "StreamLayer": "vilbert", "cross_stream_mask": "vilbert", "CoAttention": "vilbert",
-    "CoAttentionOutput": "vilbert", "CoAttentionLayer": "vilbert", "CrossModalLayer": "tden",
+    "StreamConfig": "vilbert",
+    "StreamLayer": "vilbert",
+    "cross_stream_mask": "vilbert",
+    "CoAttention": "vilbert",
+    "CoAttentionOutput": "vilbert",
+    "CoAttentionLayer": "vilbert",
+    "CrossModalLayer": "tden",
 }
 
 
@@ -81,7 +86,9 @@ def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_
 
 @pytest.mark.parametrize("first", ["vlhub.modeling.vilbert.layers_vilbert", "vlhub.modeling.tden.layers_tden"])
 def test_an_architecture_layers_file_imported_first_still_registers_the_models(first):
-    out = _run(f"import {first}\nfrom transformers import AutoModel\nimport vlhub\n"
-               "print(AutoModel.from_config(vlhub.VilbertConfig()).__class__.__name__, "
-               "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)")
+    out = _run(
+        f"import {first}\nfrom transformers import AutoModel\nimport vlhub\n"
+        "print(AutoModel.from_config(vlhub.VilbertConfig()).__class__.__name__, "
+        "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)"
+    )
     assert out.split() == ["VilbertModel", "TdenModel"]

@@ -23,35 +23,41 @@ def _run(code: str) -> str:
 
 @pytest.mark.parametrize("first", ORDERS)
 def test_pipelines_are_registered_whatever_is_imported_first(first):
-    out = _run(f"{first}\nimport transformers.pipelines as t\n"
-               "tasks = t.PIPELINE_REGISTRY.get_supported_tasks()\n"
-               "print('visual-question-answering' in tasks, 'image-text-retrieval' in tasks)")
+    out = _run(
+        f"{first}\nimport transformers.pipelines as t\n"
+        "tasks = t.PIPELINE_REGISTRY.get_supported_tasks()\n"
+        "print('visual-question-answering' in tasks, 'image-text-retrieval' in tasks)"
+    )
     assert out.split() == ["True", "True"]
 
 
 def test_import_vlhub_loads_no_data_library_and_every_public_name_still_imports():
     # datasets, pandas and pyarrow cost seconds (2,065 modules against transformers' and torch's 1,463): only the
     # region store and the training data need them, on first use.
-    out = _run("import sys, vlhub\n"
-               "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow', 'torchvision') if m in sys.modules))\n"
-               "from vlhub.processing.stores import RegionStore, open_feature_file, shards\n"
-               "import vlhub.processing.stores as stores\n"
-               "print(RegionStore.__module__, set(stores.__all__) == set(shards.__all__) | set(stores.original.__all__))\n"
-               "print('datasets' in sys.modules)")
+    out = _run(
+        "import sys, vlhub\n"
+        "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow', 'torchvision') if m in sys.modules))\n"
+        "from vlhub.processing.stores import RegionStore, open_feature_file, shards\n"
+        "import vlhub.processing.stores as stores\n"
+        "print(RegionStore.__module__, set(stores.__all__) == set(shards.__all__) | set(stores.original.__all__))\n"
+        "print('datasets' in sys.modules)"
+    )
     assert out.split("\n")[:3] == ["[]", "vlhub.processing.stores.shards True", "True"]
 
 
 def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimported():
-    out = _run("import sys, vlhub\n"
-               "heavy = ('transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines', "
-               "'torchvision', 'vlhub.modeling.uniter.modeling_uniter')\n"
-               "print(sorted(m for m in heavy if m in sys.modules))\n"
-               "from transformers import AutoModel\n"
-               "print(AutoModel.from_config(vlhub.UniterConfig(hidden_size=8, num_hidden_layers=1, "
-               "num_attention_heads=2, intermediate_size=8)).__class__.__name__)\n"
-               "from transformers.models.auto.processing_auto import PROCESSOR_MAPPING\n"
-               "print(PROCESSOR_MAPPING[vlhub.UniterConfig].__name__)\n"
-               # the converters (in the architecture folders) come only with `vlhub convert` or an explicit import
-               "print(sorted(m for m in sys.modules if m.startswith('vlhub.conversion') or "
-               "(m.startswith('vlhub.') and m.rpartition('.')[2].startswith('convert_'))))")
+    out = _run(
+        "import sys, vlhub\n"
+        "heavy = ('transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines', "
+        "'torchvision', 'vlhub.modeling.uniter.modeling_uniter')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "from transformers import AutoModel\n"
+        "print(AutoModel.from_config(vlhub.UniterConfig(hidden_size=8, num_hidden_layers=1, "
+        "num_attention_heads=2, intermediate_size=8)).__class__.__name__)\n"
+        "from transformers.models.auto.processing_auto import PROCESSOR_MAPPING\n"
+        "print(PROCESSOR_MAPPING[vlhub.UniterConfig].__name__)\n"
+        # the converters (in the architecture folders) come only with `vlhub convert` or an explicit import
+        "print(sorted(m for m in sys.modules if m.startswith('vlhub.conversion') or "
+        "(m.startswith('vlhub.') and m.rpartition('.')[2].startswith('convert_'))))"
+    )
     assert out.split("\n")[:4] == ["[]", "UniterModel", "UniterProcessor", "[]"]

@@ -55,8 +55,9 @@ def test_weights_changed_after_packing_are_repacked():
     x = torch.randn(2, 12)
 
     def plain(x):
-        return torch.nn.functional.linear(net[1](torch.nn.functional.linear(x, net[0].weight, net[0].bias)),
-                                          net[2].weight)
+        return torch.nn.functional.linear(
+            net[1](torch.nn.functional.linear(x, net[0].weight, net[0].bias)), net[2].weight
+        )
 
     with torch.no_grad():
         before = net(x)
@@ -95,16 +96,36 @@ def test_context_manager_restores_the_model():
 
 def test_captions_are_the_same_on_packed_weights():
     torch.manual_seed(0)
-    config = vlhub.TdenConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2,
-                              num_cross_encoder_layers=0, num_decoder_layers=2, num_attention_heads=4,
-                              intermediate_size=48, max_position_embeddings=24, region_feature_dim=16,
-                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = vlhub.TdenConfig(
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_visual_layers=2,
+        num_cross_encoder_layers=0,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        region_feature_dim=16,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     model = vlhub.TdenForConditionalGeneration(config).eval()
     g = torch.Generator().manual_seed(0)
-    regions = dict(region_features=torch.rand(2, 5, 16, generator=g), region_locations=torch.rand(2, 5, 5, generator=g),
-                   region_attention_mask=torch.ones(2, 5, dtype=torch.long))
-    kwargs = dict(max_new_tokens=6, num_beams=3, length_penalty=0.0, do_sample=False, return_dict_in_generate=True,
-                  output_scores=True)
+    regions = dict(
+        region_features=torch.rand(2, 5, 16, generator=g),
+        region_locations=torch.rand(2, 5, 5, generator=g),
+        region_attention_mask=torch.ones(2, 5, dtype=torch.long),
+    )
+    kwargs = dict(
+        max_new_tokens=6,
+        num_beams=3,
+        length_penalty=0.0,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     with torch.no_grad():
         plain = model.generate(**regions, **kwargs)
         with vlhub.packed_linear_weights(model):
@@ -168,8 +189,9 @@ def test_fused_blocks_give_the_same_outputs_and_unpack_cleanly():
     assert co_attention.key2._projection_group is co_attention.query2._projection_group
     for name in ("logits", "pooler_output"):
         torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=1e-5)
-    for new, old in zip(got.hidden_states + got.vision_hidden_states,
-                        expected.hidden_states + expected.vision_hidden_states):
+    for new, old in zip(
+        got.hidden_states + got.vision_hidden_states, expected.hidden_states + expected.vision_hidden_states
+    ):
         torch.testing.assert_close(new, old, atol=1e-5, rtol=1e-5)
     state = model.state_dict()
     assert state.keys() == keys.keys() and all(torch.equal(state[k], keys[k]) for k in keys)

@@ -49,7 +49,9 @@ def _renamed(architecture: str, original: Path) -> dict[Path, Path]:
                 if yaml.name != "config.yaml":
                     renames[yaml] = yaml.with_name(f"renamed_{index}.yaml")
         return renames
-    name = {"uniter": "model_step_{}.pt", "vilbert": "pytorch_model_{}.bin", "unified_vlp": "model.{}.bin"}[architecture]
+    name = {"uniter": "model_step_{}.pt", "vilbert": "pytorch_model_{}.bin", "unified_vlp": "model.{}.bin"}[
+        architecture
+    ]
     renames = {path: path.with_name(name.format(index + 3)) for index, path in enumerate(files["checkpoints"].values())}
     if architecture != "unified_vlp":  # VLP's name is fixed by the original (`<bert_model>/bert_config.json`)
         renames[files["config"]] = files["config"].with_name(f"renamed_{architecture}_config.json")
@@ -63,8 +65,10 @@ def renamed_copy(architecture: str, destination: Path) -> dict[str, str]:
     source = fixtures_root() / architecture
     copy = destination / architecture
     shutil.copytree(source, copy)
-    renames = {old.relative_to(source).as_posix(): new.relative_to(source).as_posix()
-               for old, new in _renamed(architecture, source / "original").items()}
+    renames = {
+        old.relative_to(source).as_posix(): new.relative_to(source).as_posix()
+        for old, new in _renamed(architecture, source / "original").items()
+    }
     for old, new in renames.items():
         (copy / old).rename(copy / new)
     texts = [copy / "README.md", *(copy / "original").rglob("*.yaml")]
@@ -76,15 +80,18 @@ def renamed_copy(architecture: str, destination: Path) -> dict[str, str]:
                 text = re.sub(rf"(?<=[/ ]){re.escape(Path(old).name)}\b", Path(new).name, text)
                 if old.endswith(".model") and "-" in Path(old).stem:
                     prefix, new_prefix = Path(old).stem.rsplit("-", 1)[0], Path(new).stem.rsplit("-", 1)[0]
-                    text = re.sub(rf"^MODEL_PREFIX: {re.escape(prefix)}$", f"MODEL_PREFIX: {new_prefix}", text,
-                                  flags=re.M)
+                    text = re.sub(
+                        rf"^MODEL_PREFIX: {re.escape(prefix)}$", f"MODEL_PREFIX: {new_prefix}", text, flags=re.M
+                    )
         path.write_text(text, encoding="utf-8")
     return renames
 
 
 def _present(architecture):
-    return pytest.mark.skipif(not (fixtures_root() / architecture / "original").is_dir(),
-                              reason=f"no {architecture} fixture at {fixtures_root() / architecture}")
+    return pytest.mark.skipif(
+        not (fixtures_root() / architecture / "original").is_dir(),
+        reason=f"no {architecture} fixture at {fixtures_root() / architecture}",
+    )
 
 
 @pytest.mark.parametrize("architecture", [pytest.param(a, marks=_present(a)) for a in ARCHITECTURES])
@@ -107,8 +114,13 @@ def test_parity_module_passes_on_the_renamed_fixture(tmp_path, architecture):
     renamed_copy(architecture, tmp_path)
     module = Path(__file__).parent / f"test_{architecture}_parity.py"
     env = {**os.environ, "VLHUB_FIXTURES_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module)],
-                            capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1])
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[1],
+    )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.fullmatch(r"\d+ passed.*", summary) and "skipped" not in summary, summary

@@ -109,8 +109,9 @@ def test_public_registration_alone_cannot_serve_the_removed_tasks(vqa_folder, mo
         pytest.skip(f"transformers {transformers.__version__} removes no pipeline task")
     assert "visual-question-answering" in transformers_pipelines.PIPELINE_REGISTRY.get_supported_tasks()
     monkeypatch.setitem(removed, "visual-question-answering", "removed upstream")
-    monkeypatch.setattr(transformers_pipelines, "_resolve_deprecated_task",
-                        transformers_pipelines._resolve_deprecated_task.__wrapped__)
+    monkeypatch.setattr(
+        transformers_pipelines, "_resolve_deprecated_task", transformers_pipelines._resolve_deprecated_task.__wrapped__
+    )
     with pytest.raises(KeyError, match="removed"):
         pipeline("visual-question-answering", model=str(vqa_folder))
     with pytest.raises(KeyError, match="removed"):

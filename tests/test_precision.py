@@ -12,15 +12,19 @@ from vlhub.utils import precision
 def cpu_with(monkeypatch):
     def set_flags(**flags):
         monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: dict(flags))
+
     return set_flags
 
 
-@pytest.mark.parametrize("flags, units, resolved", [
-    ({"amx_bf16": True, "avx512_bf16": True}, ["AMX", "AVX512-BF16"], "bf16"),
-    ({"amx_bf16": False, "avx512_bf16": True}, ["AVX512-BF16"], "bf16"),  # Zen 4: measured faster than fp32
-    ({"avx2": True}, [], "no"),
-    ({}, [], "no"),  # nothing reported
-])
+@pytest.mark.parametrize(
+    "flags, units, resolved",
+    [
+        ({"amx_bf16": True, "avx512_bf16": True}, ["AMX", "AVX512-BF16"], "bf16"),
+        ({"amx_bf16": False, "avx512_bf16": True}, ["AVX512-BF16"], "bf16"),  # Zen 4: measured faster than fp32
+        ({"avx2": True}, [], "no"),
+        ({}, [], "no"),  # nothing reported
+    ],
+)
 def test_auto_on_the_cpu_follows_its_bf16_units(cpu_with, flags, units, resolved):
     cpu_with(**flags)
     assert precision.cpu_bf16_units() == units
@@ -46,6 +50,7 @@ def test_explicit_values_pass_through_and_others_are_refused(cpu_with):
 def test_a_torch_without_the_probe_counts_as_no_bf16_units(monkeypatch):
     def missing():
         raise AttributeError("get_capabilities")
+
     monkeypatch.setattr(torch.cpu, "get_capabilities", missing)
     assert precision.cpu_bf16_units() == [] and not precision.bf16_is_fast("cpu")
 

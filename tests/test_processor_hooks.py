@@ -109,8 +109,11 @@ def test_uniter_keeps_the_default_layout(tiny_uniter_config, tiny_vocab):
     processor = tiny_processor(tiny_vocab, tiny_uniter_config)
     out = processor(text="a red cat", regions=[random_regions(3, 16)])
     tok = processor.tokenizer
-    assert out["input_ids"][0].tolist() == [tok.cls_token_id, *tok("a red cat", add_special_tokens=False)["input_ids"],
-                                            tok.sep_token_id]
+    assert out["input_ids"][0].tolist() == [
+        tok.cls_token_id,
+        *tok("a red cat", add_special_tokens=False)["input_ids"],
+        tok.sep_token_id,
+    ]
     assert isinstance(processor, vlhub.UniterProcessor) and out["token_type_ids"].abs().sum() == 0
 
 
@@ -129,8 +132,12 @@ def test_text_padding_equals_the_tokenizers_own_for_every_architecture(tiny_voca
             processor = architecture.build_processor(tokenizer, 16)
             rows = [processor.build_text_inputs(pieces) for pieces in processor.word_pieces(texts)]
             got = processor.encode_text(texts)
-            expected = tokenizer.pad({"input_ids": [ids for ids, _ in rows], "token_type_ids": [t for _, t in rows]},
-                                     padding=True, return_attention_mask=True, return_tensors="pt")
+            expected = tokenizer.pad(
+                {"input_ids": [ids for ids, _ in rows], "token_type_ids": [t for _, t in rows]},
+                padding=True,
+                return_attention_mask=True,
+                return_tensors="pt",
+            )
             assert type(got) is type(expected) and list(got) == list(expected), name
             for key in expected:
                 assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), (name, side, key)
@@ -142,5 +149,7 @@ def test_text_padding_equals_the_tokenizers_own_for_every_architecture(tiny_voca
             return encoded
 
     own = OwnPadding(vocab=str(tiny_vocab), do_lower_case=True)
-    assert pad_text_rows(own, [[2, 5, 3], [2, 3]], [[0, 0, 0], [0, 0]])["attention_mask"].tolist() == [[2, 2, 2],
-                                                                                                         [2, 2, 0]]
+    assert pad_text_rows(own, [[2, 5, 3], [2, 3]], [[0, 0, 0], [0, 0]])["attention_mask"].tolist() == [
+        [2, 2, 2],
+        [2, 2, 0],
+    ]

@@ -35,8 +35,14 @@ class ToyRegionExtractor:
         results = []
         for image in [images] if single else images:
             height, width = image.shape[-2:]
-            boxes = torch.tensor([[0, 0, width / 2, height / 2], [width / 2, 0, width, height / 2],
-                                  [0, height / 2, width / 2, height], [width / 2, height / 2, width, height]])
+            boxes = torch.tensor(
+                [
+                    [0, 0, width / 2, height / 2],
+                    [width / 2, 0, width, height / 2],
+                    [0, height / 2, width / 2, height],
+                    [width / 2, height / 2, width, height],
+                ]
+            )
             features = torch.full((4, self.feature_dim), float(image.mean()) * self.scale)
             results.append(vlhub.RegionFeatures(features, boxes, (height, width), scores=torch.ones(4)))
         return results[0] if single else results
@@ -131,8 +137,9 @@ def test_detector_folders_with_and_without_the_type_field(tmp_path):
     assert config["region_extractor_type"] == "bottom_up_attention"
     assert isinstance(load_region_extractor(tmp_path / "new"), RegionExtractor)
     # folders written before the field existed are the detector's
-    (tmp_path / "new" / "config.json").write_text(json.dumps({k: v for k, v in config.items()
-                                                             if k != "region_extractor_type"}))
+    (tmp_path / "new" / "config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if k != "region_extractor_type"})
+    )
     old = load_region_extractor(tmp_path / "new")
     for name, tensor in detector.state_dict().items():
         assert torch.equal(old.state_dict()[name], tensor), name

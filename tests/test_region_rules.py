@@ -69,11 +69,18 @@ def sources(tmp_path, format_name, source, *options, **reader_options):
 def run_tiny_model(name: str, processor, regions: list, **config_fields) -> None:
     """The processor's inputs for `regions` through a tiny model of the architecture: finite outputs, no error."""
     architecture = vlhub.get_architecture(name)
-    fields = {**architecture.config_fields("tiny"), "hidden_size": 32, "intermediate_size": 64,
-              "num_attention_heads": 2, "max_position_embeddings": 128, **config_fields}
+    fields = {
+        **architecture.config_fields("tiny"),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 128,
+        **config_fields,
+    }
     torch.manual_seed(0)
-    config = architecture.config_class(vocab_size=len(processor.tokenizer), region_feature_dim=DIM, **fields,
-                                       **processor.model_config_fields())
+    config = architecture.config_class(
+        vocab_size=len(processor.tokenizer), region_feature_dim=DIM, **fields, **processor.model_config_fields()
+    )
     model = AutoModel.from_config(config).eval()
     inputs = processor(text=["what colour is the cat ?"] * len(regions), regions=regions)
     with torch.no_grad():
@@ -89,8 +96,15 @@ def rows_of(inputs, index: int) -> torch.Tensor:
 def write_xmodaler_npz(folder, images):
     folder.mkdir()
     for image_id, a in images.items():
-        np.savez(folder / f"{image_id}.npz", features=a["features"], boxes=a["boxes"], cls_prob=a["cls_prob"],
-                 image_h=np.array([HEIGHT]), image_w=np.array([WIDTH]), num_boxes=np.array([len(a["features"])]))
+        np.savez(
+            folder / f"{image_id}.npz",
+            features=a["features"],
+            boxes=a["boxes"],
+            cls_prob=a["cls_prob"],
+            image_h=np.array([HEIGHT]),
+            image_w=np.array([WIDTH]),
+            num_boxes=np.array([len(a["features"])]),
+        )
 
 
 @pytest.mark.parametrize("max_feat_num", [51, 101])
@@ -98,9 +112,11 @@ def test_tden_keeps_the_first_max_feat_num_minus_one_regions_and_averages_them(t
     """X-modaler (`read_np_bbox`, the COCO dataset): `features[0:MAX_FEAT_NUM - 1]`, [IMG] = their mean."""
     write_xmodaler_npz(tmp_path / "npz", images)
     processor = vlhub.TdenProcessor(
-        feature_extractor=vlhub.TdenRegionProcessor(region_feature_dim=DIM, max_regions=max_feat_num - 1,
-                                                    region_selection="first_n"),
-        tokenizer=tiny_tokenizer(tmp_path))
+        feature_extractor=vlhub.TdenRegionProcessor(
+            region_feature_dim=DIM, max_regions=max_feat_num - 1, region_selection="first_n"
+        ),
+        tokenizer=tiny_tokenizer(tmp_path),
+    )
     kept = max_feat_num - 1
     for source in sources(tmp_path, "npz", tmp_path / "npz").values():
         regions = [source[image_id] for image_id in images]
@@ -116,7 +132,9 @@ def test_tden_keeps_the_first_max_feat_num_minus_one_regions_and_averages_them(t
         cut_messages = [r.message for r in caplog.records if "kept the first" in r.message]
         assert len(cut_messages) == (1 if cut else 0)
         if cut:
-            assert cut_messages[0].startswith(f"{cut} of {len(images)} images") and f"the first {kept} " in cut_messages[0]
+            assert (
+                cut_messages[0].startswith(f"{cut} of {len(images)} images") and f"the first {kept} " in cut_messages[0]
+            )
         assert processor.feature_extractor.regions_cut == 2 * cut
         processor.feature_extractor.regions_cut = 0
         caplog.clear()
@@ -148,8 +166,14 @@ def write_vilbert_lmdb(path, images):
 
     with lmdb.open(str(path), map_size=1 << 26) as env, env.begin(write=True) as txn:
         for image_id, a in images.items():  # the 12-in-1 layout: numpy arrays, no num_boxes
-            row = {"image_id": image_id, "image_h": HEIGHT, "image_w": WIDTH, "features": a["features"],
-                   "boxes": a["boxes"], "cls_prob": a["cls_prob"]}
+            row = {
+                "image_id": image_id,
+                "image_h": HEIGHT,
+                "image_w": WIDTH,
+                "features": a["features"],
+                "boxes": a["boxes"],
+                "cls_prob": a["cls_prob"],
+            }
             txn.put(image_id.encode(), pickle.dumps(row))
         txn.put(b"keys", pickle.dumps([image_id.encode() for image_id in images]))
 
@@ -160,9 +184,11 @@ def test_vilbert_keeps_the_first_rows_and_a_global_token_over_all_regions(tmp_pa
     `max_region_num` rows."""
     write_vilbert_lmdb(tmp_path / "lmdb", images)
     processor = vlhub.VilbertProcessor(
-        feature_extractor=vlhub.VilbertRegionProcessor(region_feature_dim=DIM, max_regions=max_region_num - 1,
-                                                       region_selection="first_n"),
-        tokenizer=tiny_tokenizer(tmp_path))
+        feature_extractor=vlhub.VilbertRegionProcessor(
+            region_feature_dim=DIM, max_regions=max_region_num - 1, region_selection="first_n"
+        ),
+        tokenizer=tiny_tokenizer(tmp_path),
+    )
     for source in sources(tmp_path, "vilbert-lmdb", tmp_path / "lmdb").values():
         regions = [source[image_id] for image_id in images]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
@@ -191,14 +217,22 @@ def write_uniter_lmdb(path, images):
             norm = a["boxes"] / np.array([WIDTH, HEIGHT, WIDTH, HEIGHT], dtype=np.float32)
             norm_bb = np.concatenate([norm, norm[:, 2:] - norm[:, :2]], axis=1).astype(np.float16)
             buffer = io.BytesIO()
-            np.savez_compressed(buffer, features=a["features"].astype(np.float16), norm_bb=norm_bb, conf=a["conf"],
-                                soft_labels=a["cls_prob"])
+            np.savez_compressed(
+                buffer,
+                features=a["features"].astype(np.float16),
+                norm_bb=norm_bb,
+                conf=a["conf"],
+                soft_labels=a["cls_prob"],
+            )
             txn.put(image_id.encode(), buffer.getvalue())
         txn.put(b"__keys__", json.dumps(list(images)).encode())
 
 
-@pytest.mark.parametrize("config", [{"conf_th": 0.2, "max_bb": 100, "min_bb": 10, "num_bb": 36},
-                                    {"conf_th": -1, "num_bb": 100}], ids=["train-vqa", "train-refcoco"])
+@pytest.mark.parametrize(
+    "config",
+    [{"conf_th": 0.2, "max_bb": 100, "min_bb": 10, "num_bb": 36}, {"conf_th": -1, "num_bb": 100}],
+    ids=["train-vqa", "train-refcoco"],
+)
 def test_uniter_keeps_the_first_nbb_regions_of_the_training_config(tmp_path, images, config):
     """`data/data.py`: nbb = clamp(#(conf > conf_th), min_bb, max_bb) (conf_th -1: num_bb), then `arr[:nbb]`."""
     write_uniter_lmdb(tmp_path / "lmdb", images)
@@ -216,8 +250,10 @@ def test_uniter_keeps_the_first_nbb_regions_of_the_training_config(tmp_path, ima
 def uniter_processor(tmp_path, config: dict):
     """A UNITER processor with the settings the converter writes for a training config."""
     settings, _ = uniter_region_settings(config, "vqa")
-    return vlhub.UniterProcessor(feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=DIM, **settings),
-                                 tokenizer=tiny_tokenizer(tmp_path))
+    return vlhub.UniterProcessor(
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=DIM, **settings),
+        tokenizer=tiny_tokenizer(tmp_path),
+    )
 
 
 def uniter_nbb(conf: np.ndarray, config: dict) -> int:
@@ -247,8 +283,9 @@ def test_uniter_counts_by_confidence_but_keeps_the_files_first_rows(tmp_path, im
         regions = [source[image_id] for image_id in unordered]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
         # A collator selects first, then the processor sees the selected regions: the same rows, not counted again.
-        preselected = processor(text=["a cat"] * len(regions),
-                                regions=[processor.feature_extractor.select(r) for r in regions])
+        preselected = processor(
+            text=["a cat"] * len(regions), regions=[processor.feature_extractor.select(r) for r in regions]
+        )
         assert torch.equal(preselected["region_features"], inputs["region_features"])
         differs = 0
         for index, a in enumerate(unordered.values()):
@@ -262,12 +299,14 @@ def test_uniter_counts_by_confidence_but_keeps_the_files_first_rows(tmp_path, im
 
 def test_count_by_confidence_keeps_the_given_order_and_by_confidence_keeps_its_meaning():
     scores = torch.tensor([0.1, 0.9, 0.05, 0.8, 0.3, 0.01])  # 3 above 0.2, not first
-    regions = vlhub.RegionFeatures(torch.arange(6.0)[:, None].repeat(1, 4), torch.tensor([[0.0, 0, 2, 2]] * 6),
-                                   (4, 4), scores=scores)
+    regions = vlhub.RegionFeatures(
+        torch.arange(6.0)[:, None].repeat(1, 4), torch.tensor([[0.0, 0, 2, 2]] * 6), (4, 4), scores=scores
+    )
     kept = {}
     for mode in ("count_by_confidence", "by_confidence"):
-        selector = vlhub.UniterRegionProcessor(region_feature_dim=4, confidence_threshold=0.2, min_regions=2,
-                                               max_regions=5, region_selection=mode)
+        selector = vlhub.UniterRegionProcessor(
+            region_feature_dim=4, confidence_threshold=0.2, min_regions=2, max_regions=5, region_selection=mode
+        )
         kept[mode] = selector.select(regions).features[:, 0].tolist()
     assert kept == {"count_by_confidence": [0.0, 1.0, 2.0], "by_confidence": [1.0, 3.0, 4.0]}
     assert vlhub.UniterRegionProcessor().region_selection == "count_by_confidence"  # UNITER's rule by default
@@ -277,10 +316,18 @@ def test_count_by_confidence_keeps_the_given_order_and_by_confidence_keeps_its_m
 
 
 def test_uniter_region_settings_follow_the_released_configs():
-    assert uniter_region_settings(None, "vqa")[0] == {"confidence_threshold": 0.2, "min_regions": 10,
-                                                      "max_regions": 100, "region_selection": "count_by_confidence"}
-    assert uniter_region_settings(None, "re")[0] == {"confidence_threshold": None, "min_regions": 1,
-                                                     "max_regions": 100, "region_selection": "first_n"}
+    assert uniter_region_settings(None, "vqa")[0] == {
+        "confidence_threshold": 0.2,
+        "min_regions": 10,
+        "max_regions": 100,
+        "region_selection": "count_by_confidence",
+    }
+    assert uniter_region_settings(None, "re")[0] == {
+        "confidence_threshold": None,
+        "min_regions": 1,
+        "max_regions": 100,
+        "region_selection": "first_n",
+    }
     villa = uniter_region_settings({"conf_th": 0.075, "max_bb": 100, "min_bb": 10}, "vqa")[0]
     assert villa["confidence_threshold"] == 0.075
 
@@ -290,8 +337,14 @@ def write_vl_bert_json(folder, images, image_box_feature: bool):
     folder.mkdir()
     encode = lambda array: base64.b64encode(np.ascontiguousarray(array, dtype=np.float32).tobytes()).decode()  # noqa: E731
     for image_id, a in images.items():
-        record = {"image_id": image_id, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": len(a["features"]),
-                  "boxes": encode(a["boxes"]), "features": encode(a["features"])}
+        record = {
+            "image_id": image_id,
+            "image_w": WIDTH,
+            "image_h": HEIGHT,
+            "num_boxes": len(a["features"]),
+            "boxes": encode(a["boxes"]),
+            "features": encode(a["features"]),
+        }
         if image_box_feature:
             record["image_box_feature"] = encode(a["features"][-1:] * 2)
         (folder / f"{image_id}.json").write_text(json.dumps(record))
@@ -304,7 +357,8 @@ def test_vl_bert_keeps_every_box_after_the_whole_image_box(tmp_path, images, ima
     write_vl_bert_json(tmp_path / "json", images, image_box_feature)
     processor = vlhub.VlBertProcessor(
         feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None),
-        tokenizer=tiny_tokenizer(tmp_path))
+        tokenizer=tiny_tokenizer(tmp_path),
+    )
     with caplog.at_level(logging.WARNING, logger="vlhub.processing.stores.shards"):
         found = sources(tmp_path, "vl-bert-json", tmp_path / "json")
     # A region store keeps the whole-image feature too: after an import object 0 is still the file's feature.
@@ -326,10 +380,20 @@ def write_vl_bert_cc_json(folder, images):
     folder.mkdir()
     encode = lambda array: base64.b64encode(np.ascontiguousarray(array, dtype=np.float32).tobytes()).decode()  # noqa: E731
     for image_id, a in images.items():
-        (folder / f"{image_id}.json").write_text(json.dumps({
-            "image_id": image_id, "image_w": WIDTH, "image_h": HEIGHT, "num_boxes": len(a["features"]),
-            "boxes": encode(a["boxes"]), "features": encode(a["features"]), "classes": encode(a["cls_prob"]),
-            "image_box_feature": encode(a["features"][:1] * 3)}))  # unused by the pre-training loader
+        (folder / f"{image_id}.json").write_text(
+            json.dumps(
+                {
+                    "image_id": image_id,
+                    "image_w": WIDTH,
+                    "image_h": HEIGHT,
+                    "num_boxes": len(a["features"]),
+                    "boxes": encode(a["boxes"]),
+                    "features": encode(a["features"]),
+                    "classes": encode(a["cls_prob"]),
+                    "image_box_feature": encode(a["features"][:1] * 3),
+                }
+            )
+        )  # unused by the pre-training loader
 
 
 def conceptual_captions_rule(a: dict, text: list[int], seq_len: int):
@@ -347,9 +411,9 @@ def conceptual_captions_rule(a: dict, text: list[int], seq_len: int):
                 box_keep -= 1
             else:
                 text_keep -= 1
-        text = text[:text_keep - 1] + [text[-1]]
+        text = text[: text_keep - 1] + [text[-1]]
         boxes = box_keep
-    return text, features[:boxes - 1], whole
+    return text, features[: boxes - 1], whole
 
 
 @pytest.mark.parametrize("seq_len", [64, 40])
@@ -359,9 +423,12 @@ def test_vl_bert_conceptual_captions_cuts_text_and_objects_together(tmp_path, im
     write_vl_bert_cc_json(tmp_path / "json", images)
     tokenizer = tiny_tokenizer(tmp_path)
     processor = vlhub.VlBertProcessor(
-        feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None,
-                                                      sort_by_class_score=True),
-        tokenizer=tokenizer, max_text_and_objects=seq_len)
+        feature_extractor=vlhub.VlBertRegionProcessor(
+            region_feature_dim=DIM, max_regions=None, sort_by_class_score=True
+        ),
+        tokenizer=tokenizer,
+        max_text_and_objects=seq_len,
+    )
     words = "what colour is the cat on the table".split()
     captions = [" ".join(words[: 2 + 3 * i] * (1 + 10 * (i % 2))) for i in range(len(images))]  # 2 to 187 words
     for source in sources(tmp_path, "vl-bert-json", tmp_path / "json").values():
@@ -392,19 +459,30 @@ def test_vl_bert_pretraining_masks_objects_before_the_cut(tmp_path, images):
 
     tokenizer = tiny_tokenizer(tmp_path)
     processor = vlhub.VlBertProcessor(
-        feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=DIM, max_regions=None,
-                                                      sort_by_class_score=True),
-        tokenizer=tokenizer, max_text_and_objects=64)
-    regions = {image_id: vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"])
-               for image_id, a in images.items()}
+        feature_extractor=vlhub.VlBertRegionProcessor(
+            region_feature_dim=DIM, max_regions=None, sort_by_class_score=True
+        ),
+        tokenizer=tokenizer,
+        max_text_and_objects=64,
+    )
+    regions = {
+        image_id: vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"])
+        for image_id, a in images.items()
+    }
 
     def encode(examples):  # as the pre-training collator: select, then the processor
         selected = [processor.feature_extractor.select(regions[e["image_id"]]) for e in examples]
         return dict(processor(text=[e["caption"] for e in examples], regions=selected)), selected
 
-    context = ObjectiveContext(tokenizer=tokenizer, random_token_ids=torch.arange(5, len(tokenizer)),
-                               mlm_probability=0.15, region_mask_probability=0.5, itm_negative_probability=0.0,
-                               encode=encode, other_image=None)
+    context = ObjectiveContext(
+        tokenizer=tokenizer,
+        random_token_ids=torch.arange(5, len(tokenizer)),
+        mlm_probability=0.15,
+        region_mask_probability=0.5,
+        itm_negative_probability=0.0,
+        encode=encode,
+        other_image=None,
+    )
     mvrc = next(o for o in VL_BERT_OBJECTIVES if o.name == "mvrc")
     examples = [{"image_id": image_id, "caption": "a red cat"} for image_id in images]
     batch = mvrc.build(context, examples, [np.random.default_rng(seed) for seed in range(len(examples))])
@@ -418,10 +496,10 @@ def test_vl_bert_pretraining_masks_objects_before_the_cut(tmp_path, images):
         expected = (ordered * unmasked[:, None]).sum(0) / (unmasked.sum() + 1e-5)
         torch.testing.assert_close(batch["region_features"][row, 0], expected, rtol=1e-5, atol=1e-6)
         count = len(kept)
-        assert torch.equal(batch["region_masks"][row, 1:count + 1], torch.from_numpy(masked[:count]))
+        assert torch.equal(batch["region_masks"][row, 1 : count + 1], torch.from_numpy(masked[:count]))
         chosen = torch.from_numpy(draws[:count] < 0.5)
         labels = torch.as_tensor(a["cls_prob"][np.argsort(a["cls_prob"].max(axis=1))[::-1]][:count])
-        torch.testing.assert_close(batch["region_class_targets"][row, 1:count + 1], labels * chosen[:, None])
+        torch.testing.assert_close(batch["region_class_targets"][row, 1 : count + 1], labels * chosen[:, None])
 
 
 # --------------------------------------------------------------------------------------------------- Unified VLP
@@ -429,8 +507,11 @@ def write_vlp_h5(folder, images):
     import h5py
 
     folder.mkdir()
-    with h5py.File(folder / "feat.h5", "w") as feat, h5py.File(folder / "cls.h5", "w") as cls, \
-            h5py.File(folder / "bbox.h5", "w") as bbox:
+    with (
+        h5py.File(folder / "feat.h5", "w") as feat,
+        h5py.File(folder / "cls.h5", "w") as cls,
+        h5py.File(folder / "bbox.h5", "w") as bbox,
+    ):
         for image_id, a in images.items():
             feat[image_id] = a["features"]
             cls[image_id] = a["cls_prob"]
@@ -444,12 +525,24 @@ def test_unified_vlp_fills_its_100_slots(tmp_path, images):
     write_vlp_h5(tmp_path / "h5", images)
     folder = tmp_path / "h5"
     processor = vlhub.UnifiedVlpProcessor(
-        feature_extractor=vlhub.UnifiedVlpRegionProcessor(region_feature_dim=DIM, num_classes=CLASSES,
-                                                          max_regions=100, min_regions=100),
-        tokenizer=tiny_tokenizer(tmp_path))
-    found = sources(tmp_path, "vlp-h5", folder / "feat.h5", "--boxes", str(folder / "bbox.h5"), "--class-probs",
-                    str(folder / "cls.h5"), "--image-size-from-boxes", boxes=folder / "bbox.h5",
-                    class_probs=folder / "cls.h5", image_size_from_boxes=True)
+        feature_extractor=vlhub.UnifiedVlpRegionProcessor(
+            region_feature_dim=DIM, num_classes=CLASSES, max_regions=100, min_regions=100
+        ),
+        tokenizer=tiny_tokenizer(tmp_path),
+    )
+    found = sources(
+        tmp_path,
+        "vlp-h5",
+        folder / "feat.h5",
+        "--boxes",
+        str(folder / "bbox.h5"),
+        "--class-probs",
+        str(folder / "cls.h5"),
+        "--image-size-from-boxes",
+        boxes=folder / "bbox.h5",
+        class_probs=folder / "cls.h5",
+        image_size_from_boxes=True,
+    )
     for source in found.values():
         regions = [source[image_id] for image_id in images]
         inputs = processor(text=["a cat"] * len(regions), regions=regions)
@@ -459,8 +552,9 @@ def test_unified_vlp_fills_its_100_slots(tmp_path, images):
             most_confident = np.argsort(-a["conf"], kind="stable")[:count]
             assert torch.equal(rows_of(inputs, index), torch.from_numpy(a["features"][most_confident]))
             assert inputs["region_features"][index, count:].abs().sum() == 0
-    run_tiny_model("unified_vlp", processor, regions, num_regions=100, region_location_dim=6 + CLASSES,
-                   max_position_embeddings=160)
+    run_tiny_model(
+        "unified_vlp", processor, regions, num_regions=100, region_location_dim=6 + CLASSES, max_position_embeddings=160
+    )
 
 
 # --------------------------------------------------------------------------------------------------- converters
@@ -524,14 +618,16 @@ def test_uniter_converter_uses_the_training_configs_region_and_text_limits(tmp_p
     checkpoints = sorted(original.glob("*.pt"))
     assert checkpoints
     vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-                               + [f"w{i}" for i in range(config["vocab_size"] - 5)]))
+    vocab.write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(config["vocab_size"] - 5)])
+    )
     train_vqa = {**config, "max_txt_len": 40, "conf_th": 0.075, "max_bb": 100, "min_bb": 10, "num_bb": 36}
     for index, checkpoint in enumerate(checkpoints):
         for name, given in (("model", config), ("train", train_vqa)):
             folder = tmp_path / f"{index}-{name}"
-            convert_uniter(checkpoint, folder, config=given, tokenizer=vocab,
-                           answers=next(original.glob("ans2label*.json"), None))
+            convert_uniter(
+                checkpoint, folder, config=given, tokenizer=vocab, answers=next(original.glob("ans2label*.json"), None)
+            )
             processor = converted_region_processor(folder)
             regions = processor.feature_extractor
             head = AutoConfig.from_pretrained(folder).architectures[0]
@@ -549,9 +645,13 @@ def test_vl_bert_converter_sets_the_conceptual_captions_rule_from_a_pretraining_
     from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
     original = ORIGINALS / "vl_bert" / "original"
-    convert_vl_bert(next(original.glob("*prec*.model")), tmp_path / "pretrain",
-                    config=next((original / "cfgs" / "pretrain").glob("*.yaml")), task="pretraining",
-                    tokenizer=next(p.parent for p in original.rglob("vocab.txt")))
+    convert_vl_bert(
+        next(original.glob("*prec*.model")),
+        tmp_path / "pretrain",
+        config=next((original / "cfgs" / "pretrain").glob("*.yaml")),
+        task="pretraining",
+        tokenizer=next(p.parent for p in original.rglob("vocab.txt")),
+    )
     processor = converted_region_processor(tmp_path / "pretrain")
     # The fixture's YAML gives the conceptual_captions entry no SEQ_LEN: the dataset's default, 64.
     assert processor.max_text_and_objects == 64 and processor.feature_extractor.sort_by_class_score
@@ -566,9 +666,13 @@ def test_vl_bert_converter_sets_no_region_limit(tmp_path):
 
     original = ORIGINALS / "vl_bert" / "original"
     checkpoint = next(original.glob("*vqa*.model"))
-    convert_vl_bert(checkpoint, tmp_path / "vqa", config=next((original / "cfgs" / "vqa").glob("*.yaml")),
-                    tokenizer=next(p.parent for p in original.rglob("vocab.txt")),
-                    answers=next(original.glob("answers*.txt")))
+    convert_vl_bert(
+        checkpoint,
+        tmp_path / "vqa",
+        config=next((original / "cfgs" / "vqa").glob("*.yaml")),
+        tokenizer=next(p.parent for p in original.rglob("vocab.txt")),
+        answers=next(original.glob("answers*.txt")),
+    )
     processor = converted_region_processor(tmp_path / "vqa")
     regions = processor.feature_extractor
     assert regions.max_regions is None and regions.confidence_threshold is None
@@ -584,17 +688,26 @@ def test_unified_vlp_converter_takes_the_files_rows_as_stored(tmp_path, images):
     from .release_files import unified_vlp_files
 
     files = unified_vlp_files(ORIGINALS / "unified_vlp" / "original")
-    convert_unified_vlp(files["checkpoints"]["img2txt"], tmp_path / "vlp", config=files["config"],
-                        tokenizer=files["vocab"])
+    convert_unified_vlp(
+        files["checkpoints"]["img2txt"], tmp_path / "vlp", config=files["config"], tokenizer=files["vocab"]
+    )
     converted = converted_region_processor(tmp_path / "vlp").feature_extractor
-    settings = {name: getattr(converted, name)
-                for name in ("region_selection", "confidence_threshold", "min_regions", "max_regions")}
-    assert settings == {"region_selection": "first_n", "confidence_threshold": None, "min_regions": 100,
-                        "max_regions": 100}
+    settings = {
+        name: getattr(converted, name)
+        for name in ("region_selection", "confidence_threshold", "min_regions", "max_regions")
+    }
+    assert settings == {
+        "region_selection": "first_n",
+        "confidence_threshold": None,
+        "min_regions": 100,
+        "max_regions": 100,
+    }
     region_processor = vlhub.UnifiedVlpRegionProcessor(region_feature_dim=DIM, num_classes=CLASSES, **settings)
     unordered = shuffled(images)
-    regions = [vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"],
-                                    scores=a["conf"]) for a in unordered.values()]
+    regions = [
+        vlhub.RegionFeatures(a["features"], a["boxes"], (HEIGHT, WIDTH), class_probs=a["cls_prob"], scores=a["conf"])
+        for a in unordered.values()
+    ]
     inputs = region_processor(regions)
     for index, a in enumerate(unordered.values()):
         count = min(len(a["features"]), 100)

@@ -15,7 +15,10 @@ from .helpers import random_regions
 def with_probs(regions, num_classes=5, num_attributes=3, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return vlhub.RegionFeatures(
-        features=regions.features, boxes=regions.boxes, image_size=regions.image_size, scores=regions.scores,
+        features=regions.features,
+        boxes=regions.boxes,
+        image_size=regions.image_size,
+        scores=regions.scores,
         class_probs=torch.rand(len(regions), num_classes, generator=generator),
         attribute_probs=torch.rand(len(regions), num_attributes, generator=generator),
     )
@@ -121,7 +124,9 @@ def test_store_processes_write_their_own_shards(tmp_path):
         with RegionStoreWriter(tmp_path, shard_size=1, process_index=process) as writer:
             writer.add(f"p{process}", random_regions(2, 8, seed=process))
     assert [p.name for p in RegionStore(tmp_path).shard_files] == [
-        "shard-p00000-00000.arrow", "shard-p00001-00000.arrow"]
+        "shard-p00000-00000.arrow",
+        "shard-p00001-00000.arrow",
+    ]
 
 
 def test_store_datasets_views(tmp_path):
@@ -130,7 +135,7 @@ def test_store_datasets_views(tmp_path):
         for image_id, regions in images.items():
             writer.add(image_id, regions)
     dataset = RegionStore(tmp_path).dataset.with_format("numpy")
-    assert dataset["image_id"][:] .tolist() == list(images)
+    assert dataset["image_id"][:].tolist() == list(images)
     np.testing.assert_array_equal(dataset[1]["features"], images["img1"].features.numpy())
     streamed = list(RegionStore.streaming_dataset(tmp_path))
     assert [row["image_id"] for row in streamed] == list(images)
@@ -155,16 +160,30 @@ def test_a_version_1_store_still_reads_and_upgrades_with_one_command(tmp_path):
     old.mkdir()
     images = {f"img{i}": random_regions(2 + i, 8, seed=i) for i in range(3)}
     # Format version 1, as vlhub wrote it before: Parquet shards of list<list<float>> columns, no id index.
-    (old / "store.json").write_text(json.dumps({"format": "vlhub-region-store", "version": 1, "layout": {
-        "feature_dim": 8, "feature_dtype": "float32", "has_scores": True, "num_classes": None,
-        "num_attributes": None}}))
-    table = pa.table({
-        "image_id": list(images),
-        "features": [r.features.numpy().tolist() for r in images.values()],
-        "boxes": [r.boxes.numpy().tolist() for r in images.values()],
-        "image_size": [[float(v) for v in r.image_size] for r in images.values()],
-        "scores": [r.scores.numpy().tolist() for r in images.values()],
-    })
+    (old / "store.json").write_text(
+        json.dumps(
+            {
+                "format": "vlhub-region-store",
+                "version": 1,
+                "layout": {
+                    "feature_dim": 8,
+                    "feature_dtype": "float32",
+                    "has_scores": True,
+                    "num_classes": None,
+                    "num_attributes": None,
+                },
+            }
+        )
+    )
+    table = pa.table(
+        {
+            "image_id": list(images),
+            "features": [r.features.numpy().tolist() for r in images.values()],
+            "boxes": [r.boxes.numpy().tolist() for r in images.values()],
+            "image_size": [[float(v) for v in r.image_size] for r in images.values()],
+            "scores": [r.scores.numpy().tolist() for r in images.values()],
+        }
+    )
     pq.write_table(table, old / "shard-p00000-00000.parquet", row_group_size=2)
     with pytest.warns(UserWarning, match="version-1 region store"):
         legacy = RegionStore(old)
@@ -220,7 +239,7 @@ def test_a_float16_store_marks_its_features_so_uniter_does_not_round_them_again(
         selected = processor.select(loaded)
         assert bool(selected.metadata.get(FLOAT16_FEATURES)) is marked  # selection keeps the mark
         # Either way UNITER sees the float16-rounded features of the selected regions, as its feature files hold them.
-        expected = regions.select(torch.sort(regions.scores, descending=True, stable=True).indices[:len(selected)])
+        expected = regions.select(torch.sort(regions.scores, descending=True, stable=True).indices[: len(selected)])
         encoded = processor([loaded])["region_features"][0]
         torch.testing.assert_close(encoded, expected.features.half().float(), atol=0, rtol=0)
 
@@ -254,8 +273,9 @@ def test_reads_by_id_equal_the_arrow_row_decoding_bit_for_bit(tmp_path, feature_
                     if x is not None:
                         assert x.dtype == y.dtype == torch.float32 and x.shape == y.shape and torch.equal(x, y), name
                         assert x.is_contiguous()
-                assert_same_regions(read, images[expected.metadata["image_id"]],
-                                    atol=1e-2 if feature_dtype == "float16" else 0.0)
+                assert_same_regions(
+                    read, images[expected.metadata["image_id"]], atol=1e-2 if feature_dtype == "float16" else 0.0
+                )
 
 
 def with_image_box_feature(regions, offset: float):
@@ -268,8 +288,11 @@ def with_image_box_feature(regions, offset: float):
 def test_the_whole_image_feature_is_kept_per_image(tmp_path, feature_dtype):
     """VL-BERT's `image_box_feature`: stored with each image that has one (null for one without), read back into
     metadata as the reader gives it; by id, as Arrow rows, and through `datasets`."""
-    images = {"a": with_image_box_feature(random_regions(3, 8, seed=1), 50.0), "b": random_regions(2, 8, seed=2),
-              "c": with_image_box_feature(random_regions(4, 8, seed=3), 0.25)}
+    images = {
+        "a": with_image_box_feature(random_regions(3, 8, seed=1), 50.0),
+        "b": random_regions(2, 8, seed=2),
+        "c": with_image_box_feature(random_regions(4, 8, seed=3), 0.25),
+    }
     with RegionStoreWriter(tmp_path, shard_size=2, feature_dtype=feature_dtype) as writer:
         for image_id, regions in images.items():
             writer.add(image_id, regions)
@@ -306,8 +329,11 @@ def test_a_store_without_whole_image_features_keeps_the_earlier_layout(tmp_path)
 def test_a_bad_whole_image_feature_is_refused_and_a_damaged_one_detected(tmp_path):
     with RegionStoreWriter(tmp_path / "bad", feature_dtype="float16") as writer:
         writer.add("a", with_image_box_feature(random_regions(3, 8, seed=1), 0.0))
-        for bad, message in ((np.zeros(5), "has 5 values; the store's features have 8"),
-                             (np.full(8, np.nan), "NaN or infinite"), (np.full(8, 1e6), "float16")):
+        for bad, message in (
+            (np.zeros(5), "has 5 values; the store's features have 8"),
+            (np.full(8, np.nan), "NaN or infinite"),
+            (np.full(8, 1e6), "float16"),
+        ):
             regions = random_regions(3, 8, seed=2)
             regions.metadata["image_box_feature"] = bad
             with pytest.raises(ValueError, match=message):
@@ -318,6 +344,6 @@ def test_a_bad_whole_image_feature_is_refused_and_a_damaged_one_detected(tmp_pat
     data = shard.read_bytes()
     stored = np.float32(7 - 1000.0).tobytes()  # the feature's last value, found in the shard's bytes
     position = data.index(stored)
-    shard.write_bytes(data[:position] + bytes([data[position] ^ 0x55]) + data[position + 1:])
+    shard.write_bytes(data[:position] + bytes([data[position] ^ 0x55]) + data[position + 1 :])
     with pytest.raises(ValueError, match=f"{shard.name} is damaged"):
         RegionStore(tmp_path / "flip")["a"]

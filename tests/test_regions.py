@@ -68,8 +68,7 @@ def test_selection_equals_the_torch_sort_formula_with_ties_zeros_and_scores_at_t
         if trial % 2:
             scores = torch.rand(count, generator=generator)
         threshold, low, high = [(0.2, 10, 100), (0.1, 1, 5), (0.0, 3, None), (0.5, 1, 100)][trial % 4]
-        regions = RegionFeatures(torch.arange(count * 2.0).view(count, 2), torch.zeros(count, 4), (4, 4),
-                                 scores=scores)
+        regions = RegionFeatures(torch.arange(count * 2.0).view(count, 2), torch.zeros(count, 4), (4, 4), scores=scores)
         order = torch.sort(scores, descending=True, stable=True).indices
         keep = min(max(int((scores > threshold).sum()), low), high or count, count)
         chosen = select_regions(regions, threshold, low, high)

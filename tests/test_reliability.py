@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # ---- 7. one line for a user error, a traceback for a bug ----
 
+
 def _error_lines(err: str, prefix: str) -> list[str]:
     # The rest is tqdm's progress bar (lines it redraws end in "\r").
     return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(prefix)]
@@ -59,8 +60,16 @@ def test_vlhub_extract_on_a_non_image_is_one_line(tmp_path, capsys, monkeypatch)
     (tmp_path / "images").mkdir()
     write_test_image(tmp_path / "images" / "good.png", seed=0)
     (tmp_path / "images" / "fake.png").write_text("not an image")
-    code = main(["extract", str(tmp_path / "images"), "--extractor", str(tmp_path / "detector"),
-                 "--output", str(tmp_path / "store")])
+    code = main(
+        [
+            "extract",
+            str(tmp_path / "images"),
+            "--extractor",
+            str(tmp_path / "detector"),
+            "--output",
+            str(tmp_path / "store"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == USER_ERROR_EXIT_CODE and "Traceback" not in err
     lines = _error_lines(err, "vlhub extract: error:")
@@ -75,8 +84,16 @@ def test_a_second_writer_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     tiny_detector().save_pretrained(tmp_path / "detector")
     write_test_image(tmp_path / "a.png", seed=0)
     with RegionStoreWriter(tmp_path / "store", shard_size=2):  # the first writer, still writing
-        code = main(["extract", str(tmp_path / "a.png"), "--extractor", str(tmp_path / "detector"),
-                     "--output", str(tmp_path / "store")])
+        code = main(
+            [
+                "extract",
+                str(tmp_path / "a.png"),
+                "--extractor",
+                str(tmp_path / "detector"),
+                "--output",
+                str(tmp_path / "store"),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == USER_ERROR_EXIT_CODE and "Traceback" not in err
     lines = _error_lines(err, "vlhub extract: error:")
@@ -93,15 +110,20 @@ def test_a_damaged_store_index_names_the_file(tmp_path, damage):
     index = tmp_path / "store" / "index.sqlite"
     data = index.read_bytes()
     index.write_bytes(damage if isinstance(damage, bytes) else data[:100] + b"\xff" * 50 + data[150:])
-    with pytest.raises(VlhubUserError, match=r"index\.sqlite \(the region store's id index\) cannot be read: "
-                                             r"DatabaseError") as caught:
+    with pytest.raises(
+        VlhubUserError,
+        match=r"index\.sqlite \(the region store's id index\) cannot be read: "
+        r"DatabaseError",
+    ) as caught:
         store = RegionStore(tmp_path / "store")
         store["img0"]
     assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
 
 
-@pytest.mark.parametrize("name, content", [("captions.parquet", b"PAR1 not parquet PAR1"),
-                                           ("captions.jsonl", b'{"caption": "a red' + b"\x00\x01")])
+@pytest.mark.parametrize(
+    "name, content",
+    [("captions.parquet", b"PAR1 not parquet PAR1"), ("captions.jsonl", b'{"caption": "a red' + b"\x00\x01")],
+)
 def test_a_damaged_caption_file_names_the_file(tmp_path, name, content):
     from vlhub.training.data import load_table
 
@@ -118,8 +140,9 @@ def test_a_hostile_yaml_config_is_one_line_naming_it(tmp_path, capsys, monkeypat
     code = run_command("vlhub convert", lambda: config_from_yaml(tmp_path / "config.yaml", "frcnn"))
     err = capsys.readouterr().err
     assert code == USER_ERROR_EXIT_CODE and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"vlhub convert: error: {tmp_path / 'config.yaml'} (the detector config) cannot be read: "
-                          "ConstructorError")
+    assert err.startswith(
+        f"vlhub convert: error: {tmp_path / 'config.yaml'} (the detector config) cannot be read: ConstructorError"
+    )
     assert not (tmp_path / "pwned").exists()
 
 
@@ -130,6 +153,7 @@ def test_memory_error_of_a_reader_names_the_file():
 
 
 # ---- 1. resume restores every generator or names the one it cannot ----
+
 
 def _replace_rng_state(checkpoint, write):
     """Replace process 0's RNG file and record matching checksums, so only the content can tell it is wrong."""
@@ -149,15 +173,26 @@ def _truncated(path):
 
 
 @pytest.mark.usefixtures("fresh_accelerate_state")
-@pytest.mark.parametrize("write, problem", [
-    (_truncated, r"random_states_0\.pkl cannot be read \("),
-    (_torch_save({}), r"random_states_0\.pkl has no random_state \(Python's random generator\)"),
-    (_torch_save([1, 2]), r"random_states_0\.pkl holds a list"),
-    (_torch_save({"random_state": fractions.Fraction(1, 3)}), r"random_states_0\.pkl cannot be read \(Unpickling"),
-    (_torch_save({"random_state": (3, tuple(range(625)), None), "numpy_random_seed": "not a state",
-                  "torch_manual_seed": torch.get_rng_state()}),
-     r"random_states_0\.pkl: numpy_random_seed \(numpy's global generator\) cannot be restored"),
-], ids=["truncated", "empty-dict", "a-list", "refused-pickle", "bad-numpy-state"])
+@pytest.mark.parametrize(
+    "write, problem",
+    [
+        (_truncated, r"random_states_0\.pkl cannot be read \("),
+        (_torch_save({}), r"random_states_0\.pkl has no random_state \(Python's random generator\)"),
+        (_torch_save([1, 2]), r"random_states_0\.pkl holds a list"),
+        (_torch_save({"random_state": fractions.Fraction(1, 3)}), r"random_states_0\.pkl cannot be read \(Unpickling"),
+        (
+            _torch_save(
+                {
+                    "random_state": (3, tuple(range(625)), None),
+                    "numpy_random_seed": "not a state",
+                    "torch_manual_seed": torch.get_rng_state(),
+                }
+            ),
+            r"random_states_0\.pkl: numpy_random_seed \(numpy's global generator\) cannot be restored",
+        ),
+    ],
+    ids=["truncated", "empty-dict", "a-list", "refused-pickle", "bad-numpy-state"],
+)
 def test_an_unreadable_rng_state_stops_the_resume_naming_file_and_piece(tmp_path, write, problem):
     from tests.test_safety_training import arguments, crashed_run
     from tests.test_training_loop import make_task
@@ -186,9 +221,12 @@ def test_a_second_owner_is_refused_naming_the_first(tmp_path):
     from vlhub.utils.locks import LOCK_FILE, FolderInUseError, FolderLock
 
     with FolderLock(tmp_path / "run", "--output_dir"):
-        with pytest.raises(FolderInUseError, match=rf"--output_dir {tmp_path / 'run'} is in use by another run "
-                                                   rf"\(process {os.getpid()} on host {socket.gethostname()}, "
-                                                   r"started \d{4}-\d\d-\d\dT"):
+        with pytest.raises(
+            FolderInUseError,
+            match=rf"--output_dir {tmp_path / 'run'} is in use by another run "
+            rf"\(process {os.getpid()} on host {socket.gethostname()}, "
+            r"started \d{4}-\d\d-\d\dT",
+        ):
             FolderLock(tmp_path / "run", "--output_dir").acquire()
     assert not (tmp_path / "run").exists()  # released: no lock file, and the folder it created is gone
     with FolderLock(tmp_path / "run"):
@@ -224,8 +262,12 @@ def test_owners_started_together_never_both_get_the_folder(tmp_path):
 def test_the_lock_of_a_killed_run_is_taken_over(tmp_path, caplog):
     from vlhub.utils.locks import FolderLock
 
-    owner = subprocess.Popen([sys.executable, "-c", KILLED_OWNER, str(tmp_path / "run")], stdout=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    owner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert owner.stdout.readline().strip() == "locked"
     finally:
@@ -254,6 +296,7 @@ def test_a_second_training_run_on_one_output_dir_is_refused_before_writing(tmp_p
 
 # ---- 4. every Hub call has a deadline ----
 
+
 @pytest.fixture
 def loopback_hub(monkeypatch):
     """Downloads and uploads go to a server on 127.0.0.1 (the suite runs offline): returns a function that points
@@ -275,8 +318,9 @@ def loopback_hub(monkeypatch):
     def point_at(url: str):
         monkeypatch.setenv("HF_ENDPOINT", url)
         monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", url)
-        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(
+            huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
         monkeypatch.setattr(datasets.config, "HF_ENDPOINT", url)
         monkeypatch.setattr(datasets.config, "HUB_DATASETS_URL", url + "/datasets/{repo_id}/resolve/{revision}/{path}")
 
@@ -303,11 +347,27 @@ def test_vlhub_extract_from_an_unresponsive_hub_ends_in_one_line(tmp_path, capsy
     from vlhub.cli import main
 
     write_test_image(tmp_path / "a.png", seed=0)
-    with (SilentServer() if server_kind == "silent" else TricklingServer()) as server:
+    with SilentServer() if server_kind == "silent" else TricklingServer() as server:
         loopback_hub(server.url)
         codes = []
-        assert within(60, lambda: codes.append(main(["extract", str(tmp_path / "a.png"), "--extractor",
-                                                     "org/extractor", "--output", str(tmp_path / "s")]))) is None
+        assert (
+            within(
+                60,
+                lambda: codes.append(
+                    main(
+                        [
+                            "extract",
+                            str(tmp_path / "a.png"),
+                            "--extractor",
+                            "org/extractor",
+                            "--output",
+                            str(tmp_path / "s"),
+                        ]
+                    )
+                ),
+            )
+            is None
+        )
     err = capsys.readouterr().err
     assert codes == [USER_ERROR_EXIT_CODE] and "Traceback" not in err
     lines = _error_lines(err, "vlhub extract: error:")
@@ -323,9 +383,21 @@ def test_finetune_from_a_trickling_hub_ends_naming_the_download(tmp_path, loopba
 
     with TricklingServer() as server:
         loopback_hub(server.url)
-        error = within(60, lambda: finetune_main(["--model_name_or_path", "org/model", "--output_dir",
-                                                  str(tmp_path / "run"), "--hub_timeout", "0.5",
-                                                  "--hub_total_timeout", "1.5"]))
+        error = within(
+            60,
+            lambda: finetune_main(
+                [
+                    "--model_name_or_path",
+                    "org/model",
+                    "--output_dir",
+                    str(tmp_path / "run"),
+                    "--hub_timeout",
+                    "0.5",
+                    "--hub_total_timeout",
+                    "1.5",
+                ]
+            ),
+        )
     assert isinstance(error, HubTimeoutError)
     assert str(error).startswith(f"downloading the model org/model at {server.url} did not finish within 1.5 s")
 
@@ -356,10 +428,21 @@ def test_a_trickling_upload_does_not_keep_a_finished_run_waiting(tmp_path, loopb
         def trickle_after_creation(state):
             hub.trickle_uploads = True
 
-        error = within(90, lambda: train(
-            make_task(tmp_path), arguments(tmp_path, push_to_hub=True, hub_model_id="tester/slow", hub_token="hf_fake",
-                                           hub_timeout=0.5, hub_total_timeout=2),
-            callbacks=[trickle_after_creation]))
+        error = within(
+            90,
+            lambda: train(
+                make_task(tmp_path),
+                arguments(
+                    tmp_path,
+                    push_to_hub=True,
+                    hub_model_id="tester/slow",
+                    hub_token="hf_fake",
+                    hub_timeout=0.5,
+                    hub_total_timeout=2,
+                ),
+                callbacks=[trickle_after_creation],
+            ),
+        )
         assert hub.stalled >= 1 and hub.commits == []
     assert isinstance(error, HubError)
     assert f"uploading {tmp_path / 'run'} to tester/slow" in str(error) and "did not finish within 2 s" in str(error)
@@ -380,8 +463,10 @@ def test_import_features_names_the_source_of_a_reader_memory_error(tmp_path, cap
     code = main(["import-features", str(tmp_path / "features"), "--format", "npz", "--output", str(tmp_path / "s")])
     err = capsys.readouterr().err
     assert code == USER_ERROR_EXIT_CODE and "Traceback" not in err
-    assert err == (f"vlhub import-features: error: {tmp_path / 'features'} (a npz feature source) cannot be read: "
-                   "MemoryError: more data than fits in memory\n")
+    assert err == (
+        f"vlhub import-features: error: {tmp_path / 'features'} (a npz feature source) cannot be read: "
+        "MemoryError: more data than fits in memory\n"
+    )
 
 
 @pytest.mark.slow
@@ -393,13 +478,24 @@ def test_every_process_of_an_accelerate_launch_stops_on_an_owned_output_dir(tmp_
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.pop("VLHUB_DEBUG", None)
-    command = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
-               *common_args(tmp_path)]
+    command = [
+        str(accelerate),
+        "launch",
+        "--num_processes",
+        "2",
+        str(REPO / "pretrain.py"),
+        "--dataset",
+        str(store),
+        *common_args(tmp_path),
+    ]
     with FolderLock(tmp_path / "run", "--output_dir"):  # another run owns the folder
         completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert completed.returncode != 0
-    refusals = [line for line in completed.stderr.splitlines()
-                if line.startswith("pretrain.py: error: --output_dir") and f"process {os.getpid()} on host" in line]
+    refusals = [
+        line
+        for line in completed.stderr.splitlines()
+        if line.startswith("pretrain.py: error: --output_dir") and f"process {os.getpid()} on host" in line
+    ]
     assert len(refusals) == 2, completed.stderr[-4000:]  # both ranks stop, each with the one line
     # No traceback of ours (accelerate's launcher prints its own when its processes fail).
     assert "FolderInUseError" not in completed.stderr

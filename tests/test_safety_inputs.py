@@ -152,8 +152,11 @@ def test_flipped_bytes_in_a_shard_are_an_error_not_different_features(tmp_path):
             assert shard.name in str(err)
             outcomes["error"] += 1
             continue
-        same = all(torch.equal(getattr(read[i], name), getattr(images[i], name))
-                   for i in images for name in ("features", "boxes", "scores"))
+        same = all(
+            torch.equal(getattr(read[i], name), getattr(images[i], name))
+            for i in images
+            for name in ("features", "boxes", "scores")
+        )
         outcomes["identical" if same else "silently different"] += 1
     assert outcomes["silently different"] == 0, outcomes
     assert outcomes["error"] > 0
@@ -166,8 +169,16 @@ def test_unsafe_pickle_reaches_the_cli_as_one_line(tmp_path, capsys):
         txn.put(b"keys", pickle.dumps([b"1"]))
         txn.put(b"1", pickle.dumps(_Payload(tmp_path / "pwned")))
     env.close()
-    code = main(["import-features", str(tmp_path / "evil.lmdb"), "--format", "vilbert-lmdb",
-                 "--output", str(tmp_path / "store")])
+    code = main(
+        [
+            "import-features",
+            str(tmp_path / "evil.lmdb"),
+            "--format",
+            "vilbert-lmdb",
+            "--output",
+            str(tmp_path / "store"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code != 0
     assert "Traceback" not in err
@@ -194,8 +205,11 @@ def test_training_texts_are_checked_at_load_time_naming_the_row():
 def test_unsafe_pt_is_reported_as_refused_not_corrupt(tmp_path):
     for legacy in (False, True):
         path = tmp_path / f"evil{int(legacy)}.pt"
-        torch.save({"weight": torch.ones(2), "extra": _Payload(tmp_path / "pwned")}, path,
-                   _use_new_zipfile_serialization=not legacy)
+        torch.save(
+            {"weight": torch.ones(2), "extra": _Payload(tmp_path / "pwned")},
+            path,
+            _use_new_zipfile_serialization=not legacy,
+        )
         with pytest.raises(CheckpointError, match=r"refusing to load.*system") as info:
             load_torch_state_dict(path)
         assert "truncated" not in str(info.value) and path.name in str(info.value)
@@ -225,12 +239,12 @@ def test_truncated_legacy_pt_is_never_reported_as_unsafe(tmp_path):
 
 def test_unsafe_pt_through_the_converter_and_cli(tmp_path, tiny_vocab, capsys):
     path = tmp_path / "uniter.pt"
-    torch.save({"uniter.embeddings.word_embeddings.weight": torch.zeros(4, 4), "x": _Payload(tmp_path / "pwned")},
-               path)
+    torch.save({"uniter.embeddings.word_embeddings.weight": torch.zeros(4, 4), "x": _Payload(tmp_path / "pwned")}, path)
     with pytest.raises(CheckpointError, match="refusing to load"):
         convert_uniter(path, tmp_path / "out", tokenizer=tiny_vocab)
-    code = main(["convert", "uniter", str(path), "--output-dir", str(tmp_path / "out2"), "--tokenizer",
-                 str(tiny_vocab)])
+    code = main(
+        ["convert", "uniter", str(path), "--output-dir", str(tmp_path / "out2"), "--tokenizer", str(tiny_vocab)]
+    )
     err = capsys.readouterr().err
     assert code != 0 and "refusing to load" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "pwned").exists()
@@ -366,8 +380,9 @@ def test_vlp_h5_refuses_links(tmp_path, kind):
     with h5py.File(features, "a") as f:
         f["real"] = f["COCO_1"][()]
         del f["COCO_1"]
-        f["COCO_1"] = h5py.SoftLink("/real") if kind == "soft" else h5py.ExternalLink(str(tmp_path / "other.h5"),
-                                                                                     "/data")
+        f["COCO_1"] = (
+            h5py.SoftLink("/real") if kind == "soft" else h5py.ExternalLink(str(tmp_path / "other.h5"), "/data")
+        )
     with h5py.File(features, "r") as f:
         assert f["COCO_1"].shape == (2, 4)  # a plain read follows the link
     with pytest.raises(FeatureFileError, match=rf"feat\.h5.*'COCO_1'.*{kind} link"):
@@ -409,7 +424,6 @@ def test_vilbert_lmdb_refusals_and_damage_name_the_lmdb_and_entry(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
-
 def test_npz_with_a_pickled_object_array_is_refused_without_running_it(tmp_path):
     boxes = np.array([[0, 0, 10, 10]], dtype=np.float32)
     payload = np.empty(1, dtype=object)
@@ -431,9 +445,12 @@ def test_uniter_lmdb_with_pickled_npz_or_object_msgpack_is_refused(tmp_path):
     buffer = io.BytesIO()
     np.savez_compressed(buffer, features=payload, norm_bb=np.zeros((1, 6), np.float16))
     object_msgpack = msgpack.packb(
-        {"features": {"nd": True, "type": "|O", "shape": [1], "data": pickle.dumps(_Payload(tmp_path / "pwned"))},
-         "norm_bb": {"nd": True, "type": "<f2", "shape": [1, 6], "data": np.zeros((1, 6), np.float16).tobytes()}},
-        use_bin_type=True)
+        {
+            "features": {"nd": True, "type": "|O", "shape": [1], "data": pickle.dumps(_Payload(tmp_path / "pwned"))},
+            "norm_bb": {"nd": True, "type": "<f2", "shape": [1, 6], "data": np.zeros((1, 6), np.float16).tobytes()},
+        },
+        use_bin_type=True,
+    )
     env = lmdb.open(str(tmp_path / "db"), map_size=1 << 22)
     with env.begin(write=True) as txn:
         txn.put(b"a.npz", buffer.getvalue())

@@ -48,8 +48,11 @@ KILLED_WRITER = textwrap.dedent("""
 
 def test_a_writer_killed_mid_shard_loses_only_its_unfinished_shard(tmp_path, caplog):
     store, ready = tmp_path / "store", tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(store), str(ready)], cwd=REPO,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(store), str(ready)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready.exists():
@@ -88,7 +91,10 @@ def test_a_second_writer_of_one_series_is_refused(tmp_path):
         again.add("b", random_regions(2, 8))
     assert sorted(RegionStore(tmp_path).ids) == ["a", "b", "x"]
     assert [p.name for p in RegionStore(tmp_path).shard_files] == [
-        "shard-p00000-00000.arrow", "shard-p00000-00001.arrow", "shard-p00001-00000.arrow"]
+        "shard-p00000-00000.arrow",
+        "shard-p00000-00001.arrow",
+        "shard-p00001-00000.arrow",
+    ]
 
 
 def test_an_id_another_process_stored_is_refused_when_written(tmp_path):

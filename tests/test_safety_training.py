@@ -37,12 +37,19 @@ def online_towards_loopback(monkeypatch):
 
 
 def arguments(tmp_path, name="run", **overrides) -> VlhubTrainingArguments:
-    settings = dict(output_dir=str(tmp_path / name), max_steps=4, per_device_train_batch_size=4, save_steps=2,
-                    logging_steps=1, learning_rate=1e-3)
+    settings = dict(
+        output_dir=str(tmp_path / name),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        save_steps=2,
+        logging_steps=1,
+        learning_rate=1e-3,
+    )
     return VlhubTrainingArguments(**{**settings, **overrides})
 
 
 # -- 1. secrets ------------------------------------------------------------------------------------------------------
+
 
 def test_a_pushed_run_writes_and_uploads_no_token(tmp_path, monkeypatch, online_towards_loopback):
     flag_token, env_token = "hf_FlagTokenValue123456", "hf_EnvironmentToken654321"
@@ -52,12 +59,37 @@ def test_a_pushed_run_writes_and_uploads_no_token(tmp_path, monkeypatch, online_
     config.write_text(json.dumps(TINY_CONFIG))
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        pretrain_main([
-            "--model_type", "uniter", "--config_name", str(config), "--tokenizer_name", str(write_vocab(tmp_path)),
-            "--dataset", str(store), "--max_steps", "4", "--per_device_train_batch_size", "4", "--objectives", "mlm",
-            "--logging_steps", "1", "--save_steps", "2", "--output_dir", str(tmp_path / "run"),
-            "--push_to_hub", "--hub_model_id", "tester/leak-check", "--hub_token", flag_token,
-            "--report_to", "none"])
+        pretrain_main(
+            [
+                "--model_type",
+                "uniter",
+                "--config_name",
+                str(config),
+                "--tokenizer_name",
+                str(write_vocab(tmp_path)),
+                "--dataset",
+                str(store),
+                "--max_steps",
+                "4",
+                "--per_device_train_batch_size",
+                "4",
+                "--objectives",
+                "mlm",
+                "--logging_steps",
+                "1",
+                "--save_steps",
+                "2",
+                "--output_dir",
+                str(tmp_path / "run"),
+                "--push_to_hub",
+                "--hub_model_id",
+                "tester/leak-check",
+                "--hub_token",
+                flag_token,
+                "--report_to",
+                "none",
+            ]
+        )
     received = hub.repos["tester/leak-check"]
     assert "README.md" in received and "trainer_state.json" in received and len(hub.commits) == 3
     for name, content in received.items():
@@ -82,18 +114,23 @@ def test_known_secret_values_are_scrubbed_from_any_text(monkeypatch):
 
 # -- 3. one run per output_dir ---------------------------------------------------------------------------------------
 
+
 def test_a_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
     train(make_task(tmp_path), arguments(tmp_path, max_steps=6))
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == [
-        "checkpoint-2", "checkpoint-4", "checkpoint-6"]
+        "checkpoint-2",
+        "checkpoint-4",
+        "checkpoint-6",
+    ]
     reset_accelerate_state()
     with pytest.raises(FileExistsError, match="checkpoint-6.*--overwrite_output_dir"):
         train(make_task(tmp_path), arguments(tmp_path, max_steps=4))
 
     # With --overwrite_output_dir the old checkpoints go first, so resume and rotation only see the new run.
     reset_accelerate_state()
-    result = train(make_task(tmp_path, seed=1), arguments(tmp_path, max_steps=4, save_total_limit=2,
-                                                          overwrite_output_dir=True))
+    result = train(
+        make_task(tmp_path, seed=1), arguments(tmp_path, max_steps=4, save_total_limit=2, overwrite_output_dir=True)
+    )
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert resolve_checkpoint("latest", tmp_path / "run").name == "checkpoint-4"
     assert json.loads((tmp_path / "run" / "checkpoint-4" / "trainer_state.json").read_text())["max_steps"] == 4
@@ -103,8 +140,10 @@ def test_a_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
 
 # -- 4. damaged checkpoints ------------------------------------------------------------------------------------------
 
+
 def crashed_run(tmp_path):
     """A run interrupted after step 5 with checkpoints at steps 2 and 4."""
+
     class Crash(RuntimeError):
         pass
 
@@ -129,13 +168,16 @@ def flip_a_byte(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage, file, problem", [
-    (truncate, "model.safetensors", "model.safetensors has .* bytes"),
-    (truncate, "training_state/optimizer.bin", "training_state/optimizer.bin has .* bytes"),
-    (flip_a_byte, "training_state/optimizer.bin", "content of training_state/optimizer.bin differs"),
-    (lambda path: path.unlink(), "training_state/random_states_0.pkl", "random_states_0.pkl is missing"),
-    (lambda path: path.unlink(), "checksums.json", "incomplete"),
-])
+@pytest.mark.parametrize(
+    "damage, file, problem",
+    [
+        (truncate, "model.safetensors", "model.safetensors has .* bytes"),
+        (truncate, "training_state/optimizer.bin", "training_state/optimizer.bin has .* bytes"),
+        (flip_a_byte, "training_state/optimizer.bin", "content of training_state/optimizer.bin differs"),
+        (lambda path: path.unlink(), "training_state/random_states_0.pkl", "random_states_0.pkl is missing"),
+        (lambda path: path.unlink(), "checksums.json", "incomplete"),
+    ],
+)
 def test_a_damaged_checkpoint_is_named_and_latest_falls_back(tmp_path, caplog, damage, file, problem):
     run = crashed_run(tmp_path)
     verify_checkpoint(run / "checkpoint-4")
@@ -185,17 +227,23 @@ def test_state_files_are_written_through_a_rename(tmp_path, monkeypatch):
 
 # -- 5. a Hub that never answers -------------------------------------------------------------------------------------
 
+
 def test_a_hub_that_never_answers_fails_before_training(tmp_path, monkeypatch, online_towards_loopback):
     with SilentServer() as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         with pytest.raises(HubError, match="tester/stalled.*Timeout"):
-            train(make_task(tmp_path), arguments(tmp_path, push_to_hub=True, hub_model_id="tester/stalled",
-                                                 hub_token="hf_fake", hub_timeout=0.5))
+            train(
+                make_task(tmp_path),
+                arguments(
+                    tmp_path, push_to_hub=True, hub_model_id="tester/stalled", hub_token="hf_fake", hub_timeout=0.5
+                ),
+            )
     assert not (tmp_path / "run").exists()
 
 
 def test_a_stalled_upload_ends_in_an_error_after_training_with_local_checkpoints_intact(
-        tmp_path, monkeypatch, online_towards_loopback):
+    tmp_path, monkeypatch, online_towards_loopback
+):
     with FakeHub() as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
 
@@ -203,9 +251,13 @@ def test_a_stalled_upload_ends_in_an_error_after_training_with_local_checkpoints
             hub.stall_uploads = True
 
         with pytest.raises(HubError) as error:
-            train(make_task(tmp_path), arguments(tmp_path, push_to_hub=True, hub_model_id="tester/stalled",
-                                                 hub_token="hf_fake", hub_timeout=0.5),
-                  callbacks=[stall_after_creation])
+            train(
+                make_task(tmp_path),
+                arguments(
+                    tmp_path, push_to_hub=True, hub_model_id="tester/stalled", hub_token="hf_fake", hub_timeout=0.5
+                ),
+                callbacks=[stall_after_creation],
+            )
         assert hub.stalled >= 1 and hub.commits == []
     assert "Timeout" in str(error.value) and str((tmp_path / "run").resolve()) in str(error.value)
     for step in (2, 4):

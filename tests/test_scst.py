@@ -12,8 +12,13 @@ import torch
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import (assert_resume_reproduces, logged_losses, reset_accelerate_state,
-                                    synthetic_corpus, tiny_tokenizer)
+from tests.training_helpers import (
+    assert_resume_reproduces,
+    logged_losses,
+    reset_accelerate_state,
+    synthetic_corpus,
+    tiny_tokenizer,
+)
 from vlhub.evaluation.captions import CiderD, caption_words
 from vlhub.training.captioning import (
     PromptCollator,
@@ -35,8 +40,16 @@ def fresh_accelerate_state():
 
 # ---------------------------------------------------------------------------------------------------- reward
 def test_caption_words_follow_the_ptb_tokenization():
-    assert caption_words("A man's T-shirt, isn't (really) \"red\".") == ["a", "man", "'s", "t-shirt", "is", "n't",
-                                                                         "really", "red"]
+    assert caption_words("A man's T-shirt, isn't (really) \"red\".") == [
+        "a",
+        "man",
+        "'s",
+        "t-shirt",
+        "is",
+        "n't",
+        "really",
+        "red",
+    ]
     assert caption_words("Two dogs... 3.5 metres; ok?") == ["two", "dogs", "3.5", "metres", "ok"]
 
 
@@ -83,8 +96,9 @@ def _tiny_captioner(tmp_path, seed=0):
 
     corpus = synthetic_corpus()
     torch.manual_seed(seed)
-    pretraining, processor = build_pretraining_model(None, "tiny", tiny_tokenizer(tmp_path), corpus,
-                                                     model_type="unified_vlp")
+    pretraining, processor = build_pretraining_model(
+        None, "tiny", tiny_tokenizer(tmp_path), corpus, model_type="unified_vlp"
+    )
     return vlhub.UnifiedVlpForConditionalGeneration(pretraining.config), processor, corpus
 
 
@@ -93,9 +107,10 @@ def check_scoring_hook(model, prompt: dict) -> tuple[torch.Tensor, torch.Tensor]
     decoding gave them, with eager and sdpa attention. Returns the captions and their mask."""
     model.eval()
     torch.manual_seed(1)
-    out = model.generate(**prompt, max_new_tokens=7, do_sample=True, top_k=0, output_logits=True,
-                         return_dict_in_generate=True)
-    captions = out.sequences[:, prompt["input_ids"].shape[1]:]
+    out = model.generate(
+        **prompt, max_new_tokens=7, do_sample=True, top_k=0, output_logits=True, return_dict_in_generate=True
+    )
+    captions = out.sequences[:, prompt["input_ids"].shape[1] :]
     mask = caption_token_mask(captions, [model.config.eos_token_id, model.config.pad_token_id])
     assert len(set(mask.sum(1).tolist())) > 1  # captions of different lengths, padding after the shorter ones
     decoded = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, captions[..., None]).squeeze(-1)
@@ -118,8 +133,17 @@ def test_the_vlp_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
 # ---------------------------------------------------------------------------------------------------- the task
 def _task(tmp_path, model=None, **kwargs):
     captioner, processor, corpus = _tiny_captioner(tmp_path)
-    return SelfCriticalCaptioningTask(model or captioner, processor, corpus.regions, corpus.train, None, "synthetic",
-                                      "synthetic captions", max_new_tokens=8, **kwargs), corpus
+    return SelfCriticalCaptioningTask(
+        model or captioner,
+        processor,
+        corpus.regions,
+        corpus.train,
+        None,
+        "synthetic",
+        "synthetic captions",
+        max_new_tokens=8,
+        **kwargs,
+    ), corpus
 
 
 def test_sampling_is_a_function_of_the_batch_seeds_only(tmp_path):
@@ -146,12 +170,35 @@ def scst_run(store, source, *extra, callbacks=()):
     images, captions of at most 8 tokens, a checkpoint every 2 steps."""
     from vlhub.training.cli import finetune_main
 
-    return finetune_main(["--task", "captioning", "--scst", "--model_name_or_path", str(source),
-                          "--dataset", str(store / "captions.jsonl"), "--region_store", str(store),
-                          "--max_caption_tokens", "8",
-                          "--max_steps", "4", "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                          "--save_steps", "2", "--learning_rate", "1e-3", "--seed", "5", *extra],
-                         callbacks=callbacks)
+    return finetune_main(
+        [
+            "--task",
+            "captioning",
+            "--scst",
+            "--model_name_or_path",
+            str(source),
+            "--dataset",
+            str(store / "captions.jsonl"),
+            "--region_store",
+            str(store),
+            "--max_caption_tokens",
+            "8",
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--seed",
+            "5",
+            *extra,
+        ],
+        callbacks=callbacks,
+    )
 
 
 def check_scst_training(run, straight: Path, resumed: Path) -> None:
@@ -173,8 +220,11 @@ def test_finetune_py_scst_trains_a_tiny_vlp_and_resumes_exactly(tmp_path):
     model.save_pretrained(tmp_path / "captioner")
     processor.save_pretrained(tmp_path / "captioner")
     store = write_store_dataset(tmp_path / "data")
-    check_scst_training(lambda *extra, callbacks=(): scst_run(store, tmp_path / "captioner", *extra,
-                                                              callbacks=callbacks), tmp_path / "a", tmp_path / "b")
+    check_scst_training(
+        lambda *extra, callbacks=(): scst_run(store, tmp_path / "captioner", *extra, callbacks=callbacks),
+        tmp_path / "a",
+        tmp_path / "b",
+    )
     trained = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "a")
     assert not torch.equal(trained.cls.predictions.bias, model.cls.predictions.bias)  # it trained
 
@@ -184,8 +234,9 @@ def test_scst_refuses_models_that_cannot_caption_and_other_tasks(tmp_path):
 
     captioner, processor, corpus = _tiny_captioner(tmp_path)
     vqa = vlhub.UnifiedVlpForQuestionAnswering(captioner.config)
-    with pytest.raises(ValueError, match="UnifiedVlpForQuestionAnswering cannot be trained as a captioner.*"
-                                         "caption_scoring_inputs"):
+    with pytest.raises(
+        ValueError, match="UnifiedVlpForQuestionAnswering cannot be trained as a captioner.*caption_scoring_inputs"
+    ):
         check_can_caption(vqa)
     # A VQA checkpoint loaded into the captioning class: its masked-LM head was not kept.
     vqa.save_pretrained(tmp_path / "vqa")
@@ -207,5 +258,6 @@ def test_prompt_collator_names_a_missing_image(tmp_path):
     collator = PromptCollator(processor, {}, ["img000"])
     with pytest.raises(KeyError, match="img000"):
         collator([{"index": 0, "seed": (0,)}])
-    assert np.isfinite(float(PromptCollator(processor, corpus.regions, ["img000"])([{"index": 0, "seed": (0,)}])
-                             ["sample_seed"]))
+    assert np.isfinite(
+        float(PromptCollator(processor, corpus.regions, ["img000"])([{"index": 0, "seed": (0,)}])["sample_seed"])
+    )

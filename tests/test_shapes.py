@@ -169,7 +169,9 @@ def test_answers_are_true_of_the_scene():
         if match := re.fullmatch(r"how many (shapes|objects) (are there|are in the image|can you see)\?", question):
             assert answer == str(len(labels))
             checked["count"] += 1
-        elif match := re.fullmatch(r"how many (\w+) (circles|squares|triangles|diamonds) (are there|are in the image|can you see)\?", question):
+        elif match := re.fullmatch(
+            r"how many (\w+) (circles|squares|triangles|diamonds) (are there|are in the image|can you see)\?", question
+        ):
             colour, shape = match.group(1), match.group(2)[:-1]
             assert answer == str(sum(label.endswith(f"{colour} {shape}") for label in labels))
             checked["count colour shape"] += 1
@@ -181,7 +183,10 @@ def test_answers_are_true_of_the_scene():
             (label,) = [label for label in labels if label.endswith(match.group(2))]
             assert answer == label.split()[1]
             checked["colour"] += 1
-        elif match := re.fullmatch(r"where is the (circle|square|triangle|diamond) relative to the (circle|square|triangle|diamond)\?", question):
+        elif match := re.fullmatch(
+            r"where is the (circle|square|triangle|diamond) relative to the (circle|square|triangle|diamond)\?",
+            question,
+        ):
             (a,) = [i for i, label in enumerate(labels) if label.endswith(match.group(1))]
             (b,) = [i for i, label in enumerate(labels) if label.endswith(match.group(2))]
             dx, dy = centres[a][0] - centres[b][0], centres[a][1] - centres[b][1]
@@ -231,10 +236,23 @@ def test_tokenizer_covers_every_text_without_unknown_pieces(world):
 
 def test_tokenizer_lower_cases_and_has_bert_specials():
     tokenizer = shapes_tokenizer()
-    assert tokenizer.tokenize("What COLOUR is the Large circle?") == ["what", "colour", "is", "the", "large", "circle", "?"]
+    assert tokenizer.tokenize("What COLOUR is the Large circle?") == [
+        "what",
+        "colour",
+        "is",
+        "the",
+        "large",
+        "circle",
+        "?",
+    ]
     vocab = SHAPES_VOCAB_FILE.read_text(encoding="utf-8").split("\n")
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id) == (0, 2, 3, 4)
+    assert (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id) == (
+        0,
+        2,
+        3,
+        4,
+    )
     assert len(tokenizer) == len([w for w in vocab if w])
 
 

@@ -18,8 +18,9 @@ from .release_files import tden_files
 
 ROOT = fixtures_root() / "tden"
 ORIGINAL = ROOT / "original"
-pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir() and not os.environ.get("VLHUB_FIXTURES_DIR"),
-                                reason=f"no TDEN fixture at {ROOT}")
+pytestmark = pytest.mark.skipif(
+    not ORIGINAL.is_dir() and not os.environ.get("VLHUB_FIXTURES_DIR"), reason=f"no TDEN fixture at {ROOT}"
+)
 if ORIGINAL.is_dir():  # each run folder's checkpoint, whatever the fixture set names it
     FILES = tden_files(ORIGINAL)
     RUNS, VOCAB = FILES["runs"], FILES["vocab"]
@@ -41,25 +42,46 @@ def test_only_the_model_entry_of_the_container_is_read():
     state = load_tden_checkpoint(checkpoint("caption"))
     assert set(state) == set(container["model"])
     assert detect_tden_task(state) == "captioning"
-    assert [detect_tden_task(load_tden_checkpoint(checkpoint(n))) for n in ("pretrain", "vqa", "retrieval")] == \
-        ["pretraining", "vqa", "retrieval"]
+    assert [detect_tden_task(load_tden_checkpoint(checkpoint(n))) for n in ("pretrain", "vqa", "retrieval")] == [
+        "pretraining",
+        "vqa",
+        "retrieval",
+    ]
 
 
 def test_cli_converts_with_a_report_and_a_model_card(tmp_path):
     out = tmp_path / "caption"
-    code = cli_main(["convert", "tden", str(checkpoint("caption")), "--output-dir", str(out),
-                     "--config", str(RUNS["caption"]["config"]), "--tokenizer", str(VOCAB)])
+    code = cli_main(
+        [
+            "convert",
+            "tden",
+            str(checkpoint("caption")),
+            "--output-dir",
+            str(out),
+            "--config",
+            str(RUNS["caption"]["config"]),
+            "--tokenizer",
+            str(VOCAB),
+        ]
+    )
     assert code == 0
     report = json.loads((out / "conversion_report.json").read_text())
     state = load_tden_checkpoint(checkpoint("caption"))
     assert set(report["used"].values()) | set(report["dropped"]) == set(state)
     assert "twice" in report["dropped"]["predictor.decoder.bias"] and not report["initialized"]
     assert report["used"]["lm_head.decoder.bias"] == "predictor.bias"
-    assert report["used"]["tden.decoder.layer.0.crossattention.self.key.weight"] == "decoder.g_layers.0.x_att.self.key.weight"
+    assert (
+        report["used"]["tden.decoder.layer.0.crossattention.self.key.weight"]
+        == "decoder.g_layers.0.x_att.self.key.weight"
+    )
     card = (out / "README.md").read_text()
     assert "xmodaler" in card and "image-to-text" in card
     config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "tden" and config["num_cross_encoder_layers"] == 0 and config["num_attention_heads"] == 4
+    assert (
+        config["model_type"] == "tden"
+        and config["num_cross_encoder_layers"] == 0
+        and config["num_attention_heads"] == 4
+    )
     generation = json.loads((out / "generation_config.json").read_text())
     assert generation["num_beams"] == 2 and generation["length_penalty"] == 0.0 and generation["max_new_tokens"] == 10
     processor = AutoProcessor.from_pretrained(out)
@@ -72,18 +94,29 @@ def test_batchnorm_running_statistics_are_converted(tmp_path):
     state = load_tden_checkpoint(checkpoint("retrieval"))
     model = vlhub.TdenForImageTextRetrieval.from_pretrained(tmp_path / "retrieval")
     for name in ("running_mean", "running_var", "num_batches_tracked"):
-        assert torch.equal(getattr(model.similarity.v_pooler[0].bn, name), state[f"similarity_predictor.v_pooler.0.bn.{name}"])
+        assert torch.equal(
+            getattr(model.similarity.v_pooler[0].bn, name), state[f"similarity_predictor.v_pooler.0.bn.{name}"]
+        )
 
 
 def test_a_pretraining_checkpoint_converts_to_every_task(tmp_path):
-    for task, kept, dropped in (("captioning", "lm_head.", ("decoder.u_layers.", "v_predictor.", "similarity_predictor.")),
-                                ("retrieval", "similarity.", ("decoder.", "predictor.", "v_predictor.")),
-                                ("vqa", "tden.cross_encoder.", ("predictor.", "v_predictor.", "similarity_predictor."))):
-        report = convert("pretrain", tmp_path / task, task=task, answers=ORIGINAL / "vqa" / "trainval_label2ans.pkl"
-                         if task == "vqa" else None)
+    for task, kept, dropped in (
+        ("captioning", "lm_head.", ("decoder.u_layers.", "v_predictor.", "similarity_predictor.")),
+        ("retrieval", "similarity.", ("decoder.", "predictor.", "v_predictor.")),
+        ("vqa", "tden.cross_encoder.", ("predictor.", "v_predictor.", "similarity_predictor.")),
+    ):
+        report = convert(
+            "pretrain",
+            tmp_path / task,
+            task=task,
+            answers=ORIGINAL / "vqa" / "trainval_label2ans.pkl" if task == "vqa" else None,
+        )
         assert any(k.startswith(kept) for k in report.used), task
-        assert all(any(source.startswith(d) for d in dropped) for source in report.dropped
-                   if source != "predictor.decoder.bias"), (task, report.dropped)
+        assert all(
+            any(source.startswith(d) for d in dropped)
+            for source in report.dropped
+            if source != "predictor.decoder.bias"
+        ), (task, report.dropped)
         assert all(any(source.startswith(d) for source in report.dropped) for d in dropped), task
         if task == "vqa":
             assert report.initialized and all(k.startswith("answer_head.") for k in report.initialized)
@@ -93,9 +126,13 @@ def test_a_pretraining_checkpoint_converts_to_every_task(tmp_path):
     from safetensors.torch import load_file
 
     mi = load_file(ROOT / "model_inputs.safetensors")
-    batch = dict(input_ids=mi["pretrain.U_TOKENS_IDS"], attention_mask=mi["pretrain.TOKENS_MASKS"].long(),
-                 region_features=mi["pretrain.ATT_FEATS"], region_locations=mi["pretrain.ATT_FEATS_LOC"],
-                 region_attention_mask=mi["pretrain.ATT_MASKS"].long())
+    batch = dict(
+        input_ids=mi["pretrain.U_TOKENS_IDS"],
+        attention_mask=mi["pretrain.TOKENS_MASKS"].long(),
+        region_features=mi["pretrain.ATT_FEATS"],
+        region_locations=mi["pretrain.ATT_FEATS_LOC"],
+        region_attention_mask=mi["pretrain.ATT_MASKS"].long(),
+    )
     convert("pretrain", tmp_path / "pretraining")
     with torch.no_grad():
         ism = vlhub.TdenForPreTraining.from_pretrained(tmp_path / "pretraining").eval()(**batch)
@@ -109,13 +146,20 @@ def test_pipelines_work_on_converted_folders(tmp_path):
     raw = json.loads((ROOT / "raw_inputs.json").read_text())
     tensors = load_file(ROOT / "raw_inputs.safetensors")
     image = raw["images"][0]
-    regions = vlhub.RegionFeatures(features=tensors[image["features_tensor"]], boxes=tensors[image["boxes_tensor"]],
-                                   image_size=(image["image_h"], image["image_w"]))
+    regions = vlhub.RegionFeatures(
+        features=tensors[image["features_tensor"]],
+        boxes=tensors[image["boxes_tensor"]],
+        image_size=(image["image_h"], image["image_w"]),
+    )
     convert("vqa", tmp_path / "vqa")
-    answers = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))(image=regions, question="is it sunny", top_k=2)
+    answers = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))(
+        image=regions, question="is it sunny", top_k=2
+    )
     assert len(answers) == 2 and all(isinstance(a["answer"], str) for a in answers)
     convert("retrieval", tmp_path / "retrieval")
-    ranked = pipeline("image-text-retrieval", model=str(tmp_path / "retrieval"))(image=regions, texts=["man riding horse", "two dogs"])
+    ranked = pipeline("image-text-retrieval", model=str(tmp_path / "retrieval"))(
+        image=regions, texts=["man riding horse", "two dogs"]
+    )
     assert [r["text"] for r in ranked] != [] and len(ranked) == 2
     convert("caption", tmp_path / "caption")
     for task in ("image-captioning", "image-to-text"):
@@ -126,12 +170,15 @@ def test_pipelines_work_on_converted_folders(tmp_path):
         assert text.strip() and "[CLS]" not in text and "[SEP]" not in text  # special tokens are not words
 
 
-@pytest.mark.parametrize("name, task, message", [
-    ("retrieval", "captioning", "no decoder layers"),
-    ("caption", "retrieval", "cannot score image-text pairs"),
-    ("caption", "vqa", "needs num_cross_encoder_layers"),
-    ("caption", "nlvr2", "task must be one of"),
-])
+@pytest.mark.parametrize(
+    "name, task, message",
+    [
+        ("retrieval", "captioning", "no decoder layers"),
+        ("caption", "retrieval", "cannot score image-text pairs"),
+        ("caption", "vqa", "needs num_cross_encoder_layers"),
+        ("caption", "nlvr2", "task must be one of"),
+    ],
+)
 def test_impossible_tasks_are_refused(tmp_path, name, task, message):
     with pytest.raises((CheckpointError, ValueError), match=message):
         convert(name, tmp_path / "out", task=task)
@@ -169,8 +216,9 @@ def test_bad_files_are_refused_with_their_reason(tmp_path):
         convert_tden(bare, tmp_path / "out", tokenizer=VOCAB)
     assert convert_tden(bare, tmp_path / "bare", config=RUNS["caption"]["config"], tokenizer=VOCAB).used
     with pytest.raises(CheckpointError, match="META_ARCHITECTURE"):
-        convert_tden(checkpoint("caption"), tmp_path / "out", config=RUNS["vqa"]["config"],
-                     tokenizer=VOCAB)
+        convert_tden(checkpoint("caption"), tmp_path / "out", config=RUNS["vqa"]["config"], tokenizer=VOCAB)
     assert not (tmp_path / "out").exists()
-    code = cli_main(["convert", "tden", str(trainer_only), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(VOCAB)])
+    code = cli_main(
+        ["convert", "tden", str(trainer_only), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(VOCAB)]
+    )
     assert code == 2

@@ -69,8 +69,7 @@ def test_vqa_loss_is_the_originals_bce_summed_over_answers_on_both_branches(tmp_
     # X-modaler: BCEWithLogitsLoss(reduction="mean") * num_labels on the understanding and on the generation logits,
     # summed; written out here per element: -[y log s(x) + (1 - y) log(1 - s(x))], summed over the answers, averaged
     # over the questions.
-    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForQuestionAnswering, bidirectional_decoder=True,
-                                     num_labels=5)
+    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForQuestionAnswering, bidirectional_decoder=True, num_labels=5)
     model.eval()
     pairs = corpus.train[:3]
     batch = processor(text=[c for _, c in pairs], regions=[corpus.regions[i] for i, _ in pairs], return_tensors="pt")
@@ -112,13 +111,18 @@ def test_retrieval_task_follows_the_heads_negatives(tmp_path):
 def test_in_batch_retrieval_step_is_the_hardest_negative_hinge_without_same_image_pairs(tmp_path):
     from vlhub.training.finetuning import InBatchRetrievalTask
 
-    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForImageTextRetrieval, num_cross_encoder_layers=0,
-                                     num_decoder_layers=0)
+    model, processor, corpus = _tiny(
+        tmp_path, vlhub.TdenForImageTextRetrieval, num_cross_encoder_layers=0, num_decoder_layers=0
+    )
     task = InBatchRetrievalTask(model, processor, corpus.regions, corpus.train, corpus.validation, "s", "s")
     images = list(corpus.regions)
     second = next(c for i, c in corpus.train if i == images[0] and c != corpus.train[0][1])
-    examples = [{"image_id": images[0], "caption": corpus.train[0][1]}, {"image_id": images[1], "caption": "a red circle"},
-                {"image_id": images[0], "caption": second}, {"image_id": images[2], "caption": "two blue squares"}]
+    examples = [
+        {"image_id": images[0], "caption": corpus.train[0][1]},
+        {"image_id": images[1], "caption": "a red circle"},
+        {"image_id": images[0], "caption": second},
+        {"image_id": images[2], "caption": "two blue squares"},
+    ]
     batch = task.collate_fn(examples)
     assert batch["image_ids"].tolist() == [0, 1, 0, 2]  # the two captions of the first image share an id
     plain = processor(text=[e["caption"] for e in examples], regions=[corpus.regions[e["image_id"]] for e in examples])
@@ -139,11 +143,34 @@ def test_in_batch_retrieval_step_is_the_hardest_negative_hinge_without_same_imag
 def _retrieval_run(store, source, *extra, callbacks=()):
     from vlhub.training.cli import finetune_main
 
-    return finetune_main(["--task", "retrieval", "--model_name_or_path", str(source),
-                          "--dataset", str(store / "captions.jsonl"), "--region_store", str(store),
-                          "--max_steps", "4", "--per_device_train_batch_size", "6", "--logging_steps", "1",
-                          "--save_steps", "2", "--learning_rate", "1e-3", "--seed", "3", "--max_gallery_images", "8",
-                          *extra], callbacks=callbacks)
+    return finetune_main(
+        [
+            "--task",
+            "retrieval",
+            "--model_name_or_path",
+            str(source),
+            "--dataset",
+            str(store / "captions.jsonl"),
+            "--region_store",
+            str(store),
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "6",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--seed",
+            "3",
+            "--max_gallery_images",
+            "8",
+            *extra,
+        ],
+        callbacks=callbacks,
+    )
 
 
 def test_finetune_py_retrieval_from_a_tden_pretraining_model_resumes_and_serves_the_pipeline(tmp_path):
@@ -158,12 +185,16 @@ def test_finetune_py_retrieval_from_a_tden_pretraining_model_resumes_and_serves_
     torch.testing.assert_close(start.similarity.state_dict(), pretraining.similarity.state_dict())
     store = write_store_dataset(tmp_path / "data")
     result = _retrieval_run(store, tmp_path / "pre", "--output_dir", str(tmp_path / "a"))
-    assert result.global_step == 4 and all(0.0 <= result.eval_results[f"text_to_image_recall@{k}"] <= 1.0
-                                           for k in (1, 5, 10))
+    assert result.global_step == 4 and all(
+        0.0 <= result.eval_results[f"text_to_image_recall@{k}"] <= 1.0 for k in (1, 5, 10)
+    )
     assert "in-batch ranking loss" in (tmp_path / "a" / "README.md").read_text()
-    assert_resume_reproduces(lambda *extra, callbacks=(): _retrieval_run(store, tmp_path / "pre", *extra,
-                                                                         callbacks=callbacks),
-                             tmp_path / "a", tmp_path / "b", crash_step=3)
+    assert_resume_reproduces(
+        lambda *extra, callbacks=(): _retrieval_run(store, tmp_path / "pre", *extra, callbacks=callbacks),
+        tmp_path / "a",
+        tmp_path / "b",
+        crash_step=3,
+    )
     trained = vlhub.TdenForImageTextRetrieval.from_pretrained(tmp_path / "a").eval()
     assert trained.config.num_cross_encoder_layers == 0 and trained.config.num_decoder_layers == 0
     assert not torch.equal(trained.similarity.t_pooler.embed.weight, start.similarity.t_pooler.embed.weight)
@@ -184,8 +215,9 @@ def test_two_tower_gallery_scores_encode_each_side_once_and_equal_every_pair_cro
     from vlhub.training import VlhubTrainingArguments
     from vlhub.training.finetuning import InBatchRetrievalTask, RetrievalTask
 
-    model, processor, corpus = _tiny(tmp_path, vlhub.TdenForImageTextRetrieval, num_cross_encoder_layers=0,
-                                     num_decoder_layers=0)
+    model, processor, corpus = _tiny(
+        tmp_path, vlhub.TdenForImageTextRetrieval, num_cross_encoder_layers=0, num_decoder_layers=0
+    )
     model.eval()
     common = (model, processor, corpus.regions, corpus.train, corpus.validation, "s", "s")
     images = sorted({i for i, _ in corpus.validation})[:5]

@@ -13,8 +13,13 @@ from vlhub.modeling.tden.layers_tden import CrossModalLayer
 
 
 def _config(implementation="eager"):
-    config = BertConfig(hidden_size=16, num_attention_heads=4, intermediate_size=24, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        hidden_size=16,
+        num_attention_heads=4,
+        intermediate_size=24,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     config._attn_implementation = implementation
     return config
 
@@ -37,7 +42,9 @@ def _reference(layer, visual, text, mask_2d):
     def ffn(x, intermediate, output):
         return output.LayerNorm(output.dense(torch.nn.functional.gelu(intermediate.dense(x))) + x)
 
-    return ffn(attended[:, :r], layer.v_intermediate, layer.v_output), ffn(attended[:, r:], layer.t_intermediate, layer.t_output)
+    return ffn(attended[:, :r], layer.v_intermediate, layer.v_output), ffn(
+        attended[:, r:], layer.t_intermediate, layer.t_output
+    )
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])

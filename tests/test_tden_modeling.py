@@ -32,11 +32,26 @@ B, T, R, F = 2, 6, 5, 16
 
 
 def tiny_config(**overrides) -> TdenConfig:
-    settings = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_visual_layers=2, num_cross_encoder_layers=1,
-                    num_decoder_layers=2, num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,
-                    region_feature_dim=F, num_region_labels=9, similarity_pooler_size=12, classifier_pooler_size=10,
-                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, bos_token_id=1, eos_token_id=2,
-                    pad_token_id=0)
+    settings = dict(
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_visual_layers=2,
+        num_cross_encoder_layers=1,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        region_feature_dim=F,
+        num_region_labels=9,
+        similarity_pooler_size=12,
+        classifier_pooler_size=10,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return TdenConfig(**{**settings, **overrides})
 
 
@@ -46,9 +61,13 @@ def inputs(seed=0) -> dict:
     region_attention_mask = torch.ones(B, R, dtype=torch.long)
     attention_mask[1, -2:] = 0
     region_attention_mask[1, -2:] = 0
-    return dict(input_ids=torch.randint(3, 60, (B, T), generator=g), attention_mask=attention_mask,
-                region_features=torch.rand(B, R, F, generator=g) * region_attention_mask[..., None],
-                region_locations=torch.rand(B, R, 5, generator=g), region_attention_mask=region_attention_mask)
+    return dict(
+        input_ids=torch.randint(3, 60, (B, T), generator=g),
+        attention_mask=attention_mask,
+        region_features=torch.rand(B, R, F, generator=g) * region_attention_mask[..., None],
+        region_locations=torch.rand(B, R, 5, generator=g),
+        region_attention_mask=region_attention_mask,
+    )
 
 
 def regions(batch: dict) -> dict:
@@ -61,8 +80,11 @@ def test_tden_registration_and_auto_classes(tmp_path):
     assert set(arch.task_models) == {"pretraining", "captioning", "vqa", "retrieval", "vcr"}
     config = tiny_config()
     assert isinstance(AutoConfig.for_model("tden"), TdenConfig)
-    for auto, cls in ((AutoModel, TdenModel), (AutoModelForPreTraining, TdenForPreTraining),
-                      (AutoModelForImageTextToText, TdenForConditionalGeneration)):
+    for auto, cls in (
+        (AutoModel, TdenModel),
+        (AutoModelForPreTraining, TdenForPreTraining),
+        (AutoModelForImageTextToText, TdenForConditionalGeneration),
+    ):
         assert type(auto.from_config(config)) is cls
     qa = tiny_config(bidirectional_decoder=True)
     assert type(AutoModelForVisualQuestionAnswering.from_config(qa)) is TdenForQuestionAnswering
@@ -72,8 +94,12 @@ def test_tden_registration_and_auto_classes(tmp_path):
 
 def test_config_defaults_are_tden_base():
     config = TdenConfig()
-    assert (config.num_hidden_layers, config.num_visual_layers, config.num_cross_encoder_layers,
-            config.num_decoder_layers) == (12, 6, 6, 6)
+    assert (
+        config.num_hidden_layers,
+        config.num_visual_layers,
+        config.num_cross_encoder_layers,
+        config.num_decoder_layers,
+    ) == (12, 6, 6, 6)
     assert config.type_vocab_size == 3 and config.layer_norm_eps == 1e-12 and config.embedding_layer_norm_eps == 1e-5
     assert config.tie_word_embeddings is False and (config.bos_token_id, config.eos_token_id) == (101, 102)
     with pytest.raises((ValueError, StrictDataclassClassValidationError), match="generation_token_type_id"):
@@ -111,7 +137,9 @@ def test_the_generation_stream_is_causal_and_typed_for_generation():
         changed = ids.clone()
         changed[:, -1] = 5
         prefix = model(**regions(batch), decoder_input_ids=changed).decoder_output
-        typed = model(**regions(batch), decoder_input_ids=ids, decoder_token_type_ids=torch.zeros_like(ids)).decoder_output
+        typed = model(
+            **regions(batch), decoder_input_ids=ids, decoder_token_type_ids=torch.zeros_like(ids)
+        ).decoder_output
     torch.testing.assert_close(full[:, :-1], prefix[:, :-1])  # earlier positions never see later tokens
     assert not torch.allclose(full, typed)  # the default type is the generation type (1), not 0
 
@@ -123,8 +151,15 @@ def test_cached_decoding_matches_the_full_forward_and_runs_the_object_encoder_on
     calls = []
     model.tden.visual_encoder.layer[0].register_forward_hook(lambda *args: calls.append(1))
     with torch.no_grad():
-        generated = model.generate(**regions(batch), max_new_tokens=6, do_sample=False, num_beams=1, min_new_tokens=6,
-                                   return_dict_in_generate=True, output_logits=True)
+        generated = model.generate(
+            **regions(batch),
+            max_new_tokens=6,
+            do_sample=False,
+            num_beams=1,
+            min_new_tokens=6,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
         assert len(calls) == 1
         full = model(input_ids=generated.sequences[:, :-1], **regions(batch)).logits
     torch.testing.assert_close(torch.stack(generated.logits, 1), full, atol=1e-5, rtol=0)
@@ -137,8 +172,9 @@ def test_beam_search_runs_with_the_cache():
     batch = inputs()
     with torch.no_grad():
         out = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False)
-        no_cache = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False,
-                                  use_cache=False)
+        no_cache = model.generate(
+            **regions(batch), max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False, use_cache=False
+        )
     assert out.shape[0] == B and torch.equal(out, no_cache)
 
 
@@ -148,8 +184,14 @@ def test_beam_search_runs_the_object_encoder_once_per_image(monkeypatch):
     batch = inputs()
     sizes = []
     model.tden.visual_encoder.layer[0].register_forward_hook(lambda m, i, o: sizes.append(i[0].shape[0]))
-    kwargs = dict(max_new_tokens=5, num_beams=3, length_penalty=0.0, do_sample=False, return_dict_in_generate=True,
-                  output_scores=True)
+    kwargs = dict(
+        max_new_tokens=5,
+        num_beams=3,
+        length_penalty=0.0,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     with torch.no_grad():
         shared = model.generate(**regions(batch), **kwargs)
         assert sizes == [B]  # not once per beam
@@ -185,7 +227,9 @@ def test_vqa_scores_are_the_summed_softmaxes_of_both_branches():
     expected = out.understanding_logits.softmax(-1) + out.generation_logits.softmax(-1)
     torch.testing.assert_close(out.logits, expected)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
-    torch.testing.assert_close(out.loss, (bce(out.understanding_logits, labels) + bce(out.generation_logits, labels)) * 7)
+    torch.testing.assert_close(
+        out.loss, (bce(out.understanding_logits, labels) + bce(out.generation_logits, labels)) * 7
+    )
 
 
 def test_retrieval_scores_every_sentence_against_every_image_and_the_triplet_loss():
@@ -212,8 +256,11 @@ def test_multiple_choice_scores_each_choice():
     torch.manual_seed(0)
     model = TdenForMultipleChoice(tiny_config(num_decoder_layers=0, num_labels=1, bidirectional_decoder=True)).eval()
     batch = inputs()
-    choices = {**batch, "input_ids": torch.stack([batch["input_ids"]] * 3, 1),
-               "attention_mask": torch.stack([batch["attention_mask"]] * 3, 1)}
+    choices = {
+        **batch,
+        "input_ids": torch.stack([batch["input_ids"]] * 3, 1),
+        "attention_mask": torch.stack([batch["attention_mask"]] * 3, 1),
+    }
     with torch.no_grad():
         out = model(**choices, labels=torch.tensor([0, 2]))
     assert out.logits.shape == (B, 3)
@@ -230,11 +277,20 @@ def test_pretraining_losses_follow_the_original():
     masked[0, 1] = masked[1, 2] = True
     targets = torch.softmax(torch.rand(2, 9), -1)
     with torch.no_grad():
-        out = model(**batch, decoder_input_ids=batch["input_ids"], labels=labels, decoder_labels=labels,
-                    masked_regions=masked, region_class_targets=targets, image_ids=torch.tensor([0, 1]))
+        out = model(
+            **batch,
+            decoder_input_ids=batch["input_ids"],
+            labels=labels,
+            decoder_labels=labels,
+            masked_regions=masked,
+            region_class_targets=targets,
+            image_ids=torch.tensor([0, 1]),
+        )
     log_probs = out.moc_logits[masked].log_softmax(-1)
     torch.testing.assert_close(out.moc_loss, (targets * (targets.log() - log_probs)).sum() / 2)
-    torch.testing.assert_close(out.mlm_loss, torch.nn.functional.cross_entropy(out.mlm_logits[labels >= 0], labels[labels >= 0]))
+    torch.testing.assert_close(
+        out.mlm_loss, torch.nn.functional.cross_entropy(out.mlm_logits[labels >= 0], labels[labels >= 0])
+    )
     torch.testing.assert_close(out.loss, out.mlm_loss + out.msg_loss + out.moc_loss + out.ism_loss)
     with pytest.raises(ValueError, match="one row per masked region"):
         model(**batch, masked_regions=masked, region_class_targets=targets[:1])
@@ -250,13 +306,20 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="region_locations"):
         model(input_ids=batch["input_ids"], region_features=batch["region_features"])
     with pytest.raises(ValueError, match="region_features must have shape"):
-        model(input_ids=batch["input_ids"], region_features=batch["region_features"][..., :3],
-              region_locations=batch["region_locations"], region_attention_mask=batch["region_attention_mask"])
+        model(
+            input_ids=batch["input_ids"],
+            region_features=batch["region_features"][..., :3],
+            region_locations=batch["region_locations"],
+            region_attention_mask=batch["region_attention_mask"],
+        )
     with pytest.raises(ValueError, match="position embeddings"):
         model(input_ids=torch.ones(B, 30, dtype=torch.long), **regions(batch))
     with pytest.raises(ValueError, match="no region_attention_mask"):
-        model(input_ids=batch["input_ids"], region_features=batch["region_features"],
-              region_locations=batch["region_locations"])
+        model(
+            input_ids=batch["input_ids"],
+            region_features=batch["region_features"],
+            region_locations=batch["region_locations"],
+        )
     with pytest.raises(ValueError, match="no decoder"):
         TdenForConditionalGeneration(tiny_config(num_decoder_layers=0))
     with pytest.raises(ValueError, match="cross-modal encoder"):
@@ -283,15 +346,18 @@ def test_xmodaler_beam_search_method_is_a_deprecated_alias_of_the_custom_generat
     torch.manual_seed(0)
     model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
     batch = inputs()
-    found = model.generate(**regions(batch), max_new_tokens=5, num_beams=3, num_return_sequences=returned,
-                           custom_generate=xmodaler_beam_search, return_dict_in_generate=True)
+    found = model.generate(
+        **regions(batch),
+        max_new_tokens=5,
+        num_beams=3,
+        num_return_sequences=returned,
+        custom_generate=xmodaler_beam_search,
+        return_dict_in_generate=True,
+    )
     assert isinstance(found, XmodalerBeamSearchOutput) and found.sequences.shape == (B * returned, 6)
     torch.testing.assert_close(found.sequences_scores, found.token_scores.sum(-1))
     with pytest.warns(FutureWarning, match="custom_generate"):
-        old = model.xmodaler_beam_search(**regions(batch), num_beams=3, max_new_tokens=5,
-                                         num_return_sequences=returned)
+        old = model.xmodaler_beam_search(**regions(batch), num_beams=3, max_new_tokens=5, num_return_sequences=returned)
     assert torch.equal(old.sequences.flatten(0, 1), found.sequences[:, 1:])
     assert torch.equal(old.sequences_scores.flatten(), found.sequences_scores)
     assert torch.equal(old.token_scores.flatten(0, 1), found.token_scores)
-
-

@@ -5,7 +5,6 @@ Every tensor of the fixture's `outputs.safetensors` is compared (`test_tden_pari
 pre-training batch is the original's masked batch (`model_inputs.safetensors`), since masking is data preparation.
 """
 
-
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForImageTextToText, AutoModelForPreTraining, AutoProcessor
@@ -38,8 +37,13 @@ class Fixture(ParityFixture):
         if name not in self._converted:
             run = self.files["runs"][name]
             answers = run["checkpoint"].parent / "trainval_label2ans.pkl"
-            convert_tden(run["checkpoint"], self.work / name, config=run["config"], tokenizer=self.files["vocab"],
-                         answers=answers if answers.is_file() else None)
+            convert_tden(
+                run["checkpoint"],
+                self.work / name,
+                config=run["config"],
+                tokenizer=self.files["vocab"],
+                answers=answers if answers.is_file() else None,
+            )
             self._converted[name] = self.work / name
         return self._converted[name]
 
@@ -47,9 +51,14 @@ class Fixture(ParityFixture):
         out = []
         for image in self.raw["images"]:
             t = self.raw_tensors
-            out.append(vlhub.RegionFeatures(features=t[image["features_tensor"]], boxes=t[image["boxes_tensor"]],
-                                            image_size=(image["image_h"], image["image_w"]),
-                                            class_probs=t[image["cls_prob_tensor"]]))
+            out.append(
+                vlhub.RegionFeatures(
+                    features=t[image["features_tensor"]],
+                    boxes=t[image["boxes_tensor"]],
+                    image_size=(image["image_h"], image["image_w"]),
+                    class_probs=t[image["cls_prob_tensor"]],
+                )
+            )
         return out
 
     def texts(self, kind):
@@ -58,8 +67,11 @@ class Fixture(ParityFixture):
     def batch(self, prefix):
         """The original's model inputs under vlhub's names."""
         mi = self.model_inputs
-        batch = {"region_features": mi[f"{prefix}.ATT_FEATS"], "region_locations": mi[f"{prefix}.ATT_FEATS_LOC"],
-                 "region_attention_mask": mi[f"{prefix}.ATT_MASKS"].long()}
+        batch = {
+            "region_features": mi[f"{prefix}.ATT_FEATS"],
+            "region_locations": mi[f"{prefix}.ATT_FEATS_LOC"],
+            "region_attention_mask": mi[f"{prefix}.ATT_MASKS"].long(),
+        }
         if f"{prefix}.TOKENS_MASKS" in mi:
             batch["attention_mask"] = mi[f"{prefix}.TOKENS_MASKS"].long()
         return batch
@@ -69,8 +81,10 @@ class Fixture(ParityFixture):
         with the understanding stream's tokens."""
         folder = self.convert(task)
         batch = self.batch(task)
-        text = dict(input_ids=self.model_inputs[f"{task}.U_TOKENS_IDS"],
-                    token_type_ids=self.model_inputs[f"{task}.U_TOKENS_TYPE"])
+        text = dict(
+            input_ids=self.model_inputs[f"{task}.U_TOKENS_IDS"],
+            token_type_ids=self.model_inputs[f"{task}.U_TOKENS_TYPE"],
+        )
         base = AutoModel.from_pretrained(folder).eval()
         with torch.no_grad():
             out = base(**batch, **text, output_hidden_states=True)
@@ -87,7 +101,9 @@ class Fixture(ParityFixture):
 
     def layers(self, prefix, states):
         """`prefix.layer<i>` for every layer the fixture holds, against `states[i]`."""
-        names = sorted((k for k in self.outputs if k.startswith(prefix + ".layer")), key=lambda k: int(k.rsplit("layer", 1)[1]))
+        names = sorted(
+            (k for k in self.outputs if k.startswith(prefix + ".layer")), key=lambda k: int(k.rsplit("layer", 1)[1])
+        )
         assert len(names) == len(states), f"{prefix}: the model has {len(states)} layers, the fixture {len(names)}"
         for name, state in zip(names, states):
             self.close(name, state)
@@ -111,10 +127,15 @@ def _split_cross(fx, prefix, cross_hidden_states, num_regions):
     fx.layers(f"{prefix}.cross_encoder.text", [h[:, num_regions:] for h in cross_hidden_states])
 
 
-@pytest.mark.parametrize("prefix, folder, stream", [("caption_tf", "caption", "generation"),
-                                                    ("caption_gen", "caption", "generation"),
-                                                    ("vqa", "vqa", "understanding"),
-                                                    ("retrieval", "retrieval", "understanding")])
+@pytest.mark.parametrize(
+    "prefix, folder, stream",
+    [
+        ("caption_tf", "caption", "generation"),
+        ("caption_gen", "caption", "generation"),
+        ("vqa", "vqa", "understanding"),
+        ("retrieval", "retrieval", "understanding"),
+    ],
+)
 def test_tden_parity_processor_inputs(fx, prefix, folder, stream):
     """Raw regions and texts → the tensors the original forward received: [IMG] row, 5-d locations, masks, ids."""
     processor = AutoProcessor.from_pretrained(fx.convert(folder))
@@ -153,8 +174,12 @@ def test_tden_parity_pretraining(fx):
     folder = fx.convert("pretrain")
     mi = fx.model_inputs
     batch = fx.batch("pretrain")
-    streams = dict(input_ids=mi["pretrain.U_TOKENS_IDS"], token_type_ids=mi["pretrain.U_TOKENS_TYPE"],
-                   decoder_input_ids=mi["pretrain.G_TOKENS_IDS"], decoder_token_type_ids=mi["pretrain.G_TOKENS_TYPE"])
+    streams = dict(
+        input_ids=mi["pretrain.U_TOKENS_IDS"],
+        token_type_ids=mi["pretrain.U_TOKENS_TYPE"],
+        decoder_input_ids=mi["pretrain.G_TOKENS_IDS"],
+        decoder_token_type_ids=mi["pretrain.G_TOKENS_TYPE"],
+    )
     # The base model out of the pre-training folder: every intermediate state.
     base = AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
@@ -170,8 +195,14 @@ def test_tden_parity_pretraining(fx):
     masked_regions = torch.nn.functional.pad(mi["pretrain.V_TARGET_LABELS"] > 0, (1, 0))  # [IMG] is never a target
     targets = mi["pretrain.V_TARGET"][mi["pretrain.V_TARGET_LABELS"] > 0]
     with torch.no_grad():
-        heads = model(**batch, **streams, labels=mi["pretrain.U_TARGET_IDS"], decoder_labels=mi["pretrain.G_TARGET_IDS"],
-                      masked_regions=masked_regions, region_class_targets=targets)
+        heads = model(
+            **batch,
+            **streams,
+            labels=mi["pretrain.U_TARGET_IDS"],
+            decoder_labels=mi["pretrain.G_TARGET_IDS"],
+            masked_regions=masked_regions,
+            region_class_targets=targets,
+        )
     fx.close("pretrain.mlm_logits", heads.mlm_logits)
     fx.close("pretrain.msg_logits", heads.msg_logits)
     fx.close("pretrain.moc_logits", heads.moc_logits)
@@ -197,8 +228,13 @@ def test_tden_parity_captioning_teacher_forced(fx):
     ids, types = mi["caption_tf.G_TOKENS_IDS"], mi["caption_tf.G_TOKENS_TYPE"]
     base = AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
-        out = base(**{k: v for k, v in batch.items() if k != "attention_mask"}, decoder_input_ids=ids,
-                   decoder_token_type_ids=types, decoder_attention_mask=batch["attention_mask"], output_hidden_states=True)
+        out = base(
+            **{k: v for k, v in batch.items() if k != "attention_mask"},
+            decoder_input_ids=ids,
+            decoder_token_type_ids=types,
+            decoder_attention_mask=batch["attention_mask"],
+            output_hidden_states=True,
+        )
     _check_encoders(fx, "caption_tf", out, stream="g")
     fx.layers("caption_tf.decoder", out.decoder_hidden_states[1:])
 
@@ -217,8 +253,14 @@ def test_tden_parity_greedy_generation_with_cache(fx):
     batch = fx.batch("caption_gen")
     steps = fx.outputs["caption_gen.greedy_ids"].shape[1]
     with torch.no_grad():
-        generated = captioner.generate(**batch, max_new_tokens=steps, num_beams=1, do_sample=False,
-                                       return_dict_in_generate=True, output_logits=True)
+        generated = captioner.generate(
+            **batch,
+            max_new_tokens=steps,
+            num_beams=1,
+            do_sample=False,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
     ids = generated.sequences[:, 1:]  # after [CLS]
     expected = fx.outputs["caption_gen.greedy_ids"]
     logits = torch.stack(generated.logits, dim=1)
@@ -229,10 +271,16 @@ def test_tden_parity_greedy_generation_with_cache(fx):
         assert ids[row, :stop].tolist() == expected[row, :stop].tolist(), f"row {row}"
         # After [SEP] transformers pads; the original keeps writing [SEP].
         assert (ids[row, stop:] == captioner.generation_config.pad_token_id).all()
-        fx.close(f"caption_gen.greedy_step_logits[{row}]", logits[row, :stop],
-                 fx.outputs["caption_gen.greedy_step_logits"][row, :stop])
-        fx.close(f"caption_gen.greedy_logprobs[{row}]", logprobs[row, :stop],
-                 fx.outputs["caption_gen.greedy_logprobs"][row, :stop])
+        fx.close(
+            f"caption_gen.greedy_step_logits[{row}]",
+            logits[row, :stop],
+            fx.outputs["caption_gen.greedy_step_logits"][row, :stop],
+        )
+        fx.close(
+            f"caption_gen.greedy_logprobs[{row}]",
+            logprobs[row, :stop],
+            fx.outputs["caption_gen.greedy_logprobs"][row, :stop],
+        )
     assert any((row == SEP).any() and row[-1] == SEP for row in expected), "the fixture has a row that stops early"
     fx.checked.update({"caption_gen.greedy_ids", "caption_gen.greedy_step_logits", "caption_gen.greedy_logprobs"})
 
@@ -245,8 +293,9 @@ def test_tden_parity_xmodaler_beam_search(fx):
     batch = fx.batch("caption_gen")
     all_ids = fx.outputs["caption_gen.beam_all_ids"]
     beams, steps = all_ids.shape[1:]
-    search = dict(max_new_tokens=steps, num_beams=beams, custom_generate=xmodaler_beam_search,
-                  return_dict_in_generate=True)
+    search = dict(
+        max_new_tokens=steps, num_beams=beams, custom_generate=xmodaler_beam_search, return_dict_in_generate=True
+    )
     best = captioner.generate(**batch, **search)
     fx.equal("caption_gen.beam_ids", best.sequences[:, 1:])
     fx.close("caption_gen.beam_logprobs", best.token_scores)

@@ -15,10 +15,12 @@ def processor(tiny_vocab):
 
 
 def _regions(n=3, width=200, height=100):
-    boxes = torch.tensor([[0.0, 0.0, 100.0, 50.0], [50.0, 25.0, 150.0, 75.0], [10.0, 10.0, 20.0, 30.0],
-                          [0.0, 0.0, 200.0, 100.0]])[:n]
-    return vlhub.RegionFeatures(features=torch.arange(n * 4, dtype=torch.float32).view(n, 4), boxes=boxes,
-                                image_size=(height, width))
+    boxes = torch.tensor(
+        [[0.0, 0.0, 100.0, 50.0], [50.0, 25.0, 150.0, 75.0], [10.0, 10.0, 20.0, 30.0], [0.0, 0.0, 200.0, 100.0]]
+    )[:n]
+    return vlhub.RegionFeatures(
+        features=torch.arange(n * 4, dtype=torch.float32).view(n, 4), boxes=boxes, image_size=(height, width)
+    )
 
 
 def test_understanding_layout_is_cls_text_sep_of_type_0(processor):
@@ -68,7 +70,10 @@ def test_settings_round_trip_and_bad_values_are_refused(processor, tmp_path):
     with pytest.raises(ValueError, match="text_stream must be one of"):
         TdenProcessor(feature_extractor=TdenRegionProcessor(), tokenizer=processor.tokenizer, text_stream="both")
     # X-modaler keeps the first MAX_FEAT_NUM - 1 regions (the default "first_n"); "refuse" makes more an error.
-    assert TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1)(_regions(3))["region_features"].shape[1] == 3
+    assert (
+        TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1)(_regions(3))["region_features"].shape[1]
+        == 3
+    )
     small = TdenRegionProcessor(region_feature_dim=4, max_regions=2, min_regions=1, region_selection="refuse")
     with pytest.raises(ValueError, match="at most max_regions=2"):
         small(_regions(3))
@@ -77,9 +82,12 @@ def test_settings_round_trip_and_bad_values_are_refused(processor, tmp_path):
 def test_detector_output_is_selected_as_xmodaler_extracted_it():
     n = 8
     scores = torch.tensor([0.1, 0.5, 0.3, 0.05, 0.9, 0.25, 0.2, 0.15])
-    regions = vlhub.RegionFeatures(features=torch.arange(n * 4, dtype=torch.float32).view(n, 4),
-                                   boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(n, 1), image_size=(20, 20),
-                                   scores=scores)
+    regions = vlhub.RegionFeatures(
+        features=torch.arange(n * 4, dtype=torch.float32).view(n, 4),
+        boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(n, 1),
+        image_size=(20, 20),
+        scores=scores,
+    )
     # >= 0.2 in detector order: boxes 1, 2, 4, 5, 6
     chosen = TdenRegionProcessor(region_feature_dim=4, min_regions=2, max_regions=50).select(regions)
     torch.testing.assert_close(chosen.scores, scores[[1, 2, 4, 5, 6]])

@@ -59,8 +59,9 @@ def test_region_masking_zeroes_selected_and_overlapping_regions_and_recomputes_i
     batch[1, 1:3] = second.features
     # First example: A selected (0.14 < 0.15) but not itself zeroed by its own draw (>= 0.135): its overlap with
     # itself zeroes it anyway, and B's overlap with A zeroes B. Second example: nothing selected.
-    features, masked, targets = tden_mask_regions(batch, [first, second],
-                                                  [FixedDraws([0.14, 0.5, 0.9]), FixedDraws([0.5, 0.2])])
+    features, masked, targets = tden_mask_regions(
+        batch, [first, second], [FixedDraws([0.14, 0.5, 0.9]), FixedDraws([0.5, 0.2])]
+    )
     assert masked.tolist() == [[False, True, False, False], [False, False, False, False]]
     torch.testing.assert_close(targets, first.class_probs[:1])
     assert (features[0, 1:3] == 0).all() and torch.equal(features[0, 3], first.features[2])
@@ -80,8 +81,10 @@ def _collator(tmp_path, corpus, **settings):
 
 
 def _examples(corpus, objective, count=8):
-    return [{"image_id": i, "caption": c, "objective": objective, "seed": (n,)}
-            for n, (i, c) in enumerate(corpus.train[:count])]
+    return [
+        {"image_id": i, "caption": c, "objective": objective, "seed": (n,)}
+        for n, (i, c) in enumerate(corpus.train[:count])
+    ]
 
 
 def test_joint_batch_masks_words_without_minimum_and_feeds_the_masked_sentence_to_the_decoder(tmp_path):
@@ -116,8 +119,13 @@ def test_joint_batch_masks_words_without_minimum_and_feeds_the_masked_sentence_t
 def test_each_objective_trains_its_losses(tmp_path):
     corpus = synthetic_corpus()
     model, _, collator = _collator(tmp_path, corpus)
-    expected = {"joint": {"mlm_loss", "moc_loss", "msg_loss", "ism_loss"}, "mlm": {"mlm_loss"},
-                "moc": {"moc_loss"}, "msg": {"msg_loss"}, "ism": {"ism_loss"}}
+    expected = {
+        "joint": {"mlm_loss", "moc_loss", "msg_loss", "ism_loss"},
+        "mlm": {"mlm_loss"},
+        "moc": {"moc_loss"},
+        "msg": {"msg_loss"},
+        "ism": {"ism_loss"},
+    }
     model.train()
     for name, losses in expected.items():
         out = model(**collator(_examples(corpus, name)))
@@ -127,10 +135,12 @@ def test_each_objective_trains_its_losses(tmp_path):
 
 
 def test_second_pass_replaces_every_target_with_the_first_pass_argmax():
-    batch = {"input_ids": torch.tensor([[2, 4, 9, 4, 3], [2, 9, 4, 3, 0]]),
-             "labels": torch.tensor([[-100, 5, -100, 6, -100], [-100, -100, 7, -100, -100]]),
-             "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]),
-             "image_ids": torch.tensor([0, 1])}
+    batch = {
+        "input_ids": torch.tensor([[2, 4, 9, 4, 3], [2, 9, 4, 3, 0]]),
+        "labels": torch.tensor([[-100, 5, -100, 6, -100], [-100, -100, 7, -100, -100]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]),
+        "image_ids": torch.tensor([0, 1]),
+    }
     batch["decoder_input_ids"] = batch["input_ids"].clone()
     vocab = 20
     mlm_logits = torch.zeros(2, 5, vocab)
@@ -149,10 +159,30 @@ def test_second_pass_replaces_every_target_with_the_first_pass_argmax():
 
 
 def _run(tmp_path, store, *extra, callbacks=()):
-    return pretrain_main(["--model_type", "tden", "--config_name", "tiny", "--dataset", str(store),
-                          "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "4",
-                          "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "2",
-                          "--seed", "5", *extra], callbacks=callbacks)
+    return pretrain_main(
+        [
+            "--model_type",
+            "tden",
+            "--config_name",
+            "tiny",
+            "--dataset",
+            str(store),
+            "--tokenizer_name",
+            str(write_vocab(tmp_path)),
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "2",
+            "--seed",
+            "5",
+            *extra,
+        ],
+        callbacks=callbacks,
+    )
 
 
 @pytest.mark.parametrize("objective", ["mlm", "moc", "msg", "ism"])
@@ -180,12 +210,19 @@ def test_pretrain_py_trains_tden_jointly_and_resumes_exactly(tmp_path):
     assert isinstance(model, vlhub.TdenForPreTraining) and isinstance(processor, vlhub.TdenProcessor)
     tok = processor.tokenizer
     config = model.config
-    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (tok.cls_token_id, tok.sep_token_id,
-                                                                               tok.pad_token_id)
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
+        tok.cls_token_id,
+        tok.sep_token_id,
+        tok.pad_token_id,
+    )
     assert (config.num_visual_layers, config.num_cross_encoder_layers, config.num_decoder_layers) == (2, 2, 2)
 
-    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
-                             tmp_path / "a", tmp_path / "b", crash_step=3)
+    assert_resume_reproduces(
+        lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
+        tmp_path / "a",
+        tmp_path / "b",
+        crash_step=3,
+    )
 
 
 def _optimizer_steps(checkpoint) -> int:
@@ -205,8 +242,13 @@ def test_scheduled_sampling_takes_two_optimizer_steps_per_batch_and_resumes_exac
         assert "ss_ism_loss" not in row and row["loss"] == pytest.approx(first + second, rel=1e-5)
     assert _optimizer_steps(tmp_path / "a" / "checkpoint-2") == 4  # two batches, two passes each
     assert "scheduled sampling" in (tmp_path / "a" / "README.md").read_text()
-    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *settings, *extra, callbacks=callbacks),
-                             tmp_path / "a", tmp_path / "b", crash_step=3, keys=("loss", "ss_mlm_loss", "ss_msg_loss"))
+    assert_resume_reproduces(
+        lambda *extra, callbacks=(): _run(tmp_path, store, *settings, *extra, callbacks=callbacks),
+        tmp_path / "a",
+        tmp_path / "b",
+        crash_step=3,
+        keys=("loss", "ss_mlm_loss", "ss_msg_loss"),
+    )
     reset_accelerate_state()
     plain = _run(tmp_path, store, "--output_dir", str(tmp_path / "c"), "--max_steps", "2")
     # The first pass of step 1 is the plain run's step 1 (same batch, same weights); the second pass is extra.
@@ -219,12 +261,26 @@ def test_scheduled_sampling_refuses_what_it_cannot_do(tmp_path):
         _run(tmp_path, store, "--scheduled_sampling", "--objectives", "mlm", "--output_dir", str(tmp_path / "a"))
     reset_accelerate_state()
     with pytest.raises(ValueError, match="gradient_accumulation_steps 1"):
-        _run(tmp_path, store, "--scheduled_sampling", "--gradient_accumulation_steps", "2",
-             "--output_dir", str(tmp_path / "b"))
+        _run(
+            tmp_path,
+            store,
+            "--scheduled_sampling",
+            "--gradient_accumulation_steps",
+            "2",
+            "--output_dir",
+            str(tmp_path / "b"),
+        )
     reset_accelerate_state()
     with pytest.raises(ValueError, match=r"scheduled_sampling_probability must be in \(0, 1\]"):
-        _run(tmp_path, store, "--scheduled_sampling", "--scheduled_sampling_probability", "0",
-             "--output_dir", str(tmp_path / "c"))
+        _run(
+            tmp_path,
+            store,
+            "--scheduled_sampling",
+            "--scheduled_sampling_probability",
+            "0",
+            "--output_dir",
+            str(tmp_path / "c"),
+        )
 
 
 def test_evaluation_scores_each_objective(tmp_path):
@@ -260,7 +316,8 @@ def test_caption_objective_teacher_forces_the_generation_layout(tmp_path):
         PretrainingCollator(processor, corpus.regions, {objective.name: objective})(examples)
     prompt = captioning(regions=[corpus.regions[corpus.train[0][0]]])  # regions only: the captioning prompt
     assert prompt["input_ids"].tolist() == [[tok.cls_token_id]] and "input_ids" not in processor(
-        regions=[corpus.regions[corpus.train[0][0]]])
+        regions=[corpus.regions[corpus.train[0][0]]]
+    )
 
 
 def test_finetune_py_captioning_and_vqa_from_a_tden_pretraining_run(tmp_path):
@@ -287,8 +344,9 @@ def test_finetune_py_captioning_and_vqa_from_a_tden_pretraining_run(tmp_path):
         references.setdefault(image_id, []).append(caption)
     images = list(references)
     with torch.no_grad():
-        generated = captioner.generate(**saved(regions=[corpus.regions[i] for i in images]), max_new_tokens=6,
-                                       do_sample=False, num_beams=1)
+        generated = captioner.generate(
+            **saved(regions=[corpus.regions[i] for i in images]), max_new_tokens=6, do_sample=False, num_beams=1
+        )
     captions = saved.batch_decode(generated)
     assert not any("[CLS]" in c or "[SEP]" in c for c in captions)
     expected = caption_scores(captions, [references[i] for i in images], metrics=CAPTION_METRICS)
@@ -298,17 +356,33 @@ def test_finetune_py_captioning_and_vqa_from_a_tden_pretraining_run(tmp_path):
 
     reset_accelerate_state()
     id2label = dict(enumerate(COLOURS))
-    model = vlhub.TdenForQuestionAnswering.from_pretrained(tmp_path / "pre", id2label=id2label,
-                                                            label2id={v: k for k, v in id2label.items()})
+    model = vlhub.TdenForQuestionAnswering.from_pretrained(
+        tmp_path / "pre", id2label=id2label, label2id={v: k for k, v in id2label.items()}
+    )
     pretrained = vlhub.TdenForPreTraining.from_pretrained(tmp_path / "pre")
     assert model.config.bidirectional_decoder
-    torch.testing.assert_close(model.tden.cross_encoder.layer[0].biattention.self.query.weight,
-                               pretrained.tden.cross_encoder.layer[0].biattention.self.query.weight)
+    torch.testing.assert_close(
+        model.tden.cross_encoder.layer[0].biattention.self.query.weight,
+        pretrained.tden.cross_encoder.layer[0].biattention.self.query.weight,
+    )
     processor = AutoProcessor.from_pretrained(tmp_path / "pre").for_task("vqa")
-    task = VqaTask(model, processor, corpus.regions, colour_questions(corpus, corpus.train),
-                   colour_questions(corpus, corpus.validation), "synthetic", "colour questions", base_model="pre")
-    args = VlhubTrainingArguments(output_dir=str(tmp_path / "vqa"), max_steps=3, per_device_train_batch_size=4,
-                                  logging_steps=1, learning_rate=1e-3)
+    task = VqaTask(
+        model,
+        processor,
+        corpus.regions,
+        colour_questions(corpus, corpus.train),
+        colour_questions(corpus, corpus.validation),
+        "synthetic",
+        "colour questions",
+        base_model="pre",
+    )
+    args = VlhubTrainingArguments(
+        output_dir=str(tmp_path / "vqa"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        learning_rate=1e-3,
+    )
     vqa = train(task, args)
     assert all(np.isfinite(r["loss"]) for r in vqa.log_history if "loss" in r)
     assert 0.0 <= vqa.eval_results["validation_vqa_accuracy"] <= 1.0
@@ -324,23 +398,39 @@ def test_heads_refuse_checkpoints_without_their_parts(tmp_path):
 
     corpus = synthetic_corpus()
     _, processor, _ = _collator(tmp_path, corpus)
-    fields = dict(vlhub.get_architecture("tden").config_fields("tiny"), vocab_size=len(processor.tokenizer),
-                  region_feature_dim=corpus.sample_regions().feature_dim, num_region_labels=4)
-    retrieval = vlhub.TdenForImageTextRetrieval(vlhub.TdenConfig(**{**fields, "num_decoder_layers": 0,
-                                                                     "num_cross_encoder_layers": 0}))
+    fields = dict(
+        vlhub.get_architecture("tden").config_fields("tiny"),
+        vocab_size=len(processor.tokenizer),
+        region_feature_dim=corpus.sample_regions().feature_dim,
+        num_region_labels=4,
+    )
+    retrieval = vlhub.TdenForImageTextRetrieval(
+        vlhub.TdenConfig(**{**fields, "num_decoder_layers": 0, "num_cross_encoder_layers": 0})
+    )
     retrieval.save_pretrained(tmp_path / "retrieval")
     processor.save_pretrained(tmp_path / "retrieval")
     captioner = vlhub.TdenForConditionalGeneration(vlhub.TdenConfig(**{**fields, "num_cross_encoder_layers": 0}))
     captioner.save_pretrained(tmp_path / "caption")
     processor.for_task("captioning").save_pretrained(tmp_path / "caption")
     with pytest.raises(ValueError, match="no decoder"):
-        finetune_main(["--task", "captioning", "--model_name_or_path", str(tmp_path / "retrieval"),
-                       "--output_dir", str(tmp_path / "out")])
+        finetune_main(
+            [
+                "--task",
+                "captioning",
+                "--model_name_or_path",
+                str(tmp_path / "retrieval"),
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     with pytest.raises(ValueError, match="no decoder"):
         pipeline("image-captioning", model=str(tmp_path / "retrieval"))
     with pytest.raises(ValueError, match="score image-text pairs"):
         vlhub.TdenForImageTextRetrieval.from_pretrained(tmp_path / "caption")
     # A captioner cannot rank: refused when the pipeline is built, naming what the folder holds.
-    with pytest.raises(ValueError, match=r"pipeline\('image-text-retrieval'\): .* holds TdenForConditionalGeneration "
-                       r"\(TDEN's captioning model\), which cannot do image-text-retrieval"):
+    with pytest.raises(
+        ValueError,
+        match=r"pipeline\('image-text-retrieval'\): .* holds TdenForConditionalGeneration "
+        r"\(TDEN's captioning model\), which cannot do image-text-retrieval",
+    ):
         pipeline("image-text-retrieval", model=str(tmp_path / "caption"))

@@ -16,14 +16,33 @@ from . import test_uniter_transformers_checks as uniter_inputs
 from .model_checks import ModelCase, ModelChecks, model_case_fixture
 
 BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS, ANSWERS = 2, 6, 5, 16, 11, 5
-assert (uniter_inputs.BATCH, uniter_inputs.TEXT, uniter_inputs.REGIONS, uniter_inputs.FEATURES) == (BATCH, TEXT, REGIONS, FEATURES)
+assert (uniter_inputs.BATCH, uniter_inputs.TEXT, uniter_inputs.REGIONS, uniter_inputs.FEATURES) == (
+    BATCH,
+    TEXT,
+    REGIONS,
+    FEATURES,
+)
 
 
 def tiny_config(**overrides) -> TdenConfig:
-    settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_visual_layers=2, num_cross_encoder_layers=2,
-                    num_decoder_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=16,
-                    region_feature_dim=FEATURES, num_region_labels=REGION_LABELS, similarity_pooler_size=24,
-                    classifier_pooler_size=20, bos_token_id=2, eos_token_id=3, pad_token_id=0)
+    settings = dict(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_visual_layers=2,
+        num_cross_encoder_layers=2,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        region_feature_dim=FEATURES,
+        num_region_labels=REGION_LABELS,
+        similarity_pooler_size=24,
+        classifier_pooler_size=20,
+        bos_token_id=2,
+        eos_token_id=3,
+        pad_token_id=0,
+    )
     return TdenConfig(**{**settings, **overrides})
 
 
@@ -60,22 +79,46 @@ def pretraining_targets(config, inputs):
     masked = torch.zeros(BATCH, REGIONS, dtype=torch.bool)
     masked[0, 1] = masked[1, 2] = True
     targets = torch.softmax(torch.rand(2, REGION_LABELS, generator=_generator(3)), -1)
-    return {"labels": labels, "decoder_labels": inputs["input_ids"].roll(-1, 1), "masked_regions": masked,
-            "region_class_targets": targets, "image_ids": torch.tensor([0, 1])}
+    return {
+        "labels": labels,
+        "decoder_labels": inputs["input_ids"].roll(-1, 1),
+        "masked_regions": masked,
+        "region_class_targets": targets,
+        "image_ids": torch.tensor([0, 1]),
+    }
 
 
 CASES = [
     ModelCase("model", TdenModel, tiny_config(), both_streams),
     ModelCase("pretraining", TdenForPreTraining, tiny_config(), both_streams, pretraining_targets),
-    ModelCase("captioning", TdenForConditionalGeneration, tiny_config(num_cross_encoder_layers=0), caption,
-              lambda config, inputs: {"labels": inputs["input_ids"].roll(-1, 1)}),
-    ModelCase("vqa", TdenForQuestionAnswering,
-              tiny_config(bidirectional_decoder=True, id2label={i: f"answer{i}" for i in range(ANSWERS)}),
-              text_and_regions, lambda config, inputs: {"labels": torch.rand(BATCH, ANSWERS, generator=_generator(4))}),
-    ModelCase("retrieval", TdenForImageTextRetrieval, tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0),
-              text_and_regions, lambda config, inputs: {"return_loss": True, "image_ids": torch.tensor([0, 1])}),
-    ModelCase("vcr", TdenForMultipleChoice, tiny_config(num_decoder_layers=0, num_labels=1), three_choices,
-              lambda config, inputs: {"labels": torch.tensor([2, 0])}),
+    ModelCase(
+        "captioning",
+        TdenForConditionalGeneration,
+        tiny_config(num_cross_encoder_layers=0),
+        caption,
+        lambda config, inputs: {"labels": inputs["input_ids"].roll(-1, 1)},
+    ),
+    ModelCase(
+        "vqa",
+        TdenForQuestionAnswering,
+        tiny_config(bidirectional_decoder=True, id2label={i: f"answer{i}" for i in range(ANSWERS)}),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, ANSWERS, generator=_generator(4))},
+    ),
+    ModelCase(
+        "retrieval",
+        TdenForImageTextRetrieval,
+        tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0),
+        text_and_regions,
+        lambda config, inputs: {"return_loss": True, "image_ids": torch.tensor([0, 1])},
+    ),
+    ModelCase(
+        "vcr",
+        TdenForMultipleChoice,
+        tiny_config(num_decoder_layers=0, num_labels=1),
+        three_choices,
+        lambda config, inputs: {"labels": torch.tensor([2, 0])},
+    ),
 ]
 
 

@@ -36,9 +36,23 @@ def write_store_dataset(folder: Path) -> Path:
 def common_args(tmp_path: Path) -> list[str]:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_CONFIG))
-    return ["--tokenizer", str(write_vocab(tmp_path)), "--config", str(config), "--max_steps", "3",
-            "--per_device_batch_size", "4", "--logging_steps", "1", "--objectives", "mlm:1", "mrc-kl:1",
-            "--output_dir", str(tmp_path / "run")]
+    return [
+        "--tokenizer",
+        str(write_vocab(tmp_path)),
+        "--config",
+        str(config),
+        "--max_steps",
+        "3",
+        "--per_device_batch_size",
+        "4",
+        "--logging_steps",
+        "1",
+        "--objectives",
+        "mlm:1",
+        "mrc-kl:1",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
 
 
 def test_pretrain_cli_on_a_region_store_with_captions(tmp_path):
@@ -57,9 +71,14 @@ def test_pretrain_cli_on_a_datasets_folder_with_inline_regions(tmp_path):
     rows = {"image_id": [], "caption": [], "features": [], "boxes": [], "image_size": [], "class_probs": []}
     for image_id, caption in corpus.train:
         regions = corpus.regions[image_id]
-        for key, value in (("image_id", image_id), ("caption", caption), ("features", regions.features.tolist()),
-                           ("boxes", regions.boxes.tolist()), ("image_size", list(regions.image_size)),
-                           ("class_probs", regions.class_probs.tolist())):
+        for key, value in (
+            ("image_id", image_id),
+            ("caption", caption),
+            ("features", regions.features.tolist()),
+            ("boxes", regions.boxes.tolist()),
+            ("image_size", list(regions.image_size)),
+            ("class_probs", regions.class_probs.tolist()),
+        ):
             rows[key].append(value)
     datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "ds"))
     result = pretrain_main(["--dataset", str(tmp_path / "ds"), *common_args(tmp_path)])
@@ -84,8 +103,18 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
     store = write_store_dataset(tmp_path / "data")
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
-               *common_args(tmp_path), "--save_steps", "3"]
+    command = [
+        str(accelerate),
+        "launch",
+        "--num_processes",
+        "2",
+        str(REPO / "pretrain.py"),
+        "--dataset",
+        str(store),
+        *common_args(tmp_path),
+        "--save_steps",
+        "3",
+    ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
     state = json.loads((tmp_path / "run" / "vlhub_state.json").read_text())
@@ -99,10 +128,30 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     """The README's main job with few steps: every stage runs and the card records accuracy and baseline."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "VLHUB_CACHE": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "vlhub.demo", "--output_dir", str(tmp_path / "demo"), "--pretrain_steps", "10",
-               "--finetune_steps", "10", "--retrieval_steps", "3", "--num_examples", "2", "--caption_steps", "10"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLHUB_CACHE": str(tmp_path / "cache"),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "vlhub.demo",
+        "--output_dir",
+        str(tmp_path / "demo"),
+        "--pretrain_steps",
+        "10",
+        "--finetune_steps",
+        "10",
+        "--retrieval_steps",
+        "3",
+        "--num_examples",
+        "2",
+        "--caption_steps",
+        "10",
+    ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
     # Every pipeline also ran on a PNG file of a held-out image (regions and, for Unified VLP, class probabilities
@@ -129,8 +178,9 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     assert again.stdout.count("finished earlier with these settings, reused") == 5
     assert again.stdout.split("== summary")[1].split("done in")[0] == table.split("done in")[0]
     # Other settings in the same folders are refused in one line, naming the flag that starts over.
-    other = subprocess.run([*command, "--pretrain_steps", "11"], env=env, capture_output=True, text=True, timeout=900,
-                           cwd=tmp_path)
+    other = subprocess.run(
+        [*command, "--pretrain_steps", "11"], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
     assert other.returncode != 0
     assert other.stderr.strip().splitlines()[-1].startswith("vlhub demo: ")
     assert "--overwrite_output_dir" in other.stderr and "Traceback" not in other.stderr
@@ -142,18 +192,38 @@ def test_two_process_run_resumes_exactly(tmp_path):
     store = write_store_dataset(tmp_path / "data")
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    base = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"), "--dataset", str(store),
-            *common_args(tmp_path), "--max_steps", "6", "--save_steps", "3"]
+    base = [
+        str(accelerate),
+        "launch",
+        "--num_processes",
+        "2",
+        str(REPO / "pretrain.py"),
+        "--dataset",
+        str(store),
+        *common_args(tmp_path),
+        "--max_steps",
+        "6",
+        "--save_steps",
+        "3",
+    ]
     first = subprocess.run(base, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
-    resumed = [*base, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
-               str(tmp_path / "run" / "checkpoint-3")]
+    resumed = [
+        *base,
+        "--output_dir",
+        str(tmp_path / "resumed"),
+        "--resume_from_checkpoint",
+        str(tmp_path / "run" / "checkpoint-3"),
+    ]
     second = subprocess.run(resumed, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-4000:]
 
     def losses(folder):
-        return [(r["step"], r["loss"]) for r in map(json.loads, (folder / "log_history.jsonl").read_text().splitlines())
-                if "loss" in r]
+        return [
+            (r["step"], r["loss"])
+            for r in map(json.loads, (folder / "log_history.jsonl").read_text().splitlines())
+            if "loss" in r
+        ]
 
     expected, got = losses(tmp_path / "run"), losses(tmp_path / "resumed")
     assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
@@ -169,11 +239,12 @@ def test_a_store_without_class_probabilities_trains_the_default_mix_it_can(tmp_p
     store = tmp_path / "data"
     with RegionStoreWriter(store, shard_size=16) as writer:  # a user's own features: no detector class scores
         for image_id, regions in corpus.regions.items():
-            writer.add(image_id, RegionFeatures(features=regions.features, boxes=regions.boxes,
-                                                image_size=regions.image_size))
+            writer.add(
+                image_id, RegionFeatures(features=regions.features, boxes=regions.boxes, image_size=regions.image_size)
+            )
     write_jsonl(store / "captions.jsonl", [{"image_id": i, "caption": c} for i, c in corpus.train])
     arguments = common_args(tmp_path)
-    arguments = arguments[:arguments.index("--objectives")] + arguments[arguments.index("--output_dir"):]
+    arguments = arguments[: arguments.index("--objectives")] + arguments[arguments.index("--output_dir") :]
     with caplog.at_level("WARNING"):
         result = pretrain_main(["--dataset", str(store), *arguments])
     assert result.global_step == 3
@@ -188,8 +259,11 @@ def test_a_store_without_class_probabilities_trains_the_default_mix_it_can(tmp_p
             def __getattr__(self, name):
                 return None
 
-        _default_mix_for_data("uniter", {name: type("O", (), {"region_fields": ("class_probs",)})()
-                                         for name in objectives_for("uniter")}, NoRegionFields())
+        _default_mix_for_data(
+            "uniter",
+            {name: type("O", (), {"region_fields": ("class_probs",)})() for name in objectives_for("uniter")},
+            NoRegionFields(),
+        )
 
 
 def test_a_dataset_without_a_tokenizer_names_the_flag_when_offline(tmp_path):
@@ -204,8 +278,22 @@ def test_the_contrastive_extension_trains_and_reports_its_in_batch_accuracy(tmp_
     """UNITER's `itc` beside `itm` through pretrain.py on the shapes world (which has a validation split): the
     evaluation reports the contrastive loss and the share of captions whose best-scored image in the batch is their
     own (a fraction)."""
-    result = pretrain_main(["--objectives", "itc:1,itm:1", "--max_steps", "2", "--per_device_train_batch_size", "8",
-                            "--max_eval_samples", "32", "--logging_steps", "1", "--output_dir", str(tmp_path / "run")])
+    result = pretrain_main(
+        [
+            "--objectives",
+            "itc:1,itm:1",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_eval_samples",
+            "32",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     assert result.global_step == 2
     scores = result.eval_results
     assert {"itc_loss", "itc_accuracy", "itm_loss", "itm_accuracy"} <= set(scores)

@@ -20,11 +20,36 @@ def test_epochs_state_file_and_transformers_flag_names(tmp_path):
     store = write_store_dataset(tmp_path / "data")
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_CONFIG))
-    result = pretrain_main([
-        "--model_type", "uniter", "--config_name", str(config), "--tokenizer_name", str(write_vocab(tmp_path)),
-        "--dataset", str(store), "--num_train_epochs", "2", "--per_device_train_batch_size", "8",
-        "--per_device_eval_batch_size", "4", "--objectives", "mlm", "--logging_steps", "1", "--save_steps", "3",
-        "--output_dir", str(tmp_path / "run"), "--hub_token", "hf_secret_value", "--hub_model_id", "u/r"])
+    result = pretrain_main(
+        [
+            "--model_type",
+            "uniter",
+            "--config_name",
+            str(config),
+            "--tokenizer_name",
+            str(write_vocab(tmp_path)),
+            "--dataset",
+            str(store),
+            "--num_train_epochs",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--per_device_eval_batch_size",
+            "4",
+            "--objectives",
+            "mlm",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "3",
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--hub_token",
+            "hf_secret_value",
+            "--hub_model_id",
+            "u/r",
+        ]
+    )
     # 48 training captions / batch 8 = 6 steps per epoch, 2 epochs.
     assert result.global_step == 12
     for folder in (tmp_path / "run", tmp_path / "run" / "checkpoint-3"):
@@ -37,6 +62,13 @@ def test_epochs_state_file_and_transformers_flag_names(tmp_path):
 
 def test_secret_flags_are_redacted_in_the_recorded_command():
     argv = ["--hub_token", "hf_abc", "--password=pw", "--api-key", "k", "--tokenizer_name", "vocab.txt"]
-    assert redact_secrets(argv) == ["--hub_token", "***", "--password=***", "--api-key", "***", "--tokenizer_name",
-                                    "vocab.txt"]
+    assert redact_secrets(argv) == [
+        "--hub_token",
+        "***",
+        "--password=***",
+        "--api-key",
+        "***",
+        "--tokenizer_name",
+        "vocab.txt",
+    ]
     assert "hf_abc" not in launch_command("pretrain.py", argv)

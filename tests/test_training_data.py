@@ -34,20 +34,23 @@ def test_mask_tokens_follows_bert_80_10_10_and_spares_special_tokens():
 def test_mask_tokens_forces_one_mask_and_regions_mask_at_least_one():
     input_ids = torch.tensor([[2, 7, 8, 3, 0, 0]])
     attention = torch.tensor([[1, 1, 1, 1, 0, 0]])
-    corrupted, labels = mask_tokens(input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 9),
-                                    [np.random.default_rng(0)], probability=0.0)
+    corrupted, labels = mask_tokens(
+        input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 9), [np.random.default_rng(0)], probability=0.0
+    )
     assert labels.tolist() == [[-100, 7, -100, -100, -100, -100]] and corrupted[0, 1] == 4
     masks = mask_regions(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]), [np.random.default_rng(1)] * 2, probability=0.0)
     assert masks.sum(1).tolist() == [1, 1] and not masks[:, 3].any() and masks[1, 0]
 
 
-def _mask_one_position_at_a_time(input_ids, attention, special_ids, mask_id, random_ids, rngs, probability,
-                                 at_least_one):
+def _mask_one_position_at_a_time(
+    input_ids, attention, special_ids, mask_id, random_ids, rngs, probability, at_least_one
+):
     """The masking rules written out position by position (what `mask_tokens` computes a row at a time)."""
     corrupted, labels = input_ids.clone(), torch.full_like(input_ids, -100)
     for row, rng in enumerate(rngs):
-        positions = [p for p in range(input_ids.shape[1])
-                     if attention[row, p] and int(input_ids[row, p]) not in special_ids]
+        positions = [
+            p for p in range(input_ids.shape[1]) if attention[row, p] and int(input_ids[row, p]) not in special_ids
+        ]
         draws = rng.random((len(positions), 3))
         selected = [draw < probability for draw in draws[:, 0]]
         if at_least_one and not any(selected):
@@ -72,11 +75,26 @@ def test_masking_draws_exactly_as_the_rules_written_position_by_position():
         attention[:, :2] = 1
         probability = (0.15, 0.0, 1.0, 0.5)[trial % 4]
         for at_least_one in (True, False):
-            got = mask_tokens(input_ids, attention, [0, 2, 3, 4], 4, torch.arange(5, 40),
-                              [np.random.default_rng([trial, i]) for i in range(batch)], probability, at_least_one)
-            expected = _mask_one_position_at_a_time(input_ids, attention, {0, 2, 3, 4}, 4, torch.arange(5, 40),
-                                                    [np.random.default_rng([trial, i]) for i in range(batch)],
-                                                    probability, at_least_one)
+            got = mask_tokens(
+                input_ids,
+                attention,
+                [0, 2, 3, 4],
+                4,
+                torch.arange(5, 40),
+                [np.random.default_rng([trial, i]) for i in range(batch)],
+                probability,
+                at_least_one,
+            )
+            expected = _mask_one_position_at_a_time(
+                input_ids,
+                attention,
+                {0, 2, 3, 4},
+                4,
+                torch.arange(5, 40),
+                [np.random.default_rng([trial, i]) for i in range(batch)],
+                probability,
+                at_least_one,
+            )
             for tensor, reference in zip(got, expected):
                 assert tensor.dtype == reference.dtype and torch.equal(tensor, reference)
         counts = torch.randint(1, 9, (batch,), generator=generator)
@@ -102,8 +120,12 @@ def test_objective_mix_parsing_and_errors():
     mix = ObjectiveMix.parse(["mlm:2", "mrfr", "wra:0.5"], available)
     assert mix.as_dict() == {"mlm": 2.0, "mrfr": 1.0, "wra": 0.5}
     assert mix.objectives["wra"].model_objective == "itm-wra"
-    for bad, message in ((["nsp:1"], "unknown objective"), (["mlm:0"], "positive"), (["mlm:x"], "name:ratio"),
-                         (["mlm", "mlm:2"], "twice")):
+    for bad, message in (
+        (["nsp:1"], "unknown objective"),
+        (["mlm:0"], "positive"),
+        (["mlm:x"], "name:ratio"),
+        (["mlm", "mlm:2"], "twice"),
+    ):
         with pytest.raises(ValueError, match=message):
             ObjectiveMix.parse(bad, available)
 
@@ -131,7 +153,8 @@ def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
 
     corpus = synthetic_corpus()
     processor = vlhub.UniterProcessor(
-        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=12), tokenizer=tiny_tokenizer(tmp_path))
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=12), tokenizer=tiny_tokenizer(tmp_path)
+    )
     objectives = objectives_for("uniter")
     collator = PretrainingCollator(processor, corpus.regions, objectives)
     mix = ObjectiveMix({"mrc-kl": 1}, objectives)
@@ -139,8 +162,12 @@ def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
     examples = [CaptionDataset(corpus.train)[k] for k in keys]
     batch = collator(examples)
     assert batch["objective"] == "mrc-kl"
-    expected = torch.cat([corpus.regions[e["image_id"]].class_probs[batch["region_masks"][i, : len(
-        corpus.regions[e["image_id"]])]] for i, e in enumerate(examples)])
+    expected = torch.cat(
+        [
+            corpus.regions[e["image_id"]].class_probs[batch["region_masks"][i, : len(corpus.regions[e["image_id"]])]]
+            for i, e in enumerate(examples)
+        ]
+    )
     assert torch.equal(batch["region_class_targets"], expected)
     again = collator(examples)
     assert torch.equal(again["region_masks"], batch["region_masks"])  # masking is a function of the keys
@@ -152,7 +179,8 @@ def test_collator_targets_line_up_with_the_selected_regions(tmp_path):
     ids = itc["itc_image_ids"].tolist()
     image_ids = [e["image_id"] for e in examples[:3]] + [examples[0]["image_id"]]
     assert [ids[i] == ids[j] for i in range(4) for j in range(4)] == [
-        image_ids[i] == image_ids[j] for i in range(4) for j in range(4)]
+        image_ids[i] == image_ids[j] for i in range(4) for j in range(4)
+    ]
 
 
 def test_the_region_cache_is_bounded_in_bytes_and_workers_start_empty(tmp_path):
@@ -214,7 +242,8 @@ def test_workers_send_float16_exact_region_features_as_float16():
     huge[0, 0, 0] = 1e5  # beyond float16's range
     for features, sent_as in ((exact, torch.float16), (inexact, torch.float32), (huge, torch.float32)):
         batch = Float16RegionTransfer(lambda examples: {"region_features": features.clone(), "labels": examples})(
-            [1, 2])
+            [1, 2]
+        )
         assert batch["region_features"].dtype == sent_as and batch["labels"] == [1, 2]
         torch.testing.assert_close(batch["region_features"].float(), features, atol=0, rtol=0)
     assert Float16RegionTransfer(lambda examples: {"input_ids": torch.ones(2, 3)})([]).keys() == {"input_ids"}
@@ -260,13 +289,17 @@ def test_features_a_float16_store_gave_unchanged_are_sent_as_float16_without_a_c
     checked = Float16RegionTransfer(lambda examples: {"region_features": unmarked})([])["region_features"]
     monkeypatch.setattr(collators, "_same_bits", lambda a, b: pytest.fail("a marked batch was compared"))
     sent = Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"]
-    assert sent.dtype == checked.dtype == torch.float16 and torch.equal(sent.view(torch.int16), checked.view(torch.int16))
+    assert sent.dtype == checked.dtype == torch.float16 and torch.equal(
+        sent.view(torch.int16), checked.view(torch.int16)
+    )
 
     marked[0, 0, 0] += 1e-4  # between two float16 values: the mark is void
     assert not marked_float16_exact(marked)
     monkeypatch.undo()
-    assert Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"].dtype == \
-        torch.float32
+    assert (
+        Float16RegionTransfer(lambda examples: {"region_features": marked})([])["region_features"].dtype
+        == torch.float32
+    )
 
 
 def _batch_of_many_kinds(examples):
@@ -338,14 +371,16 @@ def test_every_model_reads_float16_region_features_as_the_same_float32_values(tm
     model, processor = build_pretraining_model(None, "tiny", tiny_tokenizer(tmp_path), corpus, model_type=model_type)
     base = model.base_model.eval()
     pairs = corpus.train[:3]
-    inputs = dict(processor(text=[c for _, c in pairs], regions=[corpus.regions[i] for i, _ in pairs],
-                            return_tensors="pt"))
+    inputs = dict(
+        processor(text=[c for _, c in pairs], regions=[corpus.regions[i] for i, _ in pairs], return_tensors="pt")
+    )
     inputs["region_features"] = inputs["region_features"].half().float()
     with torch.no_grad():
         as_float32 = base(**inputs)
         as_float16 = base(**{**inputs, "region_features": inputs["region_features"].half()})
-    compared = [name for name, value in as_float32.items() if isinstance(value, torch.Tensor)
-                and value.is_floating_point()]
+    compared = [
+        name for name, value in as_float32.items() if isinstance(value, torch.Tensor) and value.is_floating_point()
+    ]
     assert compared, "the base model returned no float outputs to compare"
     for name in compared:
         assert as_float16[name].dtype == as_float32[name].dtype, name

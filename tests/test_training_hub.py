@@ -22,8 +22,16 @@ def online_towards_loopback(monkeypatch):
 
 
 def push_args(tmp_path, **overrides) -> TrainingArguments:
-    settings = dict(output_dir=str(tmp_path / "run"), max_steps=4, per_device_batch_size=4, save_steps=2,
-                    logging_steps=1, push_to_hub=True, hub_model_id="tester/uniter-tiny", hub_token="hf_fake")
+    settings = dict(
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        per_device_batch_size=4,
+        save_steps=2,
+        logging_steps=1,
+        push_to_hub=True,
+        hub_model_id="tester/uniter-tiny",
+        hub_token="hf_fake",
+    )
     return TrainingArguments(**{**settings, **overrides})
 
 
@@ -37,8 +45,15 @@ def test_push_to_hub_uploads_checkpoints_and_the_final_model(tmp_path, monkeypat
     assert messages == ["Training in progress, step 2", "Training in progress, step 4", "End of training (step 4)"]
     files = hub.repos["tester/uniter-tiny"]
     local = tmp_path / "run"
-    for name in ("config.json", "model.safetensors", "processor_config.json", "tokenizer.json", "README.md",
-                 "trainer_state.json", "log_history.jsonl"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "processor_config.json",
+        "tokenizer.json",
+        "README.md",
+        "trainer_state.json",
+        "log_history.jsonl",
+    ):
         assert files[name] == (local / name).read_bytes(), name
     # Optimizer/RNG state and the checkpoint folders stay local.
     assert not [path for path in files if path.startswith(("training_state", "checkpoint-"))]

@@ -41,8 +41,14 @@ class SimulatedCrash(RuntimeError):
 
 
 def test_losses_fall_on_a_tiny_run(tmp_path):
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=40, per_device_batch_size=8,
-                             logging_steps=10, learning_rate=2e-3, warmup_steps=2)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        max_steps=40,
+        per_device_batch_size=8,
+        logging_steps=10,
+        learning_rate=2e-3,
+        warmup_steps=2,
+    )
     result = train(make_task(tmp_path, {"mlm": 1, "mrfr": 1}), args)
     train_logs = [r for r in result.log_history if "loss" in r]
     assert [r["step"] for r in train_logs] == [10, 20, 30, 40]
@@ -57,8 +63,17 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path, accumulation, workers)
     # 48 captions / (6 x accumulation) per step: with accumulation 2 the resumed run also crosses an epoch boundary.
     # With workers, the interrupted and resumed runs load in 2 DataLoader worker processes and must still log exactly
     # what the uninterrupted run, loading in the training loop, logged.
-    common = dict(max_steps=8, per_device_batch_size=6, logging_steps=1, save_steps=3, learning_rate=1e-3,
-                  eval_steps=4, max_eval_samples=8, seed=3, gradient_accumulation_steps=accumulation)
+    common = dict(
+        max_steps=8,
+        per_device_batch_size=6,
+        logging_steps=1,
+        save_steps=3,
+        learning_rate=1e-3,
+        eval_steps=4,
+        max_eval_samples=8,
+        seed=3,
+        gradient_accumulation_steps=accumulation,
+    )
     straight = train(make_task(tmp_path, seed=3), TrainingArguments(output_dir=str(tmp_path / "a"), **common))
     common["dataloader_num_workers"] = workers
 
@@ -91,13 +106,15 @@ def test_checkpoint_is_a_complete_pretrained_folder(tmp_path):
 
     import vlhub  # noqa: F401  (registers the Auto classes)
 
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_batch_size=4, save_steps=2,
-                             logging_steps=1)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=2, per_device_batch_size=4, save_steps=2, logging_steps=1
+    )
     task = make_task(tmp_path, {"mlm": 1})
     train(task, args)
     folder = tmp_path / "run" / "checkpoint-2"
     assert {"config.json", "model.safetensors", "processor_config.json", "README.md", "trainer_state.json"} <= {
-        p.name for p in folder.iterdir()}
+        p.name for p in folder.iterdir()
+    }
     model = AutoModelForPreTraining.from_pretrained(folder)
     trained = task.model.state_dict()
     for key, value in model.state_dict().items():

@@ -11,7 +11,13 @@ import pytest
 import torch
 
 import vlhub
-from tests.training_helpers import COLOURS, reset_accelerate_state, synthetic_corpus, tiny_pretraining_run, tiny_tokenizer
+from tests.training_helpers import (
+    COLOURS,
+    reset_accelerate_state,
+    synthetic_corpus,
+    tiny_pretraining_run,
+    tiny_tokenizer,
+)
 from vlhub.data import ShapesWorld
 from vlhub.data.shapes_language import draw_choices
 from vlhub.registry import get_architecture
@@ -39,7 +45,9 @@ def test_draw_choices_is_seeded_keeps_the_answer_once_and_draws_from_the_pool():
     # An answer outside the pool is still the right one; a pool too small for the distractors is refused.
     choices, label = draw_choices("orange", pool, 3, np.random.default_rng(0))
     assert choices[label] == "orange" and choices.count("orange") == 1
-    with pytest.raises(ValueError, match=r"4 choices for the answer 'yes' need 3 other answers of its type, there are 1"):
+    with pytest.raises(
+        ValueError, match=r"4 choices for the answer 'yes' need 3 other answers of its type, there are 1"
+    ):
         draw_choices("yes", ["yes", "no"], 4, np.random.default_rng(0))
 
 
@@ -51,16 +59,22 @@ def test_shapes_multiple_choice_questions_come_from_its_vqa_questions():
     for kind, answer in zip(vqa["train"]["answer_type"], vqa["train"]["multiple_choice_answer"]):
         pools[kind].add(answer)
     mc = world.multiple_choice(num_choices=4)
-    assert world.multiple_choice_skipped_types(4) == sorted(k for k, p in pools.items() if len(p) < 4) \
+    assert (
+        world.multiple_choice_skipped_types(4)
+        == sorted(k for k, p in pools.items() if len(p) < 4)
         == ["size", "yes/no"]
+    )
     for split in ("train", "validation", "test"):
         questions = {row["question_id"]: row for row in vqa[split]}
         kept = [row for row in vqa[split] if len(pools[row["answer_type"]]) >= 4]
         assert len(mc[split]) == len(kept) > 0
         for row in mc[split]:
             source = questions[row["question_id"]]
-            assert (row["image_id"], row["question"], row["answer_type"]) == \
-                (source["image_id"], source["question"], source["answer_type"])
+            assert (row["image_id"], row["question"], row["answer_type"]) == (
+                source["image_id"],
+                source["question"],
+                source["answer_type"],
+            )
             right = source["multiple_choice_answer"]
             assert len(row["choices"]) == 4 and row["choices"][row["label"]] == right
             assert row["choices"].count(right) == 1 and len(set(row["choices"])) == 4
@@ -81,8 +95,10 @@ def processor_of(model_type: str, tmp_path):
 def test_collator_gives_a_row_per_choice_and_regions_once_per_question(tmp_path, model_type):
     corpus = synthetic_corpus()
     processor = processor_of(model_type, tmp_path)
-    examples = [MultipleChoiceExample("the circle", "img000", ["red", "blue", "green"], 1),
-                MultipleChoiceExample("the small square", "img001", ["red", "blue and green", "yellow"], 2)]
+    examples = [
+        MultipleChoiceExample("the circle", "img000", ["red", "blue", "green"], 1),
+        MultipleChoiceExample("the small square", "img001", ["red", "blue and green", "yellow"], 2),
+    ]
     batch = MultipleChoiceCollator(processor, corpus.regions)(examples)
     assert batch["input_ids"].shape[:2] == (2, 3) and batch["attention_mask"].shape == batch["input_ids"].shape
     assert batch["token_type_ids"].shape == batch["input_ids"].shape
@@ -99,8 +115,9 @@ def test_collator_gives_a_row_per_choice_and_regions_once_per_question(tmp_path,
             # VL-BERT's VCR layout marks the choice and its [SEP] with type 1; the joined text keeps one type.
             second = 1 if model_type == "vl_bert" else types[0]
             assert types == [types[0]] * question_length + [second] * (len(ids) - question_length)
-    unlabelled = MultipleChoiceCollator(processor, corpus.regions)([MultipleChoiceExample("the circle", "img000",
-                                                                                          ["red", "blue"])])
+    unlabelled = MultipleChoiceCollator(processor, corpus.regions)(
+        [MultipleChoiceExample("the circle", "img000", ["red", "blue"])]
+    )
     assert "labels" not in unlabelled and unlabelled["input_ids"].shape[:2] == (1, 2)
     with pytest.raises(ValueError, match=r"the same number of choices, got \[2, 3\]"):
         MultipleChoiceCollator(processor, corpus.regions)([examples[0], unlabelled_example()])
@@ -112,27 +129,42 @@ def unlabelled_example():
 
 def test_vilbert_task_ids_stay_one_per_question(tmp_path):
     tokenizer = tiny_tokenizer(tmp_path)
-    processor = vlhub.VilbertProcessor(feature_extractor=vlhub.VilbertRegionProcessor(region_feature_dim=12),
-                                       tokenizer=tokenizer, num_task_tokens=20, task_id=5)
+    processor = vlhub.VilbertProcessor(
+        feature_extractor=vlhub.VilbertRegionProcessor(region_feature_dim=12),
+        tokenizer=tokenizer,
+        num_task_tokens=20,
+        task_id=5,
+    )
     examples = [MultipleChoiceExample("the circle", "img000", ["red", "blue", "green"], 0)] * 2
     batch = MultipleChoiceCollator(processor, synthetic_corpus().regions)(examples)
     assert batch["task_ids"].tolist() == [[5], [5]] and batch["input_ids"].shape[:2] == (2, 3)
 
 
 # ---------------------------------------------------------------------------------------------------- bad input
-ROWS = [{"question": "the circle", "image_id": "img000", "choices": ["red", "blue", "green"], "label": 0},
-        {"question": "the square", "image_id": "img001", "choices": ["red", "blue", "green"], "label": 2},
-        {"question": "the triangle", "image_id": "img002", "choices": ["red", "blue", "green"], "label": 1}]
+ROWS = [
+    {"question": "the circle", "image_id": "img000", "choices": ["red", "blue", "green"], "label": 0},
+    {"question": "the square", "image_id": "img001", "choices": ["red", "blue", "green"], "label": 2},
+    {"question": "the triangle", "image_id": "img002", "choices": ["red", "blue", "green"], "label": 1},
+]
 
 
 @pytest.mark.parametrize("as_datasets", [False, True])
-@pytest.mark.parametrize("change, message", [
-    ({"choices": ["red", "blue"]}, r"row 1 \(question 'the square', image 'img001'\) has 2 choices but row 0 has 3"),
-    ({"label": 3}, r"row 1 \(question 'the square', image 'img001'\) has the label 3, outside its 3 choices \(0\.\.2\)"),
-    ({"label": -1}, r"row 1 .* has the label -1, outside its 3 choices"),
-    ({"choices": ["red", " ", "green"]}, r"row 1 \(question 'the square', image 'img001'\): choice 1"),
-    ({"question": ""}, r"the question of row 1 \(image 'img001'\)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"choices": ["red", "blue"]},
+            r"row 1 \(question 'the square', image 'img001'\) has 2 choices but row 0 has 3",
+        ),
+        (
+            {"label": 3},
+            r"row 1 \(question 'the square', image 'img001'\) has the label 3, outside its 3 choices \(0\.\.2\)",
+        ),
+        ({"label": -1}, r"row 1 .* has the label -1, outside its 3 choices"),
+        ({"choices": ["red", " ", "green"]}, r"row 1 \(question 'the square', image 'img001'\): choice 1"),
+        ({"question": ""}, r"the question of row 1 \(image 'img001'\)"),
+    ],
+)
 def test_bad_rows_are_refused_naming_the_row(change, message, as_datasets):
     import datasets
 
@@ -147,8 +179,9 @@ def test_rows_need_the_columns_and_a_choice_list():
     with pytest.raises(ValueError, match="has 1 choices; a question needs at least 2"):
         MultipleChoiceDataset.from_rows([dict(ROWS[0], choices=["red"])])
     dataset = MultipleChoiceDataset.from_rows(ROWS)
-    assert dataset.num_choices == 3 and dataset[1] == MultipleChoiceExample("the square", "img001",
-                                                                            ["red", "blue", "green"], 2)
+    assert dataset.num_choices == 3 and dataset[1] == MultipleChoiceExample(
+        "the square", "img001", ["red", "blue", "green"], 2
+    )
 
 
 def test_task_refuses_unknown_images_and_uneven_splits(tmp_path):
@@ -157,8 +190,11 @@ def test_task_refuses_unknown_images_and_uneven_splits(tmp_path):
     model = torch.nn.Linear(1, 1)
     rows = [dict(row) for row in ROWS]
     rows[2]["image_id"] = "nowhere"
-    with pytest.raises(ValueError, match=r"the train split: row 2 \(question 'the triangle'\) is about image "
-                                         r"'nowhere', which has no region features"):
+    with pytest.raises(
+        ValueError,
+        match=r"the train split: row 2 \(question 'the triangle'\) is about image "
+        r"'nowhere', which has no region features",
+    ):
         MultipleChoiceTask(model, processor, corpus.regions, MultipleChoiceDataset.from_rows(rows), None, "d", "d")
     two = MultipleChoiceDataset.from_rows([dict(ROWS[0], choices=["red", "blue"], label=1)])
     with pytest.raises(ValueError, match=r"the same number of choices, got \{'train': 3, 'validation': 2\}"):
@@ -177,8 +213,14 @@ def test_answer_prior_baseline_picks_the_answer_most_often_right_in_training(as_
 
     train = make([(["red", "blue", "green"], 0), (["blue", "red", "green"], 1), (["green", "blue", "red"], 1)])
     # red was right twice, blue once: red, then blue (at index 2), then the first of three never-right answers.
-    held_out = make([(["blue", "red", "green"], 1), (["green", "yellow", "blue"], 0),
-                     (["green", "yellow", "purple"], 0), (["purple", "blue", "red"], 1)])
+    held_out = make(
+        [
+            (["blue", "red", "green"], 1),
+            (["green", "yellow", "blue"], 0),
+            (["green", "yellow", "purple"], 0),
+            (["purple", "blue", "red"], 1),
+        ]
+    )
     assert answer_prior_baseline(train, held_out) == pytest.approx(2 / 4)
 
 
@@ -191,8 +233,14 @@ def colour_choice_rows(pairs) -> list[dict]:
         colour, shape = words[1], words[2]
         others = [c for c in COLOURS if c != colour][:2]
         label = k % 3
-        rows.append({"image_id": image_id, "question": f"the {shape}", "choices": [*others[:label], colour,
-                                                                                   *others[label:]], "label": label})
+        rows.append(
+            {
+                "image_id": image_id,
+                "question": f"the {shape}",
+                "choices": [*others[:label], colour, *others[label:]],
+                "label": label,
+            }
+        )
     return rows
 
 
@@ -200,9 +248,12 @@ def write_choice_dataset(folder) -> None:
     import datasets
 
     corpus = synthetic_corpus()
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(colour_choice_rows(corpus.train)),
-                          "validation": datasets.Dataset.from_list(colour_choice_rows(corpus.validation))}
-                         ).save_to_disk(str(folder))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(colour_choice_rows(corpus.train)),
+            "validation": datasets.Dataset.from_list(colour_choice_rows(corpus.validation)),
+        }
+    ).save_to_disk(str(folder))
 
 
 @pytest.mark.parametrize("model_type", MULTIPLE_CHOICE_TYPES)
@@ -215,10 +266,30 @@ def test_finetune_py_multiple_choice_end_to_end(tmp_path, model_type):
     tiny_pretraining_run(tmp_path, model_type)  # tmp_path/run, on the synthetic region store tmp_path/data
     reset_accelerate_state()
     write_choice_dataset(tmp_path / "mc")
-    result = finetune_main(["--task", "multiple_choice", "--model_name_or_path", str(tmp_path / "run"),
-                            "--dataset", str(tmp_path / "mc"), "--region_store", str(tmp_path / "data"),
-                            "--max_steps", "30", "--per_device_train_batch_size", "8", "--logging_steps", "1",
-                            "--learning_rate", "1e-3", "--warmup_steps", "0", "--output_dir", str(tmp_path / "ft")])
+    result = finetune_main(
+        [
+            "--task",
+            "multiple_choice",
+            "--model_name_or_path",
+            str(tmp_path / "run"),
+            "--dataset",
+            str(tmp_path / "mc"),
+            "--region_store",
+            str(tmp_path / "data"),
+            "--max_steps",
+            "30",
+            "--per_device_train_batch_size",
+            "8",
+            "--logging_steps",
+            "1",
+            "--learning_rate",
+            "1e-3",
+            "--warmup_steps",
+            "0",
+            "--output_dir",
+            str(tmp_path / "ft"),
+        ]
+    )
     losses = [row["loss"] for row in result.log_history if "loss" in row]
     assert len(losses) == 30 and np.mean(losses[-5:]) < losses[0]
     assert set(result.eval_results) == {"validation_accuracy", "validation_loss", "validation_answer_prior_baseline"}
@@ -237,8 +308,9 @@ def test_finetune_py_multiple_choice_end_to_end(tmp_path, model_type):
             right.append(int(logits.argmax()) == row["label"])
             # Each choice is scored on its own text: reordering the choices reorders the scores.
             order = [2, 0, 1]
-            permuted = model(**collate([MultipleChoiceExample(row["question"], row["image_id"],
-                                                              [row["choices"][i] for i in order])])).logits[0]
+            permuted = model(
+                **collate([MultipleChoiceExample(row["question"], row["image_id"], [row["choices"][i] for i in order])])
+            ).logits[0]
             torch.testing.assert_close(permuted, logits[order], rtol=1e-4, atol=1e-5)
     assert result.eval_results["validation_accuracy"] == pytest.approx(np.mean(right))
     card = (tmp_path / "ft" / "README.md").read_text()
@@ -250,10 +322,21 @@ def test_finetune_py_refuses_multiple_choice_without_a_head(tmp_path):
     from vlhub.training.cli import finetune_main
 
     vlhub.UnifiedVlpConfig().save_pretrained(tmp_path / "vlp")
-    with pytest.raises(SystemExit, match=r"--task multiple_choice: Unified VLP has no multiple_choice head \(its "
-                                         r"heads: captioning, pretraining, vqa\)"):
-        finetune_main(["--task", "multiple_choice", "--model_name_or_path", str(tmp_path / "vlp"),
-                       "--output_dir", str(tmp_path / "ft")])
+    with pytest.raises(
+        SystemExit,
+        match=r"--task multiple_choice: Unified VLP has no multiple_choice head \(its "
+        r"heads: captioning, pretraining, vqa\)",
+    ):
+        finetune_main(
+            [
+                "--task",
+                "multiple_choice",
+                "--model_name_or_path",
+                str(tmp_path / "vlp"),
+                "--output_dir",
+                str(tmp_path / "ft"),
+            ]
+        )
     assert not (tmp_path / "ft").exists()
     with pytest.raises(SystemExit, match="--task must be vqa, multiple_choice, retrieval, captioning, got 'vcr'"):
         finetune_main(["--task", "vcr", "--model_name_or_path", str(tmp_path / "vlp")])
@@ -264,12 +347,41 @@ def test_finetune_py_multiple_choice_on_the_shapes_world(tmp_path, monkeypatch):
     from vlhub.training.cli import finetune_main, pretrain_main
 
     monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
-    pretrain_main(["--model_type", "uniter", "--max_steps", "2", "--per_device_train_batch_size", "4",
-                   "--logging_steps", "1", "--output_dir", str(tmp_path / "pre")])
+    pretrain_main(
+        [
+            "--model_type",
+            "uniter",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "pre"),
+        ]
+    )
     reset_accelerate_state()
-    result = finetune_main(["--task", "multiple_choice", "--model_name_or_path", str(tmp_path / "pre"),
-                            "--num_choices", "3", "--max_steps", "2", "--per_device_train_batch_size", "4",
-                            "--max_eval_samples", "16", "--logging_steps", "1", "--output_dir", str(tmp_path / "mc")])
+    result = finetune_main(
+        [
+            "--task",
+            "multiple_choice",
+            "--model_name_or_path",
+            str(tmp_path / "pre"),
+            "--num_choices",
+            "3",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_eval_samples",
+            "16",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "mc"),
+        ]
+    )
     assert result.global_step == 2
     assert {"validation_accuracy", "test_accuracy"} <= set(result.eval_results)
     card = (tmp_path / "mc" / "README.md").read_text()
@@ -282,7 +394,10 @@ def test_a_long_question_is_cut_before_it_pushes_the_choice_out(tmp_path):
     long_question = "the big red circle left of the small blue square"
     with pytest.warns(UserWarning, match="is truncated to 5"):  # never silently
         batch = MultipleChoiceCollator(processor, synthetic_corpus().regions)(
-            [MultipleChoiceExample(long_question, "img000", ["red", "blue green"], 0)])
-    decoded = [processor.tokenizer.decode(row[mask.bool()].tolist())
-               for row, mask in zip(batch["input_ids"][0], batch["attention_mask"][0])]
+            [MultipleChoiceExample(long_question, "img000", ["red", "blue green"], 0)]
+        )
+    decoded = [
+        processor.tokenizer.decode(row[mask.bool()].tolist())
+        for row, mask in zip(batch["input_ids"][0], batch["attention_mask"][0])
+    ]
     assert decoded == ["[CLS] the big red circle [SEP] red [SEP]", "[CLS] the big red [SEP] blue green [SEP]"]

@@ -13,13 +13,7 @@ from pathlib import Path
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tests.training_helpers import (
-    TINY_CONFIG,
-    crash_then_resume,
-    logged_losses,
-    synthetic_corpus,
-    write_vocab,
-)
+from tests.training_helpers import TINY_CONFIG, crash_then_resume, logged_losses, synthetic_corpus, write_vocab
 from vlhub.processing.stores import RegionStore, RegionStoreWriter
 from vlhub.training.data import write_jsonl
 from vlhub.training.sampling import FixedObjective
@@ -39,11 +33,29 @@ def write_store(folder: Path, shard_size: int = 4) -> tuple[Path, list]:
     return folder, corpus.train
 
 
-def stream(store: Path, pairs, rank: int = 0, world: int = 1, buffer: int = 8, batch: int = 4, workers: int = 0,
-           seed: int = 0, accumulation: int = 1):
-    return StreamedCaptionBatches(RegionStore(store), CaptionIndex(pairs), batch, FixedObjective("mlm"), seed,
-                                  gradient_accumulation_steps=accumulation, process_index=rank, num_processes=world,
-                                  shuffle_buffer_size=buffer, num_workers=workers)
+def stream(
+    store: Path,
+    pairs,
+    rank: int = 0,
+    world: int = 1,
+    buffer: int = 8,
+    batch: int = 4,
+    workers: int = 0,
+    seed: int = 0,
+    accumulation: int = 1,
+):
+    return StreamedCaptionBatches(
+        RegionStore(store),
+        CaptionIndex(pairs),
+        batch,
+        FixedObjective("mlm"),
+        seed,
+        gradient_accumulation_steps=accumulation,
+        process_index=rank,
+        num_processes=world,
+        shuffle_buffer_size=buffer,
+        num_workers=workers,
+    )
 
 
 def identity(batch):
@@ -106,8 +118,8 @@ def test_the_stream_is_shuffled_per_epoch_and_reproducible(tmp_path):
     while len(epochs[1]) < len(pairs):
         for example in next(batches):
             epochs.setdefault(example["seed"][1], []).append((example["image_id"], example["caption"]))
-    assert sorted(epochs[0]) == sorted(epochs[1][:len(pairs)]) == sorted(pairs)
-    assert epochs[0] != epochs[1][:len(pairs)]  # another shard order and other blocks
+    assert sorted(epochs[0]) == sorted(epochs[1][: len(pairs)]) == sorted(pairs)
+    assert epochs[0] != epochs[1][: len(pairs)]  # another shard order and other blocks
     assert epochs[0] != [tuple(p) for p in pairs]  # shuffled, not in store order
     other_seed = [e["image_id"] for e in next(iter(stream(store, pairs, seed=1)))]
     assert other_seed != [e["image_id"] for e in next(iter(stream(store, pairs)))]
@@ -119,8 +131,12 @@ def test_a_restored_stateful_loader_continues_exactly(tmp_path, workers):
     store, pairs = write_store(tmp_path / "store")
 
     def loader():
-        return StatefulDataLoader(stream(store, pairs, buffer=6, batch=5, workers=workers), batch_size=None,
-                                  collate_fn=identity, num_workers=workers)
+        return StatefulDataLoader(
+            stream(store, pairs, buffer=6, batch=5, workers=workers),
+            batch_size=None,
+            collate_fn=identity,
+            num_workers=workers,
+        )
 
     straight = iter(loader())
     expected = [keys(next(straight)) for _ in range(30)]  # 150 examples: more than 3 epochs of 48
@@ -129,8 +145,9 @@ def test_a_restored_stateful_loader_continues_exactly(tmp_path, workers):
     assert [keys(next(batches)) for _ in range(13)] == expected[:13]
     state = json.loads(json.dumps(interrupted.state_dict()))  # what the checkpoint holds
     del batches
-    other_process = StatefulDataLoader(stream(store, pairs, rank=1, world=2, buffer=6, batch=5), batch_size=None,
-                                       collate_fn=identity)
+    other_process = StatefulDataLoader(
+        stream(store, pairs, rank=1, world=2, buffer=6, batch=5), batch_size=None, collate_fn=identity
+    )
     if workers == 0:
         with pytest.raises(ValueError, match="state of process 0 cannot resume process 1"):
             other_process.load_state_dict(state)
@@ -146,8 +163,11 @@ def test_batches_carry_their_regions_and_one_objective_per_optimizer_step(tmp_pa
 
     store, pairs = write_store(tmp_path / "store")
     mix = ObjectiveMix({"mlm": 1, "itm": 1}, objectives_for("uniter"))
-    batches = iter(StreamedCaptionBatches(RegionStore(store), CaptionIndex(pairs), 4, mix, 0,
-                                          gradient_accumulation_steps=2, shuffle_buffer_size=8))
+    batches = iter(
+        StreamedCaptionBatches(
+            RegionStore(store), CaptionIndex(pairs), 4, mix, 0, gradient_accumulation_steps=2, shuffle_buffer_size=8
+        )
+    )
     objectives = []
     reference = RegionStore(store)
     for _ in range(12):
@@ -175,9 +195,25 @@ def test_bad_streaming_settings_are_refused(tmp_path):
 def pretrain_arguments(tmp_path: Path, store: Path, *extra: str) -> list[str]:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_CONFIG))
-    return ["--dataset", str(store), "--tokenizer", str(write_vocab(tmp_path)), "--config", str(config),
-            "--per_device_train_batch_size", "4", "--logging_steps", "1", "--objectives", "mlm:1", "itm:1",
-            "--streaming", "--shuffle_buffer_size", "8", *extra]
+    return [
+        "--dataset",
+        str(store),
+        "--tokenizer",
+        str(write_vocab(tmp_path)),
+        "--config",
+        str(config),
+        "--per_device_train_batch_size",
+        "4",
+        "--logging_steps",
+        "1",
+        "--objectives",
+        "mlm:1",
+        "itm:1",
+        "--streaming",
+        "--shuffle_buffer_size",
+        "8",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -185,8 +221,9 @@ def test_streamed_pretraining_resumes_exactly(tmp_path, workers):
     from vlhub.training.cli import pretrain_main
 
     store, _ = write_store(tmp_path / "store")
-    common = pretrain_arguments(tmp_path, store, "--max_steps", "16", "--save_steps", "5",
-                                "--dataloader_num_workers", str(workers))
+    common = pretrain_arguments(
+        tmp_path, store, "--max_steps", "16", "--save_steps", "5", "--dataloader_num_workers", str(workers)
+    )
     pretrain_main([*common, "--output_dir", str(tmp_path / "straight")])
 
     def run(*extra, callbacks=()):
@@ -210,8 +247,9 @@ def test_streamed_pretraining_resumes_exactly(tmp_path, workers):
         atomic_write_json(checkpoint / CHECKSUMS, {"files": file_checksums(checkpoint, exclude=(CHECKSUMS,))})
         reset_accelerate_state()
         with pytest.raises(DamagedCheckpointError, match=r"no stream state for process 0 \(stream_state_0.json\)"):
-            pretrain_main([*common, "--output_dir", str(tmp_path / "again"), "--resume_from_checkpoint",
-                           str(checkpoint)])
+            pretrain_main(
+                [*common, "--output_dir", str(tmp_path / "again"), "--resume_from_checkpoint", str(checkpoint)]
+            )
 
 
 def test_streaming_a_non_store_dataset_is_refused(tmp_path):
@@ -220,15 +258,29 @@ def test_streaming_a_non_store_dataset_is_refused(tmp_path):
     from vlhub.training.cli import pretrain_main
 
     corpus = synthetic_corpus(num_images=6, validation_images=0)
-    rows = [{"image_id": i, "caption": c, "features": corpus.regions[i].features.tolist(),
-             "boxes": corpus.regions[i].boxes.tolist(), "image_size": list(corpus.regions[i].image_size)}
-            for i, c in corpus.train]
+    rows = [
+        {
+            "image_id": i,
+            "caption": c,
+            "features": corpus.regions[i].features.tolist(),
+            "boxes": corpus.regions[i].boxes.tolist(),
+            "image_size": list(corpus.regions[i].image_size),
+        }
+        for i, c in corpus.train
+    ]
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "inline"))
-    arguments = pretrain_arguments(tmp_path, tmp_path / "inline", "--max_steps", "2", "--output_dir",
-                                   str(tmp_path / "run"))
+    arguments = pretrain_arguments(
+        tmp_path, tmp_path / "inline", "--max_steps", "2", "--output_dir", str(tmp_path / "run")
+    )
     with pytest.raises(ValueError, match="--streaming reads the shards of a vlhub region store"):
-        pretrain_main([*arguments[:arguments.index("--objectives")], "--objectives", "mlm:1",
-                       *arguments[arguments.index("--streaming"):]])
+        pretrain_main(
+            [
+                *arguments[: arguments.index("--objectives")],
+                "--objectives",
+                "mlm:1",
+                *arguments[arguments.index("--streaming") :],
+            ]
+        )
 
 
 @pytest.mark.slow
@@ -238,17 +290,42 @@ def test_two_process_streaming_reads_disjoint_shards_and_resumes_exactly(tmp_pat
     store, _ = write_store(tmp_path / "store")
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    base = [str(accelerate), "launch", "--num_processes", "2", str(REPO / "pretrain.py"),
-            *pretrain_arguments(tmp_path, store, "--max_steps", "8", "--save_steps", "4")]
-    first = subprocess.run([*base, "--output_dir", str(tmp_path / "run")], env=env, capture_output=True, text=True,
-                           timeout=600, cwd=tmp_path)
+    base = [
+        str(accelerate),
+        "launch",
+        "--num_processes",
+        "2",
+        str(REPO / "pretrain.py"),
+        *pretrain_arguments(tmp_path, store, "--max_steps", "8", "--save_steps", "4"),
+    ]
+    first = subprocess.run(
+        [*base, "--output_dir", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr[-4000:]
-    states = [json.loads((tmp_path / "run" / "checkpoint-4" / "training_state" / f"stream_state_{rank}.json")
-                         .read_text()) for rank in (0, 1)]
+    states = [
+        json.loads((tmp_path / "run" / "checkpoint-4" / "training_state" / f"stream_state_{rank}.json").read_text())
+        for rank in (0, 1)
+    ]
     assert [state["dataset_state"]["process"] for state in states] == [0, 1]  # each its own stream
-    second = subprocess.run([*base, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
-                             str(tmp_path / "run" / "checkpoint-4")], env=env, capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path)
+    second = subprocess.run(
+        [
+            *base,
+            "--output_dir",
+            str(tmp_path / "resumed"),
+            "--resume_from_checkpoint",
+            str(tmp_path / "run" / "checkpoint-4"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert second.returncode == 0, second.stderr[-4000:]
     expected, got = logged_losses(tmp_path / "run"), logged_losses(tmp_path / "resumed")
     assert sorted(got) == list(range(1, 9))

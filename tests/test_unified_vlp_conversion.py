@@ -55,7 +55,9 @@ def test_tasks_and_their_drops(tmp_path):
     processor = vlhub.UnifiedVlpProcessor.from_pretrained(tmp_path / "vqa")
     assert processor.mode == "bidirectional"
     captioning = convert(VQA2, tmp_path / "vqa-cap", task="captioning")
-    assert all("VQA answer head" in captioning.dropped[f"ans_classifier.{i}.{p}"] for i in (0, 2) for p in ("weight", "bias"))
+    assert all(
+        "VQA answer head" in captioning.dropped[f"ans_classifier.{i}.{p}"] for i in (0, 2) for p in ("weight", "bias")
+    )
 
 
 def test_answer_vocabulary(tmp_path):
@@ -105,22 +107,48 @@ def test_cli_converts_and_reports_errors(tmp_path):
     out = tmp_path / "cli"
     command = [sys.executable, "-m", "vlhub.cli", "convert", "unified_vlp"]
     result = subprocess.run(
-        [*command, str(IMG2TXT), "--output-dir", str(out), "--config", str(CONFIG), "--tokenizer", str(VOCAB),
-         "--task", "captioning"],
-        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+        [
+            *command,
+            str(IMG2TXT),
+            "--output-dir",
+            str(out),
+            "--config",
+            str(CONFIG),
+            "--tokenizer",
+            str(VOCAB),
+            "--task",
+            "captioning",
+        ],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
     assert result.returncode == 0, result.stderr
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
-    bad = subprocess.run([*command, str(tmp_path / "none.bin"), "--output-dir", str(out)],
-                         capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+    bad = subprocess.run(
+        [*command, str(tmp_path / "none.bin"), "--output-dir", str(out)],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    )
     assert bad.returncode == 2 and "does not exist" in bad.stderr
 
 
 # The original's load_vocab (LuoweiZhou/VLP pytorch_pretrained_bert/tokenization.py) renames these vocab.txt entries
 # as it reads them; written out here from the original code, not from vlhub's table.
-ORIGINAL_RENAMES = {"[unused1]": "[X_SEP]", "[unused2]": "[SEP_0]", "[unused3]": "[SEP_1]", "[unused4]": "[SEP_2]",
-                    "[unused5]": "[SEP_3]", "[unused6]": "[SEP_4]", "[unused7]": "[SEP_5]", "[unused8]": "[SEP_6]",
-                    "[unused9]": "[SEP_7]", "[unused10]": "[SEP_8]", "[unused11]": "[SEP_9]"}
+ORIGINAL_RENAMES = {
+    "[unused1]": "[X_SEP]",
+    "[unused2]": "[SEP_0]",
+    "[unused3]": "[SEP_1]",
+    "[unused4]": "[SEP_2]",
+    "[unused5]": "[SEP_3]",
+    "[unused6]": "[SEP_4]",
+    "[unused7]": "[SEP_5]",
+    "[unused8]": "[SEP_6]",
+    "[unused9]": "[SEP_7]",
+    "[unused10]": "[SEP_8]",
+    "[unused11]": "[SEP_9]",
+}
 
 
 def test_converted_tokenizer_has_the_original_token_strings(tmp_path):
@@ -151,8 +179,11 @@ def test_captioning_pipeline_prints_the_original_token_strings(tmp_path):
     model.save_pretrained(tmp_path / "cap")
     captioner = pipeline("image-captioning", model=str(tmp_path / "cap"))
     regions = vlhub.RegionFeatures(
-        features=torch.rand(100, 2048), boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(100, 1),
-        image_size=(20, 20), class_probs=torch.softmax(torch.randn(100, 1601), -1), scores=torch.rand(100),
+        features=torch.rand(100, 2048),
+        boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(100, 1),
+        image_size=(20, 20),
+        class_probs=torch.softmax(torch.randn(100, 1601), -1),
+        scores=torch.rand(100),
     )
     assert captioner(regions, max_new_tokens=3) == [{"generated_text": "[SEP_0] [SEP_0] [SEP_0]"}]
 

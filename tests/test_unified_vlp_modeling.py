@@ -25,19 +25,35 @@ SPECIAL = dict(pad_token_id=0, region_token_id=1, bos_token_id=2, eos_token_id=3
 
 
 def tiny_config(**overrides) -> UnifiedVlpConfig:
-    settings = dict(vocab_size=19, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=24, num_regions=REGIONS, region_feature_dim=FEATURES, region_embed_dim=24,
-                    region_location_dim=6 + CLASSES, num_labels=7, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, **SPECIAL)
+    settings = dict(
+        vocab_size=19,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=24,
+        num_regions=REGIONS,
+        region_feature_dim=FEATURES,
+        region_embed_dim=24,
+        region_location_dim=6 + CLASSES,
+        num_labels=7,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **SPECIAL,
+    )
     return UnifiedVlpConfig(**{**settings, **overrides})
 
 
 def make_regions(count, seed=0, scores=True):
     g = torch.Generator().manual_seed(seed)
     x1, y1 = torch.rand(count, generator=g) * 50, torch.rand(count, generator=g) * 40
-    boxes = torch.stack([x1, y1, x1 + 10 + torch.rand(count, generator=g) * 40, y1 + 5 + torch.rand(count, generator=g) * 30], 1)
+    boxes = torch.stack(
+        [x1, y1, x1 + 10 + torch.rand(count, generator=g) * 40, y1 + 5 + torch.rand(count, generator=g) * 30], 1
+    )
     return vlhub.RegionFeatures(
-        features=torch.rand(count, FEATURES, generator=g), boxes=boxes, image_size=(80, 120),
+        features=torch.rand(count, FEATURES, generator=g),
+        boxes=boxes,
+        image_size=(80, 120),
         class_probs=torch.softmax(torch.randn(count, CLASSES, generator=g), -1),
         scores=torch.rand(count, generator=g) * 0.7 + 0.25 if scores else None,
     )
@@ -117,8 +133,11 @@ def test_per_example_patterns_match_separate_runs(processor):
 def test_losses_and_vqa_prediction():
     model = model_of(UnifiedVlpForQuestionAnswering, unknown_answer_id=0)  # as converted checkpoints
     g = torch.Generator().manual_seed(0)
-    inputs = dict(input_ids=torch.randint(5, 19, (2, 9), generator=g), region_features=torch.rand(2, REGIONS, FEATURES),
-                  region_locations=torch.randn(2, REGIONS, 6 + CLASSES))
+    inputs = dict(
+        input_ids=torch.randint(5, 19, (2, 9), generator=g),
+        region_features=torch.rand(2, REGIONS, FEATURES),
+        region_locations=torch.randn(2, REGIONS, 6 + CLASSES),
+    )
     labels = torch.rand(2, 7)
     out = model(**inputs, labels=labels)
     expected = torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels, reduction="sum") / 2
@@ -160,8 +179,7 @@ def test_generate_caches_real_tokens_only_and_never_recomputes(processor):
     assert prompt["input_ids"].tolist()[0] == [2, 1, 1, 1, 1, 3]
     assert prompt["token_type_ids"].tolist()[0] == [4] * 6
     fed = FedLengths(model)
-    out = model.generate(**prompt, max_new_tokens=5, do_sample=False, eos_token_id=None,
-                         return_dict_in_generate=True)
+    out = model.generate(**prompt, max_new_tokens=5, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
     # step 1: the prompt + [MASK]; every later step: [previous word, MASK]
     assert fed.lengths == [REGIONS + 3] + [2] * 4
     # the cache holds every real token (prompt + generated words except the last) and no [MASK]
@@ -179,16 +197,27 @@ def test_cached_generation_equals_recomputing_everything(processor):
     assert torch.equal(cached.sequences, uncached.sequences)
     torch.testing.assert_close(torch.stack(cached.logits), torch.stack(uncached.logits), atol=1e-5, rtol=1e-5)
     # and a plain forward over prompt + words + [MASK] gives the same step logits
-    words = cached.sequences[:, prompt["input_ids"].shape[1]:]
+    words = cached.sequences[:, prompt["input_ids"].shape[1] :]
     for step in range(3):
         ids = torch.cat([prompt["input_ids"], words[:, :step]], 1)
-        out = model(input_ids=ids, region_features=prompt["region_features"], region_locations=prompt["region_locations"],
-                    region_attention_mask=prompt["region_attention_mask"], predict_next=True)
+        out = model(
+            input_ids=ids,
+            region_features=prompt["region_features"],
+            region_locations=prompt["region_locations"],
+            region_attention_mask=prompt["region_attention_mask"],
+            predict_next=True,
+        )
         torch.testing.assert_close(out.logits[:, -1], cached.logits[step], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("search, copies", [(dict(num_beams=3), 3), (dict(num_beams=3, num_return_sequences=2), 3),
-                                            (dict(do_sample=True, num_return_sequences=2), 2)])
+@pytest.mark.parametrize(
+    "search, copies",
+    [
+        (dict(num_beams=3), 3),
+        (dict(num_beams=3, num_return_sequences=2), 3),
+        (dict(do_sample=True, num_return_sequences=2), 2),
+    ],
+)
 def test_generate_encodes_each_prompt_once_for_its_beams(processor, monkeypatch, search, copies):
     model = model_of(UnifiedVlpForConditionalGeneration)
     prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
@@ -216,11 +245,13 @@ def test_batched_generation_equals_one_image_at_a_time(processor, num_beams):
     for i, image in enumerate(images):
         single = model.generate(**processor(regions=[image]), **kwargs)
         assert torch.equal(batched[i], single[0])
-    original = model.generate(**processor(regions=images), max_new_tokens=5, num_beams=num_beams,
-                              custom_generate=vlp_beam_search)
+    original = model.generate(
+        **processor(regions=images), max_new_tokens=5, num_beams=num_beams, custom_generate=vlp_beam_search
+    )
     for i, image in enumerate(images):
-        single = model.generate(**processor(regions=[image]), max_new_tokens=5, num_beams=num_beams,
-                                custom_generate=vlp_beam_search)
+        single = model.generate(
+            **processor(regions=[image]), max_new_tokens=5, num_beams=num_beams, custom_generate=vlp_beam_search
+        )
         assert torch.equal(original[i], single[0])
 
 
@@ -230,7 +261,7 @@ def test_original_beam_search_with_one_beam_is_greedy_until_sep(processor):
     greedy = model.generate(**prompt, max_new_tokens=6, do_sample=False, eos_token_id=None)
     beam = model.generate(**prompt, max_new_tokens=6, num_beams=1, custom_generate=vlp_beam_search)
     for g, b in zip(greedy.tolist(), beam.tolist()):
-        end = g.index(3) + 1 if 3 in g[REGIONS + 2:] else len(g)
+        end = g.index(3) + 1 if 3 in g[REGIONS + 2 :] else len(g)
         assert b[:end] == g[:end] and all(t == 0 for t in b[end:])
 
 
@@ -251,9 +282,14 @@ def test_batch_decode_cuts_at_sep_and_merges_word_pieces(tmp_path):
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "A", "dog", "run", "##ning", "."]) + "\n")
     processor = UnifiedVlpProcessor(
         feature_extractor=UnifiedVlpRegionProcessor(region_feature_dim=FEATURES, num_classes=CLASSES, max_regions=2),
-        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=False))
+        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=False),
+    )
     prompt = [2, 1, 1, 3]
-    assert processor.batch_decode([prompt + [5, 6, 7, 8, 9, 3, 6, 6], [5, 0, 6], [3, 6]]) == ["A dog running .", "A", ""]
+    assert processor.batch_decode([prompt + [5, 6, 7, 8, 9, 3, 6, 6], [5, 0, 6], [3, 6]]) == [
+        "A dog running .",
+        "A",
+        "",
+    ]
     assert processor.decode([5, 6]) == "A dog"
 
 
@@ -292,11 +328,24 @@ def test_region_vector_needs_confidences_and_class_probabilities():
     region_processor = UnifiedVlpRegionProcessor(region_feature_dim=FEATURES, num_classes=CLASSES, max_regions=REGIONS)
     regions = make_regions(3)
     with pytest.raises(ValueError, match="class probabilities"):
-        region_processor([vlhub.RegionFeatures(features=regions.features, boxes=regions.boxes, image_size=(80, 120),
-                                               scores=regions.scores)])
+        region_processor(
+            [
+                vlhub.RegionFeatures(
+                    features=regions.features, boxes=regions.boxes, image_size=(80, 120), scores=regions.scores
+                )
+            ]
+        )
     with pytest.raises(ValueError, match="detector confidences"):
-        region_processor([vlhub.RegionFeatures(features=regions.features, boxes=regions.boxes, image_size=(80, 120),
-                                               class_probs=regions.class_probs)])
+        region_processor(
+            [
+                vlhub.RegionFeatures(
+                    features=regions.features,
+                    boxes=regions.boxes,
+                    image_size=(80, 120),
+                    class_probs=regions.class_probs,
+                )
+            ]
+        )
 
 
 def test_generate_builds_the_prompt_from_the_regions(processor):
@@ -322,15 +371,21 @@ def test_bad_inputs_give_clear_errors(processor, tmp_path):
         model.generate(**{k: v[:0] for k, v in prompt.items()}, max_new_tokens=3)
     with pytest.raises(ValueError, match="no regions given"):
         processor(regions=[])
-    too_many = dict(prompt, region_features=torch.rand(1, REGIONS + 1, FEATURES),
-                    region_locations=torch.rand(1, REGIONS + 1, 6 + CLASSES))
+    too_many = dict(
+        prompt,
+        region_features=torch.rand(1, REGIONS + 1, FEATURES),
+        region_locations=torch.rand(1, REGIONS + 1, 6 + CLASSES),
+    )
     with pytest.raises(ValueError, match="only 4 region slots"):
         model(**too_many)
     with pytest.raises(ValueError, match="needs region_features"):
         model(input_ids=prompt["input_ids"])
     with pytest.raises(ValueError, match="does not cover"):
-        model(input_ids=prompt["input_ids"][:, :3], region_features=prompt["region_features"],
-              region_locations=prompt["region_locations"])
+        model(
+            input_ids=prompt["input_ids"][:, :3],
+            region_features=prompt["region_features"],
+            region_locations=prompt["region_locations"],
+        )
     # a VQA checkpoint has no masked-LM head: loading it as a captioner and generating is refused
     vqa = model_of(UnifiedVlpForQuestionAnswering)
     vqa.save_pretrained(tmp_path)

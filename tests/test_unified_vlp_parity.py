@@ -45,8 +45,13 @@ class Fixture(ParityFixture):
         key = (name, task)
         if key not in self._folders:
             folder = self.work / f"{name}-{task}"
-            convert_unified_vlp(self.files["checkpoints"][name], folder, config=self.files["config"], task=task,
-                                tokenizer=self.files["vocab"])
+            convert_unified_vlp(
+                self.files["checkpoints"][name],
+                folder,
+                config=self.files["config"],
+                task=task,
+                tokenizer=self.files["vocab"],
+            )
             self._folders[key] = folder
         return self._folders[key]
 
@@ -132,7 +137,11 @@ def test_unified_vlp_parity_text_inputs(fx, mode):
         processor.mode = "bidirectional"
         inputs = processor(token_ids=fx.token_ids(), regions=fx.regions())
         length = fx.inputs["bi_input_ids"].shape[1]
-        inputs = {k: F.pad(v, (0, length - v.shape[1])) for k, v in inputs.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+        inputs = {
+            k: F.pad(v, (0, length - v.shape[1]))
+            for k, v in inputs.items()
+            if k in ("input_ids", "token_type_ids", "attention_mask")
+        }
     ids = fx.inputs[f"{mode}_input_ids"]
     positions, labels, weights = (fx.inputs[f"{mode}_masked_{k}"] for k in ("pos", "lm_labels", "weights"))
     # The original masked some slots (randomly): the processor's ids are the labels there and equal elsewhere.
@@ -160,12 +169,20 @@ def test_unified_vlp_parity_vqa_inputs(fx):
     assert processor.mode == "bidirectional"
     inputs = processor(token_ids=fx.token_ids(), regions=fx.regions())
     length = fx.inputs["vqa_input_ids"].shape[1]
-    assert_equal(F.pad(inputs["input_ids"], (0, length - inputs["input_ids"].shape[1])), fx.inputs["vqa_input_ids"], "ids")
-    assert_equal(F.pad(inputs["token_type_ids"], (0, length - inputs["input_ids"].shape[1])),
-                 fx.inputs["vqa_token_type_ids"], "vqa_token_type_ids")
+    assert_equal(
+        F.pad(inputs["input_ids"], (0, length - inputs["input_ids"].shape[1])), fx.inputs["vqa_input_ids"], "ids"
+    )
+    assert_equal(
+        F.pad(inputs["token_type_ids"], (0, length - inputs["input_ids"].shape[1])),
+        fx.inputs["vqa_token_type_ids"],
+        "vqa_token_type_ids",
+    )
     model = AutoModelForVisualQuestionAnswering.from_pretrained(folder)
-    mask = model.vlp.build_attention_mask(torch.zeros(*fx.inputs["vqa_input_ids"].shape, model.config.hidden_size),
-                                          F.pad(inputs["attention_mask"], (0, length - inputs["input_ids"].shape[1])), False)
+    mask = model.vlp.build_attention_mask(
+        torch.zeros(*fx.inputs["vqa_input_ids"].shape, model.config.hidden_size),
+        F.pad(inputs["attention_mask"], (0, length - inputs["input_ids"].shape[1])),
+        False,
+    )
     visible = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] == 0
     assert_equal(visible, fx.inputs["vqa_attention_mask"].bool(), "vqa_attention_mask")
     assert (fx.inputs["vqa_is_next"] == -1).all() and (fx.inputs["vqa_task_idx"] == 0).all()
@@ -200,9 +217,13 @@ def test_unified_vlp_parity_pretraining(fx, mode, attn_implementation):
     ids = fx.inputs[f"{mode}_input_ids"]
     captured, handles = _capture(model, ["vlp.embeddings.vis_embed", "vlp.embeddings.vis_pe_embed"])
     common = dict(
-        input_ids=ids, attention_mask=(ids != 0).long(), token_type_ids=fx.inputs[f"{mode}_token_type_ids"],
-        region_features=inputs["region_features"], region_locations=inputs["region_locations"],
-        region_attention_mask=inputs["region_attention_mask"], seq2seq=mode == "s2s",
+        input_ids=ids,
+        attention_mask=(ids != 0).long(),
+        token_type_ids=fx.inputs[f"{mode}_token_type_ids"],
+        region_features=inputs["region_features"],
+        region_locations=inputs["region_locations"],
+        region_attention_mask=inputs["region_attention_mask"],
+        seq2seq=mode == "s2s",
     )
     with torch.no_grad():
         full = model(**common, output_hidden_states=True)
@@ -233,8 +254,13 @@ def test_unified_vlp_parity_captioner_forward(fx):
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     ids = fx.inputs["s2s_input_ids"]
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=(ids != 0).long(), token_type_ids=fx.inputs["s2s_token_type_ids"],
-                    region_features=inputs["region_features"], region_locations=inputs["region_locations"])
+        out = model(
+            input_ids=ids,
+            attention_mask=(ids != 0).long(),
+            token_type_ids=fx.inputs["s2s_token_type_ids"],
+            region_features=inputs["region_features"],
+            region_locations=inputs["region_locations"],
+        )
     assert_close(out.logits, fx.outputs["s2s_mlm_logits_all"], "captioner logits")
 
 
@@ -244,9 +270,13 @@ def test_unified_vlp_parity_original_3d_mask(fx):
     _, inputs = fx.processed(folder)
     model = AutoModelForPreTraining.from_pretrained(folder).eval()
     with torch.no_grad():
-        out = model(input_ids=fx.inputs["s2s_input_ids"], attention_mask=fx.inputs["s2s_attention_mask"],
-                    token_type_ids=fx.inputs["s2s_token_type_ids"], region_features=inputs["region_features"],
-                    region_locations=inputs["region_locations"])
+        out = model(
+            input_ids=fx.inputs["s2s_input_ids"],
+            attention_mask=fx.inputs["s2s_attention_mask"],
+            token_type_ids=fx.inputs["s2s_token_type_ids"],
+            region_features=inputs["region_features"],
+            region_locations=inputs["region_locations"],
+        )
     assert_close(out.last_hidden_state, fx.outputs["s2s_sequence_output"], "sequence_output (3-D mask)")
 
 
@@ -265,8 +295,12 @@ def test_unified_vlp_parity_vqa(fx):
     assert_close(out.logits, fx.outputs["vqa_logits"], "vqa_logits")
     assert_equal(out.predicted_answer_ids, fx.outputs["vqa_answer_idx"], "vqa_answer_idx")
     # padded to the original's length: every row (padding rows included) matches
-    full = {k: F.pad(v, (0, fx.inputs["vqa_input_ids"].shape[1] - length)) if k in ("input_ids", "token_type_ids", "attention_mask") else v
-            for k, v in inputs.items()}
+    full = {
+        k: F.pad(v, (0, fx.inputs["vqa_input_ids"].shape[1] - length))
+        if k in ("input_ids", "token_type_ids", "attention_mask")
+        else v
+        for k, v in inputs.items()
+    }
     with torch.no_grad():
         padded = model(**full, output_hidden_states=True)
     assert_close(padded.hidden_states[0], fx.outputs["vqa_embedding_output"], "vqa_embedding_output (padded)")
@@ -305,8 +339,9 @@ def test_unified_vlp_parity_greedy_generate(fx, captioner):
     processor, model, prompt = captioner
     expected_ids, expected_logits = fx.outputs["greedy_output_ids"], fx.outputs["greedy_step_logits"]
     steps = expected_ids.shape[1]
-    out = model.generate(**prompt, max_new_tokens=steps, do_sample=False, num_beams=1, output_logits=True,
-                         return_dict_in_generate=True)
+    out = model.generate(
+        **prompt, max_new_tokens=steps, do_sample=False, num_beams=1, output_logits=True, return_dict_in_generate=True
+    )
     prompt_length = prompt["input_ids"].shape[1]
     generated, logits = out.sequences[:, prompt_length:], torch.stack(out.logits, dim=1)
     # generate() stops at [SEP] (102): compare up to and including each row's first [SEP].
@@ -315,8 +350,15 @@ def test_unified_vlp_parity_greedy_generate(fx, captioner):
         assert_close(logits[b, :length], expected_logits[b, :length], f"greedy step logits of image {b}")
         assert (generated[b, length:] == model.generation_config.pad_token_id).all()
     # The original never stops: without an end token, all steps (also after a [SEP]) match.
-    out = _generate_without_eos(model, prompt, max_new_tokens=steps, do_sample=False, num_beams=1,
-                                output_logits=True, return_dict_in_generate=True)
+    out = _generate_without_eos(
+        model,
+        prompt,
+        max_new_tokens=steps,
+        do_sample=False,
+        num_beams=1,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     assert_equal(out.sequences[:, prompt_length:], expected_ids, "greedy ids without early stop")
     logits = torch.stack(out.logits, dim=1)
     assert_close(logits, expected_logits, "greedy step logits without early stop")
@@ -327,12 +369,15 @@ def test_unified_vlp_parity_original_beam_search(fx, captioner):
     processor, model, prompt = captioner
     expected = fx.outputs["beam_output_ids"]
     steps, beams = expected.shape[1], fx.outputs["beam_wids"].shape[2]
-    out = model.generate(**prompt, max_new_tokens=steps, num_beams=beams, custom_generate=vlp_beam_search,
-                         return_dict_in_generate=True)
+    out = model.generate(
+        **prompt, max_new_tokens=steps, num_beams=beams, custom_generate=vlp_beam_search, return_dict_in_generate=True
+    )
     prompt_length = prompt["input_ids"].shape[1]
     assert_equal(out.sequences[:, prompt_length:], expected, "beam_output_ids")
     total = fx.outputs["beam_pred_seq"].shape[1]
-    assert_equal(F.pad(out.sequences[:, prompt_length:], (0, total - steps)), fx.outputs["beam_pred_seq"], "beam_pred_seq")
+    assert_equal(
+        F.pad(out.sequences[:, prompt_length:], (0, total - steps)), fx.outputs["beam_pred_seq"], "beam_pred_seq"
+    )
     assert_close(out.beam_scores, fx.outputs["beam_scores"][:, :steps], "beam_scores")
     assert_equal(out.beam_token_ids, fx.outputs["beam_wids"][:, :steps], "beam_wids")
     assert_equal(out.beam_parents, fx.outputs["beam_ptrs"][:, :steps], "beam_ptrs")
@@ -351,8 +396,9 @@ def test_unified_vlp_parity_captions(fx, captioner):
     steps = fx.outputs["greedy_output_ids"].shape[1]
     greedy = processor.batch_decode(_generate_without_eos(model, prompt, max_new_tokens=steps, do_sample=False))
     beams = fx.outputs["beam_wids"].shape[2]
-    beam = processor.batch_decode(model.generate(**prompt, max_new_tokens=steps, num_beams=beams,
-                                                 custom_generate=vlp_beam_search))
+    beam = processor.batch_decode(
+        model.generate(**prompt, max_new_tokens=steps, num_beams=beams, custom_generate=vlp_beam_search)
+    )
     for image, (greedy_caption, beam_caption) in table.items():
         assert greedy[image] == greedy_caption
         assert beam[image] == beam_caption

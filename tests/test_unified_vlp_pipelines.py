@@ -48,8 +48,9 @@ def captioner_folder(tmp_path_factory):
     torch.manual_seed(0)
     vlhub.UnifiedVlpForConditionalGeneration(tiny_config(max_position_embeddings=32)).save_pretrained(folder)
     vlhub.UnifiedVlpProcessor(
-        feature_extractor=vlhub.UnifiedVlpRegionProcessor(region_feature_dim=FEATURES, num_classes=CLASSES,
-                                                          max_regions=REGIONS),
+        feature_extractor=vlhub.UnifiedVlpRegionProcessor(
+            region_feature_dim=FEATURES, num_classes=CLASSES, max_regions=REGIONS
+        ),
         tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=False),
     ).save_pretrained(folder)
     return folder
@@ -105,14 +106,29 @@ def test_image_to_text_keeps_transformers_behaviour_for_other_models(tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat"]) + "\n")
     config = BlipConfig(
-        text_config=dict(vocab_size=7, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=32, bos_token_id=2, sep_token_id=3),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=16),
+        text_config=dict(
+            vocab_size=7,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=32,
+            bos_token_id=2,
+            sep_token_id=3,
+        ),
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=16,
+        ),
         projection_dim=16,
     )
-    processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
-                              tokenizer=BertTokenizer(vocab=str(vocab)))
+    processor = BlipProcessor(
+        image_processor=BlipImageProcessor(size={"height": 32, "width": 32}), tokenizer=BertTokenizer(vocab=str(vocab))
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         other = pipeline("image-to-text", model=BlipForConditionalGeneration(config), processor=processor)
@@ -133,12 +149,19 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
     if not original.is_dir():
         pytest.skip("no Unified VLP fixture")
     files = unified_vlp_files(original)
-    convert_unified_vlp(files["checkpoints"]["vqa2"], tmp_path / "vqa", config=files["config"], tokenizer=files["vocab"])
+    convert_unified_vlp(
+        files["checkpoints"]["vqa2"], tmp_path / "vqa", config=files["config"], tokenizer=files["vocab"]
+    )
     vqa = pipeline("visual-question-answering", model=str(tmp_path / "vqa"))
-    assert isinstance(vqa, VisualQuestionAnsweringPipeline) and isinstance(vqa.model, vlhub.UnifiedVlpForQuestionAnswering)
+    assert isinstance(vqa, VisualQuestionAnsweringPipeline) and isinstance(
+        vqa.model, vlhub.UnifiedVlpForQuestionAnswering
+    )
     regions = vlhub.RegionFeatures(
-        features=torch.rand(100, 2048), boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(100, 1) + torch.arange(100)[:, None] * 0.1,
-        image_size=(200, 200), class_probs=torch.softmax(torch.randn(100, 1601), -1), scores=torch.rand(100) * 0.5 + 0.3,
+        features=torch.rand(100, 2048),
+        boxes=torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(100, 1) + torch.arange(100)[:, None] * 0.1,
+        image_size=(200, 200),
+        class_probs=torch.softmax(torch.randn(100, 1601), -1),
+        scores=torch.rand(100) * 0.5 + 0.3,
     )
     answers = vqa(image=regions, question="tok1 tok2", top_k=3)
     assert len(answers) == 3 and all(a["answer"].startswith("answer_") for a in answers)
@@ -161,9 +184,12 @@ def test_vqa_pipeline_with_unified_vlp(tmp_path):
 
 def test_a_captioner_folder_is_refused_by_the_vqa_pipeline_naming_what_it_holds(captioner_folder):
     # Built anyway, it would answer with a randomly initialised 2-label head (LABEL_0).
-    with pytest.raises(ValueError, match=r"pipeline\('visual-question-answering'\): .*vlp-captioner.* holds "
-                       r"UnifiedVlpForConditionalGeneration \(Unified VLP's captioning model\), which cannot do "
-                       r"visual-question-answering; pass a folder holding UnifiedVlpForQuestionAnswering"):
+    with pytest.raises(
+        ValueError,
+        match=r"pipeline\('visual-question-answering'\): .*vlp-captioner.* holds "
+        r"UnifiedVlpForConditionalGeneration \(Unified VLP's captioning model\), which cannot do "
+        r"visual-question-answering; pass a folder holding UnifiedVlpForQuestionAnswering",
+    ):
         pipeline("visual-question-answering", model=str(captioner_folder))
 
 

@@ -14,8 +14,14 @@ from transformers import AutoModelForPreTraining, AutoProcessor
 
 import vlhub
 from tests.test_training_cli import write_store_dataset
-from tests.training_helpers import (assert_resume_reproduces, captioning_finetune_run, evaluate_pretraining,
-                                    synthetic_corpus, tiny_tokenizer, write_vocab)
+from tests.training_helpers import (
+    assert_resume_reproduces,
+    captioning_finetune_run,
+    evaluate_pretraining,
+    synthetic_corpus,
+    tiny_tokenizer,
+    write_vocab,
+)
 from vlhub.modeling.unified_vlp.objectives_unified_vlp import S2S_PROBABILITY, vlp_masked_positions
 from vlhub.training.cli import pretrain_main
 from vlhub.training.collators import PretrainingCollator
@@ -37,8 +43,9 @@ def test_masking_follows_the_original_counts_candidates_and_replacements():
     mask[0, 1:3] = 1
     counts, positions_seen, replacement = Counter(), Counter(), Counter()
     for seed in range(600):
-        corrupted, positions, labels = vlp_masked_positions(ids, mask, 4, 4, torch.tensor([20, 21]),
-                                                            [np.random.default_rng(seed)], probability=0.15)
+        corrupted, positions, labels = vlp_masked_positions(
+            ids, mask, 4, 4, torch.tensor([20, 21]), [np.random.default_rng(seed)], probability=0.15
+        )
         chosen = positions[0][labels[0] >= 0].tolist()
         counts[len(chosen)] += 1
         positions_seen.update(chosen)
@@ -53,8 +60,9 @@ def test_masking_follows_the_original_counts_candidates_and_replacements():
     # 20 caption tokens: round(3.0) = 3 (the cap); 17 tokens: round(2.55) = 3; 10 tokens: round(1.5) = 2 (banker's).
     for length, expected in ((20, 3), (17, 3), (10, 2), (5, 1)):
         long_ids = torch.tensor([[2, 1, 3, *range(30, 30 + length), 3]])
-        _, positions, labels = vlp_masked_positions(long_ids, torch.ones_like(long_ids), 3, 4, torch.tensor([20]),
-                                                    [np.random.default_rng(0)], probability=0.15)
+        _, positions, labels = vlp_masked_positions(
+            long_ids, torch.ones_like(long_ids), 3, 4, torch.tensor([20]), [np.random.default_rng(0)], probability=0.15
+        )
         assert int((labels >= 0).sum()) == expected, length
 
 
@@ -74,7 +82,11 @@ def test_the_processor_is_fitted_to_the_config_and_the_batches_train(tmp_path):
     assert config.region_location_dim == 10
     tok = processor.tokenizer
     assert (config.eos_token_id, config.bos_token_id, config.mask_token_id, config.region_token_id) == (
-        tok.sep_token_id, tok.cls_token_id, tok.mask_token_id, tok.unk_token_id)
+        tok.sep_token_id,
+        tok.cls_token_id,
+        tok.mask_token_id,
+        tok.unk_token_id,
+    )
     examples = [{"image_id": i, "caption": c, "seed": (n,)} for n, (i, c) in enumerate(corpus.train[:16])]
     mixed = collator([{**e, "objective": "s2s-bi"} for e in examples])
     flags = mixed["seq2seq"]
@@ -110,8 +122,15 @@ def test_the_processor_is_fitted_to_the_config_and_the_batches_train(tmp_path):
 def test_the_per_example_mix_draws_seq2seq_three_times_in_four(tmp_path):
     corpus = synthetic_corpus()
     _, _, collator = _collator(tmp_path, corpus)
-    examples = [{"image_id": corpus.train[n % len(corpus.train)][0], "caption": corpus.train[n % len(corpus.train)][1],
-                 "seed": (n,), "objective": "s2s-bi"} for n in range(400)]
+    examples = [
+        {
+            "image_id": corpus.train[n % len(corpus.train)][0],
+            "caption": corpus.train[n % len(corpus.train)][1],
+            "seed": (n,),
+            "objective": "s2s-bi",
+        }
+        for n in range(400)
+    ]
     flags = torch.cat([collator(examples[i : i + 50])["seq2seq"] for i in range(0, 400, 50)])
     assert abs(flags.float().mean().item() - S2S_PROBABILITY) < 0.06
 
@@ -125,10 +144,30 @@ def test_evaluation_scores_each_objective(tmp_path):
 
 
 def _run(tmp_path, store, *extra, callbacks=()):
-    return pretrain_main(["--model_type", "unified_vlp", "--config_name", "tiny", "--dataset", str(store),
-                          "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "4",
-                          "--per_device_train_batch_size", "4", "--logging_steps", "1", "--save_steps", "2",
-                          "--seed", "3", *extra], callbacks=callbacks)
+    return pretrain_main(
+        [
+            "--model_type",
+            "unified_vlp",
+            "--config_name",
+            "tiny",
+            "--dataset",
+            str(store),
+            "--tokenizer_name",
+            str(write_vocab(tmp_path)),
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "2",
+            "--seed",
+            "3",
+            *extra,
+        ],
+        callbacks=callbacks,
+    )
 
 
 def test_pretrain_py_trains_unified_vlp_and_resumes_exactly(tmp_path):
@@ -144,14 +183,19 @@ def test_pretrain_py_trains_unified_vlp_and_resumes_exactly(tmp_path):
     assert processor.num_regions == model.config.num_regions == 10
     assert processor.feature_extractor.num_classes == model.config.num_region_labels
 
-    assert_resume_reproduces(lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
-                             tmp_path / "a", tmp_path / "b", crash_step=3)
+    assert_resume_reproduces(
+        lambda *extra, callbacks=(): _run(tmp_path, store, *extra, callbacks=callbacks),
+        tmp_path / "a",
+        tmp_path / "b",
+        crash_step=3,
+    )
 
 
 def test_pretrain_py_per_batch_objectives_log_each_pattern(tmp_path):
     store = write_store_dataset(tmp_path / "data")
-    result = _run(tmp_path, store, "--output_dir", str(tmp_path / "c"), "--objectives", "s2s:1", "bi:1",
-                  "--max_steps", "6")
+    result = _run(
+        tmp_path, store, "--output_dir", str(tmp_path / "c"), "--objectives", "s2s:1", "bi:1", "--max_steps", "6"
+    )
     names = {k for r in result.log_history for k in r if k.endswith("_loss")}
     assert names == {"s2s_loss", "bi_loss"}
 
@@ -181,15 +225,34 @@ def test_captioning_fine_tuning_trains_masked_seq2seq_and_scores_generated_capti
     set_seed(0)
     captioner = vlhub.UnifiedVlpForConditionalGeneration.from_pretrained(tmp_path / "pre")
     objective = objectives_for("unified_vlp")[vlhub.get_architecture("unified_vlp").finetuning_objectives["captioning"]]
-    task = CaptioningTask(captioner, processor, corpus.regions, corpus.train, corpus.validation, "synthetic",
-                          "synthetic captions", objective, max_new_tokens=8, metrics=CAPTION_METRICS)
+    task = CaptioningTask(
+        captioner,
+        processor,
+        corpus.regions,
+        corpus.train,
+        corpus.validation,
+        "synthetic",
+        "synthetic captions",
+        objective,
+        max_new_tokens=8,
+        metrics=CAPTION_METRICS,
+    )
     # The training batches are the original's masked seq2seq: at most 3 predictions per caption, seq2seq types.
-    batch = task.collate_fn([{"image_id": i, "caption": c, "objective": objective.name, "seed": (n,)}
-                             for n, (i, c) in enumerate(corpus.train[:4])])
+    batch = task.collate_fn(
+        [
+            {"image_id": i, "caption": c, "objective": objective.name, "seed": (n,)}
+            for n, (i, c) in enumerate(corpus.train[:4])
+        ]
+    )
     assert "seq2seq" not in batch and ((batch["labels"] >= 0).sum(1) <= 3).all()
     assert set(batch["token_type_ids"][batch["attention_mask"].bool()].tolist()) == {4, 5}
-    args = VlhubTrainingArguments(output_dir=str(tmp_path / "cap"), max_steps=3, per_device_train_batch_size=4,
-                             logging_steps=1, learning_rate=1e-3)
+    args = VlhubTrainingArguments(
+        output_dir=str(tmp_path / "cap"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        learning_rate=1e-3,
+    )
     result = train(task, args)
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     # Recompute the scores from the saved captioner's own greedy captions, independently of the task.
@@ -200,8 +263,7 @@ def test_captioning_fine_tuning_trains_masked_seq2seq_and_scores_generated_capti
         references.setdefault(image_id, []).append(caption)
     images = list(references)
     with torch.no_grad():
-        generated = trained.generate(**saved_processor(regions=[corpus.regions[i] for i in images]),
-                                     max_new_tokens=8)
+        generated = trained.generate(**saved_processor(regions=[corpus.regions[i] for i in images]), max_new_tokens=8)
     captions = saved_processor.batch_decode(generated)
     expected = caption_scores(captions, [references[i] for i in images], metrics=CAPTION_METRICS)
     frequent = Counter(c for _, c in corpus.train).most_common(1)[0][0]
@@ -246,17 +308,32 @@ def test_vqa_fine_tuning_from_a_pretraining_run_uses_the_bidirectional_layout(tm
     vqa_processor = AutoProcessor.from_pretrained(tmp_path / "pre").for_task("vqa")
     assert vqa_processor.mode == "bidirectional" and vqa_processor.for_task("captioning").mode == "seq2seq"
     id2label = dict(enumerate(COLOURS))
-    model = vlhub.UnifiedVlpForQuestionAnswering.from_pretrained(tmp_path / "pre", id2label=id2label,
-                                                                  label2id={v: k for k, v in id2label.items()})
+    model = vlhub.UnifiedVlpForQuestionAnswering.from_pretrained(
+        tmp_path / "pre", id2label=id2label, label2id={v: k for k, v in id2label.items()}
+    )
     # The encoder comes from the pre-training run; only the answer head is new.
-    torch.testing.assert_close(model.vlp.embeddings.word_embeddings.weight,
-                               pretraining.vlp.embeddings.word_embeddings.weight)
-    task = VqaTask(model, vqa_processor, corpus.regions, colour_questions(corpus, corpus.train),
-                   colour_questions(corpus, corpus.validation), "synthetic", "colour questions", base_model="pre")
+    torch.testing.assert_close(
+        model.vlp.embeddings.word_embeddings.weight, pretraining.vlp.embeddings.word_embeddings.weight
+    )
+    task = VqaTask(
+        model,
+        vqa_processor,
+        corpus.regions,
+        colour_questions(corpus, corpus.train),
+        colour_questions(corpus, corpus.validation),
+        "synthetic",
+        "colour questions",
+        base_model="pre",
+    )
     batch = task.collate_fn(task.train_dataset.examples[:4])
     assert set(batch["token_type_ids"][batch["attention_mask"].bool()].tolist()) == {0, 1}
-    args = VlhubTrainingArguments(output_dir=str(tmp_path / "vqa"), max_steps=3, per_device_train_batch_size=4,
-                                  logging_steps=1, learning_rate=1e-3)
+    args = VlhubTrainingArguments(
+        output_dir=str(tmp_path / "vqa"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        learning_rate=1e-3,
+    )
     result = train(task, args)
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     assert 0.0 <= result.eval_results["validation_vqa_accuracy"] <= 1.0

@@ -18,10 +18,23 @@ BATCH, REGIONS, TEXT, FEATURES, CLASSES, ANSWERS = 2, 4, 5, 16, 5, 6
 
 
 def tiny_config(**overrides) -> UnifiedVlpConfig:
-    settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=20, num_regions=REGIONS, region_feature_dim=FEATURES, region_embed_dim=24,
-                    region_location_dim=6 + CLASSES, pad_token_id=0, region_token_id=1, bos_token_id=2,
-                    eos_token_id=3, mask_token_id=4)
+    settings = dict(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=20,
+        num_regions=REGIONS,
+        region_feature_dim=FEATURES,
+        region_embed_dim=24,
+        region_location_dim=6 + CLASSES,
+        pad_token_id=0,
+        region_token_id=1,
+        bos_token_id=2,
+        eos_token_id=3,
+        mask_token_id=4,
+    )
     return UnifiedVlpConfig(**{**settings, **overrides})
 
 
@@ -35,9 +48,13 @@ def inputs(config) -> dict:
     input_ids[1, -2:], attention_mask[1, -2:] = 0, 0
     region_attention_mask = torch.ones(BATCH, REGIONS, dtype=torch.long)
     region_attention_mask[1, -1] = 0
-    return dict(input_ids=input_ids, attention_mask=attention_mask, region_attention_mask=region_attention_mask,
-                region_features=torch.rand(BATCH, REGIONS, FEATURES, generator=g),
-                region_locations=torch.randn(BATCH, REGIONS, 6 + CLASSES, generator=g))
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        region_attention_mask=region_attention_mask,
+        region_features=torch.rand(BATCH, REGIONS, FEATURES, generator=g),
+        region_locations=torch.randn(BATCH, REGIONS, 6 + CLASSES, generator=g),
+    )
 
 
 def all_text_labels(config, inputs):
@@ -47,8 +64,10 @@ def all_text_labels(config, inputs):
 
 
 def masked_position_labels(config, inputs):
-    return {"masked_positions": torch.tensor([[REGIONS + 3, REGIONS + 4], [REGIONS + 2, 0]]),
-            "labels": torch.tensor([[7, 8], [9, -100]])}
+    return {
+        "masked_positions": torch.tensor([[REGIONS + 3, REGIONS + 4], [REGIONS + 2, 0]]),
+        "labels": torch.tensor([[7, 8], [9, -100]]),
+    }
 
 
 def soft_scores(config, inputs):
@@ -58,6 +77,7 @@ def soft_scores(config, inputs):
 def mixed_patterns(builder):
     def build(config):
         return {**builder(config), "seq2seq": torch.tensor([True, False])}
+
     return build
 
 
@@ -72,12 +92,23 @@ CASES = [
     ModelCase("model-mixed", UnifiedVlpModel, tiny_config(), mixed_patterns(inputs)),
     # The pooler is computed (the original's pooled output) but no loss reads it.
     ModelCase("pretraining", UnifiedVlpForPreTraining, tiny_config(), inputs, all_text_labels, (r"^vlp\.pooler\.",)),
-    ModelCase("pretraining-mixed-masked-positions", UnifiedVlpForPreTraining, tiny_config(), mixed_patterns(inputs),
-              masked_position_labels, (r"^vlp\.pooler\.",)),
+    ModelCase(
+        "pretraining-mixed-masked-positions",
+        UnifiedVlpForPreTraining,
+        tiny_config(),
+        mixed_patterns(inputs),
+        masked_position_labels,
+        (r"^vlp\.pooler\.",),
+    ),
     ModelCase("captioning", UnifiedVlpForConditionalGeneration, tiny_config(), inputs, masked_position_labels),
     ModelCase("captioning-next-word", UnifiedVlpForConditionalGeneration, tiny_config(), one_step),
-    ModelCase("vqa", UnifiedVlpForQuestionAnswering,
-              tiny_config(id2label={i: f"answer{i}" for i in range(ANSWERS)}), inputs, soft_scores),
+    ModelCase(
+        "vqa",
+        UnifiedVlpForQuestionAnswering,
+        tiny_config(id2label={i: f"answer{i}" for i in range(ANSWERS)}),
+        inputs,
+        soft_scores,
+    ),
 ]
 
 

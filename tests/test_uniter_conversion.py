@@ -31,8 +31,7 @@ def vocab(tmp_path):
 
 def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path, vocab):
     source = CHECKPOINTS["pretrain"]
-    report = convert_uniter(source, tmp_path / "out", config=CONFIG,
-                            tokenizer=vocab)
+    report = convert_uniter(source, tmp_path / "out", config=CONFIG, tokenizer=vocab)
     keys = torch.load(source, weights_only=True).keys()
     assert set(report.used.values()) | set(report.dropped) == set(keys)
     assert "cls.predictions.decoder.weight" in report.dropped and "feat_regress.weight" in report.dropped
@@ -44,15 +43,20 @@ def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path, vocab):
 
 
 def test_task_switch_drops_other_heads_with_reasons_and_initialises_new_ones(tmp_path, vocab):
-    report = convert_uniter(CHECKPOINTS["itm"], tmp_path / "re", config=CONFIG, task="re",
-                            tokenizer=vocab)
+    report = convert_uniter(CHECKPOINTS["itm"], tmp_path / "re", config=CONFIG, task="re", tokenizer=vocab)
     other_heads = {"itm_output.weight", "itm_output.bias", "rank_output.weight", "rank_output.bias"}
-    not_owned = {"uniter.img_embeddings.mask_embedding.weight", "uniter.pooler.dense.weight", "uniter.pooler.dense.bias"}
+    not_owned = {
+        "uniter.img_embeddings.mask_embedding.weight",
+        "uniter.pooler.dense.weight",
+        "uniter.pooler.dense.bias",
+    }
     assert set(report.dropped) == other_heads | not_owned
     assert all("another task" in report.dropped[key] for key in other_heads)
     assert "used only by pre-training" in report.dropped["uniter.img_embeddings.mask_embedding.weight"]
-    assert all("does not use the pooled output" in report.dropped[key] for key in not_owned - {
-        "uniter.img_embeddings.mask_embedding.weight"})
+    assert all(
+        "does not use the pooled output" in report.dropped[key]
+        for key in not_owned - {"uniter.img_embeddings.mask_embedding.weight"}
+    )
     assert set(report.initialized) == {"re_output.weight", "re_output.bias"}
     assert isinstance(vlhub.model_class_for(vlhub.UniterConfig.from_pretrained(tmp_path / "re")), type)
 
@@ -74,16 +78,18 @@ def test_wrong_files_get_clear_errors(tmp_path, vocab):
     with pytest.raises(CheckpointError, match="truncated, corrupt"):
         convert_uniter(truncated, tmp_path / "x", tokenizer=vocab)
     vilbert_like = tmp_path / "vilbert.bin"
-    torch.save({"bert.v_embeddings.image_embeddings.weight": torch.zeros(2, 2), "vil_prediction.weight": torch.zeros(2)},
-               vilbert_like)
+    torch.save(
+        {"bert.v_embeddings.image_embeddings.weight": torch.zeros(2, 2), "vil_prediction.weight": torch.zeros(2)},
+        vilbert_like,
+    )
     with pytest.raises(CheckpointError, match="not a UNITER checkpoint.*ViLBERT"):
         convert_uniter(vilbert_like, tmp_path / "x", tokenizer=vocab)
     with pytest.raises(CheckpointError, match="needs a fine-tuned answer head"):
-        convert_uniter(CHECKPOINTS["itm"], tmp_path / "x", config=CONFIG, task="vqa",
-                       tokenizer=vocab)
+        convert_uniter(CHECKPOINTS["itm"], tmp_path / "x", config=CONFIG, task="vqa", tokenizer=vocab)
     with pytest.raises(FileNotFoundError, match="answer vocabulary"):
-        convert_uniter(CHECKPOINTS["vqa"], tmp_path / "x", config=CONFIG,
-                       tokenizer=vocab, answers=tmp_path / "nope.json")
+        convert_uniter(
+            CHECKPOINTS["vqa"], tmp_path / "x", config=CONFIG, tokenizer=vocab, answers=tmp_path / "nope.json"
+        )
     bad_config = tmp_path / "bad.json"
     hidden = json.loads(CONFIG.read_text())["hidden_size"]
     bad_config.write_text(json.dumps({**json.loads(CONFIG.read_text()), "hidden_size": hidden * 2}))
@@ -94,21 +100,38 @@ def test_wrong_files_get_clear_errors(tmp_path, vocab):
 def test_cli_converts_and_reports_errors(tmp_path, vocab):
     out = tmp_path / "cli"
     result = subprocess.run(
-        [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(CHECKPOINTS["re"]), "--output-dir",
-         str(out), "--config", str(CONFIG), "--tokenizer", str(vocab)],
-        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+        [
+            sys.executable,
+            "-m",
+            "vlhub.cli",
+            "convert",
+            "uniter",
+            str(CHECKPOINTS["re"]),
+            "--output-dir",
+            str(out),
+            "--config",
+            str(CONFIG),
+            "--tokenizer",
+            str(vocab),
+        ],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
     assert result.returncode == 0, result.stderr
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
     bad = subprocess.run(
         [sys.executable, "-m", "vlhub.cli", "convert", "uniter", str(tmp_path / "none.pt"), "--output-dir", str(out)],
-        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
     assert bad.returncode == 2 and "does not exist" in bad.stderr
 
 
 # A conversion that fails part-way leaves the output folder as it was; one that succeeds keeps unrelated files and
 # never replaces a hand-written README.md silently.
+
 
 def convert(output, vocab):
     return convert_uniter(CHECKPOINTS["pretrain"], output, config=CONFIG, tokenizer=vocab)

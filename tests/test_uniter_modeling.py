@@ -39,7 +39,9 @@ def test_save_load_is_exact_and_auto_classes_resolve(tmp_path, tiny_uniter_confi
     loaded = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
     assert type(loaded) is UniterForPreTraining
     # tied weights survive the round trip
-    assert loaded.cls.predictions.decoder.weight.data_ptr() == loaded.uniter.embeddings.word_embeddings.weight.data_ptr()
+    assert (
+        loaded.cls.predictions.decoder.weight.data_ptr() == loaded.uniter.embeddings.word_embeddings.weight.data_ptr()
+    )
     with torch.no_grad():
         a, b = model(**batch, objective="mlm"), loaded(**batch, objective="mlm")
     assert torch.equal(a.last_hidden_state, b.last_hidden_state)
@@ -77,15 +79,23 @@ def test_outputs_hidden_states_and_attentions(tiny_uniter_config, batch):
     assert out.attentions[0].shape == (2, 4, length, length)
     # padded regions receive no attention
     padded = ~batch["region_attention_mask"].bool()
-    assert out.attentions[0][..., batch["input_ids"].shape[1]:][padded[:, None, None, :].expand(-1, 4, length, -1)].abs().max() < 1e-6
+    assert (
+        out.attentions[0][..., batch["input_ids"].shape[1] :][padded[:, None, None, :].expand(-1, 4, length, -1)]
+        .abs()
+        .max()
+        < 1e-6
+    )
 
 
 def test_text_only_and_image_only(tiny_uniter_config, batch):
     model = UniterModel(tiny_uniter_config).eval()
     text_only = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     assert text_only.last_hidden_state.shape[1] == batch["input_ids"].shape[1]
-    image_only = model(region_features=batch["region_features"], region_locations=batch["region_locations"],
-                       region_attention_mask=batch["region_attention_mask"])
+    image_only = model(
+        region_features=batch["region_features"],
+        region_locations=batch["region_locations"],
+        region_attention_mask=batch["region_attention_mask"],
+    )
     assert image_only.last_hidden_state.shape[1] == batch["region_features"].shape[1]
 
 
@@ -97,11 +107,20 @@ def test_pretraining_objectives_losses_and_gradients(tiny_uniter_config, batch):
     region_masks = torch.zeros_like(batch["region_attention_mask"], dtype=torch.bool)
     region_masks[0, 1] = region_masks[1, 3] = True
     class_targets = torch.softmax(torch.rand(2, 11), -1)
-    out = model(**batch, labels=labels, region_masks=region_masks, region_feature_targets=torch.rand(2, 16),
-                region_class_targets=class_targets, itm_labels=torch.tensor([1, 0]), objective=None)
+    out = model(
+        **batch,
+        labels=labels,
+        region_masks=region_masks,
+        region_feature_targets=torch.rand(2, 16),
+        region_class_targets=class_targets,
+        itm_labels=torch.tensor([1, 0]),
+        objective=None,
+    )
     for name in ("mlm_loss", "mrfr_loss", "mrc_kl_loss", "itm_loss"):
         assert torch.isfinite(getattr(out, name)), name
-    assert out.mlm_logits.shape == (1, 120) and out.mrfr_predictions.shape == (2, 16) and out.mrc_logits.shape == (2, 11)
+    assert (
+        out.mlm_logits.shape == (1, 120) and out.mrfr_predictions.shape == (2, 16) and out.mrc_logits.shape == (2, 11)
+    )
     out.loss.backward()
     assert model.uniter.img_embeddings.mask_embedding.weight.grad[1].abs().sum() > 0  # masked regions used row 1
     assert model.uniter.img_embeddings.mask_embedding.weight.grad[0].abs().sum() == 0
@@ -129,8 +148,12 @@ def test_in_batch_contrastive_loss_by_hand():
     c = math.sqrt(0.5) / 0.5
     assert torch.allclose(logits, torch.tensor([[2.0, c], [0.0, c]]))
     # text -> image rows: [2, c] (target 0), [0, c] (target 1); image -> text columns: [2, 0] (0), [c, c] (1)
-    by_hand = (-math.log(math.exp(2) / (math.exp(2) + math.exp(c))) - math.log(math.exp(c) / (1 + math.exp(c)))
-               - math.log(math.exp(2) / (math.exp(2) + 1)) - math.log(0.5)) / 4
+    by_hand = (
+        -math.log(math.exp(2) / (math.exp(2) + math.exp(c)))
+        - math.log(math.exp(c) / (1 + math.exp(c)))
+        - math.log(math.exp(2) / (math.exp(2) + 1))
+        - math.log(0.5)
+    ) / 4
     assert loss.item() == pytest.approx(by_hand, rel=1e-6)
     # Two captions of one image are not each other's negatives: with one group nothing is left to contrast.
     same, _ = in_batch_contrastive_loss(text, image, temperature=0.5, group_ids=torch.tensor([4, 4]))
@@ -155,8 +178,9 @@ def test_itc_contrasts_the_text_alone_with_the_image_alone(tiny_uniter_config, b
         other = model(**changed_words, objective="itc")
         assert torch.allclose(other.pooler_output, out.pooler_output)
         # ... and the text side does not see the regions: swapping the two images swaps the logits' columns.
-        swapped = dict(batch, **{k: batch[k].flip(0) for k in ("region_features", "region_locations",
-                                                                 "region_attention_mask")})
+        swapped = dict(
+            batch, **{k: batch[k].flip(0) for k in ("region_features", "region_locations", "region_attention_mask")}
+        )
         assert torch.allclose(model(**swapped, objective="itc").itc_logits, out.itc_logits.flip(1), atol=1e-6)
     with pytest.raises(ValueError, match="needs both text"):
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], objective="itc")
@@ -196,7 +220,8 @@ def test_nlvr2_heads(tmp_path, tiny_uniter_config, batch, head):
     config = vlhub.UniterConfig(**{**tiny_uniter_config.to_dict(), "type_vocab_size": 3, "nlvr2_head": head})
     model = UniterForVisualReasoning(config).eval()
     two_images = {
-        "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
         "region_features": torch.stack([batch["region_features"]] * 2, 1),
         "region_locations": torch.stack([batch["region_locations"]] * 2, 1),
         "region_attention_mask": torch.stack([batch["region_attention_mask"]] * 2, 1),
@@ -218,7 +243,8 @@ def test_multiple_choice(tmp_path, tiny_uniter_config, batch):
     choices = {
         "input_ids": torch.stack([batch["input_ids"]] * 3, 1),
         "attention_mask": torch.stack([batch["attention_mask"]] * 3, 1),
-        "region_features": batch["region_features"], "region_locations": batch["region_locations"],
+        "region_features": batch["region_features"],
+        "region_locations": batch["region_locations"],
         "region_attention_mask": batch["region_attention_mask"],
     }
     out = model(**choices, labels=torch.tensor([2, 0]))
@@ -248,11 +274,18 @@ def test_model_bad_inputs(tiny_uniter_config, batch):
     with pytest.raises(ValueError, match="neither"):
         model()
     with pytest.raises(ValueError, match="no region_attention_mask"):
-        model(input_ids=batch["input_ids"], region_features=batch["region_features"],
-              region_locations=batch["region_locations"])
+        model(
+            input_ids=batch["input_ids"],
+            region_features=batch["region_features"],
+            region_locations=batch["region_locations"],
+        )
     with pytest.raises(ValueError, match="differ in size"):
-        model(input_ids=batch["input_ids"][:1], region_features=batch["region_features"],
-              region_locations=batch["region_locations"], region_attention_mask=batch["region_attention_mask"])
+        model(
+            input_ids=batch["input_ids"][:1],
+            region_features=batch["region_features"],
+            region_locations=batch["region_locations"],
+            region_attention_mask=batch["region_attention_mask"],
+        )
 
 
 def test_itm_head_learns_a_cross_modal_matching_task():
@@ -261,8 +294,16 @@ def test_itm_head_learns_a_cross_modal_matching_task():
     from vlhub import UniterConfig, UniterForPreTraining
 
     torch.manual_seed(0)
-    config = UniterConfig(vocab_size=20, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=64, max_position_embeddings=16, region_feature_dim=8, num_region_labels=5)
+    config = UniterConfig(
+        vocab_size=20,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        region_feature_dim=8,
+        num_region_labels=5,
+    )
     model = UniterForPreTraining(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(0)
@@ -271,10 +312,14 @@ def test_itm_head_learns_a_cross_modal_matching_task():
         word, sign = torch.randint(0, 2, (2, size), generator=generator)
         input_ids = torch.stack([torch.full((size,), 2), 5 + word, torch.full((size,), 3)], dim=1)
         features = (sign.float() * 2 - 1)[:, None, None] + 0.1 * torch.randn(size, regions, 8, generator=generator)
-        return dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), region_features=features,
-                    region_locations=torch.rand(size, regions, 7, generator=generator),
-                    region_attention_mask=torch.ones(size, regions, dtype=torch.long),
-                    itm_labels=(word == sign).long())
+        return dict(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            region_features=features,
+            region_locations=torch.rand(size, regions, 7, generator=generator),
+            region_attention_mask=torch.ones(size, regions, dtype=torch.long),
+            itm_labels=(word == sign).long(),
+        )
 
     for _ in range(150):
         loss = model(**batch(), objective="itm").loss

@@ -50,8 +50,12 @@ class Fixture(ParityFixture):
         if key not in self._converted:
             folder = self.work / f"{name}-{task}"
             convert_uniter(
-                self.files["checkpoints"][name], folder, config=self.config, task=task,
-                tokenizer=self.vocab, answers=self.files["answers"] if name == "vqa" else None,
+                self.files["checkpoints"][name],
+                folder,
+                config=self.config,
+                task=task,
+                tokenizer=self.vocab,
+                answers=self.files["answers"] if name == "vqa" else None,
             )
             self._converted[key] = folder
         return self._converted[key]
@@ -142,8 +146,11 @@ def test_uniter_parity_pretrain_region_modelling(fx, objective):
     model = AutoModelForPreTraining.from_pretrained(folder).eval()
     with torch.no_grad():
         out = model(
-            **inputs, region_masks=mi["mrm_img_masks"], region_feature_targets=mi["mrfr_feat_targets"],
-            region_class_targets=mi["mrc_label_targets"], objective=objective,
+            **inputs,
+            region_masks=mi["mrm_img_masks"],
+            region_feature_targets=mi["mrfr_feat_targets"],
+            region_class_targets=mi["mrc_label_targets"],
+            objective=objective,
         )
     fx.assert_sequence_close(out.last_hidden_state, ref["pretrain.mrm_sequence_output"], inputs["input_ids"].shape[1])
     if objective == "mrfr":

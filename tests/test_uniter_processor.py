@@ -12,8 +12,14 @@ def test_processor_outputs_and_padding(tiny_uniter_config, tiny_vocab):
     processor = tiny_processor(tiny_vocab, tiny_uniter_config)
     regions = [random_regions(3, 16, seed=1), random_regions(6, 16, seed=2)]
     out = processor(text=["what colour is the cat ?", "a dog"], regions=regions, return_tensors="pt")
-    assert set(out) == {"input_ids", "attention_mask", "token_type_ids", "region_features", "region_locations",
-                        "region_attention_mask"}
+    assert set(out) == {
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "region_features",
+        "region_locations",
+        "region_attention_mask",
+    }
     tok = processor.tokenizer
     assert out["input_ids"][0, 0] == tok.cls_token_id and out["input_ids"][1, 3] == tok.sep_token_id
     assert out["attention_mask"].sum(1).tolist() == [8, 4]
@@ -23,7 +29,7 @@ def test_processor_outputs_and_padding(tiny_uniter_config, tiny_vocab):
     assert out["region_attention_mask"].sum(1).tolist() == counts
     assert out["region_features"].shape == (2, max(counts), 16)
     assert out["region_locations"].shape == (2, max(counts), 7)
-    assert out["region_features"][0, counts[0]:].abs().sum() == 0  # padding
+    assert out["region_features"][0, counts[0] :].abs().sum() == 0  # padding
     assert torch.equal(out["region_features"][1, : counts[1]], regions[1].features[: counts[1]].half().float())
 
 

@@ -21,8 +21,16 @@ BATCH, TEXT, REGIONS, FEATURES, REGION_LABELS = 2, 6, 5, 16, 11
 
 
 def tiny_config(**overrides) -> UniterConfig:
-    settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=16, region_feature_dim=FEATURES, num_region_labels=REGION_LABELS)
+    settings = dict(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        region_feature_dim=FEATURES,
+        num_region_labels=REGION_LABELS,
+    )
     return UniterConfig(**{**settings, **overrides})
 
 
@@ -38,24 +46,36 @@ def text_and_regions(config, batch=BATCH) -> dict:
     region_attention_mask = torch.ones(batch, REGIONS, dtype=torch.long)
     input_ids[1:, -2:], attention_mask[1:, -2:], region_attention_mask[1:, -2:] = 0, 0, 0
     region_features = torch.rand(batch, REGIONS, FEATURES, generator=g) * region_attention_mask[..., None]
-    return dict(input_ids=input_ids, attention_mask=attention_mask, region_features=region_features,
-                region_locations=torch.rand(batch, REGIONS, 7, generator=g), region_attention_mask=region_attention_mask)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        region_features=region_features,
+        region_locations=torch.rand(batch, REGIONS, 7, generator=g),
+        region_attention_mask=region_attention_mask,
+    )
 
 
 def two_images(config) -> dict:
     single = text_and_regions(config)
     g = _generator(1)
-    return {**single,
-            "region_features": torch.stack([single["region_features"], torch.rand(BATCH, REGIONS, FEATURES, generator=g)], 1),
-            "region_locations": torch.stack([single["region_locations"]] * 2, 1),
-            "region_attention_mask": torch.stack([single["region_attention_mask"]] * 2, 1)}
+    return {
+        **single,
+        "region_features": torch.stack(
+            [single["region_features"], torch.rand(BATCH, REGIONS, FEATURES, generator=g)], 1
+        ),
+        "region_locations": torch.stack([single["region_locations"]] * 2, 1),
+        "region_attention_mask": torch.stack([single["region_attention_mask"]] * 2, 1),
+    }
 
 
 def three_choices(config) -> dict:
     single = text_and_regions(config)
     choices = text_and_regions(config, batch=BATCH * 3)
-    return {**single, "input_ids": choices["input_ids"].view(BATCH, 3, TEXT),
-            "attention_mask": choices["attention_mask"].view(BATCH, 3, TEXT)}
+    return {
+        **single,
+        "input_ids": choices["input_ids"].view(BATCH, 3, TEXT),
+        "attention_mask": choices["attention_mask"].view(BATCH, 3, TEXT),
+    }
 
 
 def region_masks(inputs) -> torch.Tensor:
@@ -87,13 +107,18 @@ def itm_labels(config, inputs):
 
 
 def all_targets(config, inputs):
-    return {**mlm_labels(config, inputs), **mrfr_targets(config, inputs), **mrc_targets(config, inputs),
-            **itm_labels(config, inputs)}
+    return {
+        **mlm_labels(config, inputs),
+        **mrfr_targets(config, inputs),
+        **mrc_targets(config, inputs),
+        **itm_labels(config, inputs),
+    }
 
 
 def _without_region_masks(inputs_builder):
     def build(config):
         return {k: v for k, v in inputs_builder(config).items() if k != "region_masks"}
+
     return build
 
 
@@ -105,38 +130,126 @@ MASK_EMBEDDING = (r"^uniter\.img_embeddings\.mask_embedding\.",)
 CASES = [
     ModelCase("model", UniterModel, tiny_config(), text_and_regions),
     ModelCase("pretraining-all-objectives", UniterForPreTraining, tiny_config(), pretraining_inputs, all_targets),
-    ModelCase("pretraining-mlm", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
-              mlm_labels, MRFR_HEAD + MRC_HEAD + ITM_HEAD + MASK_EMBEDDING, forward_kwargs={"objective": "mlm"}),
-    ModelCase("pretraining-mrfr", UniterForPreTraining, tiny_config(), pretraining_inputs, mrfr_targets,
-              MLM_HEAD + MRC_HEAD + ITM_HEAD, forward_kwargs={"objective": "mrfr"}),
-    ModelCase("pretraining-mrc", UniterForPreTraining, tiny_config(), pretraining_inputs, mrc_targets,
-              MLM_HEAD + MRFR_HEAD + ITM_HEAD, forward_kwargs={"objective": "mrc"}),
-    ModelCase("pretraining-mrc-kl", UniterForPreTraining, tiny_config(), pretraining_inputs, mrc_targets,
-              MLM_HEAD + MRFR_HEAD + ITM_HEAD, forward_kwargs={"objective": "mrc-kl"}),
-    ModelCase("pretraining-itm", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
-              itm_labels, MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING, forward_kwargs={"objective": "itm"}),
-    ModelCase("pretraining-itm-wra", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
-              itm_labels, MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING, forward_kwargs={"objective": "itm-wra"}),
+    ModelCase(
+        "pretraining-mlm",
+        UniterForPreTraining,
+        tiny_config(),
+        _without_region_masks(pretraining_inputs),
+        mlm_labels,
+        MRFR_HEAD + MRC_HEAD + ITM_HEAD + MASK_EMBEDDING,
+        forward_kwargs={"objective": "mlm"},
+    ),
+    ModelCase(
+        "pretraining-mrfr",
+        UniterForPreTraining,
+        tiny_config(),
+        pretraining_inputs,
+        mrfr_targets,
+        MLM_HEAD + MRC_HEAD + ITM_HEAD,
+        forward_kwargs={"objective": "mrfr"},
+    ),
+    ModelCase(
+        "pretraining-mrc",
+        UniterForPreTraining,
+        tiny_config(),
+        pretraining_inputs,
+        mrc_targets,
+        MLM_HEAD + MRFR_HEAD + ITM_HEAD,
+        forward_kwargs={"objective": "mrc"},
+    ),
+    ModelCase(
+        "pretraining-mrc-kl",
+        UniterForPreTraining,
+        tiny_config(),
+        pretraining_inputs,
+        mrc_targets,
+        MLM_HEAD + MRFR_HEAD + ITM_HEAD,
+        forward_kwargs={"objective": "mrc-kl"},
+    ),
+    ModelCase(
+        "pretraining-itm",
+        UniterForPreTraining,
+        tiny_config(),
+        _without_region_masks(pretraining_inputs),
+        itm_labels,
+        MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING,
+        forward_kwargs={"objective": "itm"},
+    ),
+    ModelCase(
+        "pretraining-itm-wra",
+        UniterForPreTraining,
+        tiny_config(),
+        _without_region_masks(pretraining_inputs),
+        itm_labels,
+        MLM_HEAD + MRFR_HEAD + MRC_HEAD + MASK_EMBEDDING,
+        forward_kwargs={"objective": "itm-wra"},
+    ),
     # The contrastive extension runs the text-only and the image-only pass; the pooler is its projection.
-    ModelCase("pretraining-itc", UniterForPreTraining, tiny_config(), _without_region_masks(pretraining_inputs),
-              lambda config, inputs: {"itc_image_ids": torch.tensor([0, 1])},
-              MLM_HEAD + MRFR_HEAD + MRC_HEAD + (r"^itm_output\.",) + MASK_EMBEDDING, forward_kwargs={"objective": "itc"}),
-    ModelCase("vqa", UniterForQuestionAnswering, tiny_config(id2label={i: f"answer{i}" for i in range(5)}),
-              text_and_regions, lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))}),
-    ModelCase("ve", UniterForVisualEntailment, tiny_config(), text_and_regions,
-              lambda config, inputs: {"labels": torch.tensor([0, 2])}),
-    ModelCase("retrieval", UniterForImageTextRetrieval, tiny_config(), text_and_regions,
-              lambda config, inputs: {"num_negatives": 1}),
-    ModelCase("nlvr2-paired", UniterForVisualReasoning, tiny_config(type_vocab_size=3, nlvr2_head="paired"),
-              two_images, lambda config, inputs: {"labels": torch.tensor([0, 1])}),
-    ModelCase("nlvr2-paired-attn", UniterForVisualReasoning, tiny_config(type_vocab_size=3), two_images,
-              lambda config, inputs: {"labels": torch.tensor([0, 1])}),
-    ModelCase("re", UniterForReferringExpression, tiny_config(), text_and_regions,
-              lambda config, inputs: {"labels": torch.tensor([1, 2])}),
-    ModelCase("re-2-layer", UniterForReferringExpression, tiny_config(re_head_layers=2), text_and_regions,
-              lambda config, inputs: {"labels": torch.tensor([1, 2])}),
-    ModelCase("vcr", UniterForMultipleChoice, tiny_config(), three_choices,
-              lambda config, inputs: {"labels": torch.tensor([2, 0])}),
+    ModelCase(
+        "pretraining-itc",
+        UniterForPreTraining,
+        tiny_config(),
+        _without_region_masks(pretraining_inputs),
+        lambda config, inputs: {"itc_image_ids": torch.tensor([0, 1])},
+        MLM_HEAD + MRFR_HEAD + MRC_HEAD + (r"^itm_output\.",) + MASK_EMBEDDING,
+        forward_kwargs={"objective": "itc"},
+    ),
+    ModelCase(
+        "vqa",
+        UniterForQuestionAnswering,
+        tiny_config(id2label={i: f"answer{i}" for i in range(5)}),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))},
+    ),
+    ModelCase(
+        "ve",
+        UniterForVisualEntailment,
+        tiny_config(),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.tensor([0, 2])},
+    ),
+    ModelCase(
+        "retrieval",
+        UniterForImageTextRetrieval,
+        tiny_config(),
+        text_and_regions,
+        lambda config, inputs: {"num_negatives": 1},
+    ),
+    ModelCase(
+        "nlvr2-paired",
+        UniterForVisualReasoning,
+        tiny_config(type_vocab_size=3, nlvr2_head="paired"),
+        two_images,
+        lambda config, inputs: {"labels": torch.tensor([0, 1])},
+    ),
+    ModelCase(
+        "nlvr2-paired-attn",
+        UniterForVisualReasoning,
+        tiny_config(type_vocab_size=3),
+        two_images,
+        lambda config, inputs: {"labels": torch.tensor([0, 1])},
+    ),
+    ModelCase(
+        "re",
+        UniterForReferringExpression,
+        tiny_config(),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.tensor([1, 2])},
+    ),
+    ModelCase(
+        "re-2-layer",
+        UniterForReferringExpression,
+        tiny_config(re_head_layers=2),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.tensor([1, 2])},
+    ),
+    ModelCase(
+        "vcr",
+        UniterForMultipleChoice,
+        tiny_config(),
+        three_choices,
+        lambda config, inputs: {"labels": torch.tensor([2, 0])},
+    ),
 ]
 
 
@@ -152,8 +265,13 @@ def test_heads_own_only_what_they_use():
     where the pooled output is read; the retrieval head keeps no ITM layer."""
     key = "uniter.img_embeddings.mask_embedding.weight"
     assert key in UniterForPreTraining(tiny_config()).state_dict()
-    for head in (UniterForQuestionAnswering, UniterForImageTextRetrieval, UniterForReferringExpression,
-                 UniterForMultipleChoice, UniterForVisualReasoning):
+    for head in (
+        UniterForQuestionAnswering,
+        UniterForImageTextRetrieval,
+        UniterForReferringExpression,
+        UniterForMultipleChoice,
+        UniterForVisualReasoning,
+    ):
         assert key not in head(tiny_config(type_vocab_size=3)).state_dict(), head
     assert UniterForReferringExpression(tiny_config()).uniter.pooler is None
     assert UniterForVisualReasoning(tiny_config(type_vocab_size=3)).uniter.pooler is None

@@ -28,8 +28,9 @@ if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture 
 @pytest.fixture
 def vocab(tmp_path):
     size = json.loads(CONFIG.read_text())["vocab_size"]
-    return write_vocab(tmp_path / "vocab.txt", size, {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102,
-                                                      "[MASK]": 103})
+    return write_vocab(
+        tmp_path / "vocab.txt", size, {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+    )
 
 
 def test_every_key_accounted_for_with_reasons_and_provenance(tmp_path, vocab):
@@ -125,9 +126,24 @@ def test_zero_shot_retrieval_from_a_pretrained_checkpoint(tmp_path, vocab):
 
 def test_save_load_is_exact_and_the_command_line_converts(tmp_path, vocab):
     result = subprocess.run(
-        [sys.executable, "-m", "vlhub.cli", "convert", "vilbert", str(MULTI_TASK), "--output-dir",
-         str(tmp_path / "cli"), "--config", str(CONFIG), "--task", "ve", "--tokenizer", str(vocab)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "vlhub.cli",
+            "convert",
+            "vilbert",
+            str(MULTI_TASK),
+            "--output-dir",
+            str(tmp_path / "cli"),
+            "--config",
+            str(CONFIG),
+            "--task",
+            "ve",
+            "--tokenizer",
+            str(vocab),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     model = vlhub.VilbertForVisualEntailment.from_pretrained(tmp_path / "cli")
@@ -164,10 +180,14 @@ def test_multi_task_pointing_tasks_and_untrained_task_ids(tmp_path, vocab):
 
 def test_the_processor_gets_the_original_text_length_of_each_task(tmp_path, vocab):
     # vilbert_tasks.yml's max_seq_length (12-in-1 task numbers), the beta ymls', 36 for pre-training.
-    for checkpoint, task, task_id, expected in ((MULTI_TASK, "vqa", None, 23), (MULTI_TASK, "visual7w", None, 20),
-                                                (MULTI_TASK, "guesswhat_pointing", None, 256),
-                                                (MULTI_TASK, "vcr", 6, 80), (BETA_VQA, "vqa", None, 16),
-                                                (PRETRAINED, None, None, 36)):
+    for checkpoint, task, task_id, expected in (
+        (MULTI_TASK, "vqa", None, 23),
+        (MULTI_TASK, "visual7w", None, 20),
+        (MULTI_TASK, "guesswhat_pointing", None, 256),
+        (MULTI_TASK, "vcr", 6, 80),
+        (BETA_VQA, "vqa", None, 16),
+        (PRETRAINED, None, None, 36),
+    ):
         folder = tmp_path / f"{task}-{task_id}-{checkpoint.parent.name}"
         report = convert_vilbert(checkpoint, folder, config=CONFIG, task=task, task_id=task_id, tokenizer=vocab)
         assert AutoProcessor.from_pretrained(folder).max_text_length == expected, (task, task_id)

@@ -161,22 +161,35 @@ def test_multi_task_model_needs_a_known_task_id():
         model(**inputs, task_ids=torch.tensor([[7], [7]]))
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(visual_co_attention_layers=[0]), "same length"),
-    (dict(text_co_attention_layers=[1, 3]), "must index"),
-    (dict(visual_co_attention_layers=[1, 0]), "strictly increasing"),
-    (dict(bi_hidden_size=15), "multiple of"),
-    (dict(fusion_method="max"), "fusion_method"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(visual_co_attention_layers=[0]), "same length"),
+        (dict(text_co_attention_layers=[1, 3]), "must index"),
+        (dict(visual_co_attention_layers=[1, 0]), "strictly increasing"),
+        (dict(bi_hidden_size=15), "multiple of"),
+        (dict(fusion_method="max"), "fusion_method"),
+    ],
+)
 def test_bad_configs_are_named(fields, message):
     with pytest.raises(Exception, match=message):
         tiny_config(**fields)
 
 
 def test_original_config_switches_vlhub_does_not_implement_are_refused():
-    original = dict(hidden_size=32, num_attention_heads=4, v_hidden_size=24, v_num_attention_heads=2, bi_hidden_size=16,
-                    bi_num_attention_heads=2, v_intermediate_size=24, v_biattention_id=[0], t_biattention_id=[1],
-                    num_hidden_layers=2, v_num_hidden_layers=1)
+    original = dict(
+        hidden_size=32,
+        num_attention_heads=4,
+        v_hidden_size=24,
+        v_num_attention_heads=2,
+        bi_hidden_size=16,
+        bi_num_attention_heads=2,
+        v_intermediate_size=24,
+        v_biattention_id=[0],
+        t_biattention_id=[1],
+        num_hidden_layers=2,
+        v_num_hidden_layers=1,
+    )
     assert VilbertConfig.from_original_config({**original, "task_specific_tokens": True}).num_task_tokens == 20
     with pytest.raises(ValueError, match="dynamic_attention"):
         VilbertConfig.from_original_config({**original, "dynamic_attention": True})
@@ -239,7 +252,8 @@ def test_in_batch_pairs_refused_where_outputs_are_not_per_pair():
         retrieval(**inputs, in_batch_pairs=True, num_negatives=1)
     with pytest.raises(ValueError, match="has none"):
         VilbertModel(tiny_config(visual_co_attention_layers=[], text_co_attention_layers=[]))(
-            **inputs, in_batch_pairs=True)
+            **inputs, in_batch_pairs=True
+        )
 
 
 def test_pointing_scores_the_candidate_rows_with_the_original_loss():

@@ -36,8 +36,9 @@ class Fixture(ParityFixture):
     def folder(self, release, task):
         if (release, task) not in self._folders:
             folder = self.work / f"{release}-{task}"
-            convert_vilbert(self.files["checkpoints"][release], folder, config=self.config, task=task,
-                            tokenizer=self.vocab)
+            convert_vilbert(
+                self.files["checkpoints"][release], folder, config=self.config, task=task, tokenizer=self.vocab
+            )
             self._folders[release, task] = folder
         return self._folders[release, task]
 
@@ -45,9 +46,12 @@ class Fixture(ParityFixture):
         prefix = INPUTS[release]
         t = self.model_inputs
         inputs = dict(
-            input_ids=t[f"{prefix}.input_ids"], attention_mask=t[f"{prefix}.attention_mask"],
-            token_type_ids=t[f"{prefix}.token_type_ids"], region_features=t[f"{prefix}.image_feat"],
-            region_locations=t[f"{prefix}.image_loc"], region_attention_mask=t[f"{prefix}.image_attention_mask"],
+            input_ids=t[f"{prefix}.input_ids"],
+            attention_mask=t[f"{prefix}.attention_mask"],
+            token_type_ids=t[f"{prefix}.token_type_ids"],
+            region_features=t[f"{prefix}.image_feat"],
+            region_locations=t[f"{prefix}.image_loc"],
+            region_attention_mask=t[f"{prefix}.image_attention_mask"],
         )
         if f"{prefix}.task_ids" in t:
             inputs["task_ids"] = t[f"{prefix}.task_ids"]
@@ -57,10 +61,14 @@ class Fixture(ParityFixture):
         out = []
         for pair in self.raw["pairs"]:
             image = self.raw["images"][pair[0]]
-            out.append(vlhub.RegionFeatures(
-                features=self.raw_tensors[image["features_tensor"]], boxes=self.raw_tensors[image["boxes_tensor"]],
-                image_size=(image["image_h"], image["image_w"]), class_probs=self.raw_tensors[image["cls_prob_tensor"]],
-            ))
+            out.append(
+                vlhub.RegionFeatures(
+                    features=self.raw_tensors[image["features_tensor"]],
+                    boxes=self.raw_tensors[image["boxes_tensor"]],
+                    image_size=(image["image_h"], image["image_w"]),
+                    class_probs=self.raw_tensors[image["cls_prob_tensor"]],
+                )
+            )
         return out
 
     def word_pieces(self):
@@ -81,8 +89,12 @@ def _expected(fx, release):
     return {k.split(".", 1)[1]: v for k, v in fx.outputs.items() if k.startswith(release + ".")}
 
 
-TRUNK = {"sequence_output_t": "last_hidden_state", "sequence_output_v": "vision_last_hidden_state",
-         "pooled_output_t": "text_pooler_output", "pooled_output_v": "vision_pooler_output"}
+TRUNK = {
+    "sequence_output_t": "last_hidden_state",
+    "sequence_output_v": "vision_last_hidden_state",
+    "pooled_output_t": "text_pooler_output",
+    "pooled_output_v": "vision_pooler_output",
+}
 
 
 @pytest.mark.parametrize("release", list(CHECKPOINTS))
@@ -105,9 +117,13 @@ def test_vilbert_parity_pretraining_heads(fx, release):
     outputs = fx.run(release, "pretraining", vlhub.VilbertForPreTraining)
     expected = _expected(fx, release)
     batch = fx.inputs(release)["input_ids"].shape[0]
-    names = {"prediction_scores_t": "prediction_logits", "prediction_scores_v": "region_logits",
-             "seq_relationship_score": "alignment_logits", "linguisic_prediction": "prediction_logits",
-             "vision_prediction": "region_logits"}
+    names = {
+        "prediction_scores_t": "prediction_logits",
+        "prediction_scores_v": "region_logits",
+        "seq_relationship_score": "alignment_logits",
+        "linguisic_prediction": "prediction_logits",
+        "vision_prediction": "region_logits",
+    }
     if release != "pretrain" and expected["vil_binary_prediction"].shape[0] == batch:
         names["vil_binary_prediction"] = "alignment_logits"  # odd batch: the original returns the alignment logits
     checked = 0
@@ -160,11 +176,13 @@ def test_vilbert_parity_task_heads(fx, release):
     (`vil_logit`), SNLI-VE, referring expressions (`vision_logit`, `linguisic_logit`)."""
     expected = _expected(fx, release)
     inputs = fx.inputs(release)
-    heads = {"vil_prediction": ("vqa", vlhub.VilbertForQuestionAnswering, "logits"),
-             "vil_prediction_gqa": ("gqa", vlhub.VilbertForQuestionAnswering, "logits"),
-             "vil_logit": ("retrieval", vlhub.VilbertForImageTextRetrieval, "logits"),
-             "vil_tri_prediction": ("ve", vlhub.VilbertForVisualEntailment, "logits"),
-             "linguisic_logit": ("re", vlhub.VilbertForReferringExpression, "text_logits")}
+    heads = {
+        "vil_prediction": ("vqa", vlhub.VilbertForQuestionAnswering, "logits"),
+        "vil_prediction_gqa": ("gqa", vlhub.VilbertForQuestionAnswering, "logits"),
+        "vil_logit": ("retrieval", vlhub.VilbertForImageTextRetrieval, "logits"),
+        "vil_tri_prediction": ("ve", vlhub.VilbertForVisualEntailment, "logits"),
+        "linguisic_logit": ("re", vlhub.VilbertForReferringExpression, "text_logits"),
+    }
     for name, (task, model_class, field) in heads.items():
         if name in expected:
             actual = fx.run(release, task, model_class)[field]
@@ -214,9 +232,15 @@ def test_vilbert_parity_processor_inputs(fx, release):
         extra["task_id"] = int(task_ids[0, 0])
     encoded = processor(token_ids=fx.word_pieces(), regions=fx.regions(), **extra)
     reference = fx.inputs(release)
-    names = {"input_ids": "input_ids", "attention_mask": "attention_mask", "token_type_ids": "token_type_ids",
-             "region_features": "region_features", "region_locations": "region_locations",
-             "region_attention_mask": "region_attention_mask", "task_ids": "task_ids"}
+    names = {
+        "input_ids": "input_ids",
+        "attention_mask": "attention_mask",
+        "token_type_ids": "token_type_ids",
+        "region_features": "region_features",
+        "region_locations": "region_locations",
+        "region_attention_mask": "region_attention_mask",
+        "task_ids": "task_ids",
+    }
     for name, ref_name in names.items():
         if ref_name not in reference:
             assert name not in encoded
@@ -260,12 +284,36 @@ def test_vilbert_parity_end_to_end(fx, release):
 
 
 HANDLED = {
-    "pretrain": {*TRUNK, "prediction_scores_t", "prediction_scores_v", "seq_relationship_score", "mlm_positions",
-                 "masked_lm_logits"},
-    "beta_vqa": {*TRUNK, "vil_prediction", "vil_logit", "vil_binary_prediction", "vision_prediction", "vision_logit",
-                 "linguisic_prediction", "linguisic_logit"},
-    "mt": {*TRUNK, "vil_prediction", "vil_prediction_gqa", "vil_logit", "vil_binary_prediction", "vil_tri_prediction",
-           "vision_prediction", "vision_logit", "linguisic_prediction", "linguisic_logit"},
+    "pretrain": {
+        *TRUNK,
+        "prediction_scores_t",
+        "prediction_scores_v",
+        "seq_relationship_score",
+        "mlm_positions",
+        "masked_lm_logits",
+    },
+    "beta_vqa": {
+        *TRUNK,
+        "vil_prediction",
+        "vil_logit",
+        "vil_binary_prediction",
+        "vision_prediction",
+        "vision_logit",
+        "linguisic_prediction",
+        "linguisic_logit",
+    },
+    "mt": {
+        *TRUNK,
+        "vil_prediction",
+        "vil_prediction_gqa",
+        "vil_logit",
+        "vil_binary_prediction",
+        "vil_tri_prediction",
+        "vision_prediction",
+        "vision_logit",
+        "linguisic_prediction",
+        "linguisic_logit",
+    },
     "mt_pair": {"vil_binary_prediction"},
 }
 ATTENTION_MAPS = ("pretrain.attention_probs_t.", "pretrain.attention_probs_v.", "pretrain.co_attention_probs.")
@@ -273,6 +321,9 @@ ATTENTION_MAPS = ("pretrain.attention_probs_t.", "pretrain.attention_probs_v.", 
 
 def test_vilbert_parity_covers_every_fixture_tensor(fx):
     """The tests above compare every tensor of outputs.safetensors: a fixture tensor no test reads fails here."""
-    unread = [name for name in fx.outputs
-              if not name.startswith(ATTENTION_MAPS) and name.split(".", 1)[1] not in HANDLED.get(name.split(".")[0], ())]
+    unread = [
+        name
+        for name in fx.outputs
+        if not name.startswith(ATTENTION_MAPS) and name.split(".", 1)[1] not in HANDLED.get(name.split(".")[0], ())
+    ]
     assert not unread, f"fixture tensors no parity test compares: {unread}"

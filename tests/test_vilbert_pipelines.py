@@ -19,24 +19,32 @@ pytestmark = pytest.mark.skipif(not ORIGINAL.is_dir(), reason="no ViLBERT fixtur
 if ORIGINAL.is_dir():  # found as the original finds them, whatever the fixture set names them
     FILES = vilbert_files(ORIGINAL)
     CONFIG = FILES["config"]
-    CHECKPOINTS = {"beta": FILES["checkpoints"]["beta_vqa"], "mt": FILES["checkpoints"]["mt"],
-                   "pretrained": FILES["checkpoints"]["pretrain"]}
+    CHECKPOINTS = {
+        "beta": FILES["checkpoints"]["beta_vqa"],
+        "mt": FILES["checkpoints"]["mt"],
+        "pretrained": FILES["checkpoints"]["pretrain"],
+    }
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     work = tmp_path_factory.mktemp("vilbert-pipelines")
     size = json.loads(CONFIG.read_text())["vocab_size"]
-    vocab = write_vocab(work / "vocab.txt", size, {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102,
-                                                   "[MASK]": 103})
+    vocab = write_vocab(work / "vocab.txt", size, {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103})
     words = ["what", "colour", "is", "the", "cat", "a", "red", "dog", "two"]
     lines = vocab.read_text().splitlines()
     for i, word in enumerate(words):
         lines[200 + i] = word
     vocab.write_text("\n".join(lines) + "\n")
     out = {}
-    for release, task in (("beta", "vqa"), ("mt", "vqa"), ("beta", "retrieval"), ("mt", "retrieval"),
-                          ("pretrained", "pretraining"), ("pretrained", "retrieval")):
+    for release, task in (
+        ("beta", "vqa"),
+        ("mt", "vqa"),
+        ("beta", "retrieval"),
+        ("mt", "retrieval"),
+        ("pretrained", "pretraining"),
+        ("pretrained", "retrieval"),
+    ):
         folder = work / f"{release}-{task}"
         convert_vilbert(CHECKPOINTS[release], folder, config=CONFIG, task=task, tokenizer=vocab)
         out[release, task] = folder
@@ -56,10 +64,19 @@ class MeanFeatures:
         out = []
         for image in images:
             height, width = image.shape[-2:]
-            boxes = torch.tensor([[0, 0, width / 2, height / 2], [width / 2, 0, width, height / 2],
-                                  [0, height / 2, width / 2, height], [width / 2, height / 2, width, height]])
-            out.append(vlhub.RegionFeatures(torch.full((4, 2048), float(image.mean())) + torch.arange(4.0)[:, None],
-                                            boxes, (height, width)))
+            boxes = torch.tensor(
+                [
+                    [0, 0, width / 2, height / 2],
+                    [width / 2, 0, width, height / 2],
+                    [0, height / 2, width / 2, height],
+                    [width / 2, height / 2, width, height],
+                ]
+            )
+            out.append(
+                vlhub.RegionFeatures(
+                    torch.full((4, 2048), float(image.mean())) + torch.arange(4.0)[:, None], boxes, (height, width)
+                )
+            )
         return out
 
 
@@ -79,8 +96,10 @@ def test_vqa_pipeline(folders, release):
     assert len(from_images) == 2 and len(from_images[0]) == 2
 
 
-@pytest.mark.parametrize("release, task", [("beta", "retrieval"), ("mt", "retrieval"), ("pretrained", "retrieval"),
-                                           ("pretrained", "pretraining")])
+@pytest.mark.parametrize(
+    "release, task",
+    [("beta", "retrieval"), ("mt", "retrieval"), ("pretrained", "retrieval"), ("pretrained", "pretraining")],
+)
 def test_retrieval_pipeline(folders, release, task):
     retrieval = pipeline("image-text-retrieval", model=str(folders[release, task]))
     images = [regions(n, n) for n in (3, 5, 8)]
@@ -97,7 +116,9 @@ def test_retrieval_pipeline(folders, release, task):
                 assert r["logit"] == pytest.approx(outputs.logits.item(), abs=1e-5)
     by_image = retrieval(text="a red cat", images=images, batch_size=3)
     assert sorted(r["image_index"] for r in by_image) == [0, 1, 2]
-    assert [r["image_index"] for r in by_image] == [r["image_index"] for r in retrieval(text="a red cat", images=images)]
+    assert [r["image_index"] for r in by_image] == [
+        r["image_index"] for r in retrieval(text="a red cat", images=images)
+    ]
 
 
 def test_zero_shot_conversion_and_pretraining_folder_rank_alike(folders):

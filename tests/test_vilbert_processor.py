@@ -11,19 +11,29 @@ from .helpers import random_regions
 
 
 def processor(vocab, **settings):
-    region_settings = {k: settings.pop(k) for k in list(settings) if k in ("max_regions", "confidence_threshold",
-                                                                           "min_regions", "region_selection")}
+    region_settings = {
+        k: settings.pop(k)
+        for k in list(settings)
+        if k in ("max_regions", "confidence_threshold", "min_regions", "region_selection")
+    }
     return VilbertProcessor(
         feature_extractor=VilbertRegionProcessor(region_feature_dim=16, **region_settings),
-        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True), **settings,
+        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True),
+        **settings,
     )
 
 
 def test_global_image_token_first_then_regions_in_order(tiny_vocab):
     regions = [random_regions(3, 16, seed=1), random_regions(6, 16, seed=2)]
     out = processor(tiny_vocab)(text=["What colour is the cat ?", "a dog"], regions=regions)
-    assert set(out) == {"input_ids", "attention_mask", "token_type_ids", "region_features", "region_locations",
-                        "region_attention_mask"}
+    assert set(out) == {
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "region_features",
+        "region_locations",
+        "region_attention_mask",
+    }
     assert out["region_attention_mask"].sum(1).tolist() == [4, 7]
     assert out["region_features"].shape == (2, 7, 16)
     for i, r in enumerate(regions):
@@ -129,8 +139,13 @@ def test_pointing_layout_detected_rows_then_candidates_after_max_regions(tiny_vo
         boxes_of([[0, 0, 9, 9], [50, 20, 69, 39], [2, 0, 11, 9], [100, 50, 199, 99]], offset=2000),
     ]
     out = processor(tiny_vocab, max_regions=3, num_task_tokens=20).pointing(
-        text=["what is on the table ?", "the red cat"], regions=detected, candidates=candidates,
-        choices=[[2, 0, 1], [3, 1, 0]], answer_boxes=[[0, 0, 9, 9], [100, 50, 199, 99]], task_id=4)
+        text=["what is on the table ?", "the red cat"],
+        regions=detected,
+        candidates=candidates,
+        choices=[[2, 0, 1], [3, 1, 0]],
+        answer_boxes=[[0, 0, 9, 9], [100, 50, 199, 99]],
+        task_id=4,
+    )
     assert out["task_ids"].tolist() == [[4], [4]]
     assert out["region_features"].shape == (2, 4 + 4, 16)
     assert out["region_attention_mask"].tolist() == [[1, 1, 1, 0, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1]]
@@ -152,9 +167,12 @@ def test_pointing_layout_detected_rows_then_candidates_after_max_regions(tiny_vo
 
 def test_pointing_with_the_releases_101_rows_is_the_originals_101_plus_index(tiny_vocab):
     detected = random_regions(100, 16, seed=4, scores=False)
-    candidates = boxes_of([[0, 0, 20, 20], [1, 2, 30, 40], [3, 3, 9, 9], [0, 0, 63, 47], [5, 6, 7, 8]], image_size=(48, 64))
-    out = processor(tiny_vocab).pointing(text="which box is the cat ?", regions=detected, candidates=candidates,
-                                         choices=[4, 0, 2, 3])
+    candidates = boxes_of(
+        [[0, 0, 20, 20], [1, 2, 30, 40], [3, 3, 9, 9], [0, 0, 63, 47], [5, 6, 7, 8]], image_size=(48, 64)
+    )
+    out = processor(tiny_vocab).pointing(
+        text="which box is the cat ?", regions=detected, candidates=candidates, choices=[4, 0, 2, 3]
+    )
     assert out["region_features"].shape == (1, 106, 16) and out["region_attention_mask"].sum() == 106
     assert out["choice_region_ids"].tolist() == [[105, 101, 103, 104]]
     assert torch.equal(out["region_features"][0, 1:101], detected.features)
@@ -169,10 +187,14 @@ def test_pointing_inputs_run_the_referring_expression_head(tiny_vocab):
 
     torch.manual_seed(0)
     model = VilbertForReferringExpression(tiny_config(vocab_size=20, region_feature_dim=16)).eval()
-    detected = [random_regions(2, 16, seed=1, image_size=(100, 200)), random_regions(3, 16, seed=2, image_size=(100, 200))]
+    detected = [
+        random_regions(2, 16, seed=1, image_size=(100, 200)),
+        random_regions(3, 16, seed=2, image_size=(100, 200)),
+    ]
     candidates = [boxes_of([[0, 0, 9, 9], [2, 0, 11, 9]]), boxes_of([[0, 0, 9, 9], [50, 20, 69, 39]])]
-    out = processor(tiny_vocab, max_regions=3).pointing(text=["the cat", "a dog"], regions=detected,
-                                                        candidates=candidates, answer_boxes=[[0, 0, 9, 9]] * 2)
+    out = processor(tiny_vocab, max_regions=3).pointing(
+        text=["the cat", "a dog"], regions=detected, candidates=candidates, answer_boxes=[[0, 0, 9, 9]] * 2
+    )
     labels = out.pop("labels")
     with torch.no_grad():
         every_row = model(**{k: v for k, v in out.items() if k != "choice_region_ids"}).logits
@@ -200,8 +222,13 @@ def test_pointing_bad_inputs_name_the_problem(tiny_vocab):
     with pytest.raises(ValueError, match=r"candidates\[0\] has 8-d features"):
         pointing(text=text, regions=detected, candidates=[boxes_of([[0, 0, 9, 9]], feature_dim=8)] * 2)
     with pytest.raises(ValueError, match=r"answer_boxes\[1\]: an answer box must be"):
-        pointing(text=text, regions=detected, candidates=candidates, choices=[[0], [0]],
-                 answer_boxes=[[0, 0, 9, 9], [0, 0, 9]])
+        pointing(
+            text=text,
+            regions=detected,
+            candidates=candidates,
+            choices=[[0], [0]],
+            answer_boxes=[[0, 0, 9, 9], [0, 0, 9]],
+        )
     unlimited = processor(tiny_vocab, max_regions=None)
     with pytest.raises(ValueError, match="max_regions=None"):
         unlimited.pointing(text=text, regions=detected, candidates=candidates, choices=[[0], [0]])
@@ -215,8 +242,9 @@ def test_guesswhat_pointing_pads_fewer_choices_to_a_masked_row_as_the_original(t
     assert text == "start is it a cat ? answer yes stop start is it red ? answer no stop"
     detected = [boxes_of([[0, 0, 10, 10]]), boxes_of([[0, 0, 20, 20]])]
     candidates = [boxes_of([[0, 0, 9, 9], [2, 0, 11, 9], [50, 20, 69, 39]], offset=100), boxes_of([[2, 0, 11, 9]])]
-    out = proc.pointing(text=["a cat", "a dog"], regions=detected, candidates=candidates,
-                        answer_boxes=[[0, 0, 9, 9], [0, 0, 9, 9]])
+    out = proc.pointing(
+        text=["a cat", "a dog"], regions=detected, candidates=candidates, answer_boxes=[[0, 0, 9, 9], [0, 0, 9, 9]]
+    )
     assert out["region_features"].shape == (2, 4 + 4, 16)
     assert out["region_attention_mask"].tolist() == [[1, 1, 0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 1, 0, 0, 0]]
     assert out["choice_region_ids"].tolist() == [[4, 5, 6], [4, 7, 7]]

@@ -20,8 +20,9 @@ def random_regions(num_regions, feature_dim, seed=0, scores=False):
     """Random regions of a 48 x 64 image, no detector confidences (a feature file's)."""
     generator = torch.Generator().manual_seed(seed)
     corners = torch.rand(num_regions, 2, 2, generator=generator).sort(dim=1).values * torch.tensor([64.0, 48.0])
-    return vlhub.RegionFeatures(torch.rand(num_regions, feature_dim, generator=generator),
-                                corners.reshape(num_regions, 4), (48, 64))
+    return vlhub.RegionFeatures(
+        torch.rand(num_regions, feature_dim, generator=generator), corners.reshape(num_regions, 4), (48, 64)
+    )
 
 
 def original_rows(detections, ground_truth, max_region_num):
@@ -37,22 +38,28 @@ def original_rows(detections, ground_truth, max_region_num):
 
 def converted(vocab, task, task_id):
     settings = _region_settings(task, "multi_task", task_id, [])
-    return VilbertProcessor(feature_extractor=VilbertRegionProcessor(region_feature_dim=DIM, **settings),
-                            tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True), num_task_tokens=20)
+    return VilbertProcessor(
+        feature_extractor=VilbertRegionProcessor(region_feature_dim=DIM, **settings),
+        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True),
+        num_task_tokens=20,
+    )
 
 
 def real_rows(inputs, index=0):
     return inputs["region_features"][index][inputs["region_attention_mask"][index].bool()]
 
 
-@pytest.mark.parametrize("task, task_id, max_region_num", [("visual7w", 4, 200), ("guesswhat_pointing", 17, 306),
-                                                             ("re", 10, 101), ("flickr_grounding", 18, 200)])
+@pytest.mark.parametrize(
+    "task, task_id, max_region_num",
+    [("visual7w", 4, 200), ("guesswhat_pointing", 17, 306), ("re", 10, 101), ("flickr_grounding", 18, 200)],
+)
 def test_converted_settings_are_the_task_configs_max_region_num(tiny_vocab, task, task_id, max_region_num):
     region_processor = converted(tiny_vocab, task, task_id).feature_extractor
     assert region_processor.max_regions == 100  # the reader's 101 rows, the global token on top
     assert region_processor.max_joined_regions == max_region_num - 1
-    assert region_processor.ground_truth_rows == ("after_max_regions" if task in ("visual7w", "guesswhat_pointing")
-                                                  else "after_detections")
+    assert region_processor.ground_truth_rows == (
+        "after_max_regions" if task in ("visual7w", "guesswhat_pointing") else "after_detections"
+    )
     plain = converted(tiny_vocab, "vqa", 1).feature_extractor
     assert (plain.max_regions, plain.max_joined_regions) == (100, None)
 
@@ -64,18 +71,25 @@ def test_vcr_refuses_ground_truth_it_cannot_join_as_the_original(tiny_vocab):
         processor(text="a", regions=random_regions(3, DIM), ground_truth=random_regions(2, DIM), task_id=5)
 
 
-@pytest.mark.parametrize("task, task_id, max_region_num, detections, candidates", [
-    ("visual7w", 4, 200, 100, 30), ("visual7w", 4, 200, 100, 99), ("visual7w", 4, 200, 100, 120),
-    ("visual7w", 4, 200, 60, 150),  # fewer detections: the original keeps more candidates, vlhub the same ones
-    ("guesswhat_pointing", 17, 306, 100, 205), ("guesswhat_pointing", 17, 306, 100, 210),
-])
+@pytest.mark.parametrize(
+    "task, task_id, max_region_num, detections, candidates",
+    [
+        ("visual7w", 4, 200, 100, 30),
+        ("visual7w", 4, 200, 100, 99),
+        ("visual7w", 4, 200, 100, 120),
+        ("visual7w", 4, 200, 60, 150),  # fewer detections: the original keeps more candidates, vlhub the same ones
+        ("guesswhat_pointing", 17, 306, 100, 205),
+        ("guesswhat_pointing", 17, 306, 100, 210),
+    ],
+)
 def test_pointing_keeps_the_originals_rows(tiny_vocab, caplog, task, task_id, max_region_num, detections, candidates):
     regions = random_regions(detections, DIM, seed=1, scores=False)
     boxes = random_regions(candidates, DIM, seed=2, scores=False)
     processor = converted(tiny_vocab, task, task_id)
     with caplog.at_level(logging.WARNING):
-        inputs = processor.pointing(text="which one ?", regions=regions, candidates=boxes, choices=[0, 3, 1, 2],
-                                    task_id=task_id)
+        inputs = processor.pointing(
+            text="which one ?", regions=regions, candidates=boxes, choices=[0, 3, 1, 2], task_id=task_id
+        )
     expected = original_rows(regions, boxes, max_region_num)
     assert torch.equal(real_rows(inputs), expected)
     kept = len(expected) - 1 - detections
@@ -83,11 +97,12 @@ def test_pointing_keeps_the_originals_rows(tiny_vocab, caplog, task, task_id, ma
     assert ("max_joined_regions" in caplog.text) == (kept < candidates)
     # The candidates start at row 101 (the original's `vision_logit[:, 101:]`), the detections padded up to it.
     assert inputs["choice_region_ids"].tolist() == [[101, 104, 102, 103]]
-    assert torch.equal(inputs["region_features"][0, 101:101 + kept], boxes.features[:kept])
+    assert torch.equal(inputs["region_features"][0, 101 : 101 + kept], boxes.features[:kept])
     if kept < candidates:  # the original's gather fails on a cut candidate
         with pytest.raises(ValueError, match=rf"choices\[0\] names candidates \[{kept}\], which max_joined_regions"):
-            processor.pointing(text="which one ?", regions=regions, candidates=boxes, choices=[0, kept],
-                               task_id=task_id)
+            processor.pointing(
+                text="which one ?", regions=regions, candidates=boxes, choices=[0, kept], task_id=task_id
+            )
         processor.feature_extractor.region_selection = "refuse"
         with pytest.raises(ValueError, match=rf"candidates\[0\]: {detections} detected and {candidates} ground-truth"):
             processor.pointing(text="which one ?", regions=regions, candidates=boxes, choices=[0], task_id=task_id)
@@ -97,20 +112,25 @@ def test_guesswhat_choices_padded_to_a_masked_row_at_the_release_counts(tiny_voc
     processor = converted(tiny_vocab, "guesswhat_pointing", 17)
     regions = [random_regions(100, DIM, seed=3, scores=False), random_regions(100, DIM, seed=4, scores=False)]
     boxes = [random_regions(20, DIM, seed=5, scores=False), random_regions(5, DIM, seed=6, scores=False)]
-    inputs = processor.pointing(text=["a", "b"], regions=regions, candidates=boxes, choices=[[0, 7, 19], [4]],
-                                task_id=17)
+    inputs = processor.pointing(
+        text=["a", "b"], regions=regions, candidates=boxes, choices=[[0, 7, 19], [4]], task_id=17
+    )
     assert inputs["region_features"].shape[1] == 101 + 20 + 1
     assert inputs["choice_region_ids"].tolist() == [[101, 108, 120], [105, 121, 121]]
     assert inputs["region_attention_mask"][:, 121].tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("task, task_id, max_region_num, detections, ground_truth", [
-    ("re", 10, 101, 100, 30),  # the released features: the ground-truth boxes never fit
-    ("re", 10, 101, 80, 30),  # fewer detections: 20 of them join
-    ("flickr_grounding", 18, 200, 100, 150),
-])
-def test_grounding_training_joins_ground_truth_right_after_the_detections(tiny_vocab, task, task_id, max_region_num,
-                                                                          detections, ground_truth):
+@pytest.mark.parametrize(
+    "task, task_id, max_region_num, detections, ground_truth",
+    [
+        ("re", 10, 101, 100, 30),  # the released features: the ground-truth boxes never fit
+        ("re", 10, 101, 80, 30),  # fewer detections: 20 of them join
+        ("flickr_grounding", 18, 200, 100, 150),
+    ],
+)
+def test_grounding_training_joins_ground_truth_right_after_the_detections(
+    tiny_vocab, task, task_id, max_region_num, detections, ground_truth
+):
     regions = random_regions(detections, DIM, seed=7, scores=False)
     truth = random_regions(ground_truth, DIM, seed=8, scores=False)
     processor = converted(tiny_vocab, task, task_id)
@@ -119,11 +139,20 @@ def test_grounding_training_joins_ground_truth_right_after_the_detections(tiny_v
     # "after_detections": the rows are the original's, in the original's places.
     assert torch.equal(inputs["region_features"][0], expected)
     assert inputs["region_attention_mask"].tolist() == [[1] * len(expected)]
-    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids", "task_ids", "region_features",
-                           "region_locations", "region_attention_mask"}
+    assert set(inputs) == {
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "task_ids",
+        "region_features",
+        "region_locations",
+        "region_attention_mask",
+    }
     # Evaluation (no ground truth): the detections alone, as the original's other split.
-    assert torch.equal(real_rows(processor(text="the man", regions=regions, task_id=task_id)),
-                       original_rows(regions, None, max_region_num))
+    assert torch.equal(
+        real_rows(processor(text="the man", regions=regions, task_id=task_id)),
+        original_rows(regions, None, max_region_num),
+    )
 
 
 def test_joined_rows_run_the_referring_expression_head(tiny_vocab):
@@ -161,8 +190,10 @@ def test_ground_truth_bad_inputs_name_the_problem(tiny_vocab):
 
 # ----------------------------------------------------------------- max_regions: detected regions, saved folders
 def test_a_folder_saved_when_max_regions_counted_rows_loads_with_the_same_limit(tmp_path, tiny_vocab, caplog):
-    new = VilbertProcessor(feature_extractor=VilbertRegionProcessor(region_feature_dim=DIM, max_regions=100),
-                           tokenizer=BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True))
+    new = VilbertProcessor(
+        feature_extractor=VilbertRegionProcessor(region_feature_dim=DIM, max_regions=100),
+        tokenizer=BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True),
+    )
     new.save_pretrained(tmp_path)
     vlhub.VilbertConfig(vocab_size=20).save_pretrained(tmp_path)
     saved_path = tmp_path / "processor_config.json"

@@ -18,12 +18,15 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("first", [
-    "from transformers import BertModel",
-    "from vlhub import UniterModel",
-    "from vlhub import VilbertModel",
-    "from transformers import AutoModel",
-])
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from transformers import BertModel",
+        "from vlhub import UniterModel",
+        "from vlhub import VilbertModel",
+        "from transformers import AutoModel",
+    ],
+)
 def test_every_import_order_registers_every_architecture(first):
     result = subprocess.run([sys.executable, "-c", CHECK.format(first=first)], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

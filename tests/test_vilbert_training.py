@@ -37,10 +37,12 @@ def test_joint_batch_masks_words_and_regions_and_swaps_captions(tmp_path):
     feature_dim = next(iter(corpus.regions.values())).feature_dim
     processor = vlhub.get_architecture("vilbert").build_processor(tokenizer, feature_dim)
     objectives = objectives_for("vilbert")
-    collator = PretrainingCollator(processor, corpus.regions, objectives, mlm_probability=0.5,
-                                   region_mask_probability=0.5)
-    examples = [{"image_id": i, "caption": c, "objective": "joint", "seed": (n,)}
-                for n, (i, c) in enumerate(corpus.train[:8])]
+    collator = PretrainingCollator(
+        processor, corpus.regions, objectives, mlm_probability=0.5, region_mask_probability=0.5
+    )
+    examples = [
+        {"image_id": i, "caption": c, "objective": "joint", "seed": (n,)} for n, (i, c) in enumerate(corpus.train[:8])
+    ]
     batch = collator(examples)
     clean, selected = collator.encode(examples)
     assert set(batch) >= {"labels", "region_labels", "region_class_targets", "alignment_labels"}
@@ -59,10 +61,14 @@ def test_joint_batch_masks_words_and_regions_and_swaps_captions(tmp_path):
     mismatched = twelve_in_one["alignment_labels"].bool()
     assert mismatched.any() and (twelve_in_one["labels"][mismatched] == -100).all()
     assert (twelve_in_one["region_labels"][mismatched] == 0).all() and (twelve_in_one["labels"][~mismatched] >= 0).any()
-    model = vlhub.VilbertForPreTraining(vlhub.VilbertConfig(
-        vocab_size=len(tokenizer), region_feature_dim=feature_dim,
-        num_region_labels=batch["region_class_targets"].shape[-1],
-        **vlhub.get_architecture("vilbert").config_fields("tiny")))
+    model = vlhub.VilbertForPreTraining(
+        vlhub.VilbertConfig(
+            vocab_size=len(tokenizer),
+            region_feature_dim=feature_dim,
+            num_region_labels=batch["region_class_targets"].shape[-1],
+            **vlhub.get_architecture("vilbert").config_fields("tiny"),
+        )
+    )
     outputs = model(**batch)
     assert torch.isfinite(outputs.loss) and outputs.region_kl_loss > 0
 
@@ -73,8 +79,11 @@ def _tiny_vilbert(tmp_path, corpus, **fields):
     tokenizer = tiny_tokenizer(tmp_path)
     feature_dim = corpus.sample_regions().feature_dim
     processor = vlhub.get_architecture("vilbert").build_processor(tokenizer, feature_dim)
-    config = vlhub.VilbertConfig(vocab_size=len(tokenizer), region_feature_dim=feature_dim,
-                                 **{**vlhub.get_architecture("vilbert").config_fields("tiny"), **fields})
+    config = vlhub.VilbertConfig(
+        vocab_size=len(tokenizer),
+        region_feature_dim=feature_dim,
+        **{**vlhub.get_architecture("vilbert").config_fields("tiny"), **fields},
+    )
     return processor, config
 
 
@@ -90,11 +99,25 @@ def test_vqa_and_retrieval_fine_tuning_run_for_vilbert(tmp_path):
     corpus = synthetic_corpus()
     processor, config = _tiny_vilbert(tmp_path, corpus, id2label=dict(enumerate(COLOURS)))
     set_seed(0)
-    task = VqaTask(vlhub.VilbertForQuestionAnswering(config), processor, corpus.regions,
-                   colour_questions(corpus, corpus.train), colour_questions(corpus, corpus.validation[:8]),
-                   "synthetic", "synthetic colour questions")
-    result = train(task, VlhubTrainingArguments(output_dir=str(tmp_path / "vqa"), max_steps=4, per_device_train_batch_size=8,
-                                           logging_steps=1, learning_rate=1e-3))
+    task = VqaTask(
+        vlhub.VilbertForQuestionAnswering(config),
+        processor,
+        corpus.regions,
+        colour_questions(corpus, corpus.train),
+        colour_questions(corpus, corpus.validation[:8]),
+        "synthetic",
+        "synthetic colour questions",
+    )
+    result = train(
+        task,
+        VlhubTrainingArguments(
+            output_dir=str(tmp_path / "vqa"),
+            max_steps=4,
+            per_device_train_batch_size=8,
+            logging_steps=1,
+            learning_rate=1e-3,
+        ),
+    )
     losses = [r["loss"] for r in result.log_history if "loss" in r]
     assert len(losses) == 4 and all(np.isfinite(losses))
     assert 0.0 <= result.eval_results["validation_vqa_accuracy"] <= 1.0
@@ -103,11 +126,28 @@ def test_vqa_and_retrieval_fine_tuning_run_for_vilbert(tmp_path):
 
     reset_accelerate_state()
     processor, config = _tiny_vilbert(tmp_path, corpus)
-    task = RetrievalTask(vlhub.VilbertForImageTextRetrieval(config), processor, corpus.regions, corpus.train,
-                         corpus.validation, "synthetic", "synthetic captions", num_sampled=4, num_hard=2,
-                         max_gallery_images=4)
-    result = train(task, VlhubTrainingArguments(output_dir=str(tmp_path / "itr"), max_steps=2, per_device_train_batch_size=4,
-                                           logging_steps=1, learning_rate=1e-3))
+    task = RetrievalTask(
+        vlhub.VilbertForImageTextRetrieval(config),
+        processor,
+        corpus.regions,
+        corpus.train,
+        corpus.validation,
+        "synthetic",
+        "synthetic captions",
+        num_sampled=4,
+        num_hard=2,
+        max_gallery_images=4,
+    )
+    result = train(
+        task,
+        VlhubTrainingArguments(
+            output_dir=str(tmp_path / "itr"),
+            max_steps=2,
+            per_device_train_batch_size=4,
+            logging_steps=1,
+            learning_rate=1e-3,
+        ),
+    )
     assert all(np.isfinite(r["loss"]) for r in result.log_history if "loss" in r)
     assert 0.0 <= result.eval_results["text_to_image_recall@1"] <= 1.0
 
@@ -124,10 +164,21 @@ def test_vilbert_pretraining_resume_reproduces_the_uninterrupted_losses(tmp_path
     from tests.training_helpers import tiny_tokenizer
     from vlhub.training import PretrainingTask, VlhubTrainingArguments, build_pretraining_model, train
 
-    config = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=32, visual_hidden_size=24, visual_num_hidden_layers=2,
-                  visual_num_attention_heads=2, visual_intermediate_size=24, bi_hidden_size=16,
-                  bi_num_attention_heads=2, visual_co_attention_layers=[0, 1], text_co_attention_layers=[0, 1])
+    config = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        visual_hidden_size=24,
+        visual_num_hidden_layers=2,
+        visual_num_attention_heads=2,
+        visual_intermediate_size=24,
+        bi_hidden_size=16,
+        bi_num_attention_heads=2,
+        visual_co_attention_layers=[0, 1],
+        text_co_attention_layers=[0, 1],
+    )
 
     def task(seed):
         corpus = synthetic_corpus()
@@ -138,8 +189,7 @@ def test_vilbert_pretraining_resume_reproduces_the_uninterrupted_losses(tmp_path
     def log(folder):
         return [json.loads(line) for line in (tmp_path / folder / "log_history.jsonl").read_text().splitlines()]
 
-    common = dict(max_steps=5, per_device_train_batch_size=6, logging_steps=1, save_steps=2, learning_rate=1e-3,
-                  seed=3)
+    common = dict(max_steps=5, per_device_train_batch_size=6, logging_steps=1, save_steps=2, learning_rate=1e-3, seed=3)
     train(task(3), VlhubTrainingArguments(output_dir=str(tmp_path / "a"), **common))
 
     def crash_after_step_3(state):
@@ -188,8 +238,10 @@ def test_joint_12in1_global_token_uses_the_12in1_divisor(tmp_path):
 
     corpus = synthetic_corpus(num_images=40)
     collator = _collator(tmp_path, corpus, region_mask_probability=0.6)
-    examples = [{"image_id": i, "caption": c, "objective": "joint-12in1", "seed": (n,)}
-                for n, (i, c) in enumerate(corpus.train[:40])]
+    examples = [
+        {"image_id": i, "caption": c, "objective": "joint-12in1", "seed": (n,)}
+        for n, (i, c) in enumerate(corpus.train[:40])
+    ]
     batch = collator(examples)
     _, selected = collator.encode(examples)
     smaller = 0
@@ -200,8 +252,9 @@ def test_joint_12in1_global_token_uses_the_12in1_divisor(tmp_path):
         masked = batch["region_labels"][i, 1 : n + 1].bool()
         divisor = unoverlapped_region_count(regions.boxes, masked)
         smaller += divisor < n
-        torch.testing.assert_close(batch["region_features"][i, 0] * divisor,
-                                   batch["region_features"][i, 1 : n + 1].sum(0))
+        torch.testing.assert_close(
+            batch["region_features"][i, 0] * divisor, batch["region_features"][i, 1 : n + 1].sum(0)
+        )
     assert smaller > 0  # the batch holds examples where the divisors of the two releases differ
 
 
@@ -213,8 +266,10 @@ def test_alignment_negatives_are_drawn_from_the_whole_caption_table(tmp_path):
         table.setdefault(caption, set()).add(image_id)
     outside_batch = 0
     for seed in range(6):
-        examples = [{"image_id": i, "caption": c, "objective": "alignment", "seed": (seed, n)}
-                    for n, (i, c) in enumerate(corpus.train[:2])]
+        examples = [
+            {"image_id": i, "caption": c, "objective": "alignment", "seed": (seed, n)}
+            for n, (i, c) in enumerate(corpus.train[:2])
+        ]
         pairs, labels = _swapped_captions(collator, examples)
         for example, pair, label in zip(examples, pairs, labels):
             if label == 1:
@@ -226,8 +281,9 @@ def test_alignment_negatives_are_drawn_from_the_whole_caption_table(tmp_path):
     # A batch of one example still gets a mismatched caption from the table (the same image, another caption).
     alone = [_swapped_captions(collator, [{**examples[0], "seed": (seed,)}]) for seed in range(6)]
     swapped = [pairs[0] for pairs, labels in alone if labels == [1]]
-    assert swapped and all(p["image_id"] == examples[0]["image_id"] and p["caption"] != examples[0]["caption"]
-                           for p in swapped)
+    assert swapped and all(
+        p["image_id"] == examples[0]["image_id"] and p["caption"] != examples[0]["caption"] for p in swapped
+    )
     from vlhub.training import PretrainingTask
 
     task = PretrainingTask(*_tiny_model_and_processor(tmp_path, corpus), corpus)

@@ -25,11 +25,24 @@ TASKS = 4
 
 
 def tiny_config(**overrides) -> VilbertConfig:
-    settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=16, region_feature_dim=FEATURES, num_region_labels=REGION_LABELS,
-                    visual_hidden_size=24, visual_num_hidden_layers=2, visual_num_attention_heads=2,
-                    visual_intermediate_size=24, bi_hidden_size=16, bi_num_attention_heads=2,
-                    visual_co_attention_layers=[0, 1], text_co_attention_layers=[1, 2])
+    settings = dict(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        region_feature_dim=FEATURES,
+        num_region_labels=REGION_LABELS,
+        visual_hidden_size=24,
+        visual_num_hidden_layers=2,
+        visual_num_attention_heads=2,
+        visual_intermediate_size=24,
+        bi_hidden_size=16,
+        bi_num_attention_heads=2,
+        visual_co_attention_layers=[0, 1],
+        text_co_attention_layers=[1, 2],
+    )
     return VilbertConfig(**{**settings, **overrides})
 
 
@@ -61,8 +74,12 @@ def pretraining_targets(config, inputs):
     region_labels = torch.zeros(BATCH, REGIONS, dtype=torch.long)
     region_labels[0, 1] = region_labels[1, 2] = 1
     targets = torch.softmax(torch.rand(BATCH, REGIONS, REGION_LABELS, generator=_generator(3)), -1)
-    return {"labels": labels, "region_labels": region_labels, "region_class_targets": targets,
-            "alignment_labels": torch.tensor([0, 1])}
+    return {
+        "labels": labels,
+        "region_labels": region_labels,
+        "region_class_targets": targets,
+        "alignment_labels": torch.tensor([0, 1]),
+    }
 
 
 def mlm_only(config, inputs):
@@ -77,34 +94,77 @@ POOLERS = (r"^vilbert\.[tv]_pooler\.",)
 # After the last co-attention layer a stream no longer reaches the other: a loss on one stream's output alone gives
 # no gradient to the other stream's tail (its layers after the exchange and its side of the last exchange).
 _LAST = "vilbert\\.encoder\\.c_layer\\.1\\."
-VISION_TAIL = (r"^vilbert\.encoder\.v_layer\.1\.", "^" + _LAST + r"(biattention\.(query1|key2|value2)|biOutput\.(dense1|LayerNorm1)|v_)")
-TEXT_TAIL = (r"^vilbert\.encoder\.layer\.2\.", "^" + _LAST + r"(biattention\.(query2|key1|value1)|biOutput\.(dense2|LayerNorm2)|t_)")
+VISION_TAIL = (
+    r"^vilbert\.encoder\.v_layer\.1\.",
+    "^" + _LAST + r"(biattention\.(query1|key2|value2)|biOutput\.(dense1|LayerNorm1)|v_)",
+)
+TEXT_TAIL = (
+    r"^vilbert\.encoder\.layer\.2\.",
+    "^" + _LAST + r"(biattention\.(query2|key1|value1)|biOutput\.(dense2|LayerNorm2)|t_)",
+)
 MT = dict(num_task_tokens=TASKS)
 CASES = [
     ModelCase("model", VilbertModel, tiny_config(), text_and_regions),
     ModelCase("model-task-tokens", VilbertModel, tiny_config(**MT), text_and_regions),
     ModelCase("model-sum-fusion", VilbertModel, tiny_config(fusion_method="sum"), text_and_regions),
     ModelCase("pretraining", VilbertForPreTraining, tiny_config(), text_and_regions, pretraining_targets),
-    ModelCase("pretraining-task-tokens", VilbertForPreTraining, tiny_config(**MT), text_and_regions,
-              pretraining_targets),
-    ModelCase("pretraining-mlm", VilbertForPreTraining, tiny_config(), text_and_regions, mlm_only,
-              (r"^cls\.imagePredictions\.", r"^cls\.bi_seq_relationship\.", *POOLERS, *VISION_TAIL)),
-    ModelCase("vqa", VilbertForQuestionAnswering, tiny_config(id2label={i: f"answer{i}" for i in range(5)}),
-              text_and_regions, lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))}),
-    ModelCase("vqa-beta-head", VilbertForQuestionAnswering,
-              tiny_config(classifier_type="beta", id2label={i: f"answer{i}" for i in range(5)}), text_and_regions,
-              lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))}),
-    ModelCase("vqa-task-tokens", VilbertForQuestionAnswering, tiny_config(**MT), text_and_regions,
-              lambda config, inputs: {"labels": torch.rand(BATCH, 2, generator=_generator(4))}),
+    ModelCase(
+        "pretraining-task-tokens", VilbertForPreTraining, tiny_config(**MT), text_and_regions, pretraining_targets
+    ),
+    ModelCase(
+        "pretraining-mlm",
+        VilbertForPreTraining,
+        tiny_config(),
+        text_and_regions,
+        mlm_only,
+        (r"^cls\.imagePredictions\.", r"^cls\.bi_seq_relationship\.", *POOLERS, *VISION_TAIL),
+    ),
+    ModelCase(
+        "vqa",
+        VilbertForQuestionAnswering,
+        tiny_config(id2label={i: f"answer{i}" for i in range(5)}),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))},
+    ),
+    ModelCase(
+        "vqa-beta-head",
+        VilbertForQuestionAnswering,
+        tiny_config(classifier_type="beta", id2label={i: f"answer{i}" for i in range(5)}),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, 5, generator=_generator(4))},
+    ),
+    ModelCase(
+        "vqa-task-tokens",
+        VilbertForQuestionAnswering,
+        tiny_config(**MT),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, 2, generator=_generator(4))},
+    ),
     ModelCase("ve", VilbertForVisualEntailment, tiny_config(), text_and_regions, class_labels(0, 2)),
-    ModelCase("retrieval", VilbertForImageTextRetrieval, tiny_config(), text_and_regions,
-              lambda config, inputs: {"num_negatives": 1}),
+    ModelCase(
+        "retrieval",
+        VilbertForImageTextRetrieval,
+        tiny_config(),
+        text_and_regions,
+        lambda config, inputs: {"num_negatives": 1},
+    ),
     ModelCase("nlvr2", VilbertForVisualReasoning, tiny_config(), two_images, class_labels(0, 1)),
-    ModelCase("re", VilbertForReferringExpression, tiny_config(), text_and_regions, class_labels(1, 2),
-              (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL)),
-    ModelCase("re-soft-targets", VilbertForReferringExpression, tiny_config(), text_and_regions,
-              lambda config, inputs: {"labels": torch.rand(BATCH, REGIONS, generator=_generator(5))},
-              (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL)),
+    ModelCase(
+        "re",
+        VilbertForReferringExpression,
+        tiny_config(),
+        text_and_regions,
+        class_labels(1, 2),
+        (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL),
+    ),
+    ModelCase(
+        "re-soft-targets",
+        VilbertForReferringExpression,
+        tiny_config(),
+        text_and_regions,
+        lambda config, inputs: {"labels": torch.rand(BATCH, REGIONS, generator=_generator(5))},
+        (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL),
+    ),
     ModelCase("vcr", VilbertForMultipleChoice, tiny_config(), three_choices, class_labels(2, 0)),
 ]
 

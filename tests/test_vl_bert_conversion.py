@@ -32,8 +32,9 @@ def _yaml(task):
 
 def _convert(name, out, task=None, cfg="pretrain", **kwargs):
     kwargs.setdefault("answers", ANSWERS)
-    return convert_vl_bert(ORIGINAL / name if isinstance(name, str) else name, out, config=_yaml(cfg), task=task,
-                           tokenizer=BERT, **kwargs)
+    return convert_vl_bert(
+        ORIGINAL / name if isinstance(name, str) else name, out, config=_yaml(cfg), task=task, tokenizer=BERT, **kwargs
+    )
 
 
 def _state(name):
@@ -42,10 +43,13 @@ def _state(name):
 
 def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path):
     report = _convert(PRETRAIN, tmp_path / "out")
-    keys = {k[len("module."):] for k in _state(PRETRAIN)}
+    keys = {k[len("module.") :] for k in _state(PRETRAIN)}
     assert set(report.used.values()) | set(report.dropped) == keys
     assert set(report.dropped) == {"vlbert.mlm_head.predictions.decoder.weight"}
-    assert "tied to vl_bert.embeddings.word_embeddings.weight" in report.dropped["vlbert.mlm_head.predictions.decoder.weight"]
+    assert (
+        "tied to vl_bert.embeddings.word_embeddings.weight"
+        in report.dropped["vlbert.mlm_head.predictions.decoder.weight"]
+    )
     assert not report.initialized
     saved = json.loads((tmp_path / "out" / "conversion_report.json").read_text())
     assert saved["dropped"] == report.dropped
@@ -66,7 +70,7 @@ def test_save_load_of_a_converted_folder_is_exact(tmp_path):
 
 
 def test_pretraining_checkpoint_starts_the_task_heads_like_the_original(tmp_path):
-    state = {k[len("module."):]: v for k, v in _state(PRETRAIN).items()}
+    state = {k[len("module.") :]: v for k, v in _state(PRETRAIN).items()}
     report = _convert(PRETRAIN, tmp_path / "vqa", task="vqa", cfg="vqa")
     assert set(report.initialized) == {"vqa_head.2.weight", "vqa_head.2.bias"}
     assert "used only by pre-training" in report.dropped["aux_text_visual_embedding.weight"]
@@ -92,23 +96,30 @@ def test_pretraining_checkpoint_starts_the_task_heads_like_the_original(tmp_path
 def test_vcr_layout_converts(tmp_path):
     """A VCR checkpoint keeps the backbone under `vlbert._module.` (TimeDistributed) and adds the pooler, `final_mlp`
     (dropout, Linear(H, 1)) and `cnn_loss_reg` (81-way object head)."""
-    source = {k[len("module."):]: v for k, v in _state(PRETRAIN).items()
-              if not k.startswith(("module.vlbert.mlm_head", "module.vlbert.mvrc_head", "module.aux_text",
-                                   "module.object_mask"))}
+    source = {
+        k[len("module.") :]: v
+        for k, v in _state(PRETRAIN).items()
+        if not k.startswith(
+            ("module.vlbert.mlm_head", "module.vlbert.mvrc_head", "module.aux_text", "module.object_mask")
+        )
+    }
     source = {k.replace("vlbert.", "vlbert._module.", 1): v for k, v in source.items()}
     hidden = source["vlbert._module.word_embeddings.weight"].shape[1]
     g = torch.Generator().manual_seed(0)
     extra = {
         "vlbert._module.pooler.dense.weight": torch.randn(hidden, hidden, generator=g),
         "vlbert._module.pooler.dense.bias": torch.randn(hidden, generator=g),
-        "final_mlp.1.weight": torch.randn(1, hidden, generator=g), "final_mlp.1.bias": torch.randn(1, generator=g),
+        "final_mlp.1.weight": torch.randn(1, hidden, generator=g),
+        "final_mlp.1.bias": torch.randn(1, generator=g),
         "cnn_loss_reg.0.dense.weight": torch.randn(hidden, hidden, generator=g),
         "cnn_loss_reg.0.dense.bias": torch.randn(hidden, generator=g),
-        "cnn_loss_reg.2.weight": torch.randn(81, hidden, generator=g), "cnn_loss_reg.2.bias": torch.randn(81, generator=g),
+        "cnn_loss_reg.2.weight": torch.randn(81, hidden, generator=g),
+        "cnn_loss_reg.2.bias": torch.randn(81, generator=g),
     }
-    torch.save({"state_dict": {f"module.{k}": v.half() for k, v in {**source, **extra}.items()}}, tmp_path / "vcr.model")
-    report = convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr", config=_yaml("pretrain"),
-                             tokenizer=BERT)
+    torch.save(
+        {"state_dict": {f"module.{k}": v.half() for k, v in {**source, **extra}.items()}}, tmp_path / "vcr.model"
+    )
+    report = convert_vl_bert(tmp_path / "vcr.model", tmp_path / "vcr", config=_yaml("pretrain"), tokenizer=BERT)
     assert not report.initialized and not report.dropped
     model = vlhub.VlBertForMultipleChoice.from_pretrained(tmp_path / "vcr")
     assert model.vl_bert.pooler is not None and model.vl_bert.pooler.dense.weight.dtype == torch.float32
@@ -121,8 +132,7 @@ def test_vcr_layout_converts(tmp_path):
     region_processor = vlhub.VlBertProcessor.from_pretrained(tmp_path / "vcr-1200").feature_extractor
     assert (region_processor.min_size, region_processor.max_size) == (600, 1200)
     with pytest.raises(CheckpointError, match=r"SCALES must be \[short side, longest side\], got \[1200\]"):
-        convert_vl_bert(tmp_path / "vcr.model", tmp_path / "bad", config={**vcr_yaml, "SCALES": [1200]},
-                        tokenizer=BERT)
+        convert_vl_bert(tmp_path / "vcr.model", tmp_path / "bad", config={**vcr_yaml, "SCALES": [1200]}, tokenizer=BERT)
 
 
 def test_wrong_files_get_clear_errors(tmp_path):
@@ -138,14 +148,23 @@ def test_wrong_files_get_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="needs image_feature_extractor.backbone"):
         convert_vl_bert(tmp_path / "e2e.model", tmp_path / "x", config=e2e_yaml, tokenizer=BERT)
     # Another architecture's checkpoint.
-    uniter = {"uniter.embeddings.word_embeddings.weight": torch.zeros(10, 4),
-              "uniter.img_embeddings.img_linear.weight": torch.zeros(4, 8)}
+    uniter = {
+        "uniter.embeddings.word_embeddings.weight": torch.zeros(10, 4),
+        "uniter.img_embeddings.img_linear.weight": torch.zeros(4, 8),
+    }
     torch.save(uniter, tmp_path / "uniter.pt")
     with pytest.raises(CheckpointError, match="not a VL-BERT checkpoint.*UNITER"):
         _convert(tmp_path / "uniter.pt", tmp_path / "x")
     # A key nothing in vlhub's model takes.
-    torch.save({"state_dict": {**state, "module.vlbert.relationsip_head.caption_image_relationship.weight":
-                               torch.zeros(2, 64)}}, tmp_path / "extra.model")
+    torch.save(
+        {
+            "state_dict": {
+                **state,
+                "module.vlbert.relationsip_head.caption_image_relationship.weight": torch.zeros(2, 64),
+            }
+        },
+        tmp_path / "extra.model",
+    )
     with pytest.raises(CheckpointError, match="relationsip_head.*no counterpart"):
         _convert(tmp_path / "extra.model", tmp_path / "x")
     # A fine-tuned checkpoint cannot become another task's model.
@@ -158,12 +177,21 @@ def test_wrong_files_get_clear_errors(tmp_path):
         _convert(VQA, tmp_path / "x", cfg="vqa", answers=tmp_path / "answers.txt")
     # The YAML must describe the checkpoint.
     with pytest.raises(CheckpointError, match="the config says"):
-        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {
-            **sizes, "num_hidden_layers": sizes["num_hidden_layers"] + 1}}}, tokenizer=BERT, answers=ANSWERS)
+        convert_vl_bert(
+            ORIGINAL / VQA,
+            tmp_path / "x",
+            config={"NETWORK": {"VLBERT": {**sizes, "num_hidden_layers": sizes["num_hidden_layers"] + 1}}},
+            tokenizer=BERT,
+            answers=ANSWERS,
+        )
     visual = sizes["hidden_size"] // 2
     with pytest.raises(ValueError, match=f"visual_size={visual} is not supported"):
-        convert_vl_bert(ORIGINAL / VQA, tmp_path / "x", config={"NETWORK": {"VLBERT": {**sizes, "visual_size": visual}}},
-                        tokenizer=BERT)
+        convert_vl_bert(
+            ORIGINAL / VQA,
+            tmp_path / "x",
+            config={"NETWORK": {"VLBERT": {**sizes, "visual_size": visual}}},
+            tokenizer=BERT,
+        )
     # Without a YAML the head count of a non-BERT size cannot be guessed.
     with pytest.raises(CheckpointError, match="--config"):
         convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=BERT)
@@ -172,13 +200,30 @@ def test_wrong_files_get_clear_errors(tmp_path):
 def test_cli_converts_and_reports_errors(tmp_path):
     # The checkout under test, whatever vlhub the interpreter has installed.
     env = {"HF_HUB_OFFLINE": "1", "PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    command = [sys.executable, "-m", "vlhub.cli", "convert", "vl_bert", str(ORIGINAL / REFCOCO), "--output-dir",
-               str(tmp_path / "re"), "--config", str(_yaml("refcoco")), "--tokenizer", str(BERT)]
+    command = [
+        sys.executable,
+        "-m",
+        "vlhub.cli",
+        "convert",
+        "vl_bert",
+        str(ORIGINAL / REFCOCO),
+        "--output-dir",
+        str(tmp_path / "re"),
+        "--config",
+        str(_yaml("refcoco")),
+        "--tokenizer",
+        str(BERT),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    assert isinstance(vlhub.model_class_for(vlhub.VlBertConfig.from_pretrained(tmp_path / "re"))(
-        vlhub.VlBertConfig.from_pretrained(tmp_path / "re")), vlhub.VlBertForReferringExpression)
+    assert isinstance(
+        vlhub.model_class_for(vlhub.VlBertConfig.from_pretrained(tmp_path / "re"))(
+            vlhub.VlBertConfig.from_pretrained(tmp_path / "re")
+        ),
+        vlhub.VlBertForReferringExpression,
+    )
     (tmp_path / "empty.model").write_bytes(b"")
-    failed = subprocess.run([*command[:5], str(tmp_path / "empty.model"), *command[6:]], capture_output=True, text=True,
-                            env=env)
+    failed = subprocess.run(
+        [*command[:5], str(tmp_path / "empty.model"), *command[6:]], capture_output=True, text=True, env=env
+    )
     assert failed.returncode != 0 and "empty" in failed.stderr

@@ -20,8 +20,9 @@ from .test_vl_bert_transformers_checks import MASK, REGIONS, TEXT, text_and_regi
 
 def _model(cls=VlBertModel, **overrides):
     torch.manual_seed(0)
-    return cls(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, image_feature_dropout=0.0,
-                           **overrides)).eval()
+    return cls(
+        tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, image_feature_dropout=0.0, **overrides)
+    ).eval()
 
 
 def test_geometry_embedding_is_the_spec_formula():
@@ -49,7 +50,7 @@ def test_padding_text_and_objects_changes_nothing_at_real_positions():
         padded = model(**inputs).last_hidden_state
         tight = model(**trimmed).last_hidden_state
     torch.testing.assert_close(padded[:, :n_text], tight[:, :n_text], atol=1e-5, rtol=0)
-    torch.testing.assert_close(padded[:, TEXT:TEXT + n_obj], tight[:, n_text:n_text + n_obj], atol=1e-5, rtol=0)
+    torch.testing.assert_close(padded[:, TEXT : TEXT + n_obj], tight[:, n_text : n_text + n_obj], atol=1e-5, rtol=0)
     torch.testing.assert_close(padded[:, -1], tight[:, -1], atol=1e-5, rtol=0)
 
 
@@ -60,11 +61,14 @@ def test_every_token_carries_the_whole_image_and_object_order_does_not_matter():
         reference = model(**inputs).last_hidden_state
         # Objects 1.. permuted: same text outputs (they share one position), permuted object outputs.
         order = torch.tensor([0, 3, 1, 4, 2])
-        shuffled = dict(inputs, region_features=inputs["region_features"][:, order],
-                        region_locations=inputs["region_locations"][:, order])
+        shuffled = dict(
+            inputs,
+            region_features=inputs["region_features"][:, order],
+            region_locations=inputs["region_locations"][:, order],
+        )
         out = model(**shuffled).last_hidden_state
         torch.testing.assert_close(out[:, :TEXT], reference[:, :TEXT], atol=1e-5, rtol=0)
-        torch.testing.assert_close(out[:, TEXT:TEXT + REGIONS], reference[:, TEXT + order], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out[:, TEXT : TEXT + REGIONS], reference[:, TEXT + order], atol=1e-5, rtol=0)
         # Changing the whole-image object (0) changes every text token; changing object 1 does not change the
         # text embeddings (layer 0) — only attention mixes it in.
         other_image = dict(inputs, region_features=inputs["region_features"].clone())
@@ -87,7 +91,9 @@ def test_text_region_ids_ground_words_in_objects():
     grounded[0, 2] = 3
     with torch.no_grad():
         default = model(**inputs, output_hidden_states=True).hidden_states[0]
-        explicit = model(**inputs, text_region_ids=torch.zeros_like(grounded), output_hidden_states=True).hidden_states[0]
+        explicit = model(**inputs, text_region_ids=torch.zeros_like(grounded), output_hidden_states=True).hidden_states[
+            0
+        ]
         moved = model(**inputs, text_region_ids=grounded, output_hidden_states=True).hidden_states[0]
     torch.testing.assert_close(default, explicit)
     assert not torch.allclose(moved[0, 2], default[0, 2])
@@ -95,9 +101,18 @@ def test_text_region_ids_ground_words_in_objects():
 
 
 def test_visual_layer_norms_start_at_the_configured_scale():
-    model = VlBertModel(VlBertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=32, region_feature_dim=8, geometry_embedding_dim=2,
-                                     mask_token_id=4))
+    model = VlBertModel(
+        VlBertConfig(
+            vocab_size=30,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            region_feature_dim=8,
+            geometry_embedding_dim=2,
+            mask_token_id=4,
+        )
+    )
     assert torch.all(model.embeddings.visual_ln_text.weight == 0)
     assert torch.all(model.embeddings.visual_ln_object.weight == 0)
     pretraining = VlBertForPreTraining(model.config)
@@ -114,7 +129,9 @@ def test_vqa_reads_the_mask_token():
         by_hand = model.vqa_head(out.last_hidden_state[torch.arange(3), positions])
     torch.testing.assert_close(out.logits, by_hand)
     # With inputs_embeds the slot is the token before the last real one: the same positions.
-    assert model.answer_positions(None, inputs["attention_mask"], torch.zeros(3, TEXT, 32)).tolist() == positions.tolist()
+    assert (
+        model.answer_positions(None, inputs["attention_mask"], torch.zeros(3, TEXT, 32)).tolist() == positions.tolist()
+    )
 
 
 def test_referring_expression_masks_padded_objects():
@@ -130,8 +147,11 @@ def test_pixels_given_to_a_prec_model_are_refused():
     model = _model()
     inputs = text_and_regions(model.config)
     with pytest.raises(ValueError, match="pixels.*prec"):
-        model(input_ids=inputs["input_ids"], region_features=torch.rand(3, 3, 32, 32),
-              region_locations=inputs["region_locations"])
+        model(
+            input_ids=inputs["input_ids"],
+            region_features=torch.rand(3, 3, 32, 32),
+            region_locations=inputs["region_locations"],
+        )
 
 
 def test_bad_region_inputs_are_named():

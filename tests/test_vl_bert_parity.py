@@ -6,7 +6,6 @@ The original packs each example as `[text | objects | [END] | junk]` ("seamless"
 box mask is set, and [END].
 """
 
-
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForVisualQuestionAnswering, AutoProcessor
@@ -44,8 +43,13 @@ class Fixture(ParityFixture):
     def convert(self, name):
         if name not in self._converted:
             folder = self.work / name
-            convert_vl_bert(self.files["checkpoints"][name], folder, config=self.yaml(CHECKPOINTS[name]),
-                            tokenizer=self.files["bert"], answers=self.files["answers"])
+            convert_vl_bert(
+                self.files["checkpoints"][name],
+                folder,
+                config=self.yaml(CHECKPOINTS[name]),
+                tokenizer=self.files["bert"],
+                answers=self.files["answers"],
+            )
             self._converted[name] = folder
         return self._converted[name]
 
@@ -53,8 +57,10 @@ class Fixture(ParityFixture):
         t = self.raw_tensors
         return [
             vlhub.RegionFeatures(
-                features=t[e["region_features_tensor"]], boxes=t[e["boxes_tensor"]],
-                image_size=(e["image_height"], e["image_width"]), class_probs=t[e["class_probs_tensor"]],
+                features=t[e["region_features_tensor"]],
+                boxes=t[e["boxes_tensor"]],
+                image_size=(e["image_height"], e["image_width"]),
+                class_probs=t[e["class_probs_tensor"]],
                 scores=t[e["detector_confidences_tensor"]],
             )
             for e in self.raw["examples"]
@@ -131,16 +137,26 @@ class Fixture(ParityFixture):
         for layer in layers:
             reference = out[f"{task}.seamless.hidden_states.{layer}"]
             mine = hidden_states[layer]
-            assert_close(mine[:, :text_length][text_mask.bool()], reference[seamless_text], f"{task} layer {layer} text")
-            assert_close(mine[:, text_length:text_length + num_regions][region_mask.bool()], reference[seamless_objects],
-                         f"{task} layer {layer} objects")
+            assert_close(
+                mine[:, :text_length][text_mask.bool()], reference[seamless_text], f"{task} layer {layer} text"
+            )
+            assert_close(
+                mine[:, text_length : text_length + num_regions][region_mask.bool()],
+                reference[seamless_objects],
+                f"{task} layer {layer} objects",
+            )
             assert_close(mine[:, -1], reference[rows, end], f"{task} layer {layer} [END]")
             # The original's own scatter-back of text and object outputs says the same.
-            assert_close(mine[:, :text_length][text_mask.bool()],
-                         out[f"{task}.text_hidden_states.{layer}"][text_mask.bool()], f"{task} layer {layer} text (T)")
-            assert_close(mine[:, text_length:text_length + num_regions][region_mask.bool()],
-                         out[f"{task}.object_hidden_states.{layer}"][region_mask.bool()],
-                         f"{task} layer {layer} objects (K)")
+            assert_close(
+                mine[:, :text_length][text_mask.bool()],
+                out[f"{task}.text_hidden_states.{layer}"][text_mask.bool()],
+                f"{task} layer {layer} text (T)",
+            )
+            assert_close(
+                mine[:, text_length : text_length + num_regions][region_mask.bool()],
+                out[f"{task}.object_hidden_states.{layer}"][region_mask.bool()],
+                f"{task} layer {layer} objects (K)",
+            )
             assert_close(mine[:, -1], out[f"{task}.end_hidden_states.{layer}"], f"{task} layer {layer} [END] (B)")
 
 
@@ -153,14 +169,15 @@ def _visual_checks(fx, task, region_embeddings, inputs, region_masks=None):
     """`obj_reps` (the visual feature embedding) and the 4096-d input of `obj_downsample` at every real object."""
     real = inputs["region_attention_mask"].bool()
     out = fx.outputs
-    assert_close(region_embeddings[real], out[f"{task}.obj_reps"][real[: out[f"{task}.obj_reps"].shape[0]]],
-                 f"{task} obj_reps")
+    assert_close(
+        region_embeddings[real], out[f"{task}.obj_reps"][real[: out[f"{task}.obj_reps"].shape[0]]], f"{task} obj_reps"
+    )
     geometry = vlhub.geometry_embedding(inputs["region_locations"][real])
     reference = out[f"{task}.obj_downsample_input"]
     assert_close(geometry, reference[:, : geometry.shape[1]], f"{task} geometry embedding")
     appearance = inputs["region_features"][real]
     kept = torch.ones(appearance.shape[0], dtype=torch.bool) if region_masks is None else ~region_masks[real]
-    assert_close(appearance[kept], reference[kept, geometry.shape[1]:], f"{task} appearance features")
+    assert_close(appearance[kept], reference[kept, geometry.shape[1] :], f"{task} appearance features")
 
 
 def test_vl_bert_parity_pretraining_processor_orders_objects_as_the_conceptual_captions_loader(fx):
@@ -285,16 +302,25 @@ def test_vl_bert_parity_pretrain(fx):
     mine = unlabelled.mlm_logits[:, :length]
     labelled = targets["labels"] >= 0
     assert_close(out.mlm_logits, unlabelled.mlm_logits[labelled], "MLM logits at the labels (row-major)")
-    assert_close(mine[:images][text_mask[:images, :length]],
-                 o["pretrain.mlm_logits_wvc"][text_mask[:images, :length]], "MLM logits (image-text rows)")
-    assert_close(mine[images:][text_mask[images:, :length]],
-                 o["pretrain.mlm_logits_aux"][text_mask[images:, :length]], "MLM logits (text-only rows)")
+    assert_close(
+        mine[:images][text_mask[:images, :length]],
+        o["pretrain.mlm_logits_wvc"][text_mask[:images, :length]],
+        "MLM logits (image-text rows)",
+    )
+    assert_close(
+        mine[images:][text_mask[images:, :length]],
+        o["pretrain.mlm_logits_aux"][text_mask[images:, :length]],
+        "MLM logits (text-only rows)",
+    )
     rows, cols = o["pretrain.mlm_masked_positions"].unbind(1)
-    assert_close(unlabelled.mlm_logits[rows, cols], o["pretrain.mlm_logits_at_masked"], "MLM logits at the masked words")
+    assert_close(
+        unlabelled.mlm_logits[rows, cols], o["pretrain.mlm_logits_at_masked"], "MLM logits at the masked words"
+    )
     assert torch.equal(targets["labels"][rows, cols], o["pretrain.mlm_masked_labels"])
     rows, cols = o["pretrain.aux_mlm_masked_positions"].unbind(1)
-    assert_close(unlabelled.mlm_logits[images + rows, cols], o["pretrain.aux_mlm_logits_at_masked"],
-                 "text-only MLM logits")
+    assert_close(
+        unlabelled.mlm_logits[images + rows, cols], o["pretrain.aux_mlm_logits_at_masked"], "text-only MLM logits"
+    )
 
     real = inputs["region_attention_mask"][:images].bool()
     assert_close(out.mvrc_logits[:images][real], o["pretrain.mvrc_logits"][real], "MVRC logits")
@@ -308,8 +334,11 @@ def test_vl_bert_parity_pretrain(fx):
     assert_close(out.loss.reshape(1), o["pretrain.total_loss"], "total loss")
     # The MLM head's input is the last layer's text slice, the MVRC head's the objects.
     last = out.hidden_states[-1]
-    assert_close(last[:, : inputs["input_ids"].shape[1]][text_mask],
-                 o["pretrain.mlm_head_input"][:, : inputs["input_ids"].shape[1]][text_mask], "MLM head input")
+    assert_close(
+        last[:, : inputs["input_ids"].shape[1]][text_mask],
+        o["pretrain.mlm_head_input"][:, : inputs["input_ids"].shape[1]][text_mask],
+        "MLM head input",
+    )
 
 
 def test_vl_bert_parity_backbone_from_pretraining_folder(fx):
@@ -346,12 +375,17 @@ def _layout(model, backbone, inputs, **extra):
     """`model`'s output on `inputs` (all hidden states) and the ids its `backbone`'s embeddings fed `token_type_embeddings` and `position_embeddings` for `[text | objects | [END]]`
     (captured at those tables, as the fixture captured the original's) and the attention mask they returned."""
     embeddings, captured = backbone.embeddings, {}
-    hooks = [embeddings.token_type_embeddings.register_forward_pre_hook(
-                 lambda module, args: captured.__setitem__("token_type_ids", args[0])),
-             embeddings.position_embeddings.register_forward_pre_hook(
-                 lambda module, args: captured.__setitem__("position_ids", args[0])),
-             embeddings.register_forward_hook(lambda module, args, output: captured.__setitem__("attention_mask",
-                                                                                                output[1]))]
+    hooks = [
+        embeddings.token_type_embeddings.register_forward_pre_hook(
+            lambda module, args: captured.__setitem__("token_type_ids", args[0])
+        ),
+        embeddings.position_embeddings.register_forward_pre_hook(
+            lambda module, args: captured.__setitem__("position_ids", args[0])
+        ),
+        embeddings.register_forward_hook(
+            lambda module, args, output: captured.__setitem__("attention_mask", output[1])
+        ),
+    ]
     try:
         with torch.no_grad():
             out = model(**inputs, **extra, output_hidden_states=True)
@@ -377,25 +411,31 @@ def test_vl_bert_parity_seamless_layout_and_head_inputs(fx, task):
     o = fx.outputs
     text_mask, region_mask = inputs["attention_mask"].bool(), inputs["region_attention_mask"].bool()
     text_length, num_regions = text_mask.shape[1], region_mask.shape[1]
-    seamless_text, seamless_objects = o[f"{task}.seamless.text_positions_mask"], o[f"{task}.seamless.object_positions_mask"]
+    seamless_text, seamless_objects = (
+        o[f"{task}.seamless.text_positions_mask"],
+        o[f"{task}.seamless.object_positions_mask"],
+    )
     end = o[f"{task}.end_positions"]
     rows = torch.arange(end.shape[0])
     for name in ("token_type_ids", "position_ids", "attention_mask"):
         mine, reference = captured[name], o[f"{task}.seamless.{name}"]
         assert torch.equal(mine[:, :text_length][text_mask], reference[seamless_text]), f"{task} {name} text"
-        assert torch.equal(mine[:, text_length:text_length + num_regions][region_mask], reference[seamless_objects]), \
-            f"{task} {name} objects"
+        assert torch.equal(
+            mine[:, text_length : text_length + num_regions][region_mask], reference[seamless_objects]
+        ), f"{task} {name} objects"
         assert torch.equal(mine[:, -1], reference[rows, end]), f"{task} {name} [END]"
-    assert torch.equal(captured["attention_mask"].sum(1), o[f"{task}.seamless.attention_mask"].sum(1)), \
+    assert torch.equal(captured["attention_mask"].sum(1), o[f"{task}.seamless.attention_mask"].sum(1)), (
         f"{task}: attended positions per row"
+    )
     with torch.no_grad():
         backbone = backbone_model(**inputs, **extra)
     images = o[f"{task}.obj_reps"].shape[0]
     real = region_mask[:images]
-    assert_close(backbone.region_embeddings[:images][real], o[f"{task}.obj_downsample_output"],
-                 f"{task} obj_downsample output")
+    assert_close(
+        backbone.region_embeddings[:images][real], o[f"{task}.obj_downsample_output"], f"{task} obj_downsample output"
+    )
     if task == "pretrain":
-        objects = out.hidden_states[-1][:, text_length:text_length + num_regions]
+        objects = out.hidden_states[-1][:, text_length : text_length + num_regions]
         assert_close(objects[region_mask], o["pretrain.mvrc_head_input"][region_mask], "MVRC head input")
 
 

@@ -14,8 +14,9 @@ ANSWERS = ["yes", "no", "red", "blue", "two"]
 
 
 def _save(folder, model_class, vocab, answer_slot):
-    config = tiny_config(mask_token_id=4, id2label=dict(enumerate(ANSWERS)),
-                         label2id={a: i for i, a in enumerate(ANSWERS)})
+    config = tiny_config(
+        mask_token_id=4, id2label=dict(enumerate(ANSWERS)), label2id={a: i for i, a in enumerate(ANSWERS)}
+    )
     torch.manual_seed(0)
     model = model_class(config).eval()
     model.save_pretrained(folder)

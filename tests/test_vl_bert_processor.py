@@ -21,8 +21,13 @@ def _processor(vocab, **settings):
 
 @pytest.mark.parametrize(
     "size, expected",
-    [((1024, 768), (800, 600)), ((400, 900), (444, 999)), ((640, 427), (899, 600)), ((600, 800), (600, 800)),
-     ((3000, 600), (1000, 200))],
+    [
+        ((1024, 768), (800, 600)),
+        ((400, 900), (444, 999)),
+        ((640, 427), (899, 600)),
+        ((600, 800), (600, 800)),
+        ((3000, 600), (1000, 200)),
+    ],
 )
 def test_resized_size_is_the_originals(size, expected):
     assert vl_bert_resized_size(*size) == expected
@@ -34,10 +39,12 @@ def test_locations_are_centre_and_size_in_the_resized_clamped_image():
     locations = vl_bert_locations(boxes, (768, 1024))
     s = 0.78125
     x1, y1, x2, y2 = 100 * s, 200 * s, 300 * s, 400 * s
-    torch.testing.assert_close(locations[0], torch.tensor([(x1 + x2) / 2 / 800, (y1 + y2) / 2 / 600,
-                                                           (x2 - x1) / 800, (y2 - y1) / 600]))
-    torch.testing.assert_close(locations[1], torch.tensor([(500 * s + 799) / 2 / 800, 599 / 2 / 600,
-                                                           (799 - 500 * s) / 800, 599 / 600]))
+    torch.testing.assert_close(
+        locations[0], torch.tensor([(x1 + x2) / 2 / 800, (y1 + y2) / 2 / 600, (x2 - x1) / 800, (y2 - y1) / 600])
+    )
+    torch.testing.assert_close(
+        locations[1], torch.tensor([(500 * s + 799) / 2 / 800, 599 / 2 / 600, (799 - 500 * s) / 800, 599 / 600])
+    )
 
 
 def test_whole_image_is_object_zero(tiny_vocab):
@@ -49,10 +56,12 @@ def test_whole_image_is_object_zero(tiny_vocab):
     for i, r in enumerate(regions):
         n = len(r)
         torch.testing.assert_close(out["region_features"][i, 0], r.features.mean(0))
-        torch.testing.assert_close(out["region_features"][i, 1:n + 1], r.features)  # regions kept in the given order
-        whole = vl_bert_locations(torch.tensor([[0.0, 0.0, r.image_size[1] - 1.0, r.image_size[0] - 1.0]]), r.image_size)
+        torch.testing.assert_close(out["region_features"][i, 1 : n + 1], r.features)  # regions kept in the given order
+        whole = vl_bert_locations(
+            torch.tensor([[0.0, 0.0, r.image_size[1] - 1.0, r.image_size[0] - 1.0]]), r.image_size
+        )
         torch.testing.assert_close(out["region_locations"][i, 0], whole[0])
-        torch.testing.assert_close(out["region_locations"][i, 1:n + 1], vl_bert_locations(r.boxes, r.image_size))
+        torch.testing.assert_close(out["region_locations"][i, 1 : n + 1], vl_bert_locations(r.boxes, r.image_size))
 
 
 def test_text_layouts(tiny_vocab):
@@ -91,8 +100,15 @@ def test_save_load_round_trip(tiny_vocab, tmp_path):
 
 
 def test_auto_processor_loads_a_vl_bert_folder(tiny_vocab, tmp_path):
-    config = vlhub.VlBertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                intermediate_size=32, region_feature_dim=16, mask_token_id=4)
+    config = vlhub.VlBertConfig(
+        vocab_size=30,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        region_feature_dim=16,
+        mask_token_id=4,
+    )
     config.save_pretrained(tmp_path)
     _processor(tiny_vocab).save_pretrained(tmp_path)
     assert isinstance(AutoProcessor.from_pretrained(tmp_path), VlBertProcessor)
@@ -127,8 +143,11 @@ def test_image_box_feature_replaces_the_mean_for_object_zero(tiny_vocab):
     torch.testing.assert_close(out["region_features"][0, 0], image_box_feature)
     torch.testing.assert_close(out["region_features"][0, 1:4], with_feature.features)
     torch.testing.assert_close(out["region_features"][1, 0], without.features.mean(0))
-    for bad, message in ((torch.zeros(15), r"size 16"), (torch.zeros(2, 16), r"got shape \(2, 16\)"),
-                         (torch.full((16,), float("nan")), "NaN")):
+    for bad, message in (
+        (torch.zeros(15), r"size 16"),
+        (torch.zeros(2, 16), r"got shape \(2, 16\)"),
+        (torch.full((16,), float("nan")), "NaN"),
+    ):
         with_feature.metadata["image_box_feature"] = bad
         with pytest.raises(ValueError, match=message):
             processor(text=["a cat"], regions=[with_feature])
@@ -136,8 +155,28 @@ def test_image_box_feature_replaces_the_mean_for_object_zero(tiny_vocab):
 
 @pytest.fixture
 def vcr_processor(tmp_path):
-    words = ["why", "is", "smiling", "?", "because", "happy", ".", "sees", "and", "dog", "casey", "riley", "jessie",
-             "a", "b", "c", "d", "e", "f", "g"]
+    words = [
+        "why",
+        "is",
+        "smiling",
+        "?",
+        "because",
+        "happy",
+        ".",
+        "sees",
+        "and",
+        "dog",
+        "casey",
+        "riley",
+        "jessie",
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+    ]
     vocab = tmp_path / "vcr_vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     return _processor(vocab)
@@ -151,28 +190,63 @@ def test_vcr_question_to_answer_layout(vcr_processor):
     # Spec §5 (VCR): [CLS] Q [SEP] A [SEP]; Q type 0, A and its [SEP] type 1; a word naming object o carries o + 1
     # (object 0 is the whole image), others 0; people are named Casey, Riley, ... in turn.
     p = vcr_processor
-    out = p.vcr_text(question=["why", "is", [0], "smiling", "?"],
-                     choices=[[[0, 2], "sees", [1], "."], ["because", "happy", "."]],
-                     objects=["person", "dog", "person"])
+    out = p.vcr_text(
+        question=["why", "is", [0], "smiling", "?"],
+        choices=[[[0, 2], "sees", [1], "."], ["because", "happy", "."]],
+        objects=["person", "dog", "person"],
+    )
     assert set(out) == {"input_ids", "token_type_ids", "attention_mask", "text_region_ids"}
-    row0 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]",
-            "casey", "and", "riley", "sees", "dog", ".", "[SEP]"]
+    row0 = [
+        "[CLS]",
+        "why",
+        "is",
+        "casey",
+        "smiling",
+        "?",
+        "[SEP]",
+        "casey",
+        "and",
+        "riley",
+        "sees",
+        "dog",
+        ".",
+        "[SEP]",
+    ]
     row1 = ["[CLS]", "why", "is", "casey", "smiling", "?", "[SEP]", "because", "happy", ".", "[SEP]"]
     assert out["input_ids"].tolist() == [_ids(p, row0), _ids(p, row1) + [0, 0, 0]]
     assert out["token_type_ids"].tolist() == [[0] * 7 + [1] * 7, [0] * 7 + [1] * 4 + [0] * 3]
     assert out["attention_mask"].tolist() == [[1] * 14, [1] * 11 + [0] * 3]
     assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 0, 1, 0, 3, 0, 2, 0, 0], [0, 0, 0, 1] + [0] * 10]
-    shifted = p.vcr_text(question=[[0], "?"], choices=[[[2]]], objects=["person", "dog", "person"],
-                         person_name_offset=1)
+    shifted = p.vcr_text(
+        question=[[0], "?"], choices=[[[2]]], objects=["person", "dog", "person"], person_name_offset=1
+    )
     assert shifted["input_ids"][0].tolist() == _ids(p, ["[CLS]", "riley", "?", "[SEP]", "jessie", "[SEP]"])
 
 
 def test_vcr_rationale_layout_puts_question_and_answer_in_the_first_segment(vcr_processor):
     p = vcr_processor
-    out = p.vcr_text(question=["why", "is", [0], "happy", "?"], answer=[[0], "sees", [1]],
-                     choices=[["because", [1], "."]], objects=["person", "dog"])
-    tokens = ["[CLS]", "why", "is", "casey", "happy", "?", "casey", "sees", "dog", "[SEP]",
-              "because", "dog", ".", "[SEP]"]
+    out = p.vcr_text(
+        question=["why", "is", [0], "happy", "?"],
+        answer=[[0], "sees", [1]],
+        choices=[["because", [1], "."]],
+        objects=["person", "dog"],
+    )
+    tokens = [
+        "[CLS]",
+        "why",
+        "is",
+        "casey",
+        "happy",
+        "?",
+        "casey",
+        "sees",
+        "dog",
+        "[SEP]",
+        "because",
+        "dog",
+        ".",
+        "[SEP]",
+    ]
     assert out["input_ids"].tolist() == [_ids(p, tokens)]
     assert out["token_type_ids"].tolist() == [[0] * 10 + [1] * 4]
     assert out["text_region_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 1, 0, 2, 0, 0, 2, 0, 0]]
@@ -182,14 +256,25 @@ def test_vcr_truncation_is_the_originals(vcr_processor):
     p = vcr_processor
     # Q→A: the longer of question / answer loses its last piece; the question stays cut for the later choices.
     with pytest.warns(UserWarning, match="10 word pieces was truncated to max_length=6"):
-        out = p.vcr_text(question=["a", "b", "c", "d"], choices=[["a", "b", "c", "d", "e", "f"], ["g", "g"]],
-                         objects=[], max_length=6)
-    assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "a", "b", "c", "[SEP]"]),
-                                         _ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "g", "g", "[SEP]"]) + [0]]
+        out = p.vcr_text(
+            question=["a", "b", "c", "d"],
+            choices=[["a", "b", "c", "d", "e", "f"], ["g", "g"]],
+            objects=[],
+            max_length=6,
+        )
+    assert out["input_ids"].tolist() == [
+        _ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "a", "b", "c", "[SEP]"]),
+        _ids(p, ["[CLS]", "a", "b", "c", "[SEP]", "g", "g", "[SEP]"]) + [0],
+    ]
     # QA→R: the rationale while longer than question + answer, else the question down to one piece, else the answer.
     with pytest.warns(UserWarning, match="11 word pieces was truncated to max_length=7"):
-        out = p.vcr_text(question=["a", "b", "c"], answer=["d", "e"], choices=[["a", "b", "c", "d", "e", "f"]],
-                         objects=[], max_length=7)
+        out = p.vcr_text(
+            question=["a", "b", "c"],
+            answer=["d", "e"],
+            choices=[["a", "b", "c", "d", "e", "f"]],
+            objects=[],
+            max_length=7,
+        )
     assert out["input_ids"].tolist() == [_ids(p, ["[CLS]", "a", "d", "e", "[SEP]", "a", "b", "c", "d", "[SEP]"])]
 
 
@@ -209,12 +294,22 @@ def test_vcr_text_and_regions_feed_the_multiple_choice_model(vcr_processor):
     p = vcr_processor
     objects = ["person", "dog"]
     regions = random_regions(len(objects), 16, seed=3)  # one region per object, in the objects' order
-    text = p.vcr_text(question=["why", "is", [0], "happy", "?"], objects=objects,
-                      choices=[[[0], "sees", [1], "."], ["because", "happy", "."], [[1], "."], ["g"]])
+    text = p.vcr_text(
+        question=["why", "is", [0], "happy", "?"],
+        objects=objects,
+        choices=[[[0], "sees", [1], "."], ["because", "happy", "."], [[1], "."], ["g"]],
+    )
     visual = p(regions=[regions])
-    config = vlhub.VlBertConfig(vocab_size=len(p.tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                intermediate_size=32, region_feature_dim=16, max_position_embeddings=64,
-                                mask_token_id=p.tokenizer.mask_token_id)
+    config = vlhub.VlBertConfig(
+        vocab_size=len(p.tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        region_feature_dim=16,
+        max_position_embeddings=64,
+        mask_token_id=p.tokenizer.mask_token_id,
+    )
     model = vlhub.VlBertForMultipleChoice(config).eval()
     torch.nn.init.ones_(model.vl_bert.embeddings.visual_ln_text.weight)  # starts at 0 (no visual term) until trained
     inputs = {**{k: v[None] for k, v in text.items()}, **visual}

@@ -57,11 +57,17 @@ def test_mvrc_never_chooses_the_whole_image_and_keeps_a_tenth():
 
 def test_objective_batch_has_image_rows_then_text_only_rows(tmp_path):
     tok = _tokenizer(tmp_path)
-    processor = vlhub.VlBertProcessor(feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=4), tokenizer=tok)
+    processor = vlhub.VlBertProcessor(
+        feature_extractor=vlhub.VlBertRegionProcessor(region_feature_dim=4), tokenizer=tok
+    )
     g = torch.Generator().manual_seed(0)
     regions = {
-        name: vlhub.RegionFeatures(features=torch.rand(n, 4, generator=g), boxes=torch.tensor([[0.0, 0, 5, 5]] * n),
-                                   image_size=(10, 10), class_probs=torch.softmax(torch.rand(n, 3, generator=g), 1))
+        name: vlhub.RegionFeatures(
+            features=torch.rand(n, 4, generator=g),
+            boxes=torch.tensor([[0.0, 0, 5, 5]] * n),
+            image_size=(10, 10),
+            class_probs=torch.softmax(torch.rand(n, 3, generator=g), 1),
+        )
         for name, n in (("x", 3), ("y", 5))
     }
 
@@ -69,9 +75,15 @@ def test_objective_batch_has_image_rows_then_text_only_rows(tmp_path):
         selected = [regions[e["image_id"]] for e in examples]
         return dict(processor(text=[e["caption"] for e in examples], regions=selected)), selected
 
-    context = ObjectiveContext(tokenizer=tok, random_token_ids=torch.tensor([5, 6]), mlm_probability=0.5,
-                               region_mask_probability=0.5, itm_negative_probability=0.5, encode=encode,
-                               other_image=None)
+    context = ObjectiveContext(
+        tokenizer=tok,
+        random_token_ids=torch.tensor([5, 6]),
+        mlm_probability=0.5,
+        region_mask_probability=0.5,
+        itm_negative_probability=0.5,
+        encode=encode,
+        other_image=None,
+    )
     examples = [{"image_id": "x", "caption": "a red triangle"}, {"image_id": "y", "caption": "blue circle"}]
     objective = {o.name: o for o in VL_BERT_OBJECTIVES}["mlm-mvrc"]
     batch = objective.build(context, examples, [np.random.default_rng(s) for s in (1, 2)])
@@ -86,21 +98,51 @@ def test_objective_batch_has_image_rows_then_text_only_rows(tmp_path):
     # The whole-image feature is the mean of the unmasked regions.
     for row, name in enumerate(("x", "y")):
         n = len(regions[name])
-        kept = ~batch["region_masks"][row, 1:n + 1]
+        kept = ~batch["region_masks"][row, 1 : n + 1]
         expected = regions[name].features[kept].sum(0) / (kept.sum() + 1e-5)
         torch.testing.assert_close(batch["region_features"][row, 0], expected)
     torch.manual_seed(0)
-    model = vlhub.VlBertForPreTraining(vlhub.VlBertConfig(
-        vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        region_feature_dim=4, geometry_embedding_dim=2, num_region_labels=3, mask_token_id=4, max_position_embeddings=32))
+    model = vlhub.VlBertForPreTraining(
+        vlhub.VlBertConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            region_feature_dim=4,
+            geometry_embedding_dim=2,
+            num_region_labels=3,
+            mask_token_id=4,
+            max_position_embeddings=32,
+        )
+    )
     out = model(**batch)
     assert torch.isfinite(out.loss) and out.text_only_mlm_loss is not None
 
 
 def _run(tmp_path, folder, *extra, callbacks=()):
-    return pretrain_main(["--model_type", "vl_bert", "--dataset", str(folder), "--tokenizer_name",
-                          str(write_vocab(tmp_path)), "--max_steps", "4", "--per_device_train_batch_size", "4",
-                          "--logging_steps", "1", "--save_steps", "2", "--seed", "5", *extra], callbacks=callbacks)
+    return pretrain_main(
+        [
+            "--model_type",
+            "vl_bert",
+            "--dataset",
+            str(folder),
+            "--tokenizer_name",
+            str(write_vocab(tmp_path)),
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--save_steps",
+            "2",
+            "--seed",
+            "5",
+            *extra,
+        ],
+        callbacks=callbacks,
+    )
 
 
 def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
@@ -113,8 +155,12 @@ def test_pretrain_py_trains_vl_bert_and_resumes_exactly(tmp_path):
     model = AutoModelForPreTraining.from_pretrained(tmp_path / "a")
     assert isinstance(model, vlhub.VlBertForPreTraining)
 
-    crash_then_resume(lambda *extra, callbacks=(): _run(tmp_path, store, "--output_dir", str(tmp_path / "b"), *extra,
-                                                        callbacks=callbacks), crash_step=3)
+    crash_then_resume(
+        lambda *extra, callbacks=(): _run(
+            tmp_path, store, "--output_dir", str(tmp_path / "b"), *extra, callbacks=callbacks
+        ),
+        crash_step=3,
+    )
     expected, got = logged_losses(tmp_path / "a"), logged_losses(tmp_path / "b")
     assert sorted(got) == sorted(expected) == [1, 2, 3, 4]
     for step in expected:
@@ -132,8 +178,20 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
     from vlhub.training.finetuning import load_pretraining_state
 
     monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
-    pretrain_main(["--model_type", "vl_bert", "--max_steps", "2", "--per_device_train_batch_size", "4",
-                   "--logging_steps", "1", "--output_dir", str(tmp_path / "pre")])
+    pretrain_main(
+        [
+            "--model_type",
+            "vl_bert",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "pre"),
+        ]
+    )
     reset_accelerate_state()
     started = {}
     original_init = vlhub.VlBertForQuestionAnswering.initialize_from_pretraining
@@ -144,9 +202,20 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
         return initialised
 
     monkeypatch.setattr(vlhub.VlBertForQuestionAnswering, "initialize_from_pretraining", spy)
-    result = finetune_main(["--model_name_or_path", str(tmp_path / "pre"), "--max_steps", "2",
-                            "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                            "--output_dir", str(tmp_path / "vqa")])
+    result = finetune_main(
+        [
+            "--model_name_or_path",
+            str(tmp_path / "pre"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "vqa"),
+        ]
+    )
     assert result.global_step == 2
     pretrained = load_pretraining_state(str(tmp_path / "pre"))
     assert torch.equal(started["dense"], pretrained["cls.predictions.transform.dense.weight"])

@@ -18,10 +18,22 @@ CLS, SEP, MASK = 2, 3, 4
 
 
 def tiny_config(**overrides) -> VlBertConfig:
-    settings = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=16, region_feature_dim=FEATURES, geometry_embedding_dim=4,
-                    num_region_labels=REGION_LABELS, num_vcr_region_labels=6, mask_token_id=MASK, num_labels=5,
-                    visual_scale_text_init=1.0, visual_scale_object_init=1.0)
+    settings = dict(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        region_feature_dim=FEATURES,
+        geometry_embedding_dim=4,
+        num_region_labels=REGION_LABELS,
+        num_vcr_region_labels=6,
+        mask_token_id=MASK,
+        num_labels=5,
+        visual_scale_text_init=1.0,
+        visual_scale_object_init=1.0,
+    )
     return VlBertConfig(**{**settings, **overrides})
 
 
@@ -44,9 +56,14 @@ def text_and_regions(config, batch=BATCH, seed=0) -> dict:
     token_type_ids[0, -2:] = token_type_ids[1:, -4:-2] = 1
     region_features = torch.rand(batch, REGIONS, FEATURES, generator=g) * region_attention_mask[..., None]
     locations = torch.rand(batch, REGIONS, 4, generator=g) * region_attention_mask[..., None]
-    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                region_features=region_features, region_locations=locations,
-                region_attention_mask=region_attention_mask)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        region_features=region_features,
+        region_locations=locations,
+        region_attention_mask=region_attention_mask,
+    )
 
 
 def pretraining_inputs(config) -> dict:
@@ -84,21 +101,36 @@ def choices(config) -> dict:
 
 
 def vcr_labels(config, inputs):
-    return {"labels": torch.tensor([0, 2, 1]),
-            "region_labels": torch.randint(0, config.num_vcr_region_labels, (BATCH, REGIONS), generator=_generator(7))}
+    return {
+        "labels": torch.tensor([0, 2, 1]),
+        "region_labels": torch.randint(0, config.num_vcr_region_labels, (BATCH, REGIONS), generator=_generator(7)),
+    }
 
 
 def e2e_config() -> VlBertConfig:
     """An "e2e" model with a narrow ResNet-50 (res5 gives 8 x 8 = 64-d appearance features)."""
-    return tiny_config(image_feature_precomputed=False, backbone_depth=50, backbone_width_per_group=2,
-                       backbone_stem_channels=4, backbone_res2_channels=8, region_feature_dim=64)
+    return tiny_config(
+        image_feature_precomputed=False,
+        backbone_depth=50,
+        backbone_width_per_group=2,
+        backbone_stem_channels=4,
+        backbone_res2_channels=8,
+        region_feature_dim=64,
+    )
 
 
 def pixels_and_boxes(config) -> dict:
     inputs = text_and_regions(config)
     g = _generator(8)
-    boxes = torch.tensor([[0.0, 0.0, 47.0, 31.0], [4.0, 2.0, 30.0, 20.0], [10.5, 8.0, 40.0, 31.0],
-                          [0.0, 12.0, 22.0, 30.0], [25.0, 0.0, 47.0, 15.5]]).expand(BATCH, REGIONS, 4)
+    boxes = torch.tensor(
+        [
+            [0.0, 0.0, 47.0, 31.0],
+            [4.0, 2.0, 30.0, 20.0],
+            [10.5, 8.0, 40.0, 31.0],
+            [0.0, 12.0, 22.0, 30.0],
+            [25.0, 0.0, 47.0, 15.5],
+        ]
+    ).expand(BATCH, REGIONS, 4)
     del inputs["region_features"]
     return {**inputs, "pixel_values": 50 * torch.randn(BATCH, 3, 32, 48, generator=g), "region_boxes": boxes.clone()}
 

@@ -22,8 +22,9 @@ def write_vocab(folder: Path) -> Path:
     return path
 
 
-def synthetic_corpus(num_images: int = 24, feature_dim: int = 12, seed: int = 0, captions_per_image: int = 2,
-                     validation_images: int = 8) -> CaptionCorpus:
+def synthetic_corpus(
+    num_images: int = 24, feature_dim: int = 12, seed: int = 0, captions_per_image: int = 2, validation_images: int = 8
+) -> CaptionCorpus:
     """Images of 2-3 objects; a region's features encode its colour and shape; class_probs its shape."""
     generator = torch.Generator().manual_seed(seed)
     regions, train, validation = {}, [], []
@@ -40,23 +41,31 @@ def synthetic_corpus(num_images: int = 24, feature_dim: int = 12, seed: int = 0,
         class_probs = torch.full((count, num_classes), 0.02)
         class_probs[torch.arange(count), shapes + 1] = 1 - 0.02 * (num_classes - 1)
         image_id = f"img{image:03d}"
-        regions[image_id] = vlhub.RegionFeatures(features=features, boxes=boxes, image_size=(40, 40),
-                                                 class_probs=class_probs, scores=torch.ones(count))
+        regions[image_id] = vlhub.RegionFeatures(
+            features=features, boxes=boxes, image_size=(40, 40), class_probs=class_probs, scores=torch.ones(count)
+        )
         target = train if image < num_images else validation
         for k in range(captions_per_image):
             obj = k % count
-            target.append((image_id, f"a {COLOURS[colours[obj]]} {SHAPES[shapes[obj]]} and a "
-                                     f"{COLOURS[colours[(obj + 1) % count]]} {SHAPES[shapes[(obj + 1) % count]]}"))
-    return CaptionCorpus(train=train, validation=validation, regions=regions, name="synthetic",
-                         description="synthetic test corpus")
+            target.append(
+                (
+                    image_id,
+                    f"a {COLOURS[colours[obj]]} {SHAPES[shapes[obj]]} and a "
+                    f"{COLOURS[colours[(obj + 1) % count]]} {SHAPES[shapes[(obj + 1) % count]]}",
+                )
+            )
+    return CaptionCorpus(
+        train=train, validation=validation, regions=regions, name="synthetic", description="synthetic test corpus"
+    )
 
 
 def tiny_tokenizer(folder: Path) -> BertTokenizer:
     return BertTokenizer(vocab=str(write_vocab(folder)), do_lower_case=True)
 
 
-TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                   max_position_embeddings=32)
+TINY_CONFIG = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=32
+)
 
 
 class SimulatedCrash(RuntimeError):
@@ -79,10 +88,26 @@ def tiny_pretraining_run(tmp_path: Path, model_type: str):
     from vlhub.training.cli import pretrain_main
 
     store = write_store_dataset(tmp_path / "data")
-    return pretrain_main(["--model_type", model_type, "--config_name", "tiny", "--dataset", str(store),
-                          "--tokenizer_name", str(write_vocab(tmp_path)), "--max_steps", "3",
-                          "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                          "--output_dir", str(tmp_path / "run")])
+    return pretrain_main(
+        [
+            "--model_type",
+            model_type,
+            "--config_name",
+            "tiny",
+            "--dataset",
+            str(store),
+            "--tokenizer_name",
+            str(write_vocab(tmp_path)),
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ]
+    )
 
 
 def logged_losses(folder: Path) -> dict[int, dict]:
@@ -120,9 +145,15 @@ def evaluate_pretraining(model, processor, corpus, ratios: dict, model_type: str
     from vlhub.training.pretraining import PretrainingTask
 
     task = PretrainingTask(model, processor, corpus, ObjectiveMix(ratios, objectives_for(model_type)))
-    args = SimpleNamespace(max_eval_samples=0, per_device_eval_batch_size=4, seed=0, dataloader_num_workers=0,
-                           dataloader_prefetch_factor=None, dataloader_pin_memory=False,
-                           dataloader_persistent_workers=False)
+    args = SimpleNamespace(
+        max_eval_samples=0,
+        per_device_eval_batch_size=4,
+        seed=0,
+        dataloader_num_workers=0,
+        dataloader_prefetch_factor=None,
+        dataloader_pin_memory=False,
+        dataloader_persistent_workers=False,
+    )
     return task.evaluate(Accelerator(cpu=True), model.eval(), args)
 
 
@@ -135,21 +166,44 @@ def captioning_finetune_run(tmp_path: Path, store: Path, pretrained: Path, metri
     from vlhub.training.cli import finetune_main
 
     corpus = synthetic_corpus()
-    splits = {name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
-              for name, pairs in (("train", corpus.train), ("validation", corpus.validation))}
+    splits = {
+        name: datasets.Dataset.from_dict({"image_id": [i for i, _ in pairs], "caption": [c for _, c in pairs]})
+        for name, pairs in (("train", corpus.train), ("validation", corpus.validation))
+    }
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "captions"))
-    return finetune_main(["--task", "captioning", "--model_name_or_path", str(pretrained),
-                          "--dataset", str(tmp_path / "captions"), "--region_store", str(store),
-                          "--caption_metrics", *metrics, "--max_caption_tokens", "6",
-                          "--max_steps", str(steps), "--per_device_train_batch_size", "4", "--logging_steps", "1",
-                          "--output_dir", str(tmp_path / "cap")])
+    return finetune_main(
+        [
+            "--task",
+            "captioning",
+            "--model_name_or_path",
+            str(pretrained),
+            "--dataset",
+            str(tmp_path / "captions"),
+            "--region_store",
+            str(store),
+            "--caption_metrics",
+            *metrics,
+            "--max_caption_tokens",
+            "6",
+            "--max_steps",
+            str(steps),
+            "--per_device_train_batch_size",
+            "4",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "cap"),
+        ]
+    )
 
 
 def assert_resume_reproduces(run, expected: Path, resumed: Path, crash_step: int, keys=("loss",)) -> None:
     """`run("--output_dir", resumed, ...)` crashed after `crash_step` and resumed (`crash_then_resume`) logs exactly
     the `keys` the uninterrupted run in `expected` logged, at every step."""
-    crash_then_resume(lambda *extra, callbacks=(): run("--output_dir", str(resumed), *extra, callbacks=callbacks),
-                      crash_step=crash_step)
+    crash_then_resume(
+        lambda *extra, callbacks=(): run("--output_dir", str(resumed), *extra, callbacks=callbacks),
+        crash_step=crash_step,
+    )
     want, got = logged_losses(expected), logged_losses(resumed)
     assert want and sorted(got) == sorted(want)
     for step in want:

@@ -30,8 +30,11 @@ _SHARED_EXPORTS = {
 
 
 def _architecture_exports() -> dict[str, str]:
-    return {name: architecture.package for architecture in _architectures().values()
-            for name in getattr(__import__(architecture.package, fromlist=["__all__"]), "__all__", ())}
+    return {
+        name: architecture.package
+        for architecture in _architectures().values()
+        for name in getattr(__import__(architecture.package, fromlist=["__all__"]), "__all__", ())
+    }
 
 
 def __getattr__(name: str):

@@ -1,12 +1,12 @@
 """The `vlhub` command line.
 
-    vlhub convert NAME ...   (one subcommand per registered converter: `vlhub convert --help`), e.g.
-    vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
-    vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2|caffe]
-        [--objects-vocab TXT] [--attributes-vocab TXT]
-    vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
-    vlhub import-features SOURCE --format FORMAT --output STORE
-    vlhub app [--model FOLDER ...] [--extractor FOLDER] [--host 127.0.0.1] [--port 7860]   (pip install 'vlhub[app]')
+vlhub convert NAME ...   (one subcommand per registered converter: `vlhub convert --help`), e.g.
+vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
+vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2|caffe]
+    [--objects-vocab TXT] [--attributes-vocab TXT]
+vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
+vlhub import-features SOURCE --format FORMAT --output STORE
+vlhub app [--model FOLDER ...] [--extractor FOLDER] [--host 127.0.0.1] [--port 7860]   (pip install 'vlhub[app]')
 """
 
 from __future__ import annotations
@@ -53,9 +53,12 @@ def _import_features(args) -> int:
     if args.format == "vlp-h5":
         if not args.boxes:
             raise ValueError("--format vlp-h5 needs --boxes (the bbox h5 file)")
-        options = {"boxes": args.boxes, "class_probs": args.class_probs,
-                   "image_sizes": json.loads(Path(args.image_sizes).read_text()) if args.image_sizes else None,
-                   "image_size_from_boxes": args.image_size_from_boxes}
+        options = {
+            "boxes": args.boxes,
+            "class_probs": args.class_probs,
+            "image_sizes": json.loads(Path(args.image_sizes).read_text()) if args.image_sizes else None,
+            "image_size_from_boxes": args.image_size_from_boxes,
+        }
     # A reading library's own error (h5py, pyarrow, sqlite3, pickle, MemoryError) names the source, too.
     with named_input(args.source, f"a {args.format} feature source"):
         reader = open_feature_file(args.format, args.source, **options)
@@ -68,10 +71,13 @@ def _add_import_features(subparsers):
     from .processing.stores import FEATURE_FORMATS
 
     parser = subparsers.add_parser(
-        "import-features", help="copy an original project's feature file into a vlhub region store",
-        description="formats: " + "; ".join(f"{k}: {v}" for k, v in FEATURE_FORMATS.items()))
-    parser.add_argument("source", help="the feature file, LMDB or folder (for vlp-h5: the feature h5 or its "
-                                       "pattern with {shard})")
+        "import-features",
+        help="copy an original project's feature file into a vlhub region store",
+        description="formats: " + "; ".join(f"{k}: {v}" for k, v in FEATURE_FORMATS.items()),
+    )
+    parser.add_argument(
+        "source", help="the feature file, LMDB or folder (for vlp-h5: the feature h5 or its pattern with {shard})"
+    )
     parser.add_argument("--format", required=True, choices=sorted(FEATURE_FORMATS))
     parser.add_argument("--output", required=True, help="the region store folder to write (or to continue)")
     parser.add_argument("--shard-size", type=int, default=512)
@@ -79,8 +85,11 @@ def _add_import_features(subparsers):
     parser.add_argument("--boxes", help="vlp-h5: the bbox h5 file")
     parser.add_argument("--class-probs", help="vlp-h5: the class-probability h5 file or pattern")
     parser.add_argument("--image-sizes", help="vlp-h5: a JSON file {image_id: [height, width]}")
-    parser.add_argument("--image-size-from-boxes", action="store_true",
-                        help="vlp-h5 without --image-sizes: use each image's largest box coordinates")
+    parser.add_argument(
+        "--image-size-from-boxes",
+        action="store_true",
+        help="vlp-h5 without --image-sizes: use each image's largest box coordinates",
+    )
     parser.set_defaults(func=_import_features)
 
 
@@ -88,8 +97,10 @@ def _add_extract(subparsers):
     from . import extract
 
     parser = subparsers.add_parser(
-        "extract", help="region features for images into a region store (resumable; for several processes use "
-        "`accelerate launch -m vlhub.extract ...`)")
+        "extract",
+        help="region features for images into a region store (resumable; for several processes use "
+        "`accelerate launch -m vlhub.extract ...`)",
+    )
     extract.add_arguments(parser)
     parser.set_defaults(func=extract.run)
 
@@ -98,8 +109,10 @@ def _add_app(subparsers):
     from .app import cli as app_cli
 
     parser = subparsers.add_parser(
-        "app", help="a browser app over vlhub folders: regions, answers, captions, rankings (needs vlhub[app])",
-        description=app_cli.__doc__.splitlines()[0])
+        "app",
+        help="a browser app over vlhub folders: regions, answers, captions, rankings (needs vlhub[app])",
+        description=app_cli.__doc__.splitlines()[0],
+    )
     app_cli.add_arguments(parser)
     parser.set_defaults(func=app_cli.run)
 
@@ -107,8 +120,9 @@ def _add_app(subparsers):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vlhub", description="vlhub command line tools")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an error about an input too (or set VLHUB_DEBUG=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error about an input too (or set VLHUB_DEBUG=1)"
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_convert(subparsers)
     _add_extract(subparsers)

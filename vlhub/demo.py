@@ -64,9 +64,12 @@ def demo_plan(model_type: str) -> list[DemoStep]:
     if not architecture.pretraining_objectives():
         why = f"{architecture.name} declares no pre-training objectives for vlhub's training loop yet"
         plan = [DemoStep("pretraining", why)]
-        return plan + [DemoStep(task, "needs the pre-trained model (pre-training is skipped)") for task in DEMO_STEPS[1:]]
-    return [DemoStep("pretraining")] + [DemoStep(task, task_unavailable_reason(model_type, task))
-                                        for task in DEMO_STEPS[1:]]
+        return plan + [
+            DemoStep(task, "needs the pre-trained model (pre-training is skipped)") for task in DEMO_STEPS[1:]
+        ]
+    return [DemoStep("pretraining")] + [
+        DemoStep(task, task_unavailable_reason(model_type, task)) for task in DEMO_STEPS[1:]
+    ]
 
 
 def task_unavailable_reason(model_type: str, task: str, for_training: bool = True) -> str | None:
@@ -80,8 +83,11 @@ def task_unavailable_reason(model_type: str, task: str, for_training: bool = Tru
     if not architecture.has_task(task):
         why = architecture.unsupported_tasks.get(task)
         if why is None:
-            why = (f"{name} is an encoder without a text decoder: it cannot caption" if task == "captioning"
-                   else f"{name} has no {task} head")
+            why = (
+                f"{name} is an encoder without a text decoder: it cannot caption"
+                if task == "captioning"
+                else f"{name} has no {task} head"
+            )
         return _first_sentence(why)
     if for_training and task == "captioning" and task not in architecture.finetuning_objectives:
         return f"{name} declares no caption training objective yet"
@@ -103,18 +109,30 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_type", default="uniter", help="The architecture (default uniter).")
     parser.add_argument("--output_dir", default="runs/demo", help="The demo writes under <output_dir>/<model_type>/.")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help="Start every step over (without it, steps "
-                        "finished earlier with the same settings are reused).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start every step over (without it, steps finished earlier with the same settings are reused).",
+    )
     parser.add_argument("--pretrain_steps", type=int, default=600)
-    parser.add_argument("--pretrain_objectives", default=None, help="name:ratio,... (pretrain.py's --objectives). "
-                        "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
-                        "original mix.")
+    parser.add_argument(
+        "--pretrain_objectives",
+        default=None,
+        help="name:ratio,... (pretrain.py's --objectives). "
+        "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
+        "original mix.",
+    )
     parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps.")
     parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
     parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
-    parser.add_argument("--caption_steps", type=int, default=500, help="Captioning: pre-training steps of the "
-                        "captioner (when the architecture cannot caption), then as many captioning fine-tuning steps "
-                        "(0: no captioning).")
+    parser.add_argument(
+        "--caption_steps",
+        type=int,
+        default=500,
+        help="Captioning: pre-training steps of the "
+        "captioner (when the architecture cannot caption), then as many captioning fine-tuning steps "
+        "(0: no captioning).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     known = sorted(architectures())
@@ -183,20 +201,38 @@ class Demo:
         if marker.is_file() and not self.args.overwrite_output_dir:
             recorded = json.loads(marker.read_text(encoding="utf-8"))
             if recorded["settings"] == settings and recorded["source_run_id"] == source:
-                print(f"   {folder}: finished earlier with these settings, reused (--overwrite_output_dir starts "
-                      "over)", flush=True)
+                print(
+                    f"   {folder}: finished earlier with these settings, reused (--overwrite_output_dir starts over)",
+                    flush=True,
+                )
                 return recorded["eval_results"]
             if recorded["settings"] != settings:
-                raise SystemExit(f"vlhub demo: {folder} holds this step run with other settings "
-                                 f"({' '.join(recorded['settings'])}); pass --overwrite_output_dir to start over, or "
-                                 "choose another --output_dir")
+                raise SystemExit(
+                    f"vlhub demo: {folder} holds this step run with other settings "
+                    f"({' '.join(recorded['settings'])}); pass --overwrite_output_dir to start over, or "
+                    "choose another --output_dir"
+                )
             print(f"   {folder}: the model before this step was trained anew; this step starts over", flush=True)
         redo = marker.is_file() or self.args.overwrite_output_dir
         marker.unlink(missing_ok=True)  # a step stopped half-way must not read as finished
-        result = main([*(["--model_name_or_path", str(model_folder)] if model_folder else []),
-                       "--output_dir", str(folder), *(["--overwrite_output_dir"] if redo else []), *settings])
-        atomic_write_json(marker, {"settings": settings, "source_run_id": source, "run_id": uuid.uuid4().hex,
-                                   "eval_results": result.eval_results})
+        result = main(
+            [
+                *(["--model_name_or_path", str(model_folder)] if model_folder else []),
+                "--output_dir",
+                str(folder),
+                *(["--overwrite_output_dir"] if redo else []),
+                *settings,
+            ]
+        )
+        atomic_write_json(
+            marker,
+            {
+                "settings": settings,
+                "source_run_id": source,
+                "run_id": uuid.uuid4().hex,
+                "eval_results": result.eval_results,
+            },
+        )
         return result.eval_results
 
     def pretrain(self):
@@ -209,11 +245,25 @@ class Demo:
             why = f"objectives {objectives}, {architecture.name}'s mix for training from scratch"
         else:
             why = f"objectives {objectives}" if objectives else "the original objective mix"
-        print(f"== pre-training a tiny {architecture.name} on the shapes world ({args.pretrain_steps} steps, {why})",
-              flush=True)
-        self.run_step(pretrain_main, self.out / f"{self.prefix}-shapes", None,
-                      ["--model_type", args.model_type, "--config_name", "tiny", "--max_steps", str(args.pretrain_steps),
-                       *(["--objectives", objectives] if objectives else []), *self.common])
+        print(
+            f"== pre-training a tiny {architecture.name} on the shapes world ({args.pretrain_steps} steps, {why})",
+            flush=True,
+        )
+        self.run_step(
+            pretrain_main,
+            self.out / f"{self.prefix}-shapes",
+            None,
+            [
+                "--model_type",
+                args.model_type,
+                "--config_name",
+                "tiny",
+                "--max_steps",
+                str(args.pretrain_steps),
+                *(["--objectives", objectives] if objectives else []),
+                *self.common,
+            ],
+        )
 
     def vqa(self):
         from transformers import pipeline
@@ -222,17 +272,31 @@ class Demo:
 
         args, name, world, store = self.args, self.architecture.name, self.world, self.store
         folder = self.out / f"{self.prefix}-shapes-vqa"
-        print(f"== VQA: fine-tuning ({args.finetune_steps} steps), accuracy (official rule) on held-out images",
-              flush=True)
-        scores = self.run_step(finetune_main, folder, self.out / f"{self.prefix}-shapes",
-                               ["--max_steps", str(args.finetune_steps), *self.common])
+        print(
+            f"== VQA: fine-tuning ({args.finetune_steps} steps), accuracy (official rule) on held-out images",
+            flush=True,
+        )
+        scores = self.run_step(
+            finetune_main,
+            folder,
+            self.out / f"{self.prefix}-shapes",
+            ["--max_steps", str(args.finetune_steps), *self.common],
+        )
         self.scores.update(scores)
         for split in ("validation", "test"):
-            print(f"   {split:10s}: fine-tuned {name} {scores[f'{split}_vqa_accuracy']:.4f}   "
-                  f"majority-answer baseline {scores[f'{split}_majority_baseline']:.4f}")
+            print(
+                f"   {split:10s}: fine-tuned {name} {scores[f'{split}_vqa_accuracy']:.4f}   "
+                f"majority-answer baseline {scores[f'{split}_majority_baseline']:.4f}"
+            )
         print(f"   (recorded in {folder / 'README.md'})")
-        self.table.append(("VQA", "accuracy (test)", f"{scores['test_vqa_accuracy']:.3f}",
-                           f"{scores['test_majority_baseline']:.3f} (majority answer)"))
+        self.table.append(
+            (
+                "VQA",
+                "accuracy (test)",
+                f"{scores['test_vqa_accuracy']:.3f}",
+                f"{scores['test_majority_baseline']:.3f} (majority answer)",
+            )
+        )
         print("   answering held-out questions with pipeline('visual-question-answering')", flush=True)
         vqa = pipeline("visual-question-answering", model=str(folder))
         test = world.vqa()["test"]
@@ -242,11 +306,19 @@ class Demo:
         for image_id in self.shown:
             row = first_question[image_id]
             best = vqa(image=store[image_id], question=row["question"], top_k=1)[0]
-            print(f"   {image_id}  Q: {row['question']:45s} A: {best['answer']:8s} ({best['score']:.2f})   "
-                  f"annotators: {row['multiple_choice_answer']}")
-            self.pictures[image_id].append(("VQA", [f"Q: {row['question']}", f"A: {best['answer']} "
-                                                    f"({best['score']:.2f}); annotators: "
-                                                    f"{row['multiple_choice_answer']}"]))
+            print(
+                f"   {image_id}  Q: {row['question']:45s} A: {best['answer']:8s} ({best['score']:.2f})   "
+                f"annotators: {row['multiple_choice_answer']}"
+            )
+            self.pictures[image_id].append(
+                (
+                    "VQA",
+                    [
+                        f"Q: {row['question']}",
+                        f"A: {best['answer']} ({best['score']:.2f}); annotators: {row['multiple_choice_answer']}",
+                    ],
+                )
+            )
         question = first_question[self.shown[0]]["question"]
         best = vqa(image=str(self.raw_image), question=question, top_k=1)[0]
         print(f"   {self._from_file}: Q: {question}  A: {best['answer']} ({best['score']:.2f})")
@@ -263,12 +335,31 @@ class Demo:
 
         args, name = self.args, self.architecture.name
         folder = self.out / f"{self.prefix}-shapes-itr"
-        print(f"== retrieval: fine-tuning ({args.retrieval_steps} steps, the head's original ranking loss), "
-              "recall@K on held-out images", flush=True)
-        scores = self.run_step(finetune_main, folder, self.out / f"{self.prefix}-shapes",
-                               ["--task", "retrieval", "--max_steps", str(args.retrieval_steps),
-                                "--per_device_train_batch_size", "8", "--num_sampled_negatives", "7",
-                                "--num_hard_negatives", "2", "--max_gallery_images", "50", *self.common])
+        print(
+            f"== retrieval: fine-tuning ({args.retrieval_steps} steps, the head's original ranking loss), "
+            "recall@K on held-out images",
+            flush=True,
+        )
+        scores = self.run_step(
+            finetune_main,
+            folder,
+            self.out / f"{self.prefix}-shapes",
+            [
+                "--task",
+                "retrieval",
+                "--max_steps",
+                str(args.retrieval_steps),
+                "--per_device_train_batch_size",
+                "8",
+                "--num_sampled_negatives",
+                "7",
+                "--num_hard_negatives",
+                "2",
+                "--max_gallery_images",
+                "50",
+                *self.common,
+            ],
+        )
         self.scores.update({f"retrieval_{k}": v for k, v in scores.items()})
         captions = self.world.captions()["validation"]
         gallery = sorted(set(captions["image_id"]))[:50]
@@ -279,17 +370,25 @@ class Demo:
             base = " ".join(f"R@{k} {chance[f'{direction}_recall@{k}']:.3f}" for k in (1, 5, 10))
             label = direction.replace("_to_", " -> ").replace("_", " ")
             print(f"   {label:14s}: fine-tuned {name} {found}   chance {base}")
-            self.table.append(("retrieval", f"{label} R@1/5/10 ({len(gallery)} images)",
-                               "/".join(f"{scores[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)),
-                               "/".join(f"{chance[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)) + " (chance)"))
+            self.table.append(
+                (
+                    "retrieval",
+                    f"{label} R@1/5/10 ({len(gallery)} images)",
+                    "/".join(f"{scores[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)),
+                    "/".join(f"{chance[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)) + " (chance)",
+                )
+            )
         retrieval = pipeline("image-text-retrieval", model=str(folder))
         test = self.world.captions()["test"]
         own = {}
         for image_id, caption in zip(test["image_id"], test["caption"]):
             own.setdefault(image_id, caption)
         candidates = [own[i] for i in self.shown] + [own[i] for i in list(own)[1:8:2] if i not in self.shown]
-        print(f"   ranking {len(candidates)} held-out captions for each shown image with "
-              "pipeline('image-text-retrieval') (* = the image's own caption)", flush=True)
+        print(
+            f"   ranking {len(candidates)} held-out captions for each shown image with "
+            "pipeline('image-text-retrieval') (* = the image's own caption)",
+            flush=True,
+        )
         for n, image_id in enumerate(self.shown):
             ranked = retrieval(image=self.store[image_id], texts=candidates)
             lines = [f"{r['score']:.2f} {'*' if r['text'] == own[image_id] else ' '} {r['text']}" for r in ranked[:3]]
@@ -311,21 +410,37 @@ class Demo:
         if pretrained is None:
             pretrained = self.out / "vlp-shapes"
             print(f"   pre-training a tiny Unified VLP ({steps} steps)", flush=True)
-            self.run_step(pretrain_main, pretrained, None,
-                          ["--model_type", CAPTIONER, "--config_name", "tiny", "--max_steps", steps, *self.common])
+            self.run_step(
+                pretrain_main,
+                pretrained,
+                None,
+                ["--model_type", CAPTIONER, "--config_name", "tiny", "--max_steps", steps, *self.common],
+            )
         folder = pretrained.with_name(pretrained.name + "-captioning")
         print(f"== captioning: fine-tuning {name} ({steps} steps), COCO caption metrics on held-out images", flush=True)
-        scores = self.run_step(finetune_main, folder, pretrained,
-                               ["--task", "captioning", "--max_steps", steps, *self.common])
+        scores = self.run_step(
+            finetune_main, folder, pretrained, ["--task", "captioning", "--max_steps", steps, *self.common]
+        )
         self.scores.update({f"captioning_{k}": v for k, v in scores.items()})
-        metrics = [k[len("test_"):] for k in scores if k.startswith("test_") and "baseline" not in k
-                   and not k.endswith("num_images")]
+        metrics = [
+            k[len("test_") :]
+            for k in scores
+            if k.startswith("test_") and "baseline" not in k and not k.endswith("num_images")
+        ]
         for metric in metrics:
-            print(f"   {metric:8s}: fine-tuned {name} {scores[f'test_{metric}']:.4f}   "
-                  f"most-frequent-caption baseline {scores[f'test_baseline_{metric}']:.4f}")
+            print(
+                f"   {metric:8s}: fine-tuned {name} {scores[f'test_{metric}']:.4f}   "
+                f"most-frequent-caption baseline {scores[f'test_baseline_{metric}']:.4f}"
+            )
         if "CIDEr" in metrics:
-            self.table.append((f"captioning ({name})", "CIDEr-D (test)", f"{scores['test_CIDEr']:.3f}",
-                               f"{scores['test_baseline_CIDEr']:.3f} (most frequent caption)"))
+            self.table.append(
+                (
+                    f"captioning ({name})",
+                    "CIDEr-D (test)",
+                    f"{scores['test_CIDEr']:.3f}",
+                    f"{scores['test_baseline_CIDEr']:.3f} (most frequent caption)",
+                )
+            )
         captioner = pipeline("image-captioning", model=str(folder))
         test = self.world.captions()["test"]
         references = references_by_image(zip(test["image_id"], test["caption"]))
@@ -346,9 +461,18 @@ class Demo:
         written = []
         for image_id, sections in self.pictures.items():
             row = images[image_id]
-            written.append(write_example_picture(folder / f"{image_id}.png", ExamplePicture(
-                image=row["image"], boxes=row["boxes"], title=f"{image_id} (held-out test image)",
-                region_labels=row["labels"], sections=sections)))
+            written.append(
+                write_example_picture(
+                    folder / f"{image_id}.png",
+                    ExamplePicture(
+                        image=row["image"],
+                        boxes=row["boxes"],
+                        title=f"{image_id} (held-out test image)",
+                        region_labels=row["labels"],
+                        sections=sections,
+                    ),
+                )
+            )
         print(f"== pictures of the shown examples: {', '.join(written)}")
 
 

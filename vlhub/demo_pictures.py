@@ -63,13 +63,17 @@ def write_example_picture(path: str | os.PathLike, example: ExamplePicture) -> s
     measure = ImageDraw.Draw(scaled)
     text_lines: list[tuple[str, tuple[int, int, int]]] = [(example.title, _HEADING_COLOUR)]
     if example.region_labels:
-        text_lines.append(("regions: " + "; ".join(f"{i}: {label}" for i, label in enumerate(example.region_labels)),
-                           _TEXT_COLOUR))
+        text_lines.append(
+            ("regions: " + "; ".join(f"{i}: {label}" for i, label in enumerate(example.region_labels)), _TEXT_COLOUR)
+        )
     for heading, lines in example.sections:
         text_lines.append((heading, _HEADING_COLOUR))
         text_lines += [(line, _TEXT_COLOUR) for line in lines]
-    wrapped = [(part, colour) for text, colour in text_lines
-               for part in (_wrap(text, font, _TEXT_WIDTH - 2 * _MARGIN, measure) or [""])]
+    wrapped = [
+        (part, colour)
+        for text, colour in text_lines
+        for part in (_wrap(text, font, _TEXT_WIDTH - 2 * _MARGIN, measure) or [""])
+    ]
     height = max(scaled.height, len(wrapped) * _LINE_HEIGHT) + 2 * _MARGIN
     canvas = Image.new("RGB", (scaled.width + _TEXT_WIDTH + 2 * _MARGIN, height), (255, 255, 255))
     canvas.paste(scaled, (_MARGIN, _MARGIN))

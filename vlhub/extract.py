@@ -13,16 +13,24 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("images", nargs="+", help="image files, folders (searched recursively) or .txt lists of paths")
-    parser.add_argument("--extractor", required=True,
-                        help="a region-extractor folder, or a processor/model folder with region_extractor/ "
-                             "(local or a Hub repo); its config.json's region_extractor_type picks the class")
+    parser.add_argument(
+        "--extractor",
+        required=True,
+        help="a region-extractor folder, or a processor/model folder with region_extractor/ "
+        "(local or a Hub repo); its config.json's region_extractor_type picks the class",
+    )
     parser.add_argument("--output", required=True, help="the region store folder to write (or to continue)")
     parser.add_argument("--batch-size", type=int, default=1, help="images per extractor call (default 1)")
     parser.add_argument("--shard-size", type=int, default=256, help="images per store shard (default 256)")
-    parser.add_argument("--feature-dtype", choices=["float32", "float16"], default="float32",
-                        help="how features are stored (default float32)")
-    parser.add_argument("--skip-errors", action="store_true",
-                        help="record unreadable images in OUTPUT/failed.jsonl instead of stopping")
+    parser.add_argument(
+        "--feature-dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="how features are stored (default float32)",
+    )
+    parser.add_argument(
+        "--skip-errors", action="store_true", help="record unreadable images in OUTPUT/failed.jsonl instead of stopping"
+    )
     return parser
 
 
@@ -34,8 +42,13 @@ def run(args) -> int:
     images = collect_images(args.images)
     extractor = load_region_extractor(args.extractor)
     summary = extract_to_store(
-        extractor, images, args.output, batch_size=args.batch_size, shard_size=args.shard_size,
-        feature_dtype=args.feature_dtype, skip_errors=args.skip_errors,
+        extractor,
+        images,
+        args.output,
+        batch_size=args.batch_size,
+        shard_size=args.shard_size,
+        feature_dtype=args.feature_dtype,
+        skip_errors=args.skip_errors,
     )
     from accelerate import PartialState
 
@@ -43,7 +56,8 @@ def run(args) -> int:
     if state.is_main_process:
         print(
             f"{summary.total} images: {summary.already_stored} already stored, {summary.extracted} extracted, "
-            f"{len(summary.failed)} failed" + (f" (see {args.output}/failed.jsonl)" if summary.failed else "")
+            f"{len(summary.failed)} failed"
+            + (f" (see {args.output}/failed.jsonl)" if summary.failed else "")
             + f"; store: {args.output}"
         )
     # Tear the process group down before the interpreter exits: a process leaving with gloo's threads still alive

@@ -35,14 +35,24 @@ __all__ = [
 ]
 
 # The BERT-shaped sizes every architecture can start from (an architecture may override them).
-DEFAULT_CONFIG_PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    # Small enough to pre-train and fine-tune on 2 CPU cores in minutes (the README's main job).
-    "tiny": MappingProxyType(dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=256, max_position_embeddings=64)),
-    # BERT-base.
-    "base": MappingProxyType(dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                  intermediate_size=3072)),
-})
+DEFAULT_CONFIG_PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        # Small enough to pre-train and fine-tune on 2 CPU cores in minutes (the README's main job).
+        "tiny": MappingProxyType(
+            dict(
+                hidden_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=256,
+                max_position_embeddings=64,
+            )
+        ),
+        # BERT-base.
+        "base": MappingProxyType(
+            dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+        ),
+    }
+)
 
 
 def resolve(path: str) -> Any:
@@ -118,7 +128,9 @@ class MatchScore:
         if not self.field:
             raise ValueError("MatchScore.field must name the output field with the matching logits")
         if self.match_class not in (0, 1):
-            raise ValueError(f"MatchScore.match_class must be 0 or 1 (a two-class matching head), got {self.match_class!r}")
+            raise ValueError(
+                f"MatchScore.match_class must be 0 or 1 (a two-class matching head), got {self.match_class!r}"
+            )
 
     def __call__(self, outputs):
         """`(batch,)` match scores from a model's outputs (a `ModelOutput`)."""
@@ -203,7 +215,9 @@ class Architecture:
         if self.choice_layout not in CHOICE_LAYOUTS:
             problems.append(f"choice_layout {self.choice_layout!r} is none of {sorted(CHOICE_LAYOUTS)}")
         if self.retrieval_negatives not in RETRIEVAL_NEGATIVES:
-            problems.append(f"retrieval_negatives {self.retrieval_negatives!r} is none of {sorted(RETRIEVAL_NEGATIVES)}")
+            problems.append(
+                f"retrieval_negatives {self.retrieval_negatives!r} is none of {sorted(RETRIEVAL_NEGATIVES)}"
+            )
         if self.match_score is not None and not isinstance(self.match_score, MatchScore):
             problems.append(f"match_score must be a MatchScore, got {type(self.match_score).__name__}")
         if self.match_score is not None and "pretraining" not in self.task_models:
@@ -234,8 +248,10 @@ class Architecture:
     def _check_protocol(self, cls, protocol, declared: str) -> None:
         if not issubclass(cls, protocol):
             methods = ", ".join(name for name in vars(protocol) if not name.startswith("_"))
-            raise TypeError(f"architecture {self.model_type!r} declares {declared}, but {cls.__name__} does not "
-                            f"implement {protocol.__name__} ({methods})")
+            raise TypeError(
+                f"architecture {self.model_type!r} declares {declared}, but {cls.__name__} does not "
+                f"implement {protocol.__name__} ({methods})"
+            )
 
     @property
     def region_processor_class(self):

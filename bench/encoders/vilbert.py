@@ -52,8 +52,10 @@ def build_original(checkout) -> torch.nn.Module:
     original repository, both keep the model in `vilbert/vilbert.py`), random weights (its own init), eval. It has
     one attention implementation, the explicit `softmax(QKᵀ/√d + mask)·V`."""
     if not (Path(checkout) / ORIGINAL_CONFIG).is_file():
-        raise FileNotFoundError(f"{checkout} is not a checkout of the original ViLBERT code: no {ORIGINAL_CONFIG} "
-                                f"(clone {ORIGINAL_REPOSITORY})")
+        raise FileNotFoundError(
+            f"{checkout} is not a checkout of the original ViLBERT code: no {ORIGINAL_CONFIG} "
+            f"(clone {ORIGINAL_REPOSITORY})"
+        )
     with stub_modules(_IMPORT_STUBS):
         original = import_from_checkout(checkout, "vilbert/vilbert.py", "vilbert.vilbert")
     config = original.BertConfig.from_json_file(str(Path(checkout) / ORIGINAL_CONFIG))
@@ -62,8 +64,9 @@ def build_original(checkout) -> torch.nn.Module:
 
 def make_original_inputs(original, batch: int, text: int, regions: int) -> dict:
     """`make_inputs`' tensors (same seed, same values) under the original forward's argument names."""
-    sizes = types.SimpleNamespace(vocab_size=original.config.vocab_size,
-                                  region_feature_dim=original.config.v_feature_size)
+    sizes = types.SimpleNamespace(
+        vocab_size=original.config.vocab_size, region_feature_dim=original.config.v_feature_size
+    )
     inputs = random_inputs(sizes, batch, text, regions, location_dim=5)
     inputs["region_locations"][:, 0] = torch.tensor(GLOBAL_TOKEN_LOCATION)
     return {

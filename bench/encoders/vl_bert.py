@@ -51,8 +51,15 @@ def _examples(config, batch: int, text: int, regions: int) -> tuple[dict, torch.
     token_type_ids[:, -2:] = 1
     height, width = IMAGE_SIZE
     corners = torch.rand(batch, regions, 2, 2, generator=generator).sort(dim=-1).values  # (x or y, low/high)
-    boxes = torch.stack([corners[..., 0, 0] * (width - 1), corners[..., 1, 0] * (height - 1),
-                         corners[..., 0, 1] * (width - 1), corners[..., 1, 1] * (height - 1)], dim=-1)
+    boxes = torch.stack(
+        [
+            corners[..., 0, 0] * (width - 1),
+            corners[..., 1, 0] * (height - 1),
+            corners[..., 0, 1] * (width - 1),
+            corners[..., 1, 1] * (height - 1),
+        ],
+        dim=-1,
+    )
     boxes[:, 0] = torch.tensor([0.0, 0.0, width - 1, height - 1])  # the whole-image box, as the original adds it
     size = torch.tensor([width, height, width, height], dtype=torch.float)
     locations = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1) / size
@@ -97,10 +104,16 @@ def _write_vocab(folder: Path, size: int) -> None:
 
 def build_original(checkout) -> torch.nn.Module:
     checkout = Path(checkout).expanduser().resolve()
-    stubs = {"boto3": {}, "botocore.exceptions": {"ClientError": type("ClientError", (Exception,), {})},
-             "easydict": {"EasyDict": AttributeDict}}
-    extension = {} if list((checkout / "common/lib/roi_pooling").glob("C_ROIPooling*")) else {
-        "common.lib.roi_pooling.C_ROIPooling": {}}
+    stubs = {
+        "boto3": {},
+        "botocore.exceptions": {"ClientError": type("ClientError", (Exception,), {})},
+        "easydict": {"EasyDict": AttributeDict},
+    }
+    extension = (
+        {}
+        if list((checkout / "common/lib/roi_pooling").glob("C_ROIPooling*"))
+        else {"common.lib.roi_pooling.C_ROIPooling": {}}
+    )
     with stub_modules(stubs), stub_modules(extension, probe=False):
         config_module = import_from_checkout(checkout, "vqa/function/config.py", "vl_bert_original_vqa_config")
         vqa = import_from_checkout(checkout, "vqa/modules/resnet_vlbert_for_vqa.py", "vl_bert_original_vqa_module")
@@ -146,5 +159,9 @@ def copy_original_weights(original, model) -> None:
     from vlhub.modeling.vl_bert.convert_vl_bert import vl_bert_key_map
 
     state_dict = original.net.state_dict()
-    convert_state_dict(state_dict, model, vl_bert_key_map("vqa", "vqa", state_dict.keys()),
-                       ConversionReport(source="original ResNetVLBERT"))
+    convert_state_dict(
+        state_dict,
+        model,
+        vl_bert_key_map("vqa", "vqa", state_dict.keys()),
+        ConversionReport(source="original ResNetVLBERT"),
+    )

@@ -8,8 +8,16 @@ command. `import vlhub` does not import this package, and this package imports G
 
 from .core import AppInputError, AppModel, VlhubApp, demo_folders, example_images, load_app_model
 
-__all__ = ["AppInputError", "AppModel", "VlhubApp", "demo_folders", "example_images", "load_app_model", "build_app",
-           "launch"]
+__all__ = [
+    "AppInputError",
+    "AppModel",
+    "VlhubApp",
+    "demo_folders",
+    "example_images",
+    "load_app_model",
+    "build_app",
+    "launch",
+]
 
 
 def __getattr__(name: str):

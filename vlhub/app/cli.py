@@ -18,19 +18,37 @@ INSTALL_HINT = "the app needs gradio: pip install 'vlhub[app]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--model", action="append", default=[], metavar="FOLDER",
-                        help="a vlhub folder (trained, fine-tuned or converted); repeat for several. Default: the "
-                             "demo's folders under --demo-dir")
-    parser.add_argument("--extractor", metavar="FOLDER",
-                        help="a region-extractor (e.g. detector) folder for the folders whose processor has none")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="a vlhub folder (trained, fine-tuned or converted); repeat for several. Default: the "
+        "demo's folders under --demo-dir",
+    )
+    parser.add_argument(
+        "--extractor",
+        metavar="FOLDER",
+        help="a region-extractor (e.g. detector) folder for the folders whose processor has none",
+    )
     parser.add_argument("--demo-dir", default="runs/demo", help="where `scripts/demo.sh` wrote its folders")
-    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this "
-                                                            "machine only; 0.0.0.0 for every interface)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)",
+    )
     parser.add_argument("--port", type=int, default=7860)
-    parser.add_argument("--max-image-pixels", type=int, default=MAX_IMAGE_PIXELS,
-                        help=f"larger uploads are refused with a message (default {MAX_IMAGE_PIXELS:,})")
-    parser.add_argument("--no-pack", action="store_true",
-                        help="keep the plain linear layers (default: packed for the CPU, vlhub.pack_linear_weights)")
+    parser.add_argument(
+        "--max-image-pixels",
+        type=int,
+        default=MAX_IMAGE_PIXELS,
+        help=f"larger uploads are refused with a message (default {MAX_IMAGE_PIXELS:,})",
+    )
+    parser.add_argument(
+        "--no-pack",
+        action="store_true",
+        help="keep the plain linear layers (default: packed for the CPU, vlhub.pack_linear_weights)",
+    )
     return parser
 
 
@@ -40,12 +58,15 @@ def build(args) -> VlhubApp:
 
     folders = args.model or demo_folders(args.demo_dir)
     if not folders:
-        raise ValueError(f"no model folders: pass --model FOLDER, or train the demo's into {args.demo_dir} with "
-                         "`bash scripts/demo.sh`")
+        raise ValueError(
+            f"no model folders: pass --model FOLDER, or train the demo's into {args.demo_dir} with "
+            "`bash scripts/demo.sh`"
+        )
     extractor = load_region_extractor(args.extractor) if args.extractor else None
     examples_dir = tempfile.mkdtemp(prefix="vlhub-app-examples-")
-    app = VlhubApp.from_folders(folders, extractor, pack=not args.no_pack, examples_dir=examples_dir,
-                                max_image_pixels=args.max_image_pixels)
+    app = VlhubApp.from_folders(
+        folders, extractor, pack=not args.no_pack, examples_dir=examples_dir, max_image_pixels=args.max_image_pixels
+    )
     for problem in app.problems:
         print(f"vlhub app: not opened: {problem}", file=sys.stderr)
     if not app.models:

@@ -18,14 +18,28 @@ from pathlib import Path
 import torch
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["AppInputError", "AppModel", "ExampleImage", "RegionView", "VlhubApp", "TASKS", "TASK_LABELS",
-           "MAX_IMAGE_PIXELS", "demo_folders", "example_images", "load_app_model"]
+__all__ = [
+    "AppInputError",
+    "AppModel",
+    "ExampleImage",
+    "RegionView",
+    "VlhubApp",
+    "TASKS",
+    "TASK_LABELS",
+    "MAX_IMAGE_PIXELS",
+    "demo_folders",
+    "example_images",
+    "load_app_model",
+]
 
 TASKS = ("vqa", "captioning", "retrieval")
 TASK_LABELS = {"vqa": "Ask", "captioning": "Caption", "retrieval": "Rank"}  # the page's tabs
 TASK_NAMES = {"vqa": "VQA", "captioning": "captioning", "retrieval": "retrieval"}
-PIPELINE_TASKS = {"vqa": "visual-question-answering", "captioning": "image-captioning",
-                  "retrieval": "image-text-retrieval"}
+PIPELINE_TASKS = {
+    "vqa": "visual-question-answering",
+    "captioning": "image-captioning",
+    "retrieval": "image-text-retrieval",
+}
 # 40 megapixels: an 8K photo passes; beyond that an image costs the extractor seconds and hundreds of MB.
 MAX_IMAGE_PIXELS = 40_000_000
 # The demo's fine-tuned folders (`scripts/demo.sh`), in runs/demo/ or runs/demo/<model_type>/.
@@ -40,8 +54,12 @@ class AppInputError(ValueError):
 def demo_folders(root: str | Path = "runs/demo") -> list[Path]:
     """The fine-tuned folders `scripts/demo.sh` wrote under `root` (directly or one level down), sorted."""
     root = Path(root)
-    found = [folder for pattern in ("*", "*/*") for folder in root.glob(pattern)
-             if folder.name.endswith(DEMO_FOLDER_SUFFIXES) and (folder / "config.json").is_file()]
+    found = [
+        folder
+        for pattern in ("*", "*/*")
+        for folder in root.glob(pattern)
+        if folder.name.endswith(DEMO_FOLDER_SUFFIXES) and (folder / "config.json").is_file()
+    ]
     return sorted(found)
 
 
@@ -108,23 +126,29 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
     model_type = config.get("model_type")
     known = architectures()
     if model_type not in known:
-        raise AppInputError(f"{folder} is not a vlhub model folder: its config.json has model_type {model_type!r}; "
-                            f"vlhub's are {', '.join(sorted(known))}")
+        raise AppInputError(
+            f"{folder} is not a vlhub model folder: its config.json has model_type {model_type!r}; "
+            f"vlhub's are {', '.join(sorted(known))}"
+        )
     architecture = known[model_type]
     heads = config.get("architectures") or []
     head = heads[0] if heads else None
     task = _head_task(architecture, head)
     if task is None:
-        raise AppInputError(f"{folder} holds {architecture.name}'s {head or 'unnamed'} model, which answers, captions "
-                            "and ranks nothing: open a folder fine-tuned for VQA, captioning or retrieval")
+        raise AppInputError(
+            f"{folder} holds {architecture.name}'s {head or 'unnamed'} model, which answers, captions "
+            "and ranks nothing: open a folder fine-tuned for VQA, captioning or retrieval"
+        )
     try:
         built = pipeline(PIPELINE_TASKS[task], model=str(folder))
     except (OSError, ValueError, KeyError) as err:
         raise AppInputError(f"{folder} could not be loaded as a {architecture.name} {task} model: {err}") from err
     if built.processor.region_extractor is None:
         if region_extractor is None:
-            raise AppInputError(f"{folder}'s processor has no region extractor, so it cannot take images: start the "
-                                "app with --extractor FOLDER (a region-extractor or detector folder)")
+            raise AppInputError(
+                f"{folder}'s processor has no region extractor, so it cannot take images: start the "
+                "app with --extractor FOLDER (a region-extractor or detector folder)"
+            )
         built.processor.region_extractor = region_extractor
     built.model.eval()
     packed = 0
@@ -134,10 +158,19 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
     for other in TASKS:
         if other != task:
             why = task_unavailable_reason(model_type, other, for_training=False)
-            unavailable[other] = why or (f"this folder holds {head}, a {TASK_NAMES[task]} model; open one "
-                                         f"fine-tuned for {TASK_NAMES[other]}")
-    return AppModel(name=name or folder.name, folder=folder, architecture_name=architecture.name, head=head,
-                    task=task, pipeline=built, unavailable=unavailable, packed_linears=packed)
+            unavailable[other] = why or (
+                f"this folder holds {head}, a {TASK_NAMES[task]} model; open one fine-tuned for {TASK_NAMES[other]}"
+            )
+    return AppModel(
+        name=name or folder.name,
+        folder=folder,
+        architecture_name=architecture.name,
+        head=head,
+        task=task,
+        pipeline=built,
+        unavailable=unavailable,
+        packed_linears=packed,
+    )
 
 
 @dataclass(frozen=True)
@@ -171,8 +204,15 @@ def example_images(folder: str | Path, count: int = 4, seed: int = 0) -> list[Ex
             temporary = path.with_suffix(".tmp")
             Image.fromarray(scene.image).save(temporary, format="PNG")
             temporary.replace(path)
-        examples.append(ExampleImage(path, image_id, tuple(tuple(map(float, o.box)) for o in scene.objects),
-                                     tuple(o.label for o in scene.objects), questions[image_id]))
+        examples.append(
+            ExampleImage(
+                path,
+                image_id,
+                tuple(tuple(map(float, o.box)) for o in scene.objects),
+                tuple(o.label for o in scene.objects),
+                questions[image_id],
+            )
+        )
     return examples
 
 
@@ -208,8 +248,13 @@ class VlhubApp:
     """The page's models and handlers. `models`: name → `AppModel`; `problems`: the folders that could not be opened,
     each with its one-line reason (shown in the page)."""
 
-    def __init__(self, models: list[AppModel], problems: list[str] = (), examples: list[ExampleImage] = (),
-                 max_image_pixels: int = MAX_IMAGE_PIXELS):
+    def __init__(
+        self,
+        models: list[AppModel],
+        problems: list[str] = (),
+        examples: list[ExampleImage] = (),
+        max_image_pixels: int = MAX_IMAGE_PIXELS,
+    ):
         self.models = {}
         for model in models:
             if model.name in self.models:  # two folders of the same name (runs/a/x, runs/b/x): tell them apart
@@ -225,8 +270,14 @@ class VlhubApp:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_folders(cls, folders, region_extractor=None, pack: bool = True, examples_dir: str | Path | None = None,
-                     max_image_pixels: int = MAX_IMAGE_PIXELS) -> "VlhubApp":
+    def from_folders(
+        cls,
+        folders,
+        region_extractor=None,
+        pack: bool = True,
+        examples_dir: str | Path | None = None,
+        max_image_pixels: int = MAX_IMAGE_PIXELS,
+    ) -> "VlhubApp":
         """Open each folder (those that fail are listed in `problems`, not fatal); `examples_dir` receives the example
         images (None: no examples)."""
         models, problems = [], []
@@ -241,7 +292,9 @@ class VlhubApp:
     # -- inputs -------------------------------------------------------------------------------------------------
     def model(self, name: str | None, task: str | None = None) -> AppModel:
         if not self.models:
-            raise AppInputError("no model is open: " + ("; ".join(self.problems) or "start the app with --model FOLDER"))
+            raise AppInputError(
+                "no model is open: " + ("; ".join(self.problems) or "start the app with --model FOLDER")
+            )
         if name not in self.models:
             raise AppInputError(f"no open model is called {name!r}; open: {', '.join(self.models)}")
         model = self.models[name]
@@ -262,8 +315,10 @@ class VlhubApp:
             with Image.open(path) as opened:
                 width, height = opened.size
                 if width * height > self.max_image_pixels:
-                    raise AppInputError(f"{path.name} is {width}x{height} pixels, more than the app's limit of "
-                                        f"{self.max_image_pixels:,} pixels: make it smaller")
+                    raise AppInputError(
+                        f"{path.name} is {width}x{height} pixels, more than the app's limit of "
+                        f"{self.max_image_pixels:,} pixels: make it smaller"
+                    )
                 opened.load()
                 image = opened.convert("RGB")
         except AppInputError:

@@ -43,8 +43,11 @@ def _detector_arguments(parser) -> None:
     from .detector import DETECTOR_FORMATS
 
     add_source_arguments(
-        parser, source="file", source_help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel",
-        config_help="the port's config.yaml (default: config.yaml beside FILE, if any)")
+        parser,
+        source="file",
+        source_help="pytorch_model.bin (MMF/HF FRCNN port), a detectron2 .pkl or a .caffemodel",
+        config_help="the port's config.yaml (default: config.yaml beside FILE, if any)",
+    )
     parser.add_argument("--format", choices=DETECTOR_FORMATS, help="source format (default: detected)")
     parser.add_argument("--objects-vocab", help="objects_vocab.txt (default: beside FILE; else placeholder names)")
     parser.add_argument("--attributes-vocab", help="attributes_vocab.txt (default: beside FILE; else placeholders)")
@@ -54,7 +57,11 @@ def _convert_detector_from_args(args):
     from .detector import convert_detector
 
     return convert_detector(
-        args.file, args.output_dir, config=args.config, format=args.format, objects_vocab=args.objects_vocab,
+        args.file,
+        args.output_dir,
+        config=args.config,
+        format=args.format,
+        objects_vocab=args.objects_vocab,
         attributes_vocab=args.attributes_vocab,
     )
 

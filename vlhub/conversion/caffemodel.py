@@ -282,7 +282,10 @@ _OTHER_FORMATS = (
     (b"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth saved by torch>=1.6, or a .npz)"),
     (b"\x89HDF", "an HDF5 file (Keras .h5?)"),
     (b"\x93NUMPY", "a NumPy .npy file"),
-    *((bytes([0x80, version]), "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)") for version in (2, 3, 4, 5)),
+    *(
+        (bytes([0x80, version]), "a Python pickle (a detectron2 .pkl or an old PyTorch .pt?)")
+        for version in (2, 3, 4, 5)
+    ),
 )
 _PROTOTXT = re.compile(rb"^\s*(#|name\s*:|layers?\s*\{|input\s*:)")
 _TEXT_BYTES = frozenset(b"\t\n\r" + bytes(range(0x20, 0x7F)))
@@ -448,8 +451,9 @@ def _backbone_units(layer_names, stage_blocks: Sequence[int] | None) -> tuple[li
                 }
                 missing.extend(name for role, name in names.items() if role not in present)
                 units.append(
-                    _ConvUnit(names["res"], names["bn"], names["scale"],
-                              f"{_stage_target(stage, block)}.{_BRANCHES[branch]}")
+                    _ConvUnit(
+                        names["res"], names["bn"], names["scale"], f"{_stage_target(stage, block)}.{_BRANCHES[branch]}"
+                    )
                 )
     return units, missing
 
@@ -668,17 +672,18 @@ def _convert_rpn(access: _Layers, anchors, out: _Output):
     logit_weight = score_weight[num_anchors:].astype(np.float64) - score_weight[:num_anchors]
     logit_bias = score_bias[num_anchors:].astype(np.float64) - score_bias[:num_anchors]
 
-    out.add("proposal_generator.anchor_generator.cell_anchors.0", cell_anchors,
-            f"{num_anchors} anchors, {description}: Caffe's proposal layer generates them instead of storing them")
+    out.add(
+        "proposal_generator.anchor_generator.cell_anchors.0",
+        cell_anchors,
+        f"{num_anchors} anchors, {description}: Caffe's proposal layer generates them instead of storing them",
+    )
     out.put(f"{prefix}.conv.weight", conv_weight, "rpn_conv/3x3")
     out.put(f"{prefix}.conv.bias", conv_bias, "rpn_conv/3x3")
     out.put(f"{prefix}.objectness_logits.weight", logit_weight[order], "rpn_cls_score")
     out.put(f"{prefix}.objectness_logits.bias", logit_bias[order], "rpn_cls_score")
     out.put(f"{prefix}.anchor_deltas.weight", delta_weight[delta_order], "rpn_bbox_pred")
     out.put(f"{prefix}.anchor_deltas.bias", delta_bias[delta_order], "rpn_bbox_pred")
-    out.report.notes.append(
-        f"rpn_cls_score: {2 * num_anchors} softmax channels (bg block, fg block) → fg − bg logits"
-    )
+    out.report.notes.append(f"rpn_cls_score: {2 * num_anchors} softmax channels (bg block, fg block) → fg − bg logits")
 
 
 def _inner_product(access: _Layers, name: str, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -84,14 +84,22 @@ class CheckpointError(ValueError):
     """The file is not a checkpoint of the kind the converter was asked to read."""
 
 
-def inferred_attention_heads(size: int, notes: list[str], config_name: str, heads_field: str = "num_attention_heads",
-                             size_field: str = "hidden size", known=BERT_ATTENTION_HEADS) -> int:
+def inferred_attention_heads(
+    size: int,
+    notes: list[str],
+    config_name: str,
+    heads_field: str = "num_attention_heads",
+    size_field: str = "hidden size",
+    known=BERT_ATTENTION_HEADS,
+) -> int:
     """The number of attention heads of a layer of width `size` when the original config is not given: from `known`
     (width → heads), with a note in `notes`; a width it does not know is a `CheckpointError` asking for the
     original config (`config_name`, e.g. "the original YAML")."""
     if size not in known:
-        raise CheckpointError(f"cannot infer {heads_field} (the number of attention heads) for {size_field} {size}; pass "
-                              f"{config_name} (--config)")
+        raise CheckpointError(
+            f"cannot infer {heads_field} (the number of attention heads) for {size_field} {size}; pass "
+            f"{config_name} (--config)"
+        )
     notes.append(f"{heads_field}={known[size]} inferred from {size_field} {size}")
     return known[size]
 
@@ -180,7 +188,7 @@ def _refused_global(path: Path, err: Exception) -> str | None:
 
 def strip_prefix(state_dict: dict, prefix: str) -> dict:
     if all(k.startswith(prefix) for k in state_dict):
-        return {k[len(prefix):]: v for k, v in state_dict.items()}
+        return {k[len(prefix) :]: v for k, v in state_dict.items()}
     return dict(state_dict)
 
 
@@ -373,7 +381,9 @@ def convert_state_dict(
         if target in ties:
             tied_to = ties[target]
             if tied_to not in renamed:
-                raise CheckpointError(f"{report.source}: {source_key!r} is a tied copy of {tied_to!r}, which is missing")
+                raise CheckpointError(
+                    f"{report.source}: {source_key!r} is a tied copy of {tied_to!r}, which is missing"
+                )
             original = renamed[tied_to][1]
             if value.shape != original.shape or not torch.equal(value, original):
                 raise CheckpointError(
@@ -406,7 +416,9 @@ def convert_state_dict(
     return mapped
 
 
-def check_finite_weights(weights: Mapping[str, torch.Tensor], source: str, names: Mapping[str, str] | None = None) -> None:
+def check_finite_weights(
+    weights: Mapping[str, torch.Tensor], source: str, names: Mapping[str, str] | None = None
+) -> None:
     """Refuse weights holding NaN or infinity (a damaged or diverged checkpoint would convert into a model whose every
     output is NaN): a `CheckpointError` naming `source`, the tensor (by its source name from `names`, target key ->
     source key, when given) and how many values are not finite."""
@@ -469,10 +481,18 @@ def save_converted(
             processor.save_pretrained(staging)
         report.save(staging / "conversion_report.json")
         write_model_card(
-            staging, title=title, architecture=architecture, source_file=provenance.source_file,
-            source_sha256=provenance.source_sha256, original_repository=provenance.original_repository,
-            original_commit=provenance.original_commit, report=report, pipeline_tag=pipeline_tag, usage=usage,
-            tags=tags, reported=reported,
+            staging,
+            title=title,
+            architecture=architecture,
+            source_file=provenance.source_file,
+            source_sha256=provenance.source_sha256,
+            original_repository=provenance.original_repository,
+            original_commit=provenance.original_commit,
+            report=report,
+            pipeline_tag=pipeline_tag,
+            usage=usage,
+            tags=tags,
+            reported=reported,
         )
     return output_dir
 
@@ -482,8 +502,6 @@ def converted_folder(output_dir: str | os.PathLike):
     move into `output_dir` only when the block succeeds (a failure leaves `output_dir` as it was). Unrelated files
     already in `output_dir` are kept; an existing, different README.md is kept as README.md.orig."""
     return staging_folder(output_dir, keep_replaced=("README.md",))
-
-
 
 
 def load_bert_tokenizer(tokenizer, do_lower_case: bool, original_name: str):
@@ -511,7 +529,7 @@ def vlhub_usage(model_class: type, output_dir: str | os.PathLike) -> str:
     registers the architecture with transformers) and the processor from `AutoProcessor`."""
     folder = Path(output_dir).name
     return (
-        f'import vlhub\nfrom transformers import AutoProcessor\n'
+        f"import vlhub\nfrom transformers import AutoProcessor\n"
         f'model = vlhub.{model_class.__name__}.from_pretrained("{folder}")\n'
         f'processor = AutoProcessor.from_pretrained("{folder}")'
     )
@@ -570,16 +588,37 @@ def set_answer_labels(config, labels: Sequence[str]) -> None:
     config.label2id = {label: index for index, label in enumerate(labels)}
 
 
-def save_converted_model(output_dir, model, report: ConversionReport, *, provenance: Provenance, title: str,
-                         architecture: str, processor=None, pipeline_tag: str | None = None, usage: str | None = None,
-                         logger=None, reported=None) -> ConversionReport:
+def save_converted_model(
+    output_dir,
+    model,
+    report: ConversionReport,
+    *,
+    provenance: Provenance,
+    title: str,
+    architecture: str,
+    processor=None,
+    pipeline_tag: str | None = None,
+    usage: str | None = None,
+    logger=None,
+    reported=None,
+) -> ConversionReport:
     """`save_converted` with the usage snippet of a model exported by vlhub (`vlhub.<Class>.from_pretrained` and
     `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns the report."""
     output_dir = Path(output_dir)
     if usage is None:
         usage = vlhub_usage(type(model), output_dir)
-    save_converted(output_dir, model, report, processor=processor, provenance=provenance, title=title,
-                   architecture=architecture, pipeline_tag=pipeline_tag, usage=usage, reported=reported)
+    save_converted(
+        output_dir,
+        model,
+        report,
+        processor=processor,
+        provenance=provenance,
+        title=title,
+        architecture=architecture,
+        pipeline_tag=pipeline_tag,
+        usage=usage,
+        reported=reported,
+    )
     if logger is not None:
         logger.info(report.summary())
     return report
@@ -593,9 +632,18 @@ def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str
     parser.add_argument("--config", help=config_help)
 
 
-def converter_command_line(convert, architecture: str, *, checkpoint_help: str, config_help: str, tasks,
-                           tokenizer_default: str, answers_help: str, task_help: str | None = None,
-                           extra_arguments: Mapping[str, dict] | None = None):
+def converter_command_line(
+    convert,
+    architecture: str,
+    *,
+    checkpoint_help: str,
+    config_help: str,
+    tasks,
+    tokenizer_default: str,
+    answers_help: str,
+    task_help: str | None = None,
+    extra_arguments: Mapping[str, dict] | None = None,
+):
     """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
     `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=, **extra)`: the positional checkpoint,
     --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`), --answers, and each of
@@ -605,8 +653,9 @@ def converter_command_line(convert, architecture: str, *, checkpoint_help: str, 
 
     def add_arguments(parser) -> None:
         add_source_arguments(parser, source_help=checkpoint_help, config_help=config_help)
-        parser.add_argument("--task", choices=sorted(tasks),
-                            help=task_help or "head to build (default: detected from the keys)")
+        parser.add_argument(
+            "--task", choices=sorted(tasks), help=task_help or "head to build (default: detected from the keys)"
+        )
         parser.add_argument("--tokenizer", default=tokenizer_default, help="tokenizer name, folder or vocab.txt")
         parser.add_argument("--answers", help=answers_help)
         for flag, settings in extra_arguments.items():
@@ -614,17 +663,26 @@ def converter_command_line(convert, architecture: str, *, checkpoint_help: str, 
 
     def convert_from_args(args) -> ConversionReport:
         extra = {name: getattr(args, name) for name in extra_names.values()}
-        return convert(args.checkpoint, args.output_dir, config=args.config, task=args.task, tokenizer=args.tokenizer,
-                       answers=args.answers, **extra)
+        return convert(
+            args.checkpoint,
+            args.output_dir,
+            config=args.config,
+            task=args.task,
+            tokenizer=args.tokenizer,
+            answers=args.answers,
+            **extra,
+        )
 
     add_arguments.__doc__ = f"The arguments of `vlhub convert {architecture}`."
-    convert_from_args.__doc__ = (f"`vlhub convert {architecture}`: `{convert.__name__}` with the parsed arguments of "
-                                 "`add_arguments`.")
+    convert_from_args.__doc__ = (
+        f"`vlhub convert {architecture}`: `{convert.__name__}` with the parsed arguments of `add_arguments`."
+    )
     return add_arguments, convert_from_args
 
 
-def load_renamed_state_dict(checkpoint: Path, renames, required: Sequence[str], architecture: str,
-                            hint=None) -> tuple[dict, dict]:
+def load_renamed_state_dict(
+    checkpoint: Path, renames, required: Sequence[str], architecture: str, hint=None
+) -> tuple[dict, dict]:
     """`(raw, renamed)`: the checkpoint's state dict as saved and with `renames` applied, refused with a
     CheckpointError naming the missing keys unless every `required` (renamed) key is there. `hint(raw, missing)`
     may add a sentence on what the file looks like instead."""

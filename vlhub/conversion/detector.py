@@ -31,7 +31,12 @@ from ..processing.detector.extractor import RegionExtractor
 from ..utils.files import read_yaml
 from ..utils.safe_pickle import safe_load
 from .common import (
-    CheckpointError, ConversionReport, check_finite_weights, converted_folder, load_torch_state_dict, sha256_of,
+    CheckpointError,
+    ConversionReport,
+    check_finite_weights,
+    converted_folder,
+    load_torch_state_dict,
+    sha256_of,
     write_model_card,
 )
 
@@ -55,8 +60,10 @@ D2_NOTEBOOK_NMS_THRESHOLDS = [float(t) for t in np.arange(0.5, 1.0, 0.1)]
 D2_NOTEBOOK_NUM_OBJECTS = 36
 D2_NOTEBOOK_SCORE_THRESHOLD = 0.2
 _SOURCES = {
-    "frcnn": ("https://github.com/facebookresearch/mmf (tools/scripts/features/frcnn)",
-              "b0ffc7fba39f210f833c127362146aec01a2f259"),
+    "frcnn": (
+        "https://github.com/facebookresearch/mmf (tools/scripts/features/frcnn)",
+        "b0ffc7fba39f210f833c127362146aec01a2f259",
+    ),
     "detectron2": ("https://github.com/airsplay/py-bottom-up-attention", "85ec9b77bb57c125d6d604305bb525d9f50692be"),
     "caffe": ("https://github.com/peteanderson80/bottom-up-attention", "514e561"),
 }
@@ -74,7 +81,9 @@ def read_detectron2_pickle(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except pickle.UnpicklingError as err:
         raise CheckpointError(f"{str(path)!r} is not a detectron2 weight pickle: {err}") from err
     except Exception as err:  # truncated / not a pickle at all
-        raise CheckpointError(f"cannot read {str(path)!r} as a pickle (truncated, corrupt or another format): {err}") from err
+        raise CheckpointError(
+            f"cannot read {str(path)!r} as a pickle (truncated, corrupt or another format): {err}"
+        ) from err
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         kind = sorted(data)[:5] if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(
@@ -177,8 +186,9 @@ def _yaml_sections(cfg: dict) -> dict[str, dict]:
 
 
 def _copy_settings(sections: dict[str, dict], settings) -> dict:
-    return {field: convert(sections[section][key]) for section, key, field, convert in settings
-            if key in sections[section]}
+    return {
+        field: convert(sections[section][key]) for section, key, field, convert in settings if key in sections[section]
+    }
 
 
 def _refuse_unsupported(path, sections: dict[str, dict]) -> None:
@@ -188,8 +198,9 @@ def _refuse_unsupported(path, sections: dict[str, dict]) -> None:
     if resnets.get("DEFORM_ON_PER_STAGE") and any(resnets["DEFORM_ON_PER_STAGE"]):
         raise ValueError(f"{path}: deformable convolutions are not supported")
     if box_head.get("POOLER_TYPE", "ROIPool") != "ROIPool":
-        raise ValueError(f"{path}: ROI_BOX_HEAD.POOLER_TYPE {box_head['POOLER_TYPE']!r} is not supported "
-                         "(ROIPool only)")
+        raise ValueError(
+            f"{path}: ROI_BOX_HEAD.POOLER_TYPE {box_head['POOLER_TYPE']!r} is not supported (ROIPool only)"
+        )
     if box_head.get("RES5HALVE", False):
         raise ValueError(f"{path}: ROI_BOX_HEAD.RES5HALVE true is not supported (the bottom-up model uses false)")
     if box_head.get("CLS_AGNOSTIC_BBOX_REG", False):
@@ -213,9 +224,13 @@ def _anchor_fields(path, anchors: dict) -> dict:
 
 
 def _d2_notebook_selection() -> dict:
-    return dict(selection_mode="per_class_nms", nms_thresholds=list(D2_NOTEBOOK_NMS_THRESHOLDS),
-                score_threshold=D2_NOTEBOOK_SCORE_THRESHOLD, min_boxes=D2_NOTEBOOK_NUM_OBJECTS,
-                max_boxes=D2_NOTEBOOK_NUM_OBJECTS)
+    return dict(
+        selection_mode="per_class_nms",
+        nms_thresholds=list(D2_NOTEBOOK_NMS_THRESHOLDS),
+        score_threshold=D2_NOTEBOOK_SCORE_THRESHOLD,
+        min_boxes=D2_NOTEBOOK_NUM_OBJECTS,
+        max_boxes=D2_NOTEBOOK_NUM_OBJECTS,
+    )
 
 
 def infer_config_from_state(state: dict) -> dict:
@@ -232,7 +247,7 @@ def infer_config_from_state(state: dict) -> dict:
     counts = []
     for stage in ("res2", "res3", "res4"):
         prefix = f"backbone.{stage}."
-        counts.append(len({k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)}))
+        counts.append(len({k[len(prefix) :].split(".")[0] for k in state if k.startswith(prefix)}))
     depths = {blocks: depth for depth, blocks in RESNET_BLOCKS.items()}
     if tuple(counts) not in depths:
         raise CheckpointError(f"res2/res3/res4 have {counts} blocks; known ResNets: {dict(RESNET_BLOCKS)}")
@@ -327,15 +342,23 @@ def _vocab(explicit, beside: Path, name: str, count: int, kind: str, report: Con
         return names
     if explicit:
         raise FileNotFoundError(f"{kind} vocabulary {str(path)!r} does not exist")
-    report.notes.append(f"no {kind} vocabulary given ({name} not found beside the checkpoint): placeholder names "
-                        f"{kind}_0 .. {kind}_{count - 1} were written")
+    report.notes.append(
+        f"no {kind} vocabulary given ({name} not found beside the checkpoint): placeholder names "
+        f"{kind}_0 .. {kind}_{count - 1} were written"
+    )
     logger.warning("no %s vocabulary: writing placeholder names", kind)
     return [f"{kind}_{i}" for i in range(count)]
 
 
-def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, config: str | os.PathLike | None = None,
-                     format: str | None = None, objects_vocab: str | os.PathLike | None = None,
-                     attributes_vocab: str | os.PathLike | None = None, **config_overrides) -> ConversionReport:
+def convert_detector(
+    path: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    config: str | os.PathLike | None = None,
+    format: str | None = None,
+    objects_vocab: str | os.PathLike | None = None,
+    attributes_vocab: str | os.PathLike | None = None,
+    **config_overrides,
+) -> ConversionReport:
     """Convert a bottom-up-attention detector checkpoint into a `RegionExtractor` folder.
 
     path: `pytorch_model.bin` (format "frcnn") or a detectron2 `.pkl` (format "detectron2"); the format is
@@ -360,7 +383,8 @@ def convert_detector(path: str | os.PathLike, output_dir: str | os.PathLike, con
     fields["object_names"] = _vocab(objects_vocab, path.parent, "objects_vocab.txt", base.num_classes, "object", report)
     fields["attribute_names"] = (
         _vocab(attributes_vocab, path.parent, "attributes_vocab.txt", base.num_attributes, "attribute", report)
-        if base.num_attributes else None
+        if base.num_attributes
+        else None
     )
     detector_config = DetectorConfig.from_dict(fields)
     weights = _map_state(state, detector_config, report)
@@ -375,8 +399,9 @@ def _read_state(path: Path, source_format: str, report: ConversionReport) -> dic
     `report`)."""
     if source_format == "frcnn":
         if not zipfile.is_zipfile(path):
-            raise CheckpointError(f"{str(path)!r} is not a torch.save zip file; a detectron2 .pkl needs "
-                                  "format='detectron2'")
+            raise CheckpointError(
+                f"{str(path)!r} is not a torch.save zip file; a detectron2 .pkl needs format='detectron2'"
+            )
         return load_torch_state_dict(path)
     if source_format == "detectron2":
         return read_detectron2_pickle(path)
@@ -396,17 +421,29 @@ def _settings(path: Path, config, source_format: str, state: dict, report: Conve
     if source_format == "caffe":
         # BUTD's generate_tsv settings: Caffe anchors and box arithmetic (+1 widths), 600/1000, per-class NMS 0.3.
         # Caffe's proposal layer also drops proposals smaller than 16 px (at the input scale).
-        fields.update(anchor_style="caffe", box_convention="caffe", selection_mode="butd", nms_thresholds=[0.3],
-                      rpn_min_size=16.0, rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300)
+        fields.update(
+            anchor_style="caffe",
+            box_convention="caffe",
+            selection_mode="butd",
+            nms_thresholds=[0.3],
+            rpn_min_size=16.0,
+            rpn_pre_nms_top_n=6000,
+            rpn_post_nms_top_n=300,
+        )
     if source_format == "detectron2":
         fields.update(anchor_style="detectron2", resize_backend="pil", **_d2_notebook_selection())
     config_path = Path(config) if config else path.parent / "config.yaml"
     if config and not config_path.is_file():
         raise FileNotFoundError(f"config {str(config_path)!r} does not exist")
     if not config_path.is_file():
-        report.notes.append("no config.yaml: sizes read from the weights, other settings are the released model's"
-                            + (" and the notebook's selection" if source_format == "detectron2" else
-                               " with the original 'butd' selection"))
+        report.notes.append(
+            "no config.yaml: sizes read from the weights, other settings are the released model's"
+            + (
+                " and the notebook's selection"
+                if source_format == "detectron2"
+                else " with the original 'butd' selection"
+            )
+        )
         return fields
     from_yaml = config_from_yaml(config_path, source_format)
     for key in ("depth", "num_classes", "num_attributes", "res2_out_channels", "stem_out_channels"):
@@ -417,8 +454,9 @@ def _settings(path: Path, config, source_format: str, state: dict, report: Conve
     return fields
 
 
-def _write_folder(extractor: RegionExtractor, path: Path, output_dir: Path, source_format: str,
-                  report: ConversionReport) -> None:
+def _write_folder(
+    extractor: RegionExtractor, path: Path, output_dir: Path, source_format: str, report: ConversionReport
+) -> None:
     repository, commit = _SOURCES[source_format]
     with converted_folder(output_dir) as staging:  # the folder appears only once complete
         extractor.save_pretrained(staging)

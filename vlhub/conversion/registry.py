@@ -87,7 +87,9 @@ def register_converter(name: str, convert: Target, add_arguments: Target, help: 
             raise TypeError(f"{what} must be a callable or a 'module.path:attribute' string, got {target!r}")
     existing = _CONVERTERS.get(name)
     if existing is not None:
-        if _same_target(existing.convert_target, convert) and _same_target(existing.add_arguments_target, add_arguments):
+        if _same_target(existing.convert_target, convert) and _same_target(
+            existing.add_arguments_target, add_arguments
+        ):
             return existing
         raise ValueError(
             f"a converter named {name!r} is already registered ({_spelling(existing.convert_target)}); "

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ReportedResult", "CardResults", "source_rows", "reported_for", "eval_results", "reported_section",
-           "size_release", "BERT_SIZES"]
+__all__ = [
+    "ReportedResult",
+    "CardResults",
+    "source_rows",
+    "reported_for",
+    "eval_results",
+    "reported_section",
+    "size_release",
+    "BERT_SIZES",
+]
 
 # The releases' sizes by hidden width (BERT-base / -large): a converted model of another width (a tiny test model)
 # is none of the published releases and gets no reported figures.
@@ -59,10 +67,16 @@ def source_rows(source: str, source_url: str, release: str | None = None):
 
 # The Hub's task type of each vlhub task (model-index `task.type`).
 _TASK_TYPES = {
-    "vqa": "visual-question-answering", "gqa": "visual-question-answering", "captioning": "image-to-text",
-    "retrieval": "image-text-retrieval", "zero_shot_retrieval": "image-text-retrieval",
-    "nlvr2": "visual-reasoning", "ve": "visual-entailment", "re": "referring-expression-comprehension",
-    "refcoco": "referring-expression-comprehension", "vcr": "visual-commonsense-reasoning",
+    "vqa": "visual-question-answering",
+    "gqa": "visual-question-answering",
+    "captioning": "image-to-text",
+    "retrieval": "image-text-retrieval",
+    "zero_shot_retrieval": "image-text-retrieval",
+    "nlvr2": "visual-reasoning",
+    "ve": "visual-entailment",
+    "re": "referring-expression-comprehension",
+    "refcoco": "referring-expression-comprehension",
+    "vcr": "visual-commonsense-reasoning",
 }
 
 
@@ -80,9 +94,15 @@ def eval_results(results) -> list:
 
     return [
         EvalResult(
-            task_type=_TASK_TYPES.get(row.task, row.task), dataset_type=row.dataset_id, dataset_name=row.dataset,
-            dataset_split=row.split, metric_type=row.metric.lower(), metric_name=row.metric, metric_value=row.value,
-            metric_config=row.setting or None, verified=False,
+            task_type=_TASK_TYPES.get(row.task, row.task),
+            dataset_type=row.dataset_id,
+            dataset_name=row.dataset,
+            dataset_split=row.split,
+            metric_type=row.metric.lower(),
+            metric_name=row.metric,
+            metric_value=row.value,
+            metric_config=row.setting or None,
+            verified=False,
             source_name=f"{row.source} (reported by the original authors, not measured by vlhub)",
             source_url=row.source_url,
         )
@@ -95,11 +115,15 @@ def reported_section(results, release: str | None, known_releases) -> str:
     lines = ["## Results reported by the original authors", ""]
     if not results:
         if release is None:
-            lines.append("None listed: this model's size matches none of the published releases "
-                         f"({', '.join(sorted(set(known_releases)))}), so no published figure describes it.")
+            lines.append(
+                "None listed: this model's size matches none of the published releases "
+                f"({', '.join(sorted(set(known_releases)))}), so no published figure describes it."
+            )
         else:
-            lines.append("None listed: the sources vlhub's table was built from publish no figure for this task of "
-                         f"the {release} release.")
+            lines.append(
+                "None listed: the sources vlhub's table was built from publish no figure for this task of "
+                f"the {release} release."
+            )
         return "\n".join(lines) + "\n"
     lines += [
         "These are the original authors' published figures for this release and task, copied from the source named in "
@@ -110,8 +134,10 @@ def reported_section(results, release: str | None, known_releases) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for row in results:
-        lines.append(f"| {row.dataset} | {row.split} | {row.metric} | {row.value:g} | {row.setting or '-'} | "
-                     f"[{row.source}]({row.source_url}) |")
+        lines.append(
+            f"| {row.dataset} | {row.split} | {row.metric} | {row.value:g} | {row.setting or '-'} | "
+            f"[{row.source}]({row.source_url}) |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -133,5 +159,5 @@ class CardResults:
 
 
 def size_release(hidden_size: int) -> str | None:
-    """"base" / "large" for the BERT widths the releases have, None for any other (a test-size model)."""
+    """ "base" / "large" for the BERT widths the releases have, None for any other (a test-size model)."""
     return BERT_SIZES.get(hidden_size)

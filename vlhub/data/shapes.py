@@ -230,7 +230,11 @@ class ShapesWorld:
     def captions(self) -> datasets.DatasetDict:
         """Per split: `caption_id`, `image_id`, `caption` (`captions_per_image` rows per image)."""
         features = datasets.Features(
-            {"caption_id": datasets.Value("string"), "image_id": datasets.Value("string"), "caption": datasets.Value("string")}
+            {
+                "caption_id": datasets.Value("string"),
+                "image_id": datasets.Value("string"),
+                "caption": datasets.Value("string"),
+            }
         )
 
         def rows(example: _Example):
@@ -287,11 +291,16 @@ class ShapesWorld:
         key = f"multiple_choice-{num_choices}"
         if key not in self._datasets:
             pools = self._answer_pools()
-            features = datasets.Features({
-                "question_id": datasets.Value("string"), "image_id": datasets.Value("string"),
-                "question": datasets.Value("string"), "choices": datasets.List(datasets.Value("string")),
-                "label": datasets.Value("int64"), "answer_type": datasets.Value("string"),
-            })
+            features = datasets.Features(
+                {
+                    "question_id": datasets.Value("string"),
+                    "image_id": datasets.Value("string"),
+                    "question": datasets.Value("string"),
+                    "choices": datasets.List(datasets.Value("string")),
+                    "label": datasets.Value("int64"),
+                    "answer_type": datasets.Value("string"),
+                }
+            )
             splits = {}
             for split, questions in self.vqa().items():
                 rows = []
@@ -301,9 +310,16 @@ class ShapesWorld:
                         continue
                     rng = np.random.default_rng([self.seed, SPLITS.index(split), number, _CHOICE_STREAM])
                     choices, label = draw_choices(question["multiple_choice_answer"], pools[kind], num_choices, rng)
-                    rows.append({"question_id": question["question_id"], "image_id": question["image_id"],
-                                 "question": question["question"], "choices": choices, "label": label,
-                                 "answer_type": kind})
+                    rows.append(
+                        {
+                            "question_id": question["question_id"],
+                            "image_id": question["image_id"],
+                            "question": question["question"],
+                            "choices": choices,
+                            "label": label,
+                            "answer_type": kind,
+                        }
+                    )
                 splits[split] = datasets.Dataset.from_list(rows, features=features, split=split)
             self._datasets[key] = datasets.DatasetDict(splits)
         return self._datasets[key]
@@ -325,7 +341,9 @@ class ShapesWorld:
         """The scene of an image id (`"<split>-<index>"`, as the datasets name them)."""
         split, _, index = image_id.rpartition("-")
         if split not in SPLITS or not index.isdigit() or int(index) >= self.split_sizes[split]:
-            raise KeyError(f"no image {image_id!r} in this shapes world (ids are '<split>-<index>', e.g. 'train-000000')")
+            raise KeyError(
+                f"no image {image_id!r} in this shapes world (ids are '<split>-<index>', e.g. 'train-000000')"
+            )
         return self._examples[split][int(index)].scene
 
     def contradicting_caption(self, image_id: str, caption: str, rng: np.random.Generator) -> str | None:

@@ -69,8 +69,10 @@ MAX_IMAGE_PIXELS = 1 << 22  # `region_extractor_type` in config.json, telling lo
 
 def _check_pixels(height: int, width: int, index: int) -> None:
     if height * width > MAX_IMAGE_PIXELS:
-        raise ValueError(f"images[{index}]: {height}x{width} pixels is above the shapes extractor's limit of "
-                         f"{MAX_IMAGE_PIXELS} pixels")
+        raise ValueError(
+            f"images[{index}]: {height}x{width} pixels is above the shapes extractor's limit of "
+            f"{MAX_IMAGE_PIXELS} pixels"
+        )
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> float:
@@ -241,9 +243,15 @@ class ShapesRegionExtractor:
 
             def reduce(values, how):
                 return torch.full((len(blobs),), -1, dtype=values.dtype).scatter_reduce(
-                    0, blob_of, values, how, include_self=False)
+                    0, blob_of, values, how, include_self=False
+                )
 
-            y1, x1, y2, x2 = reduce(rows, "amin"), reduce(cols, "amin"), reduce(rows, "amax") + 1, reduce(cols, "amax") + 1
+            y1, x1, y2, x2 = (
+                reduce(rows, "amin"),
+                reduce(cols, "amin"),
+                reduce(rows, "amax") + 1,
+                reduce(cols, "amax") + 1,
+            )
             last_pixel = reduce(rows * width + cols, "amax")
             large = torch.bincount(blob_of, minlength=len(blobs)) >= _MIN_OBJECT_PIXELS
             # (y1, x1), ties by each blob's last pixel: the order the earlier label propagation gave
@@ -298,7 +306,9 @@ class ShapesRegionExtractor:
         if tensor.numel() == 0:
             tensor = tensor.reshape(0, 4)
         if tensor.ndim != 2 or tensor.shape[1] != 4:
-            raise ValueError(f"boxes[{index}] must be (num_boxes, 4) pixel boxes x1 y1 x2 y2, got {tuple(tensor.shape)}")
+            raise ValueError(
+                f"boxes[{index}] must be (num_boxes, 4) pixel boxes x1 y1 x2 y2, got {tuple(tensor.shape)}"
+            )
         if num_labels is not None and num_labels != len(tensor):
             raise ValueError(f"image {index} has {len(tensor)} boxes but {num_labels} labels; pass one label per box")
         return tensor
@@ -333,9 +343,11 @@ class ShapesRegionExtractor:
         pixel_values = [_to_pixel_values(image, i) for i, image in enumerate(images)]
         same_size = len({tuple(p.shape) for p in pixel_values}) == 1
         if boxes is None:
-            boxes = self.detect_boxes(torch.stack(pixel_values)) if same_size else [
-                self.detect_boxes(p[None])[0] for p in pixel_values
-            ]
+            boxes = (
+                self.detect_boxes(torch.stack(pixel_values))
+                if same_size
+                else [self.detect_boxes(p[None])[0] for p in pixel_values]
+            )
         box_tensors = []
         for i, (pixels, image_boxes) in enumerate(zip(pixel_values, boxes)):
             image_boxes = self._box_tensor(image_boxes, i, None if labels is None else len(labels[i]))
@@ -350,8 +362,10 @@ class ShapesRegionExtractor:
             box_tensors.append(image_boxes)
         described = labels is None
         if described:  # the whole-image region is background by construction
-            labels = [self.describe_objects(p, b[1:] if self.include_whole_image else b)
-                      for p, b in zip(pixel_values, box_tensors)]
+            labels = [
+                self.describe_objects(p, b[1:] if self.include_whole_image else b)
+                for p, b in zip(pixel_values, box_tensors)
+            ]
         if same_size:  # one backbone pass for the batch
             features = self.pool(self.backbone(torch.stack(pixel_values)), box_tensors)
         else:

@@ -215,7 +215,9 @@ def _question_colour(scene: Scene, rng) -> Question | None:
     if ref is None:
         return None
     word = _choice(rng, _COLOUR_WORDS)
-    text = _choice(rng, (f"what {word} is the {ref}?", f"what is the {word} of the {ref}?", f"which {word} is the {ref}?"))
+    text = _choice(
+        rng, (f"what {word} is the {ref}?", f"what is the {word} of the {ref}?", f"which {word} is the {ref}?")
+    )
     return Question(text, obj.colour, "colour", _COLOUR_CONFUSIONS[obj.colour])
 
 
@@ -261,7 +263,10 @@ def _question_count(scene: Scene, rng) -> Question:
     else:
         n = sum(o.colour == colour and o.shape == shape for o in scene.objects)
         phrase = f"{colour} {_PLURALS[shape]}"
-    text = _choice(rng, (f"how many {phrase} are there?", f"how many {phrase} are in the image?", f"how many {phrase} can you see?"))
+    text = _choice(
+        rng,
+        (f"how many {phrase} are there?", f"how many {phrase} are in the image?", f"how many {phrase} can you see?"),
+    )
     confusions = tuple(str(c) for c in (n - 1, n + 1) if 0 <= c <= MAX_OBJECTS_LIMIT)
     return Question(text, str(n), "count", confusions)
 
@@ -316,9 +321,7 @@ def _question_position(scene: Scene, rng) -> Question | None:
         return None
     if axis == 0:
         answer, other = ("left", "right") if offset < 0 else ("right", "left")
-        text = _choice(
-            rng, (f"is the {ref} on the left or on the right?", f"which side of the image is the {ref} on?")
-        )
+        text = _choice(rng, (f"is the {ref} on the left or on the right?", f"which side of the image is the {ref} on?"))
     else:
         answer, other = ("top", "bottom") if offset < 0 else ("bottom", "top")
         text = _choice(
@@ -359,7 +362,9 @@ def _question_verify_relation(scene: Scene, rng) -> Question | None:
     if pair is None:
         return None
     ref_a, ref_b, (relation, secondary) = pair
-    asked, answer = (relation, "yes") if rng.integers(2) else (_choice(rng, tuple(r for r in RELATIONS if r != relation)), "no")
+    asked, answer = (
+        (relation, "yes") if rng.integers(2) else (_choice(rng, tuple(r for r in RELATIONS if r != relation)), "no")
+    )
     phrase = _choice(rng, _RELATION_PHRASES[asked])
     return Question(f"is the {ref_a} {phrase} the {ref_b}?", answer, "yes/no", ("no",) if answer == "yes" else ("yes",))
 
@@ -421,8 +426,10 @@ def draw_choices(answer: str, pool, num_choices: int, rng: np.random.Generator) 
     random order. Returns `(choices, index of answer)`; raises when the pool has too few other answers."""
     others = sorted(set(pool) - {answer})
     if len(others) < num_choices - 1:
-        raise ValueError(f"{num_choices} choices for the answer {answer!r} need {num_choices - 1} other answers of its "
-                         f"type, there are {len(others)}: {others}")
+        raise ValueError(
+            f"{num_choices} choices for the answer {answer!r} need {num_choices - 1} other answers of its "
+            f"type, there are {len(others)}: {others}"
+        )
     distractors = [others[i] for i in rng.choice(len(others), num_choices - 1, replace=False)]
     label = int(rng.integers(num_choices))
     return [*distractors[:label], answer, *distractors[label:]], label
@@ -444,8 +451,16 @@ def vocabulary_words() -> list[str]:
 
 # ------------------------------------------------------------------------------------------ contradicting captions
 _SHAPE_WORDS = {**{s: s for s in SHAPES}, **{p: s for s, p in _PLURALS.items()}}  # word → shape
-_FLIPS = {"left": "right", "right": "left", "above": "below", "below": "above", "over": "under", "under": "over",
-          "top": "bottom", "bottom": "top"}
+_FLIPS = {
+    "left": "right",
+    "right": "left",
+    "above": "below",
+    "below": "above",
+    "over": "under",
+    "under": "over",
+    "top": "bottom",
+    "bottom": "top",
+}
 _COUNT_WORDS = _NUMBER_WORDS[2:]  # plural counts: swapping one keeps the sentence grammatical
 
 
@@ -464,13 +479,16 @@ def contradicting_caption(scene: Scene, caption: str, rng: np.random.Generator) 
     sizes = {o.size for o in scene.objects}
     candidates: list[tuple[int, str]] = []
     for i, token in enumerate(words):
-        word, tail = token.rstrip(".,:"), token[len(token.rstrip(".,:")):]
+        word, tail = token.rstrip(".,:"), token[len(token.rstrip(".,:")) :]
         if word in COLOURS:
             candidates += [(i, c + tail) for c in COLOURS if c not in colours and c != word]
         elif word in _SHAPE_WORDS:
             plural = word != _SHAPE_WORDS[word]
-            candidates += [(i, (_PLURALS[s] if plural else s) + tail) for s in SHAPES
-                           if s not in shapes and s != _SHAPE_WORDS[word]]
+            candidates += [
+                (i, (_PLURALS[s] if plural else s) + tail)
+                for s in SHAPES
+                if s not in shapes and s != _SHAPE_WORDS[word]
+            ]
         elif word in SIZES:
             candidates += [(i, s + tail) for s in SIZES if s not in sizes and s != word]
         elif word in _FLIPS:

@@ -9,7 +9,18 @@ from .captions import CAPTION_METRICS, caption_scores
 from .retrieval import DEFAULT_RECALL_KS, retrieval_chance, retrieval_recall
 from .vqa import normalize_answer, vqa_accuracy_score
 
-__all__ = ["CAPTION_METRICS", "caption_scores", "METRICS", "load", "metric_path", "normalize_answer", "retrieval_chance", "retrieval_recall", "vqa_accuracy_score", "DEFAULT_RECALL_KS"]
+__all__ = [
+    "CAPTION_METRICS",
+    "caption_scores",
+    "METRICS",
+    "load",
+    "metric_path",
+    "normalize_answer",
+    "retrieval_chance",
+    "retrieval_recall",
+    "vqa_accuracy_score",
+    "DEFAULT_RECALL_KS",
+]
 
 _HERE = Path(__file__).parent
 METRICS: tuple[str, ...] = ("vqa_accuracy", "retrieval_recall", "coco_caption")

@@ -121,8 +121,32 @@ def _close_meteor(meteor) -> None:
 # ---------------------------------------------------------------------------------------------------- CIDEr-D reward
 # What pycocoevalcap's PTB tokenizer removes after tokenizing (its PUNCTUATIONS), with the characters the Java
 # tokenizer turns into those tokens (quotes into `` and '', round and curly brackets into -LRB- ... -RCB-).
-_PTB_PUNCTUATION = frozenset(["''", "'", "``", "`", "-lrb-", "-rrb-", "-lcb-", "-rcb-", ".", "?", "!", ",", ":", "-",
-                              "--", "...", ";", '"', "(", ")", "{", "}"])
+_PTB_PUNCTUATION = frozenset(
+    [
+        "''",
+        "'",
+        "``",
+        "`",
+        "-lrb-",
+        "-rrb-",
+        "-lcb-",
+        "-rcb-",
+        ".",
+        "?",
+        "!",
+        ",",
+        ":",
+        "-",
+        "--",
+        "...",
+        ";",
+        '"',
+        "(",
+        ")",
+        "{",
+        "}",
+    ]
+)
 _NOT = re.compile(r"(\w)n't\b")
 _TOKEN = re.compile(r"n't|'\w+|\d+(?:[.,]\d+)+|\w+(?:-\w+)*|\.\.\.|--|[^\w\s]")
 
@@ -190,8 +214,9 @@ class CiderD:
         frequencies = _DocumentFrequencies()
         for key, captions in references.items():
             if isinstance(captions, str) or not captions or not all(isinstance(c, str) and c.strip() for c in captions):
-                raise ValueError(f"the references of {key!r} must be a non-empty list of non-empty captions, got "
-                                 f"{captions!r}")
+                raise ValueError(
+                    f"the references of {key!r} must be a non-empty list of non-empty captions, got {captions!r}"
+                )
             cooked = cook_refs([" ".join(caption_words(c)) for c in captions], n)
             self._references[key] = cooked
             for ngram in {ngram for reference in cooked for ngram in reference}:

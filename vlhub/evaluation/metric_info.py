@@ -27,7 +27,9 @@ def metric_info(description: str, citation: str, inputs_description: str, kinds:
 
     predictions, references = kinds
     return evaluate.MetricInfo(
-        description=description, citation=citation, inputs_description=inputs_description,
+        description=description,
+        citation=citation,
+        inputs_description=inputs_description,
         features=datasets.Features({"predictions": _feature(predictions), "references": _feature(references)}),
         **extra,
     )

@@ -49,7 +49,9 @@ def retrieval_recall(
             f"{targets.shape} of {targets.dtype}"
         )
     if targets.min() < 0 or targets.max() >= matrix.shape[1]:
-        raise ValueError(f"text_to_image indices must lie in [0, {matrix.shape[1]}), got {targets.min()}…{targets.max()}")
+        raise ValueError(
+            f"text_to_image indices must lie in [0, {matrix.shape[1]}), got {targets.min()}…{targets.max()}"
+        )
     if any(int(k) < 1 for k in ks):
         raise ValueError(f"every K of recall@K must be >= 1, got {list(ks)}")
     text_ranks = _ranks(matrix)[np.arange(matrix.shape[0]), targets]
@@ -83,6 +85,7 @@ def retrieval_chance(
     result: dict[str, float] = {}
     for k in ks:
         result[f"text_to_image_recall@{k}"] = min(int(k), num_images) / num_images
-        result[f"image_to_text_recall@{k}"] = float(np.mean(
-            [1.0 - comb(total - n, min(int(k), total)) / comb(total, min(int(k), total)) for n in counts]))
+        result[f"image_to_text_recall@{k}"] = float(
+            np.mean([1.0 - comb(total - n, min(int(k), total)) / comb(total, min(int(k), total)) for n in counts])
+        )
     return result

@@ -21,11 +21,38 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["normalize_answer", "process_punctuation", "process_digits_and_articles", "vqa_accuracy_score",
-           "predictable_answer_logits"]
+__all__ = [
+    "normalize_answer",
+    "process_punctuation",
+    "process_digits_and_articles",
+    "vqa_accuracy_score",
+    "predictable_answer_logits",
+]
 
 # The official lists (data of the VQA evaluation, reproduced so our numbers match the leaderboard's).
-_PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
+_PUNCTUATION = (
+    ";",
+    "/",
+    "[",
+    "]",
+    '"',
+    "{",
+    "}",
+    "(",
+    ")",
+    "=",
+    "+",
+    "\\",
+    "_",
+    "-",
+    ">",
+    "<",
+    "@",
+    "`",
+    ",",
+    "?",
+    "!",
+)
 _NUMBER_WORDS = {
     "none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
     "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10",
@@ -114,9 +141,7 @@ def vqa_accuracy_score(prediction: str, references: Sequence[str]) -> float:
         answers = [process_punctuation(answer) for answer in answers]
     matching = sum(answer == predicted for answer in answers)
     # Leaving out annotator i removes one match exactly when annotator i matched.
-    total = sum(
-        min((matching - (answer == predicted)) / _MATCHES_FOR_FULL_CREDIT, 1.0) for answer in answers
-    )
+    total = sum(min((matching - (answer == predicted)) / _MATCHES_FOR_FULL_CREDIT, 1.0) for answer in answers)
     return total / len(answers)
 
 

@@ -102,8 +102,12 @@ _ATTEMPTS: list = []
 # `modeling_layers`), which vlhub's modeling files import in turn: `import vlhub; from transformers import BertModel`
 # must not register (import vlhub's models) before they are complete.
 # vlhub's shared layers and shared PreTrainedModel base import BERT's modeling too.
-_BLOCKING = ("transformers.modeling_layers", "transformers.models.bert.modeling_bert", "vlhub.modeling.layers",
-             "vlhub.modeling.modeling_utils")
+_BLOCKING = (
+    "transformers.modeling_layers",
+    "transformers.models.bert.modeling_bert",
+    "vlhub.modeling.layers",
+    "vlhub.modeling.modeling_utils",
+)
 
 
 def _retry_all(completed=None) -> None:
@@ -112,14 +116,27 @@ def _retry_all(completed=None) -> None:
 
 
 def _on_architecture(architecture: Architecture) -> None:
-    _register_when_ready(architecture, _CONFIGURATION_AUTO, [architecture.config],
-                         lambda module: _register_config(architecture, module))
-    _register_when_ready(architecture, _MODELING_AUTO, list(architecture.auto_models.values()),
-                         lambda module: _register_models(architecture, module))
-    _register_when_ready(architecture, _PROCESSING_AUTO, [architecture.processor],
-                         lambda module: _register_processor(architecture, module))
-    _register_when_ready(architecture, _FEATURE_EXTRACTION_AUTO, [architecture.region_processor],
-                         lambda module: _register_region_processor(architecture, module))
+    _register_when_ready(
+        architecture, _CONFIGURATION_AUTO, [architecture.config], lambda module: _register_config(architecture, module)
+    )
+    _register_when_ready(
+        architecture,
+        _MODELING_AUTO,
+        list(architecture.auto_models.values()),
+        lambda module: _register_models(architecture, module),
+    )
+    _register_when_ready(
+        architecture,
+        _PROCESSING_AUTO,
+        [architecture.processor],
+        lambda module: _register_processor(architecture, module),
+    )
+    _register_when_ready(
+        architecture,
+        _FEATURE_EXTRACTION_AUTO,
+        [architecture.region_processor],
+        lambda module: _register_region_processor(architecture, module),
+    )
 
 
 def _on_transformers_pipelines(_module) -> None:
@@ -165,8 +182,11 @@ def register_all() -> None:
 
 def model_classes() -> dict[str, type]:
     """Every model class of every registered architecture, by name (imports their modeling files)."""
-    return {name: architecture.resolve(name) for architecture in architectures().values()
-            for name in architecture.model_class_names()}
+    return {
+        name: architecture.resolve(name)
+        for architecture in architectures().values()
+        for name in architecture.model_class_names()
+    }
 
 
 def model_class_for(config, default: type | None = None) -> type:

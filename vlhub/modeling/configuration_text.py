@@ -9,11 +9,21 @@ from transformers import PreTrainedConfig
 __all__ = ["BertTextConfig", "load_original_config", "read_original_bert_config"]
 
 # The fields of an original release's BERT-only `bert_config.json` (UNITER, Unified VLP).
-ORIGINAL_BERT_FIELDS = frozenset({
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range",
-})
+ORIGINAL_BERT_FIELDS = frozenset(
+    {
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "initializer_range",
+    }
+)
 ORIGINAL_BERT_REQUIRED = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"})
 
 

@@ -61,8 +61,10 @@ MASKED_SCORE = -10000.0
 # Blocks with a single user live in that architecture's folder; their old import path here still works, with a
 # FutureWarning naming the new one.
 _MOVED = {
-    **dict.fromkeys(("StreamConfig", "StreamLayer", "cross_stream_mask", "CoAttention", "CoAttentionOutput",
-                     "CoAttentionLayer"), "vlhub.modeling.vilbert.layers_vilbert"),
+    **dict.fromkeys(
+        ("StreamConfig", "StreamLayer", "cross_stream_mask", "CoAttention", "CoAttentionOutput", "CoAttentionLayer"),
+        "vlhub.modeling.vilbert.layers_vilbert",
+    ),
     "CrossModalLayer": "vlhub.modeling.tden.layers_tden",
 }
 
@@ -97,9 +99,7 @@ class RegionFeatureRegressionHead(nn.Module):
     def __init__(self, hidden_size: int, feature_dim: int, hidden_act: str = "gelu", layer_norm_eps: float = 1e-12):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(hidden_size, hidden_size),
-            ACT2FN[hidden_act],
-            nn.LayerNorm(hidden_size, eps=layer_norm_eps),
+            nn.Linear(hidden_size, hidden_size), ACT2FN[hidden_act], nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         )
         self.bias = nn.Parameter(torch.zeros(feature_dim))
 
@@ -163,8 +163,9 @@ def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "lab
     size (that is, summed over the answers and averaged over the examples), in float32. `labels` of another shape is
     a `ValueError` naming `name`."""
     if labels.shape != logits.shape:
-        raise ValueError(f"{name} must be soft scores of the logits' shape {tuple(logits.shape)}, "
-                         f"got {tuple(labels.shape)}")
+        raise ValueError(
+            f"{name} must be soft scores of the logits' shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
+        )
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
 
 
@@ -179,8 +180,9 @@ def same_pair_mask(batch: int, group_ids: torch.Tensor | None, device) -> torch.
     return mask
 
 
-def in_batch_contrastive_loss(text_embeds: torch.Tensor, image_embeds: torch.Tensor, temperature: float,
-                              group_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def in_batch_contrastive_loss(
+    text_embeds: torch.Tensor, image_embeds: torch.Tensor, temperature: float, group_ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric InfoNCE over a batch of matched pairs (CLIP / ALBEF's image-text contrastive loss).
 
     text_embeds, image_embeds `(batch, dim)`: row i of each comes from pair i; they are L2-normalised here.
@@ -189,14 +191,17 @@ def in_batch_contrastive_loss(text_embeds: torch.Tensor, image_embeds: torch.Ten
     `group_ids` entry (the same image) are left out of each other's negatives. Computed in float32.
     """
     if text_embeds.shape != image_embeds.shape or text_embeds.ndim != 2:
-        raise ValueError(f"text and image embeddings must both be (batch, dim), got {tuple(text_embeds.shape)} and "
-                         f"{tuple(image_embeds.shape)}")
+        raise ValueError(
+            f"text and image embeddings must both be (batch, dim), got {tuple(text_embeds.shape)} and "
+            f"{tuple(image_embeds.shape)}"
+        )
     if not temperature > 0:
         raise ValueError(f"the contrastive temperature must be positive, got {temperature}")
     batch = text_embeds.shape[0]
     logits = F.normalize(text_embeds.float(), dim=-1) @ F.normalize(image_embeds.float(), dim=-1).t() / temperature
-    negatives_only = same_pair_mask(batch, group_ids, logits.device) & ~torch.eye(batch, dtype=torch.bool,
-                                                                                  device=logits.device)
+    negatives_only = same_pair_mask(batch, group_ids, logits.device) & ~torch.eye(
+        batch, dtype=torch.bool, device=logits.device
+    )
     masked = logits.masked_fill(negatives_only, float("-inf"))
     targets = torch.arange(batch, device=logits.device)
     loss = (F.cross_entropy(masked, targets) + F.cross_entropy(masked.t(), targets)) / 2
@@ -222,7 +227,7 @@ def _ipot_plan(
     plan = torch.ones(batch, n, m, dtype=cost.dtype, device=cost.device)
     kernel = torch.exp(-cost.transpose(1, 2) / beta)
     sigma.masked_fill_(x_pad, 0)
-    joint_pad = (x_pad.unsqueeze(1) | y_pad.unsqueeze(2))
+    joint_pad = x_pad.unsqueeze(1) | y_pad.unsqueeze(2)
     plan.masked_fill_(joint_pad, 0)
     kernel.masked_fill_(joint_pad, 0)
     x_len, y_len = x_len.unsqueeze(1), y_len.unsqueeze(1)
@@ -290,12 +295,22 @@ def check_region_inputs(config, region_features, region_locations, region_attent
         )
     for text in texts:
         if text is not None and text.shape[0] != region_features.shape[0]:
-            raise ValueError(f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size")
+            raise ValueError(
+                f"text batch ({text.shape[0]}) and region batch ({region_features.shape[0]}) differ in size"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
-def check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
-                                 region_attention_mask, model_name: str, require_both: bool = False) -> None:
+def check_text_and_region_inputs(
+    config,
+    input_ids,
+    inputs_embeds,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    model_name: str,
+    require_both: bool = False,
+) -> None:
     """The input checks every region-feature model shares, with messages naming the problem (shapes only: no
     host-device sync). `config` names `max_position_embeddings`, `region_feature_dim` and `region_location_dim`."""
     if input_ids is not None and inputs_embeds is not None:
@@ -339,8 +354,12 @@ class PackedBertIntermediate(BertIntermediate):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         dense, activation = self.dense, self.intermediate_act_fn
-        if (type(dense) is PackedLinear and type(activation) is GELUActivation and activation.act is F.gelu
-                and dense._packed_path(hidden_states)):
+        if (
+            type(dense) is PackedLinear
+            and type(activation) is GELUActivation
+            and activation.act is F.gelu
+            and dense._packed_path(hidden_states)
+        ):
             return dense.packed_forward(hidden_states, "gelu", "none")
         return super().forward(hidden_states)
 

@@ -16,8 +16,15 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead
 from ..utils.compat import CACHE_NAME
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
 
-__all__ = ["BERT_RECORDED_OUTPUTS", "BertMLMHeadMixin", "SharedPrefillMixin", "VisionLanguagePreTrainedModel",
-           "check_region_feature_magnitude", "recording_flags", "region_feature_limit"]
+__all__ = [
+    "BERT_RECORDED_OUTPUTS",
+    "BertMLMHeadMixin",
+    "SharedPrefillMixin",
+    "VisionLanguagePreTrainedModel",
+    "check_region_feature_magnitude",
+    "recording_flags",
+    "region_feature_limit",
+]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
@@ -98,15 +105,25 @@ class SharedPrefillMixin:
         cache = model_kwargs.get(CACHE_NAME)
         rows = input_ids.shape[0]
         plain = (
-            copies == 1 or rows % copies or cache is None or cache.get_seq_length() > 0
-            or not model_kwargs.get("use_cache", True) or getattr(generation_config, "prefill_chunk_size", None)
-            or generation_config.output_hidden_states or generation_config.output_attentions
+            copies == 1
+            or rows % copies
+            or cache is None
+            or cache.get_seq_length() > 0
+            or not model_kwargs.get("use_cache", True)
+            or getattr(generation_config, "prefill_chunk_size", None)
+            or generation_config.output_hidden_states
+            or generation_config.output_attentions
         )
-        batch_first = {name: value for name, value in model_kwargs.items()
-                       if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == rows}
+        batch_first = {
+            name: value
+            for name, value in model_kwargs.items()
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == rows
+        }
         if not plain:
-            plain = not all(torch.equal(value, value[::copies].repeat_interleave(copies, dim=0))
-                            for value in (input_ids, *batch_first.values()))
+            plain = not all(
+                torch.equal(value, value[::copies].repeat_interleave(copies, dim=0))
+                for value in (input_ids, *batch_first.values())
+            )
         if plain:
             return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
         unique = {**model_kwargs, **{name: value[::copies] for name, value in batch_first.items()}}

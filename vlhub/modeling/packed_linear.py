@@ -103,13 +103,17 @@ class PackedLinear(nn.Linear):
     def _packed_path(self, input: torch.Tensor) -> bool:
         weight = self.weight
         return (
-            input.device.type == "cpu" and weight.device.type == "cpu"
-            and input.dtype == torch.float32 and weight.dtype == torch.float32
+            input.device.type == "cpu"
+            and weight.device.type == "cpu"
+            and input.dtype == torch.float32
+            and weight.dtype == torch.float32
             and (self.bias is None or self.bias.dtype == torch.float32)
             and input.numel() > 0
             and not torch.compiler.is_compiling()  # the packed copy is an opaque tensor: compiled code gets F.linear
-            and not (torch.is_grad_enabled() and (weight.requires_grad or input.requires_grad
-                                                  or (self.bias is not None and self.bias.requires_grad)))
+            and not (
+                torch.is_grad_enabled()
+                and (weight.requires_grad or input.requires_grad or (self.bias is not None and self.bias.requires_grad))
+            )
         )
 
     def _weight_key(self) -> tuple:
@@ -162,15 +166,20 @@ class PackedProjectionGroup:
 
     def __getstate__(self):  # the packed copy is opaque: copies re-pack at first use; pending outputs are not kept
         state = dict(self.__dict__)
-        state.update(_packed_weight=None, _packed_key=None, _bias=None, _pending_input=None, _pending_version=None,
-                     _pending={})
+        state.update(
+            _packed_weight=None, _packed_key=None, _bias=None, _pending_input=None, _pending_version=None, _pending={}
+        )
         return state
 
     def project(self, member: PackedLinear, input: torch.Tensor) -> torch.Tensor:
         # changes with any member's weight or bias (both are concatenated into the group's own copies)
         key = tuple((other._weight_key(), other.bias.data_ptr(), other.bias._version) for other in self.members)
-        if (input is self._pending_input and _version(input) == self._pending_version and key == self._packed_key
-                and member in self._pending):
+        if (
+            input is self._pending_input
+            and _version(input) == self._pending_version
+            and key == self._packed_key
+            and member in self._pending
+        ):
             output = self._pending.pop(member)
             if not self._pending:
                 self._pending_input = None
@@ -193,12 +202,18 @@ def _dropout_is_identity(dropout: nn.Module) -> bool:
     return not dropout.training or dropout.p == 0
 
 
-def dense_plus_residual(dense: nn.Linear, dropout: nn.Dropout, input: torch.Tensor,
-                        residual: torch.Tensor) -> torch.Tensor:
+def dense_plus_residual(
+    dense: nn.Linear, dropout: nn.Dropout, input: torch.Tensor, residual: torch.Tensor
+) -> torch.Tensor:
     """`dropout(dense(input)) + residual` (a transformer block's output before its LayerNorm), as one oneDNN product
     when `dense` is packed, the packed path applies and the dropout does nothing."""
-    if (type(dense) is PackedLinear and _dropout_is_identity(dropout) and dense._packed_path(input)
-            and dense._projection_group is None and residual.shape == (*input.shape[:-1], dense.out_features)):
+    if (
+        type(dense) is PackedLinear
+        and _dropout_is_identity(dropout)
+        and dense._packed_path(input)
+        and dense._projection_group is None
+        and residual.shape == (*input.shape[:-1], dense.out_features)
+    ):
         return dense.packed_forward_plus(input, residual)
     return dropout(dense(input)) + residual
 
@@ -245,14 +260,23 @@ def pack_linear_weights(model: nn.Module) -> int:
     for module in model.modules():
         for names in _projection_groups(module):
             members = [getattr(module, name) for name in names]
-            if all(type(member) is PackedLinear and member._projection_group is None and member.bias is not None
-                   for member in members) and len({member.in_features for member in members}) == 1:
+            if (
+                all(
+                    type(member) is PackedLinear and member._projection_group is None and member.bias is not None
+                    for member in members
+                )
+                and len({member.in_features for member in members}) == 1
+            ):
                 group = PackedProjectionGroup(members)
                 for member in members:
                     member._projection_group = group
     for module in model.modules():  # pack now what runs alone (a group packs its weights at its first use)
-        if (type(module) is PackedLinear and module._projection_group is None
-                and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32):
+        if (
+            type(module) is PackedLinear
+            and module._projection_group is None
+            and module.weight.device.type == "cpu"
+            and module.weight.dtype == torch.float32
+        ):
             module._repack()
     return count
 

@@ -70,6 +70,7 @@ def _register_captioning() -> None:
     # Absent before transformers 5.19, which did not rewrite "image-to-text": nothing to let through then.
     resolve = getattr(_transformers_pipelines, "_resolve_deprecated_task", None)
     if resolve is not None and not getattr(resolve, "_lets_image_to_text_through", False):
+
         @functools.wraps(resolve)  # `__wrapped__`: transformers' own resolver (the test above restores it)
         def _resolve_deprecated_task(task: str) -> str:
             return task if task == "image-to-text" else resolve(task)

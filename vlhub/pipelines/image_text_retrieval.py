@@ -25,7 +25,11 @@ class AutoModelForImageTextRetrieval:
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         from ..modeling.auto import model_class_for
 
-        hub_kwargs = {k: kwargs[k] for k in ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code") if k in kwargs}
+        hub_kwargs = {
+            k: kwargs[k]
+            for k in ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code")
+            if k in kwargs
+        }
         config = kwargs.pop("config", None) or AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
         _check_can_rank(config)
         model_class = model_class_for(config)
@@ -49,8 +53,10 @@ def _retrieval_scores(model, outputs) -> torch.Tensor:
     architecture = get_architecture(model.config.model_type)
     if architecture.is_pretraining_head(model):
         if architecture.match_score is None:
-            raise ValueError(f"a {architecture.name} pre-training checkpoint cannot rank image-text pairs zero-shot "
-                             "(its architecture declares no matching score): use a retrieval checkpoint")
+            raise ValueError(
+                f"a {architecture.name} pre-training checkpoint cannot rank image-text pairs zero-shot "
+                "(its architecture declares no matching score): use a retrieval checkpoint"
+            )
         return architecture.match_score(outputs)
     logits = outputs.logits
     if logits.ndim != 2 or logits.shape[1] != 1:
@@ -79,7 +85,9 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
         elif text is not None and images is not None and image is None and texts is None:
             query = {"text": text, "images": _non_empty_list(images, "images")}
         else:
-            raise ValueError("pass either image= with texts=[...] (rank texts) or text= with images=[...] (rank images)")
+            raise ValueError(
+                "pass either image= with texts=[...] (rank texts) or text= with images=[...] (rank images)"
+            )
         self._check_query(query)
         if "batch_size" not in kwargs and self._batch_size is None:
             kwargs["batch_size"] = min(len(query.get("texts") or query.get("images")), 16)
@@ -104,7 +112,9 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
             regions = self._regions(query["image"])
             candidates = [(regions, t, {"text": t}) for t in query["texts"]]
         else:
-            candidates = [(self._regions(img), query["text"], {"image_index": i}) for i, img in enumerate(query["images"])]
+            candidates = [
+                (self._regions(img), query["text"], {"image_index": i}) for i, img in enumerate(query["images"])
+            ]
         for n, (regions, text, label) in enumerate(candidates):
             inputs = self.processor(text=[text], regions=[regions], return_tensors="pt")
             yield {"candidate": label, "is_last": n == len(candidates) - 1, **inputs}

@@ -14,8 +14,14 @@ from ..processing.regions import RegionFeatures
 from ..utils.arguments import check_positive_int
 from ..utils.tensors import all_finite
 
-__all__ = ["VisualQuestionAnsweringPipeline", "top_k_parameter", "check_image", "check_finite_output",
-           "ProcessorPipelineMixin", "TopKPipelineMixin"]
+__all__ = [
+    "VisualQuestionAnsweringPipeline",
+    "top_k_parameter",
+    "check_image",
+    "check_finite_output",
+    "ProcessorPipelineMixin",
+    "TopKPipelineMixin",
+]
 
 
 def top_k_parameter(top_k) -> dict:
@@ -173,7 +179,9 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
         check_finite_output(model_outputs["logits"], "answer logits")
         # sigmoid(-inf) = 0 for the "unknown" answer of converted checkpoints, which is never listed.
         probabilities = torch.sigmoid(predictable_answer_logits(model_outputs["logits"].float(), self.model.config))[0]
-        top_k = min(top_k, probabilities.shape[-1] - (getattr(self.model.config, "unknown_answer_id", None) is not None))
+        top_k = min(
+            top_k, probabilities.shape[-1] - (getattr(self.model.config, "unknown_answer_id", None) is not None)
+        )
         scores, ids = probabilities.topk(top_k)
         id2label = self.model.config.id2label
         return [{"score": score.item(), "answer": id2label[i.item()]} for score, i in zip(scores, ids)]

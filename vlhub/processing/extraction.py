@@ -139,12 +139,19 @@ def extract_to_store(
     failures: list[dict] = []
     with accelerator.split_between_processes(pending) as mine:
         # A context: an error closes the bar first, so the error's line starts a line of its own.
-        with tqdm(total=len(pending), desc="extracting regions", unit="img",
-                  disable=not (progress and accelerator.is_local_main_process)) as bar, \
-                RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype,
-                                  process_index=accelerator.process_index) as writer:
+        with (
+            tqdm(
+                total=len(pending),
+                desc="extracting regions",
+                unit="img",
+                disable=not (progress and accelerator.is_local_main_process),
+            ) as bar,
+            RegionStoreWriter(
+                output, shard_size=shard_size, feature_dtype=feature_dtype, process_index=accelerator.process_index
+            ) as writer,
+        ):
             for start in range(0, len(mine), batch_size):
-                batch = mine[start:start + batch_size]
+                batch = mine[start : start + batch_size]
                 for image_id, regions in _extract_batch(extractor, batch, skip_errors, failures):
                     if not isinstance(regions, RegionFeatures):
                         raise TypeError(f"the extractor returned {type(regions).__name__}, not RegionFeatures")

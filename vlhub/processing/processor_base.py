@@ -44,8 +44,16 @@ from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
 __all__ = [
-    "RegionProcessor", "VisionLanguageProcessor", "select_regions", "keep_first_regions", "check_text",
-    "load_region_extractor", "REGION_EXTRACTOR_FOLDER", "REGION_SELECTIONS", "CUT_FROM", "pad_text_rows",
+    "RegionProcessor",
+    "VisionLanguageProcessor",
+    "select_regions",
+    "keep_first_regions",
+    "check_text",
+    "load_region_extractor",
+    "REGION_EXTRACTOR_FOLDER",
+    "REGION_SELECTIONS",
+    "CUT_FROM",
+    "pad_text_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -211,15 +219,23 @@ class RegionProcessor(FeatureExtractionMixin):
         if not by_confidence:  # "first_n" on regions without confidences: a feature file's first `limit`
             return keep_first_regions(regions, limit)
         minimum = self.min_regions if limit is None else min(self.min_regions, limit)
-        return select_regions(regions, self.confidence_threshold, minimum, limit,
-                              in_given_order=self.region_selection == "count_by_confidence")
+        return select_regions(
+            regions,
+            self.confidence_threshold,
+            minimum,
+            limit,
+            in_given_order=self.region_selection == "count_by_confidence",
+        )
 
     def too_many_regions(self, count: int, limit: int) -> str:
         """The error for an image of `count` regions when the selection refuses more than `limit`."""
-        advice = ("select regions first, or set region_selection='first_n' to keep the first ones as the original "
-                  "data loader does" if self.region_selection == "refuse" else
-                  "select regions first, pass detector confidences (scores) so the processor can select by "
-                  "confidence, or set region_selection='first_n' to keep the first ones")
+        advice = (
+            "select regions first, or set region_selection='first_n' to keep the first ones as the original "
+            "data loader does"
+            if self.region_selection == "refuse"
+            else "select regions first, pass detector confidences (scores) so the processor can select by "
+            "confidence, or set region_selection='first_n' to keep the first ones"
+        )
         return f"got {count} regions but this processor allows at most max_regions={limit}; {advice}"
 
     def to_dict(self) -> dict:
@@ -247,7 +263,9 @@ class RegionProcessor(FeatureExtractionMixin):
         if kwargs:
             raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}")
         if return_tensors not in (None, "pt"):
-            raise ValueError(f"vlhub processors return PyTorch tensors; return_tensors must be 'pt', got {return_tensors!r}")
+            raise ValueError(
+                f"vlhub processors return PyTorch tensors; return_tensors must be 'pt', got {return_tensors!r}"
+            )
         batch = [regions] if isinstance(regions, RegionFeatures) else list(regions)
         if not batch:
             raise ValueError("no regions given: pass one RegionFeatures per example")
@@ -317,11 +335,20 @@ def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[li
     return_tensors="pt")`, computed directly for a tokenizer that pads as transformers' base class does (its
     `pad_token_id`, `pad_token_type_id` and `padding_side`): the same tensors without that method's per-row Python
     work (~0.7 ms for a batch of 32). Any other tokenizer is asked to pad."""
-    if (not input_ids or not isinstance(tokenizer, PreTrainedTokenizerBase) or tokenizer.pad_token_id is None
-            or tokenizer.padding_side not in ("right", "left")
-            or type(tokenizer)._pad is not _BASE_PAD or tokenizer.model_input_names[:1] != ["input_ids"]):
-        return tokenizer.pad({"input_ids": input_ids, "token_type_ids": token_type_ids}, padding=True,
-                             return_attention_mask=True, return_tensors="pt")
+    if (
+        not input_ids
+        or not isinstance(tokenizer, PreTrainedTokenizerBase)
+        or tokenizer.pad_token_id is None
+        or tokenizer.padding_side not in ("right", "left")
+        or type(tokenizer)._pad is not _BASE_PAD
+        or tokenizer.model_input_names[:1] != ["input_ids"]
+    ):
+        return tokenizer.pad(
+            {"input_ids": input_ids, "token_type_ids": token_type_ids},
+            padding=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
     longest = max(len(ids) for ids in input_ids)
     pad_id, pad_type = tokenizer.pad_token_id, tokenizer.pad_token_type_id
 
@@ -330,11 +357,13 @@ def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[li
             return torch.tensor([row + [value] * (longest - len(row)) for row in rows], dtype=torch.long)
         return torch.tensor([[value] * (longest - len(row)) + row for row in rows], dtype=torch.long)
 
-    return BatchEncoding({
-        "input_ids": padded(input_ids, pad_id),
-        "token_type_ids": padded(token_type_ids, pad_type),
-        "attention_mask": padded([[1] * len(ids) for ids in input_ids], 0),
-    })
+    return BatchEncoding(
+        {
+            "input_ids": padded(input_ids, pad_id),
+            "token_type_ids": padded(token_type_ids, pad_type),
+            "attention_mask": padded([[1] * len(ids) for ids in input_ids], 0),
+        }
+    )
 
 
 _BASE_PAD = PreTrainedTokenizerBase._pad

@@ -15,8 +15,15 @@ import torch
 
 from ..utils.tensors import all_finite
 
-__all__ = ["RegionFeatures", "FLOAT16_MAX", "MAX_IMAGE_SIDE", "FLOAT16_FEATURES", "check_float16_range",
-           "mark_float16_exact", "marked_float16_exact"]
+__all__ = [
+    "RegionFeatures",
+    "FLOAT16_MAX",
+    "MAX_IMAGE_SIDE",
+    "FLOAT16_FEATURES",
+    "check_float16_range",
+    "mark_float16_exact",
+    "marked_float16_exact",
+]
 
 # Boxes that poke out of the image by floating-point noise (detectors clip in float32) are accepted.
 _BOX_TOLERANCE_PX = 1e-2
@@ -137,9 +144,7 @@ class RegionFeatures:
                 continue
             value = _as_float_tensor(name, value, ndim)
             if value.shape[0] != num_regions:
-                raise ValueError(
-                    f"RegionFeatures.{name} has {value.shape[0]} rows but there are {num_regions} regions"
-                )
+                raise ValueError(f"RegionFeatures.{name} has {value.shape[0]} rows but there are {num_regions} regions")
             setattr(self, name, value)
 
     @staticmethod
@@ -233,8 +238,16 @@ class RegionFeatures:
         )
 
     @classmethod
-    def from_validated(cls, features: torch.Tensor, boxes: torch.Tensor, image_size: tuple, class_probs=None,
-                       scores=None, attribute_probs=None, metadata: dict | None = None) -> "RegionFeatures":
+    def from_validated(
+        cls,
+        features: torch.Tensor,
+        boxes: torch.Tensor,
+        image_size: tuple,
+        class_probs=None,
+        scores=None,
+        attribute_probs=None,
+        metadata: dict | None = None,
+    ) -> "RegionFeatures":
         """Build without checking again: for float32 CPU tensors that already passed this class's validation (a vlhub
         region store validated them when they were written; `select` takes a subset of checked values)."""
         regions = cls.__new__(cls)

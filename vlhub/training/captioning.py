@@ -22,8 +22,15 @@ from .model_card import CardInfo
 from .objectives import Objective
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey
 
-__all__ = ["CaptioningTask", "SelfCriticalCaptioningTask", "most_frequent_caption", "references_by_image",
-           "caption_token_mask", "self_critical_loss", "check_can_caption"]
+__all__ = [
+    "CaptioningTask",
+    "SelfCriticalCaptioningTask",
+    "most_frequent_caption",
+    "references_by_image",
+    "caption_token_mask",
+    "self_critical_loss",
+    "check_can_caption",
+]
 
 
 def references_by_image(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
@@ -58,13 +65,26 @@ class CaptioningTask(TrainingTask):
 
     trainer_name = "finetune.py"
 
-    def __init__(self, model, processor, regions: Mapping[str, RegionFeatures], train, validation,
-                 dataset_name: str, dataset_description: str, objective: Objective | None,
-                 base_model: str | None = None,
-                 test=None, max_new_tokens: int = 20, metrics: Sequence[str] = CAPTION_METRICS):
+    def __init__(
+        self,
+        model,
+        processor,
+        regions: Mapping[str, RegionFeatures],
+        train,
+        validation,
+        dataset_name: str,
+        dataset_description: str,
+        objective: Objective | None,
+        base_model: str | None = None,
+        test=None,
+        max_new_tokens: int = 20,
+        metrics: Sequence[str] = CAPTION_METRICS,
+    ):
         unknown = sorted(set(metrics) - set(CAPTION_METRICS))
         if unknown or not metrics:
-            raise ValueError(f"caption metrics must be a non-empty subset of {list(CAPTION_METRICS)}, got {list(metrics)}")
+            raise ValueError(
+                f"caption metrics must be a non-empty subset of {list(CAPTION_METRICS)}, got {list(metrics)}"
+            )
         self.model = model
         self.processor = processor
         self.regions = regions
@@ -79,8 +99,9 @@ class CaptioningTask(TrainingTask):
         self.metrics = list(metrics)
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective(self.objective.name), seed,
-                                     group_size=group_size)
+        return ObjectiveBatchSampler(
+            len(self.train_dataset), batch_size, FixedObjective(self.objective.name), seed, group_size=group_size
+        )
 
     def generate_captions(self, model, image_ids: Sequence[str], batch_size: int) -> list[str]:
         """Greedy captions of `image_ids`, in order (every process computes all of them: evaluation sets are small)."""
@@ -124,8 +145,10 @@ class CaptioningTask(TrainingTask):
         return results
 
     def hyperparameters(self) -> dict:
-        return {"caption objective": self.objective.name, "evaluation decoding": f"greedy, at most "
-                f"{self.max_new_tokens} tokens"}
+        return {
+            "caption objective": self.objective.name,
+            "evaluation decoding": f"greedy, at most {self.max_new_tokens} tokens",
+        }
 
     def training_summary(self, name: str) -> str:
         """How the captioner was trained, for the model card."""
@@ -133,19 +156,34 @@ class CaptioningTask(TrainingTask):
 
     def card_info(self) -> CardInfo:
         name = _architecture_name(self.model)
-        summary = (f"Describes an image's regions in a sentence. {self.training_summary(name)}; captions come from "
-                   "`generate()` (greedy here; beam search available).")
-        usage = ("import vlhub\nfrom transformers import pipeline\n\n"
-                 "captioner = pipeline(\"image-captioning\", model=\"<this folder>\")\n"
-                 "captioner(regions)  # vlhub.RegionFeatures, or an image when the folder has a region extractor")
-        note = (f"The captions are scored with the COCO caption metrics (PTB tokenisation, CIDEr-D with the split's "
-                f"document frequencies). The baseline gives every image the most frequent training caption, "
-                f"{self.baseline_caption!r}, and is scored the same way (`baseline_*`).")
+        summary = (
+            f"Describes an image's regions in a sentence. {self.training_summary(name)}; captions come from "
+            "`generate()` (greedy here; beam search available)."
+        )
+        usage = (
+            "import vlhub\nfrom transformers import pipeline\n\n"
+            'captioner = pipeline("image-captioning", model="<this folder>")\n'
+            "captioner(regions)  # vlhub.RegionFeatures, or an image when the folder has a region extractor"
+        )
+        note = (
+            f"The captions are scored with the COCO caption metrics (PTB tokenisation, CIDEr-D with the split's "
+            f"document frequencies). The baseline gives every image the most frequent training caption, "
+            f"{self.baseline_caption!r}, and is scored the same way (`baseline_*`)."
+        )
         # CardInfo(title, summary, trainer, dataset name, description, pipeline tag, usage, metric task, ...)
-        return CardInfo(f"{name} fine-tuned for captioning on {self.dataset_name}", summary, self.trainer_name,
-                        self.dataset_name, self.dataset_description, "image-to-text", usage, "image-to-text",
-                        base_model=self.base_model, baseline_note=note,
-                        tags=["image-captioning", self.model.config.model_type])
+        return CardInfo(
+            f"{name} fine-tuned for captioning on {self.dataset_name}",
+            summary,
+            self.trainer_name,
+            self.dataset_name,
+            self.dataset_description,
+            "image-to-text",
+            usage,
+            "image-to-text",
+            base_model=self.base_model,
+            baseline_note=note,
+            tags=["image-captioning", self.model.config.model_type],
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- SCST
@@ -231,14 +269,38 @@ class SelfCriticalCaptioningTask(CaptioningTask):
     1). Evaluation is `CaptioningTask`'s (greedy captions, COCO caption metrics next to the baseline).
     """
 
-    def __init__(self, model, processor, regions: Mapping[str, RegionFeatures], train, validation,
-                 dataset_name: str, dataset_description: str, base_model: str | None = None, test=None,
-                 max_new_tokens: int = 20, metrics: Sequence[str] = CAPTION_METRICS, num_samples: int = 1):
+    def __init__(
+        self,
+        model,
+        processor,
+        regions: Mapping[str, RegionFeatures],
+        train,
+        validation,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        test=None,
+        max_new_tokens: int = 20,
+        metrics: Sequence[str] = CAPTION_METRICS,
+        num_samples: int = 1,
+    ):
         check_can_caption(model, max_new_tokens)
         if num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        super().__init__(model, processor, regions, train, validation, dataset_name, dataset_description, None,
-                         base_model=base_model, test=test, max_new_tokens=max_new_tokens, metrics=metrics)
+        super().__init__(
+            model,
+            processor,
+            regions,
+            train,
+            validation,
+            dataset_name,
+            dataset_description,
+            None,
+            base_model=base_model,
+            test=test,
+            max_new_tokens=max_new_tokens,
+            metrics=metrics,
+        )
         from ..evaluation.captions import CiderD
 
         references = references_by_image(train)
@@ -249,8 +311,9 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         self.num_samples = num_samples
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("scst"), seed,
-                                     group_size=group_size)
+        return ObjectiveBatchSampler(
+            len(self.train_dataset), batch_size, FixedObjective("scst"), seed, group_size=group_size
+        )
 
     def _generation_config(self, captioner, sample: bool):
         from transformers import GenerationConfig
@@ -258,11 +321,18 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         config = captioner.config
         # Plain greedy / ancestral sampling over the whole vocabulary: none of the checkpoint's decoding defaults
         # (top-k, repetition penalties, beams), so the samples follow the distribution the loss differentiates.
-        return GenerationConfig(do_sample=sample, num_beams=1, top_k=0 if sample else None, top_p=1.0 if sample else
-                                None, temperature=1.0 if sample else None, max_new_tokens=self.max_new_tokens,
-                                num_return_sequences=self.num_samples if sample else 1,
-                                eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
-                                bos_token_id=config.bos_token_id)
+        return GenerationConfig(
+            do_sample=sample,
+            num_beams=1,
+            top_k=0 if sample else None,
+            top_p=1.0 if sample else None,
+            temperature=1.0 if sample else None,
+            max_new_tokens=self.max_new_tokens,
+            num_return_sequences=self.num_samples if sample else 1,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=config.pad_token_id,
+            bos_token_id=config.bos_token_id,
+        )
 
     def training_step(self, model, batch):
         captioner = _unwrapped(model)
@@ -283,8 +353,9 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         sampled_ids = [i for i in image_ids for _ in range(self.num_samples)]  # generate() repeats each input k times
         baseline = self.reward(self.processor.batch_decode(greedy[:, length:]), image_ids)  # the captions only
         rewards = self.reward(self.processor.batch_decode(sampled[:, length:]), sampled_ids)
-        advantages = torch.as_tensor(rewards - np.repeat(baseline, self.num_samples), dtype=torch.float32,
-                                     device=device)
+        advantages = torch.as_tensor(
+            rewards - np.repeat(baseline, self.num_samples), dtype=torch.float32, device=device
+        )
         captions = sampled[:, length:]
         config = captioner.config
         mask = caption_token_mask(captions, [t for t in (config.eos_token_id, config.pad_token_id) if t is not None])
@@ -292,19 +363,26 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         logits = model(**captioner.caption_scoring_inputs(repeated, captions, mask)).logits
         log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, captions[..., None]).squeeze(-1)
         loss = self_critical_loss(log_probs, mask, advantages)
-        return loss, {"reward": torch.tensor(rewards.mean(), device=device),
-                      "baseline_reward": torch.tensor(baseline.mean(), device=device), "scst_loss": loss.detach()}
+        return loss, {
+            "reward": torch.tensor(rewards.mean(), device=device),
+            "baseline_reward": torch.tensor(baseline.mean(), device=device),
+            "scst_loss": loss.detach(),
+        }
 
     def hyperparameters(self) -> dict:
-        return {"training": "self-critical sequence training (reward: CIDEr-D with the training references' "
-                "document frequencies, minus the greedy caption's)",
-                "sampled captions per image": self.num_samples,
-                "longest caption (tokens, end included)": self.max_new_tokens,
-                "evaluation decoding": f"greedy, at most {self.max_new_tokens} tokens"}
+        return {
+            "training": "self-critical sequence training (reward: CIDEr-D with the training references' "
+            "document frequencies, minus the greedy caption's)",
+            "sampled captions per image": self.num_samples,
+            "longest caption (tokens, end included)": self.max_new_tokens,
+            "evaluation decoding": f"greedy, at most {self.max_new_tokens} tokens",
+        }
 
     def training_summary(self, name: str) -> str:
-        return ("Fine-tuned with self-critical sequence training (reward: CIDEr-D of a sampled caption minus that of "
-                "the greedy caption)")
+        return (
+            "Fine-tuned with self-critical sequence training (reward: CIDEr-D of a sampled caption minus that of "
+            "the greedy caption)"
+        )
 
 
 def check_can_caption(model, max_new_tokens: int | None = None) -> None:
@@ -318,5 +396,6 @@ def check_can_caption(model, max_new_tokens: int | None = None) -> None:
             f"{type(model).__name__} cannot be trained as a captioner with self-critical training: it is not "
             f"{architecture.name}'s captioning head ({captioner.__name__ if captioner else 'it has none'}), with "
             "generate() and the caption_scoring_inputs hook that scores given captions word by word "
-            "(vlhub.registry.CaptionScorer; see vlhub.training.captioning)")
+            "(vlhub.registry.CaptionScorer; see vlhub.training.captioning)"
+        )
     model.check_generation_inputs(None, max_new_tokens)

@@ -36,69 +36,134 @@ from .data import (
 from .loop import TrainResult, train
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 
-__all__ = ["pretrain_main", "finetune_main", "ModelArguments", "DataArguments", "PretrainArguments",
-           "FinetuneArguments", "PretrainTrainingArguments", "FinetuneTrainingArguments", "launch_command",
-           "redact_secrets"]
+__all__ = [
+    "pretrain_main",
+    "finetune_main",
+    "ModelArguments",
+    "DataArguments",
+    "PretrainArguments",
+    "FinetuneArguments",
+    "PretrainTrainingArguments",
+    "FinetuneTrainingArguments",
+    "launch_command",
+    "redact_secrets",
+]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class ModelArguments:
-    model_type: str = field(default="uniter", metadata={"help": "Architecture of a model built from scratch (any "
-                            "registered vlhub model type).", "aliases": ["--model"]})
-    config_name: str = field(default="tiny", metadata={"help": "Preset (tiny, base) or a config.json, for a model "
-                             "built from scratch.", "aliases": ["--config"]})
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Checkpoint (folder or Hub id) to start "
-                                           "from instead of a fresh model."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder/Hub id or vocab.txt for a "
-                                       "model built from scratch (default for shapes: the shapes world's WordPiece "
-                                       "vocabulary).", "aliases": ["--tokenizer"]})
+    model_type: str = field(
+        default="uniter",
+        metadata={
+            "help": "Architecture of a model built from scratch (any registered vlhub model type).",
+            "aliases": ["--model"],
+        },
+    )
+    config_name: str = field(
+        default="tiny",
+        metadata={
+            "help": "Preset (tiny, base) or a config.json, for a model built from scratch.",
+            "aliases": ["--config"],
+        },
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint (folder or Hub id) to start from instead of a fresh model."}
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Tokenizer folder/Hub id or vocab.txt for a "
+            "model built from scratch (default for shapes: the shapes world's WordPiece "
+            "vocabulary).",
+            "aliases": ["--tokenizer"],
+        },
+    )
 
 
 @dataclass
 class DataArguments:
-    dataset: str = field(default=SHAPES, metadata={"help": "'shapes' (embedded), a region-store folder with "
-                         "captions.jsonl, or a `datasets` folder / data file / Hub name."})
-    region_store: str | None = field(default=None, metadata={"help": "Region store folder for a dataset without "
-                                     "inline region columns (for shapes: where its store is written/reused)."})
-    caption_file: str | None = field(default=None, metadata={"help": "Captions (jsonl/csv/parquet with image_id, "
-                                     "caption) of a region-store dataset."})
+    dataset: str = field(
+        default=SHAPES,
+        metadata={
+            "help": "'shapes' (embedded), a region-store folder with "
+            "captions.jsonl, or a `datasets` folder / data file / Hub name."
+        },
+    )
+    region_store: str | None = field(
+        default=None,
+        metadata={
+            "help": "Region store folder for a dataset without "
+            "inline region columns (for shapes: where its store is written/reused)."
+        },
+    )
+    caption_file: str | None = field(
+        default=None,
+        metadata={"help": "Captions (jsonl/csv/parquet with image_id, caption) of a region-store dataset."},
+    )
     shapes_seed: int = field(default=0, metadata={"help": "Seed of the shapes world (not of training)."})
-    region_cache_mb: int = field(default=DEFAULT_REGION_CACHE_MB, metadata={"help": "Most recently read region "
-                                 "features kept per process, in MiB (0: none), used only when the whole store fits in "
-                                 "it; the OS page cache over the store's memory-mapped shards does the rest."})
+    region_cache_mb: int = field(
+        default=DEFAULT_REGION_CACHE_MB,
+        metadata={
+            "help": "Most recently read region "
+            "features kept per process, in MiB (0: none), used only when the whole store fits in "
+            "it; the OS page cache over the store's memory-mapped shards does the rest."
+        },
+    )
 
 
 @dataclass
 class PretrainArguments:
-    objectives: list[str] | None = field(default=None, metadata={"help": "name:ratio of the architecture's "
-                                         "objectives (UNITER: mlm, mrfr, mrc, mrc-kl, itm, wra = ITM + word-region "
-                                         "alignment, and itc, an image-text contrastive extension that is not "
-                                         "UNITER's). Default: the architecture's original mix (UNITER's in-domain "
-                                         "wra:2 mlm:2 mrfr:1 mrc-kl:1)."})
+    objectives: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "name:ratio of the architecture's "
+            "objectives (UNITER: mlm, mrfr, mrc, mrc-kl, itm, wra = ITM + word-region "
+            "alignment, and itc, an image-text contrastive extension that is not "
+            "UNITER's). Default: the architecture's original mix (UNITER's in-domain "
+            "wra:2 mlm:2 mrfr:1 mrc-kl:1)."
+        },
+    )
     mlm_probability: float = field(default=0.15)
     region_mask_probability: float = field(default=0.15)
     itm_negative_probability: float = field(default=0.5)
-    itm_hard_negative_probability: float = field(default=0.0, metadata={"help": "Share of ITM negatives that keep "
-                                                 "the image and take a caption contradicting it in one word (data "
-                                                 "that can make them: the shapes world); the others swap the image."})
+    itm_hard_negative_probability: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of ITM negatives that keep "
+            "the image and take a caption contradicting it in one word (data "
+            "that can make them: the shapes world); the others swap the image."
+        },
+    )
     # Two-pass scheduled sampling (TDEN's Two-Pass-A): objectives with a second pass (TDEN: joint) train each batch
     # again, with another optimizer step, after its masked words take the first pass's predictions.
-    scheduled_sampling: bool = field(default=False, metadata={"help": "Two-pass scheduled sampling (TDEN's joint: "
-                                     "a second pass and optimizer step per batch on the first pass's predictions)."})
+    scheduled_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Two-pass scheduled sampling (TDEN's joint: "
+            "a second pass and optimizer step per batch on the first pass's predictions)."
+        },
+    )
     scheduled_sampling_probability: float = field(
-        default=1.0, metadata={"help": "Share of the masked positions given a prediction (1: all, as the original)."})
+        default=1.0, metadata={"help": "Share of the masked positions given a prediction (1: all, as the original)."}
+    )
 
 
 @dataclass
 class PretrainTrainingArguments(VlhubTrainingArguments):
     default_max_steps: ClassVar[int] = 600
 
-    output_dir: str = field(default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and "
-                            "log_history.jsonl go."})
-    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate (a tiny model from scratch "
-                                 "takes a large one; the original uniter-base used 5e-5)."})
+    output_dir: str = field(
+        default="runs/uniter-shapes", metadata={"help": "Where checkpoints, the final model and log_history.jsonl go."}
+    )
+    learning_rate: float = field(
+        default=1e-3,
+        metadata={
+            "help": "Peak learning rate (a tiny model from scratch "
+            "takes a large one; the original uniter-base used 5e-5)."
+        },
+    )
     warmup_steps: int = field(default=30)
     eval_steps: int = field(default=0)
     max_eval_samples: int = field(default=256)
@@ -107,29 +172,62 @@ class PretrainTrainingArguments(VlhubTrainingArguments):
 
 @dataclass
 class FinetuneArguments:
-    task: str = field(default="vqa", metadata={"help": "vqa | multiple_choice | retrieval | captioning. "
-                      "multiple_choice: choose the right answer among --num_choices candidates (VCR-style Q→A; "
-                      "UNITER, VL-BERT, ViLBERT, TDEN); on shapes the candidates are drawn from its VQA answers, on "
-                      "your data rows have image_id, question, choices, label."})
+    task: str = field(
+        default="vqa",
+        metadata={
+            "help": "vqa | multiple_choice | retrieval | captioning. "
+            "multiple_choice: choose the right answer among --num_choices candidates (VCR-style Q→A; "
+            "UNITER, VL-BERT, ViLBERT, TDEN); on shapes the candidates are drawn from its VQA answers, on "
+            "your data rows have image_id, question, choices, label."
+        },
+    )
     model_name_or_path: str = field(default="runs/uniter-shapes", metadata={"help": "Pre-trained checkpoint."})
-    answer_vocabulary: str | None = field(default=None, metadata={"help": "VQA on a user dataset: a JSON list of "
-                                          "answers (index = label id) or {id: answer}."})
-    num_choices: int = field(default=4, metadata={"help": "Multiple choice on the shapes world: candidates per "
-                             "question (the right answer and distractors of its answer type; types with fewer "
-                             "answers are left out)."})
-    num_sampled_negatives: int = field(default=15, metadata={"help": "Retrieval: random negatives scored per "
-                                       "positive and direction (UNITER's original: 399; heads trained on in-batch "
-                                       "negatives, as TDEN's, ignore it)."})
-    num_hard_negatives: int = field(default=3, metadata={"help": "Retrieval: hardest of them trained on (original: "
-                                    "31; ignored by in-batch heads)."})
+    answer_vocabulary: str | None = field(
+        default=None,
+        metadata={"help": "VQA on a user dataset: a JSON list of answers (index = label id) or {id: answer}."},
+    )
+    num_choices: int = field(
+        default=4,
+        metadata={
+            "help": "Multiple choice on the shapes world: candidates per "
+            "question (the right answer and distractors of its answer type; types with fewer "
+            "answers are left out)."
+        },
+    )
+    num_sampled_negatives: int = field(
+        default=15,
+        metadata={
+            "help": "Retrieval: random negatives scored per "
+            "positive and direction (UNITER's original: 399; heads trained on in-batch "
+            "negatives, as TDEN's, ignore it)."
+        },
+    )
+    num_hard_negatives: int = field(
+        default=3, metadata={"help": "Retrieval: hardest of them trained on (original: 31; ignored by in-batch heads)."}
+    )
     max_gallery_images: int = field(default=50, metadata={"help": "Retrieval evaluation: images in the gallery."})
-    caption_metrics: list[str] | None = field(default=None, metadata={"help": "Captioning evaluation: COCO caption "
-                                              "metrics to report (Bleu_1..Bleu_4 METEOR ROUGE_L CIDEr; default all)."})
-    max_caption_tokens: int = field(default=20, metadata={"help": "Captioning evaluation (and --scst sampling): "
-                                    "longest generated caption in word pieces, end token included (original: 20)."})
-    scst: bool = field(default=False, metadata={"help": "Captioning: self-critical sequence training from a "
-                       "fine-tuned captioner (reward: CIDEr-D of a sampled caption minus the greedy caption's; the "
-                       "original used lr 1e-6 for VLP-base)."})
+    caption_metrics: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Captioning evaluation: COCO caption "
+            "metrics to report (Bleu_1..Bleu_4 METEOR ROUGE_L CIDEr; default all)."
+        },
+    )
+    max_caption_tokens: int = field(
+        default=20,
+        metadata={
+            "help": "Captioning evaluation (and --scst sampling): "
+            "longest generated caption in word pieces, end token included (original: 20)."
+        },
+    )
+    scst: bool = field(
+        default=False,
+        metadata={
+            "help": "Captioning: self-critical sequence training from a "
+            "fine-tuned captioner (reward: CIDEr-D of a sampled caption minus the greedy caption's; the "
+            "original used lr 1e-6 for VLP-base)."
+        },
+    )
     scst_num_samples: int = field(default=1, metadata={"help": "--scst: captions sampled per image (original: 1)."})
 
 
@@ -189,27 +287,37 @@ def _load_tokenizer(name: str | None, dataset: str, lowercase: bool):
     except HubTimeoutError:
         raise
     except OSError as err:
-        raise SystemExit(f"cannot load the tokenizer {name!r} ({err}); pass --tokenizer_name with a local folder or a "
-                         "vocab.txt (offline, nothing can be downloaded)") from err
+        raise SystemExit(
+            f"cannot load the tokenizer {name!r} ({err}); pass --tokenizer_name with a local folder or a "
+            "vocab.txt (offline, nothing can be downloaded)"
+        ) from err
 
 
 def _default_mix_for_data(model_type: str, available, sample_regions) -> ObjectiveMix:
     """The architecture's original mix, without the objectives whose region fields the data lacks (said in the log);
     none left is an error naming --objectives."""
     mix = default_objective_mix(model_type)
-    missing = {name: [f for f in available[name].region_fields if getattr(sample_regions, f) is None]
-               for name in mix if name in available}
+    missing = {
+        name: [f for f in available[name].region_fields if getattr(sample_regions, f) is None]
+        for name in mix
+        if name in available
+    }
     kept = {name: ratio for name, ratio in mix.items() if not missing.get(name)}
     dropped = {name: fields for name, fields in missing.items() if fields}
     if not kept:
-        raise SystemExit(f"none of {model_type}'s default objectives ({', '.join(mix)}) can train on these regions "
-                         f"(they lack {sorted({f for fields in dropped.values() for f in fields})}); choose "
-                         f"objectives with --objectives from {', '.join(sorted(available))}")
+        raise SystemExit(
+            f"none of {model_type}'s default objectives ({', '.join(mix)}) can train on these regions "
+            f"(they lack {sorted({f for fields in dropped.values() for f in fields})}); choose "
+            f"objectives with --objectives from {', '.join(sorted(available))}"
+        )
     if dropped:
-        logger.warning("the data's regions have no " + ", ".join(sorted({f for v in dropped.values() for f in v}))
-                       + f": the default mix drops {', '.join(sorted(dropped))} and trains "
-                       + ", ".join(f"{name}:{ratio:g}" for name, ratio in kept.items())
-                       + " (set --objectives to choose)")
+        logger.warning(
+            "the data's regions have no "
+            + ", ".join(sorted({f for v in dropped.values() for f in v}))
+            + f": the default mix drops {', '.join(sorted(dropped))} and trains "
+            + ", ".join(f"{name}:{ratio:g}" for name, ratio in kept.items())
+            + " (set --objectives to choose)"
+        )
     return ObjectiveMix(kept, available)
 
 
@@ -240,8 +348,10 @@ def _source_config(source: str, how_to_make_one: str):
     from transformers import AutoConfig
 
     if missing_local_folder(source):
-        raise SystemExit(f"--model_name_or_path {source}: no such folder (make one with {how_to_make_one}, or pass a "
-                         "checkpoint folder or Hub id)")
+        raise SystemExit(
+            f"--model_name_or_path {source}: no such folder (make one with {how_to_make_one}, or pass a "
+            "checkpoint folder or Hub id)"
+        )
     location = local_or_download(source, "the model")
     try:
         return location, AutoConfig.from_pretrained(location)
@@ -258,8 +368,9 @@ def _load_task_model(model_class, source: str, source_config, architecture, **kw
 
     from .finetuning import load_pretraining_state
 
-    if (architecture.task_models.get("pretraining") not in (source_config.architectures or [])
-            or not architecture.initializes_from_pretraining(model_class)):
+    if architecture.task_models.get("pretraining") not in (
+        source_config.architectures or []
+    ) or not architecture.initializes_from_pretraining(model_class):
         return model_class.from_pretrained(source, **kwargs)
     report_logger = transformers_logging.get_logger("transformers.modeling_utils")
     level = report_logger.level
@@ -273,13 +384,18 @@ def _load_task_model(model_class, source: str, source_config, architecture, **kw
         initialised = sorted(set(model.initialize_from_pretraining(load_pretraining_state(source))))
     missing = sorted(set(info["missing_keys"]) - set(initialised))
     if initialised:
-        logger.info(f"{model_class.__name__}: {', '.join(initialised)} initialised from the pre-trained heads of {source}")
+        logger.info(
+            f"{model_class.__name__}: {', '.join(initialised)} initialised from the pre-trained heads of {source}"
+        )
     if missing:
-        logger.warning(f"{model_class.__name__} from {source}: newly initialised (not in the checkpoint): "
-                       f"{', '.join(missing)}")
+        logger.warning(
+            f"{model_class.__name__} from {source}: newly initialised (not in the checkpoint): {', '.join(missing)}"
+        )
     if info["unexpected_keys"]:
-        logger.info(f"{model_class.__name__} from {source}: unused weights of the checkpoint: "
-                    f"{', '.join(sorted(info['unexpected_keys']))}")
+        logger.info(
+            f"{model_class.__name__} from {source}: unused weights of the checkpoint: "
+            f"{', '.join(sorted(info['unexpected_keys']))}"
+        )
     return model
 
 
@@ -297,20 +413,32 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
             raise SystemExit(f"--model_type {model_args.model_type}: this architecture has no pre-training head")
     location = None  # where the starting checkpoint's files are: a Hub id's downloaded within the deadlines
     if model_args.model_name_or_path:
-        location, config = _source_config(model_args.model_name_or_path,
-                                           "python pretrain.py --model_type ... (from scratch)")
+        location, config = _source_config(
+            model_args.model_name_or_path, "python pretrain.py --model_type ... (from scratch)"
+        )
         _refuse_pixel_models(config, "pretrain.py", model_args.model_name_or_path)
-    elif (model_args.config_name and Path(model_args.config_name).is_file()
-          and model_args.config_name not in get_architecture(model_args.model_type).config_presets):
-        _refuse_pixel_models(json.loads(Path(model_args.config_name).read_text()), "pretrain.py",
-                             model_args.config_name)
+    elif (
+        model_args.config_name
+        and Path(model_args.config_name).is_file()
+        and model_args.config_name not in get_architecture(model_args.model_type).config_presets
+    ):
+        _refuse_pixel_models(
+            json.loads(Path(model_args.config_name).read_text()), "pretrain.py", model_args.config_name
+        )
     set_seed(training_args.seed)
-    corpus = load_caption_corpus(data_args.dataset, data_args.region_store, data_args.caption_file,
-                                 shapes_seed=data_args.shapes_seed, region_cache_mb=data_args.region_cache_mb)
+    corpus = load_caption_corpus(
+        data_args.dataset,
+        data_args.region_store,
+        data_args.caption_file,
+        shapes_seed=data_args.shapes_seed,
+        region_cache_mb=data_args.region_cache_mb,
+    )
     lowercase = get_architecture(model_args.model_type).lowercase if not model_args.model_name_or_path else False
     model, processor = build_pretraining_model(
-        location, model_args.config_name,
-        _load_tokenizer(model_args.tokenizer_name, data_args.dataset, lowercase), corpus,
+        location,
+        model_args.config_name,
+        _load_tokenizer(model_args.tokenizer_name, data_args.dataset, lowercase),
+        corpus,
         model_type=model_args.model_type,
     )
     if data_args.dataset == SHAPES and not model_args.model_name_or_path:
@@ -325,13 +453,19 @@ def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         mix = ObjectiveMix.parse(pretrain_args.objectives, available)
     else:
         mix = _default_mix_for_data(model_type, available, corpus.sample_regions())
-    task = PretrainingTask(model, processor, corpus, mix, base_model=model_args.model_name_or_path,
-                           mlm_probability=pretrain_args.mlm_probability,
-                           region_mask_probability=pretrain_args.region_mask_probability,
-                           itm_negative_probability=pretrain_args.itm_negative_probability,
-                           itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability,
-                           scheduled_sampling=pretrain_args.scheduled_sampling,
-                           scheduled_sampling_probability=pretrain_args.scheduled_sampling_probability)
+    task = PretrainingTask(
+        model,
+        processor,
+        corpus,
+        mix,
+        base_model=model_args.model_name_or_path,
+        mlm_probability=pretrain_args.mlm_probability,
+        region_mask_probability=pretrain_args.region_mask_probability,
+        itm_negative_probability=pretrain_args.itm_negative_probability,
+        itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability,
+        scheduled_sampling=pretrain_args.scheduled_sampling,
+        scheduled_sampling_probability=pretrain_args.scheduled_sampling_probability,
+    )
     return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
 
 
@@ -348,14 +482,17 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
     """(table of the task's rows per split, regions, id2label or None, name, description, majority baselines)."""
     if data_args.dataset == SHAPES:
         world = shapes_world(seed=data_args.shapes_seed)
-        regions = RegionCache(shapes_region_store(world, data_args.region_store, data_args.shapes_seed),
-                              data_args.region_cache_mb << 20)
+        regions = RegionCache(
+            shapes_region_store(world, data_args.region_store, data_args.shapes_seed), data_args.region_cache_mb << 20
+        )
         if finetune_args.task == "vqa":
             table = world.vqa()
             baselines = {split: world.majority_baseline(split) for split in ("validation", "test")}
-            description = (f"VQA on the embedded shapes world (seed {data_args.shapes_seed}): {len(table['train'])} "
-                           f"training questions, {len(table['validation'])} validation and {len(table['test'])} test "
-                           f"questions about held-out images, {len(world.answer_vocabulary)} answers.")
+            description = (
+                f"VQA on the embedded shapes world (seed {data_args.shapes_seed}): {len(table['train'])} "
+                f"training questions, {len(table['validation'])} validation and {len(table['test'])} test "
+                f"questions about held-out images, {len(world.answer_vocabulary)} answers."
+            )
             return table, regions, dict(world.id2label), "vlhub/shapes", description, baselines
         if finetune_args.task == "multiple_choice":
             try:
@@ -363,19 +500,24 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
             except ValueError as err:
                 raise SystemExit(f"--num_choices: {err}") from err
             skipped = world.multiple_choice_skipped_types(finetune_args.num_choices)
-            description = (f"Multiple choice on the embedded shapes world (seed {data_args.shapes_seed}): its VQA "
-                           f"questions with {finetune_args.num_choices} candidate answers each (the right answer and "
-                           f"distractors of the same answer type, seeded), {len(table['train'])} training, "
-                           f"{len(table['validation'])} validation and {len(table['test'])} test questions"
-                           + (f"; {' and '.join(skipped)} questions left out (too few answers of their type)."
-                              if skipped else "."))
+            description = (
+                f"Multiple choice on the embedded shapes world (seed {data_args.shapes_seed}): its VQA "
+                f"questions with {finetune_args.num_choices} candidate answers each (the right answer and "
+                f"distractors of the same answer type, seeded), {len(table['train'])} training, "
+                f"{len(table['validation'])} validation and {len(table['test'])} test questions"
+                + (f"; {' and '.join(skipped)} questions left out (too few answers of their type)." if skipped else ".")
+            )
             if not len(table["train"]):
-                raise SystemExit(f"--num_choices {finetune_args.num_choices}: no answer type of the shapes world has "
-                                 "that many answers")
+                raise SystemExit(
+                    f"--num_choices {finetune_args.num_choices}: no answer type of the shapes world has "
+                    "that many answers"
+                )
             return table, regions, None, "vlhub/shapes", description, {}
         table = world.captions()
-        description = (f"Captions of the embedded shapes world (seed {data_args.shapes_seed}): "
-                       f"{len(table['train'])} training captions.")
+        description = (
+            f"Captions of the embedded shapes world (seed {data_args.shapes_seed}): "
+            f"{len(table['train'])} training captions."
+        )
         return table, regions, None, "vlhub/shapes", description, {}
     table = load_table(data_args.dataset)
     if not data_args.region_store:
@@ -395,13 +537,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
-    from .finetuning import (
-        MultipleChoiceDataset,
-        MultipleChoiceTask,
-        VqaDataset,
-        VqaTask,
-        retrieval_task,
-    )
+    from .finetuning import MultipleChoiceDataset, MultipleChoiceTask, VqaDataset, VqaTask, retrieval_task
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -409,16 +545,20 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     if finetune_args.task not in FINETUNING_TASKS:
         raise SystemExit(f"--task must be {', '.join(FINETUNING_TASKS)}, got {finetune_args.task!r}")
     if finetune_args.scst and finetune_args.task != "captioning":
-        raise SystemExit(f"--scst is self-critical training of a captioner: use it with --task captioning, not "
-                         f"--task {finetune_args.task}")
+        raise SystemExit(
+            f"--scst is self-critical training of a captioner: use it with --task captioning, not "
+            f"--task {finetune_args.task}"
+        )
     source = finetune_args.model_name_or_path
     location, source_config = _source_config(source, "python pretrain.py")
     _refuse_pixel_models(source_config, "finetune.py", source)
     architecture = get_architecture(source_config.model_type)
     head = FINETUNING_TASKS[finetune_args.task]
     if not architecture.has_task(head):
-        raise SystemExit(f"--task {finetune_args.task}: {architecture.name} has no {finetune_args.task} head "
-                         f"(its heads: {', '.join(sorted(architecture.task_models))})")
+        raise SystemExit(
+            f"--task {finetune_args.task}: {architecture.name} has no {finetune_args.task} head "
+            f"(its heads: {', '.join(sorted(architecture.task_models))})"
+        )
     set_seed(training_args.seed)
     table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
     # A processor may lay text out per task (VL-BERT's VQA answer slot): `for_task` gives the task's processor.
@@ -430,12 +570,23 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
         unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
         # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
-        model = _load_task_model(model_class, location, source_config, architecture, id2label=id2label,
-                                 label2id=label2id, **unknown)
+        model = _load_task_model(
+            model_class, location, source_config, architecture, id2label=id2label, label2id=label2id, **unknown
+        )
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
-        task = VqaTask(model, processor, regions, splits["train"], splits.get("validation"), name, description,
-                       base_model=source, test=splits.get("test"), majority_baselines=baselines)
+        task = VqaTask(
+            model,
+            processor,
+            regions,
+            splits["train"],
+            splits.get("validation"),
+            name,
+            description,
+            base_model=source,
+            test=splits.get("test"),
+            majority_baselines=baselines,
+        )
     elif finetune_args.task == "multiple_choice":
         # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).
         if "train" not in table:
@@ -443,28 +594,47 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
         model = model_class.from_pretrained(location, num_labels=1)
         try:
-            task = MultipleChoiceTask(model, processor, regions, splits["train"], splits.get("validation"), name,
-                                      description, base_model=source, test=splits.get("test"))
+            task = MultipleChoiceTask(
+                model,
+                processor,
+                regions,
+                splits["train"],
+                splits.get("validation"),
+                name,
+                description,
+                base_model=source,
+                test=splits.get("test"),
+            )
         except ValueError as err:
             raise SystemExit(f"--task multiple_choice: {err}") from err
     elif finetune_args.task == "captioning":
-        task = _captioning_task(architecture, model_class, source, location, processor, table, regions, name,
-                                description, finetune_args)
+        task = _captioning_task(
+            architecture, model_class, source, location, processor, table, regions, name, description, finetune_args
+        )
     else:
         # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
         model = _load_task_model(model_class, location, source_config, architecture)
         validation = table["validation"] if "validation" in table else table["train"]
         # The head says how its original trained (sampled hard negatives, or the hardest in the batch).
-        task = retrieval_task(model, processor, regions, caption_pairs(table["train"], name),
-                              caption_pairs(validation, name), name, description, base_model=source,
-                              num_sampled=finetune_args.num_sampled_negatives,
-                              num_hard=finetune_args.num_hard_negatives,
-                              max_gallery_images=finetune_args.max_gallery_images)
+        task = retrieval_task(
+            model,
+            processor,
+            regions,
+            caption_pairs(table["train"], name),
+            caption_pairs(validation, name),
+            name,
+            description,
+            base_model=source,
+            num_sampled=finetune_args.num_sampled_negatives,
+            num_hard=finetune_args.num_hard_negatives,
+            max_gallery_images=finetune_args.max_gallery_images,
+        )
     return train(task, training_args, command=command, callbacks=callbacks)
 
 
-def _captioning_task(architecture, model_class, source, location, processor, table, regions, name, description,
-                     finetune_args):
+def _captioning_task(
+    architecture, model_class, source, location, processor, table, regions, name, description, finetune_args
+):
     """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`),
     or with `--scst` a `SelfCriticalCaptioningTask`."""
     from ..evaluation.captions import CAPTION_METRICS
@@ -474,20 +644,43 @@ def _captioning_task(architecture, model_class, source, location, processor, tab
     if "train" not in table:
         raise SystemExit(f"--task captioning: the dataset has no train split (it has {', '.join(table)})")
     splits = {s: caption_pairs(table[s], f"the {s} split") for s in table}
-    common = dict(base_model=source, test=splits.get("test"), max_new_tokens=finetune_args.max_caption_tokens,
-                  metrics=finetune_args.caption_metrics or CAPTION_METRICS)
+    common = dict(
+        base_model=source,
+        test=splits.get("test"),
+        max_new_tokens=finetune_args.max_caption_tokens,
+        metrics=finetune_args.caption_metrics or CAPTION_METRICS,
+    )
     if finetune_args.scst:
         model = model_class.from_pretrained(location)
         try:
-            return SelfCriticalCaptioningTask(model, processor, regions, splits["train"], splits.get("validation"),
-                                              name, description, num_samples=finetune_args.scst_num_samples,
-                                              **common)
+            return SelfCriticalCaptioningTask(
+                model,
+                processor,
+                regions,
+                splits["train"],
+                splits.get("validation"),
+                name,
+                description,
+                num_samples=finetune_args.scst_num_samples,
+                **common,
+            )
         except ValueError as err:
             raise SystemExit(f"--scst: {err}") from err
     objective_name = architecture.finetuning_objectives.get("captioning")
     if objective_name is None:
-        raise SystemExit(f"--task captioning: {architecture.name} declares no caption training objective "
-                         "(Architecture.finetuning_objectives)")
+        raise SystemExit(
+            f"--task captioning: {architecture.name} declares no caption training objective "
+            "(Architecture.finetuning_objectives)"
+        )
     objective = objectives_for(architecture.model_type)[objective_name]
-    return CaptioningTask(model_class.from_pretrained(location), processor, regions, splits["train"],
-                          splits.get("validation"), name, description, objective, **common)
+    return CaptioningTask(
+        model_class.from_pretrained(location),
+        processor,
+        regions,
+        splits["train"],
+        splits.get("validation"),
+        name,
+        description,
+        objective,
+        **common,
+    )

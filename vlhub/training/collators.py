@@ -77,9 +77,12 @@ class PretrainingCollator:
         contradict=None,
         itm_hard_negative_probability: float = 0.0,
     ):
-        for name, value in (("mlm_probability", mlm_probability), ("region_mask_probability", region_mask_probability),
-                            ("itm_negative_probability", itm_negative_probability),
-                            ("itm_hard_negative_probability", itm_hard_negative_probability)):
+        for name, value in (
+            ("mlm_probability", mlm_probability),
+            ("region_mask_probability", region_mask_probability),
+            ("itm_negative_probability", itm_negative_probability),
+            ("itm_hard_negative_probability", itm_hard_negative_probability),
+        ):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.processor = processor
@@ -125,8 +128,10 @@ class PretrainingCollator:
         if self._batch_regions:  # a streamed batch: the other image comes from the batch itself
             others = [other for other in self._batch_regions if other != image_id]
             if not others:
-                raise ValueError("a streamed batch holds captions of one image only, so no caption can be paired "
-                                 "with another image; raise --per_device_train_batch_size or --shuffle_buffer_size")
+                raise ValueError(
+                    "a streamed batch holds captions of one image only, so no caption can be paired "
+                    "with another image; raise --per_device_train_batch_size or --shuffle_buffer_size"
+                )
             return others[int(rng.integers(len(others)))]
         while True:
             candidate = self.image_ids[int(rng.integers(len(self.image_ids)))]
@@ -139,8 +144,10 @@ class PretrainingCollator:
             other_id, caption = self.pairs[int(rng.integers(len(self.pairs)))]
             if other_id != image_id:
                 return caption
-        raise ValueError(f"1000 random captions of the caption table all belong to image {image_id!r}: a mismatched "
-                         "caption needs captions of other images")
+        raise ValueError(
+            f"1000 random captions of the caption table all belong to image {image_id!r}: a mismatched "
+            "caption needs captions of other images"
+        )
 
     def __call__(self, examples: Sequence[dict]) -> dict:
         names = {e["objective"] for e in examples}
@@ -214,14 +221,29 @@ class InlineSmallTensors:
         return batch
 
 
-_INLINE_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                  torch.float32, torch.float64}
+_INLINE_DTYPES = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+}
 
 
 def _inlinable(value, max_bytes: int) -> bool:
-    return (type(value) is torch.Tensor and value.device.type == "cpu" and value.dtype in _INLINE_DTYPES
-            and not value.requires_grad and value.is_contiguous() and not value.__dict__
-            and value.numel() * value.element_size() <= max_bytes)
+    return (
+        type(value) is torch.Tensor
+        and value.device.type == "cpu"
+        and value.dtype in _INLINE_DTYPES
+        and not value.requires_grad
+        and value.is_contiguous()
+        and not value.__dict__
+        and value.numel() * value.element_size() <= max_bytes
+    )
 
 
 class _InlineTensor:

@@ -121,8 +121,9 @@ class InlineRegions(Mapping):
 
     def __getitem__(self, image_id: str) -> RegionFeatures:
         row = self.dataset[self.index[image_id]]
-        return RegionFeatures.from_dict({k: row[k] for k in row if k in (*_INLINE_REGION_COLUMNS, "scores",
-                                                                            "class_probs", "attribute_probs")})
+        return RegionFeatures.from_dict(
+            {k: row[k] for k in row if k in (*_INLINE_REGION_COLUMNS, "scores", "class_probs", "attribute_probs")}
+        )
 
     def __iter__(self):
         return iter(self.index)
@@ -168,9 +169,13 @@ def shapes_store_key(world) -> str:
 
     digest = hashlib.sha256(f"store format {STORE_VERSION}".encode())  # a new layout gets a new store
     extractor = ShapesRegionExtractor()
-    settings = {"feature_dim": extractor.feature_dim, "pool_size": extractor.pool_size,
-                "include_whole_image": extractor.include_whole_image, "class_smoothing": extractor.class_smoothing,
-                "projection_seed": extractor.projection_seed}
+    settings = {
+        "feature_dim": extractor.feature_dim,
+        "pool_size": extractor.pool_size,
+        "include_whole_image": extractor.include_whole_image,
+        "class_smoothing": extractor.class_smoothing,
+        "projection_seed": extractor.projection_seed,
+    }
     digest.update(json.dumps(settings, sort_keys=True).encode())
     for split in SPLITS:
         for scene in world.scenes(split):
@@ -197,8 +202,9 @@ def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed:
         return world.write_region_store(directory)
 
 
-def open_region_source(path: str | os.PathLike,
-                       cache_mb: int = DEFAULT_REGION_CACHE_MB) -> Mapping[str, RegionFeatures]:
+def open_region_source(
+    path: str | os.PathLike, cache_mb: int = DEFAULT_REGION_CACHE_MB
+) -> Mapping[str, RegionFeatures]:
     """A region store folder as image_id → RegionFeatures, with a per-process cache of at most `cache_mb` MiB when
     the whole store fits in it.
 
@@ -210,8 +216,10 @@ def open_region_source(path: str | os.PathLike,
 
     store = RegionStore(path)
     if cache_mb > 0 and sum(shard.stat().st_size for shard in store.shard_files) > cache_mb << 20:
-        logger.info(f"region store {path} is larger than --region_cache_mb {cache_mb}: reads go through the OS page "
-                    "cache only (a smaller cache would mostly miss)")
+        logger.info(
+            f"region store {path} is larger than --region_cache_mb {cache_mb}: reads go through the OS page "
+            "cache only (a smaller cache would mostly miss)"
+        )
         return store
     return RegionCache(store, cache_mb << 20)
 
@@ -235,8 +243,9 @@ def load_table(source: str, split_names=("train", "validation")):
         except datasets.exceptions.DatasetGenerationError as err:
             # datasets says only "An error occurred while generating the dataset"; the cause names the problem.
             cause = err.__cause__ or err
-            raise VlhubUserError(f"{path} (a {kind} data file) cannot be read: {type(cause).__name__}: "
-                                 f"{one_line(cause)}") from err
+            raise VlhubUserError(
+                f"{path} (a {kind} data file) cannot be read: {type(cause).__name__}: {one_line(cause)}"
+            ) from err
     if path.exists():
         raise ValueError(f"{path} is neither a `datasets` folder (save_to_disk) nor a data file")
     from ..utils.network import with_deadline
@@ -309,8 +318,10 @@ def caption_pairs(split, where: str) -> CaptionPairs:
     columns = split.column_names
     caption_column = next((c for c in _CAPTION_COLUMNS if c in columns), None)
     if "image_id" not in columns or caption_column is None:
-        raise ValueError(f"{where} needs an 'image_id' column and a caption column ({' / '.join(_CAPTION_COLUMNS)}); "
-                         f"it has {columns}")
+        raise ValueError(
+            f"{where} needs an 'image_id' column and a caption column ({' / '.join(_CAPTION_COLUMNS)}); "
+            f"it has {columns}"
+        )
     table = split.select_columns(["image_id", caption_column]).with_format("arrow")[:]  # zero-copy without indices
     pairs = CaptionPairs(table.column("image_id"), table.column(caption_column))
     captions = pairs.captions.column
@@ -318,7 +329,9 @@ def caption_pairs(split, where: str) -> CaptionPairs:
     bad = pc.or_kleene(pc.is_null(captions), pc.equal(pc.utf8_trim_whitespace(captions), ""))
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
-        check_text(captions[row].as_py(), f"{where}: the {caption_column} of row {row} (image {pairs.image_ids[row]!r})")
+        check_text(
+            captions[row].as_py(), f"{where}: the {caption_column} of row {row} (image {pairs.image_ids[row]!r})"
+        )
     if pairs.image_ids.column.null_count:
         row = pc.index(pc.is_null(pairs.image_ids.column), True).as_py()
         raise ValueError(f"{where}: row {row} has no image_id")
@@ -352,17 +365,22 @@ def load_caption_corpus(
         regions = RegionCache(shapes_region_store(world, region_store or cache_dir, shapes_seed), region_cache_mb << 20)
         train, validation = _splits(table, "the shapes world")
         return CaptionCorpus(
-            train=caption_pairs(train, "shapes captions"), validation=caption_pairs(validation, "shapes captions"),
-            regions=regions, name="vlhub/shapes",
-            description=_shapes_description(world, len(train), len(validation)), extras={"world": world},
+            train=caption_pairs(train, "shapes captions"),
+            validation=caption_pairs(validation, "shapes captions"),
+            regions=regions,
+            name="vlhub/shapes",
+            description=_shapes_description(world, len(train), len(validation)),
+            extras={"world": world},
             contradict=world.contradicting_caption,
         )
     path = Path(dataset)
     if path.is_dir() and (path / "store.json").exists():
         captions = Path(caption_file) if caption_file else path / "captions.jsonl"
         if not captions.exists():
-            raise FileNotFoundError(f"{path} is a region store; its captions are expected in {captions} (jsonl rows "
-                                    "with image_id and caption) or in the file given by --caption_file")
+            raise FileNotFoundError(
+                f"{path} is a region store; its captions are expected in {captions} (jsonl rows "
+                "with image_id and caption) or in the file given by --caption_file"
+            )
         table = load_table(str(captions))
         regions = open_region_source(path, region_cache_mb)
         where = f"{captions}"
@@ -374,28 +392,37 @@ def load_caption_corpus(
         elif all(c in table["train"].column_names for c in _INLINE_REGION_COLUMNS):
             regions = InlineRegions(table["train"])
         else:
-            raise ValueError(f"{where} has no region columns {_INLINE_REGION_COLUMNS}; pass --region_store with a "
-                             "region store folder holding the features of its images")
+            raise ValueError(
+                f"{where} has no region columns {_INLINE_REGION_COLUMNS}; pass --region_store with a "
+                "region store folder holding the features of its images"
+            )
     train, validation = _splits(table, where)
     corpus = CaptionCorpus(
-        train=caption_pairs(train, where), validation=caption_pairs(validation, where) if validation else [],
-        regions=regions, name=str(dataset),
+        train=caption_pairs(train, where),
+        validation=caption_pairs(validation, where) if validation else [],
+        regions=regions,
+        name=str(dataset),
         description=f"`{dataset}`: {len(train)} training captions"
-        + (f", {len(validation)} validation captions" if validation is not None else "") + ".",
+        + (f", {len(validation)} validation captions" if validation is not None else "")
+        + ".",
     )
     missing = [i for i, _ in corpus.train[:1000] if i not in regions]  # a sample: a wrong store shows at once
     if missing:
-        raise KeyError(f"{len(missing)} of the first training images have no regions (e.g. {missing[0]!r}); the "
-                       "region store does not match the captions")
+        raise KeyError(
+            f"{len(missing)} of the first training images have no regions (e.g. {missing[0]!r}); the "
+            "region store does not match the captions"
+        )
     return corpus
 
 
 def _shapes_description(world, num_train: int, num_validation: int) -> str:
     details = getattr(world, "description", None)
-    text = (f"The embedded **shapes world** of vlhub (`vlhub.data.shapes.ShapesWorld`, seed {world.seed}): "
-            f"procedurally generated images of coloured shapes with ground-truth boxes; region features are RoI-pooled "
-            f"from a convolutional backbone over the boxes. {num_train} training and {num_validation} validation "
-            "captions.")
+    text = (
+        f"The embedded **shapes world** of vlhub (`vlhub.data.shapes.ShapesWorld`, seed {world.seed}): "
+        f"procedurally generated images of coloured shapes with ground-truth boxes; region features are RoI-pooled "
+        f"from a convolutional backbone over the boxes. {num_train} training and {num_validation} validation "
+        "captions."
+    )
     return text + (f" {details}" if isinstance(details, str) else "")
 
 

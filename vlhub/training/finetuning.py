@@ -21,11 +21,27 @@ from .loop import TrainingTask
 from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
 
-__all__ = ["VqaExample", "VqaDataset", "VqaCollator", "VqaTask", "MultipleChoiceExample", "MultipleChoiceDataset",
-           "MultipleChoiceCollator", "MultipleChoiceTask", "encode_choices", "QuestionTask", "QuestionDataset",
-           "RetrievalCollator", "RetrievalTask",
-           "InBatchRetrievalCollator", "InBatchRetrievalTask", "RETRIEVAL_TASKS", "retrieval_task", "concat_inputs",
-           "load_pretraining_state"]
+__all__ = [
+    "VqaExample",
+    "VqaDataset",
+    "VqaCollator",
+    "VqaTask",
+    "MultipleChoiceExample",
+    "MultipleChoiceDataset",
+    "MultipleChoiceCollator",
+    "MultipleChoiceTask",
+    "encode_choices",
+    "QuestionTask",
+    "QuestionDataset",
+    "RetrievalCollator",
+    "RetrievalTask",
+    "InBatchRetrievalCollator",
+    "InBatchRetrievalTask",
+    "RETRIEVAL_TASKS",
+    "retrieval_task",
+    "concat_inputs",
+    "load_pretraining_state",
+]
 
 
 def load_pretraining_state(model_name_or_path: str) -> dict[str, torch.Tensor]:
@@ -40,6 +56,7 @@ def _architecture_name(model) -> str:
     from ..registry import get_architecture
 
     return get_architecture(model.config.model_type).name
+
 
 def _lookup(regions: Mapping[str, RegionFeatures], image_id: str) -> RegionFeatures:
     try:
@@ -97,8 +114,13 @@ class VqaQuestions(ArrowQuestions):
     _COLUMNS = ("question", "image_id", "labels", "scores", "answers")
 
     def _example(self, row: dict) -> VqaExample:
-        return VqaExample(row["question"], str(row["image_id"]), list(row["labels"]),
-                          [float(s) for s in row["scores"]], list(row["answers"]))
+        return VqaExample(
+            row["question"],
+            str(row["image_id"]),
+            list(row["labels"]),
+            [float(s) for s in row["scores"]],
+            list(row["answers"]),
+        )
 
 
 def _first(mask) -> int | None:
@@ -130,8 +152,10 @@ def _checked_questions(table, where: str):
     questions = table.column("question")
     number = _first(pc.or_kleene(pc.is_null(questions), pc.equal(pc.utf8_trim_whitespace(questions), "")))
     if number is not None:
-        check_text(questions[number].as_py(), f"{where}: the question of row {number} (image "
-                                              f"{table.column('image_id')[number].as_py()!r})")
+        check_text(
+            questions[number].as_py(),
+            f"{where}: the question of row {number} (image {table.column('image_id')[number].as_py()!r})",
+        )
     return table
 
 
@@ -163,15 +187,19 @@ class VqaDataset(QuestionDataset):
         labels, scores = table.column("labels"), table.column("scores")
         number = _first(pc.not_equal(pc.list_value_length(labels), pc.list_value_length(scores)))
         if number is not None:
-            raise ValueError(f"question {questions[number].as_py()!r} (row {number}): "
-                             f"{len(labels[number])} labels but {len(scores[number])} scores")
+            raise ValueError(
+                f"question {questions[number].as_py()!r} (row {number}): "
+                f"{len(labels[number])} labels but {len(scores[number])} scores"
+            )
         flat = pc.list_flatten(labels)
         first = _first(pc.or_kleene(pc.less(flat, 0), pc.greater_equal(flat, num_labels)))
         if first is not None:
             number = pc.list_parent_indices(labels)[first].as_py()
             bad = [label for label in labels[number].as_py() if not 0 <= label < num_labels]
-            raise ValueError(f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
-                             f"outside the model's {num_labels} answers")
+            raise ValueError(
+                f"question {questions[number].as_py()!r} (row {number}) has answer ids {bad} "
+                f"outside the model's {num_labels} answers"
+            )
         return cls(VqaQuestions(table))
 
 
@@ -184,8 +212,9 @@ class VqaCollator:
         self.num_labels = num_labels
 
     def __call__(self, examples: Sequence[VqaExample]) -> dict:
-        inputs = _encode(self.processor, [e.question for e in examples],
-                         [_lookup(self.regions, e.image_id) for e in examples])
+        inputs = _encode(
+            self.processor, [e.question for e in examples], [_lookup(self.regions, e.image_id) for e in examples]
+        )
         targets = torch.zeros(len(examples), self.num_labels)
         for row, example in enumerate(examples):
             targets[row, example.labels] = torch.tensor(example.scores)
@@ -204,13 +233,15 @@ class QuestionTask(TrainingTask):
     test: QuestionDataset | None = None
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective(self.objective), seed,
-                                     group_size=group_size)
+        return ObjectiveBatchSampler(
+            len(self.train_dataset), batch_size, FixedObjective(self.objective), seed, group_size=group_size
+        )
 
     def ordered_loader(self, accelerator, dataset: QuestionDataset, batch_size: int):
         """Batches of `dataset`'s questions in order, every question once."""
-        sampler = ObjectiveBatchSampler(len(dataset), batch_size, FixedObjective(self.objective), 0, shuffle=False,
-                                        drop_last=False)
+        sampler = ObjectiveBatchSampler(
+            len(dataset), batch_size, FixedObjective(self.objective), 0, shuffle=False, drop_last=False
+        )
         return self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
 
     def split_metrics(self, split: str, accelerator, model, dataset: QuestionDataset, args) -> dict[str, float]:
@@ -230,9 +261,19 @@ class QuestionTask(TrainingTask):
 class VqaTask(QuestionTask):
     """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
 
-    def __init__(self, model, processor, regions, train: VqaDataset, validation: VqaDataset | None,
-                 dataset_name: str, dataset_description: str, base_model: str | None = None,
-                 test: VqaDataset | None = None, majority_baselines: dict[str, float] | None = None):
+    def __init__(
+        self,
+        model,
+        processor,
+        regions,
+        train: VqaDataset,
+        validation: VqaDataset | None,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        test: VqaDataset | None = None,
+        majority_baselines: dict[str, float] | None = None,
+    ):
         self.model = model
         self.processor = processor
         self.train_dataset = train
@@ -260,8 +301,11 @@ class VqaTask(QuestionTask):
 
         predictions = self.predict(accelerator, model, dataset, args.per_device_eval_batch_size)
         metric = load("vqa_accuracy")
-        results = {f"{split}_vqa_accuracy": metric.compute(
-            predictions=predictions, references=[e.answers for e in dataset.examples])["accuracy"]}
+        results = {
+            f"{split}_vqa_accuracy": metric.compute(
+                predictions=predictions, references=[e.answers for e in dataset.examples]
+            )["accuracy"]
+        }
         if split in self.majority_baselines:
             results[f"{split}_majority_baseline"] = self.majority_baselines[split]
         return results
@@ -270,21 +314,29 @@ class VqaTask(QuestionTask):
         baselines = ", ".join(f"{v:.4f} on {k}" for k, v in self.majority_baselines.items())
         return CardInfo(
             title=f"{_architecture_name(self.model)} fine-tuned for VQA on {self.dataset_name}",
-            summary=(f"Answers questions about an image's regions with one of {self.model.config.num_labels} answers "
-                     f"(binary cross-entropy against VQA soft scores, as the original {_architecture_name(self.model)})."),
+            summary=(
+                f"Answers questions about an image's regions with one of {self.model.config.num_labels} answers "
+                f"(binary cross-entropy against VQA soft scores, as the original {_architecture_name(self.model)})."
+            ),
             trainer=self.trainer_name,
             dataset_name=self.dataset_name,
             dataset_description=self.dataset_description,
             pipeline_tag="visual-question-answering",
-            usage=("import vlhub\nfrom transformers import pipeline\n\n"
-                   "vqa = pipeline(\"visual-question-answering\", model=\"<this folder>\")\n"
-                   "vqa(image=regions, question=\"what colour is the circle?\", top_k=3)  # vlhub.RegionFeatures\n"
-                   "vqa(image=\"shapes.png\", question=\"how many shapes are there?\")  # when it has an extractor"),
+            usage=(
+                "import vlhub\nfrom transformers import pipeline\n\n"
+                'vqa = pipeline("visual-question-answering", model="<this folder>")\n'
+                'vqa(image=regions, question="what colour is the circle?", top_k=3)  # vlhub.RegionFeatures\n'
+                'vqa(image="shapes.png", question="how many shapes are there?")  # when it has an extractor'
+            ),
             metric_task="visual-question-answering",
             base_model=self.base_model,
-            baseline_note=(f"VQA accuracy is the official rule (min(#annotators agreeing / 3, 1), answers normalised). "
-                           f"The majority-answer baseline (always the most frequent training answer) scores "
-                           f"{baselines}.") if baselines else None,
+            baseline_note=(
+                f"VQA accuracy is the official rule (min(#annotators agreeing / 3, 1), answers normalised). "
+                f"The majority-answer baseline (always the most frequent training answer) scores "
+                f"{baselines}."
+            )
+            if baselines
+            else None,
             tags=["vqa", self.model.config.model_type],
         )
 
@@ -332,8 +384,10 @@ class MultipleChoiceDataset(QuestionDataset):
         choices, labels = table.column("choices"), table.column("label")
 
         def name(number: int) -> str:
-            return (f"{where}: row {number} (question {table.column('question')[number].as_py()!r}, image "
-                    f"{table.column('image_id')[number].as_py()!r})")
+            return (
+                f"{where}: row {number} (question {table.column('question')[number].as_py()!r}, image "
+                f"{table.column('image_id')[number].as_py()!r})"
+            )
 
         if not pa.types.is_list(choices.type) and not pa.types.is_large_list(choices.type):
             raise ValueError(f"{where}: 'choices' must be a list of answers per row, got {choices.type}")
@@ -343,8 +397,10 @@ class MultipleChoiceDataset(QuestionDataset):
             raise ValueError(f"{name(number)} has {counts[number].as_py()} choices; a question needs at least 2")
         number = _first(pc.not_equal(counts, counts[0]))
         if number is not None:
-            raise ValueError(f"{name(number)} has {counts[number].as_py()} choices but row 0 has "
-                             f"{counts[0].as_py()}: every question of a dataset needs the same number of choices")
+            raise ValueError(
+                f"{name(number)} has {counts[number].as_py()} choices but row 0 has "
+                f"{counts[0].as_py()}: every question of a dataset needs the same number of choices"
+            )
         flat = pc.list_flatten(choices)
         if not pa.types.is_string(flat.type) and not pa.types.is_large_string(flat.type):
             raise ValueError(f"{where}: the choices must be texts, got {flat.type}")
@@ -354,11 +410,14 @@ class MultipleChoiceDataset(QuestionDataset):
             check_text(flat[first].as_py(), f"{name(number)}: choice {first - number * counts[0].as_py()}")
         if not pa.types.is_integer(labels.type):
             raise ValueError(f"{where}: 'label' must be the index of the right choice (an integer), got {labels.type}")
-        number = _first(pc.or_kleene(pc.is_null(labels),
-                                     pc.or_kleene(pc.less(labels, 0), pc.greater_equal(labels, counts[0]))))
+        number = _first(
+            pc.or_kleene(pc.is_null(labels), pc.or_kleene(pc.less(labels, 0), pc.greater_equal(labels, counts[0])))
+        )
         if number is not None:
-            raise ValueError(f"{name(number)} has the label {labels[number].as_py()!r}, outside its "
-                             f"{counts[0].as_py()} choices (0..{counts[0].as_py() - 1})")
+            raise ValueError(
+                f"{name(number)} has the label {labels[number].as_py()!r}, outside its "
+                f"{counts[0].as_py()} choices (0..{counts[0].as_py() - 1})"
+            )
         return cls(MultipleChoiceQuestions(table))
 
 
@@ -369,10 +428,16 @@ def _choices_and_labels(dataset: MultipleChoiceDataset):
     examples = dataset.examples
     if isinstance(examples, ArrowQuestions):
         table = examples.table
-        return (pa.concat_arrays([chunk.flatten() for chunk in table.column("choices").chunks]) if len(table)
-                else pa.array([], pa.string()), table.column("label").to_numpy())
-    return (pa.array([c for e in examples for c in e.choices], pa.string()),
-            np.array([e.label for e in examples], dtype=np.int64))
+        return (
+            pa.concat_arrays([chunk.flatten() for chunk in table.column("choices").chunks])
+            if len(table)
+            else pa.array([], pa.string()),
+            table.column("label").to_numpy(),
+        )
+    return (
+        pa.array([c for e in examples for c in e.choices], pa.string()),
+        np.array([e.label for e in examples], dtype=np.int64),
+    )
 
 
 def answer_prior_baseline(train: MultipleChoiceDataset, dataset: MultipleChoiceDataset) -> float:
@@ -396,12 +461,17 @@ def check_image_ids(dataset: QuestionDataset, regions: Mapping[str, RegionFeatur
     """Every image id of `dataset` has region features in `regions`; else an error naming the first question
     without them."""
     examples = dataset.examples
-    ids = examples.table.column("image_id").cast("string").to_pylist() if isinstance(examples, ArrowQuestions) \
+    ids = (
+        examples.table.column("image_id").cast("string").to_pylist()
+        if isinstance(examples, ArrowQuestions)
         else [e.image_id for e in examples]
+    )
     for number, image_id in enumerate(ids):
         if image_id not in regions:
-            raise ValueError(f"{where}: row {number} (question {dataset[number].question!r}) is about image "
-                             f"{image_id!r}, which has no region features in the region store")
+            raise ValueError(
+                f"{where}: row {number} (question {dataset[number].question!r}) is about image "
+                f"{image_id!r}, which has no region features in the region store"
+            )
 
 
 def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequence[str]]) -> dict:
@@ -419,13 +489,18 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
     batch, count = len(questions), len(choices[0])
     architecture = architecture_of_processor(processor)
     if architecture is not None and architecture.choice_layout == "vcr":
-        rows = [processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
-                for q, cs in zip(questions, choices)]
+        rows = [
+            processor.vcr_text([q], [[c] for c in cs], objects=[], max_length=processor.max_text_length - 3)
+            for q, cs in zip(questions, choices)
+        ]
         length = max(r["input_ids"].shape[1] for r in rows)
         pad = {"input_ids": processor.tokenizer.pad_token_id}
-        return {name: torch.stack([torch.nn.functional.pad(r[name], (0, length - r[name].shape[1]),
-                                                           value=pad.get(name, 0)) for r in rows])
-                for name in rows[0]}
+        return {
+            name: torch.stack(
+                [torch.nn.functional.pad(r[name], (0, length - r[name].shape[1]), value=pad.get(name, 0)) for r in rows]
+            )
+            for name in rows[0]
+        }
     sep = processor.tokenizer.sep_token_id
     question_pieces = processor.word_pieces(text=list(questions))
     choice_pieces = processor.word_pieces(text=[c for cs in choices for c in cs])
@@ -435,8 +510,12 @@ def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequen
     pairs = [question + [sep] + choice for question, choice in pairs]
     flat = processor(token_ids=pairs, return_tensors="pt")
     length = flat["input_ids"].shape[1]
-    return {name: value.view(batch, count, length) if value.ndim == 2 and value.shape[1] == length
-            else value.view(batch, count, *value.shape[1:])[:, 0] for name, value in flat.items()}
+    return {
+        name: value.view(batch, count, length)
+        if value.ndim == 2 and value.shape[1] == length
+        else value.view(batch, count, *value.shape[1:])[:, 0]
+        for name, value in flat.items()
+    }
 
 
 def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[int], list[int]]:
@@ -444,8 +523,11 @@ def _cut_pair(question: list[int], choice: list[int], room: int) -> tuple[list[i
     the last piece of the longer of the two, until they fit (so a long question never pushes the choice out)."""
     question, choice, limit = list(question), list(choice), max(room, 2)
     if len(question) + len(choice) > limit:
-        warnings.warn(f"a question-choice pair of {len(question)} + {len(choice)} word pieces is truncated to "
-                      f"{limit} (the processor's max_text_length), the longer text's last pieces first", stacklevel=3)
+        warnings.warn(
+            f"a question-choice pair of {len(question)} + {len(choice)} word pieces is truncated to "
+            f"{limit} (the processor's max_text_length), the longer text's last pieces first",
+            stacklevel=3,
+        )
     while len(question) + len(choice) > limit:
         (choice if len(choice) > len(question) else question).pop()
     return question, choice
@@ -465,8 +547,9 @@ class MultipleChoiceCollator:
         if len(counts) != 1:
             raise ValueError(f"the questions of a batch need the same number of choices, got {sorted(counts)}")
         inputs = encode_choices(self.processor, [e.question for e in examples], [e.choices for e in examples])
-        inputs.update(self.processor(regions=[_lookup(self.regions, e.image_id) for e in examples],
-                                     return_tensors="pt"))
+        inputs.update(
+            self.processor(regions=[_lookup(self.regions, e.image_id) for e in examples], return_tensors="pt")
+        )
         if all(e.label is not None for e in examples):
             inputs["labels"] = torch.tensor([e.label for e in examples], dtype=torch.long)
         return inputs
@@ -480,11 +563,23 @@ class MultipleChoiceTask(QuestionTask):
 
     objective = "multiple_choice"
 
-    def __init__(self, model, processor, regions, train: MultipleChoiceDataset,
-                 validation: MultipleChoiceDataset | None, dataset_name: str, dataset_description: str,
-                 base_model: str | None = None, test: MultipleChoiceDataset | None = None):
-        counts = {split: d.num_choices for split, d in (("train", train), ("validation", validation), ("test", test))
-                  if d is not None and len(d)}
+    def __init__(
+        self,
+        model,
+        processor,
+        regions,
+        train: MultipleChoiceDataset,
+        validation: MultipleChoiceDataset | None,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        test: MultipleChoiceDataset | None = None,
+    ):
+        counts = {
+            split: d.num_choices
+            for split, d in (("train", train), ("validation", validation), ("test", test))
+            if d is not None and len(d)
+        }
         if not counts.get("train"):
             raise ValueError("multiple choice needs training questions; the train split is empty")
         if len(set(counts.values())) > 1:
@@ -510,33 +605,49 @@ class MultipleChoiceTask(QuestionTask):
             right.append(accelerator.gather_for_metrics(outputs.logits.argmax(-1) == batch["labels"]))
             # The batch's mean loss once per question, so that the mean over questions weighs batches by size.
             losses.append(accelerator.gather_for_metrics(outputs.loss.detach().float().expand(len(batch["labels"]))))
-        return {f"{split}_accuracy": torch.cat(right).float().mean().item(),
-                f"{split}_loss": torch.cat(losses).mean().item(),
-                f"{split}_answer_prior_baseline": answer_prior_baseline(self.train_dataset, dataset)}
+        return {
+            f"{split}_accuracy": torch.cat(right).float().mean().item(),
+            f"{split}_loss": torch.cat(losses).mean().item(),
+            f"{split}_answer_prior_baseline": answer_prior_baseline(self.train_dataset, dataset),
+        }
 
     def hyperparameters(self) -> dict:
         return {"choices per question": self.num_choices}
 
     def card_info(self) -> CardInfo:
         name = _architecture_name(self.model)
-        usage = ("import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
-                 "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
-                 "model = AutoModelForMultipleChoice.from_pretrained(\"<this folder>\")\n"
-                 "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
-                 "collate = MultipleChoiceCollator(processor, {\"img\": regions})  # vlhub.RegionFeatures\n"
-                 "batch = collate([MultipleChoiceExample(\"what colour is the circle?\", \"img\", "
-                 "[\"red\", \"blue\", \"green\", \"purple\"])])\n"
-                 "model(**batch).logits.argmax(-1)  # the chosen answer's index")
-        summary = (f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
-                   f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
-                   f"with {name}'s multiple-choice loss.")
-        return CardInfo(f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}", summary,
-                        self.trainer_name, self.dataset_name, self.dataset_description, None, usage,
-                        "multiple-choice", base_model=self.base_model,
-                        baseline_note=("The answer-prior baseline ignores the image and the question: it picks the "
-                                       "choice that was right most often in training; chance is "
-                                       f"{1 / self.num_choices:.4f}."),
-                        tags=["multiple-choice", "vcr", self.model.config.model_type])
+        usage = (
+            "import vlhub\nfrom transformers import AutoModelForMultipleChoice, AutoProcessor\n"
+            "from vlhub.training.finetuning import MultipleChoiceCollator, MultipleChoiceExample\n\n"
+            'model = AutoModelForMultipleChoice.from_pretrained("<this folder>")\n'
+            'processor = AutoProcessor.from_pretrained("<this folder>")\n'
+            'collate = MultipleChoiceCollator(processor, {"img": regions})  # vlhub.RegionFeatures\n'
+            'batch = collate([MultipleChoiceExample("what colour is the circle?", "img", '
+            '["red", "blue", "green", "purple"])])\n'
+            "model(**batch).logits.argmax(-1)  # the chosen answer's index"
+        )
+        summary = (
+            f"Chooses the right answer to a question about an image's regions among {self.num_choices} "
+            f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
+            f"with {name}'s multiple-choice loss."
+        )
+        return CardInfo(
+            f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}",
+            summary,
+            self.trainer_name,
+            self.dataset_name,
+            self.dataset_description,
+            None,
+            usage,
+            "multiple-choice",
+            base_model=self.base_model,
+            baseline_note=(
+                "The answer-prior baseline ignores the image and the question: it picks the "
+                "choice that was right most often in training; chance is "
+                f"{1 / self.num_choices:.4f}."
+            ),
+            tags=["multiple-choice", "vcr", self.model.config.model_type],
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- retrieval
@@ -569,17 +680,23 @@ class RetrievalCollator:
         self.image_ids = sorted({i for i, _ in self.pairs})
         self.num_sampled = num_sampled
         if len(self.image_ids) <= num_sampled:
-            raise ValueError(f"{num_sampled} sampled negatives need more than {num_sampled} images; the data has "
-                             f"{len(self.image_ids)}")
+            raise ValueError(
+                f"{num_sampled} sampled negatives need more than {num_sampled} images; the data has "
+                f"{len(self.image_ids)}"
+            )
 
     def __call__(self, examples: Sequence[dict]) -> dict:
         rngs = [example_rng(SampleKey(0, "retrieval", tuple(e["seed"]))) for e in examples]
-        positives = _encode(self.processor, [e["caption"] for e in examples],
-                            [_lookup(self.regions, e["image_id"]) for e in examples])
+        positives = _encode(
+            self.processor, [e["caption"] for e in examples], [_lookup(self.regions, e["image_id"]) for e in examples]
+        )
         image_texts, image_regions, text_texts, text_regions = [], [], [], []
         for example, rng in zip(examples, rngs):
-            others = [i for i in rng.choice(len(self.image_ids), self.num_sampled + 1, replace=False)
-                      if self.image_ids[i] != example["image_id"]][: self.num_sampled]
+            others = [
+                i
+                for i in rng.choice(len(self.image_ids), self.num_sampled + 1, replace=False)
+                if self.image_ids[i] != example["image_id"]
+            ][: self.num_sampled]
             image_texts += [example["caption"]] * self.num_sampled
             image_regions += [_lookup(self.regions, self.image_ids[i]) for i in others]
             captions = []
@@ -602,9 +719,20 @@ class RetrievalTask(TrainingTask):
 
     trainer_name = "finetune.py"
 
-    def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
-                 dataset_description: str, base_model: str | None = None, num_sampled: int = 15,
-                 num_hard: int = 3, max_gallery_images: int = 50):
+    def __init__(
+        self,
+        model,
+        processor,
+        regions,
+        train_pairs,
+        validation_pairs,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        num_sampled: int = 15,
+        num_hard: int = 3,
+        max_gallery_images: int = 50,
+    ):
         self.model = model
         self.processor = processor
         self.regions = regions
@@ -618,13 +746,15 @@ class RetrievalTask(TrainingTask):
     def train_collator(self, train_pairs):
         """The training batches' collator (here: positives plus sampled negatives for each)."""
         if not 1 <= self.num_hard <= self.num_sampled:
-            raise ValueError(f"hard negatives ({self.num_hard}) must be between 1 and the sampled negatives "
-                             f"({self.num_sampled})")
+            raise ValueError(
+                f"hard negatives ({self.num_hard}) must be between 1 and the sampled negatives ({self.num_sampled})"
+            )
         return RetrievalCollator(self.processor, self.regions, train_pairs, self.num_sampled)
 
     def train_sampler(self, batch_size, group_size, seed):
-        return ObjectiveBatchSampler(len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed,
-                                     group_size=group_size)
+        return ObjectiveBatchSampler(
+            len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed, group_size=group_size
+        )
 
     def training_step(self, model, batch):
         positives = batch["positives"]
@@ -664,19 +794,32 @@ class RetrievalTask(TrainingTask):
         """`(T, I)` scores of every gallery text (`(image_id, caption)`) against every gallery image id: here each
         pair cross-encoded, in batches, text-major so rows reshape to the matrix."""
         pairs = [(image_id, caption) for _, caption in texts for image_id in images]
-        scores = torch.cat([accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float())
-                            for b in self._gallery_loader(accelerator, args, pairs)])
+        scores = torch.cat(
+            [
+                accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float())
+                for b in self._gallery_loader(accelerator, args, pairs)
+            ]
+        )
         return scores.view(len(texts), len(images)).cpu().numpy().astype(np.float64)
 
     def _gallery_loader(self, accelerator, args, pairs):
         """Evaluation batches of `(image_id, caption)` pairs, in order."""
         dataset = CaptionDataset(pairs)
-        sampler = ObjectiveBatchSampler(len(dataset), max(args.per_device_eval_batch_size, 64),
-                                        FixedObjective("retrieval"), 0, shuffle=False, drop_last=False)
+        sampler = ObjectiveBatchSampler(
+            len(dataset),
+            max(args.per_device_eval_batch_size, 64),
+            FixedObjective("retrieval"),
+            0,
+            shuffle=False,
+            drop_last=False,
+        )
 
         def collate(examples):
-            return _encode(self.processor, [e["caption"] for e in examples],
-                           [_lookup(self.regions, e["image_id"]) for e in examples])
+            return _encode(
+                self.processor,
+                [e["caption"] for e in examples],
+                [_lookup(self.regions, e["image_id"]) for e in examples],
+            )
 
         return self.eval_dataloader(accelerator, dataset, sampler, collate)
 
@@ -691,9 +834,11 @@ class RetrievalTask(TrainingTask):
             dataset_name=self.dataset_name,
             dataset_description=self.dataset_description,
             pipeline_tag=None,
-            usage=("import vlhub\nfrom transformers import pipeline\n\n"
-                   "retrieval = pipeline(\"image-text-retrieval\", model=\"<this folder>\")\n"
-                   "retrieval(image=regions, texts=[\"a red circle\", \"two blue squares\"])"),
+            usage=(
+                "import vlhub\nfrom transformers import pipeline\n\n"
+                'retrieval = pipeline("image-text-retrieval", model="<this folder>")\n'
+                'retrieval(image=regions, texts=["a red circle", "two blue squares"])'
+            ),
             metric_task="image-text-retrieval",
             base_model=self.base_model,
             tags=["image-text-retrieval", self.model.config.model_type],
@@ -710,8 +855,9 @@ class InBatchRetrievalCollator:
         self.regions = regions
 
     def __call__(self, examples: Sequence[dict]) -> dict:
-        batch = _encode(self.processor, [e["caption"] for e in examples],
-                        [_lookup(self.regions, e["image_id"]) for e in examples])
+        batch = _encode(
+            self.processor, [e["caption"] for e in examples], [_lookup(self.regions, e["image_id"]) for e in examples]
+        )
         ids: dict[str, int] = {}
         batch["image_ids"] = torch.tensor([ids.setdefault(e["image_id"], len(ids)) for e in examples])
         return batch
@@ -727,10 +873,29 @@ class InBatchRetrievalTask(RetrievalTask):
     (from the text alone) and `image_embeds` (from the regions alone), so T texts against I images take max(T, I)
     encodings instead of T x I cross-encodings."""
 
-    def __init__(self, model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
-                 dataset_description: str, base_model: str | None = None, max_gallery_images: int = 50):
-        super().__init__(model, processor, regions, train_pairs, validation_pairs, dataset_name, dataset_description,
-                         base_model=base_model, max_gallery_images=max_gallery_images)
+    def __init__(
+        self,
+        model,
+        processor,
+        regions,
+        train_pairs,
+        validation_pairs,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        max_gallery_images: int = 50,
+    ):
+        super().__init__(
+            model,
+            processor,
+            regions,
+            train_pairs,
+            validation_pairs,
+            dataset_name,
+            dataset_description,
+            base_model=base_model,
+            max_gallery_images=max_gallery_images,
+        )
 
     def train_collator(self, train_pairs):
         return InBatchRetrievalCollator(self.processor, self.regions)
@@ -757,13 +922,16 @@ class InBatchRetrievalTask(RetrievalTask):
 
     def hyperparameters(self) -> dict:
         margin = getattr(self.model.config, "ranking_margin", None)
-        return {"negatives": "hardest in the batch, both directions" + (f" (margin {margin})" if margin is not None
-                                                                        else "")}
+        return {
+            "negatives": "hardest in the batch, both directions" + (f" (margin {margin})" if margin is not None else "")
+        }
 
     def card_info(self) -> CardInfo:
         info = super().card_info()
-        info.summary = ("Scores how well a text matches an image's regions, trained with the architecture's "
-                        "original in-batch ranking loss (the hardest negative of the batch in both directions).")
+        info.summary = (
+            "Scores how well a text matches an image's regions, trained with the architecture's "
+            "original in-batch ranking loss (the hardest negative of the batch in both directions)."
+        )
         return info
 
 
@@ -771,9 +939,19 @@ class InBatchRetrievalTask(RetrievalTask):
 RETRIEVAL_TASKS = {"sampled": RetrievalTask, "in_batch": InBatchRetrievalTask}
 
 
-def retrieval_task(model, processor, regions, train_pairs, validation_pairs, dataset_name: str,
-                   dataset_description: str, base_model: str | None = None, num_sampled: int = 15, num_hard: int = 3,
-                   max_gallery_images: int = 50) -> RetrievalTask:
+def retrieval_task(
+    model,
+    processor,
+    regions,
+    train_pairs,
+    validation_pairs,
+    dataset_name: str,
+    dataset_description: str,
+    base_model: str | None = None,
+    num_sampled: int = 15,
+    num_hard: int = 3,
+    max_gallery_images: int = 50,
+) -> RetrievalTask:
     """The retrieval task that trains `model` as its original did: `RetrievalTask` (sampled negatives, the hardest
     `num_hard` of `num_sampled` trained on) or, for an architecture that declares `retrieval_negatives="in_batch"`,
     `InBatchRetrievalTask` (the sampled-negative settings do not apply)."""
@@ -781,13 +959,16 @@ def retrieval_task(model, processor, regions, train_pairs, validation_pairs, dat
     common = dict(base_model=base_model, max_gallery_images=max_gallery_images)
     if kind == "sampled":
         common.update(num_sampled=num_sampled, num_hard=num_hard)
-    return RETRIEVAL_TASKS[kind](model, processor, regions, train_pairs, validation_pairs, dataset_name,
-                                 dataset_description, **common)
+    return RETRIEVAL_TASKS[kind](
+        model, processor, regions, train_pairs, validation_pairs, dataset_name, dataset_description, **common
+    )
 
 
 def _retrieval_summary(config) -> str:
     # UNITER trains with a hinge loss (its config has the margin); other heads with their own ranking loss.
     margin = getattr(config, "ranking_margin", None)
     loss = f"the original hinge loss (margin {margin})" if margin is not None else "the architecture's ranking loss"
-    return (f"Scores how well a text matches an image's regions, trained with {loss} over hard negatives in both "
-            "directions.")
+    return (
+        f"Scores how well a text matches an image's regions, trained with {loss} over hard negatives in both "
+        "directions."
+    )

@@ -34,15 +34,26 @@ from ..utils.network import (
     with_deadline,
 )
 
-__all__ = ["HubError", "HubUploader", "CHECKPOINT_UPLOAD_IGNORE", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT",
-           "DEFAULT_HUB_ATTEMPTS"]
+__all__ = [
+    "HubError",
+    "HubUploader",
+    "CHECKPOINT_UPLOAD_IGNORE",
+    "DEFAULT_HUB_TIMEOUT",
+    "DEFAULT_HUB_TOTAL_TIMEOUT",
+    "DEFAULT_HUB_ATTEMPTS",
+]
 
 logger = logging.getLogger(__name__)
 
 # Optimizer/RNG state stays local: it is only useful to resume on this machine and can be several times the model.
 # The run's lock file (vlhub.utils.locks.LOCK_FILE) names a process and a host: local too.
-CHECKPOINT_UPLOAD_IGNORE = ["training_state/*", "training_state/**", "checkpoint-*/**", "checkpoint-*",
-                            ".vlhub-run.lock"]
+CHECKPOINT_UPLOAD_IGNORE = [
+    "training_state/*",
+    "training_state/**",
+    "checkpoint-*/**",
+    "checkpoint-*",
+    ".vlhub-run.lock",
+]
 
 
 DEFAULT_HUB_ATTEMPTS = 3
@@ -80,12 +91,21 @@ class HubUploader:
         attempts: tries of `create_repo` on network errors and timeouts (HTTP errors such as 401/403 end at once).
     """
 
-    def __init__(self, repo_id: str, token: str | None = None, private: bool = False, endpoint: str | None = None,
-                 timeout: float = DEFAULT_HUB_TIMEOUT, attempts: int = DEFAULT_HUB_ATTEMPTS,
-                 total_timeout: float = DEFAULT_HUB_TOTAL_TIMEOUT):
+    def __init__(
+        self,
+        repo_id: str,
+        token: str | None = None,
+        private: bool = False,
+        endpoint: str | None = None,
+        timeout: float = DEFAULT_HUB_TIMEOUT,
+        attempts: int = DEFAULT_HUB_ATTEMPTS,
+        total_timeout: float = DEFAULT_HUB_TOTAL_TIMEOUT,
+    ):
         if not timeout > 0 or not total_timeout > 0 or attempts < 1:
-            raise ValueError(f"HubUploader needs timeout > 0, total_timeout > 0 and attempts >= 1, got {timeout}, "
-                             f"{total_timeout} and {attempts}")
+            raise ValueError(
+                f"HubUploader needs timeout > 0, total_timeout > 0 and attempts >= 1, got {timeout}, "
+                f"{total_timeout} and {attempts}"
+            )
         # HF_ENDPOINT is read here rather than at huggingface_hub's import, so setting it later still counts.
         self.api = HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token)
         self.endpoint = self.api.endpoint
@@ -96,9 +116,15 @@ class HubUploader:
         try:
             self.repo_id = with_deadline(
                 f"creating the repository {repo_id}",
-                lambda: _with_retries(lambda: self.api.create_repo(repo_id, private=private, exist_ok=True).repo_id,
-                                      attempts, f"creating {repo_id} at {self.endpoint}"),
-                total=total_timeout, read=timeout, endpoint=self.endpoint)
+                lambda: _with_retries(
+                    lambda: self.api.create_repo(repo_id, private=private, exist_ok=True).repo_id,
+                    attempts,
+                    f"creating {repo_id} at {self.endpoint}",
+                ),
+                total=total_timeout,
+                read=timeout,
+                endpoint=self.endpoint,
+            )
         except Exception as err:  # connection errors, timeouts, HTTP errors, auth errors: all end the same way
             raise HubError(
                 f"could not create or reach the Hub repository {repo_id!r} at {self.endpoint}: "
@@ -116,9 +142,13 @@ class HubUploader:
     def upload(self, folder: str | os.PathLike, commit_message: str) -> str:
         """Upload a folder and wait; raises `HubError` (the folder itself is left as it is)."""
         try:
-            info = with_deadline(f"uploading {folder} to {self.repo_id}",
-                                 lambda: self._upload_folder(folder, commit_message), total=self.total_timeout,
-                                 read=self.timeout, endpoint=self.endpoint)
+            info = with_deadline(
+                f"uploading {folder} to {self.repo_id}",
+                lambda: self._upload_folder(folder, commit_message),
+                total=self.total_timeout,
+                read=self.timeout,
+                endpoint=self.endpoint,
+            )
         except Exception as err:
             raise HubError(
                 f"uploading {folder} to {self.repo_id} at {self.endpoint} failed: {type(err).__name__}: {err}. "
@@ -128,8 +158,12 @@ class HubUploader:
         return str(getattr(info, "commit_url", info))
 
     def _upload_folder(self, folder: str | os.PathLike, commit_message: str):
-        return self.api.upload_folder(repo_id=self.repo_id, folder_path=str(folder), commit_message=commit_message,
-                                      ignore_patterns=CHECKPOINT_UPLOAD_IGNORE)
+        return self.api.upload_folder(
+            repo_id=self.repo_id,
+            folder_path=str(folder),
+            commit_message=commit_message,
+            ignore_patterns=CHECKPOINT_UPLOAD_IGNORE,
+        )
 
     def collect_finished(self, wait: bool = False) -> list[str]:
         """Check background uploads; returns a message per failed one (and logs it). `wait`: wait until each ends or
@@ -144,8 +178,10 @@ class HubUploader:
             except FutureTimeout:
                 err = TimeoutError(f"it did not finish within {self.total_timeout:g} s (the total deadline)")
             if err is not None:
-                message = (f"background upload of step {step} to {self.repo_id} at {self.endpoint} failed: "
-                           f"{type(err).__name__}: {err}; the local checkpoint is kept")
+                message = (
+                    f"background upload of step {step} to {self.repo_id} at {self.endpoint} failed: "
+                    f"{type(err).__name__}: {err}; the local checkpoint is kept"
+                )
                 logger.warning(message)
                 failures.append(message)
         self._pending = still_running

@@ -57,8 +57,19 @@ from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
 
-__all__ = ["TrainingTask", "model_losses", "TrainResult", "LoopState", "train", "resolve_checkpoint", "verify_checkpoint",
-           "DamagedCheckpointError", "TRAINER_STATE", "VLHUB_STATE", "CHECKSUMS"]
+__all__ = [
+    "TrainingTask",
+    "model_losses",
+    "TrainResult",
+    "LoopState",
+    "train",
+    "resolve_checkpoint",
+    "verify_checkpoint",
+    "DamagedCheckpointError",
+    "TRAINER_STATE",
+    "VLHUB_STATE",
+    "CHECKSUMS",
+]
 
 logger = get_logger(__name__)
 
@@ -115,8 +126,9 @@ class TrainingTask:
         schedule advances once per batch, whatever the number of passes."""
         yield self.training_step(model, batch)
 
-    def evaluate(self, accelerator: Accelerator, model, args: VlhubTrainingArguments,
-                 final: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, accelerator: Accelerator, model, args: VlhubTrainingArguments, final: bool = False
+    ) -> dict[str, float]:
         """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
         return {}
 
@@ -129,8 +141,9 @@ class TrainingTask:
     # -- helper for subclasses ----------------------------------------------------------------------------------
     @staticmethod
     def eval_dataloader(accelerator: Accelerator, dataset: Dataset, sampler, collate_fn) -> DataLoader:
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=SingleThreaded(collate_fn),
-                            generator=torch.Generator())
+        loader = DataLoader(
+            dataset, batch_sampler=sampler, collate_fn=SingleThreaded(collate_fn), generator=torch.Generator()
+        )
         return accelerator.prepare(loader)
 
 
@@ -192,8 +205,10 @@ def verify_checkpoint(folder: str | os.PathLike) -> None:
     folder = Path(folder)
     manifest = folder / CHECKSUMS
     if not manifest.is_file():
-        raise DamagedCheckpointError(f"checkpoint {folder} is incomplete: it has no {CHECKSUMS} (written last, once "
-                                     "every file of a checkpoint is saved); the run was probably interrupted saving it")
+        raise DamagedCheckpointError(
+            f"checkpoint {folder} is incomplete: it has no {CHECKSUMS} (written last, once "
+            "every file of a checkpoint is saved); the run was probably interrupted saving it"
+        )
     try:
         recorded = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError) as err:
@@ -204,11 +219,14 @@ def verify_checkpoint(folder: str | os.PathLike) -> None:
             raise DamagedCheckpointError(f"checkpoint {folder} is damaged: {name} is missing")
         size = path.stat().st_size
         if size != expected["size"]:
-            raise DamagedCheckpointError(f"checkpoint {folder} is damaged: {name} has {size} bytes, "
-                                         f"{expected['size']} were saved (truncated or overwritten)")
+            raise DamagedCheckpointError(
+                f"checkpoint {folder} is damaged: {name} has {size} bytes, "
+                f"{expected['size']} were saved (truncated or overwritten)"
+            )
         if sha256_file(path) != expected["sha256"]:
-            raise DamagedCheckpointError(f"checkpoint {folder} is damaged: the content of {name} differs from what "
-                                         "was saved (sha256 mismatch)")
+            raise DamagedCheckpointError(
+                f"checkpoint {folder} is damaged: the content of {name} differs from what was saved (sha256 mismatch)"
+            )
     for required in (TRAINER_STATE, VLHUB_STATE):
         if required not in recorded:
             raise DamagedCheckpointError(f"checkpoint {folder} is not a vlhub training checkpoint: no {required}")
@@ -229,11 +247,14 @@ def resolve_checkpoint(value: str, output_dir: str | os.PathLike) -> Path:
                 problems.append(str(err))
                 continue
             if problems:
-                logger.warning(f"skipping damaged checkpoints ({'; '.join(problems)}); resuming from {folder} instead",
-                               main_process_only=True)
+                logger.warning(
+                    f"skipping damaged checkpoints ({'; '.join(problems)}); resuming from {folder} instead",
+                    main_process_only=True,
+                )
             return folder
-        raise DamagedCheckpointError("--resume_from_checkpoint latest: no intact checkpoint in "
-                                     f"{output_dir}: " + "; ".join(problems))
+        raise DamagedCheckpointError(
+            f"--resume_from_checkpoint latest: no intact checkpoint in {output_dir}: " + "; ".join(problems)
+        )
     path = Path(value)
     if not (path / TRAINER_STATE).is_file() or not (path / TRAINING_STATE_DIR).is_dir():
         raise FileNotFoundError(
@@ -257,8 +278,10 @@ def _claim_output_dir(output_dir: Path, overwrite: bool, is_main: bool) -> None:
             "its checkpoints and start afresh."
         )
     if is_main:
-        logger.warning(f"--overwrite_output_dir: deleting the earlier run's checkpoints in {output_dir}: "
-                       f"{', '.join(sorted(p.name for p in earlier))}")
+        logger.warning(
+            f"--overwrite_output_dir: deleting the earlier run's checkpoints in {output_dir}: "
+            f"{', '.join(sorted(p.name for p in earlier))}"
+        )
         for folder in earlier:
             shutil.rmtree(folder)
 
@@ -266,8 +289,11 @@ def _claim_output_dir(output_dir: Path, overwrite: bool, is_main: bool) -> None:
 def _checkpoints(output_dir: Path) -> list[Path]:
     if not output_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()
-             and (p / TRAINER_STATE).is_file()]
+    found = [
+        (int(m.group(1)), p)
+        for p in output_dir.iterdir()
+        if (m := _CHECKPOINT.match(p.name)) and p.is_dir() and (p / TRAINER_STATE).is_file()
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -278,8 +304,9 @@ def _optimizer(model: torch.nn.Module, args: VlhubTrainingArguments) -> torch.op
             continue
         (no_decay if parameter.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                             eps=args.adam_epsilon)
+    return torch.optim.AdamW(
+        groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon
+    )
 
 
 def _format_logs(step: int, logs: dict) -> str:
@@ -334,8 +361,14 @@ def train(
         lock.release()
 
 
-def _train(task: TrainingTask, args: VlhubTrainingArguments, command: str,
-           callbacks: Iterable[Callable[[LoopState], None]], accelerator: Accelerator, output_dir: Path) -> TrainResult:
+def _train(
+    task: TrainingTask,
+    args: VlhubTrainingArguments,
+    command: str,
+    callbacks: Iterable[Callable[[LoopState], None]],
+    accelerator: Accelerator,
+    output_dir: Path,
+) -> TrainResult:
     run = _TrainingRun(task, args, command, accelerator, output_dir)
     run.resume_or_start()
     run.train_steps(callbacks)
@@ -346,27 +379,41 @@ class _TrainingRun:
     """One run of the loop. Everything a checkpoint saves and resuming restores (step, log window, history,
     evaluation) lives here, so that the run's parts are plain methods over one state."""
 
-    def __init__(self, task: TrainingTask, args: VlhubTrainingArguments, command: str, accelerator: Accelerator,
-                 output_dir: Path):
-        self.task, self.args, self.command, self.accelerator, self.output_dir = (task, args, command, accelerator,
-                                                                               output_dir)
+    def __init__(
+        self, task: TrainingTask, args: VlhubTrainingArguments, command: str, accelerator: Accelerator, output_dir: Path
+    ):
+        self.task, self.args, self.command, self.accelerator, self.output_dir = (
+            task,
+            args,
+            command,
+            accelerator,
+            output_dir,
+        )
         self.is_main = accelerator.is_main_process
-        self.resume_dir = (resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint
-                           else None)
+        self.resume_dir = (
+            resolve_checkpoint(args.resume_from_checkpoint, output_dir) if args.resume_from_checkpoint else None
+        )
         if self.resume_dir is None:
             _claim_output_dir(output_dir, args.overwrite_output_dir, self.is_main)
         accelerator.wait_for_everyone()
 
         self.uploader = None
         if args.push_to_hub and self.is_main:
-            self.uploader = HubUploader(args.hub_model_id, token=args.hub_token, private=args.hub_private_repo,
-                                        timeout=args.hub_timeout, total_timeout=args.hub_total_timeout)
+            self.uploader = HubUploader(
+                args.hub_model_id,
+                token=args.hub_token,
+                private=args.hub_private_repo,
+                timeout=args.hub_timeout,
+                total_timeout=args.hub_total_timeout,
+            )
 
         if task.optimizer_steps_per_batch > 1 and args.gradient_accumulation_steps > 1:
-            raise ValueError(f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. "
-                             "two-pass scheduled sampling), which gradient accumulation cannot split: set "
-                             "--gradient_accumulation_steps 1 (raise the batch size or the number of processes "
-                             "instead)")
+            raise ValueError(
+                f"this task takes {task.optimizer_steps_per_batch} optimizer steps per batch (e.g. "
+                "two-pass scheduled sampling), which gradient accumulation cannot split: set "
+                "--gradient_accumulation_steps 1 (raise the batch size or the number of processes "
+                "instead)"
+            )
         set_seed(args.seed)
         self._build_train_loader()
         self.max_steps = args.total_steps(self.steps_per_epoch)
@@ -381,7 +428,8 @@ class _TrainingRun:
         workers = args.dataloader_num_workers
         self.pin_memory = args.dataloader_pin_memory and accelerator.device.type == "cuda"
         loader_settings = dict(
-            collate_fn=loader_collate(self.task.collate_fn, workers), num_workers=workers,
+            collate_fn=loader_collate(self.task.collate_fn, workers),
+            num_workers=workers,
             prefetch_factor=args.dataloader_prefetch_factor if workers else None,
             persistent_workers=args.dataloader_persistent_workers and workers > 0,
             pin_memory=self.pin_memory,
@@ -406,13 +454,18 @@ class _TrainingRun:
     def _prepare(self) -> None:
         """Optimizer and schedule, then everything through `accelerator.prepare` (a stream is not sharded again)."""
         optimizer = _optimizer(self.task.model, self.args)
-        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
-                                  num_training_steps=self.max_steps)
+        scheduler = get_scheduler(
+            self.args.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=self.args.warmup_steps,
+            num_training_steps=self.max_steps,
+        )
         if self.args.streaming:
             self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.task.model, optimizer, scheduler)
         else:
             self.model, self.optimizer, self.train_loader, self.scheduler = self.accelerator.prepare(
-                self.task.model, optimizer, self.train_loader, scheduler)
+                self.task.model, optimizer, self.train_loader, scheduler
+            )
 
     def resume_or_start(self) -> None:
         """Restore the checkpoint's state (resuming), or start a fresh log history; then start the trackers."""
@@ -423,8 +476,9 @@ class _TrainingRun:
             _warn_if_layout_changed(state, self.args, accelerator.num_processes)
             _load_training_state(accelerator, resume_dir, saved_processes=state.get("num_processes"))
             if self.args.streaming:
-                _load_stream_state(self.train_loader, accelerator, resume_dir,
-                                   saved_processes=state.get("num_processes"))
+                _load_stream_state(
+                    self.train_loader, accelerator, resume_dir, saved_processes=state.get("num_processes")
+                )
             self.step = trainer_state.global_step
             self.window = _LogWindow(state["log_window"]["sums"], state["log_window"]["counts"])
             self.history = trainer_state.log_history
@@ -448,8 +502,10 @@ class _TrainingRun:
         if with_training_state:
             accelerator.save_state(str(folder / TRAINING_STATE_DIR))
             if self.args.streaming:  # every process its own: where its stream stands after its last batch
-                atomic_write_json(folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index),
-                                  self.train_loader.state_dict())
+                atomic_write_json(
+                    folder / TRAINING_STATE_DIR / _STREAM_STATE.format(accelerator.process_index),
+                    self.train_loader.state_dict(),
+                )
         if self.is_main:
             self._save_model_and_state(folder)
         accelerator.wait_for_everyone()
@@ -464,17 +520,35 @@ class _TrainingRun:
         self.accelerator.unwrap_model(self.model).save_pretrained(folder)
         if self.task.processor is not None:
             self.task.processor.save_pretrained(folder)
-        write_training_card(folder, self.task.card_info(), step=step, max_steps=max_steps, command=self.command,
-                            hyperparameters=_card_hyperparameters(args, self.task, num_processes, max_steps),
-                            eval_results=self.eval_results)
-        atomic_write_json(folder / VLHUB_STATE, {
-            "num_processes": num_processes, "log_window": self.window.state(),
-            "eval_results": self.eval_results, "args": args.to_dict(), "command": self.command,
-        })
+        write_training_card(
+            folder,
+            self.task.card_info(),
+            step=step,
+            max_steps=max_steps,
+            command=self.command,
+            hyperparameters=_card_hyperparameters(args, self.task, num_processes, max_steps),
+            eval_results=self.eval_results,
+        )
+        atomic_write_json(
+            folder / VLHUB_STATE,
+            {
+                "num_processes": num_processes,
+                "log_window": self.window.state(),
+                "eval_results": self.eval_results,
+                "args": args.to_dict(),
+                "command": self.command,
+            },
+        )
         trainer_state = TrainerState(
-            epoch=step / self.steps_per_epoch, global_step=step, max_steps=max_steps, logging_steps=args.logging_steps,
-            eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=args.per_device_train_batch_size,
-            num_train_epochs=math.ceil(max_steps / self.steps_per_epoch), log_history=self.history,
+            epoch=step / self.steps_per_epoch,
+            global_step=step,
+            max_steps=max_steps,
+            logging_steps=args.logging_steps,
+            eval_steps=args.eval_steps,
+            save_steps=args.save_steps,
+            train_batch_size=args.per_device_train_batch_size,
+            num_train_epochs=math.ceil(max_steps / self.steps_per_epoch),
+            log_history=self.history,
         )
         atomic_write(folder / TRAINER_STATE, lambda temporary: trainer_state.save_to_json(str(temporary)))
 
@@ -488,15 +562,22 @@ class _TrainingRun:
         for current in itertools.count(epoch):
             self.train_loader.set_epoch(current)
             self.sampler.set_epoch(current)
-            yield from (skip_first_batches(self.train_loader, skip * self.args.gradient_accumulation_steps) if skip
-                        else self.train_loader)
+            yield from (
+                skip_first_batches(self.train_loader, skip * self.args.gradient_accumulation_steps)
+                if skip
+                else self.train_loader
+            )
             skip = 0
 
     def train_steps(self, callbacks: Iterable[Callable[[LoopState], None]]) -> None:
         """Optimizer steps until `max_steps`; after each: logs, evaluation, checkpoint, callbacks."""
-        self.progress = tqdm(total=self.max_steps, initial=self.step,
-                             disable=not self.accelerator.is_local_main_process, desc=self.task.trainer_name,
-                             dynamic_ncols=True)
+        self.progress = tqdm(
+            total=self.max_steps,
+            initial=self.step,
+            disable=not self.accelerator.is_local_main_process,
+            desc=self.task.trainer_name,
+            dynamic_ncols=True,
+        )
         self.model.train()
         if self.step < self.max_steps:
             for batch in self.batches():
@@ -506,8 +587,16 @@ class _TrainingRun:
                 self.progress.update(1)
                 logs = self.log_losses()
                 if self.args.eval_steps and self.step % self.args.eval_steps == 0 and self.step < self.max_steps:
-                    self.eval_results = _evaluate(self.task, self.accelerator, self.model, self.args, self.step,
-                                                  self.history, self.progress, final=False)
+                    self.eval_results = _evaluate(
+                        self.task,
+                        self.accelerator,
+                        self.model,
+                        self.args,
+                        self.step,
+                        self.history,
+                        self.progress,
+                        final=False,
+                    )
                 if self.args.save_steps and self.step % self.args.save_steps == 0:
                     self.save_checkpoint()
                 for callback in callbacks:
@@ -563,16 +652,18 @@ class _TrainingRun:
 
     def finish(self) -> TrainResult:
         """The final evaluation, the final model in `output_dir`, the trackers closed and the last upload."""
-        self.eval_results = _evaluate(self.task, self.accelerator, self.model, self.args, self.step, self.history,
-                                      None, final=True)
+        self.eval_results = _evaluate(
+            self.task, self.accelerator, self.model, self.args, self.step, self.history, None, final=True
+        )
         self.save(self.output_dir, with_training_state=False)
         self.accelerator.end_training()
         if self.uploader is not None:
             self.hub_failures += self.uploader.collect_finished(wait=True)
             commit = self.uploader.upload(self.output_dir, commit_message=f"End of training (step {self.step})")
             logger.info(f"pushed the final model to {commit}", main_process_only=True)
-        return TrainResult(self.step, self.output_dir, self.history, self.eval_results, self.checkpoints,
-                           self.hub_failures)
+        return TrainResult(
+            self.step, self.output_dir, self.history, self.eval_results, self.checkpoints, self.hub_failures
+        )
 
 
 def _evaluate(task, accelerator, model, args, step, history, progress, final: bool) -> dict[str, float]:
@@ -599,8 +690,15 @@ def _rotate_checkpoints(output_dir: Path, limit: int):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _process_file(accelerator: Accelerator, folder: Path, name: str, what: str, without_it: str, fallback: str,
-                  saved_processes: int | None) -> Path | None:
+def _process_file(
+    accelerator: Accelerator,
+    folder: Path,
+    name: str,
+    what: str,
+    without_it: str,
+    fallback: str,
+    saved_processes: int | None,
+) -> Path | None:
     """This process's own file of a checkpoint (`name` formatted with the process index). Missing: an error when the
     checkpoint was saved by as many processes (`without_it` says why it matters); else a warning (`fallback` says
     what happens instead) and None."""
@@ -608,10 +706,13 @@ def _process_file(accelerator: Accelerator, folder: Path, name: str, what: str, 
     if path.is_file():
         return path
     if saved_processes in (None, accelerator.num_processes):
-        raise DamagedCheckpointError(f"checkpoint {folder} has no {what} for process {accelerator.process_index} "
-                                     f"({path.name}): {without_it}")
-    logger.warning(f"process {accelerator.process_index} has no {what} in {folder} (it was saved by "
-                   f"{saved_processes} processes): {fallback}")
+        raise DamagedCheckpointError(
+            f"checkpoint {folder} has no {what} for process {accelerator.process_index} ({path.name}): {without_it}"
+        )
+    logger.warning(
+        f"process {accelerator.process_index} has no {what} in {folder} (it was saved by "
+        f"{saved_processes} processes): {fallback}"
+    )
     return None
 
 
@@ -619,13 +720,15 @@ def _load_training_state(accelerator: Accelerator, folder: Path, saved_processes
     """accelerate.load_state, then this process's RNG state restored here: accelerate only logs (at INFO) an RNG
     file it cannot read, and resuming would silently differ from the interrupted run. Load errors name the
     checkpoint, and for the RNG state the file and the piece."""
-    rng_path = _process_file(accelerator, folder, _RNG_STATE, "RNG state", _WITHOUT_RNG, "it starts from the seed",
-                             saved_processes)
+    rng_path = _process_file(
+        accelerator, folder, _RNG_STATE, "RNG state", _WITHOUT_RNG, "it starts from the seed", saved_processes
+    )
     try:
         accelerator.load_state(str(folder / TRAINING_STATE_DIR))
     except Exception as err:
-        raise DamagedCheckpointError(f"could not load the training state of checkpoint {folder}: "
-                                     f"{type(err).__name__}: {err}") from err
+        raise DamagedCheckpointError(
+            f"could not load the training state of checkpoint {folder}: {type(err).__name__}: {err}"
+        ) from err
     if rng_path is not None:
         _restore_rng_state(accelerator, folder, rng_path)
 
@@ -649,26 +752,30 @@ def _restore_rng_state(accelerator: Accelerator, folder: Path, path: Path) -> No
     try:
         states = load(path)
     except Exception as err:  # truncated, not a torch.save file, a pickle weights_only refuses: all damaged
-        raise DamagedCheckpointError(f"{where} cannot be read ({type(err).__name__}: {_first_line(err)}); "
-                                     f"{_WITHOUT_RNG}") from err
+        raise DamagedCheckpointError(
+            f"{where} cannot be read ({type(err).__name__}: {_first_line(err)}); {_WITHOUT_RNG}"
+        ) from err
     if not isinstance(states, dict):
-        raise DamagedCheckpointError(f"{where} holds a {type(states).__name__}, not accelerate's dictionary of "
-                                     f"generator states; {_WITHOUT_RNG}")
+        raise DamagedCheckpointError(
+            f"{where} holds a {type(states).__name__}, not accelerate's dictionary of generator states; {_WITHOUT_RNG}"
+        )
     pieces = list(_RNG_PIECES)
     if torch.cuda.is_available():
         if "torch_cuda_manual_seed" in states:
             pieces.append(("torch_cuda_manual_seed", "the CUDA generators", torch.cuda.set_rng_state_all))
         else:  # saved without CUDA: the run changed devices, which no generator state can make exact
-            logger.warning(f"{where} has no CUDA generator state (saved without CUDA): the CUDA generators start "
-                           "from the seed")
+            logger.warning(
+                f"{where} has no CUDA generator state (saved without CUDA): the CUDA generators start from the seed"
+            )
     for key, what, restore in pieces:
         if key not in states:
             raise DamagedCheckpointError(f"{where} has no {key} ({what}); {_WITHOUT_RNG}")
         try:
             restore(states[key])
         except Exception as err:
-            raise DamagedCheckpointError(f"{where}: {key} ({what}) cannot be restored ({type(err).__name__}: "
-                                         f"{_first_line(err)}); {_WITHOUT_RNG}") from err
+            raise DamagedCheckpointError(
+                f"{where}: {key} ({what}) cannot be restored ({type(err).__name__}: {_first_line(err)}); {_WITHOUT_RNG}"
+            ) from err
     if "step" in states:
         accelerator.step = states["step"]
 
@@ -679,40 +786,63 @@ def _first_line(err: BaseException) -> str:
 
 def _load_stream_state(loader, accelerator: Accelerator, folder: Path, saved_processes: int | None) -> None:
     """Put a `--streaming` loader where the checkpoint's run left this process's stream."""
-    path = _process_file(accelerator, folder, _STREAM_STATE, "stream state", "was it saved without --streaming? "
-                         "Resume it without --streaming, or start a fresh run", "its stream starts from the beginning",
-                         saved_processes)
+    path = _process_file(
+        accelerator,
+        folder,
+        _STREAM_STATE,
+        "stream state",
+        "was it saved without --streaming? Resume it without --streaming, or start a fresh run",
+        "its stream starts from the beginning",
+        saved_processes,
+    )
     if path is None:
         return
     try:
         loader.load_state_dict(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as err:
-        raise DamagedCheckpointError(f"checkpoint {folder}: the stream state {path.name} cannot be restored "
-                                     f"({type(err).__name__}: {err})") from err
+        raise DamagedCheckpointError(
+            f"checkpoint {folder}: the stream state {path.name} cannot be restored ({type(err).__name__}: {err})"
+        ) from err
 
 
 def _warn_if_layout_changed(state: dict, args: VlhubTrainingArguments, num_processes: int):
     saved = state.get("args", {})
-    changed = [f"{name}: {saved.get(name)} -> {getattr(args, name)}"
-               for name in ("seed", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
-                            "num_train_epochs")
-               if name in saved and saved[name] != getattr(args, name)]
+    changed = [
+        f"{name}: {saved.get(name)} -> {getattr(args, name)}"
+        for name in (
+            "seed",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "max_steps",
+            "num_train_epochs",
+        )
+        if name in saved and saved[name] != getattr(args, name)
+    ]
     if state.get("num_processes", num_processes) != num_processes:
         changed.append(f"num_processes: {state['num_processes']} -> {num_processes}")
     if changed:
-        logger.warning("resuming with different settings (%s): training continues, but the data order and schedule "
-                       "no longer match the interrupted run", "; ".join(changed))
+        logger.warning(
+            "resuming with different settings (%s): training continues, but the data order and schedule "
+            "no longer match the interrupted run",
+            "; ".join(changed),
+        )
 
 
 def _card_hyperparameters(args: VlhubTrainingArguments, task: TrainingTask, num_processes: int, max_steps: int) -> dict:
     total_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * num_processes
     return {
-        "optimizer steps": max_steps, "examples per step": total_batch, "processes": num_processes,
+        "optimizer steps": max_steps,
+        "examples per step": total_batch,
+        "processes": num_processes,
         "per-device batch (examples)": args.per_device_train_batch_size,
-        "gradient accumulation": args.gradient_accumulation_steps, "learning rate": args.learning_rate,
-        "schedule": f"{args.lr_scheduler_type}, {args.warmup_steps} warm-up steps", "weight decay": args.weight_decay,
+        "gradient accumulation": args.gradient_accumulation_steps,
+        "learning rate": args.learning_rate,
+        "schedule": f"{args.lr_scheduler_type}, {args.warmup_steps} warm-up steps",
+        "weight decay": args.weight_decay,
         "AdamW betas / eps": f"({args.adam_beta1}, {args.adam_beta2}) / {args.adam_epsilon}",
-        "gradient clipping": args.max_grad_norm, "mixed precision": args.mixed_precision, "seed": args.seed,
+        "gradient clipping": args.max_grad_norm,
+        "mixed precision": args.mixed_precision,
+        "seed": args.seed,
         **task.hyperparameters(),
     }
 

@@ -55,11 +55,18 @@ def write_training_card(
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     if not Path(template_path).is_file():
-        raise FileNotFoundError(f"model card template not found at {template_path} (it ships in the package's "
-                                "model_cards/ folder)")
+        raise FileNotFoundError(
+            f"model card template not found at {template_path} (it ships in the package's model_cards/ folder)"
+        )
     results = [
-        EvalResult(task_type=info.metric_task, dataset_type=info.dataset_name, dataset_name=info.dataset_name,
-                   metric_type=name, metric_name=name, metric_value=float(value))
+        EvalResult(
+            task_type=info.metric_task,
+            dataset_type=info.dataset_name,
+            dataset_name=info.dataset_name,
+            metric_type=name,
+            metric_name=name,
+            metric_value=float(value),
+        )
         for name, value in eval_results.items()
     ]
     card_data = ModelCardData(
@@ -85,8 +92,12 @@ def write_training_card(
         eval_results=[(k, _format(v)) for k, v in eval_results.items()],
         baseline_note=info.baseline_note,
         usage=info.usage.strip(),
-        versions=[("vlhub", vlhub_version), ("transformers", transformers.__version__),
-                  ("accelerate", accelerate.__version__), ("torch", torch.__version__)],
+        versions=[
+            ("vlhub", vlhub_version),
+            ("transformers", transformers.__version__),
+            ("accelerate", accelerate.__version__),
+            ("torch", torch.__version__),
+        ],
     )
     path = Path(folder) / "README.md"
     card.save(path)

@@ -37,8 +37,10 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
         fields = json.loads(Path(config).read_text())
         fields.pop("model_type", None)
     else:
-        raise ValueError(f"--config_name must be a preset ({', '.join(architecture.config_presets)}) or a "
-                         f"config.json file, got {config!r}")
+        raise ValueError(
+            f"--config_name must be a preset ({', '.join(architecture.config_presets)}) or a "
+            f"config.json file, got {config!r}"
+        )
     fields["vocab_size"] = len(processor.tokenizer)
     if architecture.config_mask_token_id:
         # A config that names [MASK] follows the tokenizer (VL-BERT reads its VQA answer from that slot).
@@ -60,7 +62,9 @@ def build_pretraining_model(
         processor = AutoProcessor.from_pretrained(model_name_or_path)
         return model, processor
     if tokenizer is None:
-        raise ValueError("a model trained from scratch needs a tokenizer: pass --tokenizer_name (a folder or vocab.txt)")
+        raise ValueError(
+            "a model trained from scratch needs a tokenizer: pass --tokenizer_name (a folder or vocab.txt)"
+        )
     architecture = get_architecture(model_type)
     sample = corpus.sample_regions()
     processor = architecture.build_processor(tokenizer, sample.feature_dim)
@@ -86,11 +90,20 @@ class PretrainingTask(TrainingTask):
 
     trainer_name = "pretrain.py"
 
-    def __init__(self, model, processor, corpus: CaptionCorpus, mix: ObjectiveMix | None = None,
-                 base_model: str | None = None, mlm_probability: float = 0.15,
-                 region_mask_probability: float = 0.15, itm_negative_probability: float = 0.5,
-                 itm_hard_negative_probability: float = 0.0, scheduled_sampling: bool = False,
-                 scheduled_sampling_probability: float = 1.0):
+    def __init__(
+        self,
+        model,
+        processor,
+        corpus: CaptionCorpus,
+        mix: ObjectiveMix | None = None,
+        base_model: str | None = None,
+        mlm_probability: float = 0.15,
+        region_mask_probability: float = 0.15,
+        itm_negative_probability: float = 0.5,
+        itm_hard_negative_probability: float = 0.0,
+        scheduled_sampling: bool = False,
+        scheduled_sampling_probability: float = 1.0,
+    ):
         self.model = model
         self.processor = processor
         self.corpus = corpus
@@ -101,23 +114,35 @@ class PretrainingTask(TrainingTask):
         image_ids = _unique_image_ids(corpus.train)
         self.train_dataset = CaptionDataset(corpus.train)
         self.itm_hard_negative_probability = itm_hard_negative_probability
-        settings = dict(mlm_probability=mlm_probability, region_mask_probability=region_mask_probability,
-                        itm_negative_probability=itm_negative_probability, contradict=corpus.contradict,
-                        itm_hard_negative_probability=itm_hard_negative_probability)
-        self.collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives, image_ids=image_ids,
-                                              pairs=corpus.train, **settings)
+        settings = dict(
+            mlm_probability=mlm_probability,
+            region_mask_probability=region_mask_probability,
+            itm_negative_probability=itm_negative_probability,
+            contradict=corpus.contradict,
+            itm_hard_negative_probability=itm_hard_negative_probability,
+        )
+        self.collate_fn = PretrainingCollator(
+            processor, corpus.regions, self.mix.objectives, image_ids=image_ids, pairs=corpus.train, **settings
+        )
         self.scheduled_sampling_probability = scheduled_sampling_probability
         self.scheduled_sampling = scheduled_sampling
         if scheduled_sampling:
             two_pass = {n: o for n, o in self.mix.objectives.items() if o.second_pass is not None}
             if not two_pass:
                 with_pass = sorted(n for n, o in objectives_for(model_type).items() if o.second_pass is not None)
-                raise ValueError(f"scheduled sampling needs an objective with a second pass; the mix "
-                                 f"({', '.join(self.mix.names)}) has none"
-                                 + (f" (this architecture's: {', '.join(with_pass)})" if with_pass else
-                                    " and this architecture defines none"))
+                raise ValueError(
+                    f"scheduled sampling needs an objective with a second pass; the mix "
+                    f"({', '.join(self.mix.names)}) has none"
+                    + (
+                        f" (this architecture's: {', '.join(with_pass)})"
+                        if with_pass
+                        else " and this architecture defines none"
+                    )
+                )
             if not 0.0 < scheduled_sampling_probability <= 1.0:
-                raise ValueError(f"scheduled_sampling_probability must be in (0, 1], got {scheduled_sampling_probability}")
+                raise ValueError(
+                    f"scheduled_sampling_probability must be in (0, 1], got {scheduled_sampling_probability}"
+                )
             self.optimizer_steps_per_batch = 2
             self.collate_fn = TwoPassCollator(self.collate_fn, two_pass, scheduled_sampling_probability)
         eval_ids = _unique_image_ids(corpus.validation) or image_ids
@@ -125,28 +150,36 @@ class PretrainingTask(TrainingTask):
         # can contradict its captions is also scored on hard negatives only (eval_hard_itm_accuracy).
         settings["itm_hard_negative_probability"] = 0.0
         eval_pairs = corpus.validation or corpus.train
-        self.eval_collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives, image_ids=eval_ids,
-                                                   pairs=eval_pairs, **settings)
+        self.eval_collate_fn = PretrainingCollator(
+            processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, pairs=eval_pairs, **settings
+        )
         self.hard_eval_collate_fn = None
         if corpus.contradict is not None:
             settings["itm_hard_negative_probability"] = 1.0
-            self.hard_eval_collate_fn = PretrainingCollator(processor, corpus.regions, self.mix.objectives,
-                                                            image_ids=eval_ids, pairs=eval_pairs, **settings)
+            self.hard_eval_collate_fn = PretrainingCollator(
+                processor, corpus.regions, self.mix.objectives, image_ids=eval_ids, pairs=eval_pairs, **settings
+            )
 
     def _check_data(self, config, corpus: CaptionCorpus):
         sample = corpus.sample_regions()
         if sample.feature_dim != config.region_feature_dim:
-            raise ValueError(f"the data's regions have {sample.feature_dim}-d features but the model expects "
-                             f"{config.region_feature_dim}-d (config.region_feature_dim)")
+            raise ValueError(
+                f"the data's regions have {sample.feature_dim}-d features but the model expects "
+                f"{config.region_feature_dim}-d (config.region_feature_dim)"
+            )
         for objective in self.mix.objectives.values():
             for name in objective.region_fields:
                 value = getattr(sample, name)
                 if value is None:
-                    raise ValueError(f"objective {objective.name!r} needs region {name} but the data's regions have "
-                                     f"none; drop it from --objectives or use regions with {name}")
+                    raise ValueError(
+                        f"objective {objective.name!r} needs region {name} but the data's regions have "
+                        f"none; drop it from --objectives or use regions with {name}"
+                    )
                 if name == "class_probs" and value.shape[1] != config.num_region_labels:
-                    raise ValueError(f"the regions' class_probs have {value.shape[1]} classes but the model predicts "
-                                     f"{config.num_region_labels} (config.num_region_labels)")
+                    raise ValueError(
+                        f"the regions' class_probs have {value.shape[1]} classes but the model predicts "
+                        f"{config.num_region_labels} (config.num_region_labels)"
+                    )
 
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(len(self.train_dataset), batch_size, self.mix, seed, group_size=group_size)
@@ -180,15 +213,27 @@ class PretrainingTask(TrainingTask):
 
         store = self.corpus.regions.store if isinstance(self.corpus.regions, RegionCache) else self.corpus.regions
         if not isinstance(store, RegionStore) or store.version < 2:
-            raise ValueError("--streaming reads the shards of a vlhub region store (format 2); this corpus's regions "
-                             f"come from {type(store).__name__}" + (" (a format-1 store: upgrade it with `vlhub "
-                             "import-features OLD --format vlhub --output NEW`)" if isinstance(store, RegionStore)
-                             else ""))
+            raise ValueError(
+                "--streaming reads the shards of a vlhub region store (format 2); this corpus's regions "
+                f"come from {type(store).__name__}"
+                + (
+                    " (a format-1 store: upgrade it with `vlhub import-features OLD --format vlhub --output NEW`)"
+                    if isinstance(store, RegionStore)
+                    else ""
+                )
+            )
         return StreamedCaptionBatches(
-            store, CaptionIndex(self.corpus.train), args.per_device_train_batch_size, self.mix, args.seed,
-            gradient_accumulation_steps=args.gradient_accumulation_steps, process_index=process_index,
-            num_processes=num_processes, shuffle_buffer_size=args.shuffle_buffer_size,
-            num_workers=args.dataloader_num_workers)
+            store,
+            CaptionIndex(self.corpus.train),
+            args.per_device_train_batch_size,
+            self.mix,
+            args.seed,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            process_index=process_index,
+            num_processes=num_processes,
+            shuffle_buffer_size=args.shuffle_buffer_size,
+            num_workers=args.dataloader_num_workers,
+        )
 
     def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
         pairs = self.corpus.validation
@@ -200,11 +245,20 @@ class PretrainingTask(TrainingTask):
         results: dict[str, float] = {}
         passes = [(name, "", self.eval_collate_fn) for name in self.mix.names]
         if self.hard_eval_collate_fn is not None:
-            passes += [(name, "hard_", self.hard_eval_collate_fn) for name, objective in self.mix.objectives.items()
-                       if objective.needs_other_images]
+            passes += [
+                (name, "hard_", self.hard_eval_collate_fn)
+                for name, objective in self.mix.objectives.items()
+                if objective.needs_other_images
+            ]
         for name, prefix, collate_fn in passes:
-            sampler = ObjectiveBatchSampler(len(dataset), args.per_device_eval_batch_size, FixedObjective(name), args.seed,
-                                            shuffle=False, drop_last=False)
+            sampler = ObjectiveBatchSampler(
+                len(dataset),
+                args.per_device_eval_batch_size,
+                FixedObjective(name),
+                args.seed,
+                shuffle=False,
+                drop_last=False,
+            )
             sampler.set_epoch(EVAL_EPOCH)
             loader = self.eval_dataloader(accelerator, dataset, sampler, collate_fn)
             sums: dict[str, list[torch.Tensor]] = {}
@@ -247,8 +301,9 @@ class PretrainingTask(TrainingTask):
     def hyperparameters(self) -> dict:
         settings = {"objectives (ratio)": self.mix.as_dict()}
         if self.scheduled_sampling:
-            settings["scheduled sampling"] = (f"two passes per batch (share of target positions replaced: "
-                                              f"{self.scheduled_sampling_probability:g})")
+            settings["scheduled sampling"] = (
+                f"two passes per batch (share of target positions replaced: {self.scheduled_sampling_probability:g})"
+            )
         return settings
 
     def card_info(self) -> CardInfo:
@@ -256,19 +311,23 @@ class PretrainingTask(TrainingTask):
         name = get_architecture(self.model.config.model_type).name
         return CardInfo(
             title=f"{name} pre-trained on {self.corpus.name}",
-            summary=(f"A `{arch}` (vision-language BERT over text and image regions) pre-trained with "
-                     f"{', '.join(f'{n} ({r:g})' for n, r in self.mix.as_dict().items())} "
-                     "(objective: sampling ratio, one objective per step)."),
+            summary=(
+                f"A `{arch}` (vision-language BERT over text and image regions) pre-trained with "
+                f"{', '.join(f'{n} ({r:g})' for n, r in self.mix.as_dict().items())} "
+                "(objective: sampling ratio, one objective per step)."
+            ),
             trainer=self.trainer_name,
             dataset_name=self.corpus.name,
             dataset_description=self.corpus.description,
             pipeline_tag=None,
-            usage=("import vlhub\nfrom transformers import AutoModel, AutoProcessor\n\n"
-                   "model = AutoModel.from_pretrained(\"<this folder>\")\n"
-                   "processor = AutoProcessor.from_pretrained(\"<this folder>\")\n"
-                   "inputs = processor(text=[\"a red circle\"], regions=[regions], return_tensors=\"pt\")  "
-                   "# regions: vlhub.RegionFeatures\n"
-                   "outputs = model(**inputs)"),
+            usage=(
+                "import vlhub\nfrom transformers import AutoModel, AutoProcessor\n\n"
+                'model = AutoModel.from_pretrained("<this folder>")\n'
+                'processor = AutoProcessor.from_pretrained("<this folder>")\n'
+                'inputs = processor(text=["a red circle"], regions=[regions], return_tensors="pt")  '
+                "# regions: vlhub.RegionFeatures\n"
+                "outputs = model(**inputs)"
+            ),
             metric_task="pretraining",
             base_model=self.base_model,
             tags=["pretraining", self.model.config.model_type],

@@ -113,6 +113,4 @@ class ObjectiveBatchSampler(BatchSampler):
             group = batch // self.group_size
             objective = self.mix.choose(np.random.default_rng((self.seed, self.epoch, group, _OBJECTIVE_STREAM)))
             indices = order[batch * self.batch_size : (batch + 1) * self.batch_size]
-            yield [
-                SampleKey(int(i), objective, (self.seed, self.epoch, int(i), _EXAMPLE_STREAM)) for i in indices
-            ]
+            yield [SampleKey(int(i), objective, (self.seed, self.epoch, int(i), _EXAMPLE_STREAM)) for i in indices]

@@ -60,8 +60,9 @@ class CaptionIndex:
         import pyarrow.compute as pc
 
         if not isinstance(pairs, CaptionPairs):
-            pairs = CaptionPairs(pa.array([p[0] for p in pairs], pa.string()), pa.array([p[1] for p in pairs],
-                                                                                        pa.string()))
+            pairs = CaptionPairs(
+                pa.array([p[0] for p in pairs], pa.string()), pa.array([p[1] for p in pairs], pa.string())
+            )
         self.pairs = pairs
         ids = pairs.image_ids.column
         self.order = pc.sort_indices(ids).to_numpy()
@@ -104,8 +105,9 @@ def shard_stream(shard_files: Sequence[str], seed: int, epoch: int, process_inde
     was_enabled = datasets.utils.logging.is_progress_bar_enabled()
     datasets.utils.logging.disable_progress_bar()
     try:
-        stream = datasets.load_dataset("arrow", data_files=[str(shard_files[i]) for i in order], split="train",
-                                       streaming=True)
+        stream = datasets.load_dataset(
+            "arrow", data_files=[str(shard_files[i]) for i in order], split="train", streaming=True
+        )
     finally:
         if was_enabled:
             datasets.utils.logging.enable_progress_bar()
@@ -133,12 +135,24 @@ class StreamedCaptionBatches(IterableDataset):
         num_workers: DataLoader workers that read this stream (each reads its own shards).
     """
 
-    def __init__(self, store, captions: CaptionIndex, batch_size: int, mix, seed: int,
-                 gradient_accumulation_steps: int = 1, process_index: int = 0, num_processes: int = 1,
-                 shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER, num_workers: int = 0):
+    def __init__(
+        self,
+        store,
+        captions: CaptionIndex,
+        batch_size: int,
+        mix,
+        seed: int,
+        gradient_accumulation_steps: int = 1,
+        process_index: int = 0,
+        num_processes: int = 1,
+        shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER,
+        num_workers: int = 0,
+    ):
         if batch_size < 1 or shuffle_buffer_size < 1 or gradient_accumulation_steps < 1:
-            raise ValueError(f"batch_size ({batch_size}), shuffle_buffer_size ({shuffle_buffer_size}) and "
-                             f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be positive")
+            raise ValueError(
+                f"batch_size ({batch_size}), shuffle_buffer_size ({shuffle_buffer_size}) and "
+                f"gradient_accumulation_steps ({gradient_accumulation_steps}) must be positive"
+            )
         self.store = store
         self.captions = captions
         self.batch_size = batch_size
@@ -152,21 +166,25 @@ class StreamedCaptionBatches(IterableDataset):
             raise ValueError(
                 f"--streaming: the region store {store.directory} has {len(self.shard_files)} shards for "
                 f"{num_processes} processes; every process needs at least one shard of its own (write the store with "
-                "a smaller shard size, or stream with fewer processes)")
+                "a smaller shard size, or stream with fewer processes)"
+            )
         if len(self.shard_files) % num_processes:
-            logger.warning(f"--streaming: {len(self.shard_files)} shards do not divide evenly among {num_processes} "
-                           "processes; some processes read one shard more per epoch (their epochs end later)")
+            logger.warning(
+                f"--streaming: {len(self.shard_files)} shards do not divide evenly among {num_processes} "
+                "processes; some processes read one shard more per epoch (their epochs end later)"
+            )
         per_process = len(self.shard_files) // num_processes
         if num_workers > per_process:
-            raise ValueError(f"--streaming: each process reads {per_process} shard(s) per epoch, fewer than its "
-                             f"{num_workers} DataLoader workers; use at most {per_process} workers")
+            raise ValueError(
+                f"--streaming: each process reads {per_process} shard(s) per epoch, fewer than its "
+                f"{num_workers} DataLoader workers; use at most {per_process} workers"
+            )
         self._state = self._fresh_state()
 
     def _fresh_state(self) -> dict:
         # the process whose stream this is; epoch; datasets' state at the start of the current block (None: the
         # epoch's start); block number in the epoch; examples of the block already used; batches this worker made.
-        return {"process": self.process_index, "epoch": 0, "block_start": None, "block": 0, "offset": 0,
-                "batches": 0}
+        return {"process": self.process_index, "epoch": 0, "block_start": None, "block": 0, "offset": 0, "batches": 0}
 
     # -- stateful-DataLoader protocol ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -177,8 +195,9 @@ class StreamedCaptionBatches(IterableDataset):
         if missing:
             raise ValueError(f"not a streamed-batches state (missing {sorted(missing)}): {state}")
         if state["process"] != self.process_index:
-            raise ValueError(f"the stream state of process {state['process']} cannot resume process "
-                             f"{self.process_index}'s stream")
+            raise ValueError(
+                f"the stream state of process {state['process']} cannot resume process {self.process_index}'s stream"
+            )
         self._state = copy.deepcopy(state)
 
     # -- the stream ---------------------------------------------------------------------------------------------
@@ -204,8 +223,9 @@ class StreamedCaptionBatches(IterableDataset):
                 block = self._read_block(rows, state["epoch"])
                 if not block:
                     break
-                order = np.random.default_rng((self.seed, state["epoch"], self.process_index, worker_id,
-                                               state["block"], _BLOCK_STREAM)).permutation(len(block))
+                order = np.random.default_rng(
+                    (self.seed, state["epoch"], self.process_index, worker_id, state["block"], _BLOCK_STREAM)
+                ).permutation(len(block))
                 for position in range(state["offset"], len(block)):
                     pending.append(block[order[position]])
                     if len(pending) == self.batch_size:
@@ -235,8 +255,14 @@ class StreamedCaptionBatches(IterableDataset):
             for caption_row in caption_rows:
                 # The row stays an Arrow slice (of a memory-mapped shard, or of a streamed record batch) until its
                 # batch is made, so a block costs no decoded features.
-                block.append({"image_id": image_id, "caption": self.captions.caption(caption_row),
-                              "seed": (self.seed, epoch, caption_row, _EXAMPLE_STREAM), "row": row})
+                block.append(
+                    {
+                        "image_id": image_id,
+                        "caption": self.captions.caption(caption_row),
+                        "seed": (self.seed, epoch, caption_row, _EXAMPLE_STREAM),
+                        "row": row,
+                    }
+                )
         return block
 
     def _finish_batch(self, examples: list[dict], batch_index: int) -> list[dict]:
@@ -253,4 +279,3 @@ class StreamedCaptionBatches(IterableDataset):
                 decoded[example["image_id"]] = self.store.decode_row(row)
             batch.append({**example, "objective": objective, "regions": decoded[example["image_id"]]})
         return batch
-

@@ -58,19 +58,27 @@ def check_token_ids(token_ids, vocab_size: int, name: str = "token_ids") -> list
             raise ValueError(f"{where} must be a flat row of ids, got shape {array.shape}")
         if array.size == 0:
             raise ValueError(f"{where} is empty; a text needs at least one word piece")
-        if array.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                                           for v in array.tolist()):  # Python ints beyond int64
+        if array.dtype.kind == "O" and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in array.tolist()
+        ):  # Python ints beyond int64
             position, value = next((p, v) for p, v in enumerate(array.tolist()) if not 0 <= v < vocab_size)
-            raise ValueError(f"{where} holds id {value} at position {position}, outside the vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"{where} holds id {value} at position {position}, outside the vocabulary [0, {vocab_size})"
+            )
         if array.dtype.kind not in "iu":
-            first = next((v for v in array.tolist() if isinstance(v, bool) or not isinstance(v, numbers.Integral)),
-                         array.tolist()[0])
-            raise TypeError(f"{where} must hold integer ids, got {first!r} (dtype {array.dtype}); ids are never "
-                            "rounded or cut")
+            first = next(
+                (v for v in array.tolist() if isinstance(v, bool) or not isinstance(v, numbers.Integral)),
+                array.tolist()[0],
+            )
+            raise TypeError(
+                f"{where} must hold integer ids, got {first!r} (dtype {array.dtype}); ids are never rounded or cut"
+            )
         outside = (array < 0) | (array >= vocab_size)
         if outside.any():
             position = int(outside.argmax())
-            raise ValueError(f"{where} holds id {int(array[position])} at position {position}, outside the "
-                             f"vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"{where} holds id {int(array[position])} at position {position}, outside the "
+                f"vocabulary [0, {vocab_size})"
+            )
         checked.append(array.tolist())
     return checked

@@ -55,8 +55,10 @@ def accepts_past_key_values(forward):
             legacy = kwargs.pop("past_key_values")
             if kwargs.get("cache") is not None:
                 if legacy is not None:
-                    raise ValueError("the key/value cache was given twice, as `cache` and as `past_key_values`: "
-                                     "pass it as `cache` only")
+                    raise ValueError(
+                        "the key/value cache was given twice, as `cache` and as `past_key_values`: "
+                        "pass it as `cache` only"
+                    )
             else:
                 if CACHE_NAME == "cache":
                     logger.warning_once("`past_key_values` is deprecated (transformers 5.24): use `cache` instead")

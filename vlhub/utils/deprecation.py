@@ -10,8 +10,11 @@ __all__ = ["moved_module", "moved_attribute"]
 
 
 def _moved_warning(old: str, new: str, stacklevel: int) -> None:
-    warnings.warn(f"{old} moved to {new}: import it from there ({old} will stop working in a later release)",
-                  FutureWarning, stacklevel=stacklevel + 1)
+    warnings.warn(
+        f"{old} moved to {new}: import it from there ({old} will stop working in a later release)",
+        FutureWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def moved_module(old_name: str, new_name: str):

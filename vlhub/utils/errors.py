@@ -20,8 +20,15 @@ import sys
 import traceback
 from typing import Callable, Iterator
 
-__all__ = ["VlhubUserError", "USER_ERROR_EXIT_CODE", "user_error_types", "named_input", "one_line", "debug_enabled",
-           "run_command"]
+__all__ = [
+    "VlhubUserError",
+    "USER_ERROR_EXIT_CODE",
+    "user_error_types",
+    "named_input",
+    "one_line",
+    "debug_enabled",
+    "run_command",
+]
 
 USER_ERROR_EXIT_CODE = 2  # argparse's status for a bad command line: the same family of mistake
 DEBUG_VARIABLE = "VLHUB_DEBUG"
@@ -72,8 +79,9 @@ def named_input(path: str | os.PathLike, what: str = "", advice: str = "") -> It
     except _library_error_types() as err:
         kind = f" ({what})" if what else ""
         detail = one_line(err) if str(err) else "more data than fits in memory"
-        raise VlhubUserError(f"{path}{kind} cannot be read: {type(err).__name__}: {detail}"
-                             + (f"; {advice}" if advice else "")) from err
+        raise VlhubUserError(
+            f"{path}{kind} cannot be read: {type(err).__name__}: {detail}" + (f"; {advice}" if advice else "")
+        ) from err
 
 
 def one_line(err: BaseException) -> str:

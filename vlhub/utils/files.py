@@ -17,8 +17,15 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["read_yaml", "atomic_write", "atomic_write_text", "atomic_write_json", "sha256_file", "file_checksums",
-           "staging_folder"]
+__all__ = [
+    "read_yaml",
+    "atomic_write",
+    "atomic_write_text",
+    "atomic_write_json",
+    "sha256_file",
+    "file_checksums",
+    "staging_folder",
+]
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,8 @@ class FolderLock:
                 raise FolderInUseError(
                     f"{self.what} {self.folder} is in use by another run ({holder}): two runs writing one folder "
                     "would mix their checkpoints and logs. Wait for it to finish, stop it, or choose another "
-                    f"{self.what}.") from None
+                    f"{self.what}."
+                ) from None
             try:
                 current = os.stat(self.path).st_ino
             except FileNotFoundError:
@@ -64,10 +65,15 @@ class FolderLock:
             os.close(descriptor)  # its owner released (and removed) it between our open and our lock: again
         previous = _read_owner(descriptor)
         if previous:  # the file outlived its owner: the process ended without releasing it (killed, crashed)
-            logger.warning(f"{self.what} {self.folder}: taking over the lock of a run that ended without releasing "
-                           f"it ({_describe(previous)}{_liveness(previous)})")
-        owner = {"pid": os.getpid(), "host": socket.gethostname(),
-                 "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            logger.warning(
+                f"{self.what} {self.folder}: taking over the lock of a run that ended without releasing "
+                f"it ({_describe(previous)}{_liveness(previous)})"
+            )
+        owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, json.dumps(owner).encode(), 0)
         self._descriptor = descriptor
@@ -107,8 +113,10 @@ def _describe(owner: dict) -> str:
 
 def _liveness(owner: dict) -> str:
     if owner.get("host") != socket.gethostname():
-        return (f"; if that run still runs on {owner.get('host')}, this filesystem does not share locks between "
-                "hosts: stop this run")
+        return (
+            f"; if that run still runs on {owner.get('host')}, this filesystem does not share locks between "
+            "hosts: stop this run"
+        )
     try:
         os.kill(int(owner.get("pid")), 0)
     except (ProcessLookupError, TypeError, ValueError):

@@ -72,5 +72,6 @@ def repeated_warnings_counted() -> Iterator[None]:
         finally:
             for (category, filename, lineno), (message, count) in counts.items():
                 if count > 1:
-                    shown(f"{message} (raised {count} times in all; only the first is shown)", category, filename,
-                          lineno)
+                    shown(
+                        f"{message} (raised {count} times in all; only the first is shown)", category, filename, lineno
+                    )

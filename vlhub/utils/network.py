@@ -29,10 +29,21 @@ from typing import Callable, TypeVar
 from .errors import VlhubUserError, one_line
 from .local_paths import is_hub_id
 
-__all__ = ["HubTimeoutError", "HubConnectionError", "DEFAULT_HUB_TIMEOUT", "DEFAULT_HUB_TOTAL_TIMEOUT", "hub_endpoint",
-           "hub_timeouts", "configure_hub_timeouts",
-           "set_read_timeout", "with_deadline", "in_daemon_thread", "SerialDaemonExecutor",
-           "download_snapshot", "local_or_download"]
+__all__ = [
+    "HubTimeoutError",
+    "HubConnectionError",
+    "DEFAULT_HUB_TIMEOUT",
+    "DEFAULT_HUB_TOTAL_TIMEOUT",
+    "hub_endpoint",
+    "hub_timeouts",
+    "configure_hub_timeouts",
+    "set_read_timeout",
+    "with_deadline",
+    "in_daemon_thread",
+    "SerialDaemonExecutor",
+    "download_snapshot",
+    "local_or_download",
+]
 
 DEFAULT_HUB_TIMEOUT = 60.0  # seconds a request may wait for the next bytes
 DEFAULT_HUB_TOTAL_TIMEOUT = 3600.0  # seconds one operation (a download, an upload, with its retries) may take
@@ -138,8 +149,13 @@ class SerialDaemonExecutor:
             _settle(future, call)
 
 
-def with_deadline(operation: str, call: Callable[[], _T], total: float | None = None,
-                  read: float | None = None, endpoint: str | None = None) -> _T:
+def with_deadline(
+    operation: str,
+    call: Callable[[], _T],
+    total: float | None = None,
+    read: float | None = None,
+    endpoint: str | None = None,
+) -> _T:
     """`call()` (a Hub operation described by `operation`, e.g. "downloading org/model") with a per-read timeout on
     huggingface_hub's client and a total deadline; raises `HubTimeoutError` naming the operation and the endpoint
     when the deadline passes. Errors of the call itself are raised as they are."""
@@ -155,7 +171,8 @@ def with_deadline(operation: str, call: Callable[[], _T], total: float | None = 
         raise HubTimeoutError(
             f"{operation} at {endpoint} did not finish within {total:g} s (the total deadline; each read may wait "
             f"{read:g} s). Check the network and HF_ENDPOINT, raise the deadline (VLHUB_HUB_TOTAL_TIMEOUT, or "
-            "--hub_total_timeout for training), or use a local folder.") from None
+            "--hub_total_timeout for training), or use a local folder."
+        ) from None
 
 
 def _unreachable_types() -> tuple[type[BaseException], ...]:

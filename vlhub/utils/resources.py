@@ -46,7 +46,8 @@ def retain_freed_memory(mmap_threshold_mb: int = 32, trim_threshold_mb: int = 64
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     applied = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold_mb << 20)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, trim_threshold_mb << 20))
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold_mb << 20)
+    )
     if not applied:
         logger.warning("glibc refused the malloc thresholds; batches keep their page-fault cost")
     return applied

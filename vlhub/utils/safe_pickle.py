@@ -62,8 +62,9 @@ _NDARRAY = _NdarrayGuard()
 
 def _guarded_reconstruct(reconstruct):
     def _reconstruct(subtype, shape, dtype):
-        check_declared_array(_shape(shape), np.dtype(dtype) if not isinstance(dtype, bytes) else np.uint8,
-                             "a pickled numpy array")
+        check_declared_array(
+            _shape(shape), np.dtype(dtype) if not isinstance(dtype, bytes) else np.uint8, "a pickled numpy array"
+        )
         return reconstruct(np.ndarray if subtype is _NDARRAY else subtype, shape, dtype)
 
     return _reconstruct

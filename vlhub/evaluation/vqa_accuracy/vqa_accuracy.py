@@ -38,8 +38,13 @@ booktitle={ICCV}, year={2015}}
 class VqaAccuracy(evaluate.Metric):
     def _info(self):
         return metric_info(
-            _DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, STRING_VS_STRINGS,
-            reference_urls=["https://github.com/GT-Vision-Lab/VQA/blob/master/PythonEvaluationTools/vqaEvaluation/vqaEval.py"],
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
+            STRING_VS_STRINGS,
+            reference_urls=[
+                "https://github.com/GT-Vision-Lab/VQA/blob/master/PythonEvaluationTools/vqaEvaluation/vqaEval.py"
+            ],
         )
 
     def _compute(self, predictions, references, answer_types=None):
@@ -49,7 +54,9 @@ class VqaAccuracy(evaluate.Metric):
         result = {"accuracy": sum(scores) / len(scores)}
         if answer_types is not None:
             if len(answer_types) != len(scores):
-                raise ValueError(f"got {len(answer_types)} answer_types for {len(scores)} predictions; pass one per question")
+                raise ValueError(
+                    f"got {len(answer_types)} answer_types for {len(scores)} predictions; pass one per question"
+                )
             by_type = {}
             for answer_type, score in zip(answer_types, scores):
                 by_type.setdefault(answer_type, []).append(score)

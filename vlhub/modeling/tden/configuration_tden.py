@@ -82,4 +82,6 @@ class TdenConfig(BertTextConfig):
             raise ValueError("TDEN needs at least one object-encoder layer (num_visual_layers >= 1)")
         for name in ("understanding_token_type_id", "generation_token_type_id"):
             if not 0 <= getattr(self, name) < self.type_vocab_size:
-                raise ValueError(f"{name}={getattr(self, name)} is outside the type vocabulary ({self.type_vocab_size})")
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is outside the type vocabulary ({self.type_vocab_size})"
+                )

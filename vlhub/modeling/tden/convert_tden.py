@@ -74,8 +74,12 @@ TDEN_TASKS = {
     "retrieval": TdenForImageTextRetrieval,
     "vcr": TdenForMultipleChoice,
 }
-_META_ARCHITECTURES = {"TDENPretrain": ("pretraining",), "TDENCaptioner": ("captioning",),
-                       "TDENRetrieval": ("retrieval",), "TDENBiTransformer": ("vqa", "vcr")}
+_META_ARCHITECTURES = {
+    "TDENPretrain": ("pretraining",),
+    "TDENCaptioner": ("captioning",),
+    "TDENRetrieval": ("retrieval",),
+    "TDENBiTransformer": ("vqa", "vcr"),
+}
 # X-modaler's defaults per task (MAX_SEQ_LEN, MAX_FEAT_NUM - 1) when no config.yaml is given.
 _TEXT_LIMITS = {"pretraining": 36, "captioning": 20, "vqa": 23, "retrieval": 30, "vcr": 38}
 _REGION_LIMITS = {"pretraining": 50, "captioning": 50, "vqa": 100, "retrieval": 50, "vcr": 50}
@@ -137,8 +141,10 @@ def load_tden_checkpoint(checkpoint: str | os.PathLike) -> dict[str, torch.Tenso
             container = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:
             raise err from None
-        if isinstance(container, dict) and "model" not in container and (
-            {"trainer", "optimizer", "scheduler", "iteration"} & set(container)
+        if (
+            isinstance(container, dict)
+            and "model" not in container
+            and ({"trainer", "optimizer", "scheduler", "iteration"} & set(container))
         ):
             raise CheckpointError(
                 f"{path.name} holds only trainer state ({sorted(container)}) and no 'model' entry: it is an X-modaler "
@@ -155,26 +161,38 @@ def detect_tden_task(state_dict: dict) -> str:
     if has("similarity_predictor."):
         return "retrieval"
     if has("predictor.u_pooler."):
-        return "vcr" if state_dict["predictor.u_logits.1.weight"].shape[0] == 1 and not has("predictor.g_pooler.") else "vqa"
+        return (
+            "vcr"
+            if state_dict["predictor.u_logits.1.weight"].shape[0] == 1 and not has("predictor.g_pooler.")
+            else "vqa"
+        )
     if has("predictor.transform.") and has("decoder.g_layers."):
         return "captioning"
-    raise CheckpointError("the checkpoint has none of the heads of TDEN's releases (predictor, v_predictor, "
-                          "similarity_predictor): cannot tell its task; pass --task")
+    raise CheckpointError(
+        "the checkpoint has none of the heads of TDEN's releases (predictor, v_predictor, "
+        "similarity_predictor): cannot tell its task; pass --task"
+    )
 
 
 def tden_key_map(task: str, detected: str) -> KeyMap:
     """The key map converting a `detected`-task checkpoint into the `task` head."""
-    drops = {re.escape(_DUPLICATE) + "$": (
-        "X-modaler registers the LM bias twice (predictor.bias is also predictor.decoder.bias; checked identical); "
-        "kept once as lm_head.decoder.bias"
-    )}
+    drops = {
+        re.escape(_DUPLICATE) + "$": (
+            "X-modaler registers the LM bias twice (predictor.bias is also predictor.decoder.bias; checked identical); "
+            "kept once as lm_head.decoder.bias"
+        )
+    }
     for prefix, role in _MODULE_ROLES.items():
         owned = _OWNED[task]
         if any(o.startswith(prefix) for o in owned):
             continue
-        drops["^" + re.escape(prefix)] = f"{role}: the {task} head does not have them (the checkpoint is a {detected} model)"
+        drops["^" + re.escape(prefix)] = (
+            f"{role}: the {task} head does not have them (the checkpoint is a {detected} model)"
+        )
     if task == "vcr":
-        drops[r"^answer_head\.(g_pooler|g_logits)\."] = "the VCR head has no generation branch (the release has no decoder)"
+        drops[r"^answer_head\.(g_pooler|g_logits)\."] = (
+            "the VCR head has no generation branch (the release has no decoder)"
+        )
     return KeyMap(renames=_RENAMES, drops=drops)
 
 
@@ -190,7 +208,7 @@ def _read_original_config(config) -> dict:
 
 
 def _count(state_dict: dict, prefix: str) -> int:
-    indices = {int(k[len(prefix):].split(".")[0]) for k in state_dict if k.startswith(prefix)}
+    indices = {int(k[len(prefix) :].split(".")[0]) for k in state_dict if k.startswith(prefix)}
     return max(indices) + 1 if indices else 0
 
 
@@ -213,8 +231,13 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
         region_feature_dim=state_dict["visual_embed.embeddings.weight"].shape[1],
         region_location_dim=state_dict["visual_embed.embeddings_pos.weight"].shape[1],
     )
-    for name, key in (("hidden_size", "HIDDEN_SIZE"), ("vocab_size", None), ("num_hidden_layers", "NUM_HIDDEN_LAYERS"),
-                      ("num_visual_layers", "V_NUM_HIDDEN_LAYERS"), ("intermediate_size", "INTERMEDIATE_SIZE")):
+    for name, key in (
+        ("hidden_size", "HIDDEN_SIZE"),
+        ("vocab_size", None),
+        ("num_hidden_layers", "NUM_HIDDEN_LAYERS"),
+        ("num_visual_layers", "V_NUM_HIDDEN_LAYERS"),
+        ("intermediate_size", "INTERMEDIATE_SIZE"),
+    ):
         value = model.get("VOCAB_SIZE") if key is None else bert.get(key)
         if value is not None and value != fields[name]:
             raise CheckpointError(f"the config says {name}={value} but the checkpoint has {fields[name]}")
@@ -243,13 +266,17 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
         if task in ("pretraining", "vqa") and fields[name] == 0:
             raise CheckpointError(f"a {task} head needs {name} > 0, but the {detected} checkpoint has none")
     if task == "captioning" and fields["num_decoder_layers"] == 0:
-        raise CheckpointError(f"the {detected} checkpoint has no decoder layers (decoder.g_layers), so it cannot "
-                              "caption; convert it with --task retrieval or vqa")
+        raise CheckpointError(
+            f"the {detected} checkpoint has no decoder layers (decoder.g_layers), so it cannot "
+            "caption; convert it with --task retrieval or vqa"
+        )
     if task == "vcr":
         fields["num_labels"] = 1
     if task == "retrieval" and "similarity_predictor.t_pooler.embed.weight" not in state_dict:
-        raise CheckpointError(f"the {detected} checkpoint has no image-sentence matching poolers (similarity_predictor), "
-                              "so it cannot score image-text pairs; convert a retrieval or pre-training checkpoint")
+        raise CheckpointError(
+            f"the {detected} checkpoint has no image-sentence matching poolers (similarity_predictor), "
+            "so it cannot score image-text pairs; convert a retrieval or pre-training checkpoint"
+        )
     return TdenConfig(**fields), notes
 
 
@@ -276,13 +303,20 @@ def _converted_processor(original: dict, task: str, model_config, tokenizer, rep
     dataloader = original.get("DATALOADER", {})
     max_text = int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
     max_regions = int(dataloader["MAX_FEAT_NUM"]) - 1 if "MAX_FEAT_NUM" in dataloader else _REGION_LIMITS[task]
-    report.notes.append(f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
-                        "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]")
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
+    report.notes.append(
+        f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
+        "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]"
+    )
+    tok = load_checked_tokenizer(
+        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
+    )
     processor = TdenProcessor(
-        feature_extractor=TdenRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=max_regions,
-                                              region_selection="first_n"),
-        tokenizer=tok, max_text_length=max_text, text_stream="generation" if task == "captioning" else "understanding",
+        feature_extractor=TdenRegionProcessor(
+            region_feature_dim=model_config.region_feature_dim, max_regions=max_regions, region_selection="first_n"
+        ),
+        tokenizer=tok,
+        max_text_length=max_text,
+        text_stream="generation" if task == "captioning" else "understanding",
     )
     return processor, max_text
 
@@ -312,21 +346,31 @@ def convert_tden(
     """
     checkpoint = Path(checkpoint)
     raw = load_tden_checkpoint(checkpoint)
-    required = ("token_embed.embeddings.weight", "visual_embed.embeddings.weight", "encoder.layers.0.attention.self.query.weight")
+    required = (
+        "token_embed.embeddings.weight",
+        "visual_embed.embeddings.weight",
+        "encoder.layers.0.attention.self.query.weight",
+    )
     if not all(k in raw for k in required):
-        raise CheckpointError(f"{checkpoint.name} is not an X-modaler TDEN checkpoint: it lacks "
-                              f"{[k for k in required if k not in raw]} (first keys: {list(raw)[:5]})")
+        raise CheckpointError(
+            f"{checkpoint.name} is not an X-modaler TDEN checkpoint: it lacks "
+            f"{[k for k in required if k not in raw]} (first keys: {list(raw)[:5]})"
+        )
     original = _read_original_config(config)
     detected = detect_tden_task(raw)
     meta = original.get("MODEL", {}).get("META_ARCHITECTURE")
     if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
-        raise CheckpointError(f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})")
+        raise CheckpointError(
+            f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})"
+        )
     task = task or detected
     check_task(task, TDEN_TASKS)
     if "predictor.decoder.bias" in raw:
         if "predictor.bias" not in raw or not torch.equal(raw["predictor.bias"], raw["predictor.decoder.bias"]):
-            raise CheckpointError("predictor.decoder.bias should be the same tensor as predictor.bias (X-modaler "
-                                  "registers the LM bias twice), but they differ")
+            raise CheckpointError(
+                "predictor.decoder.bias should be the same tensor as predictor.bias (X-modaler "
+                "registers the LM bias twice), but they differ"
+            )
 
     model_config, notes = _config_from_checkpoint(raw, original, task, detected)
     report = ConversionReport(source=checkpoint.name, notes=notes)
@@ -335,8 +379,9 @@ def convert_tden(
         head = raw.get("predictor.u_logits.1.weight")
         id2label = _answers(checkpoint, answers, head.shape[0] if head is not None else None)
         if id2label is None:
-            raise FileNotFoundError("the VQA answer vocabulary is needed for id2label: pass answers=/--answers "
-                                    "trainval_label2ans.pkl")
+            raise FileNotFoundError(
+                "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
+            )
         model_config.id2label = id2label
         model_config.label2id = {answer: index for index, answer in id2label.items()}
 
@@ -354,18 +399,25 @@ def convert_tden(
             model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
         model.generation_config.decoder_start_token_id = model_config.bos_token_id
     return save_converted_model(
-        output_dir, model, report, processor=processor,
+        output_dir,
+        model,
+        report,
+        processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"TDEN ({task}) converted from {checkpoint.name}", architecture="tden",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        title=f"TDEN ({task}) converted from {checkpoint.name}",
+        architecture="tden",
+        pipeline_tag=PIPELINE_TAGS.get(task),
+        logger=logger,
         reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 
 add_arguments, convert_from_args = converter_command_line(
-    convert_tden, "tden",
+    convert_tden,
+    "tden",
     checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
-    config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)", tasks=TDEN_TASKS,
+    config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
+    tasks=TDEN_TASKS,
     tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
 )

@@ -48,8 +48,9 @@ def _first_step_inputs(model_kwargs: dict, rows: torch.Tensor) -> dict:
 
 
 @torch.no_grad()
-def xmodaler_beam_search(model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None,
-                         **model_kwargs):
+def xmodaler_beam_search(
+    model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs
+):
     """X-modaler's beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
 
     `generate()` has already repeated every input `max(num_beams, num_return_sequences)` times; each image is
@@ -76,8 +77,9 @@ def xmodaler_beam_search(model, input_ids, logits_processor=None, stopping_crite
     kept = {name: value[:, :returned].flatten(0, 1) for name, value in found.items()}
     sequences = torch.cat([prompt.repeat_interleave(returned, dim=0), kept["words"]], dim=1)
     if generation_config.return_dict_in_generate:
-        return XmodalerBeamSearchOutput(sequences=sequences, sequences_scores=kept["scores"],
-                                    token_scores=kept["token_scores"])
+        return XmodalerBeamSearchOutput(
+            sequences=sequences, sequences_scores=kept["scores"], token_scores=kept["token_scores"]
+        )
     return sequences
 
 
@@ -129,9 +131,11 @@ def beam_search(model, prompt: torch.LongTensor, inputs: dict, beams: int, steps
         word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
         tokens = selected_words.view(-1, 1)
     scores, order = torch.sort(seq_logprob, dim=1, descending=True)
-    return {"words": torch.gather(torch.cat(words, -1), 1, order.expand(batch, beams, steps)),
-            "scores": scores[..., 0],
-            "token_scores": torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, beams, steps))}
+    return {
+        "words": torch.gather(torch.cat(words, -1), 1, order.expand(batch, beams, steps)),
+        "scores": scores[..., 0],
+        "token_scores": torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, beams, steps)),
+    }
 
 
 def _later_step_inputs(first: dict, beams: int) -> dict:

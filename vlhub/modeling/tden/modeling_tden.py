@@ -337,8 +337,15 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                cache=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache=None,
+        **kwargs,
+    ):
         attended, self_probabilities = self.attention(hidden_states, attention_mask, **cache_argument(cache), **kwargs)
         attended, cross_probabilities = self.crossattention(
             attended, None, encoder_hidden_states, encoder_attention_mask, **cache_argument(cache), **kwargs
@@ -370,8 +377,9 @@ class TdenWeightedPooler(nn.Module):
 
     def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool):
         super().__init__()
-        self.att = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Dropout(dropout),
-                                 nn.Linear(hidden_size, 1))
+        self.att = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden_size, 1)
+        )
         self.embed = nn.Linear(hidden_size, output_size)
         self.bn = nn.BatchNorm1d(output_size) if use_batchnorm else None
 
@@ -419,7 +427,9 @@ class TdenAnswerHead(nn.Module):
             return TdenWeightedPooler(hidden, size, config.pooler_dropout, bn)
 
         def logits():
-            return nn.Sequential(nn.LayerNorm(size, eps=config.embedding_layer_norm_eps), nn.Linear(size, config.num_labels))
+            return nn.Sequential(
+                nn.LayerNorm(size, eps=config.embedding_layer_norm_eps), nn.Linear(size, config.num_labels)
+            )
 
         self.u_pooler = pooler()
         self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_cross_encoder_layers))
@@ -429,7 +439,9 @@ class TdenAnswerHead(nn.Module):
             self.g_logits = logits()
 
     def forward(self, outputs: TdenModelOutput, text_mask, region_mask):
-        visual = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.cross_encoder_vision_layers))
+        visual = sum(
+            pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.cross_encoder_vision_layers)
+        )
         understanding = self.u_logits(visual * self.u_pooler(outputs.language_output, text_mask))
         generation = None
         if outputs.decoder_output is not None:
@@ -489,17 +501,30 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
         return (model, info) if wants_info else model
 
 
-def _check_inputs(config: TdenConfig, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
-                  region_features, region_locations, region_attention_mask, past_length: int):
-    for ids, embeds, name in ((input_ids, inputs_embeds, "input_ids"),
-                              (decoder_input_ids, decoder_inputs_embeds, "decoder_input_ids")):
+def _check_inputs(
+    config: TdenConfig,
+    input_ids,
+    inputs_embeds,
+    decoder_input_ids,
+    decoder_inputs_embeds,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    past_length: int,
+):
+    for ids, embeds, name in (
+        (input_ids, inputs_embeds, "input_ids"),
+        (decoder_input_ids, decoder_inputs_embeds, "decoder_input_ids"),
+    ):
         if ids is not None and embeds is not None:
             prefix = "decoder_" if name.startswith("decoder") else ""
             raise ValueError(f"pass either {prefix}input_ids or {prefix}inputs_embeds, not both")
     text = input_ids if input_ids is not None else inputs_embeds
     generation = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
     if text is None and generation is None:
-        raise ValueError("TDEN needs text: input_ids (understanding stream) and/or decoder_input_ids (generation stream)")
+        raise ValueError(
+            "TDEN needs text: input_ids (understanding stream) and/or decoder_input_ids (generation stream)"
+        )
     for stream, offset, name in ((text, 0, "input_ids"), (generation, past_length, "decoder_input_ids")):
         if stream is not None and stream.shape[1] + offset > config.max_position_embeddings:
             raise ValueError(
@@ -510,8 +535,9 @@ def _check_inputs(config: TdenConfig, input_ids, inputs_embeds, decoder_input_id
 
 
 def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:
-    return torch.ones(reference.shape[0], reference.shape[1] if length is None else length, dtype=torch.long,
-                      device=reference.device)
+    return torch.ones(
+        reference.shape[0], reference.shape[1] if length is None else length, dtype=torch.long, device=reference.device
+    )
 
 
 # What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs`). The sentence encoder
@@ -524,8 +550,10 @@ _RECORDED_OUTPUTS = {
         OutputRecorder(BertLayer, layer_name="encoder.layer", capture_initial_hidden_state=False),
     ],
     "attentions": OutputRecorder(BertSelfAttention, index=1, layer_name="encoder.layer"),
-    "vision_hidden_states": [OutputRecorder(TdenRegionEmbeddings),
-                             OutputRecorder(BertLayer, layer_name="visual_encoder.layer")],
+    "vision_hidden_states": [
+        OutputRecorder(TdenRegionEmbeddings),
+        OutputRecorder(BertLayer, layer_name="visual_encoder.layer"),
+    ],
     "vision_attentions": OutputRecorder(BertSelfAttention, index=1, layer_name="visual_encoder.layer"),
     "cross_encoder_hidden_states": [OutputRecorder(CrossModalLayer, index=0), OutputRecorder(CrossModalLayer, index=1)],
     "cross_encoder_attentions": OutputRecorder(CrossModalLayer, index=2),
@@ -575,13 +603,17 @@ class TdenModel(TdenPreTrainedModel):
         self.visual_encoder = TdenLayerStack(BertLayer(config) for _ in range(config.num_visual_layers))
         self.cross_encoder = (
             TdenLayerStack(CrossModalLayer(config) for _ in range(config.num_cross_encoder_layers))
-            if config.num_cross_encoder_layers > 0 else None
+            if config.num_cross_encoder_layers > 0
+            else None
         )
         # The decoder's layers continue the sentence encoder's cache indices: one Cache holds both.
         self.decoder = (
-            TdenLayerStack(TdenDecoderLayer(config, layer_idx=config.num_hidden_layers + i)
-                           for i in range(config.num_decoder_layers))
-            if config.num_decoder_layers > 0 else None
+            TdenLayerStack(
+                TdenDecoderLayer(config, layer_idx=config.num_hidden_layers + i)
+                for i in range(config.num_decoder_layers)
+            )
+            if config.num_decoder_layers > 0
+            else None
         )
         self.post_init()
 
@@ -641,17 +673,45 @@ class TdenModel(TdenPreTrainedModel):
             `TdenModelOutput`.
         """
         past_length = cache.get_seq_length() if cache is not None else 0
-        _check_inputs(self.config, input_ids, inputs_embeds, decoder_input_ids, decoder_inputs_embeds,
-                      region_features, region_locations, region_attention_mask, past_length)
-        text = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                    position_ids=position_ids, inputs_embeds=inputs_embeds)
-        generation = dict(input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
-                          token_type_ids=decoder_token_type_ids, position_ids=decoder_position_ids,
-                          inputs_embeds=decoder_inputs_embeds)
-        regions = dict(region_features=region_features, region_locations=region_locations,
-                       region_attention_mask=region_attention_mask)
-        outputs = self._encode(text, generation, regions, cache=cache, use_cache=bool(use_cache), return_dict=True,
-                               **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS))
+        _check_inputs(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            decoder_input_ids,
+            decoder_inputs_embeds,
+            region_features,
+            region_locations,
+            region_attention_mask,
+            past_length,
+        )
+        text = dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+        )
+        generation = dict(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            token_type_ids=decoder_token_type_ids,
+            position_ids=decoder_position_ids,
+            inputs_embeds=decoder_inputs_embeds,
+        )
+        regions = dict(
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+        )
+        outputs = self._encode(
+            text,
+            generation,
+            regions,
+            cache=cache,
+            use_cache=bool(use_cache),
+            return_dict=True,
+            **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
+        )
         has_text = input_ids is not None or inputs_embeds is not None
         has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
         _arrange_records(outputs, self.config, has_text and has_generation)
@@ -671,12 +731,16 @@ class TdenModel(TdenPreTrainedModel):
         result = dict(object_encoder_layers=object_layers)
         language = sentence = text_mask = decoder_input = decoder_mask = None
         if has_text:
-            text_mask = text["attention_mask"] if text["attention_mask"] is not None else _ones(
-                text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"])
+            text_mask = (
+                text["attention_mask"]
+                if text["attention_mask"] is not None
+                else _ones(text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"])
+            )
             sentence = language = self._encode_text(text, text_mask)
             if self.cross_encoder is not None:
                 vision, language, result["cross_encoder_vision_layers"] = self._cross_encode(
-                    vision, language, region_mask, text_mask)
+                    vision, language, region_mask, text_mask
+                )
         if has_generation:
             if use_cache and cache is None:
                 cache = TdenBeamCache()
@@ -685,15 +749,19 @@ class TdenModel(TdenPreTrainedModel):
             # X-modaler's VQA/VCR model: the decoder reads the understanding stream's sentence encoding, unmasked.
             decoder_input = sentence
             decoder_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=sentence, attention_mask=text_mask,
-                allow_is_bidirectional_skip=False,
+                config=self.config, inputs_embeds=sentence, attention_mask=text_mask, allow_is_bidirectional_skip=False
             )
         if decoder_input is not None and self.decoder is not None:
             fused = self.cross_encoder is not None and has_text and self.config.decoder_attends_fused_visual
             memory = vision if fused else (object_layers[-1] if object_layers is not None else None)
             result["decoder_output"] = self._decode(decoder_input, decoder_mask, memory, region_mask, cache)
-        return TdenModelOutput(language_output=language, vision_output=vision, sentence_encoder_output=sentence,
-                               cache=cache if use_cache else None, **result)
+        return TdenModelOutput(
+            language_output=language,
+            vision_output=vision,
+            sentence_encoder_output=sentence,
+            cache=cache if use_cache else None,
+            **result,
+        )
 
     def _encode_regions(self, regions: dict, skip: bool):
         """The object encoder (skipped once the decoder's cross-attention keys are cached and no understanding is
@@ -704,19 +772,23 @@ class TdenModel(TdenPreTrainedModel):
         dtype = self.region_embeddings.feature_embeddings.weight.dtype
         embeddings = self.region_embeddings(features.to(dtype), regions["region_locations"].to(dtype))
         mask = mask if mask is not None else _ones(features)
-        output, layers = _run_stack(self.visual_encoder.layer, embeddings,
-                                    extended_attention_mask(self.config, embeddings, mask))
+        output, layers = _run_stack(
+            self.visual_encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, mask)
+        )
         return mask, output, layers
 
     def _encode_text(self, text: dict, text_mask: torch.Tensor) -> torch.Tensor:
         """The understanding stream through the sentence encoder (bidirectional, token type 0 by default)."""
         reference = text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"]
         embeddings = self.embeddings(
-            input_ids=text["input_ids"], inputs_embeds=text["inputs_embeds"], position_ids=text["position_ids"],
+            input_ids=text["input_ids"],
+            inputs_embeds=text["inputs_embeds"],
+            position_ids=text["position_ids"],
             token_type_ids=self._type_ids(reference, text["token_type_ids"], self.config.understanding_token_type_id),
         )
-        sentence, _ = _run_stack(self.encoder.layer, embeddings,
-                                 extended_attention_mask(self.config, embeddings, text_mask))
+        sentence, _ = _run_stack(
+            self.encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, text_mask)
+        )
         return sentence
 
     def _encode_generation(self, generation: dict, cache, **kwargs):
@@ -732,15 +804,21 @@ class TdenModel(TdenPreTrainedModel):
             position_ids = torch.arange(past_length, past_length + reference.shape[1], device=reference.device)
             position_ids = position_ids.unsqueeze(0)
         embeddings = self.embeddings(
-            input_ids=generation["input_ids"], inputs_embeds=generation["inputs_embeds"], position_ids=position_ids,
-            token_type_ids=self._type_ids(reference, generation["token_type_ids"],
-                                          self.config.generation_token_type_id),
+            input_ids=generation["input_ids"],
+            inputs_embeds=generation["inputs_embeds"],
+            position_ids=position_ids,
+            token_type_ids=self._type_ids(
+                reference, generation["token_type_ids"], self.config.generation_token_type_id
+            ),
         )
         # Always materialised: the sentence encoder's layers are not causal modules (they also run the
         # understanding stream), so sdpa must not be told "causal" through a missing mask.
         mask = create_causal_mask(
-            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask,
-            **cache_argument(cache), allow_is_causal_skip=False,
+            config=self.config,
+            inputs_embeds=embeddings,
+            attention_mask=attention_mask,
+            **cache_argument(cache),
+            allow_is_causal_skip=False,
         )
         output, _ = _run_stack(self.encoder.layer, embeddings, mask, **cache_argument(cache))
         return output, mask
@@ -760,7 +838,9 @@ class TdenModel(TdenPreTrainedModel):
         memory_mask = None
         if region_mask is not None:
             memory_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=region_mask,
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=region_mask,
                 encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
             )
         for layer in self.decoder.layer:
@@ -782,13 +862,15 @@ def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: flo
     # The mean over the real targets, written as sum / count so that a batch with nothing to predict (X-modaler
     # masks words without a minimum, then skips the loss) gives a zero that keeps the graph instead of NaN, without
     # asking the device whether there are targets.
-    total = F.cross_entropy(logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing,
-                            reduction="sum")
+    total = F.cross_entropy(
+        logits.float().flatten(0, 1), targets, ignore_index=-100, label_smoothing=label_smoothing, reduction="sum"
+    )
     return total / (targets >= 0).sum().clamp(min=1)
 
 
-def _word_and_region_losses(mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions,
-                            region_class_targets) -> dict:
+def _word_and_region_losses(
+    mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions, region_class_targets
+) -> dict:
     """The MLM, MSG and MOC losses whose targets are given (see `TdenForPreTraining.forward`)."""
     losses = {}
     if labels is not None:
@@ -804,8 +886,10 @@ def _word_and_region_losses(mlm_logits, msg_logits, moc_logits, labels, decoder_
             raise ValueError("region_class_targets need masked_regions (which visual tokens they belong to)")
         selected = gather_masked(moc_logits, masked_regions)
         if region_class_targets.shape != selected.shape:
-            raise ValueError(f"region_class_targets must have shape {tuple(selected.shape)} (one row per masked "
-                             f"region), got {tuple(region_class_targets.shape)}")
+            raise ValueError(
+                f"region_class_targets must have shape {tuple(selected.shape)} (one row per masked "
+                f"region), got {tuple(region_class_targets.shape)}"
+            )
         kl = F.kl_div(F.log_softmax(selected.float(), dim=-1), region_class_targets.float(), reduction="sum")
         losses["moc_loss"] = kl / max(selected.shape[0], 1)
     return losses
@@ -826,8 +910,9 @@ class TdenForPreTraining(TdenPreTrainedModel):
         super().__init__(config)
         self.tden = TdenModel(config)
         self.lm_head = TdenLMHead(config)
-        self.region_head = RegionClassificationHead(config.hidden_size, config.num_region_labels, config.hidden_act,
-                                                    config.layer_norm_eps)
+        self.region_head = RegionClassificationHead(
+            config.hidden_size, config.num_region_labels, config.hidden_act, config.layer_norm_eps
+        )
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
 
@@ -880,32 +965,51 @@ class TdenForPreTraining(TdenPreTrainedModel):
         """
         _require_regions("pre-training", region_features)
         outputs = self.tden(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=attention_mask if decoder_input_ids is not None or decoder_inputs_embeds is not None else None,
-            decoder_token_type_ids=decoder_token_type_ids, inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=attention_mask
+            if decoder_input_ids is not None or decoder_inputs_embeds is not None
+            else None,
+            decoder_token_type_ids=decoder_token_type_ids,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            **kwargs,
         )
         mlm_logits = self.lm_head(outputs.language_output) if outputs.language_output is not None else None
         msg_logits = self.lm_head(outputs.decoder_output) if outputs.decoder_output is not None else None
         moc_logits = self.region_head(outputs.vision_output)
-        losses = _word_and_region_losses(mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions,
-                                         region_class_targets)
+        losses = _word_and_region_losses(
+            mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions, region_class_targets
+        )
         text_embeds = image_embeds = similarity = None
         if compute_similarity and outputs.sentence_encoder_output is not None:
             text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
             region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-            text_embeds, image_embeds = self.similarity(outputs.sentence_encoder_output, text_mask,
-                                                        outputs.object_encoder_layers, region_mask)
+            text_embeds, image_embeds = self.similarity(
+                outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
+            )
             similarity = text_embeds @ image_embeds.t()
             if self.training or image_ids is not None:
-                losses["ism_loss"] = batch_hardest_triplet_loss(similarity.float(), self.config.ranking_margin, image_ids)
+                losses["ism_loss"] = batch_hardest_triplet_loss(
+                    similarity.float(), self.config.ranking_margin, image_ids
+                )
         loss = sum(losses.values()) if losses else None
         return TdenForPreTrainingOutput(
-            loss=loss, **losses, mlm_logits=mlm_logits, msg_logits=msg_logits, moc_logits=moc_logits,
-            similarity=similarity, text_embeds=text_embeds, image_embeds=image_embeds,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            **losses,
+            mlm_logits=mlm_logits,
+            msg_logits=msg_logits,
+            moc_logits=moc_logits,
+            similarity=similarity,
+            text_embeds=text_embeds,
+            image_embeds=image_embeds,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -922,8 +1026,10 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
     def __init__(self, config: TdenConfig):
         super().__init__(config)
         if config.num_decoder_layers < 1:
-            raise ValueError("this TDEN config has no decoder (num_decoder_layers=0, as the retrieval and VCR releases), "
-                             "so it cannot generate captions: use a captioning or pre-training checkpoint")
+            raise ValueError(
+                "this TDEN config has no decoder (num_decoder_layers=0, as the retrieval and VCR releases), "
+                "so it cannot generate captions: use a captioning or pre-training checkpoint"
+            )
         self.tden = TdenModel(config)
         self.lm_head = TdenLMHead(config)
         self.post_init()
@@ -939,8 +1045,9 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         the LM head is refused when it is loaded (`_required_from_checkpoint`, `__init__`), and
         `caption_scoring_inputs` checks the positions the captions need."""
 
-    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
-                               caption_mask: torch.Tensor | None = None) -> dict:
+    def caption_scoring_inputs(
+        self, prompt: dict, caption_ids: torch.LongTensor, caption_mask: torch.Tensor | None = None
+    ) -> dict:
         """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
         (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
 
@@ -963,16 +1070,21 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
             raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
         words = caption_ids.shape[1]
         if length + words - 1 > self.config.max_position_embeddings:
-            raise ValueError(f"captions of {words} tokens after a {length}-token prompt need {length + words - 1} "
-                             f"positions; the model has {self.config.max_position_embeddings}")
+            raise ValueError(
+                f"captions of {words} tokens after a {length}-token prompt need {length + words - 1} "
+                f"positions; the model has {self.config.max_position_embeddings}"
+            )
         if caption_mask is not None and caption_mask.shape != caption_ids.shape:
-            raise ValueError(f"caption_mask must have the captions' shape {tuple(caption_ids.shape)}, "
-                             f"got {tuple(caption_mask.shape)}")
+            raise ValueError(
+                f"caption_mask must have the captions' shape {tuple(caption_ids.shape)}, "
+                f"got {tuple(caption_mask.shape)}"
+            )
         device = input_ids.device
         prompt_mask = prompt.get("attention_mask")
         prompt_mask = torch.ones_like(input_ids) if prompt_mask is None else prompt_mask.to(device).long()
-        words_mask = (torch.ones_like(caption_ids) if caption_mask is None
-                      else caption_mask.to(device=device, dtype=torch.long))
+        words_mask = (
+            torch.ones_like(caption_ids) if caption_mask is None else caption_mask.to(device=device, dtype=torch.long)
+        )
         inputs = {
             "input_ids": torch.cat([input_ids, caption_ids[:, :-1].to(device)], 1),
             "attention_mask": torch.cat([prompt_mask, words_mask[:, :-1]], 1),
@@ -983,8 +1095,14 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         if prompt.get("token_type_ids") is not None:
             types = prompt["token_type_ids"]
             inputs["token_type_ids"] = torch.cat(
-                [types, torch.full((batch, words - 1), self.config.generation_token_type_id, dtype=types.dtype,
-                                   device=types.device)], 1)
+                [
+                    types,
+                    torch.full(
+                        (batch, words - 1), self.config.generation_token_type_id, dtype=types.dtype, device=types.device
+                    ),
+                ],
+                1,
+            )
         return inputs
 
     @torch.no_grad()
@@ -1006,22 +1124,37 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         warnings.warn(
             "TdenForConditionalGeneration.xmodaler_beam_search is deprecated: use model.generate(**inputs, "
             "custom_generate=vlhub.modeling.tden.xmodaler_beam_search, num_beams=..., max_new_tokens=...)",
-            FutureWarning, stacklevel=2,
+            FutureWarning,
+            stacklevel=2,
         )
         if not 1 <= num_return_sequences <= num_beams:
-            raise ValueError(f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}")
+            raise ValueError(
+                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences}"
+            )
         was_training = self.training
         self.eval()
-        prompt = torch.full((region_features.shape[0], 1), self.config.bos_token_id, dtype=torch.long,
-                            device=region_features.device)
-        inputs = {"region_features": region_features, "region_locations": region_locations,
-                  "region_attention_mask": region_attention_mask}
-        found = beam_search(self, prompt, {k: v for k, v in inputs.items() if v is not None}, num_beams,
-                            max_new_tokens, self.config.eos_token_id)
+        prompt = torch.full(
+            (region_features.shape[0], 1), self.config.bos_token_id, dtype=torch.long, device=region_features.device
+        )
+        inputs = {
+            "region_features": region_features,
+            "region_locations": region_locations,
+            "region_attention_mask": region_attention_mask,
+        }
+        found = beam_search(
+            self,
+            prompt,
+            {k: v for k, v in inputs.items() if v is not None},
+            num_beams,
+            max_new_tokens,
+            self.config.eos_token_id,
+        )
         self.train(was_training)
-        return TdenBeamSearchOutput(sequences=found["words"][:, :num_return_sequences],
-                                    sequences_scores=found["scores"][:, :num_return_sequences],
-                                    token_scores=found["token_scores"][:, :num_return_sequences])
+        return TdenBeamSearchOutput(
+            sequences=found["words"][:, :num_return_sequences],
+            sequences_scores=found["scores"][:, :num_return_sequences],
+            token_scores=found["token_scores"][:, :num_return_sequences],
+        )
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention
@@ -1065,10 +1198,17 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
                 (0 = all).
         """
         outputs = self.tden(
-            decoder_input_ids=input_ids, decoder_attention_mask=attention_mask, decoder_token_type_ids=token_type_ids,
-            decoder_position_ids=position_ids, decoder_inputs_embeds=inputs_embeds, region_features=region_features,
-            region_locations=region_locations, region_attention_mask=region_attention_mask,
-            cache=cache, use_cache=use_cache, **kwargs,
+            decoder_input_ids=input_ids,
+            decoder_attention_mask=attention_mask,
+            decoder_token_type_ids=token_type_ids,
+            decoder_position_ids=position_ids,
+            decoder_inputs_embeds=inputs_embeds,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
         )
         states = outputs.decoder_output
         if logits_to_keep:
@@ -1076,8 +1216,12 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         logits = self.lm_head(states)
         loss = _token_loss(logits, labels, self.config.label_smoothing) if labels is not None else None
         return TdenCaptioningOutput(
-            loss=loss, logits=logits, **cache_argument(outputs.cache), hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions, decoder_hidden_states=outputs.decoder_hidden_states,
+            loss=loss,
+            logits=logits,
+            **cache_argument(outputs.cache),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            decoder_hidden_states=outputs.decoder_hidden_states,
         )
 
 
@@ -1123,9 +1267,14 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         """
         _require_regions("VQA", region_features)
         outputs = self.tden(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, inputs_embeds=inputs_embeds, **kwargs,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
         )
         text_mask = attention_mask if attention_mask is not None else _ones(outputs.language_output)
         region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
@@ -1137,8 +1286,12 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         if labels is not None:  # the original's BCEWithLogits (mean) x num_labels per branch: the shared VQA loss
             loss = sum(soft_score_loss(branch, labels) for branch in (understanding, generation) if branch is not None)
         return TdenQuestionAnsweringOutput(
-            loss=loss, logits=scores, understanding_logits=understanding, generation_logits=generation,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=scores,
+            understanding_logits=understanding,
+            generation_logits=generation,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1150,8 +1303,12 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     compared by dot product.
     """
 
-    _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^tden\.decoder\.", r"^lm_head\.",
-                                          r"^region_head\."]
+    _keys_to_ignore_on_load_unexpected = [
+        r"^tden\.cross_encoder\.",
+        r"^tden\.decoder\.",
+        r"^lm_head\.",
+        r"^region_head\.",
+    ]
     _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
     # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
     # within the batch (the registration's `retrieval_negatives="in_batch"`), as X-modaler's retrieval training.
@@ -1188,25 +1345,36 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         """
         _require_regions("retrieval", region_features)
         outputs = self.tden(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, inputs_embeds=inputs_embeds, **kwargs,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
         )
         if outputs.sentence_encoder_output is None:
             raise ValueError("retrieval needs the sentences (input_ids)")
         text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
         region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-        text_embeds, image_embeds = self.similarity(outputs.sentence_encoder_output, text_mask,
-                                                    outputs.object_encoder_layers, region_mask)
+        text_embeds, image_embeds = self.similarity(
+            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
+        )
         logits_per_text = text_embeds @ image_embeds.t()
         return_loss = self.training if return_loss is None else return_loss
         loss = None
         if return_loss:
             loss = batch_hardest_triplet_loss(logits_per_text.float(), self.config.ranking_margin, image_ids)
         return TdenRetrievalOutput(
-            loss=loss, logits=(text_embeds * image_embeds).sum(-1, keepdim=True), logits_per_text=logits_per_text,
-            logits_per_image=logits_per_text.t(), text_embeds=text_embeds, image_embeds=image_embeds,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=(text_embeds * image_embeds).sum(-1, keepdim=True),
+            logits_per_text=logits_per_text,
+            logits_per_image=logits_per_text.t(),
+            text_embeds=text_embeds,
+            image_embeds=image_embeds,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1220,7 +1388,9 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
         if config.num_labels != 1:
-            raise ValueError(f"the VCR head scores each choice with one logit: config.num_labels must be 1, got {config.num_labels}")
+            raise ValueError(
+                f"the VCR head scores each choice with one logit: config.num_labels must be 1, got {config.num_labels}"
+            )
         super().__init__(config)
         self.tden = TdenModel(config)
         self.answer_head = TdenAnswerHead(config)
@@ -1251,8 +1421,10 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         text = input_ids if input_ids is not None else inputs_embeds
         expected = 3 if input_ids is not None else 4
         if text is None or text.ndim != expected:
-            raise ValueError("multiple choice needs input_ids of shape (batch, num_choices, length) (or inputs_embeds "
-                             f"of shape (batch, num_choices, length, hidden)), got {None if text is None else tuple(text.shape)}")
+            raise ValueError(
+                "multiple choice needs input_ids of shape (batch, num_choices, length) (or inputs_embeds "
+                f"of shape (batch, num_choices, length, hidden)), got {None if text is None else tuple(text.shape)}"
+            )
         _require_regions("VCR", region_features)
         batch, choices = text.shape[:2]
 
@@ -1263,15 +1435,23 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
             return None if t is None else t.repeat_interleave(choices, dim=0)
 
         outputs = self.tden(
-            input_ids=flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids),
-            region_features=repeat(region_features), region_locations=repeat(region_locations),
-            region_attention_mask=repeat(region_attention_mask), inputs_embeds=flat(inputs_embeds), **kwargs,
+            input_ids=flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            region_features=repeat(region_features),
+            region_locations=repeat(region_locations),
+            region_attention_mask=repeat(region_attention_mask),
+            inputs_embeds=flat(inputs_embeds),
+            **kwargs,
         )
         text_mask = flat(attention_mask) if attention_mask is not None else _ones(outputs.language_output)
-        region_mask = repeat(region_attention_mask) if region_attention_mask is not None else _ones(outputs.vision_output)
+        region_mask = (
+            repeat(region_attention_mask) if region_attention_mask is not None else _ones(outputs.vision_output)
+        )
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return TdenMultipleChoiceOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+        return TdenMultipleChoiceOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )

@@ -41,10 +41,7 @@ OVERLAP_IOU = 0.4  # regions overlapping a selected one by more than this are ze
 
 
 def tden_mask_regions(
-    region_features: torch.Tensor,
-    regions: Sequence,
-    rngs: Sequence[np.random.Generator],
-    probability: float = 0.15,
+    region_features: torch.Tensor, regions: Sequence, rngs: Sequence[np.random.Generator], probability: float = 0.15
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """X-modaler's `random_region` over a batch.
 
@@ -54,8 +51,10 @@ def tden_mask_regions(
     region_class_targets (num_selected, num_classes): their detector class distributions, row-major)`.
     """
     if len(rngs) != region_features.shape[0] or len(regions) != region_features.shape[0]:
-        raise ValueError(f"need the regions and one random generator per example: {len(regions)} regions and "
-                         f"{len(rngs)} generators for a batch of {region_features.shape[0]}")
+        raise ValueError(
+            f"need the regions and one random generator per example: {len(regions)} regions and "
+            f"{len(rngs)} generators for a batch of {region_features.shape[0]}"
+        )
     features = region_features.clone()
     selected_rows = torch.zeros(features.shape[:2], dtype=torch.bool)
     targets = []
@@ -103,12 +102,20 @@ def _build(words: bool, regions: bool, generation: bool, matching: bool):
         if words or generation:
             # The vocabulary's every id may be the random replacement (`np.random.randint(len(tokenizer))`).
             special = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
-            masked, labels = mask_tokens(clean, inputs["attention_mask"], special, tokenizer.mask_token_id,
-                                         torch.arange(len(tokenizer)), rngs, context.mlm_probability,
-                                         at_least_one=False)
+            masked, labels = mask_tokens(
+                clean,
+                inputs["attention_mask"],
+                special,
+                tokenizer.mask_token_id,
+                torch.arange(len(tokenizer)),
+                rngs,
+                context.mlm_probability,
+                at_least_one=False,
+            )
         if regions:
             inputs["region_features"], inputs["masked_regions"], inputs["region_class_targets"] = tden_mask_regions(
-                inputs["region_features"], selected, rngs, context.region_mask_probability)
+                inputs["region_features"], selected, rngs, context.region_mask_probability
+            )
         if generation:
             inputs["decoder_input_ids"] = masked
             inputs["decoder_labels"] = _shifted_targets(clean, inputs["attention_mask"])
@@ -161,8 +168,10 @@ def _build_caption(context: ObjectiveContext, examples, rngs) -> dict:
     sep = context.tokenizer.sep_token_id
     lengths = mask.sum(1)
     if (ids[torch.arange(len(ids)), lengths - 1] == sep).any():
-        raise ValueError("the caption objective needs the processor's generation layout ([CLS] w, no [SEP]): use "
-                         "processor.for_task('captioning')")
+        raise ValueError(
+            "the caption objective needs the processor's generation layout ([CLS] w, no [SEP]): use "
+            "processor.for_task('captioning')"
+        )
     labels = _shifted_targets(ids, mask)
     labels[torch.arange(len(ids)), lengths - 1] = sep
     inputs["labels"] = labels

@@ -40,8 +40,9 @@ class TdenRegionProcessor(RegionProcessor):
 
     location_dim = 5
 
-    def __init__(self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n",
-                 **kwargs):
+    def __init__(
+        self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n", **kwargs
+    ):
         super().__init__(max_regions=max_regions, region_selection=region_selection, **kwargs)
         self.max_detections = max_detections
 
@@ -85,8 +86,14 @@ class TdenProcessor(VisionLanguageProcessor):
     regions without text give the captioning prompt `[CLS]` for `model.generate(**inputs)`.
     """
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 36,
-                 text_stream: str = "understanding", **kwargs):
+    def __init__(
+        self,
+        feature_extractor=None,
+        tokenizer=None,
+        max_text_length: int = 36,
+        text_stream: str = "understanding",
+        **kwargs,
+    ):
         if text_stream not in TEXT_STREAMS:
             raise ValueError(f"text_stream must be one of {TEXT_STREAMS}, got {text_stream!r}")
         self.text_stream = text_stream
@@ -124,8 +131,16 @@ class TdenProcessor(VisionLanguageProcessor):
             ids.append(self.tokenizer.sep_token_id)
         return ids, [self.text_token_type_id] * len(ids)
 
-    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt",
-                 stream: str | None = None, **kwargs):
+    def __call__(
+        self,
+        text=None,
+        regions=None,
+        images=None,
+        token_ids=None,
+        return_tensors="pt",
+        stream: str | None = None,
+        **kwargs,
+    ):
         """As `VisionLanguageProcessor.__call__`; `stream` ("understanding" | "generation") overrides
         `text_stream` for this call."""
         stream = self.text_stream if stream is None else stream
@@ -136,8 +151,9 @@ class TdenProcessor(VisionLanguageProcessor):
             text = [t.strip().removesuffix(".").strip() if isinstance(t, str) else t for t in texts]
         self._stream = stream
         try:
-            out = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                                   return_tensors=return_tensors, **kwargs)
+            out = super().__call__(
+                text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
+            )
         finally:
             self._stream = self.text_stream
         if stream == "generation" and "input_ids" not in out:  # regions only: the captioning prompt, [CLS]

@@ -9,16 +9,22 @@ from ...conversion.reported import source_rows
 __all__ = ["REPORTED_RESULTS"]
 
 _UNSTATED = "not stated"
-_row = source_rows("X-modaler README, Model Zoo and Baselines",
-                   "https://github.com/YehLi/xmodaler#model-zoo-and-baselines", release="base")
+_row = source_rows(
+    "X-modaler README, Model Zoo and Baselines",
+    "https://github.com/YehLi/xmodaler#model-zoo-and-baselines",
+    release="base",
+)
 
 
 REPORTED_RESULTS = (
-    *(_row("captioning", "COCO Captions", "coco", _UNSTATED, metric, value, setting="cross-entropy checkpoint")
-      for metric, value in (("BLEU@4", 34.9), ("METEOR", 28.7), ("CIDEr-D", 116.3), ("SPICE", 22.0))),
-    *(_row("captioning", "COCO Captions", "coco", _UNSTATED, metric, value,
-           setting="CIDEr optimization checkpoint")
-      for metric, value in (("BLEU@4", 40.1), ("METEOR", 29.6), ("CIDEr-D", 132.6), ("SPICE", 23.4))),
+    *(
+        _row("captioning", "COCO Captions", "coco", _UNSTATED, metric, value, setting="cross-entropy checkpoint")
+        for metric, value in (("BLEU@4", 34.9), ("METEOR", 28.7), ("CIDEr-D", 116.3), ("SPICE", 22.0))
+    ),
+    *(
+        _row("captioning", "COCO Captions", "coco", _UNSTATED, metric, value, setting="CIDEr optimization checkpoint")
+        for metric, value in (("BLEU@4", 40.1), ("METEOR", 29.6), ("CIDEr-D", 132.6), ("SPICE", 23.4))
+    ),
     _row("vqa", "VQA v2", "vqa_v2", _UNSTATED, "accuracy", 71.9),
     _row("retrieval", "Flickr30k", "flickr30k", _UNSTATED, "image retrieval R@1", 62.0),
     _row("retrieval", "Flickr30k", "flickr30k", _UNSTATED, "image retrieval R@5", 86.6),

@@ -87,8 +87,12 @@ class UnifiedVlpConfig(BertTextConfig):
                 f"max_position_embeddings ({self.max_position_embeddings}) leaves no room for text after the "
                 f"{self.num_regions} region slots (text starts at position {self.num_regions + 2})"
             )
-        types = (self.s2s_image_token_type_id, self.s2s_text_token_type_id, self.bi_image_token_type_id,
-                 self.bi_text_token_type_id)
+        types = (
+            self.s2s_image_token_type_id,
+            self.s2s_text_token_type_id,
+            self.bi_image_token_type_id,
+            self.bi_text_token_type_id,
+        )
         if max(types) >= self.type_vocab_size:
             raise ValueError(f"token types {types} need type_vocab_size > {max(types)}, got {self.type_vocab_size}")
 

@@ -34,8 +34,15 @@ from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["convert_unified_vlp", "convert_from_args", "add_arguments", "unified_vlp_key_map", "VLP_TASKS",
-           "ORIGINAL_REPOSITORY", "ORIGINAL_COMMIT"]
+__all__ = [
+    "convert_unified_vlp",
+    "convert_from_args",
+    "add_arguments",
+    "unified_vlp_key_map",
+    "VLP_TASKS",
+    "ORIGINAL_REPOSITORY",
+    "ORIGINAL_COMMIT",
+]
 
 ORIGINAL_REPOSITORY = "https://github.com/LuoweiZhou/VLP"
 ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
@@ -119,7 +126,9 @@ def _read_answers(path: str | os.PathLike, num_answers: int) -> list[str]:
     else:
         answers = [line.strip() for line in text.splitlines() if line.strip()]
     if len(answers) != num_answers:
-        raise CheckpointError(f"the answer vocabulary {path} has {len(answers)} answers but the head predicts {num_answers}")
+        raise CheckpointError(
+            f"the answer vocabulary {path} has {len(answers)} answers but the head predicts {num_answers}"
+        )
     return answers
 
 
@@ -133,14 +142,15 @@ def _set_answer_labels(model_config, answers, num_labels: int, report: Conversio
     set_answer_labels(model_config, labels)
     # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
     model_config.unknown_answer_id = 0
-    report.notes.append(f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original "
-                        "evaluation")
+    report.notes.append(
+        f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original evaluation"
+    )
 
 
 def _card_usage(task: str, folder_name: str, class_name: str) -> str:
     """The model card's usage snippet for the converted task."""
     usage = f"""import vlhub
-from transformers import AutoProcessor, {'AutoModelForVisualQuestionAnswering' if task == 'vqa' else 'AutoModelForImageTextToText'}
+from transformers import AutoProcessor, {"AutoModelForVisualQuestionAnswering" if task == "vqa" else "AutoModelForImageTextToText"}
 processor = AutoProcessor.from_pretrained("{folder_name}")"""
     if task == "vqa":
         usage += f"""
@@ -178,18 +188,27 @@ def convert_unified_vlp(
     from .. import unified_vlp
 
     checkpoint = Path(checkpoint)
-    required = ("vlp.embeddings.word_embeddings.weight", "vlp.embeddings.vis_embed.0.weight",
-                "vlp.embeddings.vis_pe_embed.0.weight")
+    required = (
+        "vlp.embeddings.word_embeddings.weight",
+        "vlp.embeddings.vis_embed.0.weight",
+        "vlp.embeddings.vis_pe_embed.0.weight",
+    )
     raw, state_dict = load_renamed_state_dict(
-        checkpoint, _RENAMES, required, "Unified VLP",
-        hint=lambda raw, missing: " (its region projections are missing: is it a UniLM/BERT text checkpoint?)"
-        if len(missing) < 3 else "",
+        checkpoint,
+        _RENAMES,
+        required,
+        "Unified VLP",
+        hint=lambda raw, missing: (
+            " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
+        ),
     )
     has_answers = "ans_classifier.0.weight" in state_dict
     task = task or ("vqa" if has_answers else "captioning")
     check_task(task, VLP_TASKS)
     if task == "vqa" and not has_answers:
-        raise CheckpointError(f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none")
+        raise CheckpointError(
+            f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none"
+        )
     if task != "vqa" and "cls.predictions.bias" not in state_dict:
         raise CheckpointError(f"task {task!r} needs the masked-LM head (cls.predictions.*); {checkpoint.name} has none")
 
@@ -205,15 +224,21 @@ def convert_unified_vlp(
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
     tok = unified_vlp.vlp_release_tokenizer(
-        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"))
-    report.notes.append("tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
-                        "the original's load_vocab renames them")
+        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    )
+    report.notes.append(
+        "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
+        "the original's load_vocab renames them"
+    )
     region_processor = unified_vlp.UnifiedVlpRegionProcessor(
-        region_feature_dim=model_config.region_feature_dim, num_classes=model_config.region_location_dim - 6,
-        max_regions=model_config.num_regions, min_regions=model_config.num_regions,
+        region_feature_dim=model_config.region_feature_dim,
+        num_classes=model_config.region_location_dim - 6,
+        max_regions=model_config.num_regions,
+        min_regions=model_config.num_regions,
         # The original takes the file's rows as stored (fewer or more fail there): vlhub keeps the file's order, pads
         # fewer and keeps the first `num_regions` of more (logged), rather than reordering by confidence.
-        region_selection="first_n", confidence_threshold=None,
+        region_selection="first_n",
+        confidence_threshold=None,
     )
     processor = unified_vlp.UnifiedVlpProcessor(
         feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"
@@ -221,18 +246,27 @@ def convert_unified_vlp(
     output_dir = Path(output_dir)
     usage = _card_usage(task, output_dir.name, model_class.__name__)
     return save_converted_model(
-        output_dir, model, report, processor=processor,
+        output_dir,
+        model,
+        report,
+        processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"Unified VLP ({task}) converted from {checkpoint.name}", architecture="unified_vlp",
-        pipeline_tag=PIPELINE_TAGS.get(task), usage=usage, logger=logger,
+        title=f"Unified VLP ({task}) converted from {checkpoint.name}",
+        architecture="unified_vlp",
+        pipeline_tag=PIPELINE_TAGS.get(task),
+        usage=usage,
+        logger=logger,
         reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 
 add_arguments, convert_from_args = converter_command_line(
-    convert_unified_vlp, "unified_vlp",
-    checkpoint_help="the original model.{epoch}.bin", config_help="the original bert_config.json",
-    tasks=VLP_TASKS, task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
+    convert_unified_vlp,
+    "unified_vlp",
+    checkpoint_help="the original model.{epoch}.bin",
+    config_help="the original bert_config.json",
+    tasks=VLP_TASKS,
+    task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
     tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
 )

@@ -59,7 +59,9 @@ def _plain_h5_dataset(h5py, handle, name: str, path) -> np.ndarray:
     try:
         return dataset[()]
     except OSError as err:  # HDF5 reports a truncated file or a damaged chunk as an OSError
-        raise FeatureFileError(f"{path}: dataset {name!r} cannot be read; the file is truncated or damaged ({err})") from err
+        raise FeatureFileError(
+            f"{path}: dataset {name!r} cannot be read; the file is truncated or damaged ({err})"
+        ) from err
 
 
 def _open_h5(h5py, path):
@@ -67,7 +69,9 @@ def _open_h5(h5py, path):
     try:
         return h5py.File(path, "r")
     except OSError as err:
-        raise FeatureFileError(f"{path}: not a readable HDF5 file (truncated, damaged or another format: {err})") from err
+        raise FeatureFileError(
+            f"{path}: not a readable HDF5 file (truncated, damaged or another format: {err})"
+        ) from err
 
 
 class VlpH5Reader(FeatureReader):
@@ -122,12 +126,18 @@ class VlpH5Reader(FeatureReader):
             bbox = np.asarray(_plain_h5_dataset(self._h5py, bbox_file, image_id, self.path), dtype=np.float32)
         if bbox.ndim != 2 or bbox.shape[1] != 6:
             raise FeatureFileError(f"{self.path}: boxes of {image_id!r} should be (N, 6), got {bbox.shape}")
-        features = feature_array(self._dataset(self.features_pattern, image_id, "feature"), source, "features",
-                          np.float32, len(bbox))
+        features = feature_array(
+            self._dataset(self.features_pattern, image_id, "feature"), source, "features", np.float32, len(bbox)
+        )
         extra = {"scores": bbox[:, 5]}
         if self.class_probs_pattern is not None:
-            extra["class_probs"] = feature_array(self._dataset(self.class_probs_pattern, image_id, "class-probability"),
-                                          source, "class_probs", np.float32, len(bbox))
+            extra["class_probs"] = feature_array(
+                self._dataset(self.class_probs_pattern, image_id, "class-probability"),
+                source,
+                "class_probs",
+                np.float32,
+                len(bbox),
+            )
         boxes = bbox[:, :4]
         if self.image_sizes is not None:
             if image_id not in self.image_sizes:

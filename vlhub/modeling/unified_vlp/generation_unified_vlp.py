@@ -58,7 +58,9 @@ class VlpBeamSearchOutput(ModelOutput):
     beam_parents: torch.LongTensor | None = None
 
 
-def _backtrack(scores: list[list[float]], words: list[list[int]], parents: list[list[int]], eos: int) -> tuple[list[int], float]:
+def _backtrack(
+    scores: list[list[float]], words: list[list[int]], parents: list[list[int]], eos: int
+) -> tuple[list[int], float]:
     """The original's back-tracking for one image: the best [SEP] frame (or last frame) and its path."""
     last = len(scores) - 1
     for step, step_words in enumerate(words):
@@ -81,8 +83,9 @@ def _backtrack(scores: list[list[float]], words: list[list[int]], parents: list[
 
 
 @torch.no_grad()
-def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None,
-                    **model_kwargs):
+def vlp_beam_search(
+    model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs
+):
     """The original VLP beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
 
     `generate()` has already repeated every input `num_beams` times; the prompt is encoded once per image.
@@ -106,12 +109,14 @@ def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=N
     batch, device = input_ids.shape[0] // beams, input_ids.device
     firsts = torch.arange(batch, device=device) * beams  # generate() repeated each input num_beams times
 
-    expanded = {k: model_kwargs[k] for k in ("attention_mask", "token_type_ids", "region_features", "region_locations",
-                                             "region_attention_mask") if model_kwargs.get(k) is not None}
+    expanded = {
+        k: model_kwargs[k]
+        for k in ("attention_mask", "token_type_ids", "region_features", "region_locations", "region_attention_mask")
+        if model_kwargs.get(k) is not None
+    }
     cache = DynamicCache(config=config)
     step_inputs = {k: v[firsts] for k, v in expanded.items()}
-    outputs = model(input_ids=input_ids[firsts], cache=cache, use_cache=True, predict_next=True,
-                    **step_inputs)
+    outputs = model(input_ids=input_ids[firsts], cache=cache, use_cache=True, predict_next=True, **step_inputs)
     attention_mask = expanded.get("attention_mask")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -141,8 +146,15 @@ def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=N
             break
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
         token_type_ids = torch.full_like(words.reshape(-1, 1), config.s2s_text_token_type_id)
-        outputs = model(input_ids=words.reshape(-1, 1), attention_mask=attention_mask, token_type_ids=token_type_ids,
-                        cache=cache, use_cache=True, predict_next=True, **fixed)
+        outputs = model(
+            input_ids=words.reshape(-1, 1),
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            cache=cache,
+            use_cache=True,
+            predict_next=True,
+            **fixed,
+        )
 
     beam_scores = torch.stack(all_scores, dim=1)
     beam_words = torch.stack(all_words, dim=1)
@@ -155,6 +167,11 @@ def vlp_beam_search(model, input_ids, logits_processor=None, stopping_criteria=N
         best_scores[b] = best
     sequences = torch.cat([input_ids[firsts], captions], dim=1)
     if generation_config.return_dict_in_generate:
-        return VlpBeamSearchOutput(sequences=sequences, sequences_scores=best_scores, beam_scores=beam_scores,
-                                   beam_token_ids=beam_words, beam_parents=beam_parents)
+        return VlpBeamSearchOutput(
+            sequences=sequences,
+            sequences_scores=best_scores,
+            beam_scores=beam_scores,
+            beam_token_ids=beam_words,
+            beam_parents=beam_parents,
+        )
     return sequences

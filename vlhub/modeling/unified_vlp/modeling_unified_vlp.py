@@ -172,9 +172,7 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
             nn.Dropout(config.hidden_dropout_prob),
         )
         self.vis_pe_embed = nn.Sequential(
-            nn.Linear(config.region_location_dim, config.hidden_size),
-            nn.ReLU(),
-            nn.Dropout(config.hidden_dropout_prob),
+            nn.Linear(config.region_location_dim, config.hidden_size), nn.ReLU(), nn.Dropout(config.hidden_dropout_prob)
         )
 
     def forward(
@@ -218,7 +216,9 @@ def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
         if seq2seq.ndim == 0:
             return bool(seq2seq)
         if tuple(seq2seq.shape) != (batch_size,):
-            raise ValueError(f"seq2seq must be a bool or a (batch,) = ({batch_size},) tensor, got {tuple(seq2seq.shape)}")
+            raise ValueError(
+                f"seq2seq must be a bool or a (batch,) = ({batch_size},) tensor, got {tuple(seq2seq.shape)}"
+            )
         return seq2seq.to(device=device, dtype=torch.bool)
     return bool(seq2seq)
 
@@ -241,8 +241,16 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
 
-    def _check_inputs(self, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      past_length, position_ids=None):
+    def _check_inputs(
+        self,
+        input_ids,
+        inputs_embeds,
+        region_features,
+        region_locations,
+        region_attention_mask,
+        past_length,
+        position_ids=None,
+    ):
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
@@ -331,8 +339,14 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         real = attention_mask.to(embeddings.device).bool()
         if region_attention_mask is not None:
             regions = self.config.num_regions
-            real = torch.cat([real[:, :1], real[:, 1 : regions + 1] & region_attention_mask.to(real.device).bool(),
-                              real[:, regions + 1 :]], dim=1)
+            real = torch.cat(
+                [
+                    real[:, :1],
+                    real[:, 1 : regions + 1] & region_attention_mask.to(real.device).bool(),
+                    real[:, regions + 1 :],
+                ],
+                dim=1,
+            )
         if seq2seq is True and past_length >= self.config.text_start:
             # Decoding past the image block: every new row is text, for which the seq2seq pattern is the causal one
             # (the image block lies before it). transformers builds that without the per-element mask function.
@@ -345,7 +359,10 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         elif isinstance(seq2seq, torch.Tensor):
             and_mask = seq2seq_mask_function(self.config.text_start, real, seq2seq)
         return create_bidirectional_mask(
-            config=self.config, inputs_embeds=embeddings, attention_mask=real, **cache_argument(cache),
+            config=self.config,
+            inputs_embeds=embeddings,
+            attention_mask=real,
+            **cache_argument(cache),
             and_mask_function=and_mask,
         )
 
@@ -388,8 +405,15 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         if not use_cache:
             cache = None
         past_length = cache.get_seq_length() if cache is not None else 0
-        self._check_inputs(input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                           past_length, position_ids)
+        self._check_inputs(
+            input_ids,
+            inputs_embeds,
+            region_features,
+            region_locations,
+            region_attention_mask,
+            past_length,
+            position_ids,
+        )
         text = input_ids if input_ids is not None else inputs_embeds
         batch, length = text.shape[:2]
         seq2seq = _as_batch_flags(self.default_seq2seq if seq2seq is None else seq2seq, batch, text.device)
@@ -413,15 +437,15 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         sequence_output = encoder_outputs.last_hidden_state
         pooled_output = self.pooler(sequence_output) if self.pooler is not None and past_length == 0 else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
-            last_hidden_state=sequence_output,
-            pooler_output=pooled_output,
-            **cache_argument(cache),
+            last_hidden_state=sequence_output, pooler_output=pooled_output, **cache_argument(cache)
         )
 
 
 def _masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])} (one per logit row), got {tuple(labels.shape)}")
+        raise ValueError(
+            f"labels must have shape {tuple(logits.shape[:-1])} (one per logit row), got {tuple(labels.shape)}"
+        )
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
 
@@ -509,8 +533,11 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             loss = _masked_lm_loss(logits, labels)
             mlm_logits = logits[labels.to(logits.device) >= 0]
             pattern = self.default_seq2seq if seq2seq is None else seq2seq
-            name = "mlm_loss" if isinstance(pattern, torch.Tensor) and pattern.ndim else (
-                "s2s_loss" if bool(pattern) else "bi_loss")
+            name = (
+                "mlm_loss"
+                if isinstance(pattern, torch.Tensor) and pattern.ndim
+                else ("s2s_loss" if bool(pattern) else "bi_loss")
+            )
             losses[name] = loss
         return UnifiedVlpForPreTrainingOutput(
             loss=loss,
@@ -525,8 +552,9 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
 
 
 # ---------------------------------------------------------------------------------------------------- captioning
-class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefillMixin, UnifiedVlpPreTrainedModel,
-                                         GenerationMixin):
+class UnifiedVlpForConditionalGeneration(
+    _MaskedLanguageModelMixin, SharedPrefillMixin, UnifiedVlpPreTrainedModel, GenerationMixin
+):
     """Unified VLP captioner: the MLM head under the seq2seq pattern, with `generate()`.
 
     Training (`labels`) is the original's masked seq2seq objective: some caption tokens (and the final [SEP]) are
@@ -584,8 +612,12 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefil
             if labels is not None or masked_positions is not None:
                 raise ValueError("predict_next is a decoding step; it takes no labels or masked_positions")
             input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids = self._append_mask_slot(
-                input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, cache
-                if use_cache is not False else None
+                input_ids,
+                inputs_embeds,
+                attention_mask,
+                token_type_ids,
+                position_ids,
+                cache if use_cache is not False else None,
             )
         outputs = self.vlp(
             input_ids=input_ids,
@@ -644,8 +676,9 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefil
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
         return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
 
-    def caption_scoring_inputs(self, prompt: dict, caption_ids: torch.LongTensor,
-                               caption_mask: torch.Tensor | None = None) -> dict:
+    def caption_scoring_inputs(
+        self, prompt: dict, caption_ids: torch.LongTensor, caption_mask: torch.Tensor | None = None
+    ) -> dict:
         """Inputs of one teacher-forced `forward` that scores given captions word by word as decoding would
         (vlhub's captioning hook, used by self-critical training for the log-probabilities of sampled captions).
 
@@ -666,20 +699,28 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefil
         input_ids = prompt["input_ids"]
         batch, length = input_ids.shape
         if length != config.text_start:
-            raise ValueError(f"the captioning prompt must be [CLS], the {config.num_regions} region slots and [SEP] "
-                             f"({config.text_start} tokens, the processor's regions-only output), got {length} tokens")
+            raise ValueError(
+                f"the captioning prompt must be [CLS], the {config.num_regions} region slots and [SEP] "
+                f"({config.text_start} tokens, the processor's regions-only output), got {length} tokens"
+            )
         if caption_ids.ndim != 2 or caption_ids.shape[0] != batch or caption_ids.shape[1] == 0:
             raise ValueError(f"caption_ids must be (batch, length) = ({batch}, >= 1), got {tuple(caption_ids.shape)}")
         words = caption_ids.shape[1]
         if length + words > config.max_position_embeddings:
-            raise ValueError(f"captions of {words} tokens need {length + words} positions; the model has "
-                             f"{config.max_position_embeddings}")
+            raise ValueError(
+                f"captions of {words} tokens need {length + words} positions; the model has "
+                f"{config.max_position_embeddings}"
+            )
         device = input_ids.device
-        real = (torch.ones_like(caption_ids, dtype=torch.bool) if caption_mask is None
-                else caption_mask.to(device=device, dtype=torch.bool))
+        real = (
+            torch.ones_like(caption_ids, dtype=torch.bool)
+            if caption_mask is None
+            else caption_mask.to(device=device, dtype=torch.bool)
+        )
         prompt_mask = prompt.get("attention_mask")
-        prompt_real = (torch.ones_like(input_ids, dtype=torch.bool) if prompt_mask is None
-                       else prompt_mask.to(device).bool())
+        prompt_real = (
+            torch.ones_like(input_ids, dtype=torch.bool) if prompt_mask is None else prompt_mask.to(device).bool()
+        )
         prompt_types = prompt.get("token_type_ids")
         if prompt_types is None:
             prompt_types = torch.full_like(input_ids, config.s2s_image_token_type_id)
@@ -694,10 +735,18 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefil
         return {
             "input_ids": torch.cat([input_ids, caption_ids, torch.full_like(caption_ids, config.mask_token_id)], 1),
             "attention_mask": visible.long(),
-            "token_type_ids": torch.cat([prompt_types, torch.full((batch, 2 * words), config.s2s_text_token_type_id,
-                                                                  dtype=prompt_types.dtype, device=device)], 1),
-            "position_ids": torch.cat([torch.arange(length, device=device), text_positions, text_positions])[None]
-            .expand(batch, -1),
+            "token_type_ids": torch.cat(
+                [
+                    prompt_types,
+                    torch.full(
+                        (batch, 2 * words), config.s2s_text_token_type_id, dtype=prompt_types.dtype, device=device
+                    ),
+                ],
+                1,
+            ),
+            "position_ids": torch.cat([torch.arange(length, device=device), text_positions, text_positions])[
+                None
+            ].expand(batch, -1),
             "masked_positions": torch.arange(length + words, total, device=device)[None].expand(batch, -1),
             **{k: prompt[k] for k in ("region_features", "region_locations", "region_attention_mask") if k in prompt},
             "use_cache": False,
@@ -753,17 +802,26 @@ class UnifiedVlpForConditionalGeneration(_MaskedLanguageModelMixin, SharedPrefil
         config = self.config
         missing = [name for name in ("bos_token_id", "eos_token_id") if getattr(config, name) is None]
         if missing:
-            raise ValueError(f"the config has no {' or '.join(missing)} ([CLS] / [SEP]) to build the captioning prompt "
-                             "from; pass the processor's input_ids")
+            raise ValueError(
+                f"the config has no {' or '.join(missing)} ([CLS] / [SEP]) to build the captioning prompt "
+                "from; pass the processor's input_ids"
+            )
         batch, device = features.shape[0], features.device
-        prompt = torch.tensor([config.bos_token_id, *[config.region_token_id] * config.num_regions,
-                               config.eos_token_id], device=device).expand(batch, -1)
+        prompt = torch.tensor(
+            [config.bos_token_id, *[config.region_token_id] * config.num_regions, config.eos_token_id], device=device
+        ).expand(batch, -1)
         given = [name for name in ("attention_mask", "token_type_ids") if kwargs.get(name) is not None]
         if given:
-            raise ValueError(f"generate() got {' and '.join(given)} without input_ids: pass the prompt's input_ids "
-                             "with them, or only the regions")
-        return {**kwargs, "input_ids": prompt, "attention_mask": torch.ones_like(prompt),
-                "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id)}
+            raise ValueError(
+                f"generate() got {' and '.join(given)} without input_ids: pass the prompt's input_ids "
+                "with them, or only the regions"
+            )
+        return {
+            **kwargs,
+            "input_ids": prompt,
+            "attention_mask": torch.ones_like(prompt),
+            "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id),
+        }
 
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty

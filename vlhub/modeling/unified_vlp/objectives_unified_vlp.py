@@ -100,8 +100,13 @@ def vlp_mlm_batch(context: ObjectiveContext, examples, rngs, seq2seq: bool | Non
     flags = torch.tensor([bool(rng.random() < S2S_PROBABILITY) if seq2seq is None else seq2seq for rng in rngs])
     inputs["token_type_ids"] = _token_types(inputs, text_start, flags, _TYPES)
     inputs["input_ids"], inputs["masked_positions"], inputs["labels"] = vlp_masked_positions(
-        inputs["input_ids"], inputs["attention_mask"], text_start, context.tokenizer.mask_token_id,
-        context.random_token_ids, rngs, context.mlm_probability,
+        inputs["input_ids"],
+        inputs["attention_mask"],
+        text_start,
+        context.tokenizer.mask_token_id,
+        context.random_token_ids,
+        rngs,
+        context.mlm_probability,
     )
     if seq2seq is not True:
         # seq2seq is the pre-training model's default: an `s2s` batch carries no flag, so the captioner (which

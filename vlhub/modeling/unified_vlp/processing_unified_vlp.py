@@ -37,7 +37,9 @@ def vlp_region_locations(regions: RegionFeatures, num_classes: int = 1601) -> to
     """`(num_regions, 6 + num_classes)`: the original's `vis_pe`, the geometry and the detector class distribution
     (background first), each layer-normalised without parameters (eps 1e-5), geometry first."""
     if regions.class_probs is None:
-        raise ValueError("Unified VLP's region vector needs the detector class probabilities (RegionFeatures.class_probs)")
+        raise ValueError(
+            "Unified VLP's region vector needs the detector class probabilities (RegionFeatures.class_probs)"
+        )
     if regions.class_probs.shape[1] != num_classes:
         raise ValueError(
             f"Unified VLP expects {num_classes} detector classes (background first), got {regions.class_probs.shape[1]}"
@@ -94,8 +96,14 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
     - `processor.batch_decode(generated)`: captions, cut at the first [SEP]/[PAD], word pieces merged.
     """
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int | None = None,
-                 mode: str = "seq2seq", **kwargs):
+    def __init__(
+        self,
+        feature_extractor=None,
+        tokenizer=None,
+        max_text_length: int | None = None,
+        mode: str = "seq2seq",
+        **kwargs,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -116,8 +124,13 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         """The token ids of this processor's layout and of generation ([PAD], [CLS], [SEP] = end of caption, the
         region placeholder [UNK], [MASK]), so a model built for another vocabulary than bert-base-cased fits."""
         tok = self.tokenizer
-        return {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id,
-                "region_token_id": tok.unk_token_id, "mask_token_id": tok.mask_token_id}
+        return {
+            "pad_token_id": tok.pad_token_id,
+            "bos_token_id": tok.cls_token_id,
+            "eos_token_id": tok.sep_token_id,
+            "region_token_id": tok.unk_token_id,
+            "mask_token_id": tok.mask_token_id,
+        }
 
     @property
     def num_regions(self) -> int:
@@ -137,8 +150,9 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         return image + text, [image_type] * len(image) + [text_type] * len(text)
 
     def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", **kwargs):
-        out = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                               return_tensors=return_tensors, **kwargs)
+        out = super().__call__(
+            text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
+        )
         if "input_ids" not in out:  # regions only: the captioning prompt
             batch = out["region_features"].shape[0]
             prompt = torch.tensor(self._image_block()).expand(batch, -1).clone()
@@ -167,7 +181,9 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         captions = []
         for row in sequences:
             words: list[str] = []
-            for token in self.tokenizer.convert_ids_to_tokens([t for t in self._caption_pieces(row) if t not in special]):
+            for token in self.tokenizer.convert_ids_to_tokens(
+                [t for t in self._caption_pieces(row) if t not in special]
+            ):
                 if token.startswith("##") and words:
                     words[-1] += token[2:]
                 else:

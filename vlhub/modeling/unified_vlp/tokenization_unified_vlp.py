@@ -30,12 +30,14 @@ def vlp_release_tokenizer(tokenizer):
     vocab = tokenizer.get_vocab()
     for old, new in VLP_TOKEN_RENAMES.items():
         if new in vocab and vocab.get(old, vocab[new]) != vocab[new]:
-            raise ValueError(f"the vocabulary has both {old!r} (id {vocab[old]}) and {new!r} (id {vocab[new]}): "
-                             "Unified VLP's rename of one into the other would give two ids one string")
+            raise ValueError(
+                f"the vocabulary has both {old!r} (id {vocab[old]}) and {new!r} (id {vocab[new]}): "
+                "Unified VLP's rename of one into the other would give two ids one string"
+            )
     renamed = {VLP_TOKEN_RENAMES.get(token, token): index for token, index in vocab.items()}
-    special = {name: getattr(tokenizer, name) for name in ("unk_token", "sep_token", "pad_token", "cls_token",
-                                                             "mask_token")}
-    release = BertTokenizer(vocab=renamed, do_lower_case=False, **special,
-                            model_max_length=tokenizer.model_max_length)
+    special = {
+        name: getattr(tokenizer, name) for name in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+    }
+    release = BertTokenizer(vocab=renamed, do_lower_case=False, **special, model_max_length=tokenizer.model_max_length)
     release.add_tokens([AddedToken(token, normalized=False) for token in VLP_NEVER_SPLIT if token in renamed])
     return release

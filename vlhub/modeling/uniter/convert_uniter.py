@@ -152,9 +152,7 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> t
         "hidden_size": hidden,
         "max_position_embeddings": state_dict["uniter.embeddings.position_embeddings.weight"].shape[0],
         "type_vocab_size": state_dict["uniter.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(
-            int(k.split(".")[3]) for k in state_dict if k.startswith("uniter.encoder.layer.")
-        ),
+        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("uniter.encoder.layer.")),
         "intermediate_size": state_dict["uniter.encoder.layer.0.intermediate.dense.weight"].shape[0],
         "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
         "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
@@ -201,13 +199,21 @@ def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dic
     source = "the config's" if given else "the released configs'"
     if float(values["conf_th"]) == -1:
         count = int(values["num_bb"])
-        return ({"confidence_threshold": None, "min_regions": 1, "max_regions": count, "region_selection": "first_n"},
-                f"regions: the first {count} of each image (conf_th -1, num_bb {count}: {source} values)")
-    settings = {"confidence_threshold": float(values["conf_th"]), "min_regions": int(values["min_bb"]),
-                "max_regions": int(values["max_bb"]), "region_selection": "count_by_confidence"}
-    return settings, (f"regions: the first clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
-                      f"{settings['max_regions']}) of each image, in the file's order ({source} conf_th, min_bb, "
-                      "max_bb)")
+        return (
+            {"confidence_threshold": None, "min_regions": 1, "max_regions": count, "region_selection": "first_n"},
+            f"regions: the first {count} of each image (conf_th -1, num_bb {count}: {source} values)",
+        )
+    settings = {
+        "confidence_threshold": float(values["conf_th"]),
+        "min_regions": int(values["min_bb"]),
+        "max_regions": int(values["max_bb"]),
+        "region_selection": "count_by_confidence",
+    }
+    return settings, (
+        f"regions: the first clamp(#(conf > {settings['confidence_threshold']}), {settings['min_regions']}, "
+        f"{settings['max_regions']}) of each image, in the file's order ({source} conf_th, min_bb, "
+        "max_bb)"
+    )
 
 
 def _set_task_head_config(model_config, state_dict: dict, task: str, checkpoint: Path, answers) -> None:
@@ -215,7 +221,9 @@ def _set_task_head_config(model_config, state_dict: dict, task: str, checkpoint:
     the referring-expression head's depth."""
     if task in ("vqa", "ve"):
         if "vqa_output.3.weight" not in state_dict:
-            raise CheckpointError(f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none")
+            raise CheckpointError(
+                f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none"
+            )
         num_answers = state_dict["vqa_output.3.weight"].shape[0]
         if task == "vqa":
             ans2label = _find_answers(checkpoint, answers)
@@ -270,8 +278,11 @@ def convert_uniter(
     """
     checkpoint = Path(checkpoint)
     raw, state_dict = load_renamed_state_dict(
-        checkpoint, _RENAMES, ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
-        "UNITER", hint=lambda raw, missing: f" (it looks like: {_looks_like(raw)})",
+        checkpoint,
+        _RENAMES,
+        ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
+        "UNITER",
+        hint=lambda raw, missing: f" (it looks like: {_looks_like(raw)})",
     )
     detected = detect_uniter_task(state_dict)
     task = task or detected
@@ -294,30 +305,49 @@ def convert_uniter(
     derived = {}
     if task == "retrieval" and "rank_output.weight" not in state_dict and "itm_output.weight" in state_dict:
         weight, bias = model_class.rank_output_from_itm(state_dict["itm_output.weight"], state_dict["itm_output.bias"])
-        derived = {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
-        report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
+        derived = {
+            "rank_output.weight": (weight, "itm_output.weight[1]"),
+            "rank_output.bias": (bias, "itm_output.bias[1]"),
+        }
+        report.notes.append(
+            "rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval"
+        )
     convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
     if task == "pretraining":
         _zero_unused_mask_row(model, report)
 
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    tok = load_checked_tokenizer(
+        tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"
+    )
     processor = UniterProcessor(
         feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
-        tokenizer=tok, max_text_length=max_text_length,
+        tokenizer=tok,
+        max_text_length=max_text_length,
     )
     return save_converted_model(
-        output_dir, model, report, processor=processor,
+        output_dir,
+        model,
+        report,
+        processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"UNITER ({task}) converted from {checkpoint.name}", architecture="uniter",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size),
-                             "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task),
+        title=f"UNITER ({task}) converted from {checkpoint.name}",
+        architecture="uniter",
+        pipeline_tag=PIPELINE_TAGS.get(task),
+        logger=logger,
+        reported=CardResults(
+            REPORTED_RESULTS,
+            size_release(model_config.hidden_size),
+            "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task,
+        ),
     )
 
 
 add_arguments, convert_from_args = converter_command_line(
-    convert_uniter, "uniter",
-    checkpoint_help="the original .pt file", config_help="the original config json (e.g. config/uniter-base.json)",
-    tasks=UNITER_TASKS, tokenizer_default="google-bert/bert-base-cased",
+    convert_uniter,
+    "uniter",
+    checkpoint_help="the original .pt file",
+    config_help="the original config json (e.g. config/uniter-base.json)",
+    tasks=UNITER_TASKS,
+    tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
 )

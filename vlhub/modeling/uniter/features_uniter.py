@@ -55,8 +55,11 @@ class UniterLmdbReader(LmdbReader):
     def __init__(self, path: str | os.PathLike):
         super().__init__(path)
         stored = self._value(b"__keys__")
-        keys = json.loads(stored) if stored is not None else [k.decode() for k in self._all_keys()
-                                                              if k not in self._RESERVED_KEYS]
+        keys = (
+            json.loads(stored)
+            if stored is not None
+            else [k.decode() for k in self._all_keys() if k not in self._RESERVED_KEYS]
+        )
         self._ids = [as_text(k) for k in keys]
         self._index = set(self._ids)
 
@@ -75,7 +78,9 @@ class UniterLmdbReader(LmdbReader):
         if "conf" in record:
             extra["scores"] = feature_array(record["conf"], source, "conf", np.float32).reshape(-1)
         if "soft_labels" in record:
-            extra["class_probs"] = feature_array(record["soft_labels"], source, "soft_labels", np.float32, len(features))
+            extra["class_probs"] = feature_array(
+                record["soft_labels"], source, "soft_labels", np.float32, len(features)
+            )
         try:
             return RegionFeatures.from_normalized_boxes(features, norm_bb[:, :4], **extra)
         except (ValueError, TypeError) as err:

@@ -188,9 +188,7 @@ class UniterImageEmbeddings(nn.Module):
         self.img_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pos_linear = nn.Linear(config.region_location_dim, config.hidden_size)
         self.pos_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mask_embedding = (
-            nn.Embedding(2, config.region_feature_dim, padding_idx=0) if add_mask_embedding else None
-        )
+        self.mask_embedding = nn.Embedding(2, config.region_feature_dim, padding_idx=0) if add_mask_embedding else None
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -210,7 +208,9 @@ class UniterImageEmbeddings(nn.Module):
                     "(UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
                 )
             masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(masked, self.mask_embedding.weight[1].to(region_features.dtype), region_features)
+            region_features = torch.where(
+                masked, self.mask_embedding.weight[1].to(region_features.dtype), region_features
+            )
         embeddings = self.img_layer_norm(self.img_linear(region_features))
         embeddings = embeddings + self.pos_layer_norm(self.pos_linear(region_locations)) + type_embeddings
         return self.dropout(self.LayerNorm(embeddings))
@@ -283,13 +283,17 @@ class UniterModel(UniterPreTrainedModel):
             laid out `[text | regions]`, and `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0,
             the [CLS] token when text is present; `None` without the pooler).
         """
-        check_text_and_region_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations,
-                                     region_attention_mask, "UNITER")
+        check_text_and_region_inputs(
+            self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask, "UNITER"
+        )
         pieces, masks = [], []
         if input_ids is not None or inputs_embeds is not None:
             text = input_ids if input_ids is not None else inputs_embeds
             text_embeddings = self.embeddings(
-                input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+                input_ids=input_ids,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
             )
             pieces.append(text_embeddings)
             masks.append(
@@ -299,7 +303,10 @@ class UniterModel(UniterPreTrainedModel):
             batch, num_regions = region_features.shape[:2]
             if region_token_type_ids is None:
                 region_token_type_ids = torch.full(
-                    (batch, num_regions), self.config.region_token_type_id, dtype=torch.long, device=region_features.device
+                    (batch, num_regions),
+                    self.config.region_token_type_id,
+                    dtype=torch.long,
+                    device=region_features.device,
                 )
             # Regions take their type embedding from the *text* type table, as the original does.
             type_embeddings = self.embeddings.token_type_embeddings(region_token_type_ids)
@@ -328,8 +335,12 @@ def _text_length(input_ids, inputs_embeds) -> int:
 def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
     """A head's `UniterClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
     return UniterClassifierOutput(
-        loss=loss, logits=logits, pooler_output=outputs.pooler_output, last_hidden_state=outputs.last_hidden_state,
-        hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        loss=loss,
+        logits=logits,
+        pooler_output=outputs.pooler_output,
+        last_hidden_state=outputs.last_hidden_state,
+        hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions,
     )
 
 
@@ -456,35 +467,69 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         if objective is not None and objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
         if objective == "itc":  # its own two passes, not the joint pass the other objectives' heads read
-            _refuse_other_targets(labels=labels, region_masks=region_masks,
-                                  region_feature_targets=region_feature_targets,
-                                  region_class_targets=region_class_targets, itm_labels=itm_labels)
-            return self._contrastive(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                     region_features, region_locations, region_attention_mask, region_token_type_ids,
-                                     itc_image_ids, **kwargs)
+            _refuse_other_targets(
+                labels=labels,
+                region_masks=region_masks,
+                region_feature_targets=region_feature_targets,
+                region_class_targets=region_class_targets,
+                itm_labels=itm_labels,
+            )
+            return self._contrastive(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                position_ids,
+                inputs_embeds,
+                region_features,
+                region_locations,
+                region_attention_mask,
+                region_token_type_ids,
+                itc_image_ids,
+                **kwargs,
+            )
         if itc_image_ids is not None:
             raise ValueError('itc_image_ids belong to objective="itc"')
         heads = self._objective_heads[objective]
         self._check_region_targets(objective, region_masks, region_feature_targets, region_class_targets)
         outputs = self.uniter(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, region_token_type_ids=region_token_type_ids,
-            region_masks=region_masks, inputs_embeds=inputs_embeds, **kwargs,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            region_masks=region_masks,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
         )
         joint = _JointPass(
-            outputs.last_hidden_state, outputs.pooler_output, _text_length(input_ids, inputs_embeds),
-            attention_mask, region_features is not None, region_attention_mask, region_masks, labels,
-            region_feature_targets, region_class_targets, itm_labels,
+            outputs.last_hidden_state,
+            outputs.pooler_output,
+            _text_length(input_ids, inputs_embeds),
+            attention_mask,
+            region_features is not None,
+            region_attention_mask,
+            region_masks,
+            labels,
+            region_feature_targets,
+            region_class_targets,
+            itm_labels,
         )
         fields = {}
         for head in heads:
             fields.update(head(self, joint))
-        losses = [v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in fields.items()
-                  if k.endswith("_loss")]
+        losses = [
+            v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in fields.items() if k.endswith("_loss")
+        ]
         return UniterForPreTrainingOutput(
-            loss=sum(losses) if losses else None, **fields, last_hidden_state=outputs.last_hidden_state,
-            pooler_output=outputs.pooler_output, hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=sum(losses) if losses else None,
+            **fields,
+            last_hidden_state=outputs.last_hidden_state,
+            pooler_output=outputs.pooler_output,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
     # -- one head per objective: each reads the joint pass and returns its output fields (its loss when the batch
@@ -495,8 +540,9 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             return {}
         expected = (joint.sequence_output.shape[0], joint.text_length)
         if joint.labels.shape != expected:
-            raise ValueError(f"labels must have shape (batch, text_length) = {expected}, "
-                             f"got {tuple(joint.labels.shape)}")
+            raise ValueError(
+                f"labels must have shape (batch, text_length) = {expected}, got {tuple(joint.labels.shape)}"
+            )
         selected = joint.labels >= 0
         logits = self.cls(joint.text_output[selected])
         return {"mlm_logits": logits, "mlm_loss": F.cross_entropy(logits.float(), joint.labels[selected])}
@@ -550,8 +596,13 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             raise ValueError("WRA needs both text and regions")
         text, regions = joint.text_output, joint.region_output
         distance = ipot_distance(
-            text, regions, _padding(joint.attention_mask, text), _padding(joint.region_attention_mask, regions),
-            beta=self.config.ot_beta, iterations=self.config.ot_iterations, inner_steps=self.config.ot_inner_steps,
+            text,
+            regions,
+            _padding(joint.attention_mask, text),
+            _padding(joint.region_attention_mask, regions),
+            beta=self.config.ot_beta,
+            iterations=self.config.ot_iterations,
+            inner_steps=self.config.ot_inner_steps,
         ).to(joint.sequence_output.dtype)
         if joint.itm_labels is None:
             return {"wra_distance": distance}
@@ -576,36 +627,67 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         if region_feature_targets is None and region_class_targets is None:
             return
         if region_masks is None:
-            raise ValueError("region_feature_targets / region_class_targets need region_masks (which regions are "
-                             "masked)")
+            raise ValueError(
+                "region_feature_targets / region_class_targets need region_masks (which regions are masked)"
+            )
         if not any(head in self._region_heads for head in self._objective_heads[objective]):
-            raise ValueError("region_feature_targets / region_class_targets belong to the region objectives (mrfr, "
-                             f"mrc, mrc-kl), not objective={objective!r}")
+            raise ValueError(
+                "region_feature_targets / region_class_targets belong to the region objectives (mrfr, "
+                f"mrc, mrc-kl), not objective={objective!r}"
+            )
 
-
-    def _contrastive(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, region_features,
-                     region_locations, region_attention_mask, region_token_type_ids, image_ids, **kwargs):
+    def _contrastive(
+        self,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        inputs_embeds,
+        region_features,
+        region_locations,
+        region_attention_mask,
+        region_token_type_ids,
+        image_ids,
+        **kwargs,
+    ):
         """`objective="itc"`: the text-only and the image-only pass, their pooled [CLS] contrasted in the batch."""
         if region_features is None or (input_ids is None and inputs_embeds is None):
             raise ValueError('objective="itc" needs both text (input_ids or inputs_embeds) and regions')
-        text = self.uniter(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                           position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
+        text = self.uniter(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
 
         def first_token(tensor):  # the [CLS] column of a text input (`None` stays `None`)
             return None if tensor is None else tensor[:, :1]
 
         image = self.uniter(
-            input_ids=first_token(input_ids), attention_mask=first_token(attention_mask),
-            token_type_ids=first_token(token_type_ids), position_ids=first_token(position_ids),
-            inputs_embeds=first_token(inputs_embeds), region_features=region_features,
-            region_locations=region_locations, region_attention_mask=region_attention_mask,
-            region_token_type_ids=region_token_type_ids, **kwargs,
+            input_ids=first_token(input_ids),
+            attention_mask=first_token(attention_mask),
+            token_type_ids=first_token(token_type_ids),
+            position_ids=first_token(position_ids),
+            inputs_embeds=first_token(inputs_embeds),
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            region_token_type_ids=region_token_type_ids,
+            **kwargs,
         )
-        loss, logits = in_batch_contrastive_loss(text.pooler_output, image.pooler_output,
-                                                 self.config.itc_temperature, image_ids)
+        loss, logits = in_batch_contrastive_loss(
+            text.pooler_output, image.pooler_output, self.config.itc_temperature, image_ids
+        )
         return UniterForPreTrainingOutput(
-            loss=loss, itc_loss=loss, itc_logits=logits, last_hidden_state=image.last_hidden_state,
-            pooler_output=image.pooler_output, hidden_states=image.hidden_states, attentions=image.attentions,
+            loss=loss,
+            itc_loss=loss,
+            itc_logits=logits,
+            last_hidden_state=image.last_hidden_state,
+            pooler_output=image.pooler_output,
+            hidden_states=image.hidden_states,
+            attentions=image.attentions,
         )
 
 
@@ -652,7 +734,10 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.vqa_output = classifier_head(
-            config.hidden_size, 2 * config.hidden_size, config.num_labels, config.classifier_activation,
+            config.hidden_size,
+            2 * config.hidden_size,
+            config.num_labels,
+            config.classifier_activation,
             config.layer_norm_eps,
         )
         self.post_init()
@@ -762,8 +847,9 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
     def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start from a pre-training checkpoint's heads (fine-tuning calls this with that checkpoint's weights):
         `rank_output` takes the ITM "match" row, the original's `init_output`. Returns the names it set."""
-        self.init_rank_output_from_itm(pretraining_state_dict["itm_output.weight"],
-                                       pretraining_state_dict["itm_output.bias"])
+        self.init_rank_output_from_itm(
+            pretraining_state_dict["itm_output.weight"], pretraining_state_dict["itm_output.bias"]
+        )
         return ["rank_output.weight", "rank_output.bias"]
 
     @can_return_tuple
@@ -878,7 +964,9 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
         """
         if region_features is None or region_features.ndim != 4 or region_features.shape[1] != 2:
             shape = None if region_features is None else tuple(region_features.shape)
-            raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), got {shape}")
+            raise ValueError(
+                f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), got {shape}"
+            )
         batch, _, num_regions = region_features.shape[:3]
 
         def pairs(t):  # (batch, ...) text → (2 * batch, ...), each example twice in a row (left, right)
@@ -895,7 +983,9 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
             input_ids=pairs(input_ids),
             attention_mask=pairs(attention_mask),
             token_type_ids=pairs(token_type_ids),
-            position_ids=position_ids if position_ids is not None and position_ids.shape[0] == 1 else pairs(position_ids),
+            position_ids=position_ids
+            if position_ids is not None and position_ids.shape[0] == 1
+            else pairs(position_ids),
             region_features=flat(region_features),
             region_locations=flat(region_locations),
             region_attention_mask=flat(region_attention_mask),
@@ -907,7 +997,9 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
             logits = self.nlvr2_output(outputs.pooler_output.reshape(batch, -1))
         else:
             logits = self._paired_attention(
-                outputs.last_hidden_state, _text_length(input_ids, inputs_embeds), pairs(attention_mask),
+                outputs.last_hidden_state,
+                _text_length(input_ids, inputs_embeds),
+                pairs(attention_mask),
                 flat(region_attention_mask),
             )
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
@@ -991,8 +1083,11 @@ class UniterForReferringExpression(UniterPreTrainedModel):
             logits = logits.masked_fill(region_attention_mask == 0, MASKED_SCORE)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return UniterReferringExpressionOutput(
-            loss=loss, logits=logits, last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=logits,
+            last_hidden_state=outputs.last_hidden_state,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1048,11 +1143,20 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
         batch, choices = text.shape[:2]
 
         inputs = flatten_choices(
-            dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                 position_ids=position_ids, region_features=region_features, region_locations=region_locations,
-                 region_attention_mask=region_attention_mask, region_token_type_ids=region_token_type_ids,
-                 inputs_embeds=inputs_embeds),
-            batch, choices, _REGION_NDIMS,
+            dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                region_features=region_features,
+                region_locations=region_locations,
+                region_attention_mask=region_attention_mask,
+                region_token_type_ids=region_token_type_ids,
+                inputs_embeds=inputs_embeds,
+            ),
+            batch,
+            choices,
+            _REGION_NDIMS,
         )
         outputs = self.uniter(**inputs, **kwargs)
         pair_logits = self.vcr_output(outputs.pooler_output).view(batch, choices, 2)
@@ -1061,6 +1165,9 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
             targets = _one_hot(labels, choices).view(-1)
             loss = F.cross_entropy(pair_logits.view(-1, 2).float(), targets)
         return UniterMultipleChoiceOutput(
-            loss=loss, logits=pair_logits[..., 1], pair_logits=pair_logits,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=pair_logits[..., 1],
+            pair_logits=pair_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )

@@ -20,8 +20,13 @@ def _build_mlm(context: ObjectiveContext, examples, rngs) -> dict:
     inputs, _ = context.encode(examples)
     tokenizer = context.tokenizer
     inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"], inputs["attention_mask"], tokenizer.all_special_ids, tokenizer.mask_token_id,
-        context.random_token_ids, rngs, context.mlm_probability,
+        inputs["input_ids"],
+        inputs["attention_mask"],
+        tokenizer.all_special_ids,
+        tokenizer.mask_token_id,
+        context.random_token_ids,
+        rngs,
+        context.mlm_probability,
     )
     return inputs
 

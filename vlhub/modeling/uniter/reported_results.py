@@ -13,8 +13,10 @@ _row = source_rows("UNITER paper (ECCV 2020), Table 4", "https://arxiv.org/abs/1
 
 def _rows(task, dataset, dataset_id, split, metric, base, large, setting=""):
     """The UNITER-base and UNITER-large columns of one line of the table."""
-    return tuple(_row(release, task, dataset, dataset_id, split, metric, value, setting=setting)
-                 for release, value in (("base", base), ("large", large)))
+    return tuple(
+        _row(release, task, dataset, dataset_id, split, metric, value, setting=setting)
+        for release, value in (("base", base), ("large", large))
+    )
 
 
 REPORTED_RESULTS = (
@@ -31,10 +33,12 @@ REPORTED_RESULTS = (
     *_rows("retrieval", "Flickr30k", "flickr30k", "test", "text retrieval R@1", 84.70, 88.20),
     *_rows("retrieval", "COCO", "coco", "test", "image retrieval R@1", 48.42, 51.72),
     *_rows("retrieval", "COCO", "coco", "test", "text retrieval R@1", 63.28, 66.60),
-    *_rows("zero_shot_retrieval", "Flickr30k", "flickr30k", "test",
-           "image retrieval R@1", 62.34, 65.82, setting=_ZERO_SHOT),
-    *_rows("zero_shot_retrieval", "Flickr30k", "flickr30k", "test",
-           "text retrieval R@1", 75.10, 77.50, setting=_ZERO_SHOT),
+    *_rows(
+        "zero_shot_retrieval", "Flickr30k", "flickr30k", "test", "image retrieval R@1", 62.34, 65.82, setting=_ZERO_SHOT
+    ),
+    *_rows(
+        "zero_shot_retrieval", "Flickr30k", "flickr30k", "test", "text retrieval R@1", 75.10, 77.50, setting=_ZERO_SHOT
+    ),
     *_rows("re", "RefCOCO+", "refcoco+", "val", "accuracy", 82.84, 84.04, setting="ground-truth regions"),
     *_rows("re", "RefCOCO+", "refcoco+", "testA", "accuracy", 85.70, 85.87, setting="ground-truth regions"),
     *_rows("re", "RefCOCO+", "refcoco+", "testB", "accuracy", 78.11, 78.89, setting="ground-truth regions"),

@@ -48,8 +48,15 @@ _SUPPORTED_SWITCHES = {
     "intra_gate": (False,),
 }
 # Training-time switches that do not change what a forward computes in evaluation.
-_TRAINING_SWITCHES = {"fast_mode", "in_batch_pairs", "fixed_v_layer", "fixed_t_layer", "visualization", "objective",
-                      "num_negative"}
+_TRAINING_SWITCHES = {
+    "fast_mode",
+    "in_batch_pairs",
+    "fixed_v_layer",
+    "fixed_t_layer",
+    "visualization",
+    "objective",
+    "num_negative",
+}
 NUM_ORIGINAL_TASK_TOKENS = 20  # `task_embeddings = nn.Embedding(20, hidden)` in the multi-task release
 
 
@@ -123,8 +130,10 @@ class VilbertConfig(BertTextConfig):
                 f"visual_co_attention_layers {visual} and text_co_attention_layers {text} must have the same length "
                 "(one entry per co-attention layer)"
             )
-        for name, ids, count in (("visual_co_attention_layers", visual, self.visual_num_hidden_layers),
-                                 ("text_co_attention_layers", text, self.num_hidden_layers)):
+        for name, ids, count in (
+            ("visual_co_attention_layers", visual, self.visual_num_hidden_layers),
+            ("text_co_attention_layers", text, self.num_hidden_layers),
+        ):
             if any(not 0 <= i < count for i in ids):
                 raise ValueError(f"{name} {ids} must index the stream's {count} layers (0..{count - 1})")
             if any(b <= a for a, b in zip(ids, ids[1:])):
@@ -165,8 +174,16 @@ class VilbertConfig(BertTextConfig):
                 unknown.append(key)
         if unknown:
             raise ValueError(f"unexpected field(s) {sorted(unknown)} in the original ViLBERT config")
-        missing = sorted({"hidden_size", "visual_hidden_size", "bi_hidden_size", "visual_co_attention_layers",
-                          "text_co_attention_layers"} - set(fields))
+        missing = sorted(
+            {
+                "hidden_size",
+                "visual_hidden_size",
+                "bi_hidden_size",
+                "visual_co_attention_layers",
+                "text_co_attention_layers",
+            }
+            - set(fields)
+        )
         if missing:
             raise ValueError(f"the original ViLBERT config lacks required field(s) {missing}")
         return cls(**{**fields, **overrides})

@@ -43,13 +43,23 @@ from ...conversion.common import set_answer_labels
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["convert_vilbert", "convert_from_args", "add_arguments", "detect_vilbert_release", "VILBERT_TASKS",
-           "MULTI_TASK_IDS", "RELEASED_MULTI_TASK_IDS"]
+__all__ = [
+    "convert_vilbert",
+    "convert_from_args",
+    "add_arguments",
+    "detect_vilbert_release",
+    "VILBERT_TASKS",
+    "MULTI_TASK_IDS",
+    "RELEASED_MULTI_TASK_IDS",
+]
 
 ORIGINAL_REPOSITORIES = {
     "pretrained": ("https://github.com/jiasenlu/vilbert_beta", "f0c9a2b21d4689e865f28c1eb1ee7e5f3f9387a7"),
     "beta": ("https://github.com/jiasenlu/vilbert_beta", "f0c9a2b21d4689e865f28c1eb1ee7e5f3f9387a7"),
-    "multi_task": ("https://github.com/facebookresearch/vilbert-multi-task", "f22b84a9918a9aea2106e14ac1f6b32ad71492e3"),
+    "multi_task": (
+        "https://github.com/facebookresearch/vilbert-multi-task",
+        "f22b84a9918a9aea2106e14ac1f6b32ad71492e3",
+    ),
 }
 
 VILBERT_TASKS = {
@@ -81,15 +91,44 @@ _HEADS = {
     "ve": ("vil_tri_prediction.",),
 }
 # The 12-in-1 task number the processor of a converted multi-task model uses by default (vilbert_tasks.yml).
-MULTI_TASK_IDS = {"vqa": 1, "gqa": 15, "retrieval": 8, "re": 10, "nlvr2": 12, "ve": 13, "vcr": 5, "pretraining": 1,
-                  "visual7w": 4, "guesswhat_pointing": 17, "flickr_grounding": 18}
+MULTI_TASK_IDS = {
+    "vqa": 1,
+    "gqa": 15,
+    "retrieval": 8,
+    "re": 10,
+    "nlvr2": 12,
+    "ve": 13,
+    "vcr": 5,
+    "pretraining": 1,
+    "visual7w": 4,
+    "guesswhat_pointing": 17,
+    "flickr_grounding": 18,
+}
 # The tasks the released 12-in-1 model was trained on (its README: `--tasks 1-2-4-7-8-9-10-11-12-13-15-17`); the
 # tokens of the others (VCR 5/6, GuessWhat 14, ...) were never trained in that release.
 RELEASED_MULTI_TASK_IDS = (1, 2, 4, 7, 8, 9, 10, 11, 12, 13, 15, 17)
 # Text lengths (`max_seq_length`, special tokens included) the originals trained each task with. 12-in-1: per task
 # number (vilbert_tasks.yml); beta: per task (its task yml); pre-training: 36 in both.
-MULTI_TASK_TEXT_LENGTHS = {1: 23, 2: 26, 3: 16, 4: 20, 5: 60, 6: 80, 7: 30, 8: 30, 9: 20, 10: 20, 11: 20, 12: 40,
-                           13: 56, 14: 25, 15: 26, 16: 20, 17: 256, 18: 24}
+MULTI_TASK_TEXT_LENGTHS = {
+    1: 23,
+    2: 26,
+    3: 16,
+    4: 20,
+    5: 60,
+    6: 80,
+    7: 30,
+    8: 30,
+    9: 20,
+    10: 20,
+    11: 20,
+    12: 40,
+    13: 56,
+    14: 25,
+    15: 26,
+    16: 20,
+    17: 256,
+    18: 24,
+}
 BETA_TEXT_LENGTHS = {"vqa": 16, "vcr": 60, "re": 20, "retrieval": 30}
 PRETRAINING_TEXT_LENGTH = 36
 # Region rows (`max_region_num`, the global token included) the originals' datasets keep, the first ones of the
@@ -105,10 +144,18 @@ BETA_REGION_ROWS = {"vqa": 100, "vcr": 100, "re": 100, "retrieval": 100}
 # Pointing (Visual7w 4, GuessWhat 17) reads the candidates at row 101 + index: `ground_truth_rows="after_max_regions"`;
 # RefCOCO (9-11) and Flickr grounding (18) score every row as concatenated: `"after_detections"`.
 MULTI_TASK_JOINED_ROWS = {4: 200, 9: 101, 10: 101, 11: 101, 17: 306, 18: 200}
-JOINED_TASKS = {"visual7w": "after_max_regions", "guesswhat_pointing": "after_max_regions",
-                "re": "after_detections", "flickr_grounding": "after_detections"}
-_RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "vilbert."),
-            (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."))
+JOINED_TASKS = {
+    "visual7w": "after_max_regions",
+    "guesswhat_pointing": "after_max_regions",
+    "re": "after_detections",
+    "flickr_grounding": "after_detections",
+}
+_RENAMES = (
+    (r"LayerNorm\.gamma", "LayerNorm.weight"),
+    (r"LayerNorm\.beta", "LayerNorm.bias"),
+    (r"^bert\.", "vilbert."),
+    (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."),
+)
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
 # Sizes the released configs use, for a checkpoint converted without its config (text, visual, co-attention).
 _DEFAULT_HEADS = {"hidden_size": BERT_ATTENTION_HEADS, "visual_hidden_size": {1024: 8}, "bi_hidden_size": {1024: 8}}
@@ -117,8 +164,10 @@ _DEFAULT_HEADS = {"hidden_size": BERT_ATTENTION_HEADS, "visual_hidden_size": {10
 def detect_vilbert_release(state_dict: dict) -> str:
     """`"pretrained"`, `"beta"` (fine-tuned, weight-normed heads) or `"multi_task"` (12-in-1), from the keys
     (already renamed)."""
-    if any(k.startswith(("vil_prediction_gqa.", "vil_tri_prediction.")) for k in state_dict) or \
-            "vilbert.embeddings.task_embeddings.weight" in state_dict:
+    if (
+        any(k.startswith(("vil_prediction_gqa.", "vil_tri_prediction.")) for k in state_dict)
+        or "vilbert.embeddings.task_embeddings.weight" in state_dict
+    ):
         return "multi_task"
     if any(k.startswith(("vil_prediction.", "vil_logit.", "vision_logit.")) for k in state_dict):
         return "beta"
@@ -131,7 +180,9 @@ def _count(state_dict, prefix: str) -> int:
     return 1 + max(indices) if indices else 0
 
 
-def _config_from_checkpoint(state_dict: dict, original: dict | None, notes: list[str]) -> tuple[VilbertConfig, int | None]:
+def _config_from_checkpoint(
+    state_dict: dict, original: dict | None, notes: list[str]
+) -> tuple[VilbertConfig, int | None]:
     """The model config from the checkpoint's shapes and the original config; also the config's `num_labels`."""
     word = state_dict["vilbert.embeddings.word_embeddings.weight"]
     shapes = {
@@ -161,20 +212,31 @@ def _config_from_checkpoint(state_dict: dict, original: dict | None, notes: list
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
         fields.setdefault("v_biattention_id", list(range(co_layers)))
-        fields.setdefault("t_biattention_id", list(range(shapes["num_hidden_layers"] - co_layers,
-                                                         shapes["num_hidden_layers"])))
-        notes.append(f"co-attention schedule not in the config: assumed v_biattention_id={fields['v_biattention_id']}, "
-                     f"t_biattention_id={fields['t_biattention_id']} (as every released config)")
+        fields.setdefault(
+            "t_biattention_id", list(range(shapes["num_hidden_layers"] - co_layers, shapes["num_hidden_layers"]))
+        )
+        notes.append(
+            f"co-attention schedule not in the config: assumed v_biattention_id={fields['v_biattention_id']}, "
+            f"t_biattention_id={fields['t_biattention_id']} (as every released config)"
+        )
     elif len(fields["v_biattention_id"]) != co_layers:
-        raise CheckpointError(f"the config lists {len(fields['v_biattention_id'])} co-attention layers but the "
-                              f"checkpoint has {co_layers}")
-    for size_field, heads_field, original_heads in (("hidden_size", "num_attention_heads", "num_attention_heads"),
-                                                    ("v_hidden_size", "v_num_attention_heads", "v_num_attention_heads"),
-                                                    ("bi_hidden_size", "bi_num_attention_heads", "bi_num_attention_heads")):
+        raise CheckpointError(
+            f"the config lists {len(fields['v_biattention_id'])} co-attention layers but the checkpoint has {co_layers}"
+        )
+    for size_field, heads_field, original_heads in (
+        ("hidden_size", "num_attention_heads", "num_attention_heads"),
+        ("v_hidden_size", "v_num_attention_heads", "v_num_attention_heads"),
+        ("bi_hidden_size", "bi_num_attention_heads", "bi_num_attention_heads"),
+    ):
         if original_heads not in fields:
             fields[original_heads] = inferred_attention_heads(
-                fields[size_field], notes, "the original config", heads_field, size_field,
-                known=_DEFAULT_HEADS[size_field.replace("v_", "visual_")])
+                fields[size_field],
+                notes,
+                "the original config",
+                heads_field,
+                size_field,
+                known=_DEFAULT_HEADS[size_field.replace("v_", "visual_")],
+            )
     has_tokens = "vilbert.embeddings.task_embeddings.weight" in state_dict
     if "task_specific_tokens" in fields and bool(fields["task_specific_tokens"]) != has_tokens:
         raise CheckpointError(
@@ -216,9 +278,7 @@ def _read_answers(answers) -> list[str] | None:
 
 
 def _key_map(task: str, release: str) -> KeyMap:
-    drops = {
-        r"\.biOutput\.q_dense[12]\.": "defined by the original BertBiOutput but never used in its forward",
-    }
+    drops = {r"\.biOutput\.q_dense[12]\.": "defined by the original BertBiOutput but never used in its forward"}
     if task != "pretraining":
         drops[r"^cls\."] = (
             f"pre-training heads: the original fine-tuned model computes them on every forward, but the {task} task "
@@ -253,8 +313,10 @@ def _fold_weight_norm(renamed: dict, report_notes: list[str]) -> dict:
             raise CheckpointError(f"{module} has weight_{''.join(parts)} without its weight-norm partner")
         g, v = parts["g"], parts["v"]
         if g.numel() != 1:
-            raise CheckpointError(f"{module}.weight_g has shape {tuple(g.shape)}; only weight_norm(dim=None) (a scalar "
-                                  "g) is a released form")
+            raise CheckpointError(
+                f"{module}.weight_g has shape {tuple(g.shape)}; only weight_norm(dim=None) (a scalar "
+                "g) is a released form"
+            )
         derived[f"{module}.weight"] = (g * v / v.norm(), f"{module}.weight_g * weight_v / ||weight_v||")
     if derived:
         report_notes.append(f"weight norm folded into {sorted(derived)}")
@@ -289,7 +351,9 @@ def convert_vilbert(
     """
     checkpoint = Path(checkpoint)
     raw, renamed = load_renamed_state_dict(
-        checkpoint, _RENAMES, ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight"),
+        checkpoint,
+        _RENAMES,
+        ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight"),
         "ViLBERT",
     )
     release = detect_vilbert_release(renamed)
@@ -307,16 +371,23 @@ def convert_vilbert(
         if "cls.bi_seq_relationship.weight" not in renamed:
             raise CheckpointError(f"{checkpoint.name} has neither vil_logit nor an alignment head for retrieval")
         weight, bias = VilbertForImageTextRetrieval.vil_logit_from_alignment(
-            renamed["cls.bi_seq_relationship.weight"], renamed["cls.bi_seq_relationship.bias"])
-        derived = {"vil_logit.weight": (weight, "cls.bi_seq_relationship.weight[0] - [1]"),
-                   "vil_logit.bias": (bias, "cls.bi_seq_relationship.bias[0] - [1]")}
-        notes.append("vil_logit = alignment row 0 - row 1: sigmoid(vil_logit) is the original zero-shot score "
-                     "softmax(alignment)[0]")
+            renamed["cls.bi_seq_relationship.weight"], renamed["cls.bi_seq_relationship.bias"]
+        )
+        derived = {
+            "vil_logit.weight": (weight, "cls.bi_seq_relationship.weight[0] - [1]"),
+            "vil_logit.bias": (bias, "cls.bi_seq_relationship.bias[0] - [1]"),
+        }
+        notes.append(
+            "vil_logit = alignment row 0 - row 1: sigmoid(vil_logit) is the original zero-shot score "
+            "softmax(alignment)[0]"
+        )
     else:
         own = _HEADS[task]
         if not any(k.startswith(own) for k in renamed):
-            raise CheckpointError(f"task {task!r} needs the head {', '.join(p + '*' for p in own)}, which "
-                                  f"{checkpoint.name} (a {release} release) does not have")
+            raise CheckpointError(
+                f"task {task!r} needs the head {', '.join(p + '*' for p in own)}, which "
+                f"{checkpoint.name} (a {release} release) does not have"
+            )
 
     if task in ("vqa", "gqa"):
         _set_answers(model_config, renamed, task, release, expected_labels, answers, notes)
@@ -332,30 +403,45 @@ def convert_vilbert(
     processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
     repository, commit = ORIGINAL_REPOSITORIES[release]
     return save_converted_model(
-        output_dir, model, report, processor=processor, provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)", architecture="vilbert",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        output_dir,
+        model,
+        report,
+        processor=processor,
+        provenance=Provenance(checkpoint, repository, commit),
+        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)",
+        architecture="vilbert",
+        pipeline_tag=PIPELINE_TAGS.get(task),
+        logger=logger,
         # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-        reported=CardResults(REPORTED_RESULTS, release if size_release(model_config.hidden_size) == "base" else None,
-                             "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task),
+        reported=CardResults(
+            REPORTED_RESULTS,
+            release if size_release(model_config.hidden_size) == "base" else None,
+            "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
+        ),
     )
 
 
 def _set_answers(model_config, renamed: dict, task: str, release: str, expected_labels, answers, notes) -> None:
     """The VQA / GQA head's answer labels on `model_config`: the vocabulary given, or placeholders."""
-    final = renamed.get("vil_prediction.3.weight_v" if release == "beta" else
-                        ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight"))
+    final = renamed.get(
+        "vil_prediction.3.weight_v"
+        if release == "beta"
+        else ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight")
+    )
     num_labels = final.shape[0]
     if expected_labels is not None and expected_labels != num_labels:
-        raise CheckpointError(f"the config says num_labels={expected_labels} but the checkpoint's answer head "
-                              f"predicts {num_labels} answers")
+        raise CheckpointError(
+            f"the config says num_labels={expected_labels} but the checkpoint's answer head "
+            f"predicts {num_labels} answers"
+        )
     labels = _read_answers(answers)
     if labels is None:
         labels = [f"answer_{i}" for i in range(num_labels)]
         notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
     elif len(labels) != num_labels:
-        raise CheckpointError(f"the answer vocabulary has {len(labels)} entries but the head predicts "
-                              f"{num_labels} answers")
+        raise CheckpointError(
+            f"the answer vocabulary has {len(labels)} entries but the head predicts {num_labels} answers"
+        )
     set_answer_labels(model_config, labels)
 
 
@@ -366,18 +452,25 @@ def _converted_processor(model_config, task: str, release: str, task_id, tokeniz
         processor_task_id = task_id if task_id is not None else MULTI_TASK_IDS[task]
         notes.append(f"multi-task model: the processor adds task id {processor_task_id} unless told otherwise")
         if processor_task_id not in RELEASED_MULTI_TASK_IDS:
-            notes.append(f"task id {processor_task_id} is not one the released 12-in-1 model was trained on "
-                         f"({'-'.join(map(str, RELEASED_MULTI_TASK_IDS))}): its task token is untrained there (fine "
-                         "for a multi-task checkpoint of your own trained on it)")
+            notes.append(
+                f"task id {processor_task_id} is not one the released 12-in-1 model was trained on "
+                f"({'-'.join(map(str, RELEASED_MULTI_TASK_IDS))}): its task token is untrained there (fine "
+                "for a multi-task checkpoint of your own trained on it)"
+            )
             logger.warning(notes[-1])
     max_text_length = _original_text_length(task, release, processor_task_id)
     notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
     region_settings = _region_settings(task, release, processor_task_id, notes)
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
+    tok = load_checked_tokenizer(
+        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
+    )
     region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings)
     return VilbertProcessor(
-        feature_extractor=region_processor, tokenizer=tok,
-        num_task_tokens=model_config.num_task_tokens, task_id=processor_task_id, max_text_length=max_text_length,
+        feature_extractor=region_processor,
+        tokenizer=tok,
+        num_task_tokens=model_config.num_task_tokens,
+        task_id=processor_task_id,
+        max_text_length=max_text_length,
     )
 
 
@@ -385,19 +478,25 @@ def _region_settings(task: str, release: str, task_id: int | None, notes: list[s
     """The region processor's settings for the original's `max_region_num` of `task` (and its ground-truth join)."""
     region_rows = BETA_REGION_ROWS.get(task, MULTI_TASK_REGION_ROWS) if release == "beta" else MULTI_TASK_REGION_ROWS
     settings = {"max_regions": region_rows - 1, "region_selection": "first_n"}
-    notes.append(f"processor max_regions {region_rows - 1} (the global token and the first {region_rows - 1} regions "
-                 "of each image, region_selection='first_n'): the original's max_region_num for this task, "
-                 f"{region_rows} rows")
+    notes.append(
+        f"processor max_regions {region_rows - 1} (the global token and the first {region_rows - 1} regions "
+        "of each image, region_selection='first_n'): the original's max_region_num for this task, "
+        f"{region_rows} rows"
+    )
     if task in JOINED_TASKS:
         own_task_id = MULTI_TASK_IDS[task] if task_id is None else task_id
         joined_rows = region_rows if release == "beta" else MULTI_TASK_JOINED_ROWS.get(own_task_id, region_rows)
         settings.update(max_joined_regions=joined_rows - 1, ground_truth_rows=JOINED_TASKS[task])
-        notes.append(f"processor max_joined_regions {joined_rows - 1}, ground_truth_rows {JOINED_TASKS[task]!r}: the "
-                     f"original joins the ground-truth boxes after the detections and keeps {joined_rows} rows")
+        notes.append(
+            f"processor max_joined_regions {joined_rows - 1}, ground_truth_rows {JOINED_TASKS[task]!r}: the "
+            f"original joins the ground-truth boxes after the detections and keeps {joined_rows} rows"
+        )
     elif task == "vcr":
         settings["ground_truth_rows"] = "refuse"
-        notes.append("processor ground_truth_rows 'refuse': the original VCR datasets join the ground-truth boxes by a "
-                     "rule vlhub does not reproduce (ground-truth boxes first, both files' global tokens merged)")
+        notes.append(
+            "processor ground_truth_rows 'refuse': the original VCR datasets join the ground-truth boxes by a "
+            "rule vlhub does not reproduce (ground-truth boxes first, both files' global tokens merged)"
+        )
     return settings
 
 
@@ -412,11 +511,15 @@ def _original_text_length(task: str, release: str, task_id: int | None) -> int:
 
 
 add_arguments, convert_from_args = converter_command_line(
-    convert_vilbert, "vilbert",
+    convert_vilbert,
+    "vilbert",
     checkpoint_help="the original .bin file",
-    config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)", tasks=VILBERT_TASKS,
+    config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
+    tasks=VILBERT_TASKS,
     task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
     tokenizer_default="google-bert/bert-base-uncased",
     answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
-    extra_arguments={"--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")},
+    extra_arguments={
+        "--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")
+    },
 )

@@ -81,8 +81,16 @@ class CoAttention(nn.Module):
     # each stream's three projections read the same states: `pack_linear_weights` runs them as one product
     packed_projection_groups = (("query1", "key1", "value1"), ("query2", "key2", "value2"))
 
-    def __init__(self, config, hidden_size1: int, hidden_size2: int, inner_size: int, num_heads: int,
-                 attention_dropout1: float, attention_dropout2: float):
+    def __init__(
+        self,
+        config,
+        hidden_size1: int,
+        hidden_size2: int,
+        inner_size: int,
+        num_heads: int,
+        attention_dropout1: float,
+        attention_dropout2: float,
+    ):
         super().__init__()
         if inner_size % num_heads != 0:
             raise ValueError(f"the co-attention size ({inner_size}) must be a multiple of its heads ({num_heads})")
@@ -120,12 +128,24 @@ class CoAttention(nn.Module):
         query1, key1, value1 = (self._heads(p, hidden_states1) for p in (self.query1, self.key1, self.value1))
         query2, key2, value2 = (self._heads(p, hidden_states2) for p in (self.query2, self.key2, self.value2))
         context1, probabilities1 = attention(
-            self, query1, key2, value2, mask_over2, scaling=self.scaling,
-            dropout=self.dropout2.p if self.training else 0.0, **kwargs,
+            self,
+            query1,
+            key2,
+            value2,
+            mask_over2,
+            scaling=self.scaling,
+            dropout=self.dropout2.p if self.training else 0.0,
+            **kwargs,
         )
         context2, probabilities2 = attention(
-            self, query2, key1, value1, mask_over1, scaling=self.scaling,
-            dropout=self.dropout1.p if self.training else 0.0, **kwargs,
+            self,
+            query2,
+            key1,
+            value1,
+            mask_over1,
+            scaling=self.scaling,
+            dropout=self.dropout1.p if self.training else 0.0,
+            **kwargs,
         )
         context1 = context1.reshape(*hidden_states1.shape[:-1], -1).contiguous()
         context2 = context2.reshape(*hidden_states2.shape[:-1], -1).contiguous()
@@ -136,8 +156,15 @@ class CoAttentionOutput(nn.Module):
     """Back from the co-attention space into each stream (ViLBERT's `BertBiOutput`):
     `LayerNorm1(dropout1(dense1(context1)) + hidden_states1)` and the same with `dense2`/`LayerNorm2` for stream 2."""
 
-    def __init__(self, inner_size: int, hidden_size1: int, hidden_size2: int, dropout1: float, dropout2: float,
-                 layer_norm_eps: float = 1e-12):
+    def __init__(
+        self,
+        inner_size: int,
+        hidden_size1: int,
+        hidden_size2: int,
+        dropout1: float,
+        dropout2: float,
+        layer_norm_eps: float = 1e-12,
+    ):
         super().__init__()
         self.dense1 = nn.Linear(inner_size, hidden_size1)
         self.LayerNorm1 = nn.LayerNorm(hidden_size1, eps=layer_norm_eps)
@@ -167,12 +194,21 @@ class CoAttentionLayer(GradientCheckpointingLayer):
     def __init__(self, config1, config2, inner_size: int, num_heads: int):
         super().__init__()
         self.biattention = CoAttention(
-            config1, config1.hidden_size, config2.hidden_size, inner_size, num_heads,
-            config1.attention_probs_dropout_prob, config2.attention_probs_dropout_prob,
+            config1,
+            config1.hidden_size,
+            config2.hidden_size,
+            inner_size,
+            num_heads,
+            config1.attention_probs_dropout_prob,
+            config2.attention_probs_dropout_prob,
         )
         self.biOutput = CoAttentionOutput(
-            inner_size, config1.hidden_size, config2.hidden_size, config1.hidden_dropout_prob,
-            config2.hidden_dropout_prob, config1.layer_norm_eps,
+            inner_size,
+            config1.hidden_size,
+            config2.hidden_size,
+            config1.hidden_dropout_prob,
+            config2.hidden_dropout_prob,
+            config1.layer_norm_eps,
         )
         self.v_intermediate = BertIntermediate(config1)
         self.v_output = BertOutput(config1)

@@ -104,8 +104,14 @@ class VilbertModelOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-_PER_LAYER_FIELDS = ("hidden_states", "attentions", "vision_hidden_states", "vision_attentions",
-                     "text_to_vision_attentions", "vision_to_text_attentions")
+_PER_LAYER_FIELDS = (
+    "hidden_states",
+    "attentions",
+    "vision_hidden_states",
+    "vision_attentions",
+    "text_to_vision_attentions",
+    "vision_to_text_attentions",
+)
 
 
 def _per_layer(outputs: VilbertModelOutput) -> dict:
@@ -315,10 +321,12 @@ class VilbertEncoder(nn.Module):
         text, visual = text_stream_config(config), visual_stream_config(config)
         self.layer = nn.ModuleList([StreamLayer(text) for _ in range(config.num_hidden_layers)])
         self.v_layer = nn.ModuleList([StreamLayer(visual) for _ in range(config.visual_num_hidden_layers)])
-        self.c_layer = nn.ModuleList([
-            CoAttentionLayer(visual, text, config.bi_hidden_size, config.bi_num_attention_heads)
-            for _ in range(config.num_co_attention_layers)
-        ])
+        self.c_layer = nn.ModuleList(
+            [
+                CoAttentionLayer(visual, text, config.bi_hidden_size, config.bi_num_attention_heads)
+                for _ in range(config.num_co_attention_layers)
+            ]
+        )
 
     def _masks(self, text, vision, attention_mask, region_attention_mask) -> dict:
         """The masks in the attention backend's format: each stream's self-attention, text queries over regions
@@ -330,8 +338,9 @@ class VilbertEncoder(nn.Module):
             "text_over_vision": cross_stream_mask(self.config, text, vision, region_attention_mask),
         }
 
-    def forward(self, text, vision, attention_mask, region_attention_mask, pair_index=None,
-                **kwargs) -> VilbertModelOutput:
+    def forward(
+        self, text, vision, attention_mask, region_attention_mask, pair_index=None, **kwargs
+    ) -> VilbertModelOutput:
         """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
         `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
         layer (the layers before it run once per text and once per image, as the original's `fast_mode` /
@@ -385,20 +394,27 @@ def _pair_early_records(outputs: VilbertModelOutput, config: VilbertConfig, pair
     """With `in_batch_pairs`, the states and maps recorded before the first co-attention layer have one row per text
     (or per image): give them one row per pair, as every later record has."""
     text_rows, vision_rows = pair_index
-    early = {"hidden_states": 1 + config.text_co_attention_layers[0], "attentions": config.text_co_attention_layers[0],
-             "vision_hidden_states": 1 + config.visual_co_attention_layers[0],
-             "vision_attentions": config.visual_co_attention_layers[0]}
+    early = {
+        "hidden_states": 1 + config.text_co_attention_layers[0],
+        "attentions": config.text_co_attention_layers[0],
+        "vision_hidden_states": 1 + config.visual_co_attention_layers[0],
+        "vision_attentions": config.visual_co_attention_layers[0],
+    }
     for name, count in early.items():
         if outputs.get(name) is not None:
             rows = vision_rows if name.startswith("vision") else text_rows
-            outputs[name] = tuple(value if value is None or i >= count else value[rows]
-                                  for i, value in enumerate(outputs[name]))
+            outputs[name] = tuple(
+                value if value is None or i >= count else value[rows] for i, value in enumerate(outputs[name])
+            )
 
 
 def _check_attention_maps(outputs: VilbertModelOutput, config: VilbertConfig) -> None:
-    expected = {"attentions": config.num_hidden_layers, "vision_attentions": config.visual_num_hidden_layers,
-                "text_to_vision_attentions": config.num_co_attention_layers,
-                "vision_to_text_attentions": config.num_co_attention_layers}
+    expected = {
+        "attentions": config.num_hidden_layers,
+        "vision_attentions": config.visual_num_hidden_layers,
+        "text_to_vision_attentions": config.num_co_attention_layers,
+        "vision_to_text_attentions": config.num_co_attention_layers,
+    }
     # The other attention backends return no maps (the records then miss them).
     if any(outputs.get(name) is not None and len(outputs[name]) < count for name, count in expected.items()):
         raise ValueError(
@@ -418,17 +434,34 @@ class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     _can_record_outputs = _RECORDED_OUTPUTS
 
 
-def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_features, region_locations,
-                  region_attention_mask, task_ids, in_batch_pairs: bool = False):
+def _check_inputs(
+    config: VilbertConfig,
+    input_ids,
+    inputs_embeds,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    task_ids,
+    in_batch_pairs: bool = False,
+):
     if in_batch_pairs:  # texts and images are separate batches
         check_text_and_region_inputs(config, input_ids, inputs_embeds, None, None, None, "ViLBERT")
-        check_text_and_region_inputs(config, None, None, region_features, region_locations, region_attention_mask,
-                                     "ViLBERT")
+        check_text_and_region_inputs(
+            config, None, None, region_features, region_locations, region_attention_mask, "ViLBERT"
+        )
         if config.num_co_attention_layers == 0:
             raise ValueError("in_batch_pairs forms the pairs at the first co-attention layer; this ViLBERT has none")
     else:
-        check_text_and_region_inputs(config, input_ids, inputs_embeds, region_features, region_locations,
-                                     region_attention_mask, "ViLBERT", require_both=True)
+        check_text_and_region_inputs(
+            config,
+            input_ids,
+            inputs_embeds,
+            region_features,
+            region_locations,
+            region_attention_mask,
+            "ViLBERT",
+            require_both=True,
+        )
     batch = (input_ids if input_ids is not None else inputs_embeds).shape[0]
     if config.num_task_tokens > 0:
         if task_ids is None:
@@ -458,7 +491,6 @@ def _check_inputs(config: VilbertConfig, input_ids, inputs_embeds, region_featur
     """
 )
 class VilbertModel(VilbertPreTrainedModel):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.embeddings = VilbertEmbeddings(config)
@@ -488,19 +520,37 @@ class VilbertModel(VilbertPreTrainedModel):
         Returns:
             `VilbertModelOutput`: both streams' outputs, both pooled outputs and their fusion (`pooler_output`).
         """
-        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      task_ids, in_batch_pairs)
+        _check_inputs(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            region_features,
+            region_locations,
+            region_attention_mask,
+            task_ids,
+            in_batch_pairs,
+        )
         pair_index = None
         if in_batch_pairs:
             texts = (input_ids if input_ids is not None else inputs_embeds).shape[0]
             images, device = region_features.shape[0], region_features.device
-            pair_index = (torch.arange(texts, device=device).repeat_interleave(images),
-                          torch.arange(images, device=device).repeat(texts))
+            pair_index = (
+                torch.arange(texts, device=device).repeat_interleave(images),
+                torch.arange(images, device=device).repeat(texts),
+            )
         outputs = self._encode(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
-            pair_index=pair_index, return_dict=True, **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            task_ids=task_ids,
+            inputs_embeds=inputs_embeds,
+            pair_index=pair_index,
+            return_dict=True,
+            **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
         )
         if pair_index is not None:
             _pair_early_records(outputs, self.config, pair_index)
@@ -508,10 +558,27 @@ class VilbertModel(VilbertPreTrainedModel):
         return outputs
 
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the text stream's, as recorded
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, region_features, region_locations,
-                region_attention_mask, task_ids, inputs_embeds, pair_index, **kwargs) -> VilbertModelOutput:
-        text = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, task_ids=task_ids)
+    def _encode(
+        self,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        region_features,
+        region_locations,
+        region_attention_mask,
+        task_ids,
+        inputs_embeds,
+        pair_index,
+        **kwargs,
+    ) -> VilbertModelOutput:
+        text = self.embeddings(
+            input_ids=input_ids,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            task_ids=task_ids,
+        )
         batch, text_length = text.shape[:2]
         if attention_mask is None:
             attention_mask = torch.ones((batch, text_length), dtype=torch.long, device=text.device)
@@ -524,8 +591,9 @@ class VilbertModel(VilbertPreTrainedModel):
         attention_mask = attention_mask.to(text.device, torch.long)
         region_attention_mask = region_attention_mask.to(vision.device, torch.long)
         layer_kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
-        encoded = self.encoder(text, vision, attention_mask, region_attention_mask, pair_index=pair_index,
-                               **layer_kwargs)
+        encoded = self.encoder(
+            text, vision, attention_mask, region_attention_mask, pair_index=pair_index, **layer_kwargs
+        )
         pooled_text = self.t_pooler(encoded.last_hidden_state)
         pooled_vision = self.v_pooler(encoded.vision_last_hidden_state)
         fused = pooled_text * pooled_vision if self.config.fusion_method == "mul" else pooled_text + pooled_vision
@@ -581,23 +649,32 @@ class _VilbertHead(VilbertPreTrainedModel):
             The head's output (`VilbertClassifierOutput` for the task heads); see the head's class.
         """
         inputs = dict(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, region_features=region_features, region_locations=region_locations,
-            region_attention_mask=region_attention_mask, task_ids=task_ids, inputs_embeds=inputs_embeds,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            task_ids=task_ids,
+            inputs_embeds=inputs_embeds,
         )
         head_arguments = {name: kwargs.pop(name) for name in self._head_arguments if name in kwargs}
         if kwargs.get("in_batch_pairs"):
             if not self._scores_in_batch_pairs:
-                raise ValueError(f"{type(self).__name__} does not take in_batch_pairs (every text with every image); "
-                                 "VilbertModel, VilbertForImageTextRetrieval and VilbertForPreTraining do")
+                raise ValueError(
+                    f"{type(self).__name__} does not take in_batch_pairs (every text with every image); "
+                    "VilbertModel, VilbertForImageTextRetrieval and VilbertForPreTraining do"
+                )
             if labels is not None or any(v is not None for v in head_arguments.values()):
                 raise ValueError("in_batch_pairs scores every text with every image; it takes no training targets")
         outputs = self.vilbert(**self._pairs(inputs), **kwargs)
         return self._head(outputs, labels, inputs, **head_arguments)
 
     def _output(self, loss, logits, outputs, **extra) -> VilbertClassifierOutput:
-        return VilbertClassifierOutput(loss=loss, logits=logits, pooler_output=outputs.pooler_output,
-                                       **extra, **_per_layer(outputs))
+        return VilbertClassifierOutput(
+            loss=loss, logits=logits, pooler_output=outputs.pooler_output, **extra, **_per_layer(outputs)
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -651,7 +728,6 @@ class VilbertPreTrainingHeads(nn.Module):
     """
 )
 class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
-
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vilbert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -665,8 +741,9 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
     _head_arguments = ("region_labels", "region_class_targets", "alignment_labels")
     _scores_in_batch_pairs = True
 
-    def _head(self, outputs, labels, inputs, region_labels=None, region_class_targets=None,
-              alignment_labels=None) -> VilbertForPreTrainingOutput:
+    def _head(
+        self, outputs, labels, inputs, region_labels=None, region_class_targets=None, alignment_labels=None
+    ) -> VilbertForPreTrainingOutput:
         text, vision = outputs.last_hidden_state, outputs.vision_last_hidden_state
         prediction_logits = self.cls.predictions(text)
         region_logits = self.cls.imagePredictions(vision)
@@ -676,8 +753,9 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
             if self.config.num_task_tokens > 0 and labels.shape[1] == text.shape[1] - 1:
                 labels = torch.cat([labels[:, :1], torch.full_like(labels[:, :1], -100), labels[:, 1:]], dim=1)
             if labels.shape != text.shape[:2]:
-                raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text.shape[:2])}, "
-                                 f"got {tuple(labels.shape)}")
+                raise ValueError(
+                    f"labels must have shape (batch, text_length) = {tuple(text.shape[:2])}, got {tuple(labels.shape)}"
+                )
             losses["mlm_loss"] = F.cross_entropy(
                 prediction_logits.flatten(0, 1).float(), labels.masked_fill(labels < 0, -100).flatten()
             )
@@ -686,11 +764,16 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
             if region_labels is None:
                 raise ValueError("region_class_targets need region_labels (1 at the masked regions)")
             if region_class_targets.shape != region_logits.shape:
-                raise ValueError(f"region_class_targets must have shape {tuple(region_logits.shape)}, "
-                                 f"got {tuple(region_class_targets.shape)}")
+                raise ValueError(
+                    f"region_class_targets must have shape {tuple(region_logits.shape)}, "
+                    f"got {tuple(region_class_targets.shape)}"
+                )
             masked = (region_labels[:, 1:] == 1).to(region_logits.dtype)
-            divergence = F.kl_div(F.log_softmax(region_logits[:, 1:].float(), dim=-1),
-                                  region_class_targets[:, 1:].float(), reduction="none").sum(-1)
+            divergence = F.kl_div(
+                F.log_softmax(region_logits[:, 1:].float(), dim=-1),
+                region_class_targets[:, 1:].float(),
+                reduction="none",
+            ).sum(-1)
             losses["region_kl_loss"] = (divergence * masked).sum() / masked.sum().clamp(min=1)
         if alignment_labels is not None:
             losses["alignment_loss"] = F.cross_entropy(alignment_logits.float(), alignment_labels.view(-1))
@@ -729,7 +812,6 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     """
 )
 class VilbertForQuestionAnswering(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_prediction = answer_head(config, config.bi_hidden_size, config.num_labels)
@@ -752,7 +834,6 @@ class VilbertForQuestionAnswering(_VilbertHead):
     """
 )
 class VilbertForVisualEntailment(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_tri_prediction = nn.Linear(config.bi_hidden_size, 3)
@@ -782,7 +863,6 @@ def _cross_entropy(logits, labels):
     """
 )
 class VilbertForImageTextRetrieval(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
@@ -794,15 +874,19 @@ class VilbertForImageTextRetrieval(_VilbertHead):
         0 = aligned): `row 0 - row 1`, so that `sigmoid(vil_logit) = softmax(alignment)[0]`, the original's
         zero-shot retrieval score."""
         if weight.ndim != 2 or weight.shape[0] != 2 or tuple(bias.shape) != (2,):
-            raise ValueError(f"expected an alignment head of weight (2, hidden) and bias (2,), got "
-                             f"{tuple(weight.shape)} and {tuple(bias.shape)}")
+            raise ValueError(
+                f"expected an alignment head of weight (2, hidden) and bias (2,), got "
+                f"{tuple(weight.shape)} and {tuple(bias.shape)}"
+            )
         return (weight[0:1] - weight[1:2]).clone(), (bias[0:1] - bias[1:2]).clone()
 
     def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start `vil_logit` from a pre-training checkpoint's alignment head (the zero-shot score). Returns the names
         it set."""
-        weight, bias = self.vil_logit_from_alignment(pretraining_state_dict["cls.bi_seq_relationship.weight"],
-                                                     pretraining_state_dict["cls.bi_seq_relationship.bias"])
+        weight, bias = self.vil_logit_from_alignment(
+            pretraining_state_dict["cls.bi_seq_relationship.weight"],
+            pretraining_state_dict["cls.bi_seq_relationship.bias"],
+        )
         with torch.no_grad():
             self.vil_logit.weight.copy_(weight)
             self.vil_logit.bias.copy_(bias)
@@ -817,8 +901,10 @@ class VilbertForImageTextRetrieval(_VilbertHead):
         if num_negatives is not None:
             group = num_negatives + 1
             if num_negatives < 1 or logits.shape[0] % group:
-                raise ValueError(f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole "
-                                 f"groups of {group} pairs (matched pair first)")
+                raise ValueError(
+                    f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole "
+                    f"groups of {group} pairs (matched pair first)"
+                )
             scores = logits.float().view(-1, group)
             loss = F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
         return self._output(loss, logits, outputs)
@@ -830,8 +916,10 @@ def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
     text = ids if ids is not None else embeds
     if text is None or text.ndim != (3 if ids is not None else 4):
         shape = None if text is None else tuple(text.shape)
-        raise ValueError(f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
-                         f"(batch, n, T, hidden)), got {shape}")
+        raise ValueError(
+            f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
+            f"(batch, n, T, hidden)), got {shape}"
+        )
     return text.shape[0], text.shape[1]
 
 
@@ -851,7 +939,6 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
     """
 )
 class VilbertForMultipleChoice(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
@@ -882,7 +969,6 @@ class VilbertForMultipleChoice(_VilbertHead):
     """
 )
 class VilbertForVisualReasoning(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vil_binary_prediction = answer_head(config, 2 * config.bi_hidden_size, 2)
@@ -892,8 +978,9 @@ class VilbertForVisualReasoning(_VilbertHead):
         features = inputs["region_features"]
         if features is None or features.ndim != 4 or features.shape[1] != 2:
             shape = None if features is None else tuple(features.shape)
-            raise ValueError(f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), "
-                             f"got {shape}")
+            raise ValueError(
+                f"NLVR2 needs the regions of two images: region_features of shape (batch, 2, R, F), got {shape}"
+            )
         batch = features.shape[0]
         ids = inputs["input_ids"]
         text = ids if ids is not None else inputs["inputs_embeds"]
@@ -901,11 +988,16 @@ class VilbertForVisualReasoning(_VilbertHead):
         # A statement used with both images is repeated: as regions shared by the choices of `flatten_choices`.
         ndims = {"input_ids": 1, "attention_mask": 1, "token_type_ids": 1, "inputs_embeds": 2} if shared_text else {}
         position_ids = inputs["position_ids"]
-        flat = flatten_choices({k: v for k, v in inputs.items() if k not in ("task_ids", "position_ids")}, batch, 2,
-                               ndims)
-        flat["position_ids"] = position_ids if position_ids is None or position_ids.shape[0] == 1 else \
-            flatten_choices({"position_ids": position_ids}, batch, 2, {"position_ids": 1} if shared_text else {})[
-                "position_ids"]
+        flat = flatten_choices(
+            {k: v for k, v in inputs.items() if k not in ("task_ids", "position_ids")}, batch, 2, ndims
+        )
+        flat["position_ids"] = (
+            position_ids
+            if position_ids is None or position_ids.shape[0] == 1
+            else flatten_choices({"position_ids": position_ids}, batch, 2, {"position_ids": 1} if shared_text else {})[
+                "position_ids"
+            ]
+        )
         task_ids = inputs["task_ids"]
         flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(2, dim=0)
         return flat
@@ -919,12 +1011,19 @@ class VilbertForVisualReasoning(_VilbertHead):
 def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> torch.Tensor:
     batch, regions = region_scores_shape
     if choice_region_ids.ndim != 2 or choice_region_ids.shape[0] != batch or choice_region_ids.is_floating_point():
-        raise ValueError(f"choice_region_ids must be integer region rows of shape (batch, num_choices) with batch "
-                         f"{batch}, got {choice_region_ids.dtype} {tuple(choice_region_ids.shape)}")
-    if choice_region_ids.device.type == "cpu" and choice_region_ids.numel() and (
-            choice_region_ids.min() < 0 or choice_region_ids.max() >= regions):
-        raise ValueError(f"choice_region_ids must name region rows 0..{regions - 1}, got rows "
-                         f"{choice_region_ids.min().item()}..{choice_region_ids.max().item()}")
+        raise ValueError(
+            f"choice_region_ids must be integer region rows of shape (batch, num_choices) with batch "
+            f"{batch}, got {choice_region_ids.dtype} {tuple(choice_region_ids.shape)}"
+        )
+    if (
+        choice_region_ids.device.type == "cpu"
+        and choice_region_ids.numel()
+        and (choice_region_ids.min() < 0 or choice_region_ids.max() >= regions)
+    ):
+        raise ValueError(
+            f"choice_region_ids must name region rows 0..{regions - 1}, got rows "
+            f"{choice_region_ids.min().item()}..{choice_region_ids.max().item()}"
+        )
     return choice_region_ids.long()
 
 
@@ -947,7 +1046,6 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
     """
 )
 class VilbertForReferringExpression(_VilbertHead):
-
     def __init__(self, config: VilbertConfig):
         super().__init__(config)
         self.vision_logit = nn.Linear(config.visual_hidden_size, 1)

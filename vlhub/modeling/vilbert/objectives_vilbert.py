@@ -61,8 +61,13 @@ def _pairs(context: ObjectiveContext, examples, rngs, negatives: bool):
 def _mask_words(context: ObjectiveContext, inputs: dict, rngs) -> None:
     tokenizer = context.tokenizer
     inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"], inputs["attention_mask"], tokenizer.all_special_ids, tokenizer.mask_token_id,
-        context.random_token_ids, rngs, context.mlm_probability,
+        inputs["input_ids"],
+        inputs["attention_mask"],
+        tokenizer.all_special_ids,
+        tokenizer.mask_token_id,
+        context.random_token_ids,
+        rngs,
+        context.mlm_probability,
     )
 
 
@@ -122,8 +127,13 @@ def _builder(words: bool, regions: bool, negatives: bool, matched_only: bool = F
 
 VILBERT_OBJECTIVES = (
     Objective("joint", None, _builder(True, True, True), region_fields=("class_probs",), needs_other_images=True),
-    Objective("joint-12in1", None, _builder(True, True, True, matched_only=True), region_fields=("class_probs",),
-              needs_other_images=True),
+    Objective(
+        "joint-12in1",
+        None,
+        _builder(True, True, True, matched_only=True),
+        region_fields=("class_probs",),
+        needs_other_images=True,
+    ),
     Objective("mlm", None, _builder(True, False, False)),
     Objective("region-kl", None, _builder(False, True, False), region_fields=("class_probs",)),
     Objective("alignment", None, _builder(False, False, True), needs_other_images=True),

@@ -16,7 +16,11 @@ from ...processing.processor_base import CUT_FROM, RegionProcessor, VisionLangua
 from ...processing.regions import RegionFeatures
 
 __all__ = [
-    "VilbertRegionProcessor", "VilbertProcessor", "vilbert_locations", "pointing_targets", "GLOBAL_TOKEN_LOCATION",
+    "VilbertRegionProcessor",
+    "VilbertProcessor",
+    "vilbert_locations",
+    "pointing_targets",
+    "GLOBAL_TOKEN_LOCATION",
     "GROUND_TRUTH_ROWS",
 ]
 
@@ -54,8 +58,10 @@ def pointing_targets(boxes: torch.Tensor, answer_box) -> torch.Tensor:
     is below 0.5. `(n,)` float32."""
     answer = torch.as_tensor(answer_box, dtype=torch.float32).reshape(-1)
     if answer.numel() != 4 or not torch.isfinite(answer).all() or answer[2] < answer[0] or answer[3] < answer[1]:
-        raise ValueError(f"an answer box must be 4 finite pixel coordinates (x1, y1, x2, y2) with x2 >= x1 and "
-                         f"y2 >= y1, got {answer_box!r}")
+        raise ValueError(
+            f"an answer box must be 4 finite pixel coordinates (x1, y1, x2, y2) with x2 >= x1 and "
+            f"y2 >= y1, got {answer_box!r}"
+        )
     inclusive = torch.tensor([0.0, 0.0, 1.0, 1.0])
     iou = box_iou(boxes.float() + inclusive, answer[None] + inclusive)[:, 0]
     return torch.where(iou >= POINTING_IOU_THRESHOLD, iou, torch.zeros_like(iou))
@@ -92,10 +98,18 @@ class VilbertRegionProcessor(RegionProcessor):
 
     location_dim = 5
 
-    def __init__(self, region_feature_dim: int = 2048, confidence_threshold: float | None = None,
-                 min_regions: int = 1, max_regions: int | None = 100, region_selection: str = "first_n",
-                 max_joined_regions: int | None = None, ground_truth_rows: str = "after_max_regions",
-                 max_regions_counts: str = "regions", **kwargs):
+    def __init__(
+        self,
+        region_feature_dim: int = 2048,
+        confidence_threshold: float | None = None,
+        min_regions: int = 1,
+        max_regions: int | None = 100,
+        region_selection: str = "first_n",
+        max_joined_regions: int | None = None,
+        ground_truth_rows: str = "after_max_regions",
+        max_regions_counts: str = "regions",
+        **kwargs,
+    ):
         if max_regions_counts == "rows" and max_regions is not None:
             max_regions = _regions_from_rows(max_regions)
         elif max_regions_counts not in MAX_REGIONS_COUNTS:
@@ -103,10 +117,18 @@ class VilbertRegionProcessor(RegionProcessor):
         if ground_truth_rows not in GROUND_TRUTH_ROWS:
             raise ValueError(f"ground_truth_rows must be one of {GROUND_TRUTH_ROWS}, got {ground_truth_rows!r}")
         if max_joined_regions is not None and max_joined_regions < max(max_regions or 1, 1):
-            raise ValueError(f"max_joined_regions counts the detected regions too; it must be at least max_regions "
-                             f"({max_regions}), got {max_joined_regions}")
-        super().__init__(region_feature_dim=region_feature_dim, confidence_threshold=confidence_threshold,
-                         min_regions=min_regions, max_regions=max_regions, region_selection=region_selection, **kwargs)
+            raise ValueError(
+                f"max_joined_regions counts the detected regions too; it must be at least max_regions "
+                f"({max_regions}), got {max_joined_regions}"
+            )
+        super().__init__(
+            region_feature_dim=region_feature_dim,
+            confidence_threshold=confidence_threshold,
+            min_regions=min_regions,
+            max_regions=max_regions,
+            region_selection=region_selection,
+            **kwargs,
+        )
         self.max_joined_regions = max_joined_regions
         self.ground_truth_rows = ground_truth_rows
         self.max_regions_counts = "regions"
@@ -119,10 +141,12 @@ class VilbertRegionProcessor(RegionProcessor):
         return super().from_dict(feature_extractor_dict, **kwargs)
 
     def too_many_regions(self, count: int, limit: int) -> str:
-        return (f"got {count} regions but this processor allows at most max_regions={limit} regions (and the global "
-                "image token); select regions first, raise max_regions, set region_selection='first_n' to keep the "
-                "first ones as the original, or set confidence_threshold so that regions are selected by detector "
-                "confidence")
+        return (
+            f"got {count} regions but this processor allows at most max_regions={limit} regions (and the global "
+            "image token); select regions first, raise max_regions, set region_selection='first_n' to keep the "
+            "first ones as the original, or set confidence_threshold so that regions are selected by detector "
+            "confidence"
+        )
 
     def select(self, regions: RegionFeatures) -> RegionFeatures:
         selected = super().select(regions)
@@ -146,8 +170,9 @@ class VilbertRegionProcessor(RegionProcessor):
         global_location = torch.tensor([GLOBAL_TOKEN_LOCATION], dtype=locations.dtype)
         return torch.cat([global_feature, features]), torch.cat([global_location, locations])
 
-    def join_ground_truth(self, regions, ground_truth, name: str = "ground_truth"
-                          ) -> tuple[BatchFeature, list[tuple[int, int]]]:
+    def join_ground_truth(
+        self, regions, ground_truth, name: str = "ground_truth"
+    ) -> tuple[BatchFeature, list[tuple[int, int]]]:
         """The detections' rows (global token first) joined with each image's ground-truth regions (`RegionFeatures`
         of the same image, no global token of their own), by `max_joined_regions` and `ground_truth_rows`. Returns
         the padded inputs and, per image, `(first ground-truth row, ground-truth regions kept)`. Errors name the
@@ -155,17 +180,23 @@ class VilbertRegionProcessor(RegionProcessor):
         regions = [regions] if isinstance(regions, RegionFeatures) else list(regions)
         ground_truth = [ground_truth] if isinstance(ground_truth, RegionFeatures) else list(ground_truth)
         if len(ground_truth) != len(regions):
-            raise ValueError(f"got {len(regions)} images but {len(ground_truth)} {name} sets: pass one {name} "
-                             "RegionFeatures per image")
+            raise ValueError(
+                f"got {len(regions)} images but {len(ground_truth)} {name} sets: pass one {name} "
+                "RegionFeatures per image"
+            )
         if self.ground_truth_rows == "refuse":
-            raise ValueError("this processor refuses ground-truth regions (ground_truth_rows='refuse'): its task's "
-                             "original joins them by a rule vlhub does not reproduce (ViLBERT's VCR datasets keep the "
-                             "ground-truth boxes first and merge both files' global tokens); pass the regions to use "
-                             "as regions=, or set ground_truth_rows to 'after_detections' or 'after_max_regions'")
+            raise ValueError(
+                "this processor refuses ground-truth regions (ground_truth_rows='refuse'): its task's "
+                "original joins them by a rule vlhub does not reproduce (ViLBERT's VCR datasets keep the "
+                "ground-truth boxes first and merge both files' global tokens); pass the regions to use "
+                "as regions=, or set ground_truth_rows to 'after_detections' or 'after_max_regions'"
+            )
         if self.ground_truth_rows == "after_max_regions" and self.max_regions is None:
-            raise ValueError("ground_truth_rows='after_max_regions' places the ground-truth rows after max_regions "
-                             "detected ones; this processor has max_regions=None (set it, e.g. 100 as the releases, or "
-                             "set ground_truth_rows='after_detections')")
+            raise ValueError(
+                "ground_truth_rows='after_max_regions' places the ground-truth rows after max_regions "
+                "detected ones; this processor has max_regions=None (set it, e.g. 100 as the releases, or "
+                "set ground_truth_rows='after_detections')"
+            )
         detected = self(regions)
         detections = (detected["region_attention_mask"].sum(dim=1) - 1).tolist()
         rows, layout, cuts = [], [], []
@@ -180,17 +211,20 @@ class VilbertRegionProcessor(RegionProcessor):
         if cuts:
             self._report_ground_truth_cuts(cuts, len(regions))
         features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
-        return BatchFeature({"region_features": features, "region_locations": locations,
-                             "region_attention_mask": masks}), layout
+        return BatchFeature(
+            {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
+        ), layout
 
     def _ground_truth_kept(self, count: int, detections: int, name: str) -> int:
         """How many of an image's `count` ground-truth regions `max_joined_regions` keeps after `detections`."""
         if self.max_joined_regions is None or detections + count <= self.max_joined_regions:
             return count
         if self.region_selection == "refuse":
-            raise ValueError(f"{name}: {detections} detected and {count} ground-truth regions exceed "
-                             f"max_joined_regions={self.max_joined_regions}; set region_selection='first_n' to keep "
-                             "the first ground-truth regions as the original datasets do, or raise max_joined_regions")
+            raise ValueError(
+                f"{name}: {detections} detected and {count} ground-truth regions exceed "
+                f"max_joined_regions={self.max_joined_regions}; set region_selection='first_n' to keep "
+                "the first ground-truth regions as the original datasets do, or raise max_joined_regions"
+            )
         return max(0, self.max_joined_regions - detections)
 
     def _report_ground_truth_cuts(self, cuts: list[tuple[int, int]], batch_size: int) -> None:
@@ -209,13 +243,17 @@ def _regions_from_rows(max_rows: int) -> int:
     """A `max_regions` saved when it counted rows (the global token included), in today's meaning."""
     global _ROWS_MIGRATION_LOGGED
     if max_rows < 2:
-        raise ValueError(f"a saved max_regions that counts rows includes the global image token; it must be at least "
-                         f"2, got {max_rows}")
+        raise ValueError(
+            f"a saved max_regions that counts rows includes the global image token; it must be at least "
+            f"2, got {max_rows}"
+        )
     if not _ROWS_MIGRATION_LOGGED:
         _ROWS_MIGRATION_LOGGED = True
-        logger.warning(f"this ViLBERT processor was saved when max_regions counted rows, the global image token "
-                       f"included: loaded as max_regions={max_rows - 1} detected regions, the same limit (save the "
-                       "processor again to store it so)")
+        logger.warning(
+            f"this ViLBERT processor was saved when max_regions counted rows, the global image token "
+            f"included: loaded as max_regions={max_rows - 1} detected regions, the same limit (save the "
+            "processor again to store it so)"
+        )
     return max_rows - 1
 
 
@@ -226,20 +264,25 @@ def _check_ground_truth(truth, image: RegionFeatures, feature_dim: int, name: st
     if not isinstance(truth, RegionFeatures):
         raise TypeError(f"{name} must be a vlhub.RegionFeatures, got {type(truth).__name__}")
     if truth.feature_dim != feature_dim:
-        raise ValueError(f"{name} has {truth.feature_dim}-d features but this processor expects "
-                         f"{feature_dim}-d features")
+        raise ValueError(
+            f"{name} has {truth.feature_dim}-d features but this processor expects {feature_dim}-d features"
+        )
     if tuple(truth.image_size) != tuple(image.image_size):
-        raise ValueError(f"{name} are boxes of an image of size {tuple(truth.image_size)} but "
-                         f"regions[{index}] of one of size {tuple(image.image_size)}: both must be of one image")
+        raise ValueError(
+            f"{name} are boxes of an image of size {tuple(truth.image_size)} but "
+            f"regions[{index}] of one of size {tuple(image.image_size)}: both must be of one image"
+        )
 
 
 def _joined_rows(detected: BatchFeature, index: int, start: int, truth: RegionFeatures, kept: int, encoder):
     """One image's `(features, locations, mask)`: its detection rows, padded up to row `start`, then the first
     `kept` rows of `truth`."""
     rows = []
-    for name, encoded in (("region_features", encoder.encode_features(truth)[:kept]),
-                          ("region_locations", encoder.encode_locations(truth)[:kept]),
-                          ("region_attention_mask", torch.ones(kept, dtype=torch.long))):
+    for name, encoded in (
+        ("region_features", encoder.encode_features(truth)[:kept]),
+        ("region_locations", encoder.encode_locations(truth)[:kept]),
+        ("region_attention_mask", torch.ones(kept, dtype=torch.long)),
+    ):
         head = detected[name][index, :start]
         missing = start - head.shape[0]
         if missing > 0:
@@ -261,8 +304,15 @@ class VilbertProcessor(VisionLanguageProcessor):
     with a warning, keeping [SEP].
     """
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 36, num_task_tokens: int = 0,
-                 task_id: int | None = None, **kwargs):
+    def __init__(
+        self,
+        feature_extractor=None,
+        tokenizer=None,
+        max_text_length: int = 36,
+        num_task_tokens: int = 0,
+        task_id: int | None = None,
+        **kwargs,
+    ):
         if num_task_tokens < 0:
             raise ValueError(f"num_task_tokens must be >= 0, got {num_task_tokens}")
         self.num_task_tokens = num_task_tokens
@@ -275,12 +325,23 @@ class VilbertProcessor(VisionLanguageProcessor):
         if self.num_task_tokens == 0:
             raise ValueError("task_id was given but this processor's model has no task tokens (num_task_tokens = 0)")
         if isinstance(task_id, bool) or not isinstance(task_id, int) or not 0 <= task_id < self.num_task_tokens:
-            raise ValueError(f"task_id must be an integer in 0..{self.num_task_tokens - 1} (the checkpoint's task "
-                             f"tokens), got {task_id!r}")
+            raise ValueError(
+                f"task_id must be an integer in 0..{self.num_task_tokens - 1} (the checkpoint's task "
+                f"tokens), got {task_id!r}"
+            )
         return task_id
 
-    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt",
-                 task_id: int | None = None, ground_truth=None, **kwargs) -> BatchFeature:
+    def __call__(
+        self,
+        text=None,
+        regions=None,
+        images=None,
+        token_ids=None,
+        return_tensors="pt",
+        task_id: int | None = None,
+        ground_truth=None,
+        **kwargs,
+    ) -> BatchFeature:
         """As `VisionLanguageProcessor.__call__`, plus `task_id` (multi-task models): the 12-in-1 task number of
         every example of the call; defaults to the processor's `task_id` setting. `ground_truth`: per image, the
         ground-truth regions (the original's "gt" feature file, without its global token) that join the detections
@@ -288,8 +349,18 @@ class VilbertProcessor(VisionLanguageProcessor):
         region processor)."""
         return self._encode(text, regions, images, token_ids, return_tensors, task_id, ground_truth, **kwargs)[0]
 
-    def _encode(self, text, regions, images, token_ids, return_tensors, task_id, ground_truth,
-                ground_truth_name: str = "ground_truth", **kwargs):
+    def _encode(
+        self,
+        text,
+        regions,
+        images,
+        token_ids,
+        return_tensors,
+        task_id,
+        ground_truth,
+        ground_truth_name: str = "ground_truth",
+        **kwargs,
+    ):
         """`__call__`'s outputs and, with `ground_truth`, the layout of its rows (`join_ground_truth`'s)."""
         if task_id is None:
             task_id = self.task_id
@@ -305,12 +376,14 @@ class VilbertProcessor(VisionLanguageProcessor):
             regions = self._detections(regions, images)
             joined, layout = self.feature_extractor.join_ground_truth(regions, ground_truth, ground_truth_name)
             regions = images = None
-        outputs = super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                                   return_tensors=return_tensors, **kwargs)
+        outputs = super().__call__(
+            text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
+        )
         if layout is not None:
             if "input_ids" in outputs and outputs["input_ids"].shape[0] != len(layout):
-                raise ValueError(f"got {outputs['input_ids'].shape[0]} texts but {len(layout)} images: pass one text "
-                                 "per image")
+                raise ValueError(
+                    f"got {outputs['input_ids'].shape[0]} texts but {len(layout)} images: pass one text per image"
+                )
             outputs.update(joined)
         if task_id is not None and "input_ids" in outputs:
             outputs["task_ids"] = torch.full((outputs["input_ids"].shape[0], 1), task_id, dtype=torch.long)
@@ -335,8 +408,10 @@ class VilbertProcessor(VisionLanguageProcessor):
         """GuessWhat pointing's text (12-in-1 task 17): the dialogue as the original writes it, every turn
         `start <question> answer <answer> stop` (plain words, no special tokens); the pointing text of `pointing`."""
         if isinstance(questions, str) or isinstance(answers, str) or len(questions) != len(answers) or not questions:
-            raise ValueError(f"a GuessWhat dialogue is one answer per question, at least one turn; got "
-                             f"{len(questions)} questions and {len(answers)} answers")
+            raise ValueError(
+                f"a GuessWhat dialogue is one answer per question, at least one turn; got "
+                f"{len(questions)} questions and {len(answers)} answers"
+            )
         return " ".join(f"start {question} answer {answer} stop" for question, answer in zip(questions, answers))
 
     def pointing(
@@ -384,8 +459,9 @@ class VilbertProcessor(VisionLanguageProcessor):
             raise ValueError("pointing needs candidates=: the candidate boxes' RegionFeatures, one per example")
         regions = self._detections(regions, images)
         candidates = [candidates] if isinstance(candidates, RegionFeatures) else list(candidates)
-        outputs, layout = self._encode(text, regions, None, token_ids, return_tensors, task_id, candidates,
-                                       "candidates")
+        outputs, layout = self._encode(
+            text, regions, None, token_ids, return_tensors, task_id, candidates, "candidates"
+        )
         choice_rows = _pointing_choices(choices, [len(boxes) for boxes in candidates], [kept for _, kept in layout])
         num_choices = max(len(row) for row in choice_rows)
         ids = [[start + choice for choice in row] for row, (start, _) in zip(choice_rows, layout)]
@@ -419,9 +495,11 @@ def _pointing_choices(choices, num_candidates: list[int], num_kept: list[int]) -
             raise ValueError(f"choices[{i}] must be rows of candidates[{i}] (0..{count - 1}), got {bad}")
         cut = [c for c in row if c >= kept]
         if cut:
-            raise ValueError(f"choices[{i}] names candidates {cut}, which max_joined_regions cut (it keeps {kept} of "
-                             f"the {count} candidates of this image); the original fails on them too: raise "
-                             "max_joined_regions or choose among the kept candidates")
+            raise ValueError(
+                f"choices[{i}] names candidates {cut}, which max_joined_regions cut (it keeps {kept} of "
+                f"the {count} candidates of this image); the original fails on them too: raise "
+                "max_joined_regions or choose among the kept candidates"
+            )
     return [[int(c) for c in row] for row in rows]
 
 

@@ -131,7 +131,9 @@ class VlBertConfig(BertTextConfig):
         }
         for name, (value, supported) in checks.items():
             if value != supported:
-                raise ValueError(f"original VL-BERT setting {name}={value!r} is not supported (vlhub needs {supported!r})")
+                raise ValueError(
+                    f"original VL-BERT setting {name}={value!r} is not supported (vlhub needs {supported!r})"
+                )
         final_dim = network.get("IMAGE_FINAL_DIM", vlbert["hidden_size"])
         if final_dim != vlbert["hidden_size"]:
             raise ValueError(f"NETWORK.IMAGE_FINAL_DIM ({final_dim}) must equal hidden_size ({vlbert['hidden_size']})")
@@ -140,8 +142,10 @@ class VlBertConfig(BertTextConfig):
         if not fields["image_feature_precomputed"]:
             for name, supported in (("IMAGE_STRIDE_IN_1x1", True), ("IMAGE_C5_DILATED", True)):
                 if network.get(name, supported) != supported:
-                    raise ValueError(f"original VL-BERT setting NETWORK.{name}={network[name]!r} is not supported "
-                                     f"(vlhub needs {supported!r})")
+                    raise ValueError(
+                        f"original VL-BERT setting NETWORK.{name}={network[name]!r} is not supported "
+                        f"(vlhub needs {supported!r})"
+                    )
             fields["backbone_depth"] = network.get("IMAGE_NUM_LAYERS", 101)
         fields.setdefault("with_pooler", False)
         if "visual_region_classes" in vlbert:

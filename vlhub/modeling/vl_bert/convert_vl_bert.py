@@ -75,14 +75,19 @@ VL_BERT_TASKS = {
 _RENAMES = (
     (r"^vlbert\._module\.", "vlbert."),  # VCR's TimeDistributed wrapper
     (r"^vlbert\.embedding_LayerNorm\.", "vl_bert.embeddings.LayerNorm."),
-    (r"^vlbert\.(word_embeddings|position_embeddings|token_type_embeddings|end_embedding|visual_ln_text|"
-     r"visual_ln_object)\.", r"vl_bert.embeddings.\1."),
+    (
+        r"^vlbert\.(word_embeddings|position_embeddings|token_type_embeddings|end_embedding|visual_ln_text|"
+        r"visual_ln_object)\.",
+        r"vl_bert.embeddings.\1.",
+    ),
     (r"^vlbert\.mlm_head\.predictions\.", "cls.predictions."),
     (r"^vlbert\.mvrc_head\.region_cls_pred\.", "mvrc_head.decoder."),
     (r"^vlbert\.mvrc_head\.", "mvrc_head."),
     (r"^vlbert\.", "vl_bert."),  # encoder.*, pooler.*
-    (r"^(object_linguistic_embeddings|object_mask_word_embedding|aux_text_visual_embedding)\.",
-     r"vl_bert.embeddings.\1."),
+    (
+        r"^(object_linguistic_embeddings|object_mask_word_embedding|aux_text_visual_embedding)\.",
+        r"vl_bert.embeddings.\1.",
+    ),
     (r"^object_mask_visual_embedding\.weight$", "vl_bert.visual_embeddings.object_mask_visual_embedding"),
     (r"^image_feature_extractor\.obj_downsample\.", "vl_bert.visual_embeddings.obj_downsample."),
 )
@@ -98,8 +103,11 @@ _PRETRAINING_ONLY = (
     r"^vl_bert\.visual_embeddings\.object_mask_visual_embedding$",
 )
 # The e2e release's own CNN (Caffe-style ResNet-101 C1-C4 and the dilated res5 RoI head).
-_E2E_PREFIXES = ("image_feature_extractor.backbone.", "image_feature_extractor.roi_head_feature_extractor.",
-                 "image_feature_extractor.head.")
+_E2E_PREFIXES = (
+    "image_feature_extractor.backbone.",
+    "image_feature_extractor.roi_head_feature_extractor.",
+    "image_feature_extractor.head.",
+)
 _ENCODER = "vl_bert.visual_embeddings.image_encoder."
 # The original's torchvision-style ResNet names → vlhub's detector blocks (detectron2 names, each conv owning its
 # frozen BatchNorm as `.norm`). `head.0` is the same module as `roi_head_feature_extractor` (saved twice).
@@ -119,7 +127,9 @@ _E2E_RENAMES = (
 
 def detect_vl_bert_task(state_dict: dict) -> str:
     """Which original module saved this state dict (keys without `module.`), from its heads."""
-    if any(k.startswith("cnn_loss_reg.") for k in state_dict) or any(k.startswith("vlbert._module.") for k in state_dict):
+    if any(k.startswith("cnn_loss_reg.") for k in state_dict) or any(
+        k.startswith("vlbert._module.") for k in state_dict
+    ):
         return "vcr"
     if "final_mlp.2.weight" in state_dict:
         # VQA's answer head predicts many answers through BERT's transform (with LayerNorm); RefCOCO+'s one score.
@@ -131,7 +141,7 @@ def vl_bert_key_map(task: str, detected: str, source_keys=()) -> KeyMap:
     """The key map converting a `detected`-task checkpoint into the `task` head. With an e2e checkpoint's
     `source_keys`, its CNN keys are mapped too (and the duplicated `head.0.*` tied to the res5 they repeat)."""
     drops: dict[str, str] = {
-        r"\.num_batches_tracked$": "BatchNorm step counter; the e2e CNN's BatchNorm is frozen (eval statistics only)",
+        r"\.num_batches_tracked$": "BatchNorm step counter; the e2e CNN's BatchNorm is frozen (eval statistics only)"
     }
     e2e = any(k.startswith(_E2E_PREFIXES) for k in source_keys)
     ties = {}
@@ -143,7 +153,9 @@ def vl_bert_key_map(task: str, detected: str, source_keys=()) -> KeyMap:
                 ties[target] = target.replace(".head_copy_of_res5.", ".res5.")
     if task != "pretraining":
         for pattern in _PRETRAINING_ONLY:
-            drops[pattern] = f"used only by pre-training (text-only rows, MVRC masking); the {task} head does not have it"
+            drops[pattern] = (
+                f"used only by pre-training (text-only rows, MVRC masking); the {task} head does not have it"
+            )
         drops[r"^cls\.predictions\."] = f"MLM head of pre-training; the {task} head does not have it"
         drops[r"^mvrc_head\."] = f"MVRC head of pre-training; the {task} head does not have it"
     if task != "vcr":
@@ -189,7 +201,9 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
             if getattr(config, name) != value:
                 raise CheckpointError(f"the config says {name}={getattr(config, name)} but the checkpoint has {value}")
     else:
-        config = VlBertConfig(**shapes, num_attention_heads=inferred_attention_heads(hidden, notes, "the original YAML"))
+        config = VlBertConfig(
+            **shapes, num_attention_heads=inferred_attention_heads(hidden, notes, "the original YAML")
+        )
     e2e = any(k.startswith(_E2E_PREFIXES) for k in state_dict)
     if original_config is not None and config.image_feature_precomputed == e2e:
         raise CheckpointError(
@@ -208,7 +222,9 @@ def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig,
         config.num_region_labels = state_dict["vlbert.mvrc_head.region_cls_pred.weight"].shape[0]
     if task == "vcr":
         config.with_pooler = True
-        config.num_vcr_region_labels = state_dict["cnn_loss_reg.2.weight"].shape[0] if "cnn_loss_reg.2.weight" in state_dict else 0
+        config.num_vcr_region_labels = (
+            state_dict["cnn_loss_reg.2.weight"].shape[0] if "cnn_loss_reg.2.weight" in state_dict else 0
+        )
     return config, notes
 
 
@@ -222,8 +238,12 @@ def _image_scales(original_config, task: str) -> tuple[int, int]:
             original = read_yaml(original_config, "the original VL-BERT config")
         scales = original.get("SCALES")
         if scales is not None:
-            if not (isinstance(scales, (list, tuple)) and len(scales) == 2 and all(isinstance(v, int) for v in scales)
-                    and 1 <= scales[0] <= scales[1]):
+            if not (
+                isinstance(scales, (list, tuple))
+                and len(scales) == 2
+                and all(isinstance(v, int) for v in scales)
+                and 1 <= scales[0] <= scales[1]
+            ):
                 raise CheckpointError(f"the config's SCALES must be [short side, longest side], got {scales!r}")
             return scales[0], scales[1]
     return 600, 1200 if task == "vcr" else 1000
@@ -234,15 +254,19 @@ def conceptual_captions_seq_len(original_config, task: str) -> int | None:
     None when `task` is not pre-training or the YAML has no such dataset (then no joint text/object limit)."""
     if task != "pretraining" or original_config is None:
         return None
-    original = original_config if isinstance(original_config, dict) else read_yaml(original_config,
-                                                                                    "the original VL-BERT config")
+    original = (
+        original_config
+        if isinstance(original_config, dict)
+        else read_yaml(original_config, "the original VL-BERT config")
+    )
     datasets = original.get("DATASET")
     for entry in datasets if isinstance(datasets, list) else [datasets]:
         if isinstance(entry, dict) and entry.get("DATASET") == "conceptual_captions":
             seq_len = entry.get("SEQ_LEN", 64)
             if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 4:
-                raise CheckpointError(f"the config's conceptual_captions SEQ_LEN must be an integer >= 4, got "
-                                      f"{seq_len!r}")
+                raise CheckpointError(
+                    f"the config's conceptual_captions SEQ_LEN must be an integer >= 4, got {seq_len!r}"
+                )
             return seq_len
     return None
 
@@ -250,9 +274,14 @@ def conceptual_captions_seq_len(original_config, task: str) -> int | None:
 def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     """The e2e CNN's size from its keys: blocks per stage (ResNet-50/101/152) and widths."""
     prefix = "image_feature_extractor.backbone."
-    if f"{prefix}conv1.weight" not in state_dict or "image_feature_extractor.roi_head_feature_extractor.0.conv1.weight" not in state_dict:
-        raise CheckpointError("an e2e VL-BERT checkpoint needs image_feature_extractor.backbone.* and "
-                              "image_feature_extractor.roi_head_feature_extractor.* (the ResNet and its res5)")
+    if (
+        f"{prefix}conv1.weight" not in state_dict
+        or "image_feature_extractor.roi_head_feature_extractor.0.conv1.weight" not in state_dict
+    ):
+        raise CheckpointError(
+            "an e2e VL-BERT checkpoint needs image_feature_extractor.backbone.* and "
+            "image_feature_extractor.roi_head_feature_extractor.* (the ResNet and its res5)"
+        )
     blocks = tuple(
         1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith(f"{prefix}layer{stage}."))
         for stage in (1, 2, 3)
@@ -311,15 +340,20 @@ def _converted_processor(model_config, tok, config, task: str, report: Conversio
     # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
     seq_len = conceptual_captions_seq_len(config, task)
     if seq_len is not None:
-        report.notes.append(f"processor: objects sorted by their largest class score and text + objects (the whole "
-                            f"image included) cut together to {seq_len}, as the original's Conceptual Captions loader "
-                            "(SEQ_LEN); fine-tuning (for_task) turns this off")
+        report.notes.append(
+            f"processor: objects sorted by their largest class score and text + objects (the whole "
+            f"image included) cut together to {seq_len}, as the original's Conceptual Captions loader "
+            "(SEQ_LEN); fine-tuning (for_task) turns this off"
+        )
     return VlBertProcessor(
         # The original's datasets keep every box of a feature file (and the whole-image box first): no limit.
-        feature_extractor=VlBertRegionProcessor(region_feature_dim=model_config.region_feature_dim, max_regions=None,
-                                                image_feature_precomputed=model_config.image_feature_precomputed,
-                                                sort_by_class_score=seq_len is not None,
-                                                **dict(zip(("min_size", "max_size"), _image_scales(config, task)))),
+        feature_extractor=VlBertRegionProcessor(
+            region_feature_dim=model_config.region_feature_dim,
+            max_regions=None,
+            image_feature_precomputed=model_config.image_feature_precomputed,
+            sort_by_class_score=seq_len is not None,
+            **dict(zip(("min_size", "max_size"), _image_scales(config, task))),
+        ),
         tokenizer=tok,
         answer_slot=task == "vqa",
         max_text_and_objects=seq_len,
@@ -374,31 +408,43 @@ def convert_vl_bert(
     model = model_class(model_config)
     derived = {}
     if detected == "pretraining" and task in ("vqa", "refcoco"):
-        source, target = (("vlbert.mlm_head.predictions.transform.", "vqa_head.0.") if task == "vqa"
-                          else ("vlbert.mvrc_head.transform.", "re_head.0."))
-        derived = {target + k[len(source):]: (v, k) for k, v in state_dict.items() if k.startswith(source)}
+        source, target = (
+            ("vlbert.mlm_head.predictions.transform.", "vqa_head.0.")
+            if task == "vqa"
+            else ("vlbert.mvrc_head.transform.", "re_head.0.")
+        )
+        derived = {target + k[len(source) :]: (v, k) for k, v in state_dict.items() if k.startswith(source)}
         report.notes.append(f"{target}* initialised from {source}* (the original fine-tuning's partial pre-training)")
     convert_state_dict(state_dict, model, vl_bert_key_map(task, detected, state_dict.keys()), report, derived=derived)
     if task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
         report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
 
-    tok = load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased")
+    tok = load_checked_tokenizer(
+        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
+    )
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = _converted_processor(model_config, tok, config, task, report)
     return save_converted_model(
-        output_dir, model, report, processor=processor,
+        output_dir,
+        model,
+        report,
+        processor=processor,
         provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"VL-BERT ({task}) converted from {checkpoint.name}", architecture="vl_bert",
-        pipeline_tag=PIPELINE_TAGS.get(task), logger=logger,
+        title=f"VL-BERT ({task}) converted from {checkpoint.name}",
+        architecture="vl_bert",
+        pipeline_tag=PIPELINE_TAGS.get(task),
+        logger=logger,
         reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
     )
 
 
 add_arguments, convert_from_args = converter_command_line(
-    convert_vl_bert, "vl_bert",
+    convert_vl_bert,
+    "vl_bert",
     checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
-    config_help="the original YAML (cfgs/<task>/*.yaml)", tasks=VL_BERT_TASKS,
+    config_help="the original YAML (cfgs/<task>/*.yaml)",
+    tasks=VL_BERT_TASKS,
     tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
 )

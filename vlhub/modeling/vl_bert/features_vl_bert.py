@@ -35,7 +35,9 @@ class VlBertJsonReader(FolderReader):
         if record.get("image_box_feature") is not None:
             feature = feature_array(record["image_box_feature"], str(path), "image_box_feature", np.float32).reshape(-1)
             if feature.shape != (regions.features.shape[1],):
-                raise FeatureFileError(f"{path}: image_box_feature has {feature.size} values; the box features have "
-                                       f"{regions.features.shape[1]}")
+                raise FeatureFileError(
+                    f"{path}: image_box_feature has {feature.size} values; the box features have "
+                    f"{regions.features.shape[1]}"
+                )
             regions.metadata["image_box_feature"] = feature
         return regions

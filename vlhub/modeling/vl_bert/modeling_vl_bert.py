@@ -56,8 +56,16 @@ __all__ = [
 
 # Per-example dimensions of the multiple-choice inputs as one input shared by every choice (`flatten_choices`).
 _CHOICE_NDIMS = {
-    "input_ids": 1, "attention_mask": 1, "token_type_ids": 1, "text_region_ids": 1, "inputs_embeds": 2,
-    "region_features": 2, "region_locations": 2, "region_attention_mask": 1, "pixel_values": 3, "region_boxes": 2,
+    "input_ids": 1,
+    "attention_mask": 1,
+    "token_type_ids": 1,
+    "text_region_ids": 1,
+    "inputs_embeds": 2,
+    "region_features": 2,
+    "region_locations": 2,
+    "region_attention_mask": 1,
+    "pixel_values": 3,
+    "region_boxes": 2,
 }
 
 
@@ -188,7 +196,7 @@ def mask_box_pixels(pixel_values: torch.Tensor, region_boxes: torch.Tensor, regi
     masked = pixel_values.clone()
     for row, column in region_masks.nonzero().tolist():
         x1, y1, x2, y2 = (int(v) for v in region_boxes[row, column].tolist())
-        masked[row, :, y1:y2 + 1, x1:x2 + 1] = 0
+        masked[row, :, y1 : y2 + 1, x1 : x2 + 1] = 0
     return masked
 
 
@@ -207,16 +215,25 @@ class VlBertImageEncoder(nn.Module):
         from ...processing.detector.configuration import DetectorConfig
 
         backbone_config = DetectorConfig(
-            depth=config.backbone_depth, width_per_group=config.backbone_width_per_group,
-            stem_out_channels=config.backbone_stem_channels, res2_out_channels=config.backbone_res2_channels,
-            stride_in_1x1=True, caffe_maxpool=False, res5_dilation=2,
+            depth=config.backbone_depth,
+            width_per_group=config.backbone_width_per_group,
+            stem_out_channels=config.backbone_stem_channels,
+            res2_out_channels=config.backbone_res2_channels,
+            stride_in_1x1=True,
+            caffe_maxpool=False,
+            res5_dilation=2,
         )
         self.resolution = config.roi_resolution
         self.sampling_ratio = config.roi_sampling_ratio
         self.backbone = ResNetBackbone(backbone_config)
         self.res5 = make_stage(
-            3, backbone_config.res4_channels, backbone_config.width_per_group * 8, backbone_config.feature_dim,
-            first_stride=1, config=backbone_config, dilation=2,
+            3,
+            backbone_config.res4_channels,
+            backbone_config.width_per_group * 8,
+            backbone_config.feature_dim,
+            first_stride=1,
+            config=backbone_config,
+            dilation=2,
         )
 
     def forward(self, pixel_values: torch.Tensor, region_boxes: torch.Tensor) -> torch.Tensor:
@@ -227,8 +244,9 @@ class VlBertImageEncoder(nn.Module):
         batch, num_regions = region_boxes.shape[:2]
         owners = torch.arange(batch, device=region_boxes.device).repeat_interleave(num_regions)
         rois = torch.cat([owners[:, None].to(res4.dtype), region_boxes.reshape(-1, 4).to(res4.dtype)], dim=1)
-        pooled = roi_align(res4, rois, self.resolution, spatial_scale=1.0 / 16, sampling_ratio=self.sampling_ratio,
-                           aligned=False)
+        pooled = roi_align(
+            res4, rois, self.resolution, spatial_scale=1.0 / 16, sampling_ratio=self.sampling_ratio, aligned=False
+        )
         return self.res5(pooled).mean(dim=(2, 3)).view(batch, num_regions, -1)
 
 
@@ -244,15 +262,14 @@ class VlBertVisualFeatureEmbedding(nn.Module):
         super().__init__()
         self.config = config
         self.obj_downsample = nn.Sequential(
-            nn.Dropout(config.image_feature_dropout),
-            nn.Linear(config.region_input_dim, config.hidden_size),
-            nn.ReLU(),
+            nn.Dropout(config.image_feature_dropout), nn.Linear(config.region_input_dim, config.hidden_size), nn.ReLU()
         )
         # A parameter of this module (not an nn.Embedding child) so that `_init_weights` sees it and zeroes it.
         # Only "prec" models replace a masked object's feature; "e2e" ones mask its pixels instead.
         self.object_mask_visual_embedding = (
             nn.Parameter(torch.zeros(1, config.region_feature_dim))
-            if add_mask_embedding and config.image_feature_precomputed else None
+            if add_mask_embedding and config.image_feature_precomputed
+            else None
         )
         self.image_encoder = None if config.image_feature_precomputed else VlBertImageEncoder(config)
 
@@ -282,7 +299,9 @@ class VlBertVisualFeatureEmbedding(nn.Module):
             masked = region_masks.bool().unsqueeze(-1)
             region_features = torch.where(masked, self.object_mask_visual_embedding[0].to(dtype), region_features)
         geometry = geometry_embedding(
-            region_locations, self.config.geometry_embedding_dim, self.config.geometry_scale,
+            region_locations,
+            self.config.geometry_embedding_dim,
+            self.config.geometry_scale,
             self.config.geometry_wavelength,
         ).to(dtype)
         return self.obj_downsample(torch.cat([geometry, region_features], dim=-1))
@@ -334,8 +353,10 @@ class VlBertEmbeddings(BertEmbeddings):
         if self.aux_text_visual_embedding is not None:
             # Text-only rows (no real object) take the learned text-only visual term, as the original's text corpus.
             aux = self.aux_text_visual_embedding.weight[0].to(word_embeddings.dtype)
-            text_visual = aux.expand_as(word_embeddings) if text_visual is None else torch.where(
-                has_image[:, None, None], text_visual, aux
+            text_visual = (
+                aux.expand_as(word_embeddings)
+                if text_visual is None
+                else torch.where(has_image[:, None, None], text_visual, aux)
             )
         elif text_visual is None:
             raise ValueError(
@@ -350,7 +371,9 @@ class VlBertEmbeddings(BertEmbeddings):
         positions = [(attention_mask.cumsum(dim=1) - 1).clamp(min=0)]
         if region_embeddings is not None:
             num_regions = region_embeddings.shape[1]
-            linguistic = self.object_linguistic_embeddings.weight[0].to(region_embeddings.dtype).expand_as(region_embeddings)
+            linguistic = (
+                self.object_linguistic_embeddings.weight[0].to(region_embeddings.dtype).expand_as(region_embeddings)
+            )
             if region_masks is not None:
                 if self.object_mask_word_embedding is None:
                     raise ValueError("region_masks need the pre-training model (VlBertForPreTraining)")
@@ -424,8 +447,17 @@ class VlBertPreTrainedModel(VisionLanguagePreTrainedModel):
             init.zeros_(module.object_mask_visual_embedding)  # the original starts it at zero
 
 
-def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_features, region_locations,
-                  region_attention_mask, text_region_ids, pixel_values=None, region_boxes=None):
+def _check_inputs(
+    config: VlBertConfig,
+    input_ids,
+    inputs_embeds,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    text_region_ids,
+    pixel_values=None,
+    region_boxes=None,
+):
     if input_ids is not None and inputs_embeds is not None:
         raise ValueError("pass either input_ids or inputs_embeds, not both")
     text = input_ids if input_ids is not None else inputs_embeds
@@ -456,18 +488,24 @@ def _check_inputs(config: VlBertConfig, input_ids, inputs_embeds, region_feature
             if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
                 raise ValueError(f"pixel_values must have shape (batch, 3, H, W), got {tuple(pixel_values.shape)}")
             if region_boxes.ndim != 3 or region_boxes.shape[-1] != 4 or region_boxes.shape[0] != pixel_values.shape[0]:
-                raise ValueError(f"region_boxes must have shape ({pixel_values.shape[0]}, num_regions, 4), "
-                                 f"got {tuple(region_boxes.shape)}")
+                raise ValueError(
+                    f"region_boxes must have shape ({pixel_values.shape[0]}, num_regions, 4), "
+                    f"got {tuple(region_boxes.shape)}"
+                )
     regions = _regions(region_features, region_boxes)
     if regions is None:
         if region_locations is not None or region_attention_mask is not None:
             raise ValueError("region_locations / region_attention_mask were given without regions")
         return
-    if region_features is not None and (region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim):
+    if region_features is not None and (
+        region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim
+    ):
         hint = ""
         if region_features.ndim == 4 and region_features.shape[1] == 3:
-            hint = (" — this looks like pixels; this model is a 'prec' VL-BERT and takes precomputed region features "
-                    "(run the images through the processor's region extractor)")
+            hint = (
+                " — this looks like pixels; this model is a 'prec' VL-BERT and takes precomputed region features "
+                "(run the images through the processor's region extractor)"
+            )
         raise ValueError(
             f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
             f"got {tuple(region_features.shape)}{hint}"
@@ -545,8 +583,17 @@ class VlBertModel(VlBertPreTrainedModel):
             `VlBertModelOutput`: `last_hidden_state` `(batch_size, text_length + num_regions + 1, hidden_size)` laid
             out `[text | objects | [END]]`, `pooler_output` (or `None`) and the objects' `region_embeddings`.
         """
-        _check_inputs(self.config, input_ids, inputs_embeds, region_features, region_locations, region_attention_mask,
-                      text_region_ids, pixel_values, region_boxes)
+        _check_inputs(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            region_features,
+            region_locations,
+            region_attention_mask,
+            text_region_ids,
+            pixel_values,
+            region_boxes,
+        )
         if inputs_embeds is None:
             inputs_embeds = self.embeddings.word_embeddings(input_ids)
         batch, text_length = inputs_embeds.shape[:2]
@@ -572,7 +619,12 @@ class VlBertModel(VlBertPreTrainedModel):
         elif region_masks is not None:
             raise ValueError("region_masks were given without regions")
         embedding_output, mask_2d = self.embeddings(
-            inputs_embeds, attention_mask, token_type_ids, text_visual, region_embeddings, region_attention_mask,
+            inputs_embeds,
+            attention_mask,
+            token_type_ids,
+            text_visual,
+            region_embeddings,
+            region_attention_mask,
             region_masks,
         )
         encoder_mask = extended_attention_mask(self.config, embedding_output, mask_2d)
@@ -588,13 +640,29 @@ def _text_length(input_ids, inputs_embeds) -> int:
     return (input_ids if input_ids is not None else inputs_embeds).shape[1]
 
 
-def _backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                     region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes) -> dict:
+def _backbone_kwargs(
+    input_ids,
+    attention_mask,
+    token_type_ids,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    text_region_ids,
+    inputs_embeds,
+    pixel_values,
+    region_boxes,
+) -> dict:
     return dict(
-        input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-        region_features=region_features, region_locations=region_locations,
-        region_attention_mask=region_attention_mask, text_region_ids=text_region_ids, inputs_embeds=inputs_embeds,
-        pixel_values=pixel_values, region_boxes=region_boxes,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        region_features=region_features,
+        region_locations=region_locations,
+        region_attention_mask=region_attention_mask,
+        text_region_ids=text_region_ids,
+        inputs_embeds=inputs_embeds,
+        pixel_values=pixel_values,
+        region_boxes=region_boxes,
     )
 
 
@@ -659,8 +727,18 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
             `(batch_size, text_length, vocab_size)`) and `mvrc_logits` `(batch_size, num_regions, num_region_labels)`.
         """
         outputs = self.vl_bert(
-            **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
+            **_backbone_kwargs(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                region_features,
+                region_locations,
+                region_attention_mask,
+                text_region_ids,
+                inputs_embeds,
+                pixel_values,
+                region_boxes,
+            ),
             region_masks=region_masks,
             **kwargs,
         )
@@ -669,8 +747,9 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         has_regions = _regions(region_features, region_boxes) is not None
         mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1]) if has_regions else None
         if labels is not None:
-            mlm_logits, losses = self._masked_language_modelling(sequence_output[:, :text_length], labels,
-                                                                 region_attention_mask, has_regions)
+            mlm_logits, losses = self._masked_language_modelling(
+                sequence_output[:, :text_length], labels, region_attention_mask, has_regions
+            )
         else:
             mlm_logits, losses = self.cls(sequence_output[:, :text_length]), {}
         if region_class_targets is not None:
@@ -686,13 +765,16 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
             attentions=outputs.attentions,
         )
 
-    def _masked_language_modelling(self, text_output, labels, region_attention_mask,
-                                   has_regions: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _masked_language_modelling(
+        self, text_output, labels, region_attention_mask, has_regions: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The MLM logits at the labelled tokens (row-major over (example, position)) and the losses of the
         image-text rows (`mlm_loss`) and of the text-only rows (`text_only_mlm_loss`)."""
         if labels.shape != text_output.shape[:2]:
-            raise ValueError(f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
-                             f"got {tuple(labels.shape)}")
+            raise ValueError(
+                f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
+                f"got {tuple(labels.shape)}"
+            )
         selected = labels >= 0
         # Only the labelled tokens go through the vocabulary projection.
         mlm_logits = self.cls(text_output[selected])
@@ -716,8 +798,9 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
     if mvrc_logits is None:
         raise ValueError("region_class_targets need regions (region_features, or pixel_values and region_boxes)")
     if region_class_targets.shape != mvrc_logits.shape:
-        raise ValueError(f"region_class_targets must have shape {tuple(mvrc_logits.shape)}, "
-                         f"got {tuple(region_class_targets.shape)}")
+        raise ValueError(
+            f"region_class_targets must have shape {tuple(mvrc_logits.shape)}, got {tuple(region_class_targets.shape)}"
+        )
     targets = region_class_targets.float()
     labelled = ((targets.sum(-1) - 1).abs() < 0.1).float()
     per_object = -(F.log_softmax(mvrc_logits.float(), dim=-1) * targets).sum(-1)
@@ -747,7 +830,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         """Start `vqa_head.0` from the pre-trained MLM transform, as the original's `PARTIAL_PRETRAIN_PREFIX_CHANGES`
         (`vlbert.mlm_head.predictions.transform -> final_mlp.0`). Returns the names it set."""
         prefix = "cls.predictions.transform."
-        state = {k[len(prefix):]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
         self.vqa_head[0].load_state_dict(state)
         return [f"vqa_head.0.{name}" for name in state]
 
@@ -796,8 +879,18 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         if _regions(region_features, region_boxes) is None:
             raise ValueError("VQA needs the image's regions (region_features, or pixel_values and region_boxes)")
         outputs = self.vl_bert(
-            **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
+            **_backbone_kwargs(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                region_features,
+                region_locations,
+                region_attention_mask,
+                text_region_ids,
+                inputs_embeds,
+                pixel_values,
+                region_boxes,
+            ),
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
@@ -808,8 +901,11 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         if labels is not None:
             loss = soft_score_loss(logits, labels)
         return VlBertClassifierOutput(
-            loss=loss, logits=logits, last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=logits,
+            last_hidden_state=sequence_output,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -829,7 +925,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         """Start `re_head.0` from the pre-trained MVRC transform (the original's `mvrc_head.transform -> final_mlp.0`).
         Returns the names it set."""
         prefix = "mvrc_head.transform."
-        state = {k[len(prefix):]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
         self.re_head[0].load_state_dict(state)
         return [f"re_head.0.{name}" for name in state]
 
@@ -860,26 +956,41 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         if _regions(region_features, region_boxes) is None:
             raise ValueError("referring expressions need regions (region_features, or pixel_values and region_boxes)")
         outputs = self.vl_bert(
-            **_backbone_kwargs(input_ids, attention_mask, token_type_ids, region_features, region_locations,
-                               region_attention_mask, text_region_ids, inputs_embeds, pixel_values, region_boxes),
+            **_backbone_kwargs(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                region_features,
+                region_locations,
+                region_attention_mask,
+                text_region_ids,
+                inputs_embeds,
+                pixel_values,
+                region_boxes,
+            ),
             **kwargs,
         )
         text_length = _text_length(input_ids, inputs_embeds)
         scores = self.re_head(outputs.last_hidden_state[:, text_length:-1]).squeeze(-1)
         real = (
-            region_attention_mask.bool() if region_attention_mask is not None
+            region_attention_mask.bool()
+            if region_attention_mask is not None
             else torch.ones_like(scores, dtype=torch.bool)
         )
         logits = scores.masked_fill(~real, MASKED_SCORE)
         loss = None
         if labels is not None:
             if labels.shape != scores.shape:
-                raise ValueError(f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, "
-                                 f"got {tuple(labels.shape)}")
+                raise ValueError(
+                    f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, got {tuple(labels.shape)}"
+                )
             loss = F.binary_cross_entropy_with_logits(scores.float()[real], labels.float()[real])
         return VlBertClassifierOutput(
-            loss=loss, logits=logits, last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            logits=logits,
+            last_hidden_state=outputs.last_hidden_state,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -895,9 +1006,13 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         self.vl_bert = VlBertModel(config, add_pooling_layer=True)
         self.vcr_head = nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(config.hidden_size, 1))
         self.vcr_region_head = (
-            nn.Sequential(VlBertHeadTransform(config), nn.Dropout(0.0),
-                          nn.Linear(config.hidden_size, config.num_vcr_region_labels))
-            if config.num_vcr_region_labels > 0 else None
+            nn.Sequential(
+                VlBertHeadTransform(config),
+                nn.Dropout(0.0),
+                nn.Linear(config.hidden_size, config.num_vcr_region_labels),
+            )
+            if config.num_vcr_region_labels > 0
+            else None
         )
         self.post_init()
 
@@ -946,11 +1061,21 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
             raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
         batch, choices = text.shape[:2]
         flat = flatten_choices(
-            dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                 region_features=region_features, region_locations=region_locations,
-                 region_attention_mask=region_attention_mask, text_region_ids=text_region_ids,
-                 inputs_embeds=inputs_embeds, pixel_values=pixel_values, region_boxes=region_boxes),
-            batch, choices, _CHOICE_NDIMS,
+            dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                region_features=region_features,
+                region_locations=region_locations,
+                region_attention_mask=region_attention_mask,
+                text_region_ids=text_region_ids,
+                inputs_embeds=inputs_embeds,
+                pixel_values=pixel_values,
+                region_boxes=region_boxes,
+            ),
+            batch,
+            choices,
+            _CHOICE_NDIMS,
         )
         outputs = self.vl_bert(**flat, **kwargs)
         logits = self.vcr_head(outputs.pooler_output).view(batch, choices)
@@ -961,14 +1086,21 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         region_logits = region_loss = None
         if self.vcr_region_head is not None:
             region_logits, region_loss = self._classify_objects(
-                outputs.last_hidden_state[:, text.shape[2]:-1], batch, choices, region_labels,
+                outputs.last_hidden_state[:, text.shape[2] : -1],
+                batch,
+                choices,
+                region_labels,
                 flat["region_attention_mask"],
             )
             if region_loss is not None:
                 losses.append(region_loss)
         return VlBertMultipleChoiceOutput(
-            loss=sum(losses) if losses else None, logits=logits, region_logits=region_logits, region_loss=region_loss,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=sum(losses) if losses else None,
+            logits=logits,
+            region_logits=region_logits,
+            region_loss=region_loss,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
     def _classify_objects(self, object_states, batch: int, choices: int, region_labels, region_attention_mask):

@@ -91,7 +91,11 @@ def _image_text_rows(context: ObjectiveContext, examples, rngs, words: bool, obj
     inputs, regions = context.encode(examples)
     if words:
         inputs["input_ids"], inputs["labels"] = whole_word_mask(
-            inputs["input_ids"], inputs["attention_mask"], context.tokenizer, context.random_token_ids, rngs,
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            context.tokenizer,
+            context.random_token_ids,
+            rngs,
             context.mlm_probability,
         )
     else:
@@ -104,10 +108,10 @@ def _image_text_rows(context: ObjectiveContext, examples, rngs, words: bool, obj
             # The objects the processor kept: all of them, or the first ones when it cut text and objects together
             # (`max_text_and_objects`, the original's Conceptual Captions loader).
             count = int(inputs["region_attention_mask"][row].sum()) - 1
-            targets[row, 1:count + 1] = region.class_probs[:count] * chosen[row, 1:count + 1, None]
+            targets[row, 1 : count + 1] = region.class_probs[:count] * chosen[row, 1 : count + 1, None]
             # The whole-image feature is the mean of the unmasked objects (the original's CC dataset), of every one:
             # the original draws the masks before it cuts, so cut objects are drawn for and counted too.
-            objects, unmasked = features[row, 1:count + 1], ~masked[row, 1:count + 1]
+            objects, unmasked = features[row, 1 : count + 1], ~masked[row, 1 : count + 1]
             if count < len(region):
                 cut_masked, _ = _draw_objects(len(region) - count, rngs[row], context.region_mask_probability)
                 objects = torch.cat([objects, region.features[count:].to(objects.dtype)])
@@ -127,8 +131,9 @@ def _text_only_rows(context: ObjectiveContext, examples, rngs, length: int) -> d
     for i, row in enumerate(rows):
         input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         attention_mask[i, : len(row)] = 1
-    input_ids, labels = whole_word_mask(input_ids, attention_mask, tokenizer, context.random_token_ids, rngs,
-                                        context.mlm_probability)
+    input_ids, labels = whole_word_mask(
+        input_ids, attention_mask, tokenizer, context.random_token_ids, rngs, context.mlm_probability
+    )
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 

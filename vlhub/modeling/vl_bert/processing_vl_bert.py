@@ -15,7 +15,13 @@ from transformers import BatchFeature
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
 from ...processing.regions import RegionFeatures
 
-__all__ = ["VlBertRegionProcessor", "VlBertProcessor", "vl_bert_resized_size", "vl_bert_resized_boxes", "vl_bert_locations"]
+__all__ = [
+    "VlBertRegionProcessor",
+    "VlBertProcessor",
+    "vl_bert_resized_size",
+    "vl_bert_resized_boxes",
+    "vl_bert_locations",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +29,21 @@ logger = logging.getLogger(__name__)
 _SORTED_BY_CLASS_SCORE = "vlhub_sorted_by_class_score"
 
 # VCR: detected people are named in the text by these gender-neutral names, in turn (`vcr/data/datasets/vcr.py`).
-GENDER_NEUTRAL_NAMES = ("Casey", "Riley", "Jessie", "Jackie", "Avery", "Jaime", "Peyton", "Kerry", "Jody", "Kendall",
-                        "Frankie", "Pat", "Quinn")
+GENDER_NEUTRAL_NAMES = (
+    "Casey",
+    "Riley",
+    "Jessie",
+    "Jackie",
+    "Avery",
+    "Jaime",
+    "Peyton",
+    "Kerry",
+    "Jody",
+    "Kendall",
+    "Frankie",
+    "Pat",
+    "Quinn",
+)
 
 
 def vl_bert_resized_size(width: int, height: int, min_size: int = 600, max_size: int | None = 1000) -> tuple[int, int]:
@@ -116,8 +135,10 @@ class VlBertRegionProcessor(RegionProcessor):
         if not self.sort_by_class_score or selected.metadata.get(_SORTED_BY_CLASS_SCORE):
             return selected
         if selected.class_probs is None:
-            raise ValueError("sort_by_class_score orders regions by their largest class probability: these regions "
-                             "have no class_probs (a VL-BERT feature file's `classes`)")
+            raise ValueError(
+                "sort_by_class_score orders regions by their largest class probability: these regions "
+                "have no class_probs (a VL-BERT feature file's `classes`)"
+            )
         # The original's order exactly: numpy's default argsort of the largest score, reversed.
         order = np.argsort(selected.class_probs.numpy().max(axis=1))[::-1].copy()
         ordered = selected.take(torch.from_numpy(order))
@@ -142,13 +163,15 @@ class VlBertRegionProcessor(RegionProcessor):
             if image_boxes.ndim != 2 or image_boxes.shape[1] != 4:
                 raise ValueError(f"boxes[{i}] must have shape (num_boxes, 4), got {tuple(image_boxes.shape)}")
             if self.max_regions is not None and len(image_boxes) > self.max_regions:
-                raise ValueError(f"boxes[{i}] has {len(image_boxes)} boxes; this processor allows max_regions="
-                                 f"{self.max_regions}")
+                raise ValueError(
+                    f"boxes[{i}] has {len(image_boxes)} boxes; this processor allows max_regions={self.max_regions}"
+                )
             height0, width0 = rgb.shape[:2]
             whole = torch.tensor([[0.0, 0.0, width0 - 1.0, height0 - 1.0]])
             with_image = torch.cat([whole, image_boxes])
-            resized_boxes, (width, height) = vl_bert_resized_boxes(with_image, (height0, width0), self.min_size,
-                                                                   self.max_size)
+            resized_boxes, (width, height) = vl_bert_resized_boxes(
+                with_image, (height0, width0), self.min_size, self.max_size
+            )
             resized = Image.fromarray(rgb).resize((width, height), Image.BILINEAR)
             tensor = torch.from_numpy(np.asarray(resized, dtype=np.float32).copy()).permute(2, 0, 1)
             # The original: ToTensor (/255), then RGB → BGR, ×255, minus the Caffe means (std 1).
@@ -169,8 +192,12 @@ class VlBertRegionProcessor(RegionProcessor):
             region_boxes[i, : len(b)] = b
             region_locations[i, : len(b)] = loc
             region_attention_mask[i, : len(b)] = 1
-        return {"pixel_values": pixel_values, "region_boxes": region_boxes, "region_locations": region_locations,
-                "region_attention_mask": region_attention_mask}
+        return {
+            "pixel_values": pixel_values,
+            "region_boxes": region_boxes,
+            "region_locations": region_locations,
+            "region_attention_mask": region_attention_mask,
+        }
 
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return vl_bert_locations(regions.boxes, regions.image_size, self.min_size, self.max_size)
@@ -225,12 +252,19 @@ class VlBertProcessor(VisionLanguageProcessor):
     """
 
     def __init__(
-        self, feature_extractor=None, tokenizer=None, max_text_length: int = 64, answer_slot: bool = False,
-        max_text_and_objects: int | None = None, **kwargs
+        self,
+        feature_extractor=None,
+        tokenizer=None,
+        max_text_length: int = 64,
+        answer_slot: bool = False,
+        max_text_and_objects: int | None = None,
+        **kwargs,
     ):
         if max_text_and_objects is not None and max_text_and_objects < 4:
-            raise ValueError(f"max_text_and_objects must leave room for [CLS] w [SEP] and the whole image, got "
-                             f"{max_text_and_objects}")
+            raise ValueError(
+                f"max_text_and_objects must leave room for [CLS] w [SEP] and the whole image, got "
+                f"{max_text_and_objects}"
+            )
         self.answer_slot = answer_slot
         self.max_text_and_objects = max_text_and_objects
         self._joint_cut_logged = False
@@ -247,33 +281,42 @@ class VlBertProcessor(VisionLanguageProcessor):
             return names
         return [n for n in names if n != "region_features"] + ["pixel_values", "region_boxes"]
 
-    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", boxes=None,
-                 **kwargs):
+    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", boxes=None, **kwargs):
         """As `VisionLanguageProcessor.__call__`; for an "e2e" model (`image_feature_precomputed=False`) pass `images`
         with `boxes` (one `(R, 4)` tensor per image, original pixels) — or without boxes when the processor carries
         a region extractor, whose boxes are used — and get `pixel_values` / `region_boxes` instead of features."""
         if self.image_feature_precomputed:
             if boxes is not None:
-                raise ValueError("boxes= are for an 'e2e' VL-BERT processor; this one ('prec') takes regions= "
-                                 "(RegionFeatures) or images= through its region extractor")
+                raise ValueError(
+                    "boxes= are for an 'e2e' VL-BERT processor; this one ('prec') takes regions= "
+                    "(RegionFeatures) or images= through its region extractor"
+                )
             if self.max_text_and_objects is not None and regions is not None and (text, token_ids) != (None, None):
                 token_ids, regions = self.fit_text_and_objects(self.word_pieces(text, token_ids), regions)
                 text = None
-            return super().__call__(text=text, regions=regions, images=images, token_ids=token_ids,
-                                    return_tensors=return_tensors, **kwargs)
+            return super().__call__(
+                text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
+            )
         if regions is not None:
-            raise ValueError("this is an 'e2e' VL-BERT processor: it takes images= (and boxes=), not precomputed "
-                             "regions=; the model computes the region features from the pixels itself")
+            raise ValueError(
+                "this is an 'e2e' VL-BERT processor: it takes images= (and boxes=), not precomputed "
+                "regions=; the model computes the region features from the pixels itself"
+            )
         if images is None:
             raise ValueError("an 'e2e' VL-BERT processor needs images= (and boxes=, or a region extractor)")
         images = [images] if not isinstance(images, (list, tuple)) else list(images)
         if boxes is None:
             if self.region_extractor is None:
-                raise ValueError("pass boxes= (one (R, 4) tensor per image, original pixels): this processor has no "
-                                 "region extractor to find them")
+                raise ValueError(
+                    "pass boxes= (one (R, 4) tensor per image, original pixels): this processor has no "
+                    "region extractor to find them"
+                )
             boxes = [r.boxes for r in self.regions_from_images(images)]
-        data = dict(super().__call__(text=text, token_ids=token_ids, return_tensors=return_tensors, **kwargs)) \
-            if (text is not None or token_ids is not None) else {}
+        data = (
+            dict(super().__call__(text=text, token_ids=token_ids, return_tensors=return_tensors, **kwargs))
+            if (text is not None or token_ids is not None)
+            else {}
+        )
         visual = self.feature_extractor.encode_images(images, list(boxes))
         if data and data["input_ids"].shape[0] != visual["pixel_values"].shape[0]:
             raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
@@ -294,22 +337,25 @@ class VlBertProcessor(VisionLanguageProcessor):
             except ValueError as err:
                 raise ValueError(f"regions[{i}]: {err}") from err
             if not len(selected):
-                raise ValueError(f"regions[{i}]: VL-BERT needs at least one region: the whole-image feature is their "
-                                 "mean")
+                raise ValueError(
+                    f"regions[{i}]: VL-BERT needs at least one region: the whole-image feature is their mean"
+                )
             specials = len(self.build_text_inputs(pieces)[0]) - len(pieces)
             text_keep, object_keep = self._joint_lengths(specials + len(pieces), 1 + len(selected))
             kept = selected.take(torch.arange(object_keep - 1))
             # The original's object 0: the mean over all the boxes, before the cut (its file's own feature unused).
             kept.metadata["image_box_feature"] = selected.features.mean(dim=0)
-            fitted_pieces.append(pieces[:max(text_keep - specials, 1)])
+            fitted_pieces.append(pieces[: max(text_keep - specials, 1)])
             fitted_regions.append(kept)
             if text_keep < specials + len(pieces) or object_keep < 1 + len(selected):
                 cuts.append(f"{specials + len(pieces)} + {1 + len(selected)} → {text_keep} + {object_keep}")
         if cuts and not self._joint_cut_logged:
             self._joint_cut_logged = True
-            logger.warning(f"{len(cuts)} of {len(batch)} examples had more tokens + objects than max_text_and_objects="
-                           f"{self.max_text_and_objects} ({', '.join(cuts)}): cut from the longer, as the original's "
-                           "Conceptual Captions loader does. Later cuts are not logged again.")
+            logger.warning(
+                f"{len(cuts)} of {len(batch)} examples had more tokens + objects than max_text_and_objects="
+                f"{self.max_text_and_objects} ({', '.join(cuts)}): cut from the longer, as the original's "
+                "Conceptual Captions loader does. Later cuts are not logged again."
+            )
         return fitted_pieces, fitted_regions
 
     def _joint_lengths(self, text_length: int, object_count: int) -> tuple[int, int]:
@@ -328,8 +374,9 @@ class VlBertProcessor(VisionLanguageProcessor):
         a reference `[o1, o2, ...]` becomes `name(o1) and name(o2) ...`, the name's pieces tagged `o + 1` (object 0
         is the whole image), every other piece (words, "and") tagged 0 — the original's `BASIC_ALIGN: false`."""
         if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not tokens:
-            raise ValueError(f"{what} must be a non-empty list of VCR tokens (words and lists of object indices), "
-                             f"got {tokens!r}")
+            raise ValueError(
+                f"{what} must be a non-empty list of VCR tokens (words and lists of object indices), got {tokens!r}"
+            )
         ids, tags = [], []
 
         def add(text: str, tag: int):
@@ -345,8 +392,10 @@ class VlBertProcessor(VisionLanguageProcessor):
                 raise ValueError(f"{what}[{i}] must be a word or a non-empty list of object indices, got {token!r}")
             for j, index in enumerate(token):
                 if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(names):
-                    raise ValueError(f"{what}[{i}] refers to object {index!r}; the image has {len(names)} objects "
-                                     f"(indices 0..{len(names) - 1})")
+                    raise ValueError(
+                        f"{what}[{i}] refers to object {index!r}; the image has {len(names)} objects "
+                        f"(indices 0..{len(names) - 1})"
+                    )
                 if j:
                     add("and", 0)
                 add(names[index], index + 1)
@@ -354,8 +403,9 @@ class VlBertProcessor(VisionLanguageProcessor):
             raise ValueError(f"{what} has no word pieces")
         return ids, tags
 
-    def vcr_text(self, question, choices, objects, answer=None, max_length: int = 64,
-                 person_name_offset: int = 0) -> BatchFeature:
+    def vcr_text(
+        self, question, choices, objects, answer=None, max_length: int = 64, person_name_offset: int = 0
+    ) -> BatchFeature:
         """One VCR example's texts, one row per choice, laid out as the original VL-BERT VCR model builds them.
 
         Args:
@@ -411,18 +461,23 @@ class VlBertProcessor(VisionLanguageProcessor):
                     target[0].pop(), target[1].pop()
             a_ids, a_tags = q_ids + ans_ids, q_tags + ans_tags
         if cut_from:  # cut as the original cuts, but never silently
-            warnings.warn(f"{question!r}: a VCR text of {cut_from} word pieces was truncated to max_length="
-                          f"{max_length}, the longer part's last pieces first (as the original)", stacklevel=2)
+            warnings.warn(
+                f"{question!r}: a VCR text of {cut_from} word pieces was truncated to max_length="
+                f"{max_length}, the longer part's last pieces first (as the original)",
+                stacklevel=2,
+            )
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         length = max(len(a_ids) + len(b_ids) + 3 for b_ids, _ in rows)
-        out = {name: torch.zeros(len(rows), length, dtype=torch.long)
-               for name in ("input_ids", "token_type_ids", "attention_mask", "text_region_ids")}
+        out = {
+            name: torch.zeros(len(rows), length, dtype=torch.long)
+            for name in ("input_ids", "token_type_ids", "attention_mask", "text_region_ids")
+        }
         out["input_ids"].fill_(self.tokenizer.pad_token_id)
         for k, (b_ids, b_tags) in enumerate(rows):
             ids = [cls, *a_ids, sep, *b_ids, sep]
             n = len(ids)
             out["input_ids"][k, :n] = torch.tensor(ids)
-            out["token_type_ids"][k, len(a_ids) + 2:n] = 1
+            out["token_type_ids"][k, len(a_ids) + 2 : n] = 1
             out["attention_mask"][k, :n] = 1
             out["text_region_ids"][k, :n] = torch.tensor([0, *a_tags, 0, *b_tags, 0])
         return BatchFeature(out, tensor_type="pt")

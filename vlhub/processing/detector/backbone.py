@@ -23,8 +23,17 @@ class ConvNorm(nn.Conv2d):
     those of the checkpoint while inference pays for a single convolution.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
-                 dilation: int = 1, groups: int = 1, eps: float = 1e-5):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        eps: float = 1e-5,
+    ):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias=False)
         self.norm = FrozenBatchNorm2d(out_channels, eps=eps)
 
@@ -45,16 +54,33 @@ class ConvNorm(nn.Conv2d):
 class Bottleneck(nn.Module):
     """1×1 → 3×3 → 1×1 residual block; the projection `shortcut` exists when the channel count changes."""
 
-    def __init__(self, in_channels: int, bottleneck_channels: int, out_channels: int, stride: int = 1,
-                 dilation: int = 1, groups: int = 1, stride_in_1x1: bool = True, eps: float = 1e-5):
+    def __init__(
+        self,
+        in_channels: int,
+        bottleneck_channels: int,
+        out_channels: int,
+        stride: int = 1,
+        dilation: int = 1,
+        groups: int = 1,
+        stride_in_1x1: bool = True,
+        eps: float = 1e-5,
+    ):
         super().__init__()
         stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
         self.shortcut = (
             ConvNorm(in_channels, out_channels, 1, stride=stride, eps=eps) if in_channels != out_channels else None
         )
         self.conv1 = ConvNorm(in_channels, bottleneck_channels, 1, stride=stride_1x1, eps=eps)
-        self.conv2 = ConvNorm(bottleneck_channels, bottleneck_channels, 3, stride=stride_3x3, padding=dilation,
-                              dilation=dilation, groups=groups, eps=eps)
+        self.conv2 = ConvNorm(
+            bottleneck_channels,
+            bottleneck_channels,
+            3,
+            stride=stride_3x3,
+            padding=dilation,
+            dilation=dilation,
+            groups=groups,
+            eps=eps,
+        )
         self.conv3 = ConvNorm(bottleneck_channels, out_channels, 1, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,14 +91,28 @@ class Bottleneck(nn.Module):
         return F.relu_(out + identity)
 
 
-def make_stage(num_blocks: int, in_channels: int, bottleneck_channels: int, out_channels: int, first_stride: int,
-               config: DetectorConfig, dilation: int = 1) -> nn.Sequential:
+def make_stage(
+    num_blocks: int,
+    in_channels: int,
+    bottleneck_channels: int,
+    out_channels: int,
+    first_stride: int,
+    config: DetectorConfig,
+    dilation: int = 1,
+) -> nn.Sequential:
     blocks = []
     for index in range(num_blocks):
         blocks.append(
-            Bottleneck(in_channels, bottleneck_channels, out_channels, stride=first_stride if index == 0 else 1,
-                       dilation=dilation, groups=config.num_groups, stride_in_1x1=config.stride_in_1x1,
-                       eps=config.norm_eps)
+            Bottleneck(
+                in_channels,
+                bottleneck_channels,
+                out_channels,
+                stride=first_stride if index == 0 else 1,
+                dilation=dilation,
+                groups=config.num_groups,
+                stride_in_1x1=config.stride_in_1x1,
+                eps=config.norm_eps,
+            )
         )
         in_channels = out_channels
     return nn.Sequential(*blocks)

@@ -70,7 +70,9 @@ def pairwise_iou(boxes: torch.Tensor, convention: str = "detectron2") -> torch.T
     return box_iou(boxes, boxes)
 
 
-def nms_boxes(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, convention: str = "detectron2") -> torch.Tensor:
+def nms_boxes(
+    boxes: torch.Tensor, scores: torch.Tensor, threshold: float, convention: str = "detectron2"
+) -> torch.Tensor:
     return nms(_for_iou(boxes, convention), scores, threshold)
 
 

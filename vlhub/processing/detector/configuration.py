@@ -132,10 +132,24 @@ class DetectorConfig:
 
         if self.depth not in RESNET_BLOCKS:
             fail(f"depth must be one of {sorted(RESNET_BLOCKS)}, got {self.depth}")
-        for name in ("num_groups", "width_per_group", "stem_out_channels", "res2_out_channels", "rpn_hidden_channels",
-                     "num_classes", "pooler_resolution", "min_size", "max_size", "rpn_pre_nms_top_n",
-                     "rpn_post_nms_top_n", "min_boxes", "max_boxes", "roi_batch_size", "res5_dilation",
-                     "feature_stride"):
+        for name in (
+            "num_groups",
+            "width_per_group",
+            "stem_out_channels",
+            "res2_out_channels",
+            "rpn_hidden_channels",
+            "num_classes",
+            "pooler_resolution",
+            "min_size",
+            "max_size",
+            "rpn_pre_nms_top_n",
+            "rpn_post_nms_top_n",
+            "min_boxes",
+            "max_boxes",
+            "roi_batch_size",
+            "res5_dilation",
+            "feature_stride",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 fail(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.num_attributes < 0:

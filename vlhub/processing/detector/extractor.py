@@ -21,7 +21,14 @@ from .rpn import RegionProposalNetwork
 from .selection import Selection, select_butd, select_max_class_nms, select_per_class_nms
 from .transform import PreparedImage, prepare_image
 
-__all__ = ["Detections", "RegionExtractor", "CONFIG_NAME", "WEIGHTS_NAME", "OBJECTS_VOCAB_NAME", "ATTRIBUTES_VOCAB_NAME"]
+__all__ = [
+    "Detections",
+    "RegionExtractor",
+    "CONFIG_NAME",
+    "WEIGHTS_NAME",
+    "OBJECTS_VOCAB_NAME",
+    "ATTRIBUTES_VOCAB_NAME",
+]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -122,8 +129,12 @@ class RegionExtractor(nn.Module):
         items, _ = as_image_list(images)
         prepared = []
         for index, image in enumerate(items):
-            rgb = load_rgb_image(image, name=f"images[{index}]", min_side=self.config.feature_stride,
-                                 max_pixels=self.config.max_image_pixels)
+            rgb = load_rgb_image(
+                image,
+                name=f"images[{index}]",
+                min_side=self.config.feature_stride,
+                max_pixels=self.config.max_image_pixels,
+            )
             try:
                 prepared.append(prepare_image(rgb, self.config))
             except ValueError as err:
@@ -154,15 +165,33 @@ class RegionExtractor(nn.Module):
         probs = outputs.class_logits.softmax(dim=-1)
         convention = config.box_convention
         if config.selection_mode == "butd":
-            return select_butd(proposals, probs, config.score_threshold, config.nms_thresholds[0], config.min_boxes,
-                               config.max_boxes, convention)
-        predicted = clip_boxes(decode_boxes(outputs.box_deltas, proposals, config.box_weights, convention),
-                               prepared.resized_size, convention)
+            return select_butd(
+                proposals,
+                probs,
+                config.score_threshold,
+                config.nms_thresholds[0],
+                config.min_boxes,
+                config.max_boxes,
+                convention,
+            )
+        predicted = clip_boxes(
+            decode_boxes(outputs.box_deltas, proposals, config.box_weights, convention),
+            prepared.resized_size,
+            convention,
+        )
         if config.selection_mode == "max_class_nms":
-            return select_max_class_nms(predicted, probs, config.nms_thresholds, config.min_boxes, config.max_boxes,
-                                        convention)
-        return select_per_class_nms(predicted, probs, config.score_threshold, config.nms_thresholds,
-                                    config.min_boxes, config.max_boxes, convention)
+            return select_max_class_nms(
+                predicted, probs, config.nms_thresholds, config.min_boxes, config.max_boxes, convention
+            )
+        return select_per_class_nms(
+            predicted,
+            probs,
+            config.score_threshold,
+            config.nms_thresholds,
+            config.min_boxes,
+            config.max_boxes,
+            convention,
+        )
 
     def _to_original(self, boxes: torch.Tensor, prepared: PreparedImage) -> torch.Tensor:
         """Resized-image boxes → original pixels, clipped to the original image."""
@@ -173,8 +202,15 @@ class RegionExtractor(nn.Module):
             scale_y, scale_x = prepared.scales_yx
             boxes = boxes * boxes.new_tensor([scale_x, scale_y, scale_x, scale_y])
         one = 1 if self.config.box_convention == "caffe" else 0
-        return torch.stack([boxes[:, 0].clamp(0, width - one), boxes[:, 1].clamp(0, height - one),
-                            boxes[:, 2].clamp(0, width - one), boxes[:, 3].clamp(0, height - one)], dim=1)
+        return torch.stack(
+            [
+                boxes[:, 0].clamp(0, width - one),
+                boxes[:, 1].clamp(0, height - one),
+                boxes[:, 2].clamp(0, width - one),
+                boxes[:, 3].clamp(0, height - one),
+            ],
+            dim=1,
+        )
 
     def _detections(self, proposals, outputs: HeadOutputs, prepared: PreparedImage) -> Detections:
         selection = self.select(proposals, outputs, prepared)
@@ -210,7 +246,7 @@ class RegionExtractor(nn.Module):
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         results = []
         for start in range(0, len(prepared), step):
-            chunk = prepared[start:start + step]
+            chunk = prepared[start : start + step]
             proposals, outputs = self.run_heads(chunk)
             # Selection and box arithmetic are small: they run on the CPU whatever the model's device.
             results.extend(self._detections(p.cpu(), o.cpu(), item) for p, o, item in zip(proposals, outputs, chunk))
@@ -232,8 +268,11 @@ class RegionExtractor(nn.Module):
         """Write `config.json`, `model.safetensors` (float32) and the object / attribute vocabularies."""
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.to_json_file(directory / CONFIG_NAME, exclude=("object_names", "attribute_names"),
-                                 extra={REGION_EXTRACTOR_TYPE_KEY: REGION_EXTRACTOR_TYPE})
+        self.config.to_json_file(
+            directory / CONFIG_NAME,
+            exclude=("object_names", "attribute_names"),
+            extra={REGION_EXTRACTOR_TYPE_KEY: REGION_EXTRACTOR_TYPE},
+        )
         state = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "vlhub": "region_extractor"})
         (directory / OBJECTS_VOCAB_NAME).write_text("\n".join(self.object_names) + "\n", encoding="utf-8")

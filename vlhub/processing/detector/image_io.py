@@ -64,7 +64,9 @@ def _from_array(array: np.ndarray, name: str) -> np.ndarray:
     if array.ndim == 2:
         array = array[:, :, None]
     if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
-        raise ValueError(f"{name}: numpy images must have shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4), got {array.shape}")
+        raise ValueError(
+            f"{name}: numpy images must have shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4), got {array.shape}"
+        )
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     return np.ascontiguousarray(array[:, :, :3])

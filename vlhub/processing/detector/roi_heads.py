@@ -26,12 +26,18 @@ class HeadOutputs:
     attribute_logits: torch.Tensor | None
 
     def cpu(self) -> "HeadOutputs":
-        return HeadOutputs(*(None if t is None else t.cpu() for t in (
-            self.features, self.class_logits, self.box_deltas, self.attribute_logits)))
+        return HeadOutputs(
+            *(
+                None if t is None else t.cpu()
+                for t in (self.features, self.class_logits, self.box_deltas, self.attribute_logits)
+            )
+        )
 
     def split(self, sizes: list[int]) -> list["HeadOutputs"]:
-        parts = [t.split(sizes) if t is not None else [None] * len(sizes)
-                 for t in (self.features, self.class_logits, self.box_deltas, self.attribute_logits)]
+        parts = [
+            t.split(sizes) if t is not None else [None] * len(sizes)
+            for t in (self.features, self.class_logits, self.box_deltas, self.attribute_logits)
+        ]
         return [HeadOutputs(*fields) for fields in zip(*parts)]
 
 
@@ -70,8 +76,13 @@ class RoIHeads(nn.Module):
         super().__init__()
         self.config = config
         self.res5 = make_stage(
-            3, config.res4_channels, config.num_groups * config.width_per_group * 8, config.feature_dim,
-            first_stride=1, config=config, dilation=config.res5_dilation,
+            3,
+            config.res4_channels,
+            config.num_groups * config.width_per_group * 8,
+            config.feature_dim,
+            first_stride=1,
+            config=config,
+            dilation=config.res5_dilation,
         )
         self.box_predictor = BoxPredictor(config)
 
@@ -108,6 +119,10 @@ class RoIHeads(nn.Module):
     def forward(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> list[HeadOutputs]:
         features = self.region_features(res4_maps, boxes)
         class_logits, box_deltas, attribute_logits = self.box_predictor(features)
-        outputs = HeadOutputs(features.float(), class_logits.float(), box_deltas.float(),
-                              None if attribute_logits is None else attribute_logits.float())
+        outputs = HeadOutputs(
+            features.float(),
+            class_logits.float(),
+            box_deltas.float(),
+            None if attribute_logits is None else attribute_logits.float(),
+        )
         return outputs.split([len(b) for b in boxes])

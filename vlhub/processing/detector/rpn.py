@@ -100,7 +100,9 @@ class RegionProposalNetwork(nn.Module):
         anchors = grid_anchors(self.cell_anchors.float(), height, width, config.feature_stride)
         if convention == "caffe":
             # proposal_layer.py: decode all, clip, drop small boxes, then sort and cut.
-            boxes = clip_boxes(decode_boxes(deltas, anchors, config.rpn_box_weights, convention), image_size, convention)
+            boxes = clip_boxes(
+                decode_boxes(deltas, anchors, config.rpn_box_weights, convention), image_size, convention
+            )
             min_size = config.rpn_min_size * scale
             keep = ((boxes[:, 2] - boxes[:, 0] + 1) >= min_size) & ((boxes[:, 3] - boxes[:, 1] + 1) >= min_size)
             boxes, logits = boxes[keep], logits[keep]
@@ -112,7 +114,9 @@ class RegionProposalNetwork(nn.Module):
             logits = logits[order]
             boxes = decode_boxes(deltas[order], anchors[order], config.rpn_box_weights, convention)
             boxes = clip_boxes(boxes, image_size, convention)
-            keep = ((boxes[:, 2] - boxes[:, 0]) > config.rpn_min_size) & ((boxes[:, 3] - boxes[:, 1]) > config.rpn_min_size)
+            keep = ((boxes[:, 2] - boxes[:, 0]) > config.rpn_min_size) & (
+                (boxes[:, 3] - boxes[:, 1]) > config.rpn_min_size
+            )
             boxes, logits = boxes[keep], logits[keep]
         keep = nms_boxes(boxes, logits, config.rpn_nms_threshold, convention)[: config.rpn_post_nms_top_n]
         return boxes[keep], logits[keep]

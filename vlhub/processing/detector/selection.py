@@ -28,8 +28,9 @@ class Selection:
     nms_thresholds_tried: list[float] = field(default_factory=list)
 
 
-def per_class_nms_keep(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
-                       convention: str = "detectron2", min_score: float = 0.0) -> torch.Tensor:
+def per_class_nms_keep(
+    boxes: torch.Tensor, scores: torch.Tensor, threshold: float, convention: str = "detectron2", min_score: float = 0.0
+) -> torch.Tensor:
     """`(R, C)` mask: whether box r survives greedy NMS among all R boxes scored by class c's column.
 
     Equivalent to one `nms(boxes, scores[:, c], threshold)` per class, but all classes advance together: the
@@ -59,8 +60,15 @@ def per_class_nms_keep(boxes: torch.Tensor, scores: torch.Tensor, threshold: flo
     return keep
 
 
-def select_butd(proposals: torch.Tensor, class_probs: torch.Tensor, score_threshold: float, nms_threshold: float,
-                min_boxes: int, max_boxes: int, convention: str = "detectron2") -> Selection:
+def select_butd(
+    proposals: torch.Tensor,
+    class_probs: torch.Tensor,
+    score_threshold: float,
+    nms_threshold: float,
+    min_boxes: int,
+    max_boxes: int,
+    convention: str = "detectron2",
+) -> Selection:
     """bottom-up-attention `generate_tsv.py`: per class, NMS over all proposals; a proposal's confidence is its
     best probability among the classes where it survives; keep proposals with confidence ≥ `score_threshold`
     in proposal order, or — when fewer than `min_boxes` / more than `max_boxes` pass — the `min_boxes` /
@@ -83,8 +91,9 @@ def select_butd(proposals: torch.Tensor, class_probs: torch.Tensor, score_thresh
             passing = torch.sort(confidence, descending=True, stable=True).indices[:count]
             break
         floor = floor / 8 if floor > 1e-6 else 0.0
-    return Selection(passing, foreground[passing].argmax(dim=1), confidence[passing], proposals[passing],
-                     [nms_threshold])
+    return Selection(
+        passing, foreground[passing].argmax(dim=1), confidence[passing], proposals[passing], [nms_threshold]
+    )
 
 
 def _first_accepted(run, thresholds, min_boxes: int):
@@ -98,8 +107,14 @@ def _first_accepted(run, thresholds, min_boxes: int):
     return kept, tried
 
 
-def select_max_class_nms(predicted_boxes: torch.Tensor, class_probs: torch.Tensor, nms_thresholds, min_boxes: int,
-                         max_boxes: int, convention: str = "detectron2") -> Selection:
+def select_max_class_nms(
+    predicted_boxes: torch.Tensor,
+    class_probs: torch.Tensor,
+    nms_thresholds,
+    min_boxes: int,
+    max_boxes: int,
+    convention: str = "detectron2",
+) -> Selection:
     """MMF / HF FRCNN port (`do_nms`): each proposal's best foreground class and its regressed box; class-agnostic
     NMS with each threshold in turn, capped at `max_boxes`, until at least `min_boxes` remain (the port fails when
     none does; here the last threshold's result is returned). Order: decreasing score.
@@ -114,8 +129,15 @@ def select_max_class_nms(predicted_boxes: torch.Tensor, class_probs: torch.Tenso
     return Selection(keep, classes[keep], scores[keep], boxes[keep], tried)
 
 
-def select_per_class_nms(predicted_boxes: torch.Tensor, class_probs: torch.Tensor, score_threshold: float,
-                         nms_thresholds, min_boxes: int, max_boxes: int, convention: str = "detectron2") -> Selection:
+def select_per_class_nms(
+    predicted_boxes: torch.Tensor,
+    class_probs: torch.Tensor,
+    score_threshold: float,
+    nms_thresholds,
+    min_boxes: int,
+    max_boxes: int,
+    convention: str = "detectron2",
+) -> Selection:
     """detectron2 attribute notebook (`fast_rcnn_inference_single_image` in a threshold loop): every (proposal,
     class) pair with probability > `score_threshold`, per-class NMS, the `max_boxes` best; thresholds tried in
     turn until at least `min_boxes` remain (the notebook: exactly NUM_OBJECTS = min = max), else the last try.
@@ -127,6 +149,7 @@ def select_per_class_nms(predicted_boxes: torch.Tensor, class_probs: torch.Tenso
     candidate_boxes, candidate_scores = boxes[mask], foreground[mask]
     keep, tried = _first_accepted(
         lambda t: batched_nms_boxes(candidate_boxes, candidate_scores, pairs[:, 1], t, convention)[:max_boxes],
-        nms_thresholds, min_boxes,
+        nms_thresholds,
+        min_boxes,
     )
     return Selection(pairs[keep, 0], pairs[keep, 1], candidate_scores[keep], candidate_boxes[keep], tried)

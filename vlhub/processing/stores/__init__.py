@@ -26,8 +26,15 @@ from .original import (
 )
 
 # `shards.__all__`, kept here so that listing the package's names does not import it (a test compares the two).
-_SHARDS_NAMES = ("RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
-                 "stored_image_ids", "FLOAT16_MAX")
+_SHARDS_NAMES = (
+    "RegionStore",
+    "RegionStoreWriter",
+    "StoreLayout",
+    "StoreLockedError",
+    "import_features",
+    "stored_image_ids",
+    "FLOAT16_MAX",
+)
 
 # The names of both modules (each keeps its own list).
 __all__ = [*_SHARDS_NAMES, *original.__all__]

@@ -60,7 +60,15 @@ __all__ = [
 
 BUTD_TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 LXMERT_TSV_FIELDS = (
-    "img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes", "boxes",
+    "img_id",
+    "img_h",
+    "img_w",
+    "objects_id",
+    "objects_conf",
+    "attrs_id",
+    "attrs_conf",
+    "num_boxes",
+    "boxes",
     "features",
 )
 
@@ -98,7 +106,9 @@ def _scalar(value, source: str, name: str) -> int:
         raise FeatureFileError(f"{source}: field {name!r} should be a number, got {array[0]!r}") from err
 
 
-def feature_array(value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None) -> np.ndarray:
+def feature_array(
+    value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None
+) -> np.ndarray:
     """A field as a numpy array; base64 strings (the TSV convention) are decoded as `dtype`."""
     if isinstance(value, (str, bytes)):
         try:
@@ -191,11 +201,15 @@ def butd_record(record: Mapping, source: str, fields: Sequence[str]) -> RegionFe
     features = feature_array(record_field(record, "features", source), source, "features", np.float32, num_boxes)
     extra = {}
     if "cls_prob" in record or b"cls_prob" in record:
-        extra["class_probs"] = feature_array(record_field(record, "cls_prob", source), source, "cls_prob", np.float32, num_boxes)
+        extra["class_probs"] = feature_array(
+            record_field(record, "cls_prob", source), source, "cls_prob", np.float32, num_boxes
+        )
     metadata = {}
     if lxmert:
         # LXMERT stores only the argmax object/attribute (0-based, background excluded) and its confidence.
-        extra["scores"] = feature_array(record_field(record, "objects_conf", source), source, "objects_conf", np.float32).reshape(-1)
+        extra["scores"] = feature_array(
+            record_field(record, "objects_conf", source), source, "objects_conf", np.float32
+        ).reshape(-1)
         for name, dtype in (("objects_id", np.int64), ("attrs_id", np.int64), ("attrs_conf", np.float32)):
             metadata[name] = feature_array(record_field(record, name, source), source, name, dtype).reshape(-1)
     regions = make_regions(source, features=features, boxes=boxes, image_size=(height, width), **extra)
@@ -266,8 +280,9 @@ class LmdbReader(FeatureReader):
         if not self.path.exists():
             raise FileNotFoundError(f"no LMDB at {self.path}")
         try:
-            self._env = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False, meminit=False,
-                                  subdir=self.path.is_dir())
+            self._env = lmdb.open(
+                str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=self.path.is_dir()
+            )
         except lmdb.Error as err:
             raise FeatureFileError(f"{self.path} is not a readable LMDB ({err})") from err
         self._check_size()
@@ -320,8 +335,10 @@ def load_npz(file, source: str) -> dict[str, np.ndarray]:
                         raise ValueError(f"npy format version {version} is not supported")
                     header_size = member.tell()
                 if dtype.hasobject:
-                    raise FeatureFileError(f"{source}: member {info.filename!r} is an object array, which cannot be "
-                                           "read without pickle (refused: unpickling can run code)")
+                    raise FeatureFileError(
+                        f"{source}: member {info.filename!r} is an object array, which cannot be "
+                        "read without pickle (refused: unpickling can run code)"
+                    )
                 try:
                     check_declared_array(shape, dtype, f"member {info.filename!r}", info.file_size - header_size)
                 except ValueError as err:
@@ -405,8 +422,12 @@ def moved_reader(name: str):
     for opener in list(_OPENERS.values()):
         if isinstance(opener, str) and opener.rpartition(":")[2] == name:
             module = opener.partition(":")[0]
-            warnings.warn(f"{name} lives with its architecture now: import it from {module.rpartition('.')[0]} "
-                          f"(importing it from vlhub.processing.stores will stop working)", FutureWarning, stacklevel=3)
+            warnings.warn(
+                f"{name} lives with its architecture now: import it from {module.rpartition('.')[0]} "
+                f"(importing it from vlhub.processing.stores will stop working)",
+                FutureWarning,
+                stacklevel=3,
+            )
             return getattr(importlib.import_module(module), name)
     return None
 
@@ -419,12 +440,21 @@ def __getattr__(name: str):
 
 
 for _name, _description, _opener in (
-    ("butd-tsv", "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
-     functools.partial(ButdTsvReader, fields="butd")),
-    ("lxmert-tsv", "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
-     functools.partial(ButdTsvReader, fields="lxmert")),
+    (
+        "butd-tsv",
+        "bottom-up-attention TSV (image_id, image_w, image_h, num_boxes, boxes, features[, cls_prob])",
+        functools.partial(ButdTsvReader, fields="butd"),
+    ),
+    (
+        "lxmert-tsv",
+        "LXMERT TSV (img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, ...)",
+        functools.partial(ButdTsvReader, fields="lxmert"),
+    ),
     ("npz", "a folder of per-image npz files (X-modaler's layout)", NpzFolderReader),
-    ("vlhub", "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
-     "vlhub.processing.stores.shards:RegionStore"),
+    (
+        "vlhub",
+        "a vlhub region store folder (any format version: copying one upgrades it to the current layout)",
+        "vlhub.processing.stores.shards:RegionStore",
+    ),
 ):
     register_feature_format(_name, _description, _opener)

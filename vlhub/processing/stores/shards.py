@@ -58,8 +58,15 @@ from ...utils.resources import open_file_limit
 from ...utils.tensors import float32_tensor, single_threaded
 from ..regions import FLOAT16_FEATURES, FLOAT16_MAX, RegionFeatures, check_float16_range
 
-__all__ = ["RegionStore", "RegionStoreWriter", "StoreLayout", "StoreLockedError", "import_features",
-           "stored_image_ids", "FLOAT16_MAX"]
+__all__ = [
+    "RegionStore",
+    "RegionStoreWriter",
+    "StoreLayout",
+    "StoreLockedError",
+    "import_features",
+    "stored_image_ids",
+    "FLOAT16_MAX",
+]
 
 STORE_FORMAT = "vlhub-region-store"
 STORE_VERSION = 2
@@ -227,8 +234,9 @@ def _read_index(directory: Path) -> tuple[StoreLayout, int] | None:
     if index.get("format") != STORE_FORMAT:
         raise ValueError(f"{path} does not describe a vlhub region store (format={index.get('format')!r})")
     if index.get("version") not in (1, STORE_VERSION):
-        raise ValueError(f"{path} is store format version {index.get('version')}; this vlhub reads versions 1 and "
-                         f"{STORE_VERSION}")
+        raise ValueError(
+            f"{path} is store format version {index.get('version')}; this vlhub reads versions 1 and {STORE_VERSION}"
+        )
     return StoreLayout(**index["layout"]), index["version"]
 
 
@@ -244,8 +252,9 @@ def _lock(path: Path, blocking: bool) -> int:
     return descriptor
 
 
-_DAMAGED_INDEX_ADVICE = ("it is damaged: write the store again (vlhub extract or vlhub import-features into a new "
-                        "folder)")
+_DAMAGED_INDEX_ADVICE = (
+    "it is damaged: write the store again (vlhub extract or vlhub import-features into a new folder)"
+)
 
 
 class _IndexConnection(sqlite3.Connection):
@@ -267,16 +276,21 @@ def _connect(directory: Path, readonly: bool) -> sqlite3.Connection:
     path = directory / ID_INDEX_FILE
     if readonly:
         if not path.exists():
-            raise FileNotFoundError(f"the region store {directory} has no {ID_INDEX_FILE} (its id index); it was not "
-                                    "written completely, or by a vlhub older than store format 2")
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_SQLITE_TIMEOUT,
-                                     check_same_thread=False, factory=_IndexConnection)
+            raise FileNotFoundError(
+                f"the region store {directory} has no {ID_INDEX_FILE} (its id index); it was not "
+                "written completely, or by a vlhub older than store format 2"
+            )
+        connection = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, timeout=_SQLITE_TIMEOUT, check_same_thread=False, factory=_IndexConnection
+        )
         connection.path = path
     else:
         connection = sqlite3.connect(path, timeout=_SQLITE_TIMEOUT, isolation_level=None, factory=_IndexConnection)
         connection.path = path
-        connection.execute("CREATE TABLE IF NOT EXISTS images (seq INTEGER PRIMARY KEY, image_id TEXT NOT NULL UNIQUE,"
-                           " shard TEXT NOT NULL, row INTEGER NOT NULL)")
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS images (seq INTEGER PRIMARY KEY, image_id TEXT NOT NULL UNIQUE,"
+            " shard TEXT NOT NULL, row INTEGER NOT NULL)"
+        )
         connection.execute("CREATE INDEX IF NOT EXISTS images_by_shard ON images (shard)")
     return connection
 
@@ -330,10 +344,14 @@ class _ShardColumns:
                 matrices.append((offsets - offsets[0], _column_matrix(column, width)))
             sizes = batch.column("image_size")
             sizes = sizes.values.slice(sizes.offset * 2, len(sizes) * 2).to_numpy().reshape(-1, 2)
-            whole = None if self.feature_dim is None else _image_box_matrices(batch.column(IMAGE_BOX_FEATURE),
-                                                                              self.feature_dim)
-            self._batches.append((batch.column("image_id"), sizes, batch.column("checksum").to_numpy(), matrices,
-                                  whole))
+            whole = (
+                None
+                if self.feature_dim is None
+                else _image_box_matrices(batch.column(IMAGE_BOX_FEATURE), self.feature_dim)
+            )
+            self._batches.append(
+                (batch.column("image_id"), sizes, batch.column("checksum").to_numpy(), matrices, whole)
+            )
             self._starts.append(start)
             start += batch.num_rows
         if start != self.num_rows:
@@ -345,11 +363,12 @@ class _ShardColumns:
         index = bisect.bisect_right(self._starts, row) - 1
         ids, sizes, checksums, matrices, whole = self._batches[index]
         row -= self._starts[index]
-        arrays = {name: values[offsets[row]:offsets[row + 1]]
-                  for (name, _), (offsets, values) in zip(self.fields, matrices)}
+        arrays = {
+            name: values[offsets[row] : offsets[row + 1]] for (name, _), (offsets, values) in zip(self.fields, matrices)
+        }
         if whole is not None:
             values, valid = whole
-            arrays[IMAGE_BOX_FEATURE] = values[row:row + 1] if valid[row] else values[:0]
+            arrays[IMAGE_BOX_FEATURE] = values[row : row + 1] if valid[row] else values[:0]
         return ids[row].as_py(), sizes[row], int(checksums[row]), arrays
 
 
@@ -481,20 +500,30 @@ class RegionStoreWriter:
     def _remove_leftovers(self):
         """What a killed writer of this series left (this writer holds the series' lock, so nobody is writing it)."""
         for leftover in self.directory.glob(f".{self._series_prefix()}*.tmp"):
-            logger.warning(f"removing {leftover.name} from {self.directory}: a temporary shard an interrupted writer "
-                           "left unfinished (its images are not in the store and will be written again)")
+            logger.warning(
+                f"removing {leftover.name} from {self.directory}: a temporary shard an interrupted writer "
+                "left unfinished (its images are not in the store and will be written again)"
+            )
             leftover.unlink()
-        indexed = {name for (name,) in self._connection.execute(
-            "SELECT DISTINCT shard FROM images WHERE shard LIKE ?", (self._series_prefix() + "%",))}
+        indexed = {
+            name
+            for (name,) in self._connection.execute(
+                "SELECT DISTINCT shard FROM images WHERE shard LIKE ?", (self._series_prefix() + "%",)
+            )
+        }
         for shard in self.directory.glob(self._series_prefix() + "*.arrow"):
             if shard.name not in indexed:
-                logger.warning(f"removing {shard.name} from {self.directory}: an interrupted writer renamed it but "
-                               "never indexed it (its images are not in the store and will be written again)")
+                logger.warning(
+                    f"removing {shard.name} from {self.directory}: an interrupted writer renamed it but "
+                    "never indexed it (its images are not in the store and will be written again)"
+                )
                 shard.unlink()
         for name in indexed:
             if not (self.directory / name).exists():
-                logger.warning(f"the index of {self.directory} lists images in {name}, which is missing: they are "
-                               "removed from the index and will be written again")
+                logger.warning(
+                    f"the index of {self.directory} lists images in {name}, which is missing: they are "
+                    "removed from the index and will be written again"
+                )
                 self._connection.execute("DELETE FROM images WHERE shard = ?", (name,))
 
     def add(self, image_id: str, regions: RegionFeatures):
@@ -562,8 +591,11 @@ class RegionStoreWriter:
             )
 
     def _next_shard_path(self) -> Path:
-        numbers = [int(m.group(2)) for p in self.directory.glob(self._series_prefix() + "*.arrow")
-                   if (m := _SHARD_PATTERN.match(p.name))]
+        numbers = [
+            int(m.group(2))
+            for p in self.directory.glob(self._series_prefix() + "*.arrow")
+            if (m := _SHARD_PATTERN.match(p.name))
+        ]
         return self.directory / f"{self._series_prefix()}{max(numbers, default=-1) + 1:05d}.arrow"
 
     def _write_shard(self, temporary: Path, pending: "OrderedDict[str, RegionFeatures]"):
@@ -571,7 +603,7 @@ class RegionStoreWriter:
         items = list(pending.items())
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for start in range(0, len(items), self.row_group_size):
-                writer.write_batch(self._record_batch(items[start:start + self.row_group_size], schema))
+                writer.write_batch(self._record_batch(items[start : start + self.row_group_size], schema))
         with open(temporary, "rb+") as handle:  # on disk before it is renamed into the store
             os.fsync(handle.fileno())
 
@@ -579,13 +611,20 @@ class RegionStoreWriter:
         counts = np.array([len(regions) for _, regions in items])
         offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
         widths = dict(self.layout.matrix_fields())
-        dtypes = {name: torch.float16 if name == "features" and self.feature_dtype == "float16" else torch.float32
-                  for name in widths}
+        dtypes = {
+            name: torch.float16 if name == "features" and self.feature_dtype == "float16" else torch.float32
+            for name in widths
+        }
         # Each image's arrays in their stored dtype, converted once (by PyTorch on this thread: numpy's float16
         # conversion is ~20x slower), for both the column and the row checksum.
         with single_threaded():
-            stored = [{name: getattr(regions, name).to(dtypes[name]).numpy().reshape(-1, width)
-                       for name, width in widths.items()} for _, regions in items]
+            stored = [
+                {
+                    name: getattr(regions, name).to(dtypes[name]).numpy().reshape(-1, width)
+                    for name, width in widths.items()
+                }
+                for _, regions in items
+            ]
             if self.layout.has_image_box_feature:  # last, as the reader checksums it
                 for (image_id, regions), arrays in zip(items, stored):
                     arrays[IMAGE_BOX_FEATURE] = self.layout.image_box_feature(image_id, regions)
@@ -601,7 +640,8 @@ class RegionStoreWriter:
             "features": matrices("features"),
             "boxes": matrices("boxes"),
             "image_size": pa.FixedSizeListArray.from_arrays(
-                pa.array(np.array([[float(v) for v in regions.image_size] for _, regions in items]).reshape(-1)), 2),
+                pa.array(np.array([[float(v) for v in regions.image_size] for _, regions in items]).reshape(-1)), 2
+            ),
         }
         if self.layout.has_scores:
             columns["scores"] = pa.ListArray.from_arrays(offsets, flat("scores"))
@@ -614,11 +654,15 @@ class RegionStoreWriter:
             dim, dtype = self.layout.feature_dim, np.dtype(self.feature_dtype)
             values = np.concatenate([w if len(w) else np.zeros((1, dim), dtype) for w in whole]).reshape(-1)
             columns[IMAGE_BOX_FEATURE] = pa.FixedSizeListArray.from_arrays(
-                pa.array(values), dim, mask=pa.array([not len(w) for w in whole]))
-        columns["checksum"] = pa.array([
-            _row_checksum(image_id, np.array(regions.image_size, dtype=np.float64), list(arrays.values()))
-            for (image_id, regions), arrays in zip(items, stored)
-        ], pa.uint64())
+                pa.array(values), dim, mask=pa.array([not len(w) for w in whole])
+            )
+        columns["checksum"] = pa.array(
+            [
+                _row_checksum(image_id, np.array(regions.image_size, dtype=np.float64), list(arrays.values()))
+                for (image_id, regions), arrays in zip(items, stored)
+            ],
+            pa.uint64(),
+        )
         return pa.record_batch([columns[field.name] for field in schema], schema=schema)
 
     def _claim_layout(self, layout: StoreLayout):
@@ -689,8 +733,10 @@ class RegionStore:
         self.max_open_shards = max_open_shards
         self._v1 = _ParquetStoreV1(self.directory) if self.version == 1 else None
         if self._v1 is None and not (self.directory / ID_INDEX_FILE).exists():
-            raise FileNotFoundError(f"the region store {self.directory} has no {ID_INDEX_FILE} (its id index): no "
-                                    "image was ever published to it")
+            raise FileNotFoundError(
+                f"the region store {self.directory} has no {ID_INDEX_FILE} (its id index): no "
+                "image was ever published to it"
+            )
         self._process: int | None = None
 
     # -- per-process handles (a DataLoader worker gets its own after fork or spawn) ---------------------------------
@@ -722,8 +768,10 @@ class RegionStore:
         except (OSError, pa.ArrowException) as err:
             raise ValueError(f"shard {path} of the region store cannot be read ({err}): it is damaged") from err
         if not table.schema.equals(self.layout.arrow_schema()):
-            raise ValueError(f"shard {path} of the region store does not hold this store's columns (it has "
-                             f"{table.schema.names}): it is damaged or comes from another store")
+            raise ValueError(
+                f"shard {path} of the region store does not hold this store's columns (it has "
+                f"{table.schema.names}): it is damaged or comes from another store"
+            )
         try:
             columns = _ShardColumns(table, self.layout)
         except (pa.ArrowException, ValueError, IndexError, TypeError) as err:
@@ -759,15 +807,20 @@ class RegionStore:
         if self._v1 is not None:
             shard, table = self._v1.row(image_id)
         else:
-            found = self._handles().execute("SELECT shard, row FROM images WHERE image_id = ?",
-                                            (image_id,)).fetchone() if isinstance(image_id, str) else None
+            found = (
+                self._handles().execute("SELECT shard, row FROM images WHERE image_id = ?", (image_id,)).fetchone()
+                if isinstance(image_id, str)
+                else None
+            )
             if found is None:
                 raise KeyError(f"image {image_id!r} is not in the region store {self.directory}")
             shard, row = found
             columns = self._shard(shard)
             if row >= columns.num_rows:
-                raise ValueError(f"region store shard {self.directory / shard} has {columns.num_rows} images but the "
-                                 f"index puts image {image_id!r} at row {row}: the shard is damaged or was replaced")
+                raise ValueError(
+                    f"region store shard {self.directory / shard} has {columns.num_rows} images but the "
+                    f"index puts image {image_id!r} at row {row}: the shard is damaged or was replaced"
+                )
             return self._decode(image_id, *columns.row(row), shard)
         return self._regions(image_id, table, shard)
 
@@ -794,12 +847,21 @@ class RegionStore:
             stored_id = table.column("image_id")[0].as_py()
             expected = table.column("checksum")[0].as_py() if self._v1 is None else None
         except (pa.ArrowException, ValueError, IndexError, TypeError, KeyError) as err:
-            raise ValueError(f"cannot read image {image_id!r} from region store shard {self.directory / shard}: it "
-                             f"is damaged ({err})") from err
+            raise ValueError(
+                f"cannot read image {image_id!r} from region store shard {self.directory / shard}: it "
+                f"is damaged ({err})"
+            ) from err
         return self._decode(image_id, stored_id, size, expected, arrays, shard)
 
-    def _decode(self, image_id: str, stored_id: str, size: np.ndarray, expected: int | None,
-                arrays: dict[str, np.ndarray], shard: str) -> RegionFeatures:
+    def _decode(
+        self,
+        image_id: str,
+        stored_id: str,
+        size: np.ndarray,
+        expected: int | None,
+        arrays: dict[str, np.ndarray],
+        shard: str,
+    ) -> RegionFeatures:
         """One stored row's arrays (as stored: `(regions, width)` each, in `matrix_fields` order), checked against
         its id and checksum (`expected`; None for a version-1 store, which has none), as `RegionFeatures`."""
         layout = self.layout
@@ -820,7 +882,9 @@ class RegionStore:
             features=float32_tensor(arrays.pop("features")),
             boxes=float32_tensor(arrays.pop("boxes")),
             image_size=tuple(int(v) if float(v).is_integer() else float(v) for v in size),
-            **{name: float32_tensor(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()},
+            **{
+                name: float32_tensor(array.reshape(-1) if name == "scores" else array) for name, array in arrays.items()
+            },
         )
         regions.metadata["image_id"] = image_id
         if whole is not None and len(whole):
@@ -843,8 +907,10 @@ class RegionStore:
         """All shards as one `datasets.Dataset` (prepared into the `datasets` cache on first use)."""
         with _quiet_datasets():
             return datasets.load_dataset(
-                "arrow" if self._v1 is None else "parquet", data_files=[str(p) for p in self.shard_files],
-                split="train", features=self.layout.datasets_features(),
+                "arrow" if self._v1 is None else "parquet",
+                data_files=[str(p) for p in self.shard_files],
+                split="train",
+                features=self.layout.datasets_features(),
             )
 
     @staticmethod
@@ -852,8 +918,11 @@ class RegionStore:
         """The shards as a streaming `datasets.IterableDataset` (nothing is copied or cached)."""
         store = RegionStore(directory)
         return datasets.load_dataset(
-            "arrow" if store._v1 is None else "parquet", data_files=[str(p) for p in store.shard_files],
-            split="train", streaming=True, features=store.layout.datasets_features(),
+            "arrow" if store._v1 is None else "parquet",
+            data_files=[str(p) for p in store.shard_files],
+            split="train",
+            streaming=True,
+            features=store.layout.datasets_features(),
         )
 
 
@@ -874,16 +943,21 @@ class _ParquetStoreV1:
     open; every open scans all row groups and every lookup decodes a whole row group."""
 
     def __init__(self, directory: Path):
-        warnings.warn(f"{directory} is a version-1 region store (Parquet): slow to open and to read at random. Copy "
-                      f"it into the current layout with `vlhub import-features --format vlhub {directory} --output "
-                      "NEW_FOLDER`", stacklevel=3)
+        warnings.warn(
+            f"{directory} is a version-1 region store (Parquet): slow to open and to read at random. Copy "
+            f"it into the current layout with `vlhub import-features --format vlhub {directory} --output "
+            "NEW_FOLDER`",
+            stacklevel=3,
+        )
         self.shard_files = sorted(p for p in directory.iterdir() if _V1_SHARD_PATTERN.match(p.name))
         self.location: dict[str, tuple[int, int, int]] = {}
         for number, shard in enumerate(self.shard_files):
             with named_input(shard, "a Parquet shard of a version-1 region store", "it is damaged"):
                 parquet = pq.ParquetFile(shard)
-                groups = [parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
-                          for group in range(parquet.metadata.num_row_groups)]
+                groups = [
+                    parquet.read_row_group(group, columns=["image_id"]).column("image_id").to_pylist()
+                    for group in range(parquet.metadata.num_row_groups)
+                ]
             for group, ids in enumerate(groups):
                 for row, image_id in enumerate(ids):
                     if image_id in self.location:
@@ -899,8 +973,9 @@ class _ParquetStoreV1:
         try:
             return shard.name, pq.ParquetFile(shard).read_row_group(group).slice(row, 1)
         except (pa.ArrowException, OSError) as err:
-            raise ValueError(f"cannot read image {image_id!r} from region store shard {shard}: it is damaged "
-                             f"({err})") from err
+            raise ValueError(
+                f"cannot read image {image_id!r} from region store shard {shard}: it is damaged ({err})"
+            ) from err
 
 
 def stored_image_ids(directory: str | os.PathLike) -> set[str]:
@@ -912,7 +987,9 @@ def stored_image_ids(directory: str | os.PathLike) -> set[str]:
     return set(RegionStore(directory))
 
 
-def import_features(reader, output, shard_size: int = 512, feature_dtype: str = "float32", progress: bool = True) -> int:
+def import_features(
+    reader, output, shard_size: int = 512, feature_dtype: str = "float32", progress: bool = True
+) -> int:
     """Copy every image of a reader (any `open_feature_file` reader, a `RegionStore`, or a mapping id →
     RegionFeatures) into the vlhub store at `output`; images already there are skipped, so an interrupted import can
     be rerun. Returns the number of images written."""
@@ -929,7 +1006,9 @@ def import_features(reader, output, shard_size: int = 512, feature_dtype: str = 
                 not_kept.update(k for k in regions.metadata if k not in kept and not k.startswith("vlhub_"))
                 written += 1
     if not_kept:  # e.g. a whole-image feature of a store whose first image had none: the processor then averages
-        logger.warning(f"the region store at {output} keeps features, boxes, image sizes, detector outputs and a "
-                       f"whole-image feature of every image if its first has one; the "
-                       f"source's other per-image fields {sorted(not_kept)} were not imported")
+        logger.warning(
+            f"the region store at {output} keeps features, boxes, image sizes, detector outputs and a "
+            f"whole-image feature of every image if its first has one; the "
+            f"source's other per-image fields {sorted(not_kept)} were not imported"
+        )
     return written

@@ -501,26 +501,13 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
         return (model, info) if wants_info else model
 
 
-def _check_inputs(
-    config: TdenConfig,
-    input_ids,
-    inputs_embeds,
-    decoder_input_ids,
-    decoder_inputs_embeds,
-    region_features,
-    region_locations,
-    region_attention_mask,
-    past_length: int,
-):
-    for ids, embeds, name in (
-        (input_ids, inputs_embeds, "input_ids"),
-        (decoder_input_ids, decoder_inputs_embeds, "decoder_input_ids"),
-    ):
-        if ids is not None and embeds is not None:
-            prefix = "decoder_" if name.startswith("decoder") else ""
+def _check_inputs(config: TdenConfig, text: dict, generation: dict, regions: dict, past_length: int):
+    """`TdenModel.forward`'s checks, on its three input groups (the text streams' dicts take the same keys)."""
+    for stream, prefix in ((text, ""), (generation, "decoder_")):
+        if stream["input_ids"] is not None and stream["inputs_embeds"] is not None:
             raise ValueError(f"pass either {prefix}input_ids or {prefix}inputs_embeds, not both")
-    text = input_ids if input_ids is not None else inputs_embeds
-    generation = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    text = text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"]
+    generation = generation["input_ids"] if generation["input_ids"] is not None else generation["inputs_embeds"]
     if text is None and generation is None:
         raise ValueError(
             "TDEN needs text: input_ids (understanding stream) and/or decoder_input_ids (generation stream)"
@@ -531,7 +518,19 @@ def _check_inputs(
                 f"{name} reach position {stream.shape[1] + offset}, beyond the model's {config.max_position_embeddings} "
                 "position embeddings; shorten the text"
             )
-    check_region_inputs(config, region_features, region_locations, region_attention_mask, text, generation)
+    check_region_inputs(
+        config,
+        regions["region_features"],
+        regions["region_locations"],
+        regions["region_attention_mask"],
+        text,
+        generation,
+    )
+
+
+def _stream_given(stream: dict) -> bool:
+    """Whether a text stream of `TdenModel.forward` (its dict of inputs) has its ids or its embeddings."""
+    return stream["input_ids"] is not None or stream["inputs_embeds"] is not None
 
 
 def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:
@@ -673,17 +672,6 @@ class TdenModel(TdenPreTrainedModel):
             `TdenModelOutput`.
         """
         past_length = cache.get_seq_length() if cache is not None else 0
-        _check_inputs(
-            self.config,
-            input_ids,
-            inputs_embeds,
-            decoder_input_ids,
-            decoder_inputs_embeds,
-            region_features,
-            region_locations,
-            region_attention_mask,
-            past_length,
-        )
         text = dict(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -703,6 +691,7 @@ class TdenModel(TdenPreTrainedModel):
             region_locations=region_locations,
             region_attention_mask=region_attention_mask,
         )
+        _check_inputs(self.config, text, generation, regions, past_length)
         outputs = self._encode(
             text,
             generation,
@@ -712,9 +701,7 @@ class TdenModel(TdenPreTrainedModel):
             return_dict=True,
             **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
         )
-        has_text = input_ids is not None or inputs_embeds is not None
-        has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
-        _arrange_records(outputs, self.config, has_text and has_generation)
+        _arrange_records(outputs, self.config, both_streams=_stream_given(text) and _stream_given(generation))
         return outputs
 
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the sentence encoder's, as recorded
@@ -986,21 +973,13 @@ class TdenForPreTraining(TdenPreTrainedModel):
         losses = _word_and_region_losses(
             mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions, region_class_targets
         )
-        text_embeds = image_embeds = similarity = None
-        if compute_similarity and outputs.sentence_encoder_output is not None:
-            text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
-            region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-            text_embeds, image_embeds = self.similarity(
-                outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
-            )
-            similarity = text_embeds @ image_embeds.t()
-            if self.training or image_ids is not None:
-                losses["ism_loss"] = batch_hardest_triplet_loss(
-                    similarity.float(), self.config.ranking_margin, image_ids
-                )
-        loss = sum(losses.values()) if losses else None
+        text_embeds, image_embeds, similarity, ism_loss = self._image_sentence_matching(
+            outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
+        )
+        if ism_loss is not None:  # last: the total sums the losses in the original's order
+            losses["ism_loss"] = ism_loss
         return TdenForPreTrainingOutput(
-            loss=loss,
+            loss=sum(losses.values()) if losses else None,
             **losses,
             mlm_logits=mlm_logits,
             msg_logits=msg_logits,
@@ -1011,6 +990,24 @@ class TdenForPreTraining(TdenPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _image_sentence_matching(
+        self, outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
+    ):
+        """Image-sentence matching apart from `forward`'s other objectives: `(text_embeds, image_embeds, similarity,
+        loss)`, all None when skipped; the loss only in training mode or with `image_ids`."""
+        if not compute_similarity or outputs.sentence_encoder_output is None:
+            return None, None, None, None
+        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
+        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+        text_embeds, image_embeds = self.similarity(
+            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
+        )
+        similarity = text_embeds @ image_embeds.t()
+        loss = None
+        if self.training or image_ids is not None:
+            loss = batch_hardest_triplet_loss(similarity.float(), self.config.ranking_margin, image_ids)
+        return text_embeds, image_embeds, similarity, loss
 
 
 class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):

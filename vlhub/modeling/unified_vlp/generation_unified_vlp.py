@@ -82,6 +82,35 @@ def _backtrack(
     return sequence[::-1], best
 
 
+def _decoding_settings(generation_config, config, prompt_length: int) -> tuple[int, int, int]:
+    """`(max_new_tokens, eos, pad)` from the generation config, the model's config filling the gaps: read apart
+    from the decoding loop of `vlp_beam_search`."""
+    max_new_tokens = generation_config.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = generation_config.max_length - prompt_length
+    if max_new_tokens < 1:
+        raise ValueError(f"vlp_beam_search needs max_new_tokens >= 1, got {max_new_tokens}")
+    eos = generation_config.eos_token_id
+    eos = config.eos_token_id if eos is None else eos
+    eos = eos[0] if isinstance(eos, (list, tuple)) else int(eos)
+    pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else config.pad_token_id
+    pad = pad[0] if isinstance(pad, (list, tuple)) else int(pad or 0)
+    return max_new_tokens, eos, pad
+
+
+def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, device):
+    """Each image's best caption, back-tracked from the beams' `(batch, steps, beams)` frames and padded with `pad`,
+    and its score: `(captions (batch, steps), scores (batch,))`."""
+    batch, steps = beam_scores.shape[:2]
+    captions = torch.full((batch, steps), pad, dtype=torch.long, device=device)
+    best_scores = torch.zeros(batch, device=device)
+    for b in range(batch):
+        sequence, best = _backtrack(beam_scores[b].tolist(), beam_words[b].tolist(), beam_parents[b].tolist(), eos)
+        captions[b, : len(sequence)] = torch.tensor(sequence, dtype=torch.long, device=device)
+        best_scores[b] = best
+    return captions, best_scores
+
+
 @torch.no_grad()
 def vlp_beam_search(
     model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs
@@ -94,16 +123,7 @@ def vlp_beam_search(
     """
     config = model.config
     beams = generation_config.num_beams
-    max_new_tokens = generation_config.max_new_tokens
-    if max_new_tokens is None:
-        max_new_tokens = generation_config.max_length - input_ids.shape[1]
-    if max_new_tokens < 1:
-        raise ValueError(f"vlp_beam_search needs max_new_tokens >= 1, got {max_new_tokens}")
-    eos = generation_config.eos_token_id
-    eos = config.eos_token_id if eos is None else eos
-    eos = eos[0] if isinstance(eos, (list, tuple)) else int(eos)
-    pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else config.pad_token_id
-    pad = pad[0] if isinstance(pad, (list, tuple)) else int(pad or 0)
+    max_new_tokens, eos, pad = _decoding_settings(generation_config, config, input_ids.shape[1])
     if input_ids.shape[0] % beams:
         raise ValueError(f"{input_ids.shape[0]} inputs are not a multiple of num_beams={beams}")
     batch, device = input_ids.shape[0] // beams, input_ids.device
@@ -159,12 +179,7 @@ def vlp_beam_search(
     beam_scores = torch.stack(all_scores, dim=1)
     beam_words = torch.stack(all_words, dim=1)
     beam_parents = torch.stack(all_parents, dim=1)
-    captions = torch.full((batch, max_new_tokens), pad, dtype=torch.long, device=device)
-    best_scores = torch.zeros(batch, device=device)
-    for b in range(batch):
-        sequence, best = _backtrack(beam_scores[b].tolist(), beam_words[b].tolist(), beam_parents[b].tolist(), eos)
-        captions[b, : len(sequence)] = torch.tensor(sequence, dtype=torch.long, device=device)
-        best_scores[b] = best
+    captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, device)
     sequences = torch.cat([input_ids[firsts], captions], dim=1)
     if generation_config.return_dict_in_generate:
         return VlpBeamSearchOutput(

@@ -464,46 +464,30 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             `UniterForPreTrainingOutput`. The MLM logits and the region predictions are gathered at the masked
             positions (data-dependent sizes, as the original computes them).
         """
-        if objective is not None and objective not in PRETRAINING_OBJECTIVES:
-            raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
+        _check_objective(objective, itc_image_ids)
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            "inputs_embeds": inputs_embeds,
+            "region_features": region_features,
+            "region_locations": region_locations,
+            "region_attention_mask": region_attention_mask,
+            "region_token_type_ids": region_token_type_ids,
+        }
+        targets = {
+            "labels": labels,
+            "region_masks": region_masks,
+            "region_feature_targets": region_feature_targets,
+            "region_class_targets": region_class_targets,
+            "itm_labels": itm_labels,
+        }
         if objective == "itc":  # its own two passes, not the joint pass the other objectives' heads read
-            _refuse_other_targets(
-                labels=labels,
-                region_masks=region_masks,
-                region_feature_targets=region_feature_targets,
-                region_class_targets=region_class_targets,
-                itm_labels=itm_labels,
-            )
-            return self._contrastive(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                position_ids,
-                inputs_embeds,
-                region_features,
-                region_locations,
-                region_attention_mask,
-                region_token_type_ids,
-                itc_image_ids,
-                **kwargs,
-            )
-        if itc_image_ids is not None:
-            raise ValueError('itc_image_ids belong to objective="itc"')
-        heads = self._objective_heads[objective]
+            _refuse_other_targets(**targets)
+            return self._contrastive(image_ids=itc_image_ids, **inputs, **kwargs)
         self._check_region_targets(objective, region_masks, region_feature_targets, region_class_targets)
-        outputs = self.uniter(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-            region_token_type_ids=region_token_type_ids,
-            region_masks=region_masks,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+        outputs = self.uniter(**inputs, region_masks=region_masks, **kwargs)
         joint = _JointPass(
             outputs.last_hidden_state,
             outputs.pooler_output,
@@ -511,14 +495,15 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             attention_mask,
             region_features is not None,
             region_attention_mask,
-            region_masks,
-            labels,
-            region_feature_targets,
-            region_class_targets,
-            itm_labels,
+            **targets,
         )
+        return self._run_objective_heads(objective, outputs, joint)
+
+    def _run_objective_heads(self, objective, outputs, joint: _JointPass) -> UniterForPreTrainingOutput:
+        """The dispatch through `_objective_heads`, apart from `forward`'s argument handling: each head of the
+        objective adds its fields; the losses are summed (WRA weighted)."""
         fields = {}
-        for head in heads:
+        for head in self._objective_heads[objective]:
             fields.update(head(self, joint))
         losses = [
             v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in fields.items() if k.endswith("_loss")
@@ -689,6 +674,14 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
             hidden_states=image.hidden_states,
             attentions=image.attentions,
         )
+
+
+def _check_objective(objective, itc_image_ids):
+    """Refuses an unknown objective, and ITC's image ids given to another objective, before any pass runs."""
+    if objective is not None and objective not in PRETRAINING_OBJECTIVES:
+        raise ValueError(f"objective must be one of {PRETRAINING_OBJECTIVES}, got {objective!r}")
+    if objective != "itc" and itc_image_ids is not None:
+        raise ValueError('itc_image_ids belong to objective="itc"')
 
 
 def _refuse_other_targets(**targets):

@@ -321,6 +321,32 @@ def _converted_processor(original: dict, task: str, model_config, tokenizer, rep
     return processor, max_text
 
 
+def _set_vqa_labels(model_config, raw: dict, checkpoint: Path, answers) -> None:
+    """id2label / label2id from the VQA answer list, checked against the head. Kept apart so that `convert_tden`
+    stays short."""
+    # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
+    head = raw.get("predictor.u_logits.1.weight")
+    id2label = _answers(checkpoint, answers, head.shape[0] if head is not None else None)
+    if id2label is None:
+        raise FileNotFoundError(
+            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
+        )
+    model_config.id2label = id2label
+    model_config.label2id = {answer: index for index, answer in id2label.items()}
+
+
+def _set_caption_decoding(model, model_config, original: dict, max_text: int) -> None:
+    """The captioner's generation defaults as X-modaler decodes (length, beams, plain log-prob sum). Kept apart so
+    that `convert_tden` stays short."""
+    # The decoder reads [CLS] + at most MAX_SEQ_LEN - 1 words; it then emits up to MAX_SEQ_LEN tokens.
+    model.generation_config.max_new_tokens = max_text
+    beams = int(original.get("DECODE_STRATEGY", {}).get("BEAM_SIZE", 2))  # X-modaler decodes COCO with beam 2
+    if beams > 1:
+        model.generation_config.num_beams = beams
+        model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
+    model.generation_config.decoder_start_token_id = model_config.bos_token_id
+
+
 def convert_tden(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -375,15 +401,7 @@ def convert_tden(
     model_config, notes = _config_from_checkpoint(raw, original, task, detected)
     report = ConversionReport(source=checkpoint.name, notes=notes)
     if task == "vqa":
-        # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
-        head = raw.get("predictor.u_logits.1.weight")
-        id2label = _answers(checkpoint, answers, head.shape[0] if head is not None else None)
-        if id2label is None:
-            raise FileNotFoundError(
-                "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
-            )
-        model_config.id2label = id2label
-        model_config.label2id = {answer: index for index, answer in id2label.items()}
+        _set_vqa_labels(model_config, raw, checkpoint, answers)
 
     model_class = TDEN_TASKS[task]
     model = model_class(model_config)
@@ -391,13 +409,7 @@ def convert_tden(
 
     processor, max_text = _converted_processor(original, task, model_config, tokenizer, report)
     if task == "captioning":
-        # The decoder reads [CLS] + at most MAX_SEQ_LEN - 1 words; it then emits up to MAX_SEQ_LEN tokens.
-        model.generation_config.max_new_tokens = max_text
-        beams = int(original.get("DECODE_STRATEGY", {}).get("BEAM_SIZE", 2))  # X-modaler decodes COCO with beam 2
-        if beams > 1:
-            model.generation_config.num_beams = beams
-            model.generation_config.length_penalty = 0.0  # the original ranks beams by the plain sum of log-probs
-        model.generation_config.decoder_start_token_id = model_config.bos_token_id
+        _set_caption_decoding(model, model_config, original, max_text)
     return save_converted_model(
         output_dir,
         model,

@@ -163,6 +163,33 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
     return usage
 
 
+def _converted_processor(task: str, model_config, tokenizer, report: ConversionReport):
+    """The processor of the converted model: VLP's renamed tokenizer and the original's region rows as stored. Kept
+    apart so that `convert_unified_vlp` stays short."""
+    from .. import unified_vlp
+
+    tok = unified_vlp.vlp_release_tokenizer(
+        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
+    )
+    report.notes.append(
+        "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
+        "the original's load_vocab renames them"
+    )
+    region_processor = unified_vlp.UnifiedVlpRegionProcessor(
+        region_feature_dim=model_config.region_feature_dim,
+        num_classes=model_config.region_location_dim - 6,
+        max_regions=model_config.num_regions,
+        min_regions=model_config.num_regions,
+        # The original takes the file's rows as stored (fewer or more fail there): vlhub keeps the file's order, pads
+        # fewer and keeps the first `num_regions` of more (logged), rather than reordering by confidence.
+        region_selection="first_n",
+        confidence_threshold=None,
+    )
+    return unified_vlp.UnifiedVlpProcessor(
+        feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"
+    )
+
+
 def convert_unified_vlp(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -223,26 +250,7 @@ def convert_unified_vlp(
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
-    tok = unified_vlp.vlp_release_tokenizer(
-        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
-    )
-    report.notes.append(
-        "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
-        "the original's load_vocab renames them"
-    )
-    region_processor = unified_vlp.UnifiedVlpRegionProcessor(
-        region_feature_dim=model_config.region_feature_dim,
-        num_classes=model_config.region_location_dim - 6,
-        max_regions=model_config.num_regions,
-        min_regions=model_config.num_regions,
-        # The original takes the file's rows as stored (fewer or more fail there): vlhub keeps the file's order, pads
-        # fewer and keeps the first `num_regions` of more (logged), rather than reordering by confidence.
-        region_selection="first_n",
-        confidence_threshold=None,
-    )
-    processor = unified_vlp.UnifiedVlpProcessor(
-        feature_extractor=region_processor, tokenizer=tok, mode="bidirectional" if task == "vqa" else "seq2seq"
-    )
+    processor = _converted_processor(task, model_config, tokenizer, report)
     output_dir = Path(output_dir)
     usage = _card_usage(task, output_dir.name, model_class.__name__)
     return save_converted_model(

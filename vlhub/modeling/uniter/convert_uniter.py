@@ -255,6 +255,16 @@ def _zero_unused_mask_row(model, report: ConversionReport) -> None:
         )
 
 
+def _zero_shot_rank_output(model_class, state_dict: dict, task: str, report: ConversionReport) -> dict:
+    """`rank_output` from the ITM head's "match" row when a retrieval model is converted from a checkpoint without
+    one (the original's zero-shot `inf_itm.py`); empty otherwise. Kept apart so that `convert_uniter` stays short."""
+    if task != "retrieval" or "rank_output.weight" in state_dict or "itm_output.weight" not in state_dict:
+        return {}
+    weight, bias = model_class.rank_output_from_itm(state_dict["itm_output.weight"], state_dict["itm_output.bias"])
+    report.notes.append("rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval")
+    return {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
+
+
 def convert_uniter(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -302,16 +312,7 @@ def convert_uniter(
 
     model_class = UNITER_TASKS[task]
     model = model_class(model_config)
-    derived = {}
-    if task == "retrieval" and "rank_output.weight" not in state_dict and "itm_output.weight" in state_dict:
-        weight, bias = model_class.rank_output_from_itm(state_dict["itm_output.weight"], state_dict["itm_output.bias"])
-        derived = {
-            "rank_output.weight": (weight, "itm_output.weight[1]"),
-            "rank_output.bias": (bias, "itm_output.bias[1]"),
-        }
-        report.notes.append(
-            "rank_output initialised from itm_output row 1 (the ITM 'match' logit): zero-shot retrieval"
-        )
+    derived = _zero_shot_rank_output(model_class, state_dict, task, report)
     convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
     if task == "pretraining":
         _zero_unused_mask_row(model, report)

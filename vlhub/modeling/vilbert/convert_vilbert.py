@@ -323,6 +323,34 @@ def _fold_weight_norm(renamed: dict, report_notes: list[str]) -> dict:
     return derived
 
 
+def _task_head_weights(
+    renamed: dict, head_keys: set, task: str, release: str, checkpoint: Path, notes: list[str]
+) -> dict:
+    """The derived head weights the task needs (`vil_logit` from the alignment head for zero-shot retrieval), after
+    checking that the checkpoint has the task's head: kept apart so that `convert_vilbert` reads as its steps."""
+    if task == "retrieval" and "vil_logit.weight" not in head_keys:
+        if "cls.bi_seq_relationship.weight" not in renamed:
+            raise CheckpointError(f"{checkpoint.name} has neither vil_logit nor an alignment head for retrieval")
+        weight, bias = VilbertForImageTextRetrieval.vil_logit_from_alignment(
+            renamed["cls.bi_seq_relationship.weight"], renamed["cls.bi_seq_relationship.bias"]
+        )
+        notes.append(
+            "vil_logit = alignment row 0 - row 1: sigmoid(vil_logit) is the original zero-shot score "
+            "softmax(alignment)[0]"
+        )
+        return {
+            "vil_logit.weight": (weight, "cls.bi_seq_relationship.weight[0] - [1]"),
+            "vil_logit.bias": (bias, "cls.bi_seq_relationship.bias[0] - [1]"),
+        }
+    own = _HEADS[task]
+    if not any(k.startswith(own) for k in renamed):
+        raise CheckpointError(
+            f"task {task!r} needs the head {', '.join(p + '*' for p in own)}, which "
+            f"{checkpoint.name} (a {release} release) does not have"
+        )
+    return {}
+
+
 def convert_vilbert(
     checkpoint: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -366,28 +394,7 @@ def convert_vilbert(
     key_map = _key_map(task, release)
     head_keys = {key_map.rename(k) for k in raw}
 
-    derived = {}
-    if task == "retrieval" and "vil_logit.weight" not in head_keys:
-        if "cls.bi_seq_relationship.weight" not in renamed:
-            raise CheckpointError(f"{checkpoint.name} has neither vil_logit nor an alignment head for retrieval")
-        weight, bias = VilbertForImageTextRetrieval.vil_logit_from_alignment(
-            renamed["cls.bi_seq_relationship.weight"], renamed["cls.bi_seq_relationship.bias"]
-        )
-        derived = {
-            "vil_logit.weight": (weight, "cls.bi_seq_relationship.weight[0] - [1]"),
-            "vil_logit.bias": (bias, "cls.bi_seq_relationship.bias[0] - [1]"),
-        }
-        notes.append(
-            "vil_logit = alignment row 0 - row 1: sigmoid(vil_logit) is the original zero-shot score "
-            "softmax(alignment)[0]"
-        )
-    else:
-        own = _HEADS[task]
-        if not any(k.startswith(own) for k in renamed):
-            raise CheckpointError(
-                f"task {task!r} needs the head {', '.join(p + '*' for p in own)}, which "
-                f"{checkpoint.name} (a {release} release) does not have"
-            )
+    derived = _task_head_weights(renamed, head_keys, task, release, checkpoint, notes)
 
     if task in ("vqa", "gqa"):
         _set_answers(model_config, renamed, task, release, expected_labels, answers, notes)

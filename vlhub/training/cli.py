@@ -537,7 +537,7 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs
-    from .finetuning import retrieval_task
+    from .finetuning import VqaDataset, VqaTask, retrieval_task
 
     parser = HfArgumentParser((FinetuneArguments, DataArguments, FinetuneTrainingArguments))
     finetune_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -566,19 +566,20 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(head)
     if finetune_args.task == "vqa":
-        task = _vqa_task(
-            model_class,
-            source,
-            location,
-            source_config,
-            architecture,
+        model = _load_vqa_model(model_class, location, source_config, architecture, id2label)
+        num_labels = model.config.num_labels
+        splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
+        task = VqaTask(
+            model,
             processor,
-            table,
             regions,
-            id2label,
+            splits["train"],
+            splits.get("validation"),
             name,
             description,
-            baselines,
+            base_model=source,
+            test=splits.get("test"),
+            majority_baselines=baselines,
         )
     elif finetune_args.task == "multiple_choice":
         task = _multiple_choice_task(model_class, source, location, processor, table, regions, name, description)
@@ -607,49 +608,21 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     return train(task, training_args, command=command, callbacks=callbacks)
 
 
-def _vqa_task(
-    model_class,
-    source,
-    location,
-    source_config,
-    architecture,
-    processor,
-    table,
-    regions,
-    id2label,
-    name,
-    description,
-    baselines,
-):
-    """A `VqaTask` whose answer head is sized and labelled by the dataset's answer vocabulary (kept out of
-    `finetune_main` so that it stays one screen)."""
-    from .finetuning import VqaDataset, VqaTask
-
+def _load_vqa_model(model_class, location, source_config, architecture, id2label):
+    """The VQA model with its answer head sized and labelled by the dataset's answer vocabulary (apart from
+    `finetune_main` to keep it within the house's 80 lines)."""
     label2id = {v: k for k, v in id2label.items()}
     # An answer vocabulary with Pythia's "<unk>" (the VQA answer processors' unknown answer): never predicted.
     unknown = {"unknown_answer_id": label2id["<unk>"]} if "<unk>" in label2id else {}
     # e.g. VL-BERT: the answer head's transform starts from the pre-trained MLM transform.
-    model = _load_task_model(
+    return _load_task_model(
         model_class, location, source_config, architecture, id2label=id2label, label2id=label2id, **unknown
-    )
-    num_labels = model.config.num_labels
-    splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
-    return VqaTask(
-        model,
-        processor,
-        regions,
-        splits["train"],
-        splits.get("validation"),
-        name,
-        description,
-        base_model=source,
-        test=splits.get("test"),
-        majority_baselines=baselines,
     )
 
 
 def _multiple_choice_task(model_class, source, location, processor, table, regions, name, description):
-    """A `MultipleChoiceTask`; the task's own input checks come back as a `SystemExit` naming `--task`."""
+    """A `MultipleChoiceTask`, its input errors as a `SystemExit` naming `--task` (apart from `finetune_main` to
+    keep it within the house's 80 lines)."""
     from .finetuning import MultipleChoiceDataset, MultipleChoiceTask
 
     # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).

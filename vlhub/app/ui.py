@@ -94,6 +94,25 @@ def _handlers(app: VlhubApp):
     return show_regions, ask, caption, rank
 
 
+def _image_row(app: VlhubApp):
+    """The image input (with the held-out examples) beside the regions drawn on it; built inside the
+    caller's `gr.Blocks`, so that `build_app` stays one screen."""
+    with gr.Row():
+        with gr.Column():
+            image = gr.File(label="Image (upload)", type="filepath", elem_id="image-input")
+            if app.examples:
+                gr.Examples(
+                    [[str(e.path)] for e in app.examples],
+                    inputs=[image],
+                    example_labels=[f"{e.image_id} (shapes world, held out)" for e in app.examples],
+                    label="or pick an example",
+                )
+        with gr.Column():
+            regions_image = gr.Image(label="Regions", type="pil", interactive=False, elem_id="regions-image")
+            regions_info = gr.Markdown(elem_id="regions-info")
+    return image, regions_image, regions_info
+
+
 def build_app(app: VlhubApp) -> gr.Blocks:
     names = list(app.models)
     first = names[0] if names else None
@@ -110,19 +129,7 @@ def build_app(app: VlhubApp) -> gr.Blocks:
             elem_id="model",
             info=app.models[first].describe() if first else "no model is open",
         )
-        with gr.Row():
-            with gr.Column():
-                image = gr.File(label="Image (upload)", type="filepath", elem_id="image-input")
-                if app.examples:
-                    gr.Examples(
-                        [[str(e.path)] for e in app.examples],
-                        inputs=[image],
-                        example_labels=[f"{e.image_id} (shapes world, held out)" for e in app.examples],
-                        label="or pick an example",
-                    )
-            with gr.Column():
-                regions_image = gr.Image(label="Regions", type="pil", interactive=False, elem_id="regions-image")
-                regions_info = gr.Markdown(elem_id="regions-info")
+        image, regions_image, regions_info = _image_row(app)
         status = gr.Markdown(elem_id="status")
         with gr.Tab("Ask"):
             question = gr.Textbox(

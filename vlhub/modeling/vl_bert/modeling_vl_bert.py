@@ -447,6 +447,33 @@ class VlBertPreTrainedModel(VisionLanguagePreTrainedModel):
             init.zeros_(module.object_mask_visual_embedding)  # the original starts it at zero
 
 
+def _check_image_inputs(config: VlBertConfig, region_features, pixel_values, region_boxes):
+    """The image inputs a 'prec' VL-BERT (region_features) or an 'e2e' one (pixel_values and region_boxes)
+    takes; apart from `_check_inputs` so that each stays one screen."""
+    if config.image_feature_precomputed:
+        if pixel_values is not None or region_boxes is not None:
+            raise ValueError(
+                "this is a 'prec' VL-BERT (precomputed region features): it takes region_features, not pixel_values "
+                "/ region_boxes; extract regions first (a processor with a region extractor does) or use an 'e2e' model"
+            )
+    else:
+        if region_features is not None:
+            raise ValueError(
+                "this is an 'e2e' VL-BERT: it computes every object's feature from pixel_values with its own ResNet, "
+                "so it takes pixel_values and region_boxes, not precomputed region_features"
+            )
+        if (pixel_values is None) != (region_boxes is None):
+            raise ValueError("an 'e2e' VL-BERT needs both pixel_values (batch, 3, H, W) and region_boxes (batch, K, 4)")
+        if pixel_values is not None:
+            if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
+                raise ValueError(f"pixel_values must have shape (batch, 3, H, W), got {tuple(pixel_values.shape)}")
+            if region_boxes.ndim != 3 or region_boxes.shape[-1] != 4 or region_boxes.shape[0] != pixel_values.shape[0]:
+                raise ValueError(
+                    f"region_boxes must have shape ({pixel_values.shape[0]}, num_regions, 4), "
+                    f"got {tuple(region_boxes.shape)}"
+                )
+
+
 def _check_inputs(
     config: VlBertConfig,
     input_ids,
@@ -470,28 +497,7 @@ def _check_inputs(
             f"{config.max_position_embeddings} position embeddings (at most {config.max_position_embeddings - 2} "
             "tokens); shorten it (the processor truncates to max_text_length)"
         )
-    if config.image_feature_precomputed:
-        if pixel_values is not None or region_boxes is not None:
-            raise ValueError(
-                "this is a 'prec' VL-BERT (precomputed region features): it takes region_features, not pixel_values "
-                "/ region_boxes; extract regions first (a processor with a region extractor does) or use an 'e2e' model"
-            )
-    else:
-        if region_features is not None:
-            raise ValueError(
-                "this is an 'e2e' VL-BERT: it computes every object's feature from pixel_values with its own ResNet, "
-                "so it takes pixel_values and region_boxes, not precomputed region_features"
-            )
-        if (pixel_values is None) != (region_boxes is None):
-            raise ValueError("an 'e2e' VL-BERT needs both pixel_values (batch, 3, H, W) and region_boxes (batch, K, 4)")
-        if pixel_values is not None:
-            if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
-                raise ValueError(f"pixel_values must have shape (batch, 3, H, W), got {tuple(pixel_values.shape)}")
-            if region_boxes.ndim != 3 or region_boxes.shape[-1] != 4 or region_boxes.shape[0] != pixel_values.shape[0]:
-                raise ValueError(
-                    f"region_boxes must have shape ({pixel_values.shape[0]}, num_regions, 4), "
-                    f"got {tuple(region_boxes.shape)}"
-                )
+    _check_image_inputs(config, region_features, pixel_values, region_boxes)
     regions = _regions(region_features, region_boxes)
     if regions is None:
         if region_locations is not None or region_attention_mask is not None:
@@ -994,6 +1000,20 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         )
 
 
+def _check_choice_inputs(input_ids, inputs_embeds, region_features, region_boxes):
+    """The text of a multiple-choice batch, checked to have a choice axis, and the image's regions checked to be
+    there; apart from `VlBertForMultipleChoice.forward` so that it stays one screen."""
+    text = input_ids if input_ids is not None else inputs_embeds
+    if text is None or text.ndim != (3 if input_ids is not None else 4):
+        raise ValueError(
+            "multiple choice needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of "
+            f"shape (batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
+        )
+    if _regions(region_features, region_boxes) is None:
+        raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
+    return text
+
+
 class VlBertForMultipleChoice(VlBertPreTrainedModel):
     """VCR: each (question, choice) text is encoded with the image; `vcr_head` (dropout, Linear(H, 1)) scores the
     pooled [CLS] output and the loss is binary cross-entropy against the one-hot answer (the original's
@@ -1051,14 +1071,7 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
             `VlBertMultipleChoiceOutput` with `logits` `(batch_size, num_choices)`; `hidden_states` cover the
             `batch_size * num_choices` sequences.
         """
-        text = input_ids if input_ids is not None else inputs_embeds
-        if text is None or text.ndim != (3 if input_ids is not None else 4):
-            raise ValueError(
-                "multiple choice needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of "
-                f"shape (batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
-            )
-        if _regions(region_features, region_boxes) is None:
-            raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
+        text = _check_choice_inputs(input_ids, inputs_embeds, region_features, region_boxes)
         batch, choices = text.shape[:2]
         flat = flatten_choices(
             dict(

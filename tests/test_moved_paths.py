@@ -92,3 +92,19 @@ def test_an_architecture_layers_file_imported_first_still_registers_the_models(f
         "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)"
     )
     assert out.split() == ["VilbertModel", "TdenModel"]
+
+
+def test_build_uniter_config_is_a_deprecated_alias_of_build_config(tmp_path):
+    import vlhub
+    from tests.training_helpers import TINY_CONFIG, synthetic_corpus, tiny_tokenizer
+    from vlhub.registry import get_architecture
+    from vlhub.training import build_config, build_uniter_config
+
+    corpus = synthetic_corpus()
+    processor = vlhub.UniterProcessor(
+        feature_extractor=vlhub.UniterRegionProcessor(region_feature_dim=12), tokenizer=tiny_tokenizer(tmp_path)
+    )
+    expected = build_config(get_architecture("uniter"), dict(TINY_CONFIG), processor, corpus.sample_regions())
+    with pytest.warns(FutureWarning, match=r"build_config\(get_architecture\(\"uniter\"\)"):
+        config = build_uniter_config(dict(TINY_CONFIG), processor, corpus.sample_regions())
+    assert config.to_dict() == expected.to_dict()

@@ -17,7 +17,7 @@ from .objectives import (
     objectives_for,
     register_objective,
 )
-from .pretraining import PretrainingTask, build_config, build_pretraining_model
+from .pretraining import PretrainingTask, build_config, build_pretraining_model, build_uniter_config
 from .sampling import ObjectiveBatchSampler, SampleKey
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "TrainingTask",
     "build_config",
     "build_pretraining_model",
+    "build_uniter_config",
     "default_objective_mix",
     "load_caption_corpus",
     "mask_regions",

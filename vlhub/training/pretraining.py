@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -50,6 +51,17 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
         fields["num_region_labels"] = sample_regions.class_probs.shape[1]
     fields.update(processor.model_config_fields())  # e.g. the special token ids a generating model needs
     return architecture.config_class(**fields)
+
+
+def build_uniter_config(config: str | dict, processor, sample_regions):
+    """Deprecated: `build_config(get_architecture("uniter"), ...)`, the route for every architecture."""
+    warnings.warn(
+        'build_uniter_config is deprecated: use build_config(get_architecture("uniter"), config, processor, '
+        "sample_regions) (build_uniter_config will stop working in a later release)",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return build_config(get_architecture("uniter"), config, processor, sample_regions)
 
 
 def build_pretraining_model(

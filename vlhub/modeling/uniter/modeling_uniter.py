@@ -28,7 +28,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -75,25 +75,49 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class UniterForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`): sum of the objective losses computed (WRA weighted by `wra_weight`).
-    mlm_loss, mrfr_loss, mrc_loss, mrc_kl_loss, itm_loss, wra_loss, itc_loss (`torch.FloatTensor` of shape `()`):
-        each objective's loss, when its targets were given.
-    mlm_logits (`torch.FloatTensor`): `(num_masked_tokens, vocab_size)` at the positions with a label >= 0, row-major
-        over (example, position), when `labels` is given; `(batch, text_length, vocab_size)` for `objective="mlm"`
-        without labels.
-    mrfr_predictions (`torch.FloatTensor` of shape `(num_masked_regions, region_feature_dim)`): regressed features of
-        the masked regions (row-major over (example, region)).
-    mrc_logits (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`): detector-class logits of the
-        masked regions.
-    itm_logits (`torch.FloatTensor` of shape `(batch, 2)`): image-text match logits, column 1 = match.
-    wra_distance (`torch.FloatTensor` of shape `(batch,)`): optimal-transport distance between words and regions.
-    itc_logits (`torch.FloatTensor` of shape `(batch, batch)`): `objective="itc"`: cosine similarities of every
-        text-only [CLS] with every image-only [CLS] of the batch, divided by `config.itc_temperature`.
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Sum of the objective losses computed (WRA weighted by `wra_weight`).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked language modelling, when `labels` are given.
+    mrfr_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked region feature regression, when `region_feature_targets` are given.
+    mrc_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked region classification against the detector's hard label (`objective="mrc"`).
+    mrc_kl_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked region classification, KL divergence from the detector's class distribution.
+    itm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Image-text matching, when `itm_labels` are given.
+    wra_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Word-region alignment (`objective="itm-wra"`).
+    itc_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Image-text contrastive loss (`objective="itc"`).
+    mlm_logits (`torch.FloatTensor`, *optional*):
+        `(num_masked_tokens, vocab_size)` at the positions with a label >= 0, row-major over (example, position),
+        when `labels` is given; `(batch, text_length, vocab_size)` for `objective="mlm"` without labels.
+    mrfr_predictions (`torch.FloatTensor` of shape `(num_masked_regions, region_feature_dim)`, *optional*):
+        Regressed features of the masked regions (row-major over (example, region)).
+    mrc_logits (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`, *optional*):
+        Detector-class logits of the masked regions.
+    itm_logits (`torch.FloatTensor` of shape `(batch, 2)`, *optional*):
+        Image-text match logits, column 1 = match.
+    wra_distance (`torch.FloatTensor` of shape `(batch,)`, *optional*):
+        Optimal-transport distance between words and regions.
+    itc_logits (`torch.FloatTensor` of shape `(batch, batch)`, *optional*):
+        `objective="itc"`: cosine similarities of every text-only [CLS] with every image-only [CLS] of the batch,
+        divided by `config.itc_temperature`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`):
+        The encoder's output, laid out `[text | regions]`.
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`):
+        tanh(dense) of position 0.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
+        only).
     """
 
     loss: torch.FloatTensor | None = None
@@ -116,18 +140,28 @@ class UniterForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring(
+    custom_intro="""
+    transformers' `SequenceClassifierOutput` plus the backbone outputs the heads are compared on.
+    """
+)
 @dataclass
 class UniterClassifierOutput(SequenceClassifierOutput):
     r"""
-    transformers' `SequenceClassifierOutput` plus the backbone outputs the heads are compared on.
-
-    loss (`torch.FloatTensor` of shape `()`, when labels are given).
-    logits (`torch.FloatTensor`): `(batch, num_labels)` VQA answers / VE labels / NLVR2 classes, `(batch, 1)`
-        retrieval scores, or `(batch, num_regions)` referring-expression region scores.
-    hidden_states, attentions: per layer, when requested (`output_hidden_states=True` / `output_attentions=True`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): the backbone's pooled output (`None` for
-        heads built without the pooler).
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        The head's loss.
+    logits (`torch.FloatTensor`):
+        `(batch, num_labels)` VQA answers / VE labels / NLVR2 classes, `(batch, 1)` retrieval scores, or
+        `(batch, num_regions)` referring-expression region scores.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
+        only).
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`, *optional*):
+        The backbone's pooled output (`None` for heads built without the pooler).
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`):
+        The backbone's output, laid out `[text | regions]`.
     """
 
     pooler_output: torch.FloatTensor | None = None
@@ -138,39 +172,114 @@ class UniterClassifierOutput(SequenceClassifierOutput):
 UniterReferringExpressionOutput = UniterClassifierOutput
 
 
+@auto_docstring(
+    custom_intro="""
+    transformers' `MultipleChoiceModelOutput` plus the two logits of each (question, choice) pair.
+    """
+)
 @dataclass
 class UniterMultipleChoiceOutput(MultipleChoiceModelOutput):
     r"""
-    transformers' `MultipleChoiceModelOutput` plus the two logits of each (question, choice) pair.
-
-    loss (`torch.FloatTensor` of shape `()`, when labels are given): 2-way cross-entropy per (question, choice) pair.
-    logits (`torch.FloatTensor` of shape `(batch, num_choices)`): the "right" logit of each pair (the ranking score).
-    pair_logits (`torch.FloatTensor` of shape `(batch, num_choices, 2)`): both logits of each pair.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        2-way cross-entropy per (question, choice) pair.
+    logits (`torch.FloatTensor` of shape `(batch, num_choices)`):
+        The "right" logit of each pair (the ranking score).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embeddings and each layer's output, `(batch * num_choices, text_length + num_regions, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Self-attention probabilities per layer, `(batch * num_choices, num_attention_heads, length, length)`
+        (eager attention only).
+    pair_logits (`torch.FloatTensor` of shape `(batch, num_choices, 2)`):
+        Both logits of each pair.
     """
 
     pair_logits: torch.FloatTensor | None = None
 
 
-UNITER_INPUTS_DOCSTRING = r"""
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            Word-piece ids, `[CLS] ... [SEP]` then padding (the processor's `input_ids`).
-        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
-            1 for real tokens, 0 for padding. Defaults to all ones.
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            Text token types (0; VCR uses 2/3 for answers/rationales).
-        position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
-            Text positions; defaults to `0..text_length-1`. Regions have no positions.
-        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`, *optional*):
-            Region features, zero padded.
-        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`, *optional*):
-            `[x1, y1, x2, y2, w, h, w*h]` per region, normalised by the image size. Required with `region_features`.
-        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for real regions, 0 for padding. Required for a batch of more than one example.
-        region_token_type_ids (`torch.LongTensor` of shape `(batch_size, num_regions)`, *optional*):
-            Token type of each region, looked up in the text type table; defaults to `config.region_token_type_id`.
-        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
-            Word embeddings to use instead of `input_ids` (position and type embeddings are still added).
+# What auto_docstring does not know of UNITER's inputs (it documents `input_ids`, `attention_mask`, ... itself).
+_REGION_ARGS = r"""
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`, *optional*):
+    Region features, zero padded.
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`, *optional*):
+    `[x1, y1, x2, y2, w, h, w*h]` per region, normalised by the image size. Required with `region_features`.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for real regions, 0 for padding. Required for a batch of more than one example.
+region_token_type_ids (`torch.LongTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Token type of each region, looked up in the text type table; defaults to `config.region_token_type_id`.
+"""
+_REGION_MASKS_ARG = r"""
+region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Regions whose features are replaced by the mask embedding (masked region modelling); needs
+    `add_region_mask_embedding=True`.
+"""
+_PRETRAINING_ARGS = r"""
+region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Masked regions for MRFR/MRC; their features become the mask embedding.
+labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    MLM targets; positions with a negative label (-100, or the original's -1) are ignored.
+region_feature_targets (`torch.FloatTensor` of shape `(num_masked_regions, region_feature_dim)`, *optional*):
+    MRFR targets (the unmasked features), row-major over (example, region).
+region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`, *optional*):
+    Detector class probabilities of the masked regions (background first): MRC-kl targets, or, with
+    `objective="mrc"`, the source of the hard label `argmax(probs[:, 1:]) + 1`.
+itm_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    1 = the text matches the image, 0 = it does not.
+itc_image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    `objective="itc"`: pairs sharing an id show the same image and are not each other's negatives.
+objective (`str`, *optional*):
+    One of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC (`"mrc"`), adds
+    the WRA loss to ITM (`"itm-wra"`), or runs the contrastive objective (`"itc"`: every row a matched pair; the
+    loss is always computed). Without it every objective whose targets are given is computed (MRC-kl for region
+    class targets).
+"""
+_ANSWER_LABELS_ARG = r"""
+labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+    VQA: soft answer scores in [0, 1]. VE (`UniterForVisualEntailment`): also `(batch_size,)` class ids.
+"""
+_NUM_NEGATIVES_ARG = r"""
+num_negatives (`int`, *optional*):
+    When given, the batch is read as groups of `1 + num_negatives` pairs, the matched pair first, and the loss is
+    the original's hinge `max(0, margin + σ(s_neg) - σ(s_pos))`, averaged.
+"""
+_TWO_IMAGE_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    The sentence, encoded once with each image.
+region_features (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_feature_dim)`):
+    The left and right images' regions.
+region_locations (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_location_dim)`):
+    `[x1, y1, x2, y2, w, h, w*h]` per region, normalised by the image size.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, 2, num_regions)`, *optional*):
+    1 for real regions, 0 for padding.
+region_token_type_ids (`torch.LongTensor` of shape `(batch_size, 2, num_regions)`, *optional*):
+    Defaults to 1 (left) and 2 (right) with a 3-row type table, else 1 for both.
+labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    1 = the statement is true.
+"""
+_REGION_INDEX_LABELS_ARG = r"""
+labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Index of the referred region.
+"""
+_CHOICE_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    Question + choice word pieces of each pair.
+attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    1 for real tokens, 0 for padding.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    Text token types (VCR uses 2/3 for answers/rationales).
+position_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    Text positions; defaults to `0..text_length-1`.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`, *optional*):
+    Word embeddings instead of `input_ids`.
+region_features (`torch.FloatTensor` of shape `(batch_size, [num_choices,] num_regions, region_feature_dim)`):
+    Shared by every choice, or given per choice (likewise the other region inputs).
+region_locations (`torch.FloatTensor` of shape `(batch_size, [num_choices,] num_regions, region_location_dim)`):
+    `[x1, y1, x2, y2, w, h, w*h]` per region, normalised by the image size.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, [num_choices,] num_regions)`, *optional*):
+    1 for real regions, 0 for padding.
+region_token_type_ids (`torch.LongTensor` of shape `(batch_size, [num_choices,] num_regions)`, *optional*):
+    Token type of each region; defaults to `config.region_token_type_id`.
+labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Index of the right choice.
 """
 
 
@@ -237,18 +346,21 @@ class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
             init.zeros_(module.in_proj_bias)
 
 
-class UniterModel(UniterPreTrainedModel):
-    """The bare UNITER encoder: text embeddings (BERT's), region embeddings, a BERT encoder and the tanh pooler.
-
-    Args:
-        config (`UniterConfig`): the model configuration.
-        add_pooling_layer (`bool`, defaults to `True`): build the pooler (`pooler_output`); heads that never read
-            the pooled output (referring expressions, NLVR2 paired-attn) leave it out.
-        add_region_mask_embedding (`bool`, defaults to `False`): build `img_embeddings.mask_embedding`, the learned
-            features of masked regions; only masked region modelling (pre-training) uses it (`region_masks`).
+@auto_docstring(
+    custom_intro="""
+    The bare UNITER encoder: text embeddings (BERT's), region embeddings, a BERT encoder and the tanh pooler.
     """
-
+)
+class UniterModel(UniterPreTrainedModel):
     def __init__(self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False):
+        r"""
+        add_pooling_layer (`bool`, defaults to `True`):
+            Build the pooler (`pooler_output`); heads that never read the pooled output (referring expressions,
+            NLVR2 paired-attn) leave it out.
+        add_region_mask_embedding (`bool`, defaults to `False`):
+            Build `img_embeddings.mask_embedding`, the learned features of masked regions; only masked region
+            modelling (pre-training) uses it (`region_masks`).
+        """
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.img_embeddings = UniterImageEmbeddings(config, add_mask_embedding=add_region_mask_embedding)
@@ -258,7 +370,7 @@ class UniterModel(UniterPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
-    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_REGION_ARGS + _REGION_MASKS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -274,10 +386,6 @@ class UniterModel(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
-            Regions whose features are replaced by the mask embedding (masked region modelling); needs
-            `add_region_mask_embedding=True`.
-
         Returns:
             `BaseModelOutputWithPooling`: `last_hidden_state` `(batch_size, text_length + num_regions, hidden_size)`
             laid out `[text | regions]`, and `pooler_output` `(batch_size, hidden_size)` (tanh(dense) of position 0,
@@ -380,8 +488,9 @@ class _JointPass:
         return self.region_output[self.region_masks.bool()]
 
 
-class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
-    """UNITER with its pre-training heads: MLM (`cls`, decoder tied to the word embeddings), MRFR (`feat_regress`,
+@auto_docstring(
+    custom_intro="""
+    UNITER with its pre-training heads: MLM (`cls`, decoder tied to the word embeddings), MRFR (`feat_regress`,
     output projection tied to the image embedder's `img_linear`), MRC / MRC-kl (`region_classifier`) and ITM
     (`itm_output`, on the pooled output) with the optional word-region alignment (WRA) distance. The backbone has
     the region mask embedding (`uniter.img_embeddings.mask_embedding`) that masked region modelling needs.
@@ -399,7 +508,8 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     ("conditional masking"), so a batch normally carries one kind of target and the heads of the other objectives
     get no gradient in that step (under DDP: `find_unused_parameters=True`, or a batch mixing all objectives).
     """
-
+)
+class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "uniter.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -419,7 +529,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_REGION_ARGS + _PRETRAINING_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -441,25 +551,6 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterForPreTrainingOutput:
         r"""
-        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
-            Masked regions for MRFR/MRC; their features become the mask embedding.
-        labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            MLM targets; positions with a negative label (-100, or the original's -1) are ignored.
-        region_feature_targets (`torch.FloatTensor` of shape `(num_masked_regions, region_feature_dim)`, *optional*):
-            MRFR targets (the unmasked features), row-major over (example, region).
-        region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`, *optional*):
-            Detector class probabilities of the masked regions (background first): MRC-kl targets, or, with
-            `objective="mrc"`, the source of the hard label `argmax(probs[:, 1:]) + 1`.
-        itm_labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            1 = the text matches the image, 0 = it does not.
-        itc_image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            `objective="itc"`: pairs sharing an id show the same image and are not each other's negatives.
-        objective (`str`, *optional*):
-            One of `PRETRAINING_OBJECTIVES`; selects the MLM logits without labels (`"mlm"`), hard MRC (`"mrc"`),
-            adds the WRA loss to ITM (`"itm-wra"`), or runs the contrastive objective (`"itc"`: every row a matched
-            pair; the loss is always computed). Without it every objective whose targets are given is computed
-            (MRC-kl for region class targets).
-
         Returns:
             `UniterForPreTrainingOutput`. The MLM logits and the region predictions are gathered at the masked
             positions (data-dependent sizes, as the original computes them).
@@ -716,13 +807,15 @@ def _padding(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
-class UniterForQuestionAnswering(UniterPreTrainedModel):
-    """VQA: `vqa_output` (Linear(H, 2H), GELU, LayerNorm, Linear(2H, num_answers)) on the pooled output.
+@auto_docstring(
+    custom_intro="""
+    VQA: `vqa_output` (Linear(H, 2H), GELU, LayerNorm, Linear(2H, num_answers)) on the pooled output.
 
     `config.id2label` holds the answers (3129 for the original VQA vocabulary). The loss is the original's:
     binary cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
     """
-
+)
+class UniterForQuestionAnswering(UniterPreTrainedModel):
     def __init__(self, config: UniterConfig):
         super().__init__(config)
         self.uniter = UniterModel(config)
@@ -740,7 +833,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         return labels.to(logits.dtype)
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_REGION_ARGS + _ANSWER_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -756,9 +849,6 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-            VQA: soft answer scores in [0, 1]. VE (`UniterForVisualEntailment`): also `(batch_size,)` class ids.
-
         Returns:
             `UniterClassifierOutput` with `logits` `(batch_size, num_labels)`.
         """
@@ -781,13 +871,15 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
         return _classifier_output(loss, logits, outputs)
 
 
-class UniterForVisualEntailment(UniterForQuestionAnswering):
-    """SNLI-VE: the VQA head with 3 outputs (contradiction=0, entailment=1, neutral=2) and the original's binary
+@auto_docstring(
+    custom_intro="""
+    SNLI-VE: the VQA head with 3 outputs (contradiction=0, entailment=1, neutral=2) and the original's binary
     cross-entropy on one-hot targets. Parameter names stay `vqa_output.*`, as in the original.
 
     A config without 3 labels is copied and given the SNLI-VE labels; the caller's config object is not changed.
     """
-
+)
+class UniterForVisualEntailment(UniterForQuestionAnswering):
     def __init__(self, config: UniterConfig):
         if config.num_labels != 3:
             config = copy.deepcopy(config)
@@ -803,13 +895,15 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
         return super()._soft_targets(labels, logits)
 
 
-class UniterForImageTextRetrieval(UniterPreTrainedModel):
-    """Image-text retrieval: `rank_output` (Linear(H, 1)) scores a pair from the pooled output.
+@auto_docstring(
+    custom_intro="""
+    Image-text retrieval: `rank_output` (Linear(H, 1)) scores a pair from the pooled output.
 
     For zero-shot retrieval (the original `init_output`), seed `rank_output` from a pre-trained ITM head with
     `init_rank_output_from_itm(itm_weight, itm_bias)`; the head itself does not keep the ITM layer.
     """
-
+)
+class UniterForImageTextRetrieval(UniterPreTrainedModel):
     def __init__(self, config: UniterConfig):
         super().__init__(config)
         self.uniter = UniterModel(config)
@@ -846,7 +940,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
         return ["rank_output.weight", "rank_output.bias"]
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_REGION_ARGS + _NUM_NEGATIVES_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -862,10 +956,6 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        num_negatives (`int`, *optional*):
-            When given, the batch is read as groups of `1 + num_negatives` pairs, the matched pair first, and the
-            loss is the original's hinge `max(0, margin + σ(s_neg) - σ(s_pos))`, averaged.
-
         Returns:
             `UniterClassifierOutput` with `logits` `(batch_size, 1)`: the ranking score of each pair.
         """
@@ -895,8 +985,9 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
         return _classifier_output(loss, logits, outputs)
 
 
-class UniterForVisualReasoning(UniterPreTrainedModel):
-    """NLVR2 (one sentence, two images, true/false), "paired" setting: the sentence is encoded with each image.
+@auto_docstring(
+    custom_intro="""
+    NLVR2 (one sentence, two images, true/false), "paired" setting: the sentence is encoded with each image.
 
     `config.nlvr2_head` picks the head: `"paired"` — `nlvr2_output` Linear(2H, 2) on the two pooled outputs
     concatenated; `"paired-attn"` (the released default) — left↔right cross-attention over the two sequence outputs,
@@ -905,7 +996,8 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
     The left image's regions get token type 1 and the right's type 2 when the type table has 3 rows (as the released
     NLVR2 model), unless `region_token_type_ids` is given.
     """
-
+)
+class UniterForVisualReasoning(UniterPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
 
     def __init__(self, config: UniterConfig):
@@ -922,6 +1014,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring(custom_args=_TWO_IMAGE_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -937,20 +1030,6 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-                The sentence, encoded once with each image.
-            attention_mask, token_type_ids (`(batch_size, text_length)`, *optional*): as for `UniterModel`.
-            position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*).
-            region_features (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_feature_dim)`):
-                The left and right images' regions.
-            region_locations (`torch.FloatTensor` of shape `(batch_size, 2, num_regions, region_location_dim)`).
-            region_attention_mask (`torch.Tensor` of shape `(batch_size, 2, num_regions)`, *optional*).
-            region_token_type_ids (`torch.LongTensor` of shape `(batch_size, 2, num_regions)`, *optional*):
-                Defaults to 1 (left) and 2 (right) with a 3-row type table, else 1 for both.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*).
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): 1 = the statement is true.
-
         Returns:
             `UniterClassifierOutput` with `logits` `(batch_size, 2)`; `last_hidden_state` and `hidden_states` cover
             the `2 * batch_size` (sentence, image) sequences, left then right for each example.
@@ -1017,10 +1096,13 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
         return self.nlvr2_output(pooled)
 
 
+@auto_docstring(
+    custom_intro="""
+    Referring expressions: `re_output` scores every region output; the loss is cross-entropy over regions.
+    The head reads no pooled output, so the backbone has no pooler.
+    """
+)
 class UniterForReferringExpression(UniterPreTrainedModel):
-    """Referring expressions: `re_output` scores every region output; the loss is cross-entropy over regions.
-    The head reads no pooled output, so the backbone has no pooler."""
-
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
 
     def __init__(self, config: UniterConfig):
@@ -1034,7 +1116,7 @@ class UniterForReferringExpression(UniterPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNITER_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_REGION_ARGS + _REGION_INDEX_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1050,9 +1132,6 @@ class UniterForReferringExpression(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterClassifierOutput:
         r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Index of the referred region.
-
         Returns:
             `UniterClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded regions.
         """
@@ -1084,10 +1163,13 @@ class UniterForReferringExpression(UniterPreTrainedModel):
         )
 
 
+@auto_docstring(
+    custom_intro="""
+    VCR: each (question, choice) pair is encoded with the image; `vcr_output` (Linear(H, 2H), ReLU, LayerNorm,
+    Linear(2H, 2)) classifies the pair as right/wrong, and the "right" logit ranks the choices.
+    """
+)
 class UniterForMultipleChoice(UniterPreTrainedModel):
-    """VCR: each (question, choice) pair is encoded with the image; `vcr_output` (Linear(H, 2H), ReLU, LayerNorm,
-    Linear(2H, 2)) classifies the pair as right/wrong, and the "right" logit ranks the choices."""
-
     def __init__(self, config: UniterConfig):
         super().__init__(config)
         self.uniter = UniterModel(config)
@@ -1095,6 +1177,7 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring(custom_args=_CHOICE_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1110,17 +1193,6 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UniterMultipleChoiceOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
-                Question + choice word pieces of each pair.
-            attention_mask, token_type_ids, position_ids (`(batch_size, num_choices, text_length)`, *optional*).
-            region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)` or
-                `(batch_size, num_choices, num_regions, region_feature_dim)`): shared by every choice, or per choice;
-                likewise `region_locations`, `region_attention_mask` and `region_token_type_ids`.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`,
-                *optional*): word embeddings instead of `input_ids`.
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
-
         Returns:
             `UniterMultipleChoiceOutput` with `logits` `(batch_size, num_choices)` and `pair_logits`
             `(batch_size, num_choices, 2)`; `hidden_states` cover the `batch_size * num_choices` pairs.

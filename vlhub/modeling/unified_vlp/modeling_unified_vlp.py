@@ -32,7 +32,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -55,22 +55,30 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class UnifiedVlpForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, when `labels` are given): masked language modelling loss (mean
-        cross-entropy over the labelled slots).
-    logits (`torch.FloatTensor`): MLM logits, `(batch, sequence_length, vocab_size)`, or
-        `(batch, num_masked, vocab_size)` at `masked_positions` when those are given.
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): tanh pooler on [CLS] (no released task
-        uses it).
-    hidden_states, attentions: per layer, when requested.
-    s2s_loss, bi_loss, mlm_loss (`torch.FloatTensor` of shape `()`, when `labels` are given): `loss` again, named
-        after the attention pattern for training logs: `s2s_loss` when `seq2seq` is True for the batch, `bi_loss`
-        when False, `mlm_loss` when it is chosen per example (a `(batch,)` tensor, the original's mix).
-    mlm_logits (`torch.FloatTensor` of shape `(num_labelled, vocab_size)`, when `labels` are given): the rows of
-        `logits` whose label is >= 0, row-major (what vlhub's pre-training evaluation scores).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+        Masked language modelling loss (mean cross-entropy over the labelled slots).
+    logits (`torch.FloatTensor` of shape `(batch, sequence_length, vocab_size)` or `(batch, num_masked, vocab_size)`):
+        MLM logits of every position, or of `masked_positions` only when those are given.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`):
+        The encoder's output.
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`):
+        tanh pooler on [CLS] (no released task uses it).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
+    s2s_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        `loss` again, named for training logs: set when `seq2seq` is True for the batch.
+    bi_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        `loss` again, set when `seq2seq` is False for the batch (bidirectional).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        `loss` again, set when the pattern is chosen per example (`seq2seq` a `(batch,)` tensor, the original's mix).
+    mlm_logits (`torch.FloatTensor` of shape `(num_labelled, vocab_size)`, *optional*, returned when `labels` are given):
+        The rows of `logits` whose label is >= 0, row-major (what vlhub's pre-training evaluation scores).
     """
 
     loss: torch.FloatTensor | None = None
@@ -85,52 +93,87 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
     mlm_logits: torch.FloatTensor | None = None
 
 
+@auto_docstring(
+    custom_intro="""
+    transformers' `SequenceClassifierOutput` plus the original's prediction and the backbone outputs.
+    """
+)
 @dataclass
 class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
     r"""
-    transformers' `SequenceClassifierOutput` plus the original's prediction and the backbone outputs.
-
-    loss (`torch.FloatTensor` of shape `()`, when `labels` are given): binary cross-entropy on soft answer scores,
-        summed over answers and averaged over the batch (the original's `BCEWithLogitsLoss() * num_answers`).
-    logits (`torch.FloatTensor` of shape `(batch, num_labels)`): answer logits.
-    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`): the best answer other than
-        `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer vocabulary's `<unk>`), which the
-        original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain argmax when none is set.
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+        Binary cross-entropy on soft answer scores, summed over answers and averaged over the batch (the original's
+        `BCEWithLogitsLoss() * num_answers`).
+    logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
+        Answer logits.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
+    predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`):
+        The best answer other than `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer
+        vocabulary's `<unk>`), which the original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain
+        argmax when none is set.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`):
+        The encoder's output.
     """
 
     predicted_answer_ids: torch.LongTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
 
 
-UNIFIED_VLP_INPUTS_DOCSTRING = r"""
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
-            `[CLS] r_1 .. r_N [SEP] w_1 .. w_T [SEP]` then padding: the processor's `input_ids`, region slots holding
-            the placeholder `config.region_token_id`. With a cache, only the new tokens.
-        attention_mask (`torch.Tensor`, *optional*):
-            `(batch_size, past_length + sequence_length)` 1/0 over every position so far (1 = real token), or a
-            `(batch_size, sequence_length, sequence_length)` 0/1 matrix `[query, key]` as the original loaders built
-            it (used as given, no cache). Defaults to all ones.
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Segments. Default: the image/text types of the attention pattern (4/5 for seq2seq, 0/1 bidirectional).
-        position_ids (`torch.LongTensor` of shape `(batch_size or 1, sequence_length)`, *optional*):
-            Defaults to `past_length .. past_length + sequence_length - 1` (the original's plain count).
-        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
-            Region features for slots `1..num_regions`; `num_regions` must be `config.num_regions` (the processor
-            pads). Needed when the input covers the region slots (no cache yet); ignored afterwards.
-        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`):
-            The 1607-d `vis_pe` vector of each region (the processor's `region_locations`).
-        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for real regions, 0 for padded slots (masked out of every row's view).
-        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
-            Word embeddings instead of `input_ids` (region slots are still replaced).
-        seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*):
-            Attention pattern, per batch or per example: True = seq2seq (captioning), False = bidirectional.
-            Defaults to the head's own pattern.
-        cache (`Cache`, *optional*): keys and values of earlier positions (generation); also accepted as
-            `past_key_values`, its name before transformers 5.24.
-        use_cache (`bool`, *optional*): whether to update and return the cache.
+# What auto_docstring does not know of Unified VLP's inputs, or knows only in general terms.
+_INPUT_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+    `[CLS] r_1 .. r_N [SEP] w_1 .. w_T [SEP]` then padding: the processor's `input_ids`, region slots holding the
+    placeholder `config.region_token_id`. With a cache, only the new tokens.
+attention_mask (`torch.Tensor`, *optional*):
+    `(batch_size, past_length + sequence_length)` 1/0 over every position so far (1 = real token), or a
+    `(batch_size, sequence_length, sequence_length)` 0/1 matrix `[query, key]` as the original loaders built it
+    (used as given, no cache). Defaults to all ones.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+    Segments. Default: the image/text types of the attention pattern (4/5 for seq2seq, 0/1 bidirectional).
+position_ids (`torch.LongTensor` of shape `(batch_size or 1, sequence_length)`, *optional*):
+    Defaults to `past_length .. past_length + sequence_length - 1` (the original's plain count).
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+    Region features for slots `1..num_regions`; `num_regions` must be `config.num_regions` (the processor pads).
+    Needed when the input covers the region slots (no cache yet); ignored afterwards.
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, region_location_dim)`):
+    The 1607-d `vis_pe` vector of each region (the processor's `region_locations`).
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for real regions, 0 for padded slots (masked out of every row's view).
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+    Word embeddings instead of `input_ids` (region slots are still replaced).
+"""
+_SEQ2SEQ_ARG = r"""
+seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*):
+    Attention pattern, per batch or per example: True = seq2seq (captioning), False = bidirectional. Defaults to
+    the model's own pattern (bidirectional for `UnifiedVlpModel`, seq2seq for `UnifiedVlpForPreTraining`).
+"""
+_CACHE_ARGS = r"""
+cache (`Cache`, *optional*):
+    Keys and values of earlier positions (generation); also accepted as `past_key_values`, its name before
+    transformers 5.24.
+use_cache (`bool`, *optional*):
+    Whether to update and return the cache.
+"""
+_MASKED_LM_ARGS = r"""
+masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
+    Positions to predict (the original's `masked_pos`, padded with any position and label -100); the logits are
+    computed there only.
+labels (`torch.LongTensor`, *optional*):
+    Targets, -100 where there is none: `(batch_size, num_masked)` with `masked_positions`, else
+    `(batch_size, sequence_length)`.
+"""
+_PREDICT_NEXT_ARG = r"""
+predict_next (`bool`, defaults to `False`):
+    Append a [MASK] after the input (position `past + length`, text token type) and return its logits
+    `(batch_size, 1, vocab_size)` only; the [MASK]'s keys/values are dropped from the cache again, so the cache
+    holds exactly the input tokens. This is one decoding step; `generate()` sets it.
+"""
+_ANSWER_LABELS_ARG = r"""
+labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+    Soft answer scores in [0, 1].
 """
 
 
@@ -223,15 +266,17 @@ def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
     return bool(seq2seq)
 
 
-class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
-    """The bare Unified VLP encoder: region-replacing embeddings, a BERT encoder (eager/sdpa/flex through
+@auto_docstring(
+    custom_intro="""
+    The bare Unified VLP encoder: region-replacing embeddings, a BERT encoder (eager/sdpa/flex through
     transformers' attention interface) and the tanh pooler.
-
-    Args:
-        config (`UnifiedVlpConfig`): the model configuration.
-        add_pooling_layer (`bool`, defaults to `True`): build the pooler (`pooler_output`).
-    """
-
+    """,
+    custom_args=r"""
+    add_pooling_layer (`bool`, *optional*, defaults to `True`):
+        Build the tanh pooler (`pooler_output`); the captioning and VQA heads read no pooled output.
+    """,
+)
+class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
 
     def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True):
@@ -379,7 +424,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
-    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _CACHE_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -468,12 +513,15 @@ class _MaskedLanguageModelMixin(BertMLMHeadMixin):
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel):
-    """Unified VLP with its one pre-training head: masked language modelling (`cls`, the BERT LM head with the decoder
+@auto_docstring(
+    custom_intro="""
+    Unified VLP with its one pre-training head: masked language modelling (`cls`, the BERT LM head with the decoder
     tied to the word embeddings), under the seq2seq or the bidirectional pattern. The original mixes the two per
     example (`seq2seq` as a `(batch,)` tensor; 75% seq2seq for Conceptual Captions); there is no NSP/ITM or masked
-    region loss."""
-
+    region loss.
+    """
+)
+class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel):
     default_seq2seq = True
 
     def __init__(self, config: UnifiedVlpConfig):
@@ -483,7 +531,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
         self.post_init()
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _MASKED_LM_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -500,16 +548,9 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
         **kwargs: Unpack[TransformersKwargs],
     ) -> UnifiedVlpForPreTrainingOutput:
         r"""
-        seq2seq (`bool` or `torch.BoolTensor` of shape `(batch_size,)`, *optional*, defaults to `True`).
-        masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
-            Positions to predict (the original's `masked_pos`, padded with any position and label -100); the logits
-            are computed there only.
-        labels (`torch.LongTensor`, *optional*):
-            Targets, -100 where there is none: `(batch_size, num_masked)` with `masked_positions`, else
-            `(batch_size, sequence_length)`.
-
         Returns:
-            `UnifiedVlpForPreTrainingOutput`.
+            `UnifiedVlpForPreTrainingOutput`: MLM `logits` `(batch_size, sequence_length | num_masked, vocab_size)`
+            and, with `labels`, the loss.
         """
         outputs = self.vlp(
             input_ids=input_ids,
@@ -552,10 +593,9 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
 
 
 # ---------------------------------------------------------------------------------------------------- captioning
-class UnifiedVlpForConditionalGeneration(
-    _MaskedLanguageModelMixin, SharedPrefillMixin, UnifiedVlpPreTrainedModel, GenerationMixin
-):
-    """Unified VLP captioner: the MLM head under the seq2seq pattern, with `generate()`.
+@auto_docstring(
+    custom_intro="""
+    Unified VLP captioner: the MLM head under the seq2seq pattern, with `generate()`.
 
     Training (`labels`) is the original's masked seq2seq objective: some caption tokens (and the final [SEP]) are
     replaced by [MASK] and predicted. Generation predicts every next word from a trailing [MASK]:
@@ -563,7 +603,10 @@ class UnifiedVlpForConditionalGeneration(
     / beam search with a `DynamicCache` that holds only real tokens (see `forward(predict_next=True)`); the original's
     beam search is `custom_generate=vlhub.modeling.unified_vlp.vlp_beam_search` (see `generation_unified_vlp`).
     """
-
+)
+class UnifiedVlpForConditionalGeneration(
+    _MaskedLanguageModelMixin, SharedPrefillMixin, UnifiedVlpPreTrainedModel, GenerationMixin
+):
     default_seq2seq = True
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
     _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\."]  # the captioner reads no pooled output
@@ -576,7 +619,7 @@ class UnifiedVlpForConditionalGeneration(
 
     @accepts_past_key_values
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _MASKED_LM_ARGS + _CACHE_ARGS + _PREDICT_NEXT_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -595,16 +638,6 @@ class UnifiedVlpForConditionalGeneration(
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
-            Positions to predict (training); logits are computed there only.
-        labels (`torch.LongTensor`, *optional*):
-            Targets, -100 where there is none: `(batch_size, num_masked)` with `masked_positions`, else
-            `(batch_size, sequence_length)`.
-        predict_next (`bool`, defaults to `False`):
-            Append a [MASK] after the input (position `past + length`, text token type) and return its logits
-            `(batch_size, 1, vocab_size)` only; the [MASK]'s keys/values are dropped from the cache again, so the
-            cache holds exactly the input tokens. This is one decoding step; `generate()` sets it.
-
         Returns:
             `CausalLMOutputWithPast`: `logits` `(batch_size, sequence_length | num_masked | 1, vocab_size)`.
         """
@@ -842,12 +875,15 @@ class UnifiedVlpForConditionalGeneration(
 
 
 # ---------------------------------------------------------------------------------------------------- VQA
-class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
-    """Unified VLP for VQA: bidirectional attention, `ans_classifier` (Linear(H, 2H), ReLU, Linear(2H, num_labels))
+@auto_docstring(
+    custom_intro="""
+    Unified VLP for VQA: bidirectional attention, `ans_classifier` (Linear(H, 2H), ReLU, Linear(2H, num_labels))
     on the product of the final [CLS] state and the final state of the first [SEP] (position `num_regions + 1`).
     Trained with binary cross-entropy on soft answer scores; the prediction never picks `config.unknown_answer_id`
-    (answer 0, `<unk>`, in converted checkpoints)."""
-
+    (answer 0, `<unk>`, in converted checkpoints).
+    """
+)
+class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
     _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
 
@@ -861,7 +897,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(UNIFIED_VLP_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _ANSWER_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -876,9 +912,6 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> UnifiedVlpQuestionAnsweringOutput:
         r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-            Soft answer scores in [0, 1].
-
         Returns:
             `UnifiedVlpQuestionAnsweringOutput` with `logits` `(batch_size, num_labels)` and `predicted_answer_ids`.
         """

@@ -9,7 +9,11 @@ import pytest
 import vlhub
 
 # The modeling files documented with `@auto_docstring` (issue 27; the others still use hand-written docstrings).
-AUTO_DOCUMENTED = ["vlhub.modeling.vilbert.modeling_vilbert", "vlhub.modeling.uniter.modeling_uniter"]
+AUTO_DOCUMENTED = [
+    "vlhub.modeling.vilbert.modeling_vilbert",
+    "vlhub.modeling.uniter.modeling_uniter",
+    "vlhub.modeling.vl_bert.modeling_vl_bert",
+]
 
 
 @pytest.mark.parametrize("module", AUTO_DOCUMENTED)

@@ -22,7 +22,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput, MultipleChoiceModelOutput
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, add_start_docstrings_to_model_forward
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -70,35 +70,53 @@ _CHOICE_NDIMS = {
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class VlBertModelOutput(BaseModelOutputWithPooling):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`):
-        `[text | objects | [END]]`.
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`): tanh(dense) of position 0; `None` without
-        the pooler (the released pre-training, VQA and RefCOCO+ models have none).
-    hidden_states, attentions: per layer when requested; `hidden_states[0]` is the embedding output.
-    region_embeddings (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`): the visual feature
-        embedding of every object (the original's `obj_reps`), before the visual LayerNorms; `None` without regions.
+        The encoder's output, laid out `[text | objects | [END]]`.
+    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`, *optional*):
+        tanh(dense) of position 0; `None` without the pooler (the released pre-training, VQA and RefCOCO+ models
+        have none).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embedding output (`hidden_states[0]`) and each layer's output,
+        `(batch, text_length + num_regions + 1, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
+        only).
+    region_embeddings (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`, *optional*):
+        The visual feature embedding of every object (the original's `obj_reps`), before the visual LayerNorms;
+        `None` without regions.
     """
 
     region_embeddings: torch.FloatTensor | None = None
 
 
+@auto_docstring
 @dataclass
 class VlBertForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`): `mlm_loss + text_only_mlm_loss + mvrc_loss` (those computed).
-    mlm_loss (`torch.FloatTensor` of shape `()`): MLM with visual clues, cross-entropy over the labelled tokens of the
-        rows that have regions.
-    text_only_mlm_loss (`torch.FloatTensor` of shape `()`): MLM over the labelled tokens of the text-only rows (the
-        original's BooksCorpus/Wikipedia half of the batch).
-    mvrc_loss (`torch.FloatTensor` of shape `()`): masked RoI classification with linguistic clues, soft
-        cross-entropy against the detector's class distribution, averaged over the labelled objects.
-    mlm_logits (`torch.FloatTensor`): `(num_labelled_tokens, vocab_size)` at the positions with a label >= 0, row-major
-        over (example, position), when `labels` is given; `(batch, text_length, vocab_size)` otherwise.
-    mvrc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`); `None` without regions.
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`).
+    loss (`torch.FloatTensor` of shape `()`, *optional*):
+        `mlm_loss + text_only_mlm_loss + mvrc_loss` (those computed).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        MLM with visual clues, cross-entropy over the labelled tokens of the rows that have regions.
+    text_only_mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        MLM over the labelled tokens of the text-only rows (the original's BooksCorpus/Wikipedia half of the batch).
+    mvrc_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked RoI classification with linguistic clues, soft cross-entropy against the detector's class
+        distribution, averaged over the labelled objects.
+    mlm_logits (`torch.FloatTensor`):
+        `(num_labelled_tokens, vocab_size)` at the positions with a label >= 0, row-major over (example, position),
+        when `labels` is given; `(batch, text_length, vocab_size)` otherwise.
+    mvrc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`, *optional*):
+        Detector-class logits of every object; `None` without regions.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`):
+        The encoder's output, laid out `[text | objects | [END]]`.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VlBertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VlBertModelOutput.attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -112,14 +130,21 @@ class VlBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class VlBertClassifierOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, when labels are given).
-    logits (`torch.FloatTensor`): `(batch, num_labels)` VQA answer scores, or `(batch, num_regions)` referring
-        expression scores (-10000 at padded objects).
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`).
-    hidden_states, attentions: per layer, when requested.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        The head's loss.
+    logits (`torch.FloatTensor`):
+        `(batch, num_labels)` VQA answer scores, or `(batch, num_regions)` referring expression scores (-10000 at
+        padded objects).
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`):
+        The backbone's output, laid out `[text | objects | [END]]`.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `VlBertModelOutput.hidden_states`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `VlBertModelOutput.attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -129,49 +154,114 @@ class VlBertClassifierOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring(
+    custom_intro="""
+    transformers' `MultipleChoiceModelOutput` plus the optional object classification of VCR.
+    """
+)
 @dataclass
 class VlBertMultipleChoiceOutput(MultipleChoiceModelOutput):
     r"""
-    transformers' `MultipleChoiceModelOutput` (`logits` `(batch, num_choices)`; `loss` = binary cross-entropy of the
-    choices against the one-hot answer, plus the object classification loss when its labels are given) and:
-
-    region_logits (`torch.FloatTensor` of shape `(batch, num_choices, num_regions, num_vcr_region_labels)`): the
-        optional COCO-class logits of every object (the original's `CNN_LOSS_TOP` head); `None` without that head.
-    region_loss (`torch.FloatTensor` of shape `()`): cross-entropy of those logits over the real objects.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
+        Binary cross-entropy of the choices against the one-hot answer, plus `region_loss` when its labels are
+        given.
+    logits (`torch.FloatTensor` of shape `(batch, num_choices)`):
+        The score of each choice.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The embedding output and each layer's output, `(batch * num_choices, text_length + num_regions + 1,
+        hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Self-attention probabilities per layer, `(batch * num_choices, num_attention_heads, length, length)` (eager
+        attention only).
+    region_logits (`torch.FloatTensor` of shape `(batch, num_choices, num_regions, num_vcr_region_labels)`, *optional*):
+        The COCO-class logits of every object (the original's `CNN_LOSS_TOP` head); `None` without that head.
+    region_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Cross-entropy of those logits over the real objects.
     """
 
     region_logits: torch.FloatTensor | None = None
     region_loss: torch.FloatTensor | None = None
 
 
-VL_BERT_INPUTS_DOCSTRING = r"""
-    Args:
-        input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            Word-piece ids laid out by the processor (`[CLS] q [SEP] [MASK] [SEP]` for VQA, `[CLS] text [SEP]`
-            otherwise), right-padded.
-        attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
-            1 for real tokens, 0 for padding. Defaults to all ones. Its row sums are the real text lengths that the
-            object and [END] position ids are computed from.
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            0 for sentence A, 1 for sentence B (VQA's answer slot). Objects and [END] always take type 2.
-        region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`, *optional*):
-            Appearance features of the objects, object 0 being the whole image (the processor adds it); zero padded.
-        region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 4)`, *optional*):
-            `(x_center / W, y_center / H, width / W, height / H)` of every object box in the resized image (what the
-            original's geometry embedding normalises). Required with `region_features`.
-        region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for real objects, 0 for padding. A row without any real object is a text-only example (pre-training's
-            text corpus), whose tokens take the learned text-only visual term.
-        text_region_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            Which object's visual embedding each token carries (VCR's grounded words); defaults to 0, the whole image.
-        inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
-            Word embeddings to use instead of `input_ids` (the visual term, positions and types are still added).
-        pixel_values (`torch.FloatTensor` of shape `(batch_size, 3, height, width)`, *optional*):
-            "e2e" models only (instead of `region_features`): the resized image, BGR, 0-255 minus the Caffe means,
-            zero padded at the bottom/right.
-        region_boxes (`torch.FloatTensor` of shape `(batch_size, num_regions, 4)`, *optional*):
-            "e2e" models only: every object's box `(x1, y1, x2, y2)` in `pixel_values`' pixels (object 0 = the whole
-            image), for the RoIAlign.
+# What auto_docstring does not know of VL-BERT's inputs, and VL-BERT's own reading of the text inputs.
+_TEXT_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    Word-piece ids laid out by the processor (`[CLS] q [SEP] [MASK] [SEP]` for VQA, `[CLS] text [SEP]` otherwise),
+    right-padded.
+attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
+    1 for real tokens, 0 for padding. Defaults to all ones. Its row sums are the real text lengths that the object
+    and [END] position ids are computed from.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    0 for sentence A, 1 for sentence B (VQA's answer slot). Objects and [END] always take type 2.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
+    Word embeddings to use instead of `input_ids` (the visual term, positions and types are still added).
+"""
+_REGION_ARGS = r"""
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`, *optional*):
+    Appearance features of the objects, object 0 being the whole image (the processor adds it); zero padded.
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 4)`, *optional*):
+    `(x_center / W, y_center / H, width / W, height / H)` of every object box in the resized image (what the
+    original's geometry embedding normalises). Required with `region_features`.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for real objects, 0 for padding. A row without any real object is a text-only example (pre-training's text
+    corpus), whose tokens take the learned text-only visual term.
+text_region_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    Which object's visual embedding each token carries (VCR's grounded words); defaults to 0, the whole image.
+pixel_values (`torch.FloatTensor` of shape `(batch_size, 3, height, width)`, *optional*):
+    "e2e" models only (instead of `region_features`): the resized image, BGR, 0-255 minus the Caffe means, zero
+    padded at the bottom/right.
+region_boxes (`torch.FloatTensor` of shape `(batch_size, num_regions, 4)`, *optional*):
+    "e2e" models only: every object's box `(x1, y1, x2, y2)` in `pixel_values`' pixels (object 0 = the whole
+    image), for the RoIAlign.
+"""
+_INPUT_ARGS = _TEXT_ARGS + _REGION_ARGS
+_REGION_MASKS_ARG = r"""
+region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Objects masked for MVRC: their appearance feature and [IMG] embedding become the learned mask embeddings
+    (needs `add_pretraining_embeddings=True`).
+"""
+_PRETRAINING_ARGS = r"""
+region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Objects masked for MVRC (the original's `mvrc_ops == 1`).
+labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    MLM targets; negative labels (-100, or the original's -1) are ignored.
+region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, num_region_labels)`, *optional*):
+    MVRC targets: the detector's class distribution of every object chosen for MVRC, zeros elsewhere. As in the
+    original, the labelled objects are the rows summing to 1 (± 0.1).
+"""
+_ANSWER_LABELS_ARG = r"""
+labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+    Soft answer scores in [0, 1].
+"""
+_REGION_LABELS_ARG = r"""
+labels (`torch.FloatTensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 for objects matching the expression, 0 otherwise; padded objects are ignored.
+"""
+_CHOICE_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    `[CLS] question [SEP] choice [SEP]` of each choice (question type 0, choice and its [SEP] type 1).
+attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    1 for real tokens, 0 for padding.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    0 for the question, 1 for the choice and its [SEP].
+text_region_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    Which object's visual embedding each token carries (VCR's grounded words); defaults to 0, the whole image.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`, *optional*):
+    Word embeddings to use instead of `input_ids`.
+region_features (`torch.FloatTensor` of shape `(batch_size, [num_choices,] num_regions, region_feature_dim)`):
+    Shared by every choice, or given per choice (likewise the other region inputs).
+region_locations (`torch.FloatTensor` of shape `(batch_size, [num_choices,] num_regions, 4)`, *optional*):
+    `(x_center / W, y_center / H, width / W, height / H)` of every object box.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, [num_choices,] num_regions)`, *optional*):
+    1 for real objects, 0 for padding.
+pixel_values (`torch.FloatTensor` of shape `(batch_size, [num_choices,] 3, height, width)`, *optional*):
+    "e2e" models only: the resized image (see `VlBertModel`).
+region_boxes (`torch.FloatTensor` of shape `(batch_size, [num_choices,] num_regions, 4)`, *optional*):
+    "e2e" models only: every object's box in `pixel_values`' pixels.
+labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Index of the right choice.
+region_labels (`torch.LongTensor` of shape `(batch_size, [num_choices,] num_regions)`, *optional*):
+    COCO class of every object (the whole image is class 0), for the object head; padded objects are ignored.
 """
 
 
@@ -540,20 +630,23 @@ def _check_inputs(
         raise ValueError(f"text_region_ids must have shape {tuple(text.shape[:2])}, got {tuple(text_region_ids.shape)}")
 
 
-class VlBertModel(VlBertPreTrainedModel):
-    """The bare VL-BERT: embeddings of `[text | objects | [END]]`, a BERT encoder and (optionally) BERT's pooler.
-
-    Args:
-        config (`VlBertConfig`): the model configuration.
-        add_pooling_layer (`bool`, *optional*): build the pooler; defaults to `config.with_pooler` (false for the
-            released pre-training, VQA and RefCOCO+ models).
-        add_pretraining_embeddings (`bool`, defaults to `False`): build the embeddings only pre-training uses: the
-            text-only visual term and the masked-object embeddings (MVRC).
+@auto_docstring(
+    custom_intro="""
+    The bare VL-BERT: embeddings of `[text | objects | [END]]`, a BERT encoder and (optionally) BERT's pooler.
     """
-
+)
+class VlBertModel(VlBertPreTrainedModel):
     def __init__(
         self, config: VlBertConfig, add_pooling_layer: bool | None = None, add_pretraining_embeddings: bool = False
     ):
+        r"""
+        add_pooling_layer (`bool`, *optional*):
+            Build the pooler; defaults to `config.with_pooler` (false for the released pre-training, VQA and
+            RefCOCO+ models).
+        add_pretraining_embeddings (`bool`, defaults to `False`):
+            Build the embeddings only pre-training uses: the text-only visual term and the masked-object embeddings
+            (MVRC).
+        """
         super().__init__(config)
         self.embeddings = VlBertEmbeddings(config, add_pretraining_embeddings=add_pretraining_embeddings)
         self.visual_embeddings = VlBertVisualFeatureEmbedding(config, add_mask_embedding=add_pretraining_embeddings)
@@ -564,7 +657,7 @@ class VlBertModel(VlBertPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
-    @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _REGION_MASKS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -581,10 +674,6 @@ class VlBertModel(VlBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertModelOutput:
         r"""
-        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
-            Objects masked for MVRC: their appearance feature and [IMG] embedding become the learned mask embeddings
-            (needs `add_pretraining_embeddings=True`).
-
         Returns:
             `VlBertModelOutput`: `last_hidden_state` `(batch_size, text_length + num_regions + 1, hidden_size)` laid
             out `[text | objects | [END]]`, `pooler_output` (or `None`) and the objects' `region_embeddings`.
@@ -678,15 +767,17 @@ def _regions(region_features, region_boxes):
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
-    """VL-BERT with its pre-training heads: masked language modelling with visual clues (`cls`, BERT's MLM head with
+@auto_docstring(
+    custom_intro="""
+    VL-BERT with its pre-training heads: masked language modelling with visual clues (`cls`, BERT's MLM head with
     the decoder tied to the word embeddings) and masked RoI classification with linguistic clues (`mvrc_head`, over
     the detector's 1601 classes). The backbone owns the text-only visual term and the masked-object embeddings.
 
     One batch may mix image-text rows and text-only rows (no real object): the original pre-trains on both, 1:1, and
     reports the MLM losses of the two kinds separately.
     """
-
+)
+class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vl_bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -701,7 +792,7 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _PRETRAINING_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -720,14 +811,6 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertForPreTrainingOutput:
         r"""
-        region_masks (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
-            Objects masked for MVRC (the original's `mvrc_ops == 1`).
-        labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-            MLM targets; negative labels (-100, or the original's -1) are ignored.
-        region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, num_region_labels)`, *optional*):
-            MVRC targets: the detector's class distribution of every object chosen for MVRC, zeros elsewhere. As in
-            the original, the labelled objects are the rows summing to 1 (± 0.1).
-
         Returns:
             `VlBertForPreTrainingOutput` with `mlm_logits` (at the labelled tokens when `labels` is given, else
             `(batch_size, text_length, vocab_size)`) and `mvrc_logits` `(batch_size, num_regions, num_region_labels)`.
@@ -814,14 +897,16 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
-class VlBertForQuestionAnswering(VlBertPreTrainedModel):
-    """VQA: the answer is read from the output of the [MASK] token of `[CLS] q [SEP] [MASK] [SEP]` through `vqa_head`
+@auto_docstring(
+    custom_intro="""
+    VQA: the answer is read from the output of the [MASK] token of `[CLS] q [SEP] [MASK] [SEP]` through `vqa_head`
     (BERT's prediction-head transform — dense, GELU, LayerNorm — then dropout and Linear(H, num_answers)).
 
     `config.id2label` holds the answers (3129 in the original vocabulary). The loss is the original's: binary
     cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
     """
-
+)
+class VlBertForQuestionAnswering(VlBertPreTrainedModel):
     def __init__(self, config: VlBertConfig):
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
@@ -859,7 +944,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         return torch.where(is_answer, columns, -1).argmax(dim=1)
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _ANSWER_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -876,9 +961,6 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertClassifierOutput:
         r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-            Soft answer scores in [0, 1].
-
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_labels)`.
         """
@@ -915,10 +997,13 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         )
 
 
+@auto_docstring(
+    custom_intro="""
+    RefCOCO+: `re_head` (dense + GELU, dropout, Linear(H, 1)) scores every object output, the whole image (object 0)
+    included; the loss is binary cross-entropy over the real objects (target: IoU with the referred box > 0.5).
+    """
+)
 class VlBertForReferringExpression(VlBertPreTrainedModel):
-    """RefCOCO+: `re_head` (dense + GELU, dropout, Linear(H, 1)) scores every object output, the whole image (object 0)
-    included; the loss is binary cross-entropy over the real objects (target: IoU with the referred box > 0.5)."""
-
     def __init__(self, config: VlBertConfig):
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
@@ -936,7 +1021,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         return [f"re_head.0.{name}" for name in state]
 
     @can_return_tuple
-    @add_start_docstrings_to_model_forward(VL_BERT_INPUTS_DOCSTRING)
+    @auto_docstring(custom_args=_INPUT_ARGS + _REGION_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -953,9 +1038,6 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertClassifierOutput:
         r"""
-        labels (`torch.FloatTensor` of shape `(batch_size, num_regions)`, *optional*):
-            1 for objects matching the expression, 0 otherwise; padded objects are ignored.
-
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded objects.
         """
@@ -1014,13 +1096,16 @@ def _check_choice_inputs(input_ids, inputs_embeds, region_features, region_boxes
     return text
 
 
-class VlBertForMultipleChoice(VlBertPreTrainedModel):
-    """VCR: each (question, choice) text is encoded with the image; `vcr_head` (dropout, Linear(H, 1)) scores the
+@auto_docstring(
+    custom_intro="""
+    VCR: each (question, choice) text is encoded with the image; `vcr_head` (dropout, Linear(H, 1)) scores the
     pooled [CLS] output and the loss is binary cross-entropy against the one-hot answer (the original's
     `CLASSIFIER_SIGMOID`). With `config.num_vcr_region_labels > 0`, `vcr_region_head` (dense + GELU, dropout,
     Linear(H, num_vcr_region_labels)) classifies every object (the original's `CNN_LOSS_TOP` auxiliary loss).
-    The backbone always has the pooler (the original takes it from BERT; pre-training never trained one)."""
-
+    The backbone always has the pooler (the original takes it from BERT; pre-training never trained one).
+    """
+)
+class VlBertForMultipleChoice(VlBertPreTrainedModel):
     def __init__(self, config: VlBertConfig):
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=True)
@@ -1037,6 +1122,7 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring(custom_args=_CHOICE_ARGS)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1054,19 +1140,6 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> VlBertMultipleChoiceOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
-                `[CLS] question [SEP] choice [SEP]` of each choice (question type 0, choice and its [SEP] type 1).
-            attention_mask, token_type_ids, text_region_ids (`(batch_size, num_choices, text_length)`, *optional*).
-            region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)` or
-                `(batch_size, num_choices, num_regions, region_feature_dim)`): shared by every choice, or per choice;
-                likewise `region_locations` and `region_attention_mask`.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`).
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
-            region_labels (`torch.LongTensor` of shape `(batch_size, num_regions)` or
-                `(batch_size, num_choices, num_regions)`, *optional*): COCO class of every object (the whole image
-                is class 0), for the object head; padded objects are ignored.
-
         Returns:
             `VlBertMultipleChoiceOutput` with `logits` `(batch_size, num_choices)`; `hidden_states` cover the
             `batch_size * num_choices` sequences.

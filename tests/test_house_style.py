@@ -12,12 +12,8 @@ import vlhub
 AUTO_DOCUMENTED = [
     "vlhub.modeling.vilbert.modeling_vilbert",
     "vlhub.modeling.uniter.modeling_uniter",
-AUTO_DOCUMENTED = [
-    "vlhub.modeling.vilbert.modeling_vilbert",
-    "vlhub.modeling.uniter.modeling_uniter",
     "vlhub.modeling.unified_vlp.modeling_unified_vlp",
     "vlhub.modeling.vl_bert.modeling_vl_bert",
-]
 ]
 
 

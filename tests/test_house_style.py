@@ -9,7 +9,11 @@ import pytest
 import vlhub
 
 # The modeling files documented with `@auto_docstring` (issue 27; the others still use hand-written docstrings).
-AUTO_DOCUMENTED = ["vlhub.modeling.vilbert.modeling_vilbert", "vlhub.modeling.unified_vlp.modeling_unified_vlp"]
+AUTO_DOCUMENTED = [
+    "vlhub.modeling.vilbert.modeling_vilbert",
+    "vlhub.modeling.unified_vlp.modeling_unified_vlp",
+    "vlhub.modeling.tden.modeling_tden",
+]
 
 
 @pytest.mark.parametrize("module", AUTO_DOCUMENTED)

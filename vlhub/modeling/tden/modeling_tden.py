@@ -44,7 +44,7 @@ from transformers.models.bert.modeling_bert import (
     BertSelfAttention,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -86,34 +86,54 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
+@auto_docstring
 @dataclass
 class TdenModelOutput(ModelOutput):
     r"""
-    language_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the understanding stream's
-        final states: the cross-modal encoder's text output, or the sentence encoder's when there is no cross-modal
-        encoder. `None` without `input_ids`.
-    vision_output (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`): the final visual states: the
-        cross-modal encoder's visual output when it ran, else the object encoder's last layer.
-    decoder_output (`torch.FloatTensor` of shape `(batch, generation_length, hidden_size)`): the decoder's last
-        layer (`None` when the decoder did not run).
-    sentence_encoder_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`): the last
-        sentence-encoder layer over the understanding stream (what image-sentence matching pools).
-    object_encoder_layers (`tuple(torch.FloatTensor)`): every object-encoder layer's output `(batch, num_regions,
-        hidden_size)` (image-sentence matching pools all of them).
-    cross_encoder_vision_layers (`tuple(torch.FloatTensor)`): every cross-modal layer's visual output (the VQA head
-        pools all of them).
-    cache (`Cache`): the generation stream's keys and values (sentence encoder and decoder), with `use_cache=True`
-        (named as transformers 5.24 names it, on every supported transformers version).
-    hidden_states, attentions: the sentence encoder over the understanding stream (or over the generation stream
-        when there is no understanding stream): embeddings + one entry per layer `(batch, length, hidden_size)`,
-        and `(batch, heads, length, length)` per layer.
-    generation_hidden_states, generation_attentions: the sentence encoder over the generation stream when both
-        streams ran (pre-training).
-    vision_hidden_states, vision_attentions: region embeddings + object-encoder layers.
-    cross_encoder_hidden_states, cross_encoder_attentions: per cross-modal layer, `[visual | text]`
-        `(batch, num_regions + text_length, hidden_size)` and its attention over the same concatenation.
-    decoder_hidden_states, decoder_attentions, decoder_cross_attentions: the decoder's input + one entry per layer;
-        its self-attention and its attention over the visual tokens.
+    language_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`, *optional*):
+        The understanding stream's final states: the cross-modal encoder's text output, or the sentence encoder's
+        when there is no cross-modal encoder. `None` without `input_ids`.
+    vision_output (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`):
+        The final visual states: the cross-modal encoder's visual output when it ran, else the object encoder's last
+        layer.
+    decoder_output (`torch.FloatTensor` of shape `(batch, generation_length, hidden_size)`, *optional*):
+        The decoder's last layer (`None` when the decoder did not run).
+    sentence_encoder_output (`torch.FloatTensor` of shape `(batch, text_length, hidden_size)`):
+        The last sentence-encoder layer over the understanding stream (what image-sentence matching pools).
+    object_encoder_layers (`tuple(torch.FloatTensor)`):
+        Every object-encoder layer's output, each `(batch, num_regions, hidden_size)` (image-sentence matching pools
+        all of them).
+    cross_encoder_vision_layers (`tuple(torch.FloatTensor)`):
+        Every cross-modal layer's visual output, each `(batch, num_regions, hidden_size)` (the VQA head pools all of
+        them).
+    cache (`Cache`, *optional*, returned with `use_cache=True`):
+        The generation stream's keys and values (sentence encoder and decoder), named as transformers 5.24 names it,
+        on every supported transformers version.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The sentence encoder over the understanding stream (or over the generation stream when there is no
+        understanding stream): the embeddings and one entry per layer, each `(batch, length, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        The sentence encoder's self-attention per layer, `(batch, num_attention_heads, length, length)`.
+    generation_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `hidden_states`, over the generation stream when both streams ran (pre-training).
+    generation_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `attentions`, over the generation stream when both streams ran (pre-training).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The region embeddings and each object-encoder layer's output, `(batch, num_regions, hidden_size)`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        The object encoder's self-attention per layer, `(batch, num_attention_heads, num_regions, num_regions)`.
+    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        Per cross-modal layer, `[visual | text]` `(batch, num_regions + text_length, hidden_size)`.
+    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        Per cross-modal layer, the attention over the same concatenation, `(batch, num_attention_heads,
+        num_regions + text_length, num_regions + text_length)`.
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The decoder's input and one entry per decoder layer, each `(batch, generation_length, hidden_size)`.
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        The decoder's self-attention per layer, `(batch, num_attention_heads, generation_length, past + length)`.
+    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        The decoder's attention over the visual tokens per layer, `(batch, num_attention_heads, generation_length,
+        num_regions)`.
     """
 
     language_output: torch.FloatTensor | None = None
@@ -136,21 +156,36 @@ class TdenModelOutput(ModelOutput):
     decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class TdenForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`): sum of the objective losses computed (all weights 1, as the original).
-    mlm_loss, moc_loss, msg_loss, ism_loss (`torch.FloatTensor` of shape `()`): masked language modelling, masked
-        object classification, masked sentence generation and image-sentence matching, when their targets are given.
-    mlm_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`): the LM head on the cross-modal
-        encoder's text output (understanding stream).
-    msg_logits (`torch.FloatTensor` of shape `(batch, generation_length, vocab_size)`): the same LM head on the
-        decoder output (generation stream).
-    moc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`): object classes of every
-        visual token (index 0 is [IMG]).
-    similarity (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity.
-    text_embeds, image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`): the L2-normalised
-        sentence and image vectors of image-sentence matching.
+    loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Sum of the objective losses computed (all weights 1, as the original).
+    mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked language modelling, when `labels` are given.
+    moc_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked object classification, when `masked_regions` and `region_class_targets` are given.
+    msg_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Masked sentence generation, when `decoder_labels` are given.
+    ism_loss (`torch.FloatTensor` of shape `()`, *optional*):
+        Image-sentence matching (in training mode, or with `image_ids`).
+    mlm_logits (`torch.FloatTensor` of shape `(batch, text_length, vocab_size)`):
+        The LM head on the cross-modal encoder's text output (understanding stream).
+    msg_logits (`torch.FloatTensor` of shape `(batch, generation_length, vocab_size)`, *optional*):
+        The same LM head on the decoder output (generation stream).
+    moc_logits (`torch.FloatTensor` of shape `(batch, num_regions, num_region_labels)`):
+        Object classes of every visual token (index 0 is [IMG]).
+    similarity (`torch.FloatTensor` of shape `(batch, batch)`, *optional*):
+        `[sentence i, image j]` cosine similarity.
+    text_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`, *optional*):
+        The L2-normalised sentence vectors of image-sentence matching.
+    image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`, *optional*):
+        The L2-normalised image vectors of image-sentence matching.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
     """
 
     loss: torch.FloatTensor | None = None
@@ -168,30 +203,43 @@ class TdenForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring(
+    custom_intro="""
+    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the decoder's hidden states.
+    """
+)
 @dataclass
 class TdenCaptioningOutput(CausalLMOutputWithPast):
     r"""
-    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the decoder's hidden states:
-
-    loss (`torch.FloatTensor` of shape `()`, with `labels`): cross-entropy of the next-token predictions.
-    logits (`torch.FloatTensor` of shape `(batch, length, vocab_size)`): next-token scores at every position.
-    cache (`past_key_values` before transformers 5.24) (`Cache`): keys and values of the sentence encoder and decoder
-        (generation stream).
-    hidden_states, attentions: the sentence encoder over the caption tokens (see `TdenModelOutput`).
-    decoder_hidden_states (`tuple(torch.FloatTensor)`): the decoder's input + one entry per decoder layer.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+        Cross-entropy of the next-token predictions.
+    logits (`torch.FloatTensor` of shape `(batch, length, vocab_size)`):
+        Next-token scores at every position (the last `logits_to_keep` positions when it is set).
+    cache (`Cache`, *optional*, returned with `use_cache=True`):
+        Keys and values of the sentence encoder and decoder (generation stream); `past_key_values` before
+        transformers 5.24.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The sentence encoder over the caption tokens: the embeddings and one entry per layer, each
+        `(batch, length, hidden_size)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        The sentence encoder's self-attention per layer, `(batch, num_attention_heads, length, past + length)`.
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        The decoder's input and one entry per decoder layer, each `(batch, length, hidden_size)`.
     """
 
     decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class TdenBeamSearchOutput(ModelOutput):
     r"""
-    sequences (`torch.LongTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the generated words
-        (without the start token), best beam first; 0 after [SEP], as X-modaler writes them.
-    sequences_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences)`): each beam's summed log-probs.
-    token_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences, max_new_tokens)`): the log-prob of each
-        word (0 after [SEP]); a row sums to its `sequences_scores`.
+    sequences (`torch.LongTensor` of shape `(batch, num_return_sequences, max_new_tokens)`):
+        The generated words (without the start token), best beam first; 0 after [SEP], as X-modaler writes them.
+    sequences_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences)`):
+        Each beam's summed log-probs.
+    token_scores (`torch.FloatTensor` of shape `(batch, num_return_sequences, max_new_tokens)`):
+        The log-prob of each word (0 after [SEP]); a row sums to its `sequences_scores`.
     """
 
     sequences: torch.LongTensor | None = None
@@ -199,16 +247,23 @@ class TdenBeamSearchOutput(ModelOutput):
     token_scores: torch.FloatTensor | None = None
 
 
+@auto_docstring
 @dataclass
 class TdenQuestionAnsweringOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, with `labels`): binary cross-entropy (mean × number of answers) on both
-        heads' logits, summed.
-    logits (`torch.FloatTensor` of shape `(batch, num_labels)`): `softmax(understanding_logits) +
-        softmax(generation_logits)` — the original's eval score; its argmax is the answer.
-    understanding_logits (`torch.FloatTensor` of shape `(batch, num_labels)`): the cross-modal encoder branch.
-    generation_logits (`torch.FloatTensor` of shape `(batch, num_labels)`): the decoder branch (`None` without a
-        decoder).
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+        Binary cross-entropy (mean × number of answers) on both heads' logits, summed.
+    logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
+        `softmax(understanding_logits) + softmax(generation_logits)` — the original's eval score; its argmax is the
+        answer.
+    understanding_logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
+        The cross-modal encoder branch.
+    generation_logits (`torch.FloatTensor` of shape `(batch, num_labels)`, *optional*):
+        The decoder branch (`None` without a decoder).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
     """
 
     loss: torch.FloatTensor | None = None
@@ -219,16 +274,28 @@ class TdenQuestionAnsweringOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class TdenRetrievalOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, with `return_loss=True`): hardest-negative bidirectional triplet loss
-        over the in-batch similarity matrix, divided by the batch size (the original's `BatchTriplet`).
-    logits (`torch.FloatTensor` of shape `(batch, 1)`): the cosine similarity of each given (sentence, image) pair.
-    logits_per_text (`torch.FloatTensor` of shape `(batch, batch)`): `[sentence i, image j]` cosine similarity of
-        every sentence against every image of the batch (its diagonal is `logits`); `logits_per_image` is its
-        transpose.
-    text_embeds, image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`): L2-normalised.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `return_loss=True`):
+        Hardest-negative bidirectional triplet loss over the in-batch similarity matrix, divided by the batch size
+        (the original's `BatchTriplet`).
+    logits (`torch.FloatTensor` of shape `(batch, 1)`):
+        The cosine similarity of each given (sentence, image) pair.
+    logits_per_text (`torch.FloatTensor` of shape `(batch, batch)`):
+        `[sentence i, image j]` cosine similarity of every sentence against every image of the batch (its diagonal
+        is `logits`).
+    logits_per_image (`torch.FloatTensor` of shape `(batch, batch)`):
+        The transpose of `logits_per_text`.
+    text_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`):
+        L2-normalised sentence vectors.
+    image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`):
+        L2-normalised image vectors.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
     """
 
     loss: torch.FloatTensor | None = None
@@ -241,17 +308,132 @@ class TdenRetrievalOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+@auto_docstring
 @dataclass
 class TdenMultipleChoiceOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor` of shape `()`, with `labels`): cross-entropy over the choices.
-    logits (`torch.FloatTensor` of shape `(batch, num_choices)`): one score per choice.
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+        Cross-entropy over the choices.
+    logits (`torch.FloatTensor` of shape `(batch, num_choices)`):
+        One score per choice.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.hidden_states`, one row per (example, choice).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.attentions`, one row per (example, choice).
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# What auto_docstring does not know of TDEN's inputs, or knows only in general terms.
+_TEXT_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    Understanding stream: `[CLS] w [SEP]` word pieces, then padding.
+attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*):
+    1 = real token.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    Defaults to `config.understanding_token_type_id` (0); VCR gives its answer tokens type 1.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
+    Word embeddings instead of `input_ids`.
+"""
+_POSITION_ARG = r"""
+position_ids (`torch.LongTensor` of shape `(batch_size or 1, text_length)`, *optional*):
+    Defaults to `0..text_length-1`.
+"""
+_REGION_ARGS = r"""
+region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
+    Row 0 is [IMG] (the mean feature), then the regions, zero padded (the processor's output).
+region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
+    `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]`; [IMG] has `[0, 0, 1, 1, 1]`.
+region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`, *optional*):
+    1 = real (incl. [IMG]).
+"""
+_GENERATION_ARGS = r"""
+decoder_input_ids (`torch.LongTensor` of shape `(batch_size, generation_length)`, *optional*):
+    Generation stream (run causally through the sentence encoder, then the decoder): a caption prefix `[CLS] w1 ...`
+    (no [SEP]), or pre-training's masked sentence.
+decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past + generation_length)`, *optional*):
+    1 = real token.
+decoder_token_type_ids (`torch.LongTensor` of shape `(batch_size, generation_length)`, *optional*):
+    Defaults to `config.generation_token_type_id`.
+decoder_position_ids (`torch.LongTensor` of shape `(batch_size or 1, generation_length)`, *optional*):
+    Defaults to `past..past+generation_length-1`.
+decoder_inputs_embeds (`torch.FloatTensor` of shape `(batch_size, generation_length, hidden_size)`, *optional*):
+    Word embeddings instead of `decoder_input_ids`.
+"""
+_CACHE_ARGS = r"""
+cache (`Cache`, *optional*):
+    An `EncoderDecoderCache` of earlier generation steps (also accepted as `past_key_values`, its name before
+    transformers 5.24). Once its decoder cross-attention holds the visual keys, the object encoder is not run again
+    (the regions may then be omitted).
+use_cache (`bool`, *optional*):
+    Return the generation stream's cache.
+"""
+_PRETRAINING_ARGS = r"""
+decoder_input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    The generation stream (the original feeds the same masked sentence; type 1). Its attention mask is
+    `attention_mask` (the same sentence).
+decoder_token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    Defaults to `config.generation_token_type_id`.
+decoder_inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, hidden_size)`, *optional*):
+    Word embeddings instead of `decoder_input_ids`.
+labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    MLM targets; negative values (-1, -100) are ignored.
+decoder_labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
+    MSG targets, the clean sentence shifted left by one; negative values are ignored.
+masked_regions (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*):
+    Visual tokens whose detector classes are predicted (never [IMG]); their features were zeroed by the data
+    pipeline.
+region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`, *optional*):
+    Detector class distributions of the masked regions, row-major over (example, region).
+image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Pairs of the same image are not negatives in the matching loss.
+compute_similarity (`bool`, defaults to `True`):
+    Image-sentence matching (the original's second scheduled-sampling pass skips it). Its loss is computed in
+    training mode, or with `image_ids`.
+"""
+_CAPTION_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, length)`):
+    The caption prefix `[CLS] w1 ... wn` (captioning inputs have no [SEP]); with a cache, only the new tokens.
+attention_mask (`torch.Tensor` of shape `(batch_size, past + length)`, *optional*):
+    1 = real token.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
+    Defaults to the generation type (1).
+position_ids (`torch.LongTensor` of shape `(batch_size or 1, length)`, *optional*):
+    Defaults to `past..past+length-1`.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`, *optional*):
+    Word embeddings instead of `input_ids`.
+labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
+    The next word at every position (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
+logits_to_keep (`int`, defaults to 0):
+    Compute the logits of the last `logits_to_keep` positions only (0 = all).
+"""
+_ANSWER_LABELS_ARG = r"""
+labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+    Soft answer scores; the loss is the original's BCE-with-logits (mean × num_labels, `layers.soft_score_loss`, the
+    same as the other architectures' VQA loss) on each branch, summed.
+"""
+_RETRIEVAL_ARGS = r"""
+image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Pairs of the same image are not negatives in the loss.
+return_loss (`bool`, *optional*):
+    Compute the hardest-negative triplet loss (default: in training mode).
+"""
+_CHOICE_ARGS = r"""
+input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`):
+    The (question, choice) pairs `[CLS] q [SEP] a [SEP]`.
+attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    1 = real token.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
+    0 for the question, 1 for the choice.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, text_length, hidden_size)`, *optional*):
+    Word embeddings instead of `input_ids`.
+labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+    Index of the right choice.
+"""
 
 
 # ---------------------------------------------------------------------------------------------------- cache
@@ -588,10 +770,13 @@ def _run_stack(layers, hidden_states, mask, **kwargs) -> tuple[torch.Tensor, tup
     return hidden_states, tuple(outputs)
 
 
+@auto_docstring(
+    custom_intro="""
+    The bare TDEN: embeddings, object encoder, sentence encoder, cross-modal encoder and decoder (the last two
+    present when the config asks for layers). Heads build on `TdenModelOutput`.
+    """
+)
 class TdenModel(TdenPreTrainedModel):
-    """The bare TDEN: embeddings, object encoder, sentence encoder, cross-modal encoder and decoder (the last two
-    present when the config asks for layers). Heads build on `TdenModelOutput`."""
-
     _can_record_outputs = _RECORDED_OUTPUTS
 
     def __init__(self, config: TdenConfig):
@@ -621,6 +806,7 @@ class TdenModel(TdenPreTrainedModel):
             return type_ids
         return torch.full(reference.shape[:2], type_id, dtype=torch.long, device=reference.device)
 
+    @auto_docstring(custom_args=_TEXT_ARGS + _POSITION_ARG + _REGION_ARGS + _GENERATION_ARGS + _CACHE_ARGS)
     @accepts_past_key_values
     @can_return_tuple
     def forward(
@@ -643,31 +829,6 @@ class TdenModel(TdenPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenModelOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-                Understanding stream: `[CLS] w [SEP]` word pieces, then padding.
-            attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*): 1 = real token.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
-                Defaults to `config.understanding_token_type_id` (0); VCR gives its answer tokens type 1.
-            position_ids (`torch.LongTensor`, *optional*): defaults to `0..text_length-1`.
-            region_features (`torch.FloatTensor` of shape `(batch_size, num_regions, region_feature_dim)`):
-                Row 0 is [IMG] (the mean feature), then the regions, zero padded (the processor's output).
-            region_locations (`torch.FloatTensor` of shape `(batch_size, num_regions, 5)`):
-                `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]`; [IMG] has `[0, 0, 1, 1, 1]`.
-            region_attention_mask (`torch.Tensor` of shape `(batch_size, num_regions)`): 1 = real (incl. [IMG]).
-            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, generation_length)`, *optional*):
-                Generation stream (run causally through the sentence encoder, then the decoder): a caption prefix
-                `[CLS] w1 ...` (no [SEP]), or pre-training's masked sentence.
-            decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past + generation_length)`, *optional*).
-            decoder_token_type_ids (`torch.LongTensor`, *optional*): defaults to `config.generation_token_type_id`.
-            decoder_position_ids (`torch.LongTensor`, *optional*): defaults to `past..past+generation_length-1`.
-            inputs_embeds, decoder_inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`,
-                *optional*): word embeddings instead of the ids.
-            cache (`Cache`, *optional*): an `EncoderDecoderCache` of earlier generation steps (also accepted as
-                `past_key_values`, its name before transformers 5.24). Once its decoder cross-attention holds the
-                visual keys, the object encoder is not run again (the regions may then be omitted).
-            use_cache (`bool`, *optional*): return the generation stream's cache.
-
         Returns:
             `TdenModelOutput`.
         """
@@ -882,8 +1043,9 @@ def _word_and_region_losses(
     return losses
 
 
-class TdenForPreTraining(TdenPreTrainedModel):
-    """TDEN with its four pre-training objectives: masked language modelling (`lm_head` on the cross-modal text
+@auto_docstring(
+    custom_intro="""
+    TDEN with its four pre-training objectives: masked language modelling (`lm_head` on the cross-modal text
     output), masked object classification (`region_head` on the cross-modal visual output), masked sentence
     generation (the same `lm_head` on the decoder output) and image-sentence matching (`similarity`, pooling the
     sentence encoder's last understanding layer and every object-encoder layer).
@@ -891,8 +1053,10 @@ class TdenForPreTraining(TdenPreTrainedModel):
     The understanding stream is `input_ids` (type 0); the generation stream `decoder_input_ids` (type 1; the
     original feeds the same masked sentence). The decoder cross-attends to the cross-modal encoder's last visual
     output (`config.decoder_attends_fused_visual`), as the released weights were trained.
-    """
 
+    """
+)
+class TdenForPreTraining(TdenPreTrainedModel):
     def __init__(self, config: TdenConfig):
         super().__init__(config)
         self.tden = TdenModel(config)
@@ -909,6 +1073,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _PRETRAINING_ARGS)
     @can_return_tuple
     def forward(
         self,
@@ -931,24 +1096,8 @@ class TdenForPreTraining(TdenPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenForPreTrainingOutput:
         r"""
-        Args:
-            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel` (understanding
-                stream, MLM-masked).
-            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): the generation
-                stream (the original feeds the same masked sentence; type 1). Its attention mask is
-                `attention_mask` (the same sentence).
-            labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): MLM targets; negative
-                values (-1, -100) are ignored.
-            decoder_labels (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*): MSG targets, the
-                clean sentence shifted left by one; negative values are ignored.
-            masked_regions (`torch.BoolTensor` of shape `(batch_size, num_regions)`, *optional*): visual tokens whose
-                detector classes are predicted (never [IMG]); their features were zeroed by the data pipeline.
-            region_class_targets (`torch.FloatTensor` of shape `(num_masked_regions, num_region_labels)`,
-                *optional*): detector class distributions of the masked regions, row-major over (example, region).
-            image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*): pairs of the same image are not
-                negatives in the matching loss.
-            compute_similarity (`bool`, defaults to `True`): image-sentence matching (the original's second
-                scheduled-sampling pass skips it). Its loss is computed in training mode, or with `image_ids`.
+        Returns:
+            `TdenForPreTrainingOutput`: the four objectives' logits and losses.
         """
         _require_regions("pre-training", region_features)
         outputs = self.tden(
@@ -1010,13 +1159,16 @@ class TdenForPreTraining(TdenPreTrainedModel):
         return text_embeds, image_embeds, similarity, loss
 
 
-class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
-    """Captioning: the caption prefix (`input_ids`, `[CLS] w1 ...`, no [SEP]) runs causally through the sentence
+@auto_docstring(
+    custom_intro="""
+    Captioning: the caption prefix (`input_ids`, `[CLS] w1 ...`, no [SEP]) runs causally through the sentence
     encoder (token type 1) and the decoder, which cross-attends to the object encoder's output; `lm_head` predicts
     the next word. `generate()` keeps one key/value cache over the sentence encoder and the decoder and runs the
     object encoder once. The original decodes with `length_penalty=0.0` (no length normalisation), beam 2.
-    """
 
+    """
+)
+class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
     _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^region_head\.", r"^similarity\."]
     _required_from_checkpoint = (("tden.decoder.", "generate captions"), ("lm_head.", "predict words"))
 
@@ -1161,6 +1313,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
             return
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
+    @auto_docstring(custom_args=_CAPTION_ARGS + _REGION_ARGS + _CACHE_ARGS)
     @accepts_past_key_values
     @can_return_tuple
     def forward(
@@ -1180,19 +1333,8 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenCaptioningOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, length)`): the caption prefix `[CLS] w1 ... wn`
-                (captioning inputs have no [SEP]); with a cache, only the new tokens.
-            attention_mask (`torch.Tensor` of shape `(batch_size, past + length)`, *optional*): 1 = real token.
-            token_type_ids (`torch.LongTensor`, *optional*): defaults to the generation type (1).
-            region_features, region_locations, region_attention_mask: as for `TdenModel` (needed on the first
-                step; later steps reuse the cached visual keys and values).
-            cache (`Cache`, *optional*): the `EncoderDecoderCache` of earlier steps (also accepted as
-                `past_key_values`, its name before transformers 5.24); returned in the output with `use_cache`.
-            labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*): the next word at every position
-                (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
-            logits_to_keep (`int`, defaults to 0): compute the logits of the last `logits_to_keep` positions only
-                (0 = all).
+        Returns:
+            `TdenCaptioningOutput`: `logits` `(batch_size, length, vocab_size)`.
         """
         outputs = self.tden(
             decoder_input_ids=input_ids,
@@ -1222,12 +1364,15 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         )
 
 
-class TdenForQuestionAnswering(TdenPreTrainedModel):
-    """VQA (X-modaler's `TDENBiTransformer` + `MultiModalPredictor`): the understanding stream through the
+@auto_docstring(
+    custom_intro="""
+    VQA (X-modaler's `TDENBiTransformer` + `MultiModalPredictor`): the understanding stream through the
     cross-modal encoder feeds the `u_*` branch; the decoder runs bidirectionally over the same sentence encoding
     (`config.bidirectional_decoder`, which `from_pretrained` sets) and feeds the `g_*` branch. The answer is
-    `argmax(softmax(u) + softmax(g))` (`logits` holds the summed probabilities)."""
-
+    `argmax(softmax(u) + softmax(g))` (`logits` holds the summed probabilities).
+    """
+)
+class TdenForQuestionAnswering(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
     _config_from_other_heads = {"bidirectional_decoder": True}
 
@@ -1241,6 +1386,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         self.answer_head = TdenAnswerHead(config)
         self.post_init()
 
+    @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _ANSWER_LABELS_ARG)
     @can_return_tuple
     def forward(
         self,
@@ -1255,12 +1401,8 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenQuestionAnsweringOutput:
         r"""
-        Args:
-            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: as for `TdenModel`
-                (`[CLS] question [SEP]`, type 0).
-            labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*): soft answer scores; the
-                loss is the original's BCE-with-logits (mean × num_labels, `layers.soft_score_loss`, the same as the
-                other architectures' VQA loss) on each branch, summed.
+        Returns:
+            `TdenQuestionAnsweringOutput`: `logits` `(batch_size, num_labels)`.
         """
         _require_regions("VQA", region_features)
         outputs = self.tden(
@@ -1292,14 +1434,17 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         )
 
 
-class TdenForImageTextRetrieval(TdenPreTrainedModel):
-    """Image-text retrieval (X-modaler's `TDENRetrieval` + `MultiModalSimilarity`): no cross-modal encoder and no
+@auto_docstring(
+    custom_intro="""
+    Image-text retrieval (X-modaler's `TDENRetrieval` + `MultiModalSimilarity`): no cross-modal encoder and no
     decoder; a sentence vector pooled from the sentence encoder and an image vector pooled from every
     object-encoder layer, both L2-normalised. `logits` scores each given pair; `logits_per_text[i, j]` scores
     sentence i against image j, all `B × B` pairs of a batch; `text_embeds`/`image_embeds` can be indexed once and
     compared by dot product.
-    """
 
+    """
+)
+class TdenForImageTextRetrieval(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [
         r"^tden\.cross_encoder\.",
         r"^tden\.decoder\.",
@@ -1318,6 +1463,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
 
+    @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _RETRIEVAL_ARGS)
     @can_return_tuple
     def forward(
         self,
@@ -1333,12 +1479,8 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenRetrievalOutput:
         r"""
-        Args:
-            input_ids, attention_mask, token_type_ids, region_*, inputs_embeds: `B` (sentence, image) pairs, as for
-                `TdenModel`.
-            image_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*): pairs of the same image are not
-                negatives in the loss.
-            return_loss (`bool`, *optional*): compute the hardest-negative triplet loss (default: in training mode).
+        Returns:
+            `TdenRetrievalOutput`: `logits` `(batch_size, 1)` and the in-batch similarity matrix.
         """
         _require_regions("retrieval", region_features)
         outputs = self.tden(
@@ -1375,12 +1517,15 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         )
 
 
-class TdenForMultipleChoice(TdenPreTrainedModel):
-    """VCR (X-modaler's `TDENBiTransformer` with a one-label `MultiModalPredictor`): each (question, choice) pair
+@auto_docstring(
+    custom_intro="""
+    VCR (X-modaler's `TDENBiTransformer` with a one-label `MultiModalPredictor`): each (question, choice) pair
     `[CLS] q [SEP] a [SEP]` (types 0 then 1) is encoded with the image; the understanding branch scores it (and the
     generation branch too when the model has decoder layers, which the released VCR model has not); the choices are
-    ranked by the summed scores and trained with cross-entropy over the choices."""
-
+    ranked by the summed scores and trained with cross-entropy over the choices.
+    """
+)
+class TdenForMultipleChoice(TdenPreTrainedModel):
     def __init__(self, config: TdenConfig):
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
@@ -1393,6 +1538,7 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         self.answer_head = TdenAnswerHead(config)
         self.post_init()
 
+    @auto_docstring(custom_args=_CHOICE_ARGS + _REGION_ARGS)
     @can_return_tuple
     def forward(
         self,
@@ -1407,13 +1553,8 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenMultipleChoiceOutput:
         r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`): the pairs.
-            attention_mask, token_type_ids (`(batch_size, num_choices, text_length)`, *optional*).
-            region_features (`(batch_size, num_regions, region_feature_dim)`), region_locations,
-                region_attention_mask: shared by every choice.
-            inputs_embeds (`(batch_size, num_choices, text_length, hidden_size)`, *optional*).
-            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
+        Returns:
+            `TdenMultipleChoiceOutput`: `logits` `(batch_size, num_choices)`.
         """
         text = input_ids if input_ids is not None else inputs_embeds
         expected = 3 if input_ids is not None else 4

@@ -64,11 +64,133 @@ def test_converted_settings_are_the_task_configs_max_region_num(tiny_vocab, task
     assert (plain.max_regions, plain.max_joined_regions) == (100, None)
 
 
-def test_vcr_refuses_ground_truth_it_cannot_join_as_the_original(tiny_vocab):
-    processor = converted(tiny_vocab, "vcr", 5)
-    assert processor.feature_extractor.ground_truth_rows == "refuse"
-    with pytest.raises(ValueError, match="VCR datasets keep the ground-truth boxes first"):
-        processor(text="a", regions=random_regions(3, DIM), ground_truth=random_regions(2, DIM), task_id=5)
+def original_reader(regions):
+    """`ImageFeaturesH5Reader`'s rows of one feature file: the global feature (sum of the features / their number)
+    then the features; locations `[0, 0, 1, 1, 1]` then `[x1/W, y1/H, x2/W, y2/H, area/(W*H)]`; `num_boxes` + 1."""
+    height, width = regions.image_size
+    boxes = regions.boxes
+    locations = torch.zeros(len(regions), 5)
+    locations[:, :4] = boxes
+    locations[:, 4] = (boxes[:, 3] - boxes[:, 1]) * (boxes[:, 2] - boxes[:, 0]) / (width * height)
+    locations[:, [0, 2]] /= width
+    locations[:, [1, 3]] /= height
+    features = torch.cat([regions.features.sum(0, keepdim=True) / len(regions), regions.features])
+    return features, torch.cat([torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0]]), locations]), len(regions) + 1
+
+
+def original_vcr_rows(detections, ground_truth, max_region_num):
+    """`vcr_dataset.py`'s `__getitem__` (12-in-1 and beta alike): the detections' global feature merged with the
+    ground-truth file's, weighted by the readers' `num_boxes`; the ground-truth rows without their global token, at
+    most `max_region_num - 1` of them kept first; then `min(max_region_num - gt kept, num_boxes)` detection rows (the
+    merged global token first); rows: detections, then ground truth; zero-padded to `max_region_num`, mask 1 on the
+    kept rows."""
+    features, boxes, num_boxes = original_reader(detections)
+    gt_features, gt_boxes, gt_num_boxes = original_reader(ground_truth)
+    features[0] = (features[0] * num_boxes + gt_features[0] * gt_num_boxes) / (num_boxes + gt_num_boxes)
+    gt_features, gt_boxes, gt_num_boxes = gt_features[1:], gt_boxes[1:], gt_num_boxes - 1
+    gt_box_preserve = min(max_region_num - 1, gt_num_boxes)
+    num_box_preserve = min(max_region_num - gt_box_preserve, num_boxes)
+    mix_features = torch.cat([features[:num_box_preserve], gt_features[:gt_box_preserve]])
+    mix_boxes = torch.cat([boxes[:num_box_preserve], gt_boxes[:gt_box_preserve]])
+    count = num_box_preserve + gt_box_preserve
+    padded_features, padded_boxes = torch.zeros(max_region_num, DIM), torch.zeros(max_region_num, 5)
+    padded_features[:count], padded_boxes[:count] = mix_features, mix_boxes
+    mask = (torch.arange(max_region_num) < count).long()
+    return padded_features, padded_boxes, mask
+
+
+def converted_vcr(vocab, release):
+    settings = _region_settings("vcr", release, 5 if release == "multi_task" else None, [])
+    return VilbertProcessor(
+        feature_extractor=VilbertRegionProcessor(region_feature_dim=DIM, **settings),
+        tokenizer=BertTokenizer(vocab=str(vocab), do_lower_case=True),
+        num_task_tokens=20 if release == "multi_task" else 0,
+    )
+
+
+@pytest.mark.parametrize("release, max_region_num", [("multi_task", 101), ("beta", 100)])
+def test_converted_vcr_processors_join_ground_truth_as_the_vcr_datasets(tiny_vocab, release, max_region_num):
+    region_processor = converted_vcr(tiny_vocab, release).feature_extractor
+    assert region_processor.ground_truth_rows == "after_cut_detections"
+    assert region_processor.max_regions == region_processor.max_joined_regions == max_region_num - 1
+
+
+@pytest.mark.parametrize("release, max_region_num", [("multi_task", 101), ("beta", 100)])
+@pytest.mark.parametrize("detections, ground_truth", [(100, 30), (100, 120), (100, 99), (10, 5), (1, 1)])
+def test_vcr_join_is_the_original_datasets_rows(tiny_vocab, release, max_region_num, detections, ground_truth):
+    processor = converted_vcr(tiny_vocab, release)
+    task_id = 5 if release == "multi_task" else None
+    regions, truth = random_regions(detections, DIM, seed=3), random_regions(ground_truth, DIM, seed=4)
+    inputs = processor(text="is the cat on the table ?", regions=regions, ground_truth=truth, task_id=task_id)
+    features, boxes, mask = original_vcr_rows(regions, truth, max_region_num)
+    rows = inputs["region_attention_mask"].shape[1]
+    assert rows <= max_region_num and not mask[rows:].any()  # vlhub pads to the batch's longest, masked alike
+    torch.testing.assert_close(inputs["region_features"][0], features[:rows])
+    torch.testing.assert_close(inputs["region_locations"][0], boxes[:rows])
+    assert torch.equal(inputs["region_attention_mask"][0], mask[:rows])
+
+
+def test_vcr_join_in_a_batch_and_its_cut_logged_once(tiny_vocab, caplog):
+    processor = converted_vcr(tiny_vocab, "multi_task")
+    regions = [random_regions(100, DIM, seed=5), random_regions(12, DIM, seed=6)]
+    truth = [random_regions(120, DIM, seed=7), random_regions(4, DIM, seed=8)]
+    with caplog.at_level(logging.WARNING):
+        inputs = processor(text=["a", "b"], regions=regions, ground_truth=truth, task_id=5)
+    assert "kept the ground-truth regions first" in caplog.text and processor.feature_extractor.regions_cut == 1
+    for index in range(2):
+        features, boxes, mask = original_vcr_rows(regions[index], truth[index], 101)
+        torch.testing.assert_close(inputs["region_features"][index], features)
+        torch.testing.assert_close(inputs["region_locations"][index], boxes)
+        assert torch.equal(inputs["region_attention_mask"][index], mask)
+
+
+def test_vcr_multiple_choice_inputs_with_ground_truth_run_the_choice_model(tiny_vocab):
+    from vlhub.training.finetuning import encode_choices
+
+    processor = converted_vcr(tiny_vocab, "multi_task")
+    processor.task_id = 5
+    regions = [random_regions(100, DIM, seed=9), random_regions(20, DIM, seed=10)]
+    truth = [random_regions(30, DIM, seed=11), random_regions(3, DIM, seed=12)]
+    choices = [["the cat", "a dog", "the table", "red"], ["yes", "no", "blue", "the red cat"]]
+    inputs = encode_choices(processor, ["what is on the table ?", "is the cat red ?"], choices)
+    inputs.update(processor(regions=regions, ground_truth=truth))  # regions alone, as the collator encodes them
+    assert inputs["input_ids"].shape[:2] == (2, 4) and inputs["region_features"].shape == (2, 101, DIM)
+    features, _, mask = original_vcr_rows(regions[1], truth[1], 101)
+    torch.testing.assert_close(inputs["region_features"][1], features)
+    assert torch.equal(inputs["region_attention_mask"][1], mask)
+    config = vlhub.VilbertConfig(
+        vocab_size=len(processor.tokenizer),
+        region_feature_dim=DIM,
+        num_task_tokens=20,
+        **vlhub.get_architecture("vilbert").config_fields("tiny"),
+    )
+    outputs = vlhub.VilbertForMultipleChoice(config).eval()(**inputs, labels=torch.tensor([0, 3]))
+    assert outputs.logits.shape == (2, 4) and torch.isfinite(outputs.loss)
+
+
+def test_vcr_join_bad_inputs_name_the_problem(tiny_vocab):
+    processor = converted_vcr(tiny_vocab, "multi_task")
+    with pytest.raises(ValueError, match=r"ground_truth\[0\] has 4-d features"):
+        processor(text="a", regions=random_regions(3, DIM), ground_truth=random_regions(2, 4), task_id=5)
+    with pytest.raises(ValueError, match=r"regions\[0\] has 4-d features"):
+        processor(text="a", regions=random_regions(3, 4), ground_truth=random_regions(2, DIM), task_id=5)
+    processor.feature_extractor.region_selection = "refuse"
+    with pytest.raises(ValueError, match="100 detected and 2 ground-truth regions exceed max_joined_regions=100"):
+        processor(text="a", regions=random_regions(100, DIM), ground_truth=random_regions(2, DIM), task_id=5)
+    scored = vlhub.RegionFeatures(
+        torch.rand(3, DIM), torch.tensor([[0.0, 0.0, 4.0, 4.0]] * 3), (48, 64), scores=torch.ones(3)
+    )
+    by_confidence = VilbertRegionProcessor(
+        region_feature_dim=DIM, confidence_threshold=0.2, ground_truth_rows="after_cut_detections"
+    )
+    with pytest.raises(ValueError, match="keeps each image's first detections"):
+        by_confidence.join_ground_truth([scored], [random_regions(2, DIM)])
+
+
+def test_refuse_stays_available_for_ground_truth(tiny_vocab):
+    refusing = VilbertRegionProcessor(region_feature_dim=DIM, ground_truth_rows="refuse")
+    with pytest.raises(ValueError, match="refuses ground-truth regions"):
+        refusing.join_ground_truth([random_regions(3, DIM)], [random_regions(2, DIM)])
 
 
 @pytest.mark.parametrize(

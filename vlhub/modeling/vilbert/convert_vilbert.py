@@ -499,10 +499,12 @@ def _region_settings(task: str, release: str, task_id: int | None, notes: list[s
             f"original joins the ground-truth boxes after the detections and keeps {joined_rows} rows"
         )
     elif task == "vcr":
-        settings["ground_truth_rows"] = "refuse"
+        # vcr_dataset.py (both releases): max_region_num rows, the ground-truth boxes kept first.
+        settings.update(max_joined_regions=region_rows - 1, ground_truth_rows="after_cut_detections")
         notes.append(
-            "processor ground_truth_rows 'refuse': the original VCR datasets join the ground-truth boxes by a "
-            "rule vlhub does not reproduce (ground-truth boxes first, both files' global tokens merged)"
+            f"processor max_joined_regions {region_rows - 1}, ground_truth_rows 'after_cut_detections': the original "
+            "VCR datasets keep the ground-truth boxes first, the first detections fill the rest of "
+            f"{region_rows} rows, after them, and the global token merges both files' global tokens"
         )
     return settings
 

@@ -32,7 +32,7 @@ MAX_REGIONS_COUNTS = ("regions", "rows")
 # Where ground-truth regions join the detections: from row `1 + max_regions` on (the detections padded up to it; the
 # 12-in-1 pointing tasks read their candidates at `101 + index`), right after each image's detection rows, or not at
 # all ("refuse": VCR's datasets join them by another rule, which vlhub does not reproduce).
-GROUND_TRUTH_ROWS = ("after_max_regions", "after_detections", "refuse")
+GROUND_TRUTH_ROWS = ("after_max_regions", "after_detections", "after_cut_detections", "refuse")
 # RegionFeatures.metadata key: the mean feature of an image's regions before "first_n" cut them (the global token's).
 _ALL_REGIONS_MEAN = "vlhub_vilbert_all_regions_mean"
 # The location of the global image token (the whole image, area 1).
@@ -87,9 +87,11 @@ class VilbertRegionProcessor(RegionProcessor):
     rows cut first. `ground_truth_rows` places them: `"after_max_regions"` (row `1 + max_regions` on, the detections
     padded up to it: where the pointing tasks read their candidates, `101 + index`) or `"after_detections"` (right
     after each image's detection rows, the datasets' own concatenation). With the releases' 100 detections per image
-    both are the original's rows. `"refuse"` makes ground-truth regions an error (converted VCR processors: the
-    original VCR datasets keep the ground-truth boxes first and merge both files' global tokens, which vlhub does not
-    reproduce).
+    both are the original's rows. `"after_cut_detections"` is the VCR datasets' join (converted VCR processors): of
+    `max_joined_regions` (else `max_regions`) regions the ground-truth ones are kept first, the image's first
+    detections fill the rest; rows: the global token, the kept detections, the kept ground truth; the global token is
+    the mean of the detections' and the ground truth's means weighted by their counts + 1 (the original readers'
+    row counts). `"refuse"` makes ground-truth regions an error.
 
     `max_regions_counts` marks the meaning of `max_regions` in a saved folder: `"regions"` (now). A folder saved
     before it counted rows (the global token included); it loads as `"rows"`, and `max_regions` is then lowered by
@@ -187,10 +189,12 @@ class VilbertRegionProcessor(RegionProcessor):
         if self.ground_truth_rows == "refuse":
             raise ValueError(
                 "this processor refuses ground-truth regions (ground_truth_rows='refuse'): its task's "
-                "original joins them by a rule vlhub does not reproduce (ViLBERT's VCR datasets keep the "
-                "ground-truth boxes first and merge both files' global tokens); pass the regions to use "
-                "as regions=, or set ground_truth_rows to 'after_detections' or 'after_max_regions'"
+                "original joins them by a rule its converter did not reproduce; pass the regions to use "
+                "as regions=, or set ground_truth_rows to 'after_cut_detections' (the VCR datasets' join), "
+                "'after_detections' or 'after_max_regions'"
             )
+        if self.ground_truth_rows == "after_cut_detections":
+            return self._join_after_cut_detections(regions, ground_truth, name)
         if self.ground_truth_rows == "after_max_regions" and self.max_regions is None:
             raise ValueError(
                 "ground_truth_rows='after_max_regions' places the ground-truth rows after max_regions "
@@ -215,6 +219,58 @@ class VilbertRegionProcessor(RegionProcessor):
             {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
         ), layout
 
+    def _join_after_cut_detections(self, regions, ground_truth, name: str):
+        """`join_ground_truth` for `ground_truth_rows="after_cut_detections"`, the original VCR datasets' join: of
+        `max_joined_regions` (else `max_regions`) regions the ground-truth ones are kept first, the file's first
+        detections fill the rest; rows: the merged global token, the kept detections, the kept ground truth."""
+        if self.confidence_threshold is not None and any(image.scores is not None for image in regions):
+            raise ValueError(
+                "ground_truth_rows='after_cut_detections' keeps each image's first detections as the original VCR "
+                "datasets do; this processor would select them by confidence_threshold: set confidence_threshold="
+                "None or pass regions without scores"
+            )
+        limit = self.max_regions if self.max_joined_regions is None else self.max_joined_regions
+        rows, layout, cuts = [], [], []
+        for i, (image, truth) in enumerate(zip(regions, ground_truth)):
+            _check_vcr_join(image, truth, self.region_feature_dim, f"{name}[{i}]", i)
+            total = len(image) + len(truth)
+            if limit is not None and total > limit and self.region_selection == "refuse":
+                raise ValueError(
+                    f"{name}[{i}]: {len(image)} detected and {len(truth)} ground-truth regions exceed "
+                    f"max_joined_regions={limit}; set region_selection='first_n' to keep the ground-truth regions "
+                    "first and the first detections as the original VCR datasets do, or raise max_joined_regions"
+                )
+            kept_truth = len(truth) if limit is None else min(limit, len(truth))
+            kept_detections = len(image) if limit is None else min(limit - kept_truth, len(image))
+            if kept_truth + kept_detections < total:
+                cuts.append((total, kept_truth + kept_detections))
+            rows.append(self._vcr_rows(image, truth, kept_detections, kept_truth))
+            layout.append((1 + kept_detections, kept_truth))
+        if cuts:
+            self._report_ground_truth_cuts(cuts, len(regions))
+        features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
+        return BatchFeature(
+            {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
+        ), layout
+
+    def _vcr_rows(self, image: RegionFeatures, truth: RegionFeatures, kept_detections: int, kept_truth: int):
+        """One image's `(features, locations, mask)` as the VCR datasets build them: the global token is the mean of
+        both files' global tokens (each the mean of all of its file's regions), weighted by the files' row counts
+        (regions + 1, the reader's `num_boxes`), then the first detections and the first ground-truth regions."""
+        detected, true = self.encode_features(image), self.encode_features(truth)
+        detected_mean, true_mean = detected.sum(0, keepdim=True) / len(image), true.sum(0, keepdim=True) / len(truth)
+        merged = (detected_mean * (len(image) + 1) + true_mean * (len(truth) + 1)) / (len(image) + len(truth) + 2)
+        features = torch.cat([merged, detected[:kept_detections], true[:kept_truth]])
+        global_location = torch.tensor([GLOBAL_TOKEN_LOCATION], dtype=torch.float32)
+        locations = torch.cat(
+            [
+                global_location,
+                self.encode_locations(image)[:kept_detections].float(),
+                self.encode_locations(truth)[:kept_truth].float(),
+            ]
+        )
+        return features.float(), locations, torch.ones(features.shape[0], dtype=torch.long)
+
     def _ground_truth_kept(self, count: int, detections: int, name: str) -> int:
         """How many of an image's `count` ground-truth regions `max_joined_regions` keeps after `detections`."""
         if self.max_joined_regions is None or detections + count <= self.max_joined_regions:
@@ -230,12 +286,17 @@ class VilbertRegionProcessor(RegionProcessor):
     def _report_ground_truth_cuts(self, cuts: list[tuple[int, int]], batch_size: int) -> None:
         first = self.regions_cut == 0
         self.regions_cut += len(cuts)
+        kept_what = (
+            "ground-truth regions first and the first detections after them (the VCR datasets' rule)"
+            if self.ground_truth_rows == "after_cut_detections"
+            else "detections and the first ground-truth regions"
+        )
         if first:
             logger.warning(
                 f"{len(cuts)} of {batch_size} images had more detected and ground-truth regions together than "
                 f"max_joined_regions={self.max_joined_regions} ({', '.join(str(b) for b, _ in cuts)}): kept the "
-                "detections and the first ground-truth regions, as the original 12-in-1 datasets cut max_region_num "
-                "rows. Later cuts are not logged again; `regions_cut` on the region processor counts the images cut."
+                f"{kept_what}, as the original 12-in-1 datasets cut max_region_num rows. Later cuts are not logged "
+                "again; `regions_cut` on the region processor counts the images cut."
             )
 
 
@@ -272,6 +333,18 @@ def _check_ground_truth(truth, image: RegionFeatures, feature_dim: int, name: st
             f"{name} are boxes of an image of size {tuple(truth.image_size)} but "
             f"regions[{index}] of one of size {tuple(image.image_size)}: both must be of one image"
         )
+
+
+def _check_vcr_join(image, truth, feature_dim: int, name: str, index: int) -> None:
+    """The detections and ground truth of one image that the VCR join merges (`RegionFeatures` are never empty:
+    both have a global token)."""
+    if not isinstance(image, RegionFeatures):
+        raise TypeError(f"regions[{index}] must be a vlhub.RegionFeatures, got {type(image).__name__}")
+    if image.feature_dim != feature_dim:
+        raise ValueError(
+            f"regions[{index}] has {image.feature_dim}-d features but this processor expects {feature_dim}-d features"
+        )
+    _check_ground_truth(truth, image, feature_dim, name, index)
 
 
 def _joined_rows(detected: BatchFeature, index: int, start: int, truth: RegionFeatures, kept: int, encoder):
@@ -345,8 +418,8 @@ class VilbertProcessor(VisionLanguageProcessor):
         """As `VisionLanguageProcessor.__call__`, plus `task_id` (multi-task models): the 12-in-1 task number of
         every example of the call; defaults to the processor's `task_id` setting. `ground_truth`: per image, the
         ground-truth regions (the original's "gt" feature file, without its global token) that join the detections
-        as the 12-in-1 grounding datasets join them in training (`max_joined_regions`, `ground_truth_rows` of the
-        region processor)."""
+        as the 12-in-1 grounding and VCR datasets join them in training (`max_joined_regions`, `ground_truth_rows` of
+        the region processor)."""
         return self._encode(text, regions, images, token_ids, return_tensors, task_id, ground_truth, **kwargs)[0]
 
     def _encode(
@@ -375,6 +448,8 @@ class VilbertProcessor(VisionLanguageProcessor):
         if ground_truth is not None:
             regions = self._detections(regions, images)
             joined, layout = self.feature_extractor.join_ground_truth(regions, ground_truth, ground_truth_name)
+            if text is None and token_ids is None and not kwargs:
+                return joined, layout  # the regions alone, as the multiple-choice collator encodes them
             regions = images = None
         outputs = super().__call__(
             text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs

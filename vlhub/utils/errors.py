@@ -104,6 +104,9 @@ def run_command(prog: str, main: Callable[[], object], debug: bool = False) -> i
     except user_error_types() as err:
         if debug or debug_enabled():
             traceback.print_exc()
-        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
+        # One write, newline included: print() writes the newline separately, and the processes of one launch share
+        # stderr, so their messages would run together on one line.
+        sys.stderr.write(f"{prog}: error: {one_line(err)}\n")
+        sys.stderr.flush()
         return USER_ERROR_EXIT_CODE
     return status if isinstance(status, int) else 0

@@ -96,6 +96,8 @@ def test_retrieval_task_follows_the_heads_negatives(tmp_path):
     assert "in-batch" in task.card_info().summary
     with pytest.raises(ValueError, match="at least 2 pairs"):
         task.train_sampler(1, 1, 0)
+    with pytest.raises(TypeError, match="takes no num_hard"):
+        InBatchRetrievalTask(model, *args, num_hard=2)
 
     class SampledHead(torch.nn.Module):  # an architecture that declares nothing trains on sampled hard negatives
         config = vlhub.UniterConfig()

@@ -270,37 +270,14 @@ class SelfCriticalCaptioningTask(CaptioningTask):
     """
 
     def __init__(
-        self,
-        model,
-        processor,
-        regions: Mapping[str, RegionFeatures],
-        train,
-        validation,
-        dataset_name: str,
-        dataset_description: str,
-        base_model: str | None = None,
-        test=None,
-        max_new_tokens: int = 20,
-        metrics: Sequence[str] = CAPTION_METRICS,
-        num_samples: int = 1,
+        self, model, processor, regions: Mapping[str, RegionFeatures], train, *args, num_samples: int = 1, **options
     ):
-        check_can_caption(model, max_new_tokens)
+        # The rest of `CaptioningTask`'s arguments (validation, names, base_model, test, max_new_tokens, metrics),
+        # without its objective: this task trains by sampling and scoring captions instead.
         if num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        super().__init__(
-            model,
-            processor,
-            regions,
-            train,
-            validation,
-            dataset_name,
-            dataset_description,
-            None,
-            base_model=base_model,
-            test=test,
-            max_new_tokens=max_new_tokens,
-            metrics=metrics,
-        )
+        super().__init__(model, processor, regions, train, *args, objective=None, **options)
+        check_can_caption(model, self.max_new_tokens)
         from ..evaluation.captions import CiderD
 
         references = references_by_image(train)

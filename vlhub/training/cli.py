@@ -533,6 +533,35 @@ def _finetune_data(data_args: DataArguments, finetune_args: FinetuneArguments):
 FINETUNING_TASKS = {"vqa": "vqa", "multiple_choice": "vcr", "retrieval": "retrieval", "captioning": "captioning"}
 
 
+@dataclass(frozen=True)
+class _TaskData:
+    """What every fine-tuning task is built from besides its model and splits: the processor, the region source,
+    the dataset's name and description, and the fine-tuned checkpoint (`source`)."""
+
+    processor: object
+    regions: object
+    name: str
+    description: str
+    source: str
+
+    def task(self, task_class, model, splits: dict, *args, **options):
+        """`task_class(model, processor, regions, train, validation, name, description, *args, base_model=source,
+        test=..., **options)`: the arguments the split-based fine-tuning tasks share."""
+        return task_class(
+            model,
+            self.processor,
+            self.regions,
+            splits["train"],
+            splits.get("validation"),
+            self.name,
+            self.description,
+            *args,
+            base_model=self.source,
+            test=splits.get("test"),
+            **options,
+        )
+
+
 def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
     from transformers import AutoProcessor, HfArgumentParser
 
@@ -561,32 +590,22 @@ def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
         )
     set_seed(training_args.seed)
     table, regions, id2label, name, description, baselines = _finetune_data(data_args, finetune_args)
+    if "train" not in table:
+        raise SystemExit(f"--task {finetune_args.task}: the dataset has no train split (it has {', '.join(table)})")
     # A processor may lay text out per task (VL-BERT's VQA answer slot): `for_task` gives the task's processor.
     processor = AutoProcessor.from_pretrained(location).for_task(finetune_args.task)
+    data = _TaskData(processor, regions, name, description, source)
     command = launch_command("finetune.py", argv)
     model_class = architecture.model_class(head)
     if finetune_args.task == "vqa":
         model = _load_vqa_model(model_class, location, source_config, architecture, id2label)
         num_labels = model.config.num_labels
         splits = {s: VqaDataset.from_rows(table[s], num_labels, f"the {s} split") for s in table}
-        task = VqaTask(
-            model,
-            processor,
-            regions,
-            splits["train"],
-            splits.get("validation"),
-            name,
-            description,
-            base_model=source,
-            test=splits.get("test"),
-            majority_baselines=baselines,
-        )
+        task = data.task(VqaTask, model, splits, majority_baselines=baselines)
     elif finetune_args.task == "multiple_choice":
-        task = _multiple_choice_task(model_class, source, location, processor, table, regions, name, description)
+        task = _multiple_choice_task(model_class, location, table, data)
     elif finetune_args.task == "captioning":
-        task = _captioning_task(
-            architecture, model_class, source, location, processor, table, regions, name, description, finetune_args
-        )
+        task = _captioning_task(architecture, model_class, location, table, data, finetune_args)
     else:
         # e.g. the original's init_output: the ranking head starts from the pre-trained ITM head.
         model = _load_task_model(model_class, location, source_config, architecture)
@@ -620,63 +639,36 @@ def _load_vqa_model(model_class, location, source_config, architecture, id2label
     )
 
 
-def _multiple_choice_task(model_class, source, location, processor, table, regions, name, description):
+def _multiple_choice_task(model_class, location, table, data: _TaskData):
     """A `MultipleChoiceTask`, its input errors as a `SystemExit` naming `--task` (apart from `finetune_main` to
     keep it within the house's 80 lines)."""
     from .finetuning import MultipleChoiceDataset, MultipleChoiceTask
 
-    # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).
-    if "train" not in table:
-        raise SystemExit(f"--task multiple_choice: the dataset has no train split (it has {', '.join(table)})")
     splits = {s: MultipleChoiceDataset.from_rows(table[s], f"the {s} split") for s in table}
+    # One score per (question, choice) pair (TDEN's head checks it; the other heads' outputs are fixed).
     model = model_class.from_pretrained(location, num_labels=1)
     try:
-        return MultipleChoiceTask(
-            model,
-            processor,
-            regions,
-            splits["train"],
-            splits.get("validation"),
-            name,
-            description,
-            base_model=source,
-            test=splits.get("test"),
-        )
+        return data.task(MultipleChoiceTask, model, splits)
     except ValueError as err:
         raise SystemExit(f"--task multiple_choice: {err}") from err
 
 
-def _captioning_task(
-    architecture, model_class, source, location, processor, table, regions, name, description, finetune_args
-):
+def _captioning_task(architecture, model_class, location, table, data: _TaskData, finetune_args):
     """A `CaptioningTask` trained with the architecture's caption objective (`Architecture.finetuning_objectives`),
     or with `--scst` a `SelfCriticalCaptioningTask`."""
     from ..evaluation.captions import CAPTION_METRICS
     from .captioning import CaptioningTask, SelfCriticalCaptioningTask
     from .data import caption_pairs
 
-    if "train" not in table:
-        raise SystemExit(f"--task captioning: the dataset has no train split (it has {', '.join(table)})")
     splits = {s: caption_pairs(table[s], f"the {s} split") for s in table}
     common = dict(
-        base_model=source,
-        test=splits.get("test"),
-        max_new_tokens=finetune_args.max_caption_tokens,
-        metrics=finetune_args.caption_metrics or CAPTION_METRICS,
+        max_new_tokens=finetune_args.max_caption_tokens, metrics=finetune_args.caption_metrics or CAPTION_METRICS
     )
     if finetune_args.scst:
         model = model_class.from_pretrained(location)
         try:
-            return SelfCriticalCaptioningTask(
-                model,
-                processor,
-                regions,
-                splits["train"],
-                splits.get("validation"),
-                name,
-                description,
-                num_samples=finetune_args.scst_num_samples,
-                **common,
+            return data.task(
+                SelfCriticalCaptioningTask, model, splits, num_samples=finetune_args.scst_num_samples, **common
             )
         except ValueError as err:
             raise SystemExit(f"--scst: {err}") from err
@@ -687,14 +679,4 @@ def _captioning_task(
             "(Architecture.finetuning_objectives)"
         )
     objective = objectives_for(architecture.model_type)[objective_name]
-    return CaptioningTask(
-        model_class.from_pretrained(location),
-        processor,
-        regions,
-        splits["train"],
-        splits.get("validation"),
-        name,
-        description,
-        objective,
-        **common,
-    )
+    return data.task(CaptioningTask, model_class.from_pretrained(location), splits, objective, **common)

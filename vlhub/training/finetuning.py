@@ -69,6 +69,11 @@ def _encode(processor, texts: Sequence[str], regions: Sequence[RegionFeatures]) 
     return dict(processor(text=list(texts), regions=list(regions), return_tensors="pt"))
 
 
+def _encode_captions(processor, regions: Mapping[str, RegionFeatures], examples: Sequence[dict]) -> dict:
+    """The model inputs of `(caption, image_id)` examples, each caption with its image's regions."""
+    return _encode(processor, [e["caption"] for e in examples], [_lookup(regions, e["image_id"]) for e in examples])
+
+
 # ---------------------------------------------------------------------------------------------------- VQA
 @dataclass
 class VqaExample:
@@ -687,9 +692,7 @@ class RetrievalCollator:
 
     def __call__(self, examples: Sequence[dict]) -> dict:
         rngs = [example_rng(SampleKey(0, "retrieval", tuple(e["seed"]))) for e in examples]
-        positives = _encode(
-            self.processor, [e["caption"] for e in examples], [_lookup(self.regions, e["image_id"]) for e in examples]
-        )
+        positives = _encode_captions(self.processor, self.regions, examples)
         image_texts, image_regions, text_texts, text_regions = [], [], [], []
         for example, rng in zip(examples, rngs):
             others = [
@@ -729,6 +732,7 @@ class RetrievalTask(TrainingTask):
         dataset_name: str,
         dataset_description: str,
         base_model: str | None = None,
+        *,
         num_sampled: int = 15,
         num_hard: int = 3,
         max_gallery_images: int = 50,
@@ -815,11 +819,7 @@ class RetrievalTask(TrainingTask):
         )
 
         def collate(examples):
-            return _encode(
-                self.processor,
-                [e["caption"] for e in examples],
-                [_lookup(self.regions, e["image_id"]) for e in examples],
-            )
+            return _encode_captions(self.processor, self.regions, examples)
 
         return self.eval_dataloader(accelerator, dataset, sampler, collate)
 
@@ -855,9 +855,7 @@ class InBatchRetrievalCollator:
         self.regions = regions
 
     def __call__(self, examples: Sequence[dict]) -> dict:
-        batch = _encode(
-            self.processor, [e["caption"] for e in examples], [_lookup(self.regions, e["image_id"]) for e in examples]
-        )
+        batch = _encode_captions(self.processor, self.regions, examples)
         ids: dict[str, int] = {}
         batch["image_ids"] = torch.tensor([ids.setdefault(e["image_id"], len(ids)) for e in examples])
         return batch
@@ -873,29 +871,12 @@ class InBatchRetrievalTask(RetrievalTask):
     (from the text alone) and `image_embeds` (from the regions alone), so T texts against I images take max(T, I)
     encodings instead of T x I cross-encodings."""
 
-    def __init__(
-        self,
-        model,
-        processor,
-        regions,
-        train_pairs,
-        validation_pairs,
-        dataset_name: str,
-        dataset_description: str,
-        base_model: str | None = None,
-        max_gallery_images: int = 50,
-    ):
-        super().__init__(
-            model,
-            processor,
-            regions,
-            train_pairs,
-            validation_pairs,
-            dataset_name,
-            dataset_description,
-            base_model=base_model,
-            max_gallery_images=max_gallery_images,
-        )
+    def __init__(self, *args, **kwargs):
+        # `RetrievalTask`'s arguments but the sampled-negative settings, which do not apply to in-batch negatives.
+        for name in ("num_sampled", "num_hard"):
+            if name in kwargs:
+                raise TypeError(f"InBatchRetrievalTask takes no {name}: its negatives are the batch's other pairs")
+        super().__init__(*args, **kwargs)
 
     def train_collator(self, train_pairs):
         return InBatchRetrievalCollator(self.processor, self.regions)
@@ -939,29 +920,13 @@ class InBatchRetrievalTask(RetrievalTask):
 RETRIEVAL_TASKS = {"sampled": RetrievalTask, "in_batch": InBatchRetrievalTask}
 
 
-def retrieval_task(
-    model,
-    processor,
-    regions,
-    train_pairs,
-    validation_pairs,
-    dataset_name: str,
-    dataset_description: str,
-    base_model: str | None = None,
-    num_sampled: int = 15,
-    num_hard: int = 3,
-    max_gallery_images: int = 50,
-) -> RetrievalTask:
+def retrieval_task(model, *args, num_sampled: int = 15, num_hard: int = 3, **kwargs) -> RetrievalTask:
     """The retrieval task that trains `model` as its original did: `RetrievalTask` (sampled negatives, the hardest
     `num_hard` of `num_sampled` trained on) or, for an architecture that declares `retrieval_negatives="in_batch"`,
-    `InBatchRetrievalTask` (the sampled-negative settings do not apply)."""
+    `InBatchRetrievalTask` (the sampled-negative settings do not apply). Takes `RetrievalTask`'s arguments."""
     kind = get_architecture(model.config.model_type).retrieval_negatives
-    common = dict(base_model=base_model, max_gallery_images=max_gallery_images)
-    if kind == "sampled":
-        common.update(num_sampled=num_sampled, num_hard=num_hard)
-    return RETRIEVAL_TASKS[kind](
-        model, processor, regions, train_pairs, validation_pairs, dataset_name, dataset_description, **common
-    )
+    sampled = dict(num_sampled=num_sampled, num_hard=num_hard) if kind == "sampled" else {}
+    return RETRIEVAL_TASKS[kind](model, *args, **sampled, **kwargs)
 
 
 def _retrieval_summary(config) -> str:

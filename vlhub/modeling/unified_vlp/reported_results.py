@@ -16,43 +16,19 @@ _row = source_rows(
 )
 
 
+def _captioning(dataset, dataset_id, setting, bleu4, meteor, cider, spice):
+    """The four caption metrics of one checkpoint's line of the table (Karpathy test split)."""
+    scores = (("BLEU@4", bleu4), ("METEOR", meteor), ("CIDEr", cider), ("SPICE", spice))
+    return tuple(
+        _row("captioning", dataset, dataset_id, "Karpathy test", metric, value, setting=setting)
+        for metric, value in scores
+    )
+
+
 REPORTED_RESULTS = (
-    *(
-        _row(
-            "captioning",
-            "COCO Captions",
-            "coco",
-            "Karpathy test",
-            metric,
-            value,
-            setting="COCO checkpoint, cross-entropy",
-        )
-        for metric, value in (("BLEU@4", 36.5), ("METEOR", 28.4), ("CIDEr", 116.9), ("SPICE", 21.2))
-    ),
-    *(
-        _row(
-            "captioning",
-            "COCO Captions",
-            "coco",
-            "Karpathy test",
-            metric,
-            value,
-            setting="COCO checkpoint, CIDEr optimization (SCST)",
-        )
-        for metric, value in (("BLEU@4", 39.5), ("METEOR", 29.3), ("CIDEr", 129.3), ("SPICE", 23.2))
-    ),
-    *(
-        _row(
-            "captioning",
-            "Flickr30k Captions",
-            "flickr30k",
-            "Karpathy test",
-            metric,
-            value,
-            setting="Flickr30k checkpoint",
-        )
-        for metric, value in (("BLEU@4", 30.1), ("METEOR", 23.0), ("CIDEr", 67.4), ("SPICE", 17.0))
-    ),
+    *_captioning("COCO Captions", "coco", "COCO checkpoint, cross-entropy", 36.5, 28.4, 116.9, 21.2),
+    *_captioning("COCO Captions", "coco", "COCO checkpoint, CIDEr optimization (SCST)", 39.5, 29.3, 129.3, 23.2),
+    *_captioning("Flickr30k Captions", "flickr30k", "Flickr30k checkpoint", 30.1, 23.0, 67.4, 17.0),
     _row(
         "vqa",
         "VQA v2",

@@ -212,12 +212,7 @@ class VilbertRegionProcessor(RegionProcessor):
             start = 1 + (self.max_regions if self.ground_truth_rows == "after_max_regions" else count)
             rows.append(_joined_rows(detected, i, start, truth, kept, self))
             layout.append((start, kept))
-        if cuts:
-            self._report_ground_truth_cuts(cuts, len(regions))
-        features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
-        return BatchFeature(
-            {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
-        ), layout
+        return self._joined_batch(rows, cuts, len(regions)), layout
 
     def _join_after_cut_detections(self, regions, ground_truth, name: str):
         """`join_ground_truth` for `ground_truth_rows="after_cut_detections"`, the original VCR datasets' join: of
@@ -246,12 +241,7 @@ class VilbertRegionProcessor(RegionProcessor):
                 cuts.append((total, kept_truth + kept_detections))
             rows.append(self._vcr_rows(image, truth, kept_detections, kept_truth))
             layout.append((1 + kept_detections, kept_truth))
-        if cuts:
-            self._report_ground_truth_cuts(cuts, len(regions))
-        features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
-        return BatchFeature(
-            {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
-        ), layout
+        return self._joined_batch(rows, cuts, len(regions)), layout
 
     def _vcr_rows(self, image: RegionFeatures, truth: RegionFeatures, kept_detections: int, kept_truth: int):
         """One image's `(features, locations, mask)` as the VCR datasets build them: the global token is the mean of
@@ -270,6 +260,15 @@ class VilbertRegionProcessor(RegionProcessor):
             ]
         )
         return features.float(), locations, torch.ones(features.shape[0], dtype=torch.long)
+
+    def _joined_batch(self, rows: list, cuts: list[tuple[int, int]], batch_size: int) -> BatchFeature:
+        """Both joins' end: reports the images cut, pads the images' `(features, locations, mask)` rows."""
+        if cuts:
+            self._report_ground_truth_cuts(cuts, batch_size)
+        features, locations, masks = (pad_sequence(part, batch_first=True) for part in zip(*rows))
+        return BatchFeature(
+            {"region_features": features, "region_locations": locations, "region_attention_mask": masks}
+        )
 
     def _ground_truth_kept(self, count: int, detections: int, name: str) -> int:
         """How many of an image's `count` ground-truth regions `max_joined_regions` keeps after `detections`."""

@@ -28,34 +28,12 @@ REPORTED_RESULTS = (
     _row("beta", "retrieval", "Flickr30k", "flickr30k", "test", "image retrieval R@1", 58.20),
     _row("beta", "retrieval", "Flickr30k", "flickr30k", "test", "image retrieval R@5", 84.90),
     _row("beta", "retrieval", "Flickr30k", "flickr30k", "test", "image retrieval R@10", 91.52),
-    _row(
-        "pretrained",
-        "zero_shot_retrieval",
-        "Flickr30k",
-        "flickr30k",
-        "test",
-        "image retrieval R@1",
-        31.86,
-        setting=_ZERO_SHOT,
-    ),
-    _row(
-        "pretrained",
-        "zero_shot_retrieval",
-        "Flickr30k",
-        "flickr30k",
-        "test",
-        "image retrieval R@5",
-        61.12,
-        setting=_ZERO_SHOT,
-    ),
-    _row(
-        "pretrained",
-        "zero_shot_retrieval",
-        "Flickr30k",
-        "flickr30k",
-        "test",
-        "image retrieval R@10",
-        72.80,
-        setting=_ZERO_SHOT,
+    *(
+        _row("pretrained", "zero_shot_retrieval", "Flickr30k", "flickr30k", "test", metric, value, setting=_ZERO_SHOT)
+        for metric, value in (
+            ("image retrieval R@1", 31.86),
+            ("image retrieval R@5", 61.12),
+            ("image retrieval R@10", 72.80),
+        )
     ),
 )

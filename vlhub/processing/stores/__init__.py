@@ -9,6 +9,7 @@ registers the architectures' feature formats here without loading either (`tests
 """
 
 from . import original
+from ._exports import SHARDS_EXPORTS
 from .original import (
     BUTD_TSV_FIELDS,
     FEATURE_FORMATS,
@@ -25,25 +26,14 @@ from .original import (
     register_feature_format,
 )
 
-# `shards.__all__`, kept here so that listing the package's names does not import it (a test compares the two).
-_SHARDS_NAMES = (
-    "RegionStore",
-    "RegionStoreWriter",
-    "StoreLayout",
-    "StoreLockedError",
-    "import_features",
-    "stored_image_ids",
-    "FLOAT16_MAX",
-)
-
-# The names of both modules (each keeps its own list).
-__all__ = [*_SHARDS_NAMES, *original.__all__]
+# The names of both modules (each keeps its own list; `shards`' is listed without importing it).
+__all__ = [*SHARDS_EXPORTS, *original.__all__]
 
 
 def __getattr__(name: str):
     import importlib
 
-    if name == "shards" or name in _SHARDS_NAMES:
+    if name == "shards" or name in SHARDS_EXPORTS:
         shards = importlib.import_module(f"{__name__}.shards")
         return shards if name == "shards" else getattr(shards, name)
     # An architecture's reader that used to be importable from here: found through the format registry, with a

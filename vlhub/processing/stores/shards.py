@@ -56,17 +56,10 @@ from ...utils.errors import VlhubUserError, named_input
 from ...utils.files import atomic_write_json
 from ...utils.resources import open_file_limit
 from ...utils.tensors import float32_tensor, single_threaded
+from ._exports import SHARDS_EXPORTS
 from ..regions import FLOAT16_FEATURES, FLOAT16_MAX, RegionFeatures, check_float16_range
 
-__all__ = [
-    "RegionStore",
-    "RegionStoreWriter",
-    "StoreLayout",
-    "StoreLockedError",
-    "import_features",
-    "stored_image_ids",
-    "FLOAT16_MAX",
-]
+__all__ = list(SHARDS_EXPORTS)
 
 STORE_FORMAT = "vlhub-region-store"
 STORE_VERSION = 2

@@ -38,6 +38,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,6 +66,7 @@ __all__ = [
     "find_answer_file",
     "set_answer_labels",
     "save_converted_model",
+    "OriginalRelease",
     "converter_command_line",
     "add_source_arguments",
     "load_renamed_state_dict",
@@ -589,39 +591,76 @@ def set_answer_labels(config, labels: Sequence[str]) -> None:
 
 
 def save_converted_model(
-    output_dir,
-    model,
-    report: ConversionReport,
-    *,
-    provenance: Provenance,
-    title: str,
-    architecture: str,
-    processor=None,
-    pipeline_tag: str | None = None,
-    usage: str | None = None,
-    logger=None,
-    reported=None,
+    output_dir, model, report: ConversionReport, *, usage: str | None = None, logger=None, **settings
 ) -> ConversionReport:
-    """`save_converted` with the usage snippet of a model exported by vlhub (`vlhub.<Class>.from_pretrained` and
-    `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns the report."""
+    """`save_converted` (`settings`: its other keyword arguments) with the usage snippet of a model exported by vlhub
+    (`vlhub.<Class>.from_pretrained` and `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns
+    the report."""
     output_dir = Path(output_dir)
     if usage is None:
         usage = vlhub_usage(type(model), output_dir)
-    save_converted(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=provenance,
-        title=title,
-        architecture=architecture,
-        pipeline_tag=pipeline_tag,
-        usage=usage,
-        reported=reported,
-    )
+    save_converted(output_dir, model, report, usage=usage, **settings)
     if logger is not None:
         logger.info(report.summary())
     return report
+
+
+@dataclass(frozen=True)
+class OriginalRelease:
+    """The original code an architecture's converter reads the checkpoints of, and what every converter records the
+    same way when it saves a converted task head (`save`).
+
+    Attributes:
+        architecture: the architecture's `registry.Architecture` (its `name` titles the model card, its
+            `model_type` tags it, its `original_repository` is the provenance's unless `repository` is given).
+        commit: the commit of the original code that wrote the checkpoints.
+        reported_results: the authors' published figures (`reported_results.REPORTED_RESULTS`).
+        logger: the converter's logger; the conversion report's summary goes to it.
+        repository: the original code's repository, where it is not the architecture's (ViLBERT's 12-in-1 release).
+    """
+
+    architecture: Any
+    commit: str
+    reported_results: Sequence = ()
+    logger: Any = None
+    repository: str | None = None
+
+    def save(
+        self,
+        output_dir: str | os.PathLike,
+        model,
+        report: ConversionReport,
+        checkpoint: Path,
+        task: str,
+        *,
+        processor,
+        reported_task: str | None = None,
+        reported=None,
+        title_suffix: str = "",
+        usage: str | None = None,
+    ) -> ConversionReport:
+        """`save_converted_model` for the `task` head converted from `checkpoint`: the title "<name> (<task>)
+        converted from <file><title_suffix>", the provenance, the task's Hub pipeline tag and, unless `reported`
+        (a `CardResults`) is given, the figures the authors reported for `reported_task` (default: `task`) with a
+        model of this size (`size_release`). Returns the report."""
+        from .reported import CardResults, size_release
+
+        if reported is None:
+            release = size_release(model.config.hidden_size)
+            reported = CardResults(self.reported_results, release, reported_task or task)
+        return save_converted_model(
+            output_dir,
+            model,
+            report,
+            processor=processor,
+            provenance=Provenance(checkpoint, self.repository or self.architecture.original_repository, self.commit),
+            title=f"{self.architecture.name} ({task}) converted from {checkpoint.name}{title_suffix}",
+            architecture=self.architecture.model_type,
+            pipeline_tag=PIPELINE_TAGS.get(task),
+            usage=usage,
+            logger=self.logger,
+            reported=reported,
+        )
 
 
 def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str, config_help: str) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from ...utils.files import read_yaml
 from . import (
+    ARCHITECTURE,
     TdenConfig,
     TdenForConditionalGeneration,
     TdenForImageTextRetrieval,
@@ -33,11 +34,10 @@ from . import (
     TdenRegionProcessor,
 )
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
     inferred_attention_heads,
     convert_state_dict,
@@ -45,10 +45,8 @@ from ...conversion.common import (
     find_answer_file,
     load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted_model,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +62,9 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/YehLi/xmodaler"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "ed1f5590d1eb407da3b5df8d9df35488206f14d3"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 TDEN_TASKS = {
     "pretraining": TdenForPreTraining,
@@ -410,18 +409,7 @@ def convert_tden(
     processor, max_text = _converted_processor(original, task, model_config, tokenizer, report)
     if task == "captioning":
         _set_caption_decoding(model, model_config, original, max_text)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"TDEN ({task}) converted from {checkpoint.name}",
-        architecture="tden",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
 
 
 add_arguments, convert_from_args = converter_command_line(

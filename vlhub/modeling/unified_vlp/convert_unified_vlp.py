@@ -13,12 +13,12 @@ import logging
 import os
 from pathlib import Path
 
+from . import ARCHITECTURE
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
     inferred_attention_heads,
     convert_state_dict,
@@ -26,11 +26,9 @@ from ...conversion.common import (
     load_checked_tokenizer,
     load_renamed_state_dict,
     read_json_config,
-    save_converted_model,
     set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +42,9 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/LuoweiZhou/VLP"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 VLP_TASKS = {
     "captioning": "UnifiedVlpForConditionalGeneration",
@@ -251,21 +250,8 @@ def convert_unified_vlp(
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
     processor = _converted_processor(task, model_config, tokenizer, report)
-    output_dir = Path(output_dir)
-    usage = _card_usage(task, output_dir.name, model_class.__name__)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"Unified VLP ({task}) converted from {checkpoint.name}",
-        architecture="unified_vlp",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        usage=usage,
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    usage = _card_usage(task, Path(output_dir).name, model_class.__name__)
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, usage=usage)
 
 
 add_arguments, convert_from_args = converter_command_line(

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from . import (
+    ARCHITECTURE,
     UniterConfig,
     UniterForImageTextRetrieval,
     UniterForMultipleChoice,
@@ -29,11 +30,10 @@ from . import (
     UniterRegionProcessor,
 )
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
     inferred_attention_heads,
     convert_state_dict,
@@ -42,10 +42,8 @@ from ...conversion.common import (
     load_checked_tokenizer,
     load_renamed_state_dict,
     read_json_config,
-    save_converted_model,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +58,9 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/ChenRocks/UNITER"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 UNITER_TASKS = {
     "pretraining": UniterForPreTraining,
@@ -325,22 +324,10 @@ def convert_uniter(
         tokenizer=tok,
         max_text_length=max_text_length,
     )
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"UNITER ({task}) converted from {checkpoint.name}",
-        architecture="uniter",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(
-            REPORTED_RESULTS,
-            size_release(model_config.hidden_size),
-            "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task,
-        ),
-    )
+    # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
+    zero_shot = (task, detected) == ("retrieval", "pretraining")
+    reported_task = "zero_shot_retrieval" if zero_shot else task
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, reported_task=reported_task)
 
 
 add_arguments, convert_from_args = converter_command_line(

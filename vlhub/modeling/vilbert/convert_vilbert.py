@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from . import (
+    ARCHITECTURE,
     VilbertConfig,
     VilbertForImageTextRetrieval,
     VilbertForMultipleChoice,
@@ -34,12 +35,12 @@ from . import (
     VilbertProcessor,
     VilbertRegionProcessor,
 )
-from ...conversion.common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, check_task, convert_state_dict
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
-from ...conversion.common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
-from ...conversion.common import set_answer_labels
+from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
+from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
+from ...conversion.common import OriginalRelease, set_answer_labels
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,10 @@ ORIGINAL_REPOSITORIES = {
         "https://github.com/facebookresearch/vilbert-multi-task",
         "f22b84a9918a9aea2106e14ac1f6b32ad71492e3",
     ),
+}
+_RELEASES = {
+    release: OriginalRelease(ARCHITECTURE, commit, REPORTED_RESULTS, logger, repository=repository)
+    for release, (repository, commit) in ORIGINAL_REPOSITORIES.items()
 }
 
 VILBERT_TASKS = {
@@ -408,23 +413,15 @@ def convert_vilbert(
     convert_state_dict(raw, model, key_map, report, derived=derived)
 
     processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
-    repository, commit = ORIGINAL_REPOSITORIES[release]
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)",
-        architecture="vilbert",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-        reported=CardResults(
-            REPORTED_RESULTS,
-            release if size_release(model_config.hidden_size) == "base" else None,
-            "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
-        ),
+    # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+    reported = CardResults(
+        REPORTED_RESULTS,
+        release if size_release(model_config.hidden_size) == "base" else None,
+        "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
+    )
+    title_suffix = f" ({release} release)"
+    return _RELEASES[release].save(
+        output_dir, model, report, checkpoint, task, processor=processor, reported=reported, title_suffix=title_suffix
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...utils.files import read_yaml
 from . import (
+    ARCHITECTURE,
     VlBertConfig,
     VlBertForMultipleChoice,
     VlBertForPreTraining,
@@ -29,11 +30,10 @@ from . import (
     VlBertRegionProcessor,
 )
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
     inferred_attention_heads,
     convert_state_dict,
@@ -41,12 +41,10 @@ from ...conversion.common import (
     find_answer_file,
     load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted_model,
     set_answer_labels,
     strip_prefix,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +59,9 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/jackroos/VL-BERT"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "4373674cbf2bcd6c09a2c26abfdb6705b870e3be"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 VL_BERT_TASKS = {
     "pretraining": VlBertForPreTraining,
@@ -425,18 +424,7 @@ def convert_vl_bert(
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = _converted_processor(model_config, tok, config, task, report)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"VL-BERT ({task}) converted from {checkpoint.name}",
-        architecture="vl_bert",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
 
 
 add_arguments, convert_from_args = converter_command_line(

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from ..utils.choices import check_choice
 from ..utils.files import sha256_file, staging_folder
 from ..utils.tensors import all_finite
 
@@ -69,6 +70,7 @@ __all__ = [
     "OriginalRelease",
     "converter_command_line",
     "add_source_arguments",
+    "call_with_arguments",
     "load_renamed_state_dict",
     "BERT_ATTENTION_HEADS",
     "PIPELINE_TAGS",
@@ -555,9 +557,7 @@ def load_checked_tokenizer(tokenizer, vocab_size: int, do_lower_case: bool, orig
 
 def check_task(task: str, tasks) -> str:
     """`task` if it is one of `tasks`, else a ValueError listing them."""
-    if task not in tasks:
-        raise ValueError(f"task must be one of {sorted(tasks)}, got {task!r}")
-    return task
+    return check_choice(task, sorted(tasks), "task")
 
 
 def read_json_config(config) -> dict | None:
@@ -671,6 +671,13 @@ def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str
     parser.add_argument("--config", help=config_help)
 
 
+def call_with_arguments(function, args, positional: Sequence[str], keywords: Sequence[str]):
+    """`function` called with the parsed command-line `args` of the names `positional` (in order) and `keywords`
+    (as keyword arguments of the same names)."""
+    values = vars(args)
+    return function(*(values[name] for name in positional), **{name: values[name] for name in keywords})
+
+
 def converter_command_line(
     convert,
     architecture: str,
@@ -678,17 +685,28 @@ def converter_command_line(
     checkpoint_help: str,
     config_help: str,
     tasks,
-    tokenizer_default: str,
     answers_help: str,
+    tokenizer_default: str | None = None,
     task_help: str | None = None,
     extra_arguments: Mapping[str, dict] | None = None,
 ):
     """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
     `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=, **extra)`: the positional checkpoint,
-    --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`), --answers, and each of
-    `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as `task_id=`)."""
+    --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`, else `convert`'s own
+    default), --answers, and each of `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as
+    `task_id=`)."""
+    import inspect
+
+    if tokenizer_default is None:
+        tokenizer_default = inspect.signature(convert).parameters["tokenizer"].default
     extra_arguments = dict(extra_arguments or {})
-    extra_names = {flag: flag.lstrip("-").replace("-", "_") for flag in extra_arguments}
+    keywords = (
+        "config",
+        "task",
+        "tokenizer",
+        "answers",
+        *(flag.lstrip("-").replace("-", "_") for flag in extra_arguments),
+    )
 
     def add_arguments(parser) -> None:
         add_source_arguments(parser, source_help=checkpoint_help, config_help=config_help)
@@ -701,16 +719,7 @@ def converter_command_line(
             parser.add_argument(flag, **settings)
 
     def convert_from_args(args) -> ConversionReport:
-        extra = {name: getattr(args, name) for name in extra_names.values()}
-        return convert(
-            args.checkpoint,
-            args.output_dir,
-            config=args.config,
-            task=args.task,
-            tokenizer=args.tokenizer,
-            answers=args.answers,
-            **extra,
-        )
+        return call_with_arguments(convert, args, ("checkpoint", "output_dir"), keywords)
 
     add_arguments.__doc__ = f"The arguments of `vlhub convert {architecture}`."
     convert_from_args.__doc__ = (

@@ -22,17 +22,7 @@ from pathlib import Path
 import torch
 
 from ...utils.files import read_yaml
-from . import (
-    ARCHITECTURE,
-    TdenConfig,
-    TdenForConditionalGeneration,
-    TdenForImageTextRetrieval,
-    TdenForMultipleChoice,
-    TdenForPreTraining,
-    TdenForQuestionAnswering,
-    TdenProcessor,
-    TdenRegionProcessor,
-)
+from . import ARCHITECTURE, TdenConfig, TdenProcessor, TdenRegionProcessor
 from ...conversion.common import (
     CheckpointError,
     ConversionReport,
@@ -66,13 +56,8 @@ ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "ed1f5590d1eb407da3b5df8d9df35488206f14d3"
 _RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-TDEN_TASKS = {
-    "pretraining": TdenForPreTraining,
-    "captioning": TdenForConditionalGeneration,
-    "vqa": TdenForQuestionAnswering,
-    "retrieval": TdenForImageTextRetrieval,
-    "vcr": TdenForMultipleChoice,
-}
+# The task heads of the architecture's declaration, by the task names the converter takes.
+TDEN_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),
     "TDENCaptioner": ("captioning",),
@@ -418,6 +403,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
     config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
     tasks=TDEN_TASKS,
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
 )

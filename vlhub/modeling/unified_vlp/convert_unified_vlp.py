@@ -46,11 +46,8 @@ ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
 _RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-VLP_TASKS = {
-    "captioning": "UnifiedVlpForConditionalGeneration",
-    "pretraining": "UnifiedVlpForPreTraining",
-    "vqa": "UnifiedVlpForQuestionAnswering",
-}
+# task → head class name: the architecture's declaration.
+VLP_TASKS = dict(ARCHITECTURE.task_models)
 _RENAMES = (
     (r"LayerNorm\.gamma$", "LayerNorm.weight"),
     (r"LayerNorm\.beta$", "LayerNorm.bias"),
@@ -211,8 +208,6 @@ def convert_unified_vlp(
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    from .. import unified_vlp
-
     checkpoint = Path(checkpoint)
     required = (
         "vlp.embeddings.word_embeddings.weight",
@@ -245,7 +240,7 @@ def convert_unified_vlp(
     if task == "vqa":
         _set_answer_labels(model_config, answers, num_labels, report)
 
-    model_class = getattr(unified_vlp, VLP_TASKS[task])
+    model_class = ARCHITECTURE.model_class(task)
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
@@ -261,6 +256,5 @@ add_arguments, convert_from_args = converter_command_line(
     config_help="the original bert_config.json",
     tasks=VLP_TASKS,
     task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
-    tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
 )

@@ -16,19 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import (
-    ARCHITECTURE,
-    UniterConfig,
-    UniterForImageTextRetrieval,
-    UniterForMultipleChoice,
-    UniterForPreTraining,
-    UniterForQuestionAnswering,
-    UniterForReferringExpression,
-    UniterForVisualEntailment,
-    UniterForVisualReasoning,
-    UniterProcessor,
-    UniterRegionProcessor,
-)
+from . import ARCHITECTURE, UniterConfig, UniterProcessor, UniterRegionProcessor
 from ...conversion.common import (
     CheckpointError,
     ConversionReport,
@@ -62,15 +50,8 @@ ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
 _RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-UNITER_TASKS = {
-    "pretraining": UniterForPreTraining,
-    "vqa": UniterForQuestionAnswering,
-    "retrieval": UniterForImageTextRetrieval,
-    "nlvr2": UniterForVisualReasoning,
-    "ve": UniterForVisualEntailment,
-    "re": UniterForReferringExpression,
-    "vcr": UniterForMultipleChoice,
-}
+# The task heads of the architecture's declaration, by the task names the converter takes.
+UNITER_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
@@ -336,6 +317,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="the original .pt file",
     config_help="the original config json (e.g. config/uniter-base.json)",
     tasks=UNITER_TASKS,
-    tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
 )

@@ -523,7 +523,6 @@ add_arguments, convert_from_args = converter_command_line(
     config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
     tasks=VILBERT_TASKS,
     task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
     extra_arguments={
         "--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")

@@ -433,6 +433,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
     config_help="the original YAML (cfgs/<task>/*.yaml)",
     tasks=VL_BERT_TASKS,
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
 )

@@ -75,6 +75,9 @@ __all__ = [
     "BERT_ATTENTION_HEADS",
     "PIPELINE_TAGS",
     "inferred_attention_heads",
+    "bert_sizes",
+    "sizes_over_config",
+    "looks_like",
 ]
 
 # The Hub pipeline tag of a converted model, by task (tasks without a transformers pipeline have none).
@@ -106,6 +109,51 @@ def inferred_attention_heads(
         )
     notes.append(f"{heads_field}={known[size]} inferred from {size_field} {size}")
     return known[size]
+
+
+def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: str) -> dict[str, int]:
+    """The BERT text sizes of an original checkpoint, read from its tables: `vocab_size`, `hidden_size`,
+    `max_position_embeddings`, `type_vocab_size` (the `{embeddings}word_embeddings` / `position_embeddings` /
+    `token_type_embeddings` weights), `num_hidden_layers` and `intermediate_size` (the layers `{layers}N.`)."""
+    word = state_dict[f"{embeddings}word_embeddings.weight"]
+    indices = {int(k[len(layers) :].split(".")[0]) for k in state_dict if k.startswith(layers)}
+    return {
+        "vocab_size": word.shape[0],
+        "hidden_size": word.shape[1],
+        "max_position_embeddings": state_dict[f"{embeddings}position_embeddings.weight"].shape[0],
+        "type_vocab_size": state_dict[f"{embeddings}token_type_embeddings.weight"].shape[0],
+        "num_hidden_layers": 1 + max(indices),
+        "intermediate_size": state_dict[f"{layers}0.intermediate.dense.weight"].shape[0],
+    }
+
+
+def sizes_over_config(
+    original_config: Mapping | None, sizes: Mapping[str, int], notes: list[str], config_name: str, enlarged=()
+) -> dict:
+    """The original config's fields (`original_config`, may be None) with the `sizes` read from the checkpoint: a
+    size the config states differently is a `CheckpointError`, but for the `enlarged` tables (the original enlarges
+    them after reading its config), taken from the checkpoint with a note in `notes`; `num_attention_heads`, when
+    the config does not give it, inferred from the hidden size (`inferred_attention_heads`; `config_name` names the
+    config to pass instead)."""
+    fields = dict(original_config or {})
+    for name, value in sizes.items():
+        if name in fields and fields[name] != value:
+            if name not in enlarged:
+                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
+            notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
+        fields[name] = value
+    if "num_attention_heads" not in fields:
+        fields["num_attention_heads"] = inferred_attention_heads(sizes["hidden_size"], notes, config_name)
+    return fields
+
+
+def looks_like(state_dict: Mapping[str, torch.Tensor], hints: Mapping[str, Sequence[str]]) -> str:
+    """What a state dict that is not the converter's looks like, for its error message: the first name of `hints`
+    (name → substrings of keys that give it away) whose substring a key holds, else "unknown"."""
+    for name, needles in hints.items():
+        if any(needle in key for key in state_dict for needle in needles):
+            return name
+    return "unknown"
 
 
 sha256_of = sha256_file  # the source file's digest in the provenance (one implementation: vlhub.utils.files)

@@ -20,7 +20,8 @@ from ...conversion.common import (
     KeyMap,
     OriginalRelease,
     check_task,
-    inferred_attention_heads,
+    bert_sizes,
+    sizes_over_config,
     convert_state_dict,
     converter_command_line,
     load_checked_tokenizer,
@@ -75,32 +76,14 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_
     from . import UnifiedVlpConfig
 
     notes = []
-    word = state_dict["vlp.embeddings.word_embeddings.weight"]
-    hidden = word.shape[1]
     region = state_dict["vlp.embeddings.vis_embed.0.weight"]
-    shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": hidden,
-        "max_position_embeddings": state_dict["vlp.embeddings.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["vlp.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("vlp.encoder.layer.")),
-        "intermediate_size": state_dict["vlp.encoder.layer.0.intermediate.dense.weight"].shape[0],
-    }
+    shapes = bert_sizes(state_dict, "vlp.embeddings.", "vlp.encoder.layer.")
     if shapes["type_vocab_size"] < 6:
         raise CheckpointError(
             f"the checkpoint has {shapes['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
             "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
         )
-    fields = dict(original_config or {})
-    for name, value in shapes.items():
-        if name in fields and fields[name] != value:
-            if name == "type_vocab_size":
-                notes.append(f"type_vocab_size taken from the checkpoint ({value}); the config says {fields[name]}")
-            else:
-                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
-        fields[name] = value
-    if "num_attention_heads" not in fields:
-        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original bert_config.json")
+    fields = sizes_over_config(original_config, shapes, notes, "the original bert_config.json", ("type_vocab_size",))
     extra = dict(
         region_feature_dim=region.shape[1],
         region_embed_dim=region.shape[0],

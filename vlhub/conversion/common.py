@@ -128,13 +128,13 @@ def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: 
 
 
 def sizes_over_config(
-    original_config: Mapping | None, sizes: Mapping[str, int], notes: list[str], config_name: str, enlarged=()
+    original_config: Mapping | None, sizes: Mapping[str, int], notes: list[str], config_name: str | None, enlarged=()
 ) -> dict:
     """The original config's fields (`original_config`, may be None) with the `sizes` read from the checkpoint: a
     size the config states differently is a `CheckpointError`, but for the `enlarged` tables (the original enlarges
     them after reading its config), taken from the checkpoint with a note in `notes`; `num_attention_heads`, when
     the config does not give it, inferred from the hidden size (`inferred_attention_heads`; `config_name` names the
-    config to pass instead)."""
+    config to pass instead; None: the caller infers the heads itself)."""
     fields = dict(original_config or {})
     for name, value in sizes.items():
         if name in fields and fields[name] != value:
@@ -142,7 +142,7 @@ def sizes_over_config(
                 raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
             notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
         fields[name] = value
-    if "num_attention_heads" not in fields:
+    if config_name is not None and "num_attention_heads" not in fields:
         fields["num_attention_heads"] = inferred_attention_heads(sizes["hidden_size"], notes, config_name)
     return fields
 

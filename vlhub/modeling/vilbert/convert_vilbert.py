@@ -40,7 +40,7 @@ from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
 from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
-from ...conversion.common import OriginalRelease, set_answer_labels
+from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
 
 logger = logging.getLogger(__name__)
 
@@ -189,14 +189,8 @@ def _config_from_checkpoint(
     state_dict: dict, original: dict | None, notes: list[str]
 ) -> tuple[VilbertConfig, int | None]:
     """The model config from the checkpoint's shapes and the original config; also the config's `num_labels`."""
-    word = state_dict["vilbert.embeddings.word_embeddings.weight"]
     shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": word.shape[1],
-        "max_position_embeddings": state_dict["vilbert.embeddings.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["vilbert.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": _count(state_dict, "vilbert.encoder.layer."),
-        "intermediate_size": state_dict["vilbert.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
         "v_num_hidden_layers": _count(state_dict, "vilbert.encoder.v_layer."),
@@ -209,11 +203,7 @@ def _config_from_checkpoint(
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
     co_layers = _count(state_dict, "vilbert.encoder.c_layer.")
-    fields = dict(original or {})
-    for name, value in shapes.items():
-        if name in fields and fields[name] != value:
-            raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
-        fields[name] = value
+    fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
         fields.setdefault("v_biattention_id", list(range(co_layers)))

@@ -139,6 +139,7 @@ def test_card_of_an_unpublished_size_or_task_lists_none(tmp_path):
 def test_converter_picks_the_release_from_the_size_and_zero_shot_for_a_pretrained_ranker(tmp_path, monkeypatch):
     import json
 
+    from vlhub.conversion import reported
     from vlhub.modeling.uniter import convert_uniter as uniter
 
     from .release_files import uniter_files
@@ -152,7 +153,8 @@ def test_converter_picks_the_release_from_the_size_and_zero_shot_for_a_pretraine
     uniter.convert_uniter(pretrained, tmp_path / "tiny", config=files["config"], task="retrieval", tokenizer=vocab)
     tiny = ModelCard.load(tmp_path / "tiny" / "README.md")  # a 64-wide test model is no published release
     assert tiny.data.eval_results is None and "matches none of the published releases" in tiny.text
-    monkeypatch.setattr(uniter, "size_release", lambda hidden_size: "base")  # as if it were UNITER-base
+    # as if it were UNITER-base (the converters save through OriginalRelease.save, which reads the size there)
+    monkeypatch.setattr(reported, "size_release", lambda hidden_size: "base")
     uniter.convert_uniter(pretrained, tmp_path / "zs", config=files["config"], task="retrieval", tokenizer=vocab)
     zero_shot = ModelCard.load(tmp_path / "zs" / "README.md").data.eval_results
     assert {(r.dataset_name, r.metric_name, r.metric_value) for r in zero_shot} == {

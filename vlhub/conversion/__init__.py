@@ -54,16 +54,11 @@ def _detector_arguments(parser) -> None:
 
 
 def _convert_detector_from_args(args):
+    from .common import call_with_arguments
     from .detector import convert_detector
 
-    return convert_detector(
-        args.file,
-        args.output_dir,
-        config=args.config,
-        format=args.format,
-        objects_vocab=args.objects_vocab,
-        attributes_vocab=args.attributes_vocab,
-    )
+    keywords = ("config", "format", "objects_vocab", "attributes_vocab")
+    return call_with_arguments(convert_detector, args, ("file", "output_dir"), keywords)
 
 
 # The region detector is shared by every architecture, so its converter is registered here.

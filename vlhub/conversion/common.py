@@ -38,9 +38,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from ..utils.choices import check_choice
 from ..utils.files import sha256_file, staging_folder
 from ..utils.tensors import all_finite
 
@@ -65,12 +67,17 @@ __all__ = [
     "find_answer_file",
     "set_answer_labels",
     "save_converted_model",
+    "OriginalRelease",
     "converter_command_line",
     "add_source_arguments",
+    "call_with_arguments",
     "load_renamed_state_dict",
     "BERT_ATTENTION_HEADS",
     "PIPELINE_TAGS",
     "inferred_attention_heads",
+    "bert_sizes",
+    "sizes_over_config",
+    "looks_like",
 ]
 
 # The Hub pipeline tag of a converted model, by task (tasks without a transformers pipeline have none).
@@ -102,6 +109,51 @@ def inferred_attention_heads(
         )
     notes.append(f"{heads_field}={known[size]} inferred from {size_field} {size}")
     return known[size]
+
+
+def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: str) -> dict[str, int]:
+    """The BERT text sizes of an original checkpoint, read from its tables: `vocab_size`, `hidden_size`,
+    `max_position_embeddings`, `type_vocab_size` (the `{embeddings}word_embeddings` / `position_embeddings` /
+    `token_type_embeddings` weights), `num_hidden_layers` and `intermediate_size` (the layers `{layers}N.`)."""
+    word = state_dict[f"{embeddings}word_embeddings.weight"]
+    indices = {int(k[len(layers) :].split(".")[0]) for k in state_dict if k.startswith(layers)}
+    return {
+        "vocab_size": word.shape[0],
+        "hidden_size": word.shape[1],
+        "max_position_embeddings": state_dict[f"{embeddings}position_embeddings.weight"].shape[0],
+        "type_vocab_size": state_dict[f"{embeddings}token_type_embeddings.weight"].shape[0],
+        "num_hidden_layers": 1 + max(indices),
+        "intermediate_size": state_dict[f"{layers}0.intermediate.dense.weight"].shape[0],
+    }
+
+
+def sizes_over_config(
+    original_config: Mapping | None, sizes: Mapping[str, int], notes: list[str], config_name: str | None, enlarged=()
+) -> dict:
+    """The original config's fields (`original_config`, may be None) with the `sizes` read from the checkpoint: a
+    size the config states differently is a `CheckpointError`, but for the `enlarged` tables (the original enlarges
+    them after reading its config), taken from the checkpoint with a note in `notes`; `num_attention_heads`, when
+    the config does not give it, inferred from the hidden size (`inferred_attention_heads`; `config_name` names the
+    config to pass instead; None: the caller infers the heads itself)."""
+    fields = dict(original_config or {})
+    for name, value in sizes.items():
+        if name in fields and fields[name] != value:
+            if name not in enlarged:
+                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
+            notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
+        fields[name] = value
+    if config_name is not None and "num_attention_heads" not in fields:
+        fields["num_attention_heads"] = inferred_attention_heads(sizes["hidden_size"], notes, config_name)
+    return fields
+
+
+def looks_like(state_dict: Mapping[str, torch.Tensor], hints: Mapping[str, Sequence[str]]) -> str:
+    """What a state dict that is not the converter's looks like, for its error message: the first name of `hints`
+    (name → substrings of keys that give it away) whose substring a key holds, else "unknown"."""
+    for name, needles in hints.items():
+        if any(needle in key for key in state_dict for needle in needles):
+            return name
+    return "unknown"
 
 
 sha256_of = sha256_file  # the source file's digest in the provenance (one implementation: vlhub.utils.files)
@@ -553,9 +605,7 @@ def load_checked_tokenizer(tokenizer, vocab_size: int, do_lower_case: bool, orig
 
 def check_task(task: str, tasks) -> str:
     """`task` if it is one of `tasks`, else a ValueError listing them."""
-    if task not in tasks:
-        raise ValueError(f"task must be one of {sorted(tasks)}, got {task!r}")
-    return task
+    return check_choice(task, sorted(tasks), "task")
 
 
 def read_json_config(config) -> dict | None:
@@ -589,39 +639,76 @@ def set_answer_labels(config, labels: Sequence[str]) -> None:
 
 
 def save_converted_model(
-    output_dir,
-    model,
-    report: ConversionReport,
-    *,
-    provenance: Provenance,
-    title: str,
-    architecture: str,
-    processor=None,
-    pipeline_tag: str | None = None,
-    usage: str | None = None,
-    logger=None,
-    reported=None,
+    output_dir, model, report: ConversionReport, *, usage: str | None = None, logger=None, **settings
 ) -> ConversionReport:
-    """`save_converted` with the usage snippet of a model exported by vlhub (`vlhub.<Class>.from_pretrained` and
-    `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns the report."""
+    """`save_converted` (`settings`: its other keyword arguments) with the usage snippet of a model exported by vlhub
+    (`vlhub.<Class>.from_pretrained` and `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns
+    the report."""
     output_dir = Path(output_dir)
     if usage is None:
         usage = vlhub_usage(type(model), output_dir)
-    save_converted(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=provenance,
-        title=title,
-        architecture=architecture,
-        pipeline_tag=pipeline_tag,
-        usage=usage,
-        reported=reported,
-    )
+    save_converted(output_dir, model, report, usage=usage, **settings)
     if logger is not None:
         logger.info(report.summary())
     return report
+
+
+@dataclass(frozen=True)
+class OriginalRelease:
+    """The original code an architecture's converter reads the checkpoints of, and what every converter records the
+    same way when it saves a converted task head (`save`).
+
+    Attributes:
+        architecture: the architecture's `registry.Architecture` (its `name` titles the model card, its
+            `model_type` tags it, its `original_repository` is the provenance's unless `repository` is given).
+        commit: the commit of the original code that wrote the checkpoints.
+        reported_results: the authors' published figures (`reported_results.REPORTED_RESULTS`).
+        logger: the converter's logger; the conversion report's summary goes to it.
+        repository: the original code's repository, where it is not the architecture's (ViLBERT's 12-in-1 release).
+    """
+
+    architecture: Any
+    commit: str
+    reported_results: Sequence = ()
+    logger: Any = None
+    repository: str | None = None
+
+    def save(
+        self,
+        output_dir: str | os.PathLike,
+        model,
+        report: ConversionReport,
+        checkpoint: Path,
+        task: str,
+        *,
+        processor,
+        reported_task: str | None = None,
+        reported=None,
+        title_suffix: str = "",
+        usage: str | None = None,
+    ) -> ConversionReport:
+        """`save_converted_model` for the `task` head converted from `checkpoint`: the title "<name> (<task>)
+        converted from <file><title_suffix>", the provenance, the task's Hub pipeline tag and, unless `reported`
+        (a `CardResults`) is given, the figures the authors reported for `reported_task` (default: `task`) with a
+        model of this size (`size_release`). Returns the report."""
+        from .reported import CardResults, size_release
+
+        if reported is None:
+            release = size_release(model.config.hidden_size)
+            reported = CardResults(self.reported_results, release, reported_task or task)
+        return save_converted_model(
+            output_dir,
+            model,
+            report,
+            processor=processor,
+            provenance=Provenance(checkpoint, self.repository or self.architecture.original_repository, self.commit),
+            title=f"{self.architecture.name} ({task}) converted from {checkpoint.name}{title_suffix}",
+            architecture=self.architecture.model_type,
+            pipeline_tag=PIPELINE_TAGS.get(task),
+            usage=usage,
+            logger=self.logger,
+            reported=reported,
+        )
 
 
 def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str, config_help: str) -> None:
@@ -632,6 +719,13 @@ def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str
     parser.add_argument("--config", help=config_help)
 
 
+def call_with_arguments(function, args, positional: Sequence[str], keywords: Sequence[str]):
+    """`function` called with the parsed command-line `args` of the names `positional` (in order) and `keywords`
+    (as keyword arguments of the same names)."""
+    values = vars(args)
+    return function(*(values[name] for name in positional), **{name: values[name] for name in keywords})
+
+
 def converter_command_line(
     convert,
     architecture: str,
@@ -639,17 +733,28 @@ def converter_command_line(
     checkpoint_help: str,
     config_help: str,
     tasks,
-    tokenizer_default: str,
     answers_help: str,
+    tokenizer_default: str | None = None,
     task_help: str | None = None,
     extra_arguments: Mapping[str, dict] | None = None,
 ):
     """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
     `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=, **extra)`: the positional checkpoint,
-    --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`), --answers, and each of
-    `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as `task_id=`)."""
+    --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`, else `convert`'s own
+    default), --answers, and each of `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as
+    `task_id=`)."""
+    import inspect
+
+    if tokenizer_default is None:
+        tokenizer_default = inspect.signature(convert).parameters["tokenizer"].default
     extra_arguments = dict(extra_arguments or {})
-    extra_names = {flag: flag.lstrip("-").replace("-", "_") for flag in extra_arguments}
+    keywords = (
+        "config",
+        "task",
+        "tokenizer",
+        "answers",
+        *(flag.lstrip("-").replace("-", "_") for flag in extra_arguments),
+    )
 
     def add_arguments(parser) -> None:
         add_source_arguments(parser, source_help=checkpoint_help, config_help=config_help)
@@ -662,16 +767,7 @@ def converter_command_line(
             parser.add_argument(flag, **settings)
 
     def convert_from_args(args) -> ConversionReport:
-        extra = {name: getattr(args, name) for name in extra_names.values()}
-        return convert(
-            args.checkpoint,
-            args.output_dir,
-            config=args.config,
-            task=args.task,
-            tokenizer=args.tokenizer,
-            answers=args.answers,
-            **extra,
-        )
+        return call_with_arguments(convert, args, ("checkpoint", "output_dir"), keywords)
 
     add_arguments.__doc__ = f"The arguments of `vlhub convert {architecture}`."
     convert_from_args.__doc__ = (

@@ -22,22 +22,12 @@ from pathlib import Path
 import torch
 
 from ...utils.files import read_yaml
-from . import (
-    TdenConfig,
-    TdenForConditionalGeneration,
-    TdenForImageTextRetrieval,
-    TdenForMultipleChoice,
-    TdenForPreTraining,
-    TdenForQuestionAnswering,
-    TdenProcessor,
-    TdenRegionProcessor,
-)
+from . import ARCHITECTURE, TdenConfig, TdenProcessor, TdenRegionProcessor
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
     inferred_attention_heads,
     convert_state_dict,
@@ -45,10 +35,8 @@ from ...conversion.common import (
     find_answer_file,
     load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted_model,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +52,12 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/YehLi/xmodaler"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "ed1f5590d1eb407da3b5df8d9df35488206f14d3"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-TDEN_TASKS = {
-    "pretraining": TdenForPreTraining,
-    "captioning": TdenForConditionalGeneration,
-    "vqa": TdenForQuestionAnswering,
-    "retrieval": TdenForImageTextRetrieval,
-    "vcr": TdenForMultipleChoice,
-}
+# The task heads of the architecture's declaration, by the task names the converter takes.
+TDEN_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),
     "TDENCaptioner": ("captioning",),
@@ -410,18 +394,7 @@ def convert_tden(
     processor, max_text = _converted_processor(original, task, model_config, tokenizer, report)
     if task == "captioning":
         _set_caption_decoding(model, model_config, original, max_text)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"TDEN ({task}) converted from {checkpoint.name}",
-        architecture="tden",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
 
 
 add_arguments, convert_from_args = converter_command_line(
@@ -430,6 +403,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
     config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
     tasks=TDEN_TASKS,
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
 )

@@ -13,24 +13,23 @@ import logging
 import os
 from pathlib import Path
 
+from . import ARCHITECTURE
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
-    inferred_attention_heads,
+    bert_sizes,
+    sizes_over_config,
     convert_state_dict,
     converter_command_line,
     load_checked_tokenizer,
     load_renamed_state_dict,
     read_json_config,
-    save_converted_model,
     set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +43,12 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/LuoweiZhou/VLP"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-VLP_TASKS = {
-    "captioning": "UnifiedVlpForConditionalGeneration",
-    "pretraining": "UnifiedVlpForPreTraining",
-    "vqa": "UnifiedVlpForQuestionAnswering",
-}
+# task → head class name: the architecture's declaration.
+VLP_TASKS = dict(ARCHITECTURE.task_models)
 _RENAMES = (
     (r"LayerNorm\.gamma$", "LayerNorm.weight"),
     (r"LayerNorm\.beta$", "LayerNorm.bias"),
@@ -79,32 +76,14 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_
     from . import UnifiedVlpConfig
 
     notes = []
-    word = state_dict["vlp.embeddings.word_embeddings.weight"]
-    hidden = word.shape[1]
     region = state_dict["vlp.embeddings.vis_embed.0.weight"]
-    shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": hidden,
-        "max_position_embeddings": state_dict["vlp.embeddings.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["vlp.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("vlp.encoder.layer.")),
-        "intermediate_size": state_dict["vlp.encoder.layer.0.intermediate.dense.weight"].shape[0],
-    }
+    shapes = bert_sizes(state_dict, "vlp.embeddings.", "vlp.encoder.layer.")
     if shapes["type_vocab_size"] < 6:
         raise CheckpointError(
             f"the checkpoint has {shapes['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
             "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
         )
-    fields = dict(original_config or {})
-    for name, value in shapes.items():
-        if name in fields and fields[name] != value:
-            if name == "type_vocab_size":
-                notes.append(f"type_vocab_size taken from the checkpoint ({value}); the config says {fields[name]}")
-            else:
-                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
-        fields[name] = value
-    if "num_attention_heads" not in fields:
-        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original bert_config.json")
+    fields = sizes_over_config(original_config, shapes, notes, "the original bert_config.json", ("type_vocab_size",))
     extra = dict(
         region_feature_dim=region.shape[1],
         region_embed_dim=region.shape[0],
@@ -212,8 +191,6 @@ def convert_unified_vlp(
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    from .. import unified_vlp
-
     checkpoint = Path(checkpoint)
     required = (
         "vlp.embeddings.word_embeddings.weight",
@@ -246,26 +223,13 @@ def convert_unified_vlp(
     if task == "vqa":
         _set_answer_labels(model_config, answers, num_labels, report)
 
-    model_class = getattr(unified_vlp, VLP_TASKS[task])
+    model_class = ARCHITECTURE.model_class(task)
     model = model_class(model_config)
     convert_state_dict(raw, model, unified_vlp_key_map(task), report)
 
     processor = _converted_processor(task, model_config, tokenizer, report)
-    output_dir = Path(output_dir)
-    usage = _card_usage(task, output_dir.name, model_class.__name__)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"Unified VLP ({task}) converted from {checkpoint.name}",
-        architecture="unified_vlp",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        usage=usage,
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    usage = _card_usage(task, Path(output_dir).name, model_class.__name__)
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, usage=usage)
 
 
 add_arguments, convert_from_args = converter_command_line(
@@ -275,6 +239,5 @@ add_arguments, convert_from_args = converter_command_line(
     config_help="the original bert_config.json",
     tasks=VLP_TASKS,
     task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
-    tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
 )

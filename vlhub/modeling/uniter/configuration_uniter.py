@@ -4,6 +4,7 @@ import os
 
 from huggingface_hub.dataclasses import strict
 
+from ...utils.choices import check_choice
 from ..configuration_text import BertTextConfig, read_original_bert_config
 
 __all__ = ["UniterConfig"]
@@ -52,12 +53,10 @@ class UniterConfig(BertTextConfig):
 
     def validate_architecture(self):
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
-        if self.nlvr2_head not in ("paired", "paired-attn"):
-            raise ValueError(f"nlvr2_head must be 'paired' or 'paired-attn', got {self.nlvr2_head!r}")
+        check_choice(self.nlvr2_head, ("paired", "paired-attn"), "nlvr2_head")
         if not self.itc_temperature > 0:
             raise ValueError(f"itc_temperature must be positive, got {self.itc_temperature}")
-        if self.re_head_layers not in (1, 2):
-            raise ValueError(f"re_head_layers must be 1 or 2, got {self.re_head_layers}")
+        check_choice(self.re_head_layers, (1, 2), "re_head_layers")
 
     @classmethod
     def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UniterConfig":

@@ -16,36 +16,24 @@ from pathlib import Path
 
 import torch
 
-from . import (
-    UniterConfig,
-    UniterForImageTextRetrieval,
-    UniterForMultipleChoice,
-    UniterForPreTraining,
-    UniterForQuestionAnswering,
-    UniterForReferringExpression,
-    UniterForVisualEntailment,
-    UniterForVisualReasoning,
-    UniterProcessor,
-    UniterRegionProcessor,
-)
+from . import ARCHITECTURE, UniterConfig, UniterProcessor, UniterRegionProcessor
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
-    inferred_attention_heads,
+    bert_sizes,
+    looks_like,
+    sizes_over_config,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
     load_checked_tokenizer,
     load_renamed_state_dict,
     read_json_config,
-    save_converted_model,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -60,18 +48,12 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/ChenRocks/UNITER"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-UNITER_TASKS = {
-    "pretraining": UniterForPreTraining,
-    "vqa": UniterForQuestionAnswering,
-    "retrieval": UniterForImageTextRetrieval,
-    "nlvr2": UniterForVisualReasoning,
-    "ve": UniterForVisualEntailment,
-    "re": UniterForReferringExpression,
-    "vcr": UniterForMultipleChoice,
-}
+# The task heads of the architecture's declaration, by the task names the converter takes.
+UNITER_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
@@ -86,20 +68,15 @@ _HEAD_PREFIXES = {
 _RENAMES = ((r"LayerNorm\.gamma", "LayerNorm.weight"), (r"LayerNorm\.beta", "LayerNorm.bias"), (r"^bert\.", "uniter."))
 
 
-def _looks_like(state_dict: dict) -> str:
-    keys = list(state_dict)
-    hints = {
-        "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
-        "VL-BERT": ("vlbert.", "module.vlbert", "object_linguistic_embeddings"),
-        "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
-        "TDEN": ("encoder_layers", "visual_embed", "decoder"),
-        "the bottom-up-attention detector": ("backbone.", "roi_heads.", "proposal_generator."),
-        "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
-    }
-    for name, needles in hints.items():
-        if any(any(needle in k for needle in needles) for k in keys):
-            return name
-    return "unknown"
+# What a checkpoint of something else gives itself away by (for the error message).
+_OTHER_CHECKPOINTS = {
+    "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
+    "VL-BERT": ("vlbert.", "module.vlbert", "object_linguistic_embeddings"),
+    "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
+    "TDEN": ("encoder_layers", "visual_embed", "decoder"),
+    "the bottom-up-attention detector": ("backbone.", "roi_heads.", "proposal_generator."),
+    "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
+}
 
 
 def detect_uniter_task(state_dict: dict) -> str:
@@ -145,29 +122,14 @@ def uniter_key_map(task: str, detected: str, nlvr2_head: str = "paired-attn") ->
 
 def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> tuple[UniterConfig, list[str]]:
     notes = []
-    word = state_dict["uniter.embeddings.word_embeddings.weight"]
-    hidden = word.shape[1]
     shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": hidden,
-        "max_position_embeddings": state_dict["uniter.embeddings.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["uniter.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("uniter.encoder.layer.")),
-        "intermediate_size": state_dict["uniter.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        **bert_sizes(state_dict, "uniter.embeddings.", "uniter.encoder.layer."),
         "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
         "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
     }
-    fields = dict(original_config or {})
-    for name, value in shapes.items():
-        if name in fields and fields[name] != value:
-            if name in ("vocab_size", "type_vocab_size"):
-                # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
-                notes.append(f"{name} taken from the checkpoint ({value}) instead of the config ({fields[name]})")
-            else:
-                raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
-        fields[name] = value
-    if "num_attention_heads" not in fields:
-        fields["num_attention_heads"] = inferred_attention_heads(hidden, notes, "the original config")
+    # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
+    enlarged = ("vocab_size", "type_vocab_size")
+    fields = sizes_over_config(original_config, shapes, notes, "the original config", enlarged)
     return UniterConfig.from_original_config(
         {k: v for k, v in fields.items() if k not in ("region_feature_dim", "region_location_dim")},
         region_feature_dim=fields["region_feature_dim"],
@@ -292,7 +254,7 @@ def convert_uniter(
         _RENAMES,
         ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
         "UNITER",
-        hint=lambda raw, missing: f" (it looks like: {_looks_like(raw)})",
+        hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
     )
     detected = detect_uniter_task(state_dict)
     task = task or detected
@@ -325,22 +287,10 @@ def convert_uniter(
         tokenizer=tok,
         max_text_length=max_text_length,
     )
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"UNITER ({task}) converted from {checkpoint.name}",
-        architecture="uniter",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(
-            REPORTED_RESULTS,
-            size_release(model_config.hidden_size),
-            "zero_shot_retrieval" if (task, detected) == ("retrieval", "pretraining") else task,
-        ),
-    )
+    # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
+    zero_shot = (task, detected) == ("retrieval", "pretraining")
+    reported_task = "zero_shot_retrieval" if zero_shot else task
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, reported_task=reported_task)
 
 
 add_arguments, convert_from_args = converter_command_line(
@@ -349,6 +299,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="the original .pt file",
     config_help="the original config json (e.g. config/uniter-base.json)",
     tasks=UNITER_TASKS,
-    tokenizer_default="google-bert/bert-base-cased",
     answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
 )

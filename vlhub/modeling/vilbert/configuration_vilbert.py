@@ -4,6 +4,7 @@ import os
 
 from huggingface_hub.dataclasses import strict
 
+from ...utils.choices import check_choice
 from ..configuration_text import BertTextConfig, load_original_config
 
 __all__ = ["VilbertConfig"]
@@ -138,10 +139,8 @@ class VilbertConfig(BertTextConfig):
                 raise ValueError(f"{name} {ids} must index the stream's {count} layers (0..{count - 1})")
             if any(b <= a for a, b in zip(ids, ids[1:])):
                 raise ValueError(f"{name} {ids} must be strictly increasing")
-        if self.fusion_method not in ("mul", "sum"):
-            raise ValueError(f"fusion_method must be 'mul' or 'sum', got {self.fusion_method!r}")
-        if self.classifier_type not in ("multi_task", "beta"):
-            raise ValueError(f"classifier_type must be 'multi_task' or 'beta', got {self.classifier_type!r}")
+        check_choice(self.fusion_method, ("mul", "sum"), "fusion_method")
+        check_choice(self.classifier_type, ("multi_task", "beta"), "classifier_type")
         if self.num_task_tokens < 0:
             raise ValueError(f"num_task_tokens must be >= 0, got {self.num_task_tokens}")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from . import (
+    ARCHITECTURE,
     VilbertConfig,
     VilbertForImageTextRetrieval,
     VilbertForMultipleChoice,
@@ -34,12 +35,12 @@ from . import (
     VilbertProcessor,
     VilbertRegionProcessor,
 )
-from ...conversion.common import CheckpointError, ConversionReport, KeyMap, Provenance, check_task, convert_state_dict
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, check_task, convert_state_dict
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config, save_converted_model
-from ...conversion.common import BERT_ATTENTION_HEADS, PIPELINE_TAGS, converter_command_line, inferred_attention_heads
-from ...conversion.common import set_answer_labels
+from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
+from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
+from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,10 @@ ORIGINAL_REPOSITORIES = {
         "https://github.com/facebookresearch/vilbert-multi-task",
         "f22b84a9918a9aea2106e14ac1f6b32ad71492e3",
     ),
+}
+_RELEASES = {
+    release: OriginalRelease(ARCHITECTURE, commit, REPORTED_RESULTS, logger, repository=repository)
+    for release, (repository, commit) in ORIGINAL_REPOSITORIES.items()
 }
 
 VILBERT_TASKS = {
@@ -184,14 +189,8 @@ def _config_from_checkpoint(
     state_dict: dict, original: dict | None, notes: list[str]
 ) -> tuple[VilbertConfig, int | None]:
     """The model config from the checkpoint's shapes and the original config; also the config's `num_labels`."""
-    word = state_dict["vilbert.embeddings.word_embeddings.weight"]
     shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": word.shape[1],
-        "max_position_embeddings": state_dict["vilbert.embeddings.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["vilbert.embeddings.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": _count(state_dict, "vilbert.encoder.layer."),
-        "intermediate_size": state_dict["vilbert.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
         "v_num_hidden_layers": _count(state_dict, "vilbert.encoder.v_layer."),
@@ -204,11 +203,7 @@ def _config_from_checkpoint(
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
     co_layers = _count(state_dict, "vilbert.encoder.c_layer.")
-    fields = dict(original or {})
-    for name, value in shapes.items():
-        if name in fields and fields[name] != value:
-            raise CheckpointError(f"the config says {name}={fields[name]} but the checkpoint has {value}")
-        fields[name] = value
+    fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
         fields.setdefault("v_biattention_id", list(range(co_layers)))
@@ -408,23 +403,15 @@ def convert_vilbert(
     convert_state_dict(raw, model, key_map, report, derived=derived)
 
     processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
-    repository, commit = ORIGINAL_REPOSITORIES[release]
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, repository, commit),
-        title=f"ViLBERT ({task}) converted from {checkpoint.name} ({release} release)",
-        architecture="vilbert",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-        reported=CardResults(
-            REPORTED_RESULTS,
-            release if size_release(model_config.hidden_size) == "base" else None,
-            "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
-        ),
+    # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+    reported = CardResults(
+        REPORTED_RESULTS,
+        release if size_release(model_config.hidden_size) == "base" else None,
+        "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
+    )
+    title_suffix = f" ({release} release)"
+    return _RELEASES[release].save(
+        output_dir, model, report, checkpoint, task, processor=processor, reported=reported, title_suffix=title_suffix
     )
 
 
@@ -526,7 +513,6 @@ add_arguments, convert_from_args = converter_command_line(
     config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
     tasks=VILBERT_TASKS,
     task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
     extra_arguments={
         "--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")

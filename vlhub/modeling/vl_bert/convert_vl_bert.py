@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...utils.files import read_yaml
 from . import (
+    ARCHITECTURE,
     VlBertConfig,
     VlBertForMultipleChoice,
     VlBertForPreTraining,
@@ -29,24 +30,23 @@ from . import (
     VlBertRegionProcessor,
 )
 from ...conversion.common import (
-    PIPELINE_TAGS,
     CheckpointError,
     ConversionReport,
     KeyMap,
-    Provenance,
+    OriginalRelease,
     check_task,
+    bert_sizes,
     inferred_attention_heads,
+    looks_like,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
     load_checked_tokenizer,
     load_torch_state_dict,
-    save_converted_model,
     set_answer_labels,
     strip_prefix,
 )
 from .reported_results import REPORTED_RESULTS
-from ...conversion.reported import CardResults, size_release
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = "https://github.com/jackroos/VL-BERT"
+ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "4373674cbf2bcd6c09a2c26abfdb6705b870e3be"
+_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 VL_BERT_TASKS = {
     "pretraining": VlBertForPreTraining,
@@ -168,33 +169,20 @@ def vl_bert_key_map(task: str, detected: str, source_keys=()) -> KeyMap:
     return KeyMap(renames=renames, drops=drops, ties=ties)
 
 
-def _looks_like(state_dict: dict) -> str:
-    keys = list(state_dict)
-    hints = {
-        "UNITER": ("uniter.img_embeddings", "img_embeddings.img_linear"),
-        "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
-        "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
-        "the bottom-up-attention detector": ("roi_heads.", "proposal_generator."),
-        "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
-    }
-    for name, needles in hints.items():
-        if any(any(needle in k for needle in needles) for k in keys):
-            return name
-    return "unknown"
+# What a checkpoint of something else gives itself away by (for the error message).
+_OTHER_CHECKPOINTS = {
+    "UNITER": ("uniter.img_embeddings", "img_embeddings.img_linear"),
+    "ViLBERT": ("bert.v_embeddings", "bert.encoder.c_layer", "vil_prediction"),
+    "Unified VLP": ("bert.vis_embed", "cls2.", "vis_pe"),
+    "the bottom-up-attention detector": ("roi_heads.", "proposal_generator."),
+    "BERT (text only)": ("bert.embeddings.word_embeddings.weight",),
+}
 
 
 def _config(state_dict: dict, original_config, task: str) -> tuple[VlBertConfig, list[str]]:
     notes = []
-    word = state_dict["vlbert.word_embeddings.weight"]
-    hidden = word.shape[1]
-    shapes = {
-        "vocab_size": word.shape[0],
-        "hidden_size": hidden,
-        "max_position_embeddings": state_dict["vlbert.position_embeddings.weight"].shape[0],
-        "type_vocab_size": state_dict["vlbert.token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith("vlbert.encoder.layer.")),
-        "intermediate_size": state_dict["vlbert.encoder.layer.0.intermediate.dense.weight"].shape[0],
-    }
+    shapes = bert_sizes(state_dict, "vlbert.", "vlbert.encoder.layer.")
+    hidden = shapes["hidden_size"]
     if original_config is not None:
         config = VlBertConfig.from_original_config(original_config)
         for name, value in shapes.items():
@@ -313,7 +301,7 @@ def _read_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
     }:
         raise CheckpointError(
             f"{checkpoint.name} is not a VL-BERT checkpoint: it has no vlbert.word_embeddings.weight "
-            f"(it looks like: {_looks_like(raw)})"
+            f"(it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})"
         )
     state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
     return raw, state_dict
@@ -425,18 +413,7 @@ def convert_vl_bert(
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = _converted_processor(model_config, tok, config, task, report)
-    return save_converted_model(
-        output_dir,
-        model,
-        report,
-        processor=processor,
-        provenance=Provenance(checkpoint, ORIGINAL_REPOSITORY, ORIGINAL_COMMIT),
-        title=f"VL-BERT ({task}) converted from {checkpoint.name}",
-        architecture="vl_bert",
-        pipeline_tag=PIPELINE_TAGS.get(task),
-        logger=logger,
-        reported=CardResults(REPORTED_RESULTS, size_release(model_config.hidden_size), task),
-    )
+    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
 
 
 add_arguments, convert_from_args = converter_command_line(
@@ -445,6 +422,5 @@ add_arguments, convert_from_args = converter_command_line(
     checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
     config_help="the original YAML (cfgs/<task>/*.yaml)",
     tasks=VL_BERT_TASKS,
-    tokenizer_default="google-bert/bert-base-uncased",
     answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
 )

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...utils.choices import check_choice
+
 __all__ = ["DetectorConfig", "SELECTION_MODES", "RESNET_BLOCKS"]
 
 # Bottleneck blocks in res2, res3, res4 (res5 lives in the RoI head and always has 3).
@@ -158,16 +160,14 @@ class DetectorConfig:
             fail(f"max_size ({self.max_size}) must be >= min_size ({self.min_size})")
         if self.max_boxes < self.min_boxes:
             fail(f"max_boxes ({self.max_boxes}) must be >= min_boxes ({self.min_boxes})")
-        if self.selection_mode not in SELECTION_MODES:
-            fail(f"selection_mode must be one of {SELECTION_MODES}, got {self.selection_mode!r}")
-        if self.box_convention not in BOX_CONVENTIONS:
-            fail(f"box_convention must be one of {BOX_CONVENTIONS}, got {self.box_convention!r}")
-        if self.resize_backend not in RESIZE_BACKENDS:
-            fail(f"resize_backend must be one of {RESIZE_BACKENDS}, got {self.resize_backend!r}")
-        if self.anchor_style not in ("caffe", "detectron2"):
-            fail(f"anchor_style must be 'caffe' or 'detectron2', got {self.anchor_style!r}")
-        if self.input_format not in ("BGR", "RGB"):
-            fail(f"input_format must be 'BGR' or 'RGB', got {self.input_format!r}")
+        for name, choices in (
+            ("selection_mode", SELECTION_MODES),
+            ("box_convention", BOX_CONVENTIONS),
+            ("resize_backend", RESIZE_BACKENDS),
+            ("anchor_style", ("caffe", "detectron2")),
+            ("input_format", ("BGR", "RGB")),
+        ):
+            check_choice(getattr(self, name), choices, f"DetectorConfig: {name}")
         for name in ("pixel_mean", "pixel_std"):
             values = getattr(self, name)
             if len(values) != 3:

@@ -94,7 +94,7 @@ CASES = [
     ModelCase(
         "captioning",
         TdenForConditionalGeneration,
-        tiny_config(num_cross_encoder_layers=0),
+        tiny_config(),
         caption,
         lambda config, inputs: {"labels": inputs["input_ids"].roll(-1, 1)},
     ),
@@ -108,14 +108,14 @@ CASES = [
     ModelCase(
         "retrieval",
         TdenForImageTextRetrieval,
-        tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0),
+        tiny_config(),
         text_and_regions,
         lambda config, inputs: {"return_loss": True, "image_ids": torch.tensor([0, 1])},
     ),
     ModelCase(
         "vcr",
         TdenForMultipleChoice,
-        tiny_config(num_decoder_layers=0, num_labels=1),
+        tiny_config(num_labels=1),
         three_choices,
         lambda config, inputs: {"labels": torch.tensor([2, 0])},
     ),
@@ -130,13 +130,18 @@ class TestTdenTransformersChecks(ModelChecks):
 
 
 def test_heads_own_only_what_they_use():
-    """The captioner has no cross-modal encoder or matching poolers, retrieval no decoder or LM head; the LM head
-    is untied from the word embeddings (as the original)."""
-    captioner = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0))
+    """Built from a config with every block (the defaults, the tiny preset), the captioner has no cross-modal encoder
+    or matching poolers, retrieval no cross-modal encoder, decoder or LM head, VCR without a bidirectional decoder
+    no decoder and no generation branch; the LM head is untied from the word embeddings (as the original)."""
+    captioner = TdenForConditionalGeneration(tiny_config())
     assert captioner.tden.cross_encoder is None and not hasattr(captioner, "similarity")
     assert captioner.get_output_embeddings().weight is not captioner.get_input_embeddings().weight
-    retrieval = TdenForImageTextRetrieval(tiny_config(num_cross_encoder_layers=0, num_decoder_layers=0))
-    assert retrieval.tden.decoder is None and not hasattr(retrieval, "lm_head")
+    retrieval = TdenForImageTextRetrieval(tiny_config())
+    assert retrieval.tden.cross_encoder is None and retrieval.tden.decoder is None and not hasattr(retrieval, "lm_head")
+    vcr = TdenForMultipleChoice(tiny_config(num_labels=1))
+    assert vcr.tden.decoder is None and not hasattr(vcr.answer_head, "g_pooler")
+    vcr = TdenForMultipleChoice(tiny_config(num_labels=1, bidirectional_decoder=True))
+    assert vcr.tden.decoder is not None and hasattr(vcr.answer_head, "g_pooler")
     keys = TdenForPreTraining(tiny_config()).state_dict()
     assert "similarity.v_pooler.1.bn.running_var" in keys and "lm_head.decoder.bias" in keys
 

@@ -45,7 +45,9 @@ def test_every_key_is_accounted_for_and_provenance_recorded(tmp_path):
 
 def test_tasks_and_their_drops(tmp_path):
     report = convert(IMG2TXT, tmp_path / "pt", task="pretraining")
-    assert set(report.dropped) == {"cls.predictions.decoder.weight"} and not report.initialized
+    pooler = {"bert.pooler.dense.weight", "bert.pooler.dense.bias"}
+    assert set(report.dropped) == {"cls.predictions.decoder.weight", *pooler} and not report.initialized
+    assert all("no released task or loss reads it" in report.dropped[k] for k in pooler)
     vqa = convert(VQA2, tmp_path / "vqa")  # detected from ans_classifier
     assert all(k.startswith(("cls.", "bert.pooler.")) for k in vqa.dropped)
     assert all("masked-LM head" in r for k, r in vqa.dropped.items() if k.startswith("cls."))

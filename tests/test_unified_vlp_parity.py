@@ -55,6 +55,15 @@ class Fixture(ParityFixture):
             self._folders[key] = folder
         return self._folders[key]
 
+    def pooled_output(self, folder, inputs, checkpoint="img2txt"):
+        """The tanh pooler, which the original computes and no head or loss reads (the converter drops it): the
+        bare model of `folder` with the original checkpoint's pooler weights."""
+        model = vlhub.UnifiedVlpModel.from_pretrained(folder).eval()
+        original = torch.load(self.files["checkpoints"][checkpoint], weights_only=True)
+        model.pooler.dense.load_state_dict({k: original[f"bert.pooler.dense.{k}"] for k in ("weight", "bias")})
+        with torch.no_grad():
+            return model(**inputs).pooler_output
+
     def regions(self):
         t = self.raw_tensors
         return [
@@ -241,7 +250,7 @@ def test_unified_vlp_parity_pretraining(fx, mode, attn_implementation):
     for layer in layers:
         assert_close(full.hidden_states[layer + 1], out[f"{mode}_hidden_states_layer{layer}"], f"layer {layer}")
     assert_close(full.last_hidden_state, out[f"{mode}_sequence_output"], "sequence_output")
-    assert_close(full.pooler_output, out[f"{mode}_pooled_output"], "pooled_output")
+    assert_close(fx.pooled_output(folder, common), out[f"{mode}_pooled_output"], "pooled_output")
     assert_close(full.logits, out[f"{mode}_mlm_logits_all"], "mlm_logits_all")
     assert_close(masked.logits, out[f"{mode}_mlm_logits_masked"], "mlm_logits_masked")
     assert_close(masked.loss, out[f"{mode}_masked_lm_loss"], "masked_lm_loss")
@@ -305,10 +314,8 @@ def test_unified_vlp_parity_vqa(fx):
         padded = model(**full, output_hidden_states=True)
     assert_close(padded.hidden_states[0], fx.outputs["vqa_embedding_output"], "vqa_embedding_output (padded)")
     assert_close(padded.last_hidden_state, fx.outputs["vqa_sequence_output"], "vqa_sequence_output (padded)")
-    # The VQA head has no pooler (it reads [CLS] x [SEP]); the checkpoint's pooler, kept by the pre-training model:
-    backbone = AutoModelForPreTraining.from_pretrained(fx.convert("vqa2", task="pretraining")).eval()
-    with torch.no_grad():
-        pooled = backbone(**inputs, seq2seq=False).pooler_output
+    # The VQA head has no pooler (it reads [CLS] x [SEP]); the checkpoint's pooler in the bare model:
+    pooled = fx.pooled_output(fx.convert("vqa2"), dict(inputs, seq2seq=False), checkpoint="vqa2")
     assert_close(pooled, fx.outputs["vqa_pooled_output"], "vqa_pooled_output")
 
 

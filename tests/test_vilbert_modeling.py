@@ -81,10 +81,25 @@ def test_task_token_is_inserted_after_cls_without_position_embedding():
     assert outputs.last_hidden_state.shape[1] == TEXT + 1
 
 
-def test_output_attentions_needs_eager():
+def test_output_attentions_under_sdpa_warns_and_returns_no_maps_as_bert():
+    """As transformers' BERT: sdpa warns that it has no maps and the attention fields are empty; eager has them."""
+    from transformers.integrations import sdpa_attention
+    from transformers.testing_utils import CaptureLogger
+
     model = VilbertModel(tiny_config(_attn_implementation="sdpa")).eval()
-    with pytest.raises(ValueError, match="eager"):
-        model(**text_and_regions(model.config), output_attentions=True)
+    inputs = text_and_regions(model.config)
+    sdpa_attention.logger.warning_once.cache_clear()
+    with CaptureLogger(sdpa_attention.logger) as captured, torch.no_grad():
+        outputs = model(**inputs, output_attentions=True)
+    assert "does not support `output_attentions=True`" in captured.out
+    fields = ("attentions", "vision_attentions", "text_to_vision_attentions", "vision_to_text_attentions")
+    assert all(outputs[name] == () for name in fields)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager = model(**inputs, output_attentions=True)
+    assert len(eager.attentions) == model.config.num_hidden_layers
+    assert len(eager.text_to_vision_attentions) == model.config.num_co_attention_layers
+    torch.testing.assert_close(outputs.last_hidden_state, eager.last_hidden_state)
 
 
 def test_vqa_head_computes_no_pretraining_head():

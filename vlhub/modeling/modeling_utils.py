@@ -53,6 +53,8 @@ class VisionLanguagePreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+    # Traces with `torch.compile(fullgraph=True)` (tests/test_model_conformance.py; a class that cannot says so).
+    _can_compile_fullgraph = True
     _input_embed_layer = "word_embeddings"
     # The linear layers (paths in the bare model, in order, ReLUs allowed between them) that region features pass
     # through before their first normalisation: `region_feature_limit` bounds the features from their weights.

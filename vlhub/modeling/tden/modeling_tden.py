@@ -599,9 +599,10 @@ class TdenSimilarityHead(nn.Module):
 class TdenAnswerHead(nn.Module):
     """X-modaler's `MultiModalPredictor` (VQA, VCR). Understanding branch: `Σ_i v_pooler[i](cross-modal visual
     layer i)` (no scaling) times `u_pooler(last cross-modal text layer)`, then `u_logits` (LayerNorm eps 1e-5,
-    Linear). Generation branch (when the model has decoder layers): `g_logits(g_pooler(last decoder layer))`."""
+    Linear). Generation branch (`generation_branch`, when the model runs its decoder over the question):
+    `g_logits(g_pooler(last decoder layer))`."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig, generation_branch: bool):
         super().__init__()
         size, bn, hidden = config.classifier_pooler_size, config.classifier_pooler_batchnorm, config.hidden_size
 
@@ -616,7 +617,7 @@ class TdenAnswerHead(nn.Module):
         self.u_pooler = pooler()
         self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_cross_encoder_layers))
         self.u_logits = logits()
-        if config.num_decoder_layers > 0:
+        if generation_branch:
             self.g_pooler = pooler()
             self.g_logits = logits()
 
@@ -656,9 +657,6 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     _region_feature_layers = ("region_embeddings.feature_embeddings",)
     _no_split_modules = ["TdenEmbeddings", "TdenRegionEmbeddings", "BertLayer", "CrossModalLayer", "TdenDecoderLayer"]
 
-    # Parameter prefixes a head cannot do without: loading a checkpoint that has none of them (a captioner asked to
-    # score pairs, a retrieval model asked to caption) is an error rather than a silently random head.
-    _required_from_checkpoint: tuple[tuple[str, str], ...] = ()
     # Config fields a head sets when it loads a checkpoint of another head (e.g. pre-training) without a `config`
     # given: what the head itself needs (VQA: a bidirectional decoder) or never runs (retrieval: no decoder).
     _config_from_other_heads: dict = {}
@@ -668,19 +666,9 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
         if "config" not in kwargs:
             for field, value in cls._config_from_other_heads.items():
                 kwargs.setdefault(field, value)
-        wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
-        missing = set(info["missing_keys"])
-        for prefix, purpose in cls._required_from_checkpoint:
-            owned = [name for name, _ in model.named_parameters() if name.startswith(prefix)]
-            if owned and all(name in missing for name in owned):
-                saved = getattr(model.config, "architectures", None) or ["an unknown model"]
-                raise ValueError(
-                    f"{pretrained_model_name_or_path} holds a {', '.join(saved)} without the {prefix}* weights "
-                    f"{cls.__name__} needs to {purpose}; load it with its own class, or build {cls.__name__}(config) "
-                    "and load the weights yourself to train a new head"
-                )
-        return (model, info) if wants_info else model
+        # A head's own weights missing from the checkpoint (a `TdenModel`'s or another head's) are initialised and
+        # reported as missing, as in transformers.
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
 def _check_inputs(config: TdenConfig, text: dict, generation: dict, regions: dict, past_length: int):
@@ -774,12 +762,19 @@ def _run_stack(layers, hidden_states, mask, **kwargs) -> tuple[torch.Tensor, tup
     custom_intro="""
     The bare TDEN: embeddings, object encoder, sentence encoder, cross-modal encoder and decoder (the last two
     present when the config asks for layers). Heads build on `TdenModelOutput`.
-    """
+    """,
+    custom_args=r"""
+    add_cross_encoder (`bool`, *optional*, defaults to `True`):
+        Build the cross-modal encoder (when the config has layers for it); the captioning and retrieval heads never
+        run it.
+    add_decoder (`bool`, *optional*, defaults to `True`):
+        Build the decoder (when the config has layers for it); the retrieval head never runs it.
+    """,
 )
 class TdenModel(TdenPreTrainedModel):
     _can_record_outputs = _RECORDED_OUTPUTS
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig, add_cross_encoder: bool = True, add_decoder: bool = True):
         super().__init__(config)
         self.embeddings = TdenEmbeddings(config)
         self.region_embeddings = TdenRegionEmbeddings(config)
@@ -787,7 +782,7 @@ class TdenModel(TdenPreTrainedModel):
         self.visual_encoder = TdenLayerStack(BertLayer(config) for _ in range(config.num_visual_layers))
         self.cross_encoder = (
             TdenLayerStack(CrossModalLayer(config) for _ in range(config.num_cross_encoder_layers))
-            if config.num_cross_encoder_layers > 0
+            if add_cross_encoder and config.num_cross_encoder_layers > 0
             else None
         )
         # The decoder's layers continue the sentence encoder's cache indices: one Cache holds both.
@@ -796,7 +791,7 @@ class TdenModel(TdenPreTrainedModel):
                 TdenDecoderLayer(config, layer_idx=config.num_hidden_layers + i)
                 for i in range(config.num_decoder_layers)
             )
-            if config.num_decoder_layers > 0
+            if add_decoder and config.num_decoder_layers > 0
             else None
         )
         self.post_init()
@@ -1169,8 +1164,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
     """
 )
 class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
-    _keys_to_ignore_on_load_unexpected = [r"^tden\.cross_encoder\.", r"^region_head\.", r"^similarity\."]
-    _required_from_checkpoint = (("tden.decoder.", "generate captions"), ("lm_head.", "predict words"))
+    _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?cross_encoder\.", r"^region_head\.", r"^similarity\."]
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
@@ -1179,7 +1173,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
                 "this TDEN config has no decoder (num_decoder_layers=0, as the retrieval and VCR releases), "
                 "so it cannot generate captions: use a captioning or pre-training checkpoint"
             )
-        self.tden = TdenModel(config)
+        self.tden = TdenModel(config, add_cross_encoder=False)  # X-modaler's captioner has none
         self.lm_head = TdenLMHead(config)
         self.post_init()
 
@@ -1190,9 +1184,9 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         self.lm_head.decoder = new_embeddings
 
     def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
-        """Nothing to refuse before generating (the `CaptionScorer` protocol): a checkpoint without the decoder or
-        the LM head is refused when it is loaded (`_required_from_checkpoint`, `__init__`), and
-        `caption_scoring_inputs` checks the positions the captions need."""
+        """Nothing to refuse before generating (the `CaptionScorer` protocol): a config without a decoder is refused
+        by `__init__`, a checkpoint without the LM head loads with it newly initialised and reported missing (as in
+        transformers), and `caption_scoring_inputs` checks the positions the captions need."""
 
     def caption_scoring_inputs(
         self, prompt: dict, caption_ids: torch.LongTensor, caption_mask: torch.Tensor | None = None
@@ -1383,7 +1377,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             raise ValueError("the VQA head runs the decoder over the question: set config.bidirectional_decoder=True")
         super().__init__(config)
         self.tden = TdenModel(config)
-        self.answer_head = TdenAnswerHead(config)
+        self.answer_head = TdenAnswerHead(config, generation_branch=config.num_decoder_layers > 0)
         self.post_init()
 
     @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _ANSWER_LABELS_ARG)
@@ -1446,12 +1440,11 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
 )
 class TdenForImageTextRetrieval(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [
-        r"^tden\.cross_encoder\.",
-        r"^tden\.decoder\.",
+        r"^(tden\.)?cross_encoder\.",
+        r"^(tden\.)?decoder\.",
         r"^lm_head\.",
         r"^region_head\.",
     ]
-    _required_from_checkpoint = (("similarity.", "score image-text pairs"),)
     # Fine-tuning (`finetune.py --task retrieval`) feeds positive pairs only: the loss takes the hardest negatives
     # within the batch (the registration's `retrieval_negatives="in_batch"`), as X-modaler's retrieval training.
     # The cross-modal encoder and the decoder, which retrieval never runs, are not built (X-modaler's `TDENRetrieval`).
@@ -1459,7 +1452,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
 
     def __init__(self, config: TdenConfig):
         super().__init__(config)
-        self.tden = TdenModel(config)
+        self.tden = TdenModel(config, add_cross_encoder=False, add_decoder=False)
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
 
@@ -1526,6 +1519,9 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     """
 )
 class TdenForMultipleChoice(TdenPreTrainedModel):
+    _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?decoder\."]  # built only with a bidirectional decoder
+    _config_from_other_heads = {"num_labels": 1}
+
     def __init__(self, config: TdenConfig):
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
@@ -1534,8 +1530,11 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
                 f"the VCR head scores each choice with one logit: config.num_labels must be 1, got {config.num_labels}"
             )
         super().__init__(config)
-        self.tden = TdenModel(config)
-        self.answer_head = TdenAnswerHead(config)
+        # The decoder runs only over the question (`bidirectional_decoder`); otherwise it is left out, as the release
+        # (no decoder) has it.
+        runs_decoder = config.bidirectional_decoder and config.num_decoder_layers > 0
+        self.tden = TdenModel(config, add_decoder=runs_decoder)
+        self.answer_head = TdenAnswerHead(config, generation_branch=runs_decoder)
         self.post_init()
 
     @auto_docstring(custom_args=_CHOICE_ARGS + _REGION_ARGS)

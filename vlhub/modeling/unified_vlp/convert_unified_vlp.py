@@ -60,9 +60,7 @@ _RENAMES = (
 
 def unified_vlp_key_map(task: str) -> KeyMap:
     """The key map from an original checkpoint into the `task` head."""
-    drops = {}
-    if task != "pretraining":
-        drops[r"^vlp\.pooler\."] = f"tanh pooler: no released task reads it; the {task} head does not have it"
+    drops = {r"^vlp\.pooler\.": f"tanh pooler: no released task or loss reads it; the {task} head does not have it"}
     if task == "vqa":
         drops[r"^cls\.predictions\."] = (
             "masked-LM head: the VQA model (bidirectional, answer classifier) does not use it"

@@ -65,8 +65,6 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
         MLM logits of every position, or of `masked_positions` only when those are given.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`):
         The encoder's output.
-    pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`):
-        tanh pooler on [CLS] (no released task uses it).
     hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
         The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
@@ -84,7 +82,6 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    pooler_output: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     s2s_loss: torch.FloatTensor | None = None
@@ -273,7 +270,8 @@ def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
     """,
     custom_args=r"""
     add_pooling_layer (`bool`, *optional*, defaults to `True`):
-        Build the tanh pooler (`pooler_output`); the captioning and VQA heads read no pooled output.
+        Build the tanh pooler (`pooler_output`); no head reads the pooled output (the original's pre-training
+        computes it and no loss reads it).
     """,
 )
 class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
@@ -523,10 +521,12 @@ class _MaskedLanguageModelMixin(BertMLMHeadMixin):
 )
 class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedModel):
     default_seq2seq = True
+    # The original computes the tanh pooler and no loss reads it: left out (`UnifiedVlpModel` has it).
+    _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]
 
     def __init__(self, config: UnifiedVlpConfig):
         super().__init__(config)
-        self.vlp = UnifiedVlpModel(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
 
@@ -584,7 +584,6 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             loss=loss,
             logits=logits,
             last_hidden_state=sequence_output,
-            pooler_output=outputs.pooler_output,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             mlm_logits=mlm_logits,
@@ -609,7 +608,7 @@ class UnifiedVlpForConditionalGeneration(
 ):
     default_seq2seq = True
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
-    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\."]  # the captioner reads no pooled output
+    _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]  # the captioner reads no pooled output
 
     def __init__(self, config: UnifiedVlpConfig):
         super().__init__(config)
@@ -885,7 +884,7 @@ class UnifiedVlpForConditionalGeneration(
 )
 class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
-    _keys_to_ignore_on_load_unexpected = [r"^vlp\.pooler\.", r"^cls\."]  # the head reads neither
+    _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\.", r"^cls\."]  # the head reads neither
 
     def __init__(self, config: UnifiedVlpConfig):
         super().__init__(config)

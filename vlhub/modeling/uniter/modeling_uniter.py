@@ -510,6 +510,8 @@ class _JointPass:
     """
 )
 class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
+    # MRFR and MRC return one row per masked region: a shape that depends on the data, which fullgraph cannot trace.
+    _can_compile_fullgraph = False
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "uniter.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -998,7 +1000,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
     """
 )
 class UniterForVisualReasoning(UniterPreTrainedModel):
-    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
+    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)
@@ -1103,7 +1105,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
     """
 )
 class UniterForReferringExpression(UniterPreTrainedModel):
-    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^uniter\.pooler\."]
+    _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
     def __init__(self, config: UniterConfig):
         super().__init__(config)

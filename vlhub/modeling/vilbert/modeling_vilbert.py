@@ -12,7 +12,8 @@ pre-training head on every forward); the numbers of what is computed are the sam
 
 Attention runs through transformers' attention interface in every layer (BERT's and the co-attention), so
 `attn_implementation="eager" | "sdpa" | ...` is a config choice and `set_attn_implementation` switches a built model.
-Attention maps (`output_attentions=True`) need the eager backend. Keep attention-like modules out of this file.
+Attention maps (`output_attentions=True`) come from the eager backend; the others warn and return none, as in
+transformers' BERT. Keep attention-like modules out of this file.
 """
 
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class VilbertModelOutput(ModelOutput):
         `(batch, text_length, hidden_size)` (co-attention layers run between some of them).
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         Text self-attention probabilities per BERT layer, `(batch, num_attention_heads, text_length, text_length)`
-        (eager attention only).
+        (eager attention only; the other backends warn and return none).
     vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
         The visual stream: the embeddings and each of the `visual_num_hidden_layers` layers' output,
         `(batch, num_regions, visual_hidden_size)`.
@@ -408,22 +409,6 @@ def _pair_early_records(outputs: VilbertModelOutput, config: VilbertConfig, pair
             )
 
 
-def _check_attention_maps(outputs: VilbertModelOutput, config: VilbertConfig) -> None:
-    expected = {
-        "attentions": config.num_hidden_layers,
-        "vision_attentions": config.visual_num_hidden_layers,
-        "text_to_vision_attentions": config.num_co_attention_layers,
-        "vision_to_text_attentions": config.num_co_attention_layers,
-    }
-    # The other attention backends return no maps (the records then miss them).
-    if any(outputs.get(name) is not None and len(outputs[name]) < count for name, count in expected.items()):
-        raise ValueError(
-            f"attention maps need the eager attention backend; this model runs "
-            f"{config._attn_implementation!r}: build it with attn_implementation='eager' or call "
-            "model.set_attn_implementation('eager')"
-        )
-
-
 # ---------------------------------------------------------------------------------------------------- base
 class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VilbertConfig
@@ -554,7 +539,6 @@ class VilbertModel(VilbertPreTrainedModel):
         )
         if pair_index is not None:
             _pair_early_records(outputs, self.config, pair_index)
-        _check_attention_maps(outputs, self.config)
         return outputs
 
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the text stream's, as recorded
@@ -590,7 +574,13 @@ class VilbertModel(VilbertPreTrainedModel):
             region_attention_mask = torch.ones(vision.shape[:2], dtype=torch.long, device=vision.device)
         attention_mask = attention_mask.to(text.device, torch.long)
         region_attention_mask = region_attention_mask.to(vision.device, torch.long)
-        layer_kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
+        # `output_attentions` reaches the attention functions, as in BERT: sdpa and the other backends without maps
+        # warn and the records stay empty.
+        layer_kwargs = {
+            name: value
+            for name, value in kwargs.items()
+            if not name.startswith("output_") or name == "output_attentions"
+        }
         encoded = self.encoder(
             text, vision, attention_mask, region_attention_mask, pair_index=pair_index, **layer_kwargs
         )

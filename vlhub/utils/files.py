@@ -49,7 +49,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, value, indent: int | None = 1) -> Path:
+def atomic_write_json(path: str | os.PathLike, value: object, indent: int | None = 1) -> Path:
     return atomic_write_text(path, json.dumps(value, indent=indent) + "\n")
 
 

@@ -35,7 +35,7 @@ def single_threaded():
 class SingleThreaded:
     """Wraps a callable (a collate function) so it runs `single_threaded`; picklable for DataLoader workers."""
 
-    def __init__(self, function):
+    def __init__(self, function) -> None:
         self.function = function
         functools.update_wrapper(self, function, updated=())
 

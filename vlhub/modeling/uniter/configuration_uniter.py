@@ -50,7 +50,7 @@ class UniterConfig(BertTextConfig):
     re_head_layers: int = 1
     classifier_activation: str = "gelu"
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if self.nlvr2_head not in ("paired", "paired-attn"):
             raise ValueError(f"nlvr2_head must be 'paired' or 'paired-attn', got {self.nlvr2_head!r}")

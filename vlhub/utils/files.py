@@ -110,7 +110,7 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def read_yaml(path: str | os.PathLike, what: str = "a YAML file"):
+def read_yaml(path: str | os.PathLike, what: str = "a YAML file") -> object:
     """`yaml.safe_load` of a file; a file that is not YAML, or that asks to construct objects (`!!python/...` tags,
     refused by the safe loader), is a `VlhubUserError` naming the file."""
     import yaml

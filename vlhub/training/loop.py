@@ -112,7 +112,7 @@ class TrainingTask:
     # Optimizer steps `training_passes` may take per batch (more than one rules out gradient accumulation).
     optimizer_steps_per_batch = 1
 
-    def train_stream(self, args: VlhubTrainingArguments, process_index: int, num_processes: int) -> None:
+    def train_stream(self, args: VlhubTrainingArguments, process_index: int, num_processes: int):
         """The training data as an endless stream of batches for `--streaming` (a `StreamedCaptionBatches`, or any
         iterable dataset with `state_dict`/`load_state_dict` and `approximate_steps_per_epoch()`)."""
         raise ValueError(f"--streaming is not available for {type(self).__name__}: it reads its data by index")

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 class Demo:
-    def __init__(self, args):
+    def __init__(self, args: argparse.Namespace) -> None:
         from .registry import get_architecture
         from .training.data import shapes_region_store, shapes_world
 
@@ -235,7 +235,7 @@ class Demo:
         )
         return result.eval_results
 
-    def pretrain(self):
+    def pretrain(self) -> None:
         from .training.cli import pretrain_main
 
         args, architecture = self.args, self.architecture
@@ -265,7 +265,7 @@ class Demo:
             ],
         )
 
-    def vqa(self):
+    def vqa(self) -> None:
         from transformers import pipeline
 
         from .training.cli import finetune_main
@@ -327,7 +327,7 @@ class Demo:
     def _from_file(self) -> str:
         return f"from the image file {self.raw_image} (regions found by the processor's extractor)"
 
-    def retrieval(self):
+    def retrieval(self) -> None:
         from transformers import pipeline
 
         from .evaluation import retrieval_chance
@@ -400,7 +400,7 @@ class Demo:
         best = retrieval(image=str(self.raw_image), texts=candidates)[0]
         print(f"   {self._from_file}: top caption {best['text']!r} ({best['score']:.2f})")
 
-    def captioning(self, pretrained: Path | None, name: str):
+    def captioning(self, pretrained: Path | None, name: str) -> None:
         from transformers import pipeline
 
         from .training.captioning import references_by_image
@@ -450,7 +450,7 @@ class Demo:
             self.pictures[image_id].append((f"generated caption ({name})", [caption]))
         print(f"   {self._from_file}: caption {captioner(str(self.raw_image))[0]['generated_text']!r}")
 
-    def draw(self):
+    def draw(self) -> None:
         from .demo_pictures import ExamplePicture, write_example_picture
 
         if not any(self.pictures.values()):

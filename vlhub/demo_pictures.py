@@ -85,7 +85,9 @@ def write_example_picture(path: str | os.PathLike, example: ExamplePicture) -> s
     return str(path)
 
 
-def draw_regions(image, boxes: Sequence[Sequence[float]], labels: Sequence[str] = (), scale: int = 1) -> Image.Image:
+def draw_regions(
+    image: np.ndarray | Image.Image, boxes: Sequence[Sequence[float]], labels: Sequence[str] = (), scale: int = 1
+) -> Image.Image:
     """`image` (array or PIL image) enlarged `scale` times (nearest neighbour, so small images stay crisp) with its
     regions' boxes drawn, each numbered by its index and followed by its label when `labels` has one per box."""
     image = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from . import data  # noqa: F401  (registers the shapes world's region extractor, "shapes")
     from .processing.extraction import collect_images, extract_to_store
     from .processing.region_extractors import load_region_extractor

@@ -235,11 +235,11 @@ class Architecture:
         return getattr(importlib.import_module(self.package), name)
 
     @property
-    def config_class(self):
+    def config_class(self) -> type:
         return self.resolve(self.config)
 
     @property
-    def processor_class(self):
+    def processor_class(self) -> type:
         processor_class = self.resolve(self.processor)
         if self.choice_layout == "vcr":
             self._check_protocol(processor_class, ChoiceLayout, 'choice_layout="vcr"')
@@ -254,7 +254,7 @@ class Architecture:
             )
 
     @property
-    def region_processor_class(self):
+    def region_processor_class(self) -> type:
         return self.resolve(self.region_processor)
 
     def module_of(self, name: str) -> str:
@@ -266,7 +266,7 @@ class Architecture:
     def model_class_names(self) -> list[str]:
         return list(dict.fromkeys([*self.auto_models.values(), *self.task_models.values()]))
 
-    def model_class(self, task: str):
+    def model_class(self, task: str) -> type:
         """The head for `task` ("pretraining", "vqa", "retrieval", ...)."""
         if task not in self.task_models:
             why = f" ({self.unsupported_tasks[task]})" if task in self.unsupported_tasks else ""
@@ -278,11 +278,11 @@ class Architecture:
             self._check_protocol(model_class, CaptionScorer, "a 'captioning' head")
         return model_class
 
-    def initializes_from_pretraining(self, model_class) -> bool:
+    def initializes_from_pretraining(self, model_class: type) -> bool:
         """Whether `model_class` (one of this architecture's heads) starts from the pre-trained heads."""
         return any(self.task_models[task] == model_class.__name__ for task in self.heads_from_pretraining)
 
-    def is_pretraining_head(self, model) -> bool:
+    def is_pretraining_head(self, model: object) -> bool:
         return self.has_task("pretraining") and isinstance(model, self.model_class("pretraining"))
 
     def has_task(self, task: str) -> bool:
@@ -338,7 +338,7 @@ def unregister_architecture(model_type: str) -> None:
     _ARCHITECTURES.pop(model_type, None)
 
 
-def architecture_of_processor(processor) -> Architecture | None:
+def architecture_of_processor(processor: object) -> Architecture | None:
     """The registered architecture whose processor `processor` is (or derives from); None for another processor."""
     for cls in type(processor).__mro__:
         for architecture in _ARCHITECTURES.values():

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def build(args) -> VlhubApp:
+def build(args: argparse.Namespace) -> VlhubApp:
     """The app for parsed arguments: a ValueError (one line) when there is nothing to serve."""
     from ..processing.region_extractors import load_region_extractor
 
@@ -74,7 +74,7 @@ def build(args) -> VlhubApp:
     return app
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError as err:

@@ -254,7 +254,7 @@ class VlhubApp:
         problems: list[str] = (),
         examples: list[ExampleImage] = (),
         max_image_pixels: int = MAX_IMAGE_PIXELS,
-    ):
+    ) -> None:
         self.models = {}
         for model in models:
             if model.name in self.models:  # two folders of the same name (runs/a/x, runs/b/x): tell them apart

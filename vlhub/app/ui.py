@@ -189,7 +189,7 @@ def build_app(app: VlhubApp) -> gr.Blocks:
 
 def launch(
     app: VlhubApp, host: str = "127.0.0.1", port: int | None = None, block: bool = True, max_file_size: str = "50mb"
-):
+) -> gr.Blocks:
     """Serve the page: Gradio's queue runs one model call at a time, so two users never run a model at once."""
     page = build_app(app).queue(default_concurrency_limit=1)
     page.launch(

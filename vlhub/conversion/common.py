@@ -255,13 +255,13 @@ class ConversionReport:
     initialized: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def use(self, target: str, source: str):
+    def use(self, target: str, source: str) -> None:
         self.used[target] = source
 
-    def drop(self, source: str, reason: str):
+    def drop(self, source: str, reason: str) -> None:
         self.dropped[source] = reason
 
-    def initialize(self, target: str, reason: str):
+    def initialize(self, target: str, reason: str) -> None:
         self.initialized[target] = reason
 
     def check_complete(self, source_keys) -> None:
@@ -281,7 +281,7 @@ class ConversionReport:
             "notes": self.notes,
         }
 
-    def save(self, path: str | os.PathLike):
+    def save(self, path: str | os.PathLike) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     def summary(self) -> str:

@@ -115,7 +115,7 @@ class ShapesWorld:
         max_objects: int = 4,
         captions_per_image: int = 5,
         questions_per_image: int = 6,
-    ):
+    ) -> None:
         self.seed = _check_count("seed", seed, 0)
         self.split_sizes = {
             "train": _check_count("num_train", num_train, 1),
@@ -391,7 +391,7 @@ class ShapesWorld:
 
     def write_region_store(
         self,
-        directory,
+        directory: str | Path,
         extractor: ShapesFeatureExtractor | None = None,
         splits: tuple[str, ...] = SPLITS,
         shard_size: int = 512,

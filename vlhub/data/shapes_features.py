@@ -178,7 +178,7 @@ class ShapesRegionExtractor:
         include_whole_image: bool = False,
         class_smoothing: float = 0.1,
         projection_seed: int = 0,
-    ):
+    ) -> None:
         if feature_dim < 1:
             raise ValueError(f"feature_dim must be a positive integer, got {feature_dim}")
         if pool_size < 1:

@@ -205,7 +205,7 @@ class CiderD:
     `references[keys[i]]`.
     """
 
-    def __init__(self, references: Mapping[Hashable, Sequence[str]], n: int = 4, sigma: float = 6.0):
+    def __init__(self, references: Mapping[Hashable, Sequence[str]], n: int = 4, sigma: float = 6.0) -> None:
         if not references:
             raise ValueError("CIDEr-D needs a reference corpus of at least one image")
         self._scorer_class, cook_refs, self._cook_test = _fixed_corpus_scorer()

@@ -74,7 +74,7 @@ class BertTextConfig(PreTrainedConfig):
     use_cache: bool = False
     tie_word_embeddings: bool = True
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(

@@ -96,7 +96,9 @@ class RegionFeatureRegressionHead(nn.Module):
     owns only its bias. Input `(N, hidden)`, output `(N, feature_dim)`.
     """
 
-    def __init__(self, hidden_size: int, feature_dim: int, hidden_act: str = "gelu", layer_norm_eps: float = 1e-12):
+    def __init__(
+        self, hidden_size: int, feature_dim: int, hidden_act: str = "gelu", layer_norm_eps: float = 1e-12
+    ) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Linear(hidden_size, hidden_size), ACT2FN[hidden_act], nn.LayerNorm(hidden_size, eps=layer_norm_eps)
@@ -111,7 +113,9 @@ class RegionFeatureRegressionHead(nn.Module):
 class RegionClassificationHead(nn.Module):
     """Masked region classification (MRC / MRC-kl): `Linear, GELU, LayerNorm, Linear(hidden, num_labels)`."""
 
-    def __init__(self, hidden_size: int, num_labels: int, hidden_act: str = "gelu", layer_norm_eps: float = 1e-12):
+    def __init__(
+        self, hidden_size: int, num_labels: int, hidden_act: str = "gelu", layer_norm_eps: float = 1e-12
+    ) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Linear(hidden_size, hidden_size),
@@ -134,7 +138,7 @@ class AttentionPooling(nn.Module):
     backend (the encoder's attention is BERT's, which dispatches per forward), so it must not block the switch.
     """
 
-    def __init__(self, hidden_size: int, dropout: float, masked_score: float = MASKED_SCORE):
+    def __init__(self, hidden_size: int, dropout: float, masked_score: float = MASKED_SCORE) -> None:
         super().__init__()
         self.fc = nn.Sequential(nn.Linear(hidden_size, 1), nn.ReLU())
         self.dropout = nn.Dropout(dropout)

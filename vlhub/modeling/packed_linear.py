@@ -159,7 +159,7 @@ class PackedProjectionGroup:
     output and keeps the others' until they are called on that same tensor (unchanged since); a call on any other
     input computes anew. Members are `PackedLinear`s whose `_projection_group` is this group."""
 
-    def __init__(self, members: list[PackedLinear]):
+    def __init__(self, members: list[PackedLinear]) -> None:
         self.members = members
         self._packed_weight = self._packed_key = self._bias = None
         self._pending_input, self._pending_version, self._pending = None, None, {}

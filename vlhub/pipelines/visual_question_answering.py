@@ -76,7 +76,7 @@ class ProcessorPipelineMixin:
     _load_tokenizer = False
     task_heads: tuple[str, ...] = ()
 
-    def __init__(self, model, *args, **kwargs):
+    def __init__(self, model, *args, **kwargs) -> None:
         refuse_other_heads(model, kwargs.get("task") or self.default_task, self.task_heads)
         super().__init__(model, *args, **kwargs)
 

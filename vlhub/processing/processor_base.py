@@ -161,7 +161,7 @@ class RegionProcessor(FeatureExtractionMixin):
         region_extractor_folder: str | None = None,
         region_selection: str = "by_confidence",
         **kwargs,
-    ):
+    ) -> None:
         legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
         super().__init__(**kwargs)
         if min_regions < 1:
@@ -405,7 +405,7 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     text_token_type_id: int = 0  # token type of every token of the default layout
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs):
+    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs) -> None:
         if max_text_length < 3:
             raise ValueError(f"max_text_length must leave room for [CLS] w [SEP], got {max_text_length}")
         self.max_text_length = max_text_length
@@ -420,7 +420,7 @@ class VisionLanguageProcessor(ProcessorMixin):
         return self._region_extractor
 
     @region_extractor.setter
-    def region_extractor(self, extractor):
+    def region_extractor(self, extractor) -> None:
         self._region_extractor = extractor
         self.feature_extractor.region_extractor_folder = REGION_EXTRACTOR_FOLDER if extractor is not None else None
 

@@ -214,7 +214,7 @@ class TrainingArguments(VlhubTrainingArguments):
     """Deprecated name of `VlhubTrainingArguments` (it read like transformers' own class); also accepts the old
     `per_device_batch_size=`."""
 
-    def __init__(self, *args, per_device_batch_size: int | None = None, **kwargs):
+    def __init__(self, *args, per_device_batch_size: int | None = None, **kwargs) -> None:
         warnings.warn(
             "vlhub.training.TrainingArguments is deprecated: use VlhubTrainingArguments "
             "(per_device_batch_size is now per_device_train_batch_size)",

@@ -79,7 +79,7 @@ class CaptioningTask(TrainingTask):
         test=None,
         max_new_tokens: int = 20,
         metrics: Sequence[str] = CAPTION_METRICS,
-    ):
+    ) -> None:
         unknown = sorted(set(metrics) - set(CAPTION_METRICS))
         if unknown or not metrics:
             raise ValueError(
@@ -205,7 +205,7 @@ def self_critical_loss(log_probs: torch.Tensor, mask: torch.Tensor, advantages: 
 class TrainingImages(Dataset):
     """The distinct images of a caption split, read by `SampleKey` (self-critical training samples per image)."""
 
-    def __init__(self, image_ids: Sequence[str]):
+    def __init__(self, image_ids: Sequence[str]) -> None:
         self.image_ids = list(image_ids)
 
     def __len__(self) -> int:
@@ -220,7 +220,7 @@ class PromptCollator:
     images and `sample_seed`: one seed drawn from the examples' `SampleKey` seeds, so the captions sampled for a batch
     are a pure function of (seed, epoch, position), like every other random choice of the loop."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures], image_ids: Sequence[str]):
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures], image_ids: Sequence[str]) -> None:
         self.processor = processor
         self.regions = regions
         self.image_ids = image_ids
@@ -271,7 +271,7 @@ class SelfCriticalCaptioningTask(CaptioningTask):
 
     def __init__(
         self, model, processor, regions: Mapping[str, RegionFeatures], train, *args, num_samples: int = 1, **options
-    ):
+    ) -> None:
         # The rest of `CaptioningTask`'s arguments (validation, names, base_model, test, max_new_tokens, metrics),
         # without its objective: this task trains by sampling and scoring captions instead.
         if num_samples < 1:

@@ -29,7 +29,7 @@ class CaptionDataset(Dataset):
     `pairs`: a sequence of `(image_id, caption)`.
     """
 
-    def __init__(self, pairs: Sequence[tuple[str, str]]):
+    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
         self.pairs = pairs if isinstance(pairs, Sequence) else list(pairs)  # CaptionPairs stay Arrow columns
         for i, (image_id, caption) in enumerate(self.pairs[:1000]):
             if not isinstance(caption, str) or not caption.strip():
@@ -76,7 +76,7 @@ class PretrainingCollator:
         pairs: Sequence[tuple[str, str]] | None = None,
         contradict=None,
         itm_hard_negative_probability: float = 0.0,
-    ):
+    ) -> None:
         for name, value in (
             ("mlm_probability", mlm_probability),
             ("region_mask_probability", region_mask_probability),
@@ -176,7 +176,7 @@ class Float16RegionTransfer:
     outputs are unchanged. Picklable, like the function it wraps.
     """
 
-    def __init__(self, function):
+    def __init__(self, function) -> None:
         self.function = function
 
     def __call__(self, examples):
@@ -208,7 +208,7 @@ class InlineSmallTensors:
     tensors and one of 4.7 MB: 5.7-8.0 against 11-13 ms a batch from 2 workers, 1.9 against 3.5-4.7 ms of the main
     process's time. Large tensors (the region features) still go through shared memory. Picklable."""
 
-    def __init__(self, function, max_bytes: int = 128 << 10):
+    def __init__(self, function, max_bytes: int = 128 << 10) -> None:
         self.function = function
         self.max_bytes = max_bytes
 

@@ -67,7 +67,7 @@ class RegionCache(Mapping):
         max_bytes: the cache's size bound; 0 disables caching.
     """
 
-    def __init__(self, store: Mapping[str, RegionFeatures], max_bytes: int = DEFAULT_REGION_CACHE_MB << 20):
+    def __init__(self, store: Mapping[str, RegionFeatures], max_bytes: int = DEFAULT_REGION_CACHE_MB << 20) -> None:
         if max_bytes < 0:
             raise ValueError(f"the region cache size must be >= 0 bytes, got {max_bytes}")
         self.store = store
@@ -115,7 +115,7 @@ class InlineRegions(Mapping):
     """Regions stored as columns of a `datasets.Dataset` (`features`, `boxes`, `image_size`, optionally `scores`,
     `class_probs`, `attribute_probs`), one row per image, looked up by its `image_id` column."""
 
-    def __init__(self, dataset, id_column: str = "image_id"):
+    def __init__(self, dataset, id_column: str = "image_id") -> None:
         self.dataset = dataset.with_format("numpy")
         self.index = {image_id: row for row, image_id in enumerate(dataset[id_column])}
 
@@ -265,7 +265,7 @@ class ArrowStrings(Sequence):
     """A read-only sequence of `str` over an Arrow string column (memory-mapped when it comes from a `datasets`
     cache file): millions of strings cost no Python objects until one is read."""
 
-    def __init__(self, column):
+    def __init__(self, column) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -296,7 +296,7 @@ class CaptionPairs(Sequence):
     """`(image_id, caption)` pairs held as two Arrow string columns (see `ArrowStrings`); reads like a list of
     tuples."""
 
-    def __init__(self, image_ids, captions):
+    def __init__(self, image_ids, captions) -> None:
         self.image_ids, self.captions = ArrowStrings(image_ids), ArrowStrings(captions)
         if len(self.image_ids) != len(self.captions):
             raise ValueError(f"{len(self.image_ids)} image ids but {len(self.captions)} captions")

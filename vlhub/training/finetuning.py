@@ -94,7 +94,7 @@ class ArrowQuestions(Sequence):
 
     _COLUMNS: tuple[str, ...] = ()
 
-    def __init__(self, table):
+    def __init__(self, table) -> None:
         self.table = table.select(list(self._COLUMNS))
 
     def __len__(self) -> int:
@@ -168,7 +168,7 @@ class QuestionDataset(Dataset):
     """Questions read by `SampleKey` (or index): a list of examples, or `ArrowQuestions` over an Arrow table (what
     `from_rows` makes of a `datasets` split)."""
 
-    def __init__(self, examples):
+    def __init__(self, examples) -> None:
         self.examples = examples if isinstance(examples, ArrowQuestions) else list(examples)
 
     def __len__(self):
@@ -211,7 +211,7 @@ class VqaDataset(QuestionDataset):
 class VqaCollator:
     """Questions + regions → processor inputs and `labels` `(batch, num_labels)` soft scores."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures], num_labels: int):
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures], num_labels: int) -> None:
         self.processor = processor
         self.regions = regions
         self.num_labels = num_labels
@@ -278,7 +278,7 @@ class VqaTask(QuestionTask):
         base_model: str | None = None,
         test: VqaDataset | None = None,
         majority_baselines: dict[str, float] | None = None,
-    ):
+    ) -> None:
         self.model = model
         self.processor = processor
         self.train_dataset = train
@@ -543,7 +543,7 @@ class MultipleChoiceCollator:
     text_length)` (`encode_choices`), the regions once per question `(batch, num_regions, ...)` (shared by its
     choices), and `labels` `(batch,)` (the right choices' indices) when every example has one."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures]):
+    def __init__(self, processor, regions: Mapping[str, RegionFeatures]) -> None:
         self.processor = processor
         self.regions = regions
 
@@ -579,7 +579,7 @@ class MultipleChoiceTask(QuestionTask):
         dataset_description: str,
         base_model: str | None = None,
         test: MultipleChoiceDataset | None = None,
-    ):
+    ) -> None:
         counts = {
             split: d.num_choices
             for split, d in (("train", train), ("validation", validation), ("test", test))
@@ -678,7 +678,7 @@ class RetrievalCollator:
     and `num_sampled` random negative captions (of other images, for the image); hard negatives are chosen among
     them by the model in `RetrievalTask.training_step`, as the original's `ItmHardNeg` data does (399 → 31)."""
 
-    def __init__(self, processor, regions, pairs: Sequence[tuple[str, str]], num_sampled: int):
+    def __init__(self, processor, regions, pairs: Sequence[tuple[str, str]], num_sampled: int) -> None:
         self.processor = processor
         self.regions = regions
         self.pairs = list(pairs)
@@ -736,7 +736,7 @@ class RetrievalTask(TrainingTask):
         num_sampled: int = 15,
         num_hard: int = 3,
         max_gallery_images: int = 50,
-    ):
+    ) -> None:
         self.model = model
         self.processor = processor
         self.regions = regions
@@ -850,7 +850,7 @@ class InBatchRetrievalCollator:
     that a model scoring every caption against every image of the batch does not take a caption of the same image
     for a negative."""
 
-    def __init__(self, processor, regions):
+    def __init__(self, processor, regions) -> None:
         self.processor = processor
         self.regions = regions
 
@@ -871,7 +871,7 @@ class InBatchRetrievalTask(RetrievalTask):
     (from the text alone) and `image_embeds` (from the regions alone), so T texts against I images take max(T, I)
     encodings instead of T x I cross-encodings."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         # `RetrievalTask`'s arguments but the sampled-negative settings, which do not apply to in-batch negatives.
         for name in ("num_sampled", "num_hard"):
             if name in kwargs:

@@ -100,7 +100,7 @@ class HubUploader:
         timeout: float = DEFAULT_HUB_TIMEOUT,
         attempts: int = DEFAULT_HUB_ATTEMPTS,
         total_timeout: float = DEFAULT_HUB_TOTAL_TIMEOUT,
-    ):
+    ) -> None:
         if not timeout > 0 or not total_timeout > 0 or attempts < 1:
             raise ValueError(
                 f"HubUploader needs timeout > 0, total_timeout > 0 and attempts >= 1, got {timeout}, "

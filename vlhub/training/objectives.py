@@ -132,7 +132,7 @@ class ObjectiveMix:
     `ObjectiveMix.parse(["mlm:2", "itm:1"], available)` or `ObjectiveMix({"mlm": 2, "itm": 1}, available)`.
     """
 
-    def __init__(self, ratios: Mapping[str, float], available: Mapping[str, Objective]):
+    def __init__(self, ratios: Mapping[str, float], available: Mapping[str, Objective]) -> None:
         if not ratios:
             raise ValueError("at least one objective is needed")
         unknown = sorted(set(ratios) - set(available))

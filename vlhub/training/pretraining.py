@@ -115,7 +115,7 @@ class PretrainingTask(TrainingTask):
         itm_hard_negative_probability: float = 0.0,
         scheduled_sampling: bool = False,
         scheduled_sampling_probability: float = 1.0,
-    ):
+    ) -> None:
         self.model = model
         self.processor = processor
         self.corpus = corpus
@@ -358,7 +358,7 @@ class TwoPassCollator:
     (`input_ids`) from a stream of the example's own `SampleKey` seed, so which predictions replace targets is
     reproduced exactly on resume (nothing comes from the global random state)."""
 
-    def __init__(self, collator, objectives: dict, probability: float):
+    def __init__(self, collator, objectives: dict, probability: float) -> None:
         self.collator, self.objectives, self.probability = collator, objectives, probability
 
     def __call__(self, examples) -> dict:

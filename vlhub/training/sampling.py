@@ -43,7 +43,7 @@ class ObjectiveChooser(Protocol):
 class FixedObjective:
     """The "mix" of a task with one objective (fine-tuning, or evaluating one pre-training objective)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def choose(self, rng: np.random.Generator) -> str:
@@ -73,7 +73,7 @@ class ObjectiveBatchSampler(BatchSampler):
         group_size: int = 1,
         shuffle: bool = True,
         drop_last: bool = True,
-    ):
+    ) -> None:
         if batch_size < 1 or group_size < 1:
             raise ValueError(f"batch_size and group_size must be positive, got {batch_size} and {group_size}")
         if drop_last and num_examples < batch_size * group_size:

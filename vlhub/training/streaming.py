@@ -55,7 +55,7 @@ class CaptionIndex:
         pairs: the `(image_id, caption)` table (`CaptionPairs`, Arrow-backed, or any sequence of pairs).
     """
 
-    def __init__(self, pairs: Sequence[tuple[str, str]]):
+    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -147,7 +147,7 @@ class StreamedCaptionBatches(IterableDataset):
         num_processes: int = 1,
         shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER,
         num_workers: int = 0,
-    ):
+    ) -> None:
         if batch_size < 1 or shuffle_buffer_size < 1 or gradient_accumulation_steps < 1:
             raise ValueError(
                 f"batch_size ({batch_size}), shuffle_buffer_size ({shuffle_buffer_size}) and "

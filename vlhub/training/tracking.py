@@ -35,7 +35,7 @@ class JsonlTracker(GeneralTracker):
     requires_logging_directory = False
     main_process_only = True
 
-    def __init__(self, output_dir: str | os.PathLike):
+    def __init__(self, output_dir: str | os.PathLike) -> None:
         super().__init__()
         self.path = Path(output_dir) / LOG_HISTORY
 
@@ -44,11 +44,11 @@ class JsonlTracker(GeneralTracker):
         return self.path
 
     @on_main_process
-    def store_init_configuration(self, values: dict):
+    def store_init_configuration(self, values: dict) -> None:
         pass  # the configuration is recorded in each checkpoint's trainer_state.json and model card
 
     @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs):
+    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
         record = {"step": step, **values}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:

@@ -12,7 +12,7 @@ import torch
 __all__ = ["check_positive_int", "check_token_ids"]
 
 
-def check_positive_int(value, name: str) -> int:
+def check_positive_int(value: object, name: str) -> int:
     """`value` as an int when it is an integer (Python or numpy, not a bool) of at least 1; else a `TypeError` (not
     an integer: `1.7`, `"3"`) or `ValueError` (`0`, negative) naming `name`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

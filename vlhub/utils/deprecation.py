@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 __all__ = ["moved_module", "moved_attribute"]
 
@@ -17,7 +17,7 @@ def _moved_warning(old: str, new: str, stacklevel: int) -> None:
     )
 
 
-def moved_module(old_name: str, new_name: str):
+def moved_module(old_name: str, new_name: str) -> Callable[[str], object]:
     """For the module `old_name` left behind as an alias of `new_name`: warn once (a module's body runs once per
     process) and return its module-level `__getattr__`, which reads every name from the new module."""
     _moved_warning(old_name, new_name, stacklevel=2)  # the alias module's line (the importer is in importlib)
@@ -29,7 +29,7 @@ def moved_module(old_name: str, new_name: str):
     return __getattr__
 
 
-def moved_attribute(module_name: str, name: str, moved: Mapping[str, str]):
+def moved_attribute(module_name: str, name: str, moved: Mapping[str, str]) -> object:
     """A module-level `__getattr__`'s answer for `name`, one of the names that moved out of `module_name` (`moved`:
     name → the module it lives in now), with a FutureWarning naming the new home; AttributeError for other names."""
     if name not in moved:

@@ -49,7 +49,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, value, indent: int | None = 1) -> Path:
+def atomic_write_json(path: str | os.PathLike, value: object, indent: int | None = 1) -> Path:
     return atomic_write_text(path, json.dumps(value, indent=indent) + "\n")
 
 
@@ -110,7 +110,7 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def read_yaml(path: str | os.PathLike, what: str = "a YAML file"):
+def read_yaml(path: str | os.PathLike, what: str = "a YAML file") -> object:
     """`yaml.safe_load` of a file; a file that is not YAML, or that asks to construct objects (`!!python/...` tags,
     refused by the safe loader), is a `VlhubUserError` naming the file."""
     import yaml

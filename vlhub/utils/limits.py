@@ -5,6 +5,7 @@ file is a clear error instead of a MemoryError, a signal, or gigabytes of fill v
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -15,12 +16,14 @@ __all__ = ["MAX_ARRAY_BYTES", "declared_nbytes", "check_declared_array"]
 MAX_ARRAY_BYTES = 1 << 31
 
 
-def declared_nbytes(shape, dtype) -> int:
+def declared_nbytes(shape: Iterable[int], dtype: np.typing.DTypeLike) -> int:
     """The bytes an array of `shape` and `dtype` needs (Python integers: no overflow for absurd shapes)."""
     return math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
 
 
-def check_declared_array(shape, dtype, what: str, available: int | None = None) -> int:
+def check_declared_array(
+    shape: Iterable[int], dtype: np.typing.DTypeLike, what: str, available: int | None = None
+) -> int:
     """The declared size of an array of `shape` and `dtype`, after checking it: a negative dimension, more than
     `MAX_ARRAY_BYTES`, or more than the `available` bytes that hold its data raise `ValueError` naming `what`."""
     if any(int(n) < 0 for n in shape):

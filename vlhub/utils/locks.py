@@ -34,7 +34,7 @@ class FolderLock:
     """An exclusive, process-lifetime lock on `folder` (created if needed). `what` names the folder in messages,
     e.g. "--output_dir". Use as a context manager or with `acquire()` / `release()`."""
 
-    def __init__(self, folder: str | os.PathLike, what: str = "the folder"):
+    def __init__(self, folder: str | os.PathLike, what: str = "the folder") -> None:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_FILE
         self.what = what

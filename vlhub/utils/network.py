@@ -130,7 +130,7 @@ def _settle(future: Future, call: Callable[[], object]) -> None:
 class SerialDaemonExecutor:
     """Runs submitted calls one after another in one daemon thread (uploads to one repository must not overlap)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self._calls: queue.Queue = queue.Queue()
         self._name = name
         self._thread: threading.Thread | None = None

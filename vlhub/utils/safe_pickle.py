@@ -94,7 +94,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         )
 
 
-def safe_loads(data: bytes, encoding: str = "latin1"):
+def safe_loads(data: bytes, encoding: str = "latin1") -> object:
     """`pickle.loads` restricted to numpy arrays and builtin containers.
 
     `encoding="latin1"` reads python-2 pickles of numpy arrays correctly (their str payloads are raw bytes).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ __all__ = ["single_threaded", "SingleThreaded", "all_finite", "float32_tensor"]
 
 
 @contextlib.contextmanager
-def single_threaded():
+def single_threaded() -> Iterator[None]:
     """Run the block with one PyTorch intra-op thread, then restore the count (switching costs well under 1 µs)."""
     threads = torch.get_num_threads()
     if threads == 1:
@@ -35,7 +36,7 @@ def single_threaded():
 class SingleThreaded:
     """Wraps a callable (a collate function) so it runs `single_threaded`; picklable for DataLoader workers."""
 
-    def __init__(self, function):
+    def __init__(self, function) -> None:
         self.function = function
         functools.update_wrapper(self, function, updated=())
 

@@ -73,7 +73,7 @@ class TdenConfig(BertTextConfig):
     bos_token_id: int | None = 101
     eos_token_id: int | None = 102
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         for name in ("num_hidden_layers", "num_visual_layers", "num_cross_encoder_layers", "num_decoder_layers"):
             if getattr(self, name) < 0:

@@ -33,7 +33,7 @@ class CrossModalLayer(_GradientCheckpointingLayer):
     `(visual_states (B, R, H), text_states (B, T, H), probabilities (B, heads, R + T, keys) or None)`.
     """
 
-    def __init__(self, config, layer_idx: int | None = None):
+    def __init__(self, config, layer_idx: int | None = None) -> None:
         super().__init__()
         self.biattention = _BertAttention(config, is_causal=False, layer_idx=layer_idx)
         self.v_intermediate = _BertIntermediate(config)

@@ -42,7 +42,7 @@ class TdenRegionProcessor(RegionProcessor):
 
     def __init__(
         self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n", **kwargs
-    ):
+    ) -> None:
         super().__init__(max_regions=max_regions, region_selection=region_selection, **kwargs)
         self.max_detections = max_detections
 
@@ -93,7 +93,7 @@ class TdenProcessor(VisionLanguageProcessor):
         max_text_length: int = 36,
         text_stream: str = "understanding",
         **kwargs,
-    ):
+    ) -> None:
         if text_stream not in TEXT_STREAMS:
             raise ValueError(f"text_stream must be one of {TEXT_STREAMS}, got {text_stream!r}")
         self.text_stream = text_stream

@@ -73,7 +73,7 @@ class UnifiedVlpConfig(BertTextConfig):
             self.num_region_labels = self.region_location_dim - 6
         super().__post_init__(**kwargs)
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if self.num_region_labels < 1 or self.region_location_dim != self.num_region_labels + 6:
             raise ValueError(

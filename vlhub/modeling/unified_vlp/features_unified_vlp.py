@@ -95,7 +95,7 @@ class VlpH5Reader(FeatureReader):
         class_probs: str | os.PathLike | None = None,
         image_sizes: Mapping[str, tuple[int, int]] | None = None,
         image_size_from_boxes: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         self._h5py = require_package("h5py")
         self.path = Path(boxes)

@@ -56,7 +56,9 @@ class UnifiedVlpRegionProcessor(RegionProcessor):
 
     location_dim = 1607  # 6 geometry values + 1601 class probabilities (with the default num_classes)
 
-    def __init__(self, num_classes: int = 1601, min_regions: int = 100, max_regions: int | None = 100, **kwargs):
+    def __init__(
+        self, num_classes: int = 1601, min_regions: int = 100, max_regions: int | None = 100, **kwargs
+    ) -> None:
         if max_regions is None:
             raise ValueError("Unified VLP has a fixed number of region slots: max_regions cannot be None")
         super().__init__(min_regions=min(min_regions, max_regions), max_regions=max_regions, **kwargs)
@@ -103,7 +105,7 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         max_text_length: int | None = None,
         mode: str = "seq2seq",
         **kwargs,
-    ):
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode

@@ -51,7 +51,7 @@ class UniterConfig(BertTextConfig):
     re_head_layers: int = 1
     classifier_activation: str = "gelu"
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         check_choice(self.nlvr2_head, ("paired", "paired-attn"), "nlvr2_head")
         if not self.itc_temperature > 0:

@@ -52,7 +52,7 @@ class UniterLmdbReader(LmdbReader):
 
     _RESERVED_KEYS = {b"__keys__"}
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike) -> None:
         super().__init__(path)
         stored = self._value(b"__keys__")
         keys = (

@@ -43,7 +43,7 @@ class UniterRegionProcessor(RegionProcessor):
 
     location_dim = 7
 
-    def __init__(self, float16_storage: bool = True, region_selection: str = "count_by_confidence", **kwargs):
+    def __init__(self, float16_storage: bool = True, region_selection: str = "count_by_confidence", **kwargs) -> None:
         super().__init__(region_selection=region_selection, **kwargs)
         self.float16_storage = float16_storage
 
@@ -69,5 +69,5 @@ class UniterProcessor(VisionLanguageProcessor):
     no global region row; only the region encodings (`UniterRegionProcessor`) are its own.
     """
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs):
+    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs) -> None:
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)

@@ -117,7 +117,7 @@ class VilbertConfig(BertTextConfig):
         self.text_co_attention_layers = list(self.text_co_attention_layers)
         super().__post_init__(**kwargs)
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()
         for name, size, heads in (  # hidden_size: BertTextConfig
             ("visual_hidden_size", self.visual_hidden_size, self.visual_num_attention_heads),

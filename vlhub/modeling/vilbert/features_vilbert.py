@@ -44,7 +44,7 @@ class VilbertLmdbReader(LmdbReader):
 
     _CC_LIST_FIELDS = ("features", "cls_prob", "boxes", "num_boxes", "image_h", "image_w", "image_id", "caption")
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike) -> None:
         super().__init__(path)
         stored = self._value(b"keys")
         if stored is None:

@@ -22,7 +22,7 @@ class StreamConfig:
     BERT's blocks take it where they take a config: `BertLayer(StreamConfig(config, hidden_size=1024, ...))`.
     """
 
-    def __init__(self, base, **overrides):
+    def __init__(self, base, **overrides) -> None:
         object.__setattr__(self, "_base", base)
         object.__setattr__(self, "_overrides", dict(overrides))
 
@@ -90,7 +90,7 @@ class CoAttention(nn.Module):
         num_heads: int,
         attention_dropout1: float,
         attention_dropout2: float,
-    ):
+    ) -> None:
         super().__init__()
         if inner_size % num_heads != 0:
             raise ValueError(f"the co-attention size ({inner_size}) must be a multiple of its heads ({num_heads})")
@@ -164,7 +164,7 @@ class CoAttentionOutput(nn.Module):
         dropout1: float,
         dropout2: float,
         layer_norm_eps: float = 1e-12,
-    ):
+    ) -> None:
         super().__init__()
         self.dense1 = nn.Linear(inner_size, hidden_size1)
         self.LayerNorm1 = nn.LayerNorm(hidden_size1, eps=layer_norm_eps)
@@ -191,7 +191,7 @@ class CoAttentionLayer(GradientCheckpointingLayer):
     probabilities1, probabilities2)`, shapes as `CoAttention`.
     """
 
-    def __init__(self, config1, config2, inner_size: int, num_heads: int):
+    def __init__(self, config1, config2, inner_size: int, num_heads: int) -> None:
         super().__init__()
         self.biattention = CoAttention(
             config1,

@@ -111,7 +111,7 @@ class VilbertRegionProcessor(RegionProcessor):
         ground_truth_rows: str = "after_max_regions",
         max_regions_counts: str = "regions",
         **kwargs,
-    ):
+    ) -> None:
         if max_regions_counts == "rows" and max_regions is not None:
             max_regions = _regions_from_rows(max_regions)
         elif max_regions_counts not in MAX_REGIONS_COUNTS:
@@ -384,7 +384,7 @@ class VilbertProcessor(VisionLanguageProcessor):
         num_task_tokens: int = 0,
         task_id: int | None = None,
         **kwargs,
-    ):
+    ) -> None:
         if num_task_tokens < 0:
             raise ValueError(f"num_task_tokens must be >= 0, got {num_task_tokens}")
         self.num_task_tokens = num_task_tokens

@@ -75,7 +75,7 @@ class VlBertConfig(BertTextConfig):
     roi_resolution: int = 14
     roi_sampling_ratio: int = 1
 
-    def validate_architecture(self):
+    def validate_architecture(self) -> None:
         super().validate_architecture()  # BertTextConfig: hidden_size / num_attention_heads
         if not self.image_feature_precomputed and 8 * self.backbone_res2_channels != self.region_feature_dim:
             raise ValueError(

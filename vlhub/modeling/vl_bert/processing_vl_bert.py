@@ -118,7 +118,7 @@ class VlBertRegionProcessor(RegionProcessor):
         pixel_mean: tuple[float, float, float] | list[float] = (102.9801, 115.9465, 122.7717),
         sort_by_class_score: bool = False,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(
             confidence_threshold=confidence_threshold, min_regions=min_regions, max_regions=max_regions, **kwargs
         )
@@ -259,7 +259,7 @@ class VlBertProcessor(VisionLanguageProcessor):
         answer_slot: bool = False,
         max_text_and_objects: int | None = None,
         **kwargs,
-    ):
+    ) -> None:
         if max_text_and_objects is not None and max_text_and_objects < 4:
             raise ValueError(
                 f"max_text_and_objects must leave room for [CLS] w [SEP] and the whole image, got "

@@ -33,7 +33,7 @@ class ConvNorm(nn.Conv2d):
         dilation: int = 1,
         groups: int = 1,
         eps: float = 1e-5,
-    ):
+    ) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias=False)
         self.norm = FrozenBatchNorm2d(out_channels, eps=eps)
 
@@ -64,7 +64,7 @@ class Bottleneck(nn.Module):
         groups: int = 1,
         stride_in_1x1: bool = True,
         eps: float = 1e-5,
-    ):
+    ) -> None:
         super().__init__()
         stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
         self.shortcut = (
@@ -121,7 +121,7 @@ def make_stage(
 class Stem(nn.Module):
     """7×7/2 convolution + ReLU + 3×3/2 max-pool (Caffe: pad 0, ceil mode; torchvision: pad 1, floor)."""
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         self.conv1 = ConvNorm(3, config.stem_out_channels, 7, stride=2, padding=3, eps=config.norm_eps)
         self.caffe_maxpool = config.caffe_maxpool
@@ -136,7 +136,7 @@ class Stem(nn.Module):
 class ResNetBackbone(nn.Module):
     """Stem + res2..res4. Input `(N, 3, h, w)` normalised images; output res4 `(N, 4·res2_out, ~h/16, ~w/16)`."""
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         self.stem = Stem(config)
         in_channels = config.stem_out_channels

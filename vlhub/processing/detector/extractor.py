@@ -99,7 +99,7 @@ class RegionExtractor(nn.Module):
     selection stay in float32).
     """
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         self.config = config
         self.backbone = ResNetBackbone(config)

@@ -46,7 +46,7 @@ class BoxPredictor(nn.Module):
     embedding of the arg-max class over ALL logits (background included) ⊕ feature → `fc_attr` → ReLU →
     `attr_score` (A + 1 logits, "no attribute" last)."""
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         dim = config.feature_dim
         self.cls_score = nn.Linear(dim, config.num_classes + 1)
@@ -72,7 +72,7 @@ class RoIHeads(nn.Module):
     """RoIs of all images of a batch go through res5 together (in chunks of `roi_batch_size`); each RoI is pooled
     from its own image's res4 map, so batching never changes a feature."""
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         self.config = config
         self.res5 = make_stage(

@@ -61,7 +61,7 @@ def grid_anchors(cell_anchors: torch.Tensor, height: int, width: int, stride: in
 class RPNHead(nn.Module):
     """`conv` 3×3 + ReLU, then 1×1 `objectness_logits` (A channels) and `anchor_deltas` (4·A channels)."""
 
-    def __init__(self, in_channels: int, hidden_channels: int, num_anchors: int):
+    def __init__(self, in_channels: int, hidden_channels: int, num_anchors: int) -> None:
         super().__init__()
         self.conv = nn.Conv2d(in_channels, hidden_channels, 3, padding=1)
         self.objectness_logits = nn.Conv2d(hidden_channels, num_anchors, 1)
@@ -78,7 +78,7 @@ class RegionProposalNetwork(nn.Module):
     `cell_anchors` `(A, 4)` is a buffer: generated from the config, replaced by a checkpoint's own anchors.
     """
 
-    def __init__(self, config: DetectorConfig):
+    def __init__(self, config: DetectorConfig) -> None:
         super().__init__()
         self.config = config
         self.rpn_head = RPNHead(config.res4_channels, config.rpn_hidden_channels, config.num_anchors)

@@ -160,7 +160,7 @@ class FeatureReader(Mapping):
 
     path: Path
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._ids: list[str] = []
 
     @property
@@ -229,7 +229,7 @@ class ButdTsvReader(FeatureReader):
     The file is scanned once to index line offsets, so `reader[image_id]` reads just that line.
     """
 
-    def __init__(self, path: str | os.PathLike, fields: str | Sequence[str] = "butd"):
+    def __init__(self, path: str | os.PathLike, fields: str | Sequence[str] = "butd") -> None:
         super().__init__()
         self.path = Path(path)
         if isinstance(fields, str):
@@ -273,7 +273,7 @@ class ButdTsvReader(FeatureReader):
 class LmdbReader(FeatureReader):
     """A read-only LMDB (a folder or a single file) with `_value(key)` and `_all_keys()`; needs `lmdb`."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
         lmdb = require_package("lmdb")
         self.path = Path(path)
@@ -360,7 +360,7 @@ class FolderReader(FeatureReader):
     suffix: str
     kind: str
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike) -> None:
         super().__init__()
         self.path = Path(directory)
         if not self.path.is_dir():

@@ -92,7 +92,7 @@ class StoreLayout:
         num_classes: int | None = None,
         num_attributes: int | None = None,
         has_image_box_feature: bool = False,
-    ):
+    ) -> None:
         if feature_dtype not in _FEATURE_DTYPES:
             raise ValueError(f"feature_dtype must be one of {_FEATURE_DTYPES}, got {feature_dtype!r}")
         self.feature_dim = int(feature_dim)
@@ -131,7 +131,7 @@ class StoreLayout:
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items())
 
-    def check(self, image_id: str, regions: RegionFeatures):
+    def check(self, image_id: str, regions: RegionFeatures) -> None:
         """Raise when `regions` does not fit this layout (the shards' schema cannot hold it) or its values do not
         survive the store's dtype."""
         found = StoreLayout.of(regions, self.feature_dtype)
@@ -434,7 +434,7 @@ class RegionStoreWriter:
         feature_dtype: str = "float32",
         process_index: int = 0,
         row_group_size: int = 64,
-    ):
+    ) -> None:
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, got {shard_size}")
         if row_group_size < 1:
@@ -519,7 +519,7 @@ class RegionStoreWriter:
                 )
                 self._connection.execute("DELETE FROM images WHERE shard = ?", (name,))
 
-    def add(self, image_id: str, regions: RegionFeatures):
+    def add(self, image_id: str, regions: RegionFeatures) -> None:
         """Queue one image's regions; a shard is written each time `shard_size` images are queued."""
         if not isinstance(image_id, str) or not image_id:
             raise ValueError(f"image_id must be a non-empty string, got {image_id!r}")
@@ -536,7 +536,7 @@ class RegionStoreWriter:
         if len(self._pending) >= self.shard_size:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         """Write the queued images as one shard (nothing happens when none are queued).
 
         Raises `ValueError` naming the ids another process stored meanwhile; the other queued images are written.
@@ -673,7 +673,7 @@ class RegionStoreWriter:
         finally:
             self._connection.execute("COMMIT")
 
-    def close(self):
+    def close(self) -> None:
         """Write the last, partial shard and release the series lock (also when that write fails)."""
         try:
             if self._connection is not None:
@@ -710,7 +710,7 @@ class RegionStore:
             badly when a store has more shards than this.
     """
 
-    def __init__(self, directory: str | os.PathLike, max_open_shards: int | None = None):
+    def __init__(self, directory: str | os.PathLike, max_open_shards: int | None = None) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise FileNotFoundError(f"no region store folder at {self.directory}")

@@ -35,16 +35,24 @@ and its command line (`vlhub convert tiny CHECKPOINT --output-dir DIR`):
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..utils.choices import check_choice
 from ..utils.files import sha256_file, staging_folder
 from ..utils.tensors import all_finite
+
+if TYPE_CHECKING:  # annotations only: importing transformers here would slow `vlhub convert --help`
+    import argparse
+    from collections.abc import Callable
+
+    from transformers import PreTrainedModel, ProcessorMixin
+
+    from .reported import CardResults
 
 __all__ = [
     "CheckpointError",
@@ -128,7 +136,11 @@ def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: 
 
 
 def sizes_over_config(
-    original_config: Mapping | None, sizes: Mapping[str, int], notes: list[str], config_name: str | None, enlarged=()
+    original_config: Mapping | None,
+    sizes: Mapping[str, int],
+    notes: list[str],
+    config_name: str | None,
+    enlarged: Collection[str] = (),
 ) -> dict:
     """The original config's fields (`original_config`, may be None) with the `sizes` read from the checkpoint: a
     size the config states differently is a `CheckpointError`, but for the `enlarged` tables (the original enlarges
@@ -676,14 +688,14 @@ class OriginalRelease:
     def save(
         self,
         output_dir: str | os.PathLike,
-        model,
+        model: "PreTrainedModel",
         report: ConversionReport,
         checkpoint: Path,
         task: str,
         *,
-        processor,
+        processor: "ProcessorMixin | None",
         reported_task: str | None = None,
-        reported=None,
+        reported: "CardResults | None" = None,
         title_suffix: str = "",
         usage: str | None = None,
     ) -> ConversionReport:
@@ -719,7 +731,9 @@ def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str
     parser.add_argument("--config", help=config_help)
 
 
-def call_with_arguments(function, args, positional: Sequence[str], keywords: Sequence[str]):
+def call_with_arguments(
+    function: "Callable[..., Any]", args: "argparse.Namespace", positional: Sequence[str], keywords: Sequence[str]
+) -> Any:
     """`function` called with the parsed command-line `args` of the names `positional` (in order) and `keywords`
     (as keyword arguments of the same names)."""
     values = vars(args)

@@ -87,7 +87,33 @@ def _load():
     )
 
 
+# The Auto classes vlhub registers, by the name of transformers' mapping the mixin reads a class's role from
+# (`get_values(MODEL_MAPPING_NAMES)`: a base model, trained without a loss; multiple choice; ...).
+_AUTO_MAPPING_NAMES = {
+    "AutoModel": "MODEL_MAPPING_NAMES",
+    "AutoModelForPreTraining": "MODEL_FOR_PRETRAINING_MAPPING_NAMES",
+    "AutoModelForMultipleChoice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
+    "AutoModelForImageTextToText": "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "AutoModelForVisualQuestionAnswering": "MODEL_FOR_VISUAL_QUESTION_ANSWERING_MAPPING_NAMES",
+}
+
+
+def _list_vlhub_auto_classes(modeling_common) -> None:
+    """Lists vlhub's Auto registrations in the mixin module's copies of transformers' name mappings, as transformers
+    lists its in-tree models there (transformers' own mappings are left as they are)."""
+    import vlhub.modeling  # noqa: F401  (registers the architectures)
+    from vlhub.registry import architectures
+
+    for auto_class, mapping_name in _AUTO_MAPPING_NAMES.items():
+        mapping = dict(getattr(transformers.models.auto.modeling_auto, mapping_name))
+        for model_type, architecture in architectures().items():
+            if auto_class in architecture.auto_models:
+                mapping[model_type] = architecture.auto_models[auto_class]
+        setattr(modeling_common, mapping_name, mapping)
+
+
 _modeling_common, _configuration_common = _load()
+_list_vlhub_auto_classes(_modeling_common)
 ModelTesterMixin = _modeling_common.ModelTesterMixin
 ConfigTester = _configuration_common.ConfigTester
 floats_tensor = _modeling_common.floats_tensor

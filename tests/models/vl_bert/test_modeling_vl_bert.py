@@ -1,0 +1,95 @@
+"""transformers' common model and config tests (ModelTesterMixin, ConfigTester) for VL-BERT and every VL-BERT head
+(the precomputed-feature models; the end-to-end ResNet variant is a config of the same classes)."""
+
+import unittest
+
+import torch
+
+from vlhub import (
+    VlBertConfig,
+    VlBertForMultipleChoice,
+    VlBertForPreTraining,
+    VlBertForQuestionAnswering,
+    VlBertForReferringExpression,
+    VlBertModel,
+)
+
+from ..region_testers import (
+    NOT_YET_SORTED,
+    RegionModelTestMixin,
+    RegionModelTester,
+    choices,
+    class_labels,
+    label_floats,
+    label_ids,
+    soft_labels,
+    text_labels,
+)
+from ..transformers_mixins import ModelTesterMixin
+
+pytestmark = NOT_YET_SORTED
+
+MASK, NUM_REGION_LABELS, NUM_VCR_REGION_LABELS, NUM_ANSWERS = 4, 11, 6, 5
+
+
+class VlBertModelTester(RegionModelTester):
+    def __init__(self, parent):
+        super().__init__(
+            parent,
+            VlBertConfig,
+            region_location_dim=4,
+            config_overrides={
+                "geometry_embedding_dim": 4,
+                "num_region_labels": NUM_REGION_LABELS,
+                "num_vcr_region_labels": NUM_VCR_REGION_LABELS,
+                "mask_token_id": MASK,
+                "id2label": {i: f"answer{i}" for i in range(NUM_ANSWERS)},
+            },
+        )
+        self.seq_length = self.text_length + self.num_regions + 1  # [text | objects | [END]]
+
+    def inputs(self) -> dict:
+        """The VQA layout: each text ends with the answer slot [MASK] (the other heads read it as a word)."""
+        inputs = super().inputs()
+        inputs["input_ids"][:, 0] = MASK
+        return inputs
+
+
+def pretraining_targets(tester, inputs) -> dict:
+    """MLM labels, the first region of each example masked with its MVRC class distribution."""
+    region_masks = torch.zeros(tester.batch_size, tester.num_regions, dtype=torch.bool)
+    region_masks[:, 0] = True
+    return {
+        **text_labels(tester, inputs),
+        "region_masks": region_masks,
+        "region_class_targets": torch.softmax(
+            label_floats([tester.batch_size, tester.num_regions, NUM_REGION_LABELS]), -1
+        ),
+    }
+
+
+def vcr_targets(tester, inputs) -> dict:
+    return {
+        **class_labels(3)(tester, inputs),
+        "region_labels": label_ids([tester.batch_size, tester.num_regions], NUM_VCR_REGION_LABELS),
+    }
+
+
+class VlBertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase):
+    model_tester_class = VlBertModelTester
+    all_model_classes = (
+        VlBertModel,
+        VlBertForPreTraining,
+        VlBertForQuestionAnswering,
+        VlBertForReferringExpression,
+        VlBertForMultipleChoice,
+    )
+    inputs_for = {"VlBertForMultipleChoice": choices(3)}
+    labels_for = {
+        "VlBertForPreTraining": pretraining_targets,
+        "VlBertForQuestionAnswering": soft_labels(NUM_ANSWERS),
+        "VlBertForReferringExpression": lambda tester, inputs: {
+            "labels": (label_floats([tester.batch_size, tester.num_regions]) > 0.5).float()
+        },
+        "VlBertForMultipleChoice": vcr_targets,
+    }

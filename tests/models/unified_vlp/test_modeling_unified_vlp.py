@@ -41,6 +41,7 @@ class UnifiedVlpModelTester(RegionModelTester):
             num_regions=NUM_REGIONS,
             config_overrides={
                 "num_regions": NUM_REGIONS,
+                "region_location_dim": 6 + NUM_CLASSES,
                 "region_embed_dim": 24,
                 "pad_token_id": PAD,
                 "region_token_id": REGION,

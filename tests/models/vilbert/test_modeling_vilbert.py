@@ -2,6 +2,7 @@
 
 import unittest
 
+import pytest
 import torch
 
 from vlhub import (
@@ -58,6 +59,7 @@ class VilbertModelTester(RegionModelTester):
             },
         )
         self.seq_length = self.text_length
+        self.num_hidden_states_types = 2  # the text stream's hidden_states and vision_hidden_states
 
 
 def pretraining_targets(tester, inputs) -> dict:
@@ -96,3 +98,16 @@ class VilbertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase
         "VilbertForReferringExpression": region_labels,
         "VilbertForMultipleChoice": class_labels(3),
     }
+
+    # ViLBERT raises ValueError for output_attentions=True under sdpa, where transformers' models fall back.
+    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
+    def test_attention_outputs(self):
+        super().test_attention_outputs()
+
+    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
+    def test_model_outputs_equivalence(self):
+        super().test_model_outputs_equivalence()
+
+    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
+    def test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions(self):
+        super().test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions()

@@ -48,11 +48,12 @@ class VlBertModelTester(RegionModelTester):
         )
         self.seq_length = self.text_length + self.num_regions + 1  # [text | objects | [END]]
 
-    def inputs(self) -> dict:
-        """The VQA layout: each text ends with the answer slot [MASK] (the other heads read it as a word)."""
-        inputs = super().inputs()
-        inputs["input_ids"][:, 0] = MASK
-        return inputs
+
+def answer_slot(tester, inputs) -> dict:
+    """The VQA head reads its answer at the last [MASK]: every text (the mixin's extra rows too) starts with one."""
+    input_ids = inputs["input_ids"].clone()
+    input_ids[..., 0] = MASK
+    return {**inputs, "input_ids": input_ids}
 
 
 def pretraining_targets(tester, inputs) -> dict:
@@ -84,7 +85,7 @@ class VlBertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase)
         VlBertForReferringExpression,
         VlBertForMultipleChoice,
     )
-    inputs_for = {"VlBertForMultipleChoice": choices(3)}
+    inputs_for = {"VlBertForQuestionAnswering": answer_slot, "VlBertForMultipleChoice": choices(3)}
     labels_for = {
         "VlBertForPreTraining": pretraining_targets,
         "VlBertForQuestionAnswering": soft_labels(NUM_ANSWERS),

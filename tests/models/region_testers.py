@@ -161,7 +161,8 @@ def choices(num_choices: int) -> InputsFor:
         out = dict(inputs)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         out["input_ids"] = torch.stack([ids.roll(shift, dims=-1) for shift in range(num_choices)], dim=1)
-        out["attention_mask"] = torch.stack([mask] * num_choices, dim=1)
+        # The mixin's eager-vs-sdpa check also runs without an attention mask.
+        out["attention_mask"] = None if mask is None else torch.stack([mask] * num_choices, dim=1)
         return out
 
     return build

@@ -15,7 +15,6 @@ from vlhub import (
 )
 
 from ..region_testers import (
-    NOT_YET_SORTED,
     RegionModelTestMixin,
     RegionModelTester,
     choices,
@@ -26,8 +25,6 @@ from ..region_testers import (
     text_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
-
-pytestmark = NOT_YET_SORTED
 
 MASK, NUM_REGION_LABELS, NUM_VCR_REGION_LABELS, NUM_ANSWERS = 4, 11, 6, 5
 

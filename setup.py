@@ -48,6 +48,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",
+            "parameterized>=0.9",  # imported by transformers' test_modeling_common.py (tests/models/)
             "lmdb>=1.4",
             "h5py>=3.8",
             "msgpack>=1.0",

@@ -20,8 +20,6 @@ import math
 import os
 import pickle
 import re
-import subprocess
-import sys
 import tempfile
 import warnings
 import zipfile
@@ -101,32 +99,65 @@ def classify_here(case: Case) -> tuple[str, str]:
     return "correctly accepted", str(result)[:200]
 
 
+# What the child processes need, imported once by the fork server they are forked from (a fresh interpreter per case
+# spent 10-25 s importing these); each case still runs in a process of its own.
+CHILD_PRELOAD = ("tests.fuzz_cases", "vlhub.cli", "vlhub.data", "vlhub.processing.detector.image_io", "h5py", "lmdb")
+
+
+@functools.cache
+def _child_context():
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(CHILD_PRELOAD))
+    return context
+
+
+def _classify_in_child(case_id: str, connection, output: str) -> None:
+    """A child's work: its stdout and stderr go to `output` (read back on a crash), its verdict to `connection`."""
+    with open(output, "wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+    os.chdir(REPOSITORY)
+    connection.send(classify_here(CASES[case_id]))
+    connection.close()
+
+
 def classify(case: Case) -> tuple[str, str]:
-    """`(outcome, detail)` of `case`, in a child process with a time limit when the case asks for one."""
+    """`(outcome, detail)` of `case`, in a child process with a time limit when the case asks for one (forked from a
+    server that has imported vlhub once)."""
     if not case.in_child:
         return classify_here(case)
-    code = (
-        f"import json, sys; sys.path.insert(0, {str(REPOSITORY)!r}); from tests.fuzz_cases import CASES, classify_here; "
-        f"print('FUZZ' + json.dumps(classify_here(CASES[{case.id!r}])))"
-    )
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "HF_HUB_OFFLINE": "1"}
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            env=environment,
-            cwd=REPOSITORY,
-        )
-    except subprocess.TimeoutExpired:
-        return "hang", f"still running after {CHILD_TIMEOUT_S:g} s"
-    if child.returncode < 0 or child.returncode >= 128:
-        return "crash", f"exit code {child.returncode}: {child.stderr[-300:]}"
-    for line in child.stdout.splitlines():
-        if line.startswith("FUZZ"):
-            return tuple(json.loads(line[4:]))
-    return "traceback", f"exit code {child.returncode}: {child.stderr[-500:]}"
+    context = _child_context()
+    receiver, sender = context.Pipe(duplex=False)
+    with tempfile.NamedTemporaryFile(prefix="vlhub-fuzz-child-", suffix=".log") as output:
+        child = context.Process(target=_classify_in_child, args=(case.id, sender, output.name))
+        child.start()
+        sender.close()
+        verdict, timed_out = None, False
+        try:
+            if receiver.poll(CHILD_TIMEOUT_S):
+                verdict = tuple(receiver.recv())
+            else:
+                timed_out = True
+        except EOFError:  # the child ended without a verdict
+            pass
+        finally:
+            receiver.close()
+        if timed_out:
+            child.kill()
+        child.join(30)  # past a verdict (or the end of its pipe) the child is exiting
+        if child.is_alive():
+            child.kill()
+            child.join()
+        if verdict is not None:
+            return verdict
+        if timed_out:
+            return "hang", f"still running after {CHILD_TIMEOUT_S:g} s"
+        log = Path(output.name).read_text(errors="replace")
+    if child.exitcode < 0 or child.exitcode >= 128:
+        return "crash", f"exit code {child.exitcode}: {log[-300:]}"
+    return "traceback", f"exit code {child.exitcode}: {log[-500:]}"
 
 
 # --------------------------------------------------------------------------------------------- shared material

@@ -14,8 +14,8 @@ def test_the_table_covers_every_category():
 
 
 def _params():
-    # A case run in a child process costs 10-25 s (mostly importing vlhub): the slow set, which the README's test
-    # command runs; the in-process cases stay in the quick suite.
+    # The cases run in a child process (forked from a server that imports vlhub once, about 10 s, then up to a few
+    # seconds each): the slow set, which the README's test command runs; the in-process cases stay in the quick suite.
     return [pytest.param(name, marks=[pytest.mark.slow] if case.in_child else []) for name, case in CASES.items()]
 
 

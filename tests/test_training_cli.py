@@ -98,8 +98,11 @@ def test_bad_data_is_refused_with_the_expected_form(tmp_path):
         pretrain_main(["--dataset", str(tmp_path / "data"), *common_args(tmp_path), "--objectives", "mlm", "nsp"])
 
 
-@pytest.mark.slow
-def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """`accelerate launch --num_processes 2 pretrain.py` for 6 steps with a checkpoint at step 3, run once for the
+    module's two-process tests: `(folder, command, environment)`; the run is in `folder / "run"`."""
+    tmp_path = tmp_path_factory.mktemp("two-process")
     store = write_store_dataset(tmp_path / "data")
     accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -112,11 +115,19 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(tmp_path):
         "--dataset",
         str(store),
         *common_args(tmp_path),
+        "--max_steps",
+        "6",
         "--save_steps",
         "3",
     ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]
+    return tmp_path, command, env
+
+
+@pytest.mark.slow
+def test_accelerate_launch_num_processes_2_starts_two_processes(two_process_run):
+    tmp_path, _, _ = two_process_run
     state = json.loads((tmp_path / "run" / "vlhub_state.json").read_text())
     assert state["num_processes"] == 2
     # Each process saved its own random state with the checkpoint.
@@ -187,27 +198,9 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_run_resumes_exactly(tmp_path):
+def test_two_process_run_resumes_exactly(two_process_run):
     """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3."""
-    store = write_store_dataset(tmp_path / "data")
-    accelerate = Path(sys.executable).with_name("accelerate")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    base = [
-        str(accelerate),
-        "launch",
-        "--num_processes",
-        "2",
-        str(REPO / "pretrain.py"),
-        "--dataset",
-        str(store),
-        *common_args(tmp_path),
-        "--max_steps",
-        "6",
-        "--save_steps",
-        "3",
-    ]
-    first = subprocess.run(base, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-4000:]
+    tmp_path, base, env = two_process_run
     resumed = [
         *base,
         "--output_dir",

@@ -133,6 +133,13 @@ def main(argv: list[str] | None = None) -> dict:
         "captioner (when the architecture cannot caption), then as many captioning fine-tuning steps "
         "(0: no captioning).",
     )
+    parser.add_argument(
+        "--caption_metrics",
+        nargs="+",
+        default=None,
+        help="Captioning: the COCO caption metrics to report (finetune.py's --caption_metrics; default all). "
+        "METEOR runs a Java helper and takes most of a short run's evaluation time.",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     known = sorted(architectures())
@@ -417,22 +424,23 @@ class Demo:
                 ["--model_type", CAPTIONER, "--config_name", "tiny", "--max_steps", steps, *self.common],
             )
         folder = pretrained.with_name(pretrained.name + "-captioning")
+        metrics = ["--caption_metrics", *self.args.caption_metrics] if self.args.caption_metrics else []
         print(f"== captioning: fine-tuning {name} ({steps} steps), COCO caption metrics on held-out images", flush=True)
         scores = self.run_step(
-            finetune_main, folder, pretrained, ["--task", "captioning", "--max_steps", steps, *self.common]
+            finetune_main, folder, pretrained, ["--task", "captioning", "--max_steps", steps, *metrics, *self.common]
         )
         self.scores.update({f"captioning_{k}": v for k, v in scores.items()})
-        metrics = [
+        reported = [
             k[len("test_") :]
             for k in scores
             if k.startswith("test_") and "baseline" not in k and not k.endswith("num_images")
         ]
-        for metric in metrics:
+        for metric in reported:
             print(
                 f"   {metric:8s}: fine-tuned {name} {scores[f'test_{metric}']:.4f}   "
                 f"most-frequent-caption baseline {scores[f'test_baseline_{metric}']:.4f}"
             )
-        if "CIDEr" in metrics:
+        if "CIDEr" in reported:
             self.table.append(
                 (
                     f"captioning ({name})",

@@ -165,16 +165,15 @@ def test_generate_continues_from_a_returned_cache():
 
 
 # ---------------------------------------------------------------------------------------------------- assisted
-@pytest.mark.parametrize("attn_implementation", ATTENTION_IMPLEMENTATIONS)
-@pytest.mark.parametrize("assistant_seed", [0, 1])
-def test_assisted_decoding_matches_greedy_search(attn_implementation, assistant_seed):
+@pytest.mark.parametrize("assistant_seed, attn_implementation", [(0, "sdpa"), (1, "eager")])
+def test_assisted_decoding_matches_greedy_search(assistant_seed, attn_implementation):
     """GenerationTesterMixin.test_assisted_decoding_matches_greedy_search (seed 0: the model as its own assistant,
     every candidate accepted; seed 1: other weights, candidates rejected and the cache cropped)."""
     model = build(_attn_implementation=attn_implementation)
     assistant = build(seed=assistant_seed, _attn_implementation=attn_implementation)
     assistant.generation_config.num_assistant_tokens = 3
     inputs = rows(prompt(), slice(0, 1))  # transformers' assisted decoding takes one input at a time
-    kwargs = dict(output_scores=True, max_new_tokens=8)
+    kwargs = dict(output_scores=True, max_new_tokens=6)
     greedy = model.generate(**inputs, **{**SETTINGS, **kwargs}, do_sample=False)
     assisted = model.generate(**inputs, **{**SETTINGS, **kwargs}, do_sample=False, assistant_model=assistant)
     assert torch.equal(assisted.sequences, greedy.sequences)

@@ -1,21 +1,20 @@
-"""What transformers' `GenerationTesterMixin` checks, for `TdenForConditionalGeneration` (the one TDEN head that
-generates; transformers' source distribution lacks tests/generation/test_utils.py, so these are vlhub's own checks of
-the same behaviours).
+"""What transformers' `GenerationTesterMixin` checks (tests/generation_checks.py), for `TdenForConditionalGeneration`,
+the one TDEN head that generates.
 
 The captioner is a causal decoder over the generation stream: the per-step attentions and hidden states are the
 sentence encoder's (the stream's self-attention layers), the cache one `TdenBeamCache` over the sentence encoder and
 the decoder, with the decoder's cross-attention keys over the regions computed once.
 """
 
-import pytest
 import torch
 
 from vlhub import TdenConfig, TdenForConditionalGeneration
 from vlhub.utils.compat import CACHE_NAME
 
-BATCH, REGIONS, FEATURES, WORDS, NEW = 2, 4, 8, 3, 4
+from ...generation_checks import BATCH, GenerationChecks
+
+REGIONS, FEATURES, WORDS = 4, 8, 3
 PROMPT = 1 + WORDS  # [CLS] w w w
-ATTENTION_IMPLEMENTATIONS = ["eager", "sdpa"]
 
 
 def tiny_config(**overrides) -> TdenConfig:
@@ -60,66 +59,20 @@ def prompt(batch=BATCH, seed=0) -> dict:
     )
 
 
-def rows(inputs: dict, index) -> dict:
-    return {name: value[index] for name, value in inputs.items()}
+class TestTdenGeneration(GenerationChecks):
+    """Static cache: TDEN decodes on its own `TdenBeamCache` (one `EncoderDecoderCache` over the sentence encoder and
+    the decoder, whose cross-attention keys over the regions are computed once), so `generate()` refuses a static
+    one rather than silently decoding on the dynamic cache. Eager attention's cached steps (the shapes check) used to
+    fail on the cross-attention mask."""
 
+    prompt_length = PROMPT
+    shorter_prompt_by = 2
+    build = staticmethod(build)
+    prompt = staticmethod(prompt)
 
-# No end token: every step runs (length-based checks), as GenerationTesterMixin does.
-SETTINGS = dict(max_new_tokens=NEW, eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
-SEARCHES = {
-    "greedy": dict(do_sample=False),
-    "sample": dict(do_sample=True, num_return_sequences=2, top_k=10, temperature=0.7),
-    "beam": dict(do_sample=False, num_beams=2, num_return_sequences=2, length_penalty=2.0, early_stopping=False),
-}
-
-
-def generate(model, inputs, search: str, seed=0, **kwargs):
-    torch.manual_seed(seed)
-    return model.generate(**inputs, **SETTINGS, **SEARCHES[search], **kwargs)
-
-
-def internal_rows(search: str) -> int:
-    settings = SEARCHES[search]
-    return BATCH * max(settings.get("num_beams", 1), settings.get("num_return_sequences", 1))
-
-
-# ---------------------------------------------------------------------------------------------------- outputs
-@pytest.mark.parametrize("use_cache", [True, False])
-@pytest.mark.parametrize("search", sorted(SEARCHES))
-def test_return_dict_has_a_decoders_per_step_shapes(search, use_cache):
-    """GenerationTesterMixin._check_outputs, under eager attention (what `output_attentions` needs; its second,
-    cached step used to fail on the cross-attention mask): the prompt `(L, L)`, then `(1, L + t)` with a cache or
-    `(L + t, L + t)` without; the cache holds every token but the last."""
-    model = build(_attn_implementation="eager")
-    config = model.config
-    out = generate(
-        model,
-        prompt(),
-        search,
-        use_cache=use_cache,
-        output_scores=True,
-        output_logits=True,
-        output_attentions=True,
-        output_hidden_states=True,
-    )
-    batch = internal_rows(search)
-    returned = BATCH * SEARCHES[search].get("num_return_sequences", 1)
-    assert out.sequences.shape == (returned, PROMPT + NEW)
-    assert [s.shape for s in out.scores] == [(batch, config.vocab_size)] * NEW
-    assert [s.shape for s in out.logits] == [(batch, config.vocab_size)] * NEW
-    assert len(out.attentions) == len(out.hidden_states) == NEW
-    for step, (attentions, hidden_states) in enumerate(zip(out.attentions, out.hidden_states)):
-        keys = PROMPT + step
-        queries = keys if step == 0 or not use_cache else 1
-        assert len(attentions) == config.num_hidden_layers
-        assert len(hidden_states) == config.num_hidden_layers + 1
-        assert all(a.shape == (batch, config.num_attention_heads, queries, keys) for a in attentions)
-        assert all(h.shape == (batch, queries, config.hidden_size) for h in hidden_states)
-    cache = getattr(out, CACHE_NAME)
-    if use_cache:
-        assert cache.get_seq_length() == PROMPT + NEW - 1
-    else:
-        assert cache is None
+    @staticmethod
+    def self_attention_layers(cache):
+        return cache.self_attention_cache.layers
 
 
 def test_forward_follows_config_use_cache():
@@ -130,119 +83,3 @@ def test_forward_follows_config_use_cache():
     model.config.use_cache = False
     assert getattr(model(**inputs), CACHE_NAME) is None
     assert getattr(model(**inputs, use_cache=True), CACHE_NAME).get_seq_length() == PROMPT
-
-
-# ---------------------------------------------------------------------------------------------------- cache
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-@pytest.mark.parametrize("attn_implementation", ATTENTION_IMPLEMENTATIONS)
-def test_generate_with_and_without_cache_agree(search, attn_implementation):
-    model = build(_attn_implementation=attn_implementation)
-    cached = generate(model, prompt(), search, output_scores=True)
-    uncached = generate(model, prompt(), search, output_scores=True, use_cache=False)
-    assert torch.equal(cached.sequences, uncached.sequences)
-    torch.testing.assert_close(torch.stack(cached.scores), torch.stack(uncached.scores), atol=1e-5, rtol=1e-5)
-
-
-def test_generate_continues_from_a_returned_cache():
-    """GenerationTesterMixin.test_generate_continue_from_past_key_values: 3 tokens, then 1 more from the returned
-    cache (the regions' cross-attention keys included), gives the 4 tokens of one call."""
-    model = build()
-    inputs = prompt()
-    whole = generate(model, inputs, "greedy")
-    first = model.generate(**inputs, **{**SETTINGS, "max_new_tokens": NEW - 1}, do_sample=False)
-    more = {
-        **inputs,
-        "input_ids": first.sequences,
-        "attention_mask": torch.ones_like(first.sequences),
-        CACHE_NAME: getattr(first, CACHE_NAME),
-    }
-    second = model.generate(**more, **{**SETTINGS, "max_new_tokens": 1}, do_sample=False)
-    assert torch.equal(second.sequences, whole.sequences)
-    whole_cache = getattr(whole, CACHE_NAME).self_attention_cache
-    second_cache = getattr(second, CACHE_NAME).self_attention_cache
-    for layer_whole, layer_second in zip(whole_cache.layers, second_cache.layers):
-        torch.testing.assert_close(layer_whole.keys, layer_second.keys, atol=1e-5, rtol=1e-5)
-
-
-# ---------------------------------------------------------------------------------------------------- assisted
-@pytest.mark.parametrize("assistant_seed, attn_implementation", [(0, "sdpa"), (1, "eager")])
-def test_assisted_decoding_matches_greedy_search(assistant_seed, attn_implementation):
-    """GenerationTesterMixin.test_assisted_decoding_matches_greedy_search (seed 0: the model as its own assistant,
-    every candidate accepted; seed 1: other weights, candidates rejected and the cache cropped)."""
-    model = build(_attn_implementation=attn_implementation)
-    assistant = build(seed=assistant_seed, _attn_implementation=attn_implementation)
-    assistant.generation_config.num_assistant_tokens = 3
-    inputs = rows(prompt(), slice(0, 1))  # transformers' assisted decoding takes one input at a time
-    kwargs = dict(output_scores=True, max_new_tokens=6)
-    greedy = model.generate(**inputs, **{**SETTINGS, **kwargs}, do_sample=False)
-    assisted = model.generate(**inputs, **{**SETTINGS, **kwargs}, do_sample=False, assistant_model=assistant)
-    assert torch.equal(assisted.sequences, greedy.sequences)
-    torch.testing.assert_close(torch.stack(assisted.scores), torch.stack(greedy.scores), atol=1e-5, rtol=1e-5)
-    looked_up = model.generate(**inputs, **{**SETTINGS, **kwargs}, do_sample=False, prompt_lookup_num_tokens=2)
-    assert torch.equal(looked_up.sequences, greedy.sequences)
-
-
-# ---------------------------------------------------------------------------------------------------- padding
-def left_padded(inputs: dict, sequences: list[torch.Tensor], extra: int = 0) -> dict:
-    """`inputs` with `sequences` as its prompts, left-padded to the longest plus `extra` (attention mask 0 there)."""
-    width = max(len(sequence) for sequence in sequences) + extra
-    input_ids = torch.zeros(len(sequences), width, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for i, sequence in enumerate(sequences):
-        input_ids[i, width - len(sequence) :] = sequence
-        attention_mask[i, width - len(sequence) :] = 1
-    return {**inputs, "input_ids": input_ids, "attention_mask": attention_mask}
-
-
-@pytest.mark.parametrize("attn_implementation", ATTENTION_IMPLEMENTATIONS)
-def test_left_padding_compatibility(attn_implementation):
-    """GenerationTesterMixin.test_left_padding_compatibility: with position ids from the mask (what the mixin and
-    `generate()` pass), the last position's logits of a left-padded input are the unpadded input's."""
-    model = build(_attn_implementation=attn_implementation)
-    inputs = prompt()
-    unpadded = model(**inputs, use_cache=False).logits[:, -1]
-    padded = left_padded(inputs, list(inputs["input_ids"]), extra=5)
-    position_ids = (padded["attention_mask"].cumsum(-1) - 1).masked_fill(padded["attention_mask"] == 0, 1)
-    logits = model(**padded, position_ids=position_ids, use_cache=False).logits[:, -1]
-    torch.testing.assert_close(logits, unpadded, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("use_cache", [True, False])
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_left_padded_batch_generates_what_each_prompt_generates_alone(search, use_cache):
-    model = build()
-    inputs = prompt()
-    short = {**inputs, "input_ids": inputs["input_ids"][:, :-2], "attention_mask": inputs["attention_mask"][:, :-2]}
-    padded = left_padded(inputs, [inputs["input_ids"][0], short["input_ids"][1]])
-    batch = generate(model, padded, search, output_scores=True, use_cache=use_cache)
-    rows_per_input = internal_rows(search) // BATCH
-    for i, alone_inputs in enumerate([rows(inputs, slice(0, 1)), rows(short, slice(1, 2))]):
-        alone = generate(model, alone_inputs, search, output_scores=True, use_cache=use_cache)
-        returned = alone.sequences.shape[0]
-        assert torch.equal(batch.sequences[i * returned : (i + 1) * returned, -NEW:], alone.sequences[:, -NEW:])
-        if search == "greedy":
-            mine = torch.stack(batch.scores)[:, i * rows_per_input : (i + 1) * rows_per_input]
-            torch.testing.assert_close(mine, torch.stack(alone.scores), atol=1e-5, rtol=1e-5)
-
-
-# ---------------------------------------------------------------------------------------------------- backends
-def test_eager_and_sdpa_generate_the_same():
-    """GenerationTesterMixin.test_eager_matches_sdpa_generate (float32 here: the CPU check of the same weights)."""
-    eager = build(_attn_implementation="eager")
-    sdpa = build(_attn_implementation="sdpa")
-    sdpa.load_state_dict(eager.state_dict())
-    for search in ("greedy", "beam"):
-        a = generate(eager, prompt(), search, output_scores=True)
-        b = generate(sdpa, prompt(), search, output_scores=True)
-        assert torch.equal(a.sequences, b.sequences)
-        torch.testing.assert_close(torch.stack(a.scores), torch.stack(b.scores), atol=1e-5, rtol=1e-5)
-
-
-def test_static_cache_is_refused_with_the_reason():
-    """Skipped check, with its reason: TDEN decodes on its own `TdenBeamCache` (one `EncoderDecoderCache` over the
-    sentence encoder and the decoder, whose cross-attention keys over the regions are computed once);
-    `generate(cache_implementation="static")` (and so compiled decoding, which needs a static cache) is refused
-    rather than silently run on the dynamic cache."""
-    model = build()
-    with pytest.raises(ValueError, match="static"):
-        model.generate(**prompt(), **SETTINGS, cache_implementation="static")

@@ -45,7 +45,7 @@ from transformers.models.bert.modeling_bert import (
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from ..layers import (
@@ -369,8 +369,8 @@ cache (`Cache`, *optional*):
     An `EncoderDecoderCache` of earlier generation steps (also accepted as `past_key_values`, its name before
     transformers 5.24). Once its decoder cross-attention holds the visual keys, the object encoder is not run again
     (the regions may then be omitted).
-use_cache (`bool`, *optional*):
-    Return the generation stream's cache.
+use_cache (`bool`, *optional*, defaults to `config.use_cache`):
+    Keep (and return) the generation stream's cache, made when none is given.
 """
 _PRETRAINING_ARGS = r"""
 decoder_input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`, *optional*):
@@ -804,6 +804,7 @@ class TdenModel(TdenPreTrainedModel):
     @auto_docstring(custom_args=_TEXT_ARGS + _POSITION_ARG + _REGION_ARGS + _GENERATION_ARGS + _CACHE_ARGS)
     @accepts_past_key_values
     @can_return_tuple
+    @merge_with_config_defaults
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -984,7 +985,9 @@ class TdenModel(TdenPreTrainedModel):
                 config=self.config,
                 inputs_embeds=hidden_states,
                 attention_mask=region_mask,
-                encoder_hidden_states=memory if memory is not None else region_mask.unsqueeze(-1),
+                # Once the cross-attention keys are cached, a stand-in of the regions' length and the model's dtype
+                # (the eager mask is built in that dtype).
+                encoder_hidden_states=memory if memory is not None else region_mask[..., None].to(hidden_states.dtype),
             )
         for layer in self.decoder.layer:
             hidden_states, _, _ = layer(hidden_states, mask, memory, memory_mask, cache=cache)
@@ -1109,6 +1112,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             decoder_token_type_ids=decoder_token_type_ids,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=False,  # a training objective: nothing is decoded further
             **kwargs,
         )
         mlm_logits = self.lm_head(outputs.language_output) if outputs.language_output is not None else None
@@ -1302,6 +1306,12 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # One cache for the sentence encoder and the decoder (self-attention), plus the decoder's cross-attention
         # keys over the regions: an EncoderDecoderCache whose layer indices run over both stacks.
+        if "static" in str(generation_config.cache_implementation):
+            raise ValueError(
+                "TDEN decodes on its own TdenBeamCache (the sentence encoder's and the decoder's keys, and the "
+                "decoder's cross-attention keys over the regions, computed once); a static cache "
+                f"(cache_implementation={generation_config.cache_implementation!r}) is not supported"
+            )
         if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache is not False:
             model_kwargs[CACHE_NAME] = TdenBeamCache()
             return

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import GenerationMixin
-from transformers.cache_utils import Cache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import and_masks, create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
@@ -151,8 +151,15 @@ _CACHE_ARGS = r"""
 cache (`Cache`, *optional*):
     Keys and values of earlier positions (generation); also accepted as `past_key_values`, its name before
     transformers 5.24.
-use_cache (`bool`, *optional*):
-    Whether to update and return the cache.
+use_cache (`bool`, *optional*, defaults to `config.use_cache`):
+    Whether to update and return the cache (a `DynamicCache` is made when none is given). Under the seq2seq pattern
+    only: under the bidirectional one, earlier positions would see later ones, so there is nothing to reuse.
+"""
+_PREDICTION_SLOTS_ARG = r"""
+prediction_slots (`int`, defaults to 0):
+    The last `prediction_slots` input positions are [MASK] prediction slots, the `j`-th standing right after input
+    `length - 2 * prediction_slots + j`: each sees what that input sees, and itself (not the inputs after it, nor
+    the other slots). `UnifiedVlpForConditionalGeneration(predict_next=True)` appends them.
 """
 _MASKED_LM_ARGS = r"""
 masked_positions (`torch.LongTensor` of shape `(batch_size, num_masked)`, *optional*):
@@ -164,9 +171,15 @@ labels (`torch.LongTensor`, *optional*):
 """
 _PREDICT_NEXT_ARG = r"""
 predict_next (`bool`, defaults to `False`):
-    Append a [MASK] after the input (position `past + length`, text token type) and return its logits
-    `(batch_size, 1, vocab_size)` only; the [MASK]'s keys/values are dropped from the cache again, so the cache
-    holds exactly the input tokens. This is one decoding step; `generate()` sets it.
+    Predict the word after input tokens from [MASK] slots appended after the input (the original's decoding): the
+    slot after a token sits at that token's position + 1 (text token type) and sees what the token sees, and itself.
+    Only the slots' logits are returned, `(batch_size, slots, vocab_size)`; their keys/values are dropped from the
+    cache again, so the cache holds exactly the input tokens, and `hidden_states` / `attentions` are the input
+    tokens' (those of a decoder fed the same tokens). `generate()` sets it.
+logits_to_keep (`int`, *optional*):
+    With `predict_next`: predict after the last `logits_to_keep` input tokens (one slot each; 0: after every input
+    token; default 1, the next word, what `generate()` asks for). Without: the logits of the last `logits_to_keep`
+    positions only (0 or None: every position).
 """
 _ANSWER_LABELS_ARG = r"""
 labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
@@ -175,22 +188,59 @@ labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
 
 
 # ---------------------------------------------------------------------------------------------------- masks
-def seq2seq_mask_function(text_start: int, real_tokens: torch.Tensor, seq2seq: torch.Tensor | None = None):
+def seq2seq_mask_function(
+    text_start: int | torch.Tensor, real_tokens: torch.Tensor, seq2seq: torch.Tensor | None = None
+):
     """The seq2seq pattern as a `masking_utils` mask function (to AND with the padding mask).
 
     A key is visible when it lies in the image block (`kv < text_start`), or when it is at or before the query and
-    the query is a real token (padding rows see only the image block, as in the original). `real_tokens`
-    `(batch, kv_length)` bool marks real positions; `seq2seq` `(batch,)` bool, when given, applies the pattern only
-    to those examples (the others stay bidirectional). Indices are absolute positions (cache offsets included).
+    the query is a real token (padding rows see only the image block, as in the original). `text_start` is an int,
+    or a `(batch,)` tensor when left padding moves each row's image block; `real_tokens` `(batch, kv_length)` bool
+    marks real positions; `seq2seq` `(batch,)` bool, when given, applies the pattern only to those examples (the
+    others stay bidirectional). Indices are absolute positions (cache offsets included).
     """
 
     def inner(batch_idx, head_idx, q_idx, kv_idx):
-        allowed = (kv_idx < text_start) | ((kv_idx <= q_idx) & real_tokens[batch_idx, q_idx])
+        start = text_start[batch_idx] if isinstance(text_start, torch.Tensor) else text_start
+        allowed = (kv_idx < start) | ((kv_idx <= q_idx) & real_tokens[batch_idx, q_idx])
         if seq2seq is not None:
             allowed = allowed | ~seq2seq[batch_idx]
         return allowed
 
     return inner
+
+
+def _prediction_slots_mask_function(visible_until: torch.Tensor):
+    """The [MASK] prediction slots' restriction as a `masking_utils` mask function: the query at absolute index `q`
+    sees no key after `visible_until[q]` except itself (the last index for every other row: no restriction)."""
+
+    def inner(batch_idx, head_idx, q_idx, kv_idx):
+        return (kv_idx <= visible_until[q_idx]) | (kv_idx == q_idx)
+
+    return inner
+
+
+def left_padding(attention_mask: torch.Tensor | None, length: int, text_start: int) -> torch.Tensor | None:
+    """Each row's number of leading padding positions `(batch,)` in a 2-D `attention_mask` (None for no mask or a 3-D
+    one). A row's `[CLS] r_1 .. r_N [SEP]` starts right after them; the count is capped so that the block fits in
+    `length` (an all-padding row then keeps its block at the end, with nothing real to read it). No host sync."""
+    if attention_mask is None or attention_mask.ndim != 2:
+        return None
+    leading = (attention_mask.cumsum(-1) == 0).sum(-1)
+    return leading.clamp(max=max(length - text_start, 0))
+
+
+def _region_slots(offsets: torch.Tensor | None, batch: int, num_regions: int, device) -> torch.Tensor:
+    """Indices `(batch, num_regions)` of the region slots: `1..N` after each row's left padding."""
+    slots = torch.arange(1, num_regions + 1, device=device)[None].expand(batch, -1)
+    return slots if offsets is None else slots + offsets.to(device)[:, None]
+
+
+def _default_position_ids(offsets: torch.Tensor | None, past_length: int, length: int, device) -> torch.LongTensor:
+    """The original's plain count from `[CLS]`: `past .. past + length - 1`, less each row's left padding (padding
+    positions clamped to 0). `(1 or batch, length)`."""
+    positions = torch.arange(past_length, past_length + length, device=device)[None]
+    return positions if offsets is None else (positions - offsets.to(device)[:, None]).clamp(min=0)
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
@@ -223,9 +273,11 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
         inputs_embeds: torch.Tensor | None = None,
         region_features: torch.Tensor | None = None,
         region_locations: torch.Tensor | None = None,
+        region_offsets: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids `(B, L)` (or inputs_embeds `(B, L, H)`), token_type_ids `(B, L)`, position_ids `(B or 1, L)`;
-        region_features `(B, N, F)` and region_locations `(B, N, 1607)` replace slots `1..N`. Returns `(B, L, H)`."""
+        region_features `(B, N, F)` and region_locations `(B, N, 1607)` replace slots `1..N`, shifted by
+        `region_offsets` `(B,)` (each row's left padding) when given. Returns `(B, L, H)`."""
         words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         positions = self.position_embeddings(position_ids).expand(words.shape[0], -1, -1)
         if region_features is not None:
@@ -233,8 +285,14 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
             dtype = self.vis_embed[0].weight.dtype
             regions = self.vis_embed(region_features.to(dtype))
             region_positions = self.vis_pe_embed(region_locations.to(dtype))
-            words = torch.cat([words[:, :1], regions, words[:, num_regions + 1 :]], dim=1)
-            positions = torch.cat([positions[:, :1], region_positions, positions[:, num_regions + 1 :]], dim=1)
+            if region_offsets is None:
+                words = torch.cat([words[:, :1], regions, words[:, num_regions + 1 :]], dim=1)
+                positions = torch.cat([positions[:, :1], region_positions, positions[:, num_regions + 1 :]], dim=1)
+            else:
+                slots = _region_slots(region_offsets, words.shape[0], num_regions, words.device)
+                index = slots[..., None].expand(-1, -1, words.shape[-1])
+                words = words.scatter(1, index, regions.to(words.dtype))
+                positions = positions.scatter(1, index, region_positions.to(positions.dtype))
         embeddings = words + positions + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
@@ -347,11 +405,14 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         seq2seq,
         region_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
+        visible_until: torch.Tensor | None = None,
     ):
         """The 4-D mask the configured attention backend wants (see the module docstring for the two patterns).
 
-        embeddings `(B, L, H)` (the new positions); attention_mask `(B, past + L)` 1/0, `(B, L, L)` 0/1 (used as
-        given), or None; seq2seq bool or `(B,)` bool; region_attention_mask `(B, N)` zeroes padded region slots.
+        embeddings `(B, L, H)` (the new positions); attention_mask `(B, past + L)` 1/0 (leading zeros: left
+        padding, which moves each row's image block), `(B, L, L)` 0/1 (used as given), or None; seq2seq bool or
+        `(B,)` bool; region_attention_mask `(B, N)` zeroes padded region slots; visible_until `(past + L,)`, the
+        prediction slots' restriction (`_prediction_slots_mask_function`).
         """
         batch, length = embeddings.shape[:2]
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -380,27 +441,29 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
                 f"{tuple(attention_mask.shape)}"
             )
         real = attention_mask.to(embeddings.device).bool()
+        offsets = left_padding(real, real.shape[1], self.config.text_start)
         if region_attention_mask is not None:
-            regions = self.config.num_regions
-            real = torch.cat(
-                [
-                    real[:, :1],
-                    real[:, 1 : regions + 1] & region_attention_mask.to(real.device).bool(),
-                    real[:, regions + 1 :],
-                ],
-                dim=1,
-            )
+            slots = _region_slots(offsets, batch, self.config.num_regions, real.device)
+            real = real.scatter(1, slots, real.gather(1, slots) & region_attention_mask.to(real.device).bool())
+        slots_mask = None if visible_until is None else _prediction_slots_mask_function(visible_until)
         if seq2seq is True and past_length >= self.config.text_start:
             # Decoding past the image block: every new row is text, for which the seq2seq pattern is the causal one
             # (the image block lies before it). transformers builds that without the per-element mask function.
             return create_causal_mask(
-                config=self.config, inputs_embeds=embeddings, attention_mask=real, **cache_argument(cache)
+                config=self.config,
+                inputs_embeds=embeddings,
+                attention_mask=real,
+                **cache_argument(cache),
+                and_mask_function=slots_mask,
             )
+        text_start = self.config.text_start + offsets
         and_mask = None
         if seq2seq is True:
-            and_mask = seq2seq_mask_function(self.config.text_start, real)
+            and_mask = seq2seq_mask_function(text_start, real)
         elif isinstance(seq2seq, torch.Tensor):
-            and_mask = seq2seq_mask_function(self.config.text_start, real, seq2seq)
+            and_mask = seq2seq_mask_function(text_start, real, seq2seq)
+        if slots_mask is not None:
+            and_mask = slots_mask if and_mask is None else and_masks(and_mask, slots_mask)
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=embeddings,
@@ -422,7 +485,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
-    @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _CACHE_ARGS)
+    @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _CACHE_ARGS + _PREDICTION_SLOTS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -436,6 +499,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         seq2seq: bool | torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
+        prediction_slots: int = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         r"""
@@ -460,8 +524,11 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         text = input_ids if input_ids is not None else inputs_embeds
         batch, length = text.shape[:2]
         seq2seq = _as_batch_flags(self.default_seq2seq if seq2seq is None else seq2seq, batch, text.device)
+        if use_cache and cache is None and seq2seq is True:  # a new cache: past_length stays 0
+            cache = DynamicCache(config=self.config)
+        offsets = left_padding(attention_mask, past_length + length, self.config.text_start)
         if position_ids is None:
-            position_ids = torch.arange(past_length, past_length + length, device=text.device)[None]
+            position_ids = _default_position_ids(offsets, past_length, length, text.device)
         if token_type_ids is None:
             token_type_ids = self.default_token_type_ids(position_ids, seq2seq, batch)
         use_regions = past_length == 0
@@ -472,8 +539,18 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             inputs_embeds=inputs_embeds,
             region_features=region_features if use_regions else None,
             region_locations=region_locations if use_regions else None,
+            region_offsets=offsets,
         )
-        mask = self.build_attention_mask(embedding_output, attention_mask, seq2seq, region_attention_mask, cache)
+        visible_until = None
+        if prediction_slots:  # slot j follows input `inputs - prediction_slots + j`; other rows: no restriction
+            total = past_length + length
+            visible_until = torch.full((total,), total - 1, device=text.device)
+            visible_until[total - prediction_slots :] = torch.arange(
+                total - 2 * prediction_slots, total - prediction_slots, device=text.device
+            )
+        mask = self.build_attention_mask(
+            embedding_output, attention_mask, seq2seq, region_attention_mask, cache, visible_until
+        )
         encoder_outputs = self.encoder(
             embedding_output, attention_mask=mask, **cache_argument(cache), use_cache=use_cache, **kwargs
         )
@@ -634,22 +711,25 @@ class UnifiedVlpForConditionalGeneration(
         cache: Cache | None = None,
         use_cache: bool | None = None,
         predict_next: bool = False,
+        logits_to_keep: int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
         Returns:
-            `CausalLMOutputWithPast`: `logits` `(batch_size, sequence_length | num_masked | 1, vocab_size)`.
+            `CausalLMOutputWithPast`: `logits` `(batch_size, sequence_length | num_masked | slots, vocab_size)`.
         """
+        slots = 0
         if predict_next:
             if labels is not None or masked_positions is not None:
                 raise ValueError("predict_next is a decoding step; it takes no labels or masked_positions")
-            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids = self._append_mask_slot(
+            input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, slots = self._append_mask_slots(
                 input_ids,
                 inputs_embeds,
                 attention_mask,
                 token_type_ids,
                 position_ids,
                 cache if use_cache is not False else None,
+                1 if logits_to_keep is None else logits_to_keep,
             )
         outputs = self.vlp(
             input_ids=input_ids,
@@ -663,50 +743,67 @@ class UnifiedVlpForConditionalGeneration(
             seq2seq=True,
             cache=cache,
             use_cache=use_cache,
+            prediction_slots=slots,
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
         cache = getattr(outputs, CACHE_NAME)  # None unless the cache was used
+        hidden_states, attentions = outputs.hidden_states, outputs.attentions
         if predict_next:
-            sequence_output = sequence_output[:, -1:]
+            sequence_output = sequence_output[:, -slots:]
             if cache is not None:
-                cache.crop(-1)  # forget the [MASK]: the next step feeds the real token there
+                cache.crop(-slots)  # forget the [MASK]s: the next step feeds the real tokens there
+            # What a decoder fed the input tokens returns: their rows, over the keys up to them (no slot is visible
+            # to an input token, so the dropped columns hold no probability).
+            if hidden_states is not None:
+                hidden_states = tuple(states[:, :-slots] for states in hidden_states)
+            if attentions is not None:
+                attentions = tuple(probabilities[:, :, :-slots, :-slots] for probabilities in attentions)
         elif masked_positions is not None:
             sequence_output = _gather_positions(sequence_output, masked_positions)
+        elif logits_to_keep:
+            sequence_output = sequence_output[:, -logits_to_keep:]
         logits = self.cls(sequence_output)
         loss = _masked_lm_loss(logits, labels) if labels is not None else None
         return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            **cache_argument(cache),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            loss=loss, logits=logits, **cache_argument(cache), hidden_states=hidden_states, attentions=attentions
         )
 
-    def _append_mask_slot(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, cache):
+    def _append_mask_slots(
+        self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, cache, logits_to_keep: int
+    ):
+        """The inputs with a [MASK] slot after each of the last `logits_to_keep` tokens (0: every token), and the
+        number of slots (see `predict_next`)."""
         text = input_ids if input_ids is not None else inputs_embeds
         if text is None:
             raise ValueError("predict_next needs input_ids (or inputs_embeds)")
         batch, length = text.shape[:2]
+        slots = length if logits_to_keep == 0 else logits_to_keep
+        if not 0 < slots <= length:
+            raise ValueError(
+                f"predict_next predicts after input tokens: logits_to_keep must be between 0 (every token) and the "
+                f"{length} input tokens, got {logits_to_keep}"
+            )
         device = text.device
         past_length = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is not None and attention_mask.ndim != 2:
+            raise ValueError("predict_next takes a 2-D attention_mask (batch, past + length)")
         if position_ids is None:
-            position_ids = torch.arange(past_length, past_length + length, device=device)[None].expand(batch, -1)
+            offsets = left_padding(attention_mask, past_length + length, self.config.text_start)
+            position_ids = _default_position_ids(offsets, past_length, length, device)
         position_ids = position_ids.expand(batch, -1)
-        position_ids = torch.cat([position_ids, position_ids[:, -1:] + 1], dim=1)
-        mask_id = torch.full((batch, 1), self.config.mask_token_id, dtype=torch.long, device=device)
+        position_ids = torch.cat([position_ids, position_ids[:, -slots:] + 1], dim=1)
+        mask_ids = torch.full((batch, slots), self.config.mask_token_id, dtype=torch.long, device=device)
         if input_ids is not None:
-            input_ids = torch.cat([input_ids, mask_id], dim=1)
+            input_ids = torch.cat([input_ids, mask_ids], dim=1)
         else:
-            inputs_embeds = torch.cat([inputs_embeds, self.vlp.embeddings.word_embeddings(mask_id)], dim=1)
+            inputs_embeds = torch.cat([inputs_embeds, self.vlp.embeddings.word_embeddings(mask_ids)], dim=1)
         if token_type_ids is not None:
             text_type = torch.full_like(token_type_ids[:, :1], self.config.s2s_text_token_type_id)
-            token_type_ids = torch.cat([token_type_ids, text_type], dim=1)
+            token_type_ids = torch.cat([token_type_ids, text_type.expand(-1, slots)], dim=1)
         if attention_mask is not None:
-            if attention_mask.ndim != 2:
-                raise ValueError("predict_next takes a 2-D attention_mask (batch, past + length)")
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)
-        return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, slots)], dim=1)
+        return input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids, slots
 
     def caption_scoring_inputs(
         self, prompt: dict, caption_ids: torch.LongTensor, caption_mask: torch.Tensor | None = None
@@ -863,9 +960,17 @@ class UnifiedVlpForConditionalGeneration(
         if inputs is None and kwargs.get("input_ids") is None:
             kwargs = self._caption_prompt(kwargs)
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        config = generation_config if generation_config is not None else self.generation_config
+        implementation = kwargs.get("cache_implementation", config.cache_implementation)
+        given_cache = kwargs.get(CACHE_NAME, kwargs.get("past_key_values"))
+        if "static" in str(implementation) or (isinstance(given_cache, Cache) and given_cache.is_compileable):
+            raise ValueError(
+                "Unified VLP cannot decode with a static (compileable) cache: transformers then builds a causal 4-D "
+                "mask for the prompt, but the image block [CLS] r_1 .. r_N [SEP] attends both ways (the seq2seq "
+                "pattern). Use the default dynamic cache"
+            )
         max_new_tokens = kwargs.get("max_new_tokens")
         if max_new_tokens is None:
-            config = generation_config if generation_config is not None else self.generation_config
             max_new_tokens = config.max_new_tokens
             if max_new_tokens is None and config.max_length is not None and input_ids is not None:
                 max_new_tokens = config.max_length - input_ids.shape[1]
@@ -928,7 +1033,13 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
-        joint = sequence_output[:, 0] * sequence_output[:, self.config.num_regions + 1]
+        offsets = left_padding(attention_mask, sequence_output.shape[1], self.config.text_start)
+        if offsets is None:
+            joint = sequence_output[:, 0] * sequence_output[:, self.config.num_regions + 1]
+        else:  # [CLS] and the first [SEP] after each row's left padding
+            rows = torch.arange(sequence_output.shape[0], device=sequence_output.device)
+            offsets = offsets.to(sequence_output.device)
+            joint = sequence_output[rows, offsets] * sequence_output[rows, offsets + self.config.num_regions + 1]
         logits = self.ans_classifier(joint)
         loss = None
         if labels is not None:

@@ -2,7 +2,6 @@
 
 import unittest
 
-import pytest
 import torch
 
 from vlhub import (
@@ -98,16 +97,3 @@ class VilbertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase
         "VilbertForReferringExpression": region_labels,
         "VilbertForMultipleChoice": class_labels(3),
     }
-
-    # ViLBERT raises ValueError for output_attentions=True under sdpa, where transformers' models fall back.
-    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
-    def test_attention_outputs(self):
-        super().test_attention_outputs()
-
-    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
-    def test_model_outputs_equivalence(self):
-        super().test_model_outputs_equivalence()
-
-    @pytest.mark.xfail(strict=True, reason="issue 29 item 5: ViLBERT's sdpa refuses output_attentions=True")
-    def test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions(self):
-        super().test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions()

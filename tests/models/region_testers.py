@@ -186,3 +186,19 @@ NOT_YET_SORTED = pytest.mark.skipif(
     reason="this architecture's transformers-mixin tester has not been run whole and its failures not yet sorted "
     "into tester fixes and issue-29 xfails; VLHUB_UNSORTED_MIXIN_TESTS=1 runs it",
 )
+
+
+def eight_head_layout(prefix: str, pretraining_targets: InputsFor) -> tuple[dict, dict]:
+    """`inputs_for` and `labels_for` of the eight-head layout UNITER and ViLBERT share (pre-training, VQA, visual
+    entailment, retrieval, NLVR2, referring expressions, multiple choice): class names `<prefix>For<Head>`."""
+    inputs_for = {f"{prefix}ForVisualReasoning": two_images, f"{prefix}ForMultipleChoice": choices(3)}
+    labels_for = {
+        f"{prefix}ForPreTraining": pretraining_targets,
+        f"{prefix}ForQuestionAnswering": soft_labels(2),
+        f"{prefix}ForVisualEntailment": class_labels(3),
+        f"{prefix}ForImageTextRetrieval": lambda tester, inputs: {"num_negatives": 1},
+        f"{prefix}ForVisualReasoning": class_labels(2),
+        f"{prefix}ForReferringExpression": region_labels,
+        f"{prefix}ForMultipleChoice": class_labels(3),
+    }
+    return inputs_for, labels_for

@@ -19,14 +19,10 @@ from vlhub import (
 from ..region_testers import (
     RegionModelTestMixin,
     RegionModelTester,
-    choices,
-    class_labels,
+    eight_head_layout,
     label_floats,
     label_ids,
-    region_labels,
-    soft_labels,
     text_labels,
-    two_images,
 )
 from ..transformers_mixins import ModelTesterMixin
 
@@ -69,13 +65,4 @@ class UniterModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase)
         UniterForReferringExpression,
         UniterForMultipleChoice,
     )
-    inputs_for = {"UniterForVisualReasoning": two_images, "UniterForMultipleChoice": choices(3)}
-    labels_for = {
-        "UniterForPreTraining": pretraining_targets,
-        "UniterForQuestionAnswering": soft_labels(2),
-        "UniterForVisualEntailment": class_labels(3),
-        "UniterForImageTextRetrieval": lambda tester, inputs: {"num_negatives": 1},
-        "UniterForVisualReasoning": class_labels(2),
-        "UniterForReferringExpression": region_labels,
-        "UniterForMultipleChoice": class_labels(3),
-    }
+    inputs_for, labels_for = eight_head_layout("Uniter", pretraining_targets)

@@ -20,14 +20,10 @@ from ..region_testers import (
     NOT_YET_SORTED,
     RegionModelTestMixin,
     RegionModelTester,
-    choices,
-    class_labels,
+    eight_head_layout,
     label_floats,
     label_ids,
-    region_labels,
-    soft_labels,
     text_labels,
-    two_images,
 )
 from ..transformers_mixins import ModelTesterMixin
 
@@ -87,13 +83,4 @@ class VilbertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase
         VilbertForReferringExpression,
         VilbertForMultipleChoice,
     )
-    inputs_for = {"VilbertForVisualReasoning": two_images, "VilbertForMultipleChoice": choices(3)}
-    labels_for = {
-        "VilbertForPreTraining": pretraining_targets,
-        "VilbertForQuestionAnswering": soft_labels(2),
-        "VilbertForVisualEntailment": class_labels(3),
-        "VilbertForImageTextRetrieval": lambda tester, inputs: {"num_negatives": 1},
-        "VilbertForVisualReasoning": class_labels(2),
-        "VilbertForReferringExpression": region_labels,
-        "VilbertForMultipleChoice": class_labels(3),
-    }
+    inputs_for, labels_for = eight_head_layout("Vilbert", pretraining_targets)

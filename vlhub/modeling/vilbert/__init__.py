@@ -41,12 +41,7 @@ ARCHITECTURE = register_architecture(
         config="VilbertConfig",
         processor="VilbertProcessor",
         region_processor="VilbertRegionProcessor",
-        auto_models={
-            "AutoModel": "VilbertModel",
-            "AutoModelForPreTraining": "VilbertForPreTraining",
-            "AutoModelForVisualQuestionAnswering": "VilbertForQuestionAnswering",
-            "AutoModelForMultipleChoice": "VilbertForMultipleChoice",
-        },
+        base_model="VilbertModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "VilbertForPreTraining",
             "vqa": "VilbertForQuestionAnswering",

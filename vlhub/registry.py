@@ -301,6 +301,10 @@ class Architecture:
             self._check_protocol(model_class, CaptionScorer, "a 'captioning' head")
         return model_class
 
+    def task_heads(self) -> dict[str, type]:
+        """task → head class, for every task of `task_models` (each checked as `model_class` checks it)."""
+        return {task: self.model_class(task) for task in self.task_models}
+
     def initializes_from_pretraining(self, model_class: type) -> bool:
         """Whether `model_class` (one of this architecture's heads) starts from the pre-trained heads."""
         return any(self.task_models[task] == model_class.__name__ for task in self.heads_from_pretraining)

@@ -1,8 +1,9 @@
 """The one registration an architecture makes, and the lookups shared code does instead of importing it.
 
 An architecture is a sub-package of `vlhub.modeling` whose `__init__.py` calls `register_architecture(...)` with an
-`Architecture`: which classes it has (by name, resolved lazily from the package), which Auto class each model class
-belongs to, its task heads, processor, pre-training objectives and default objective mix. Training, conversion,
+`Architecture`: which classes it has (by name, resolved lazily from the package), its base model and task heads
+(their Auto classes follow from the task, `AUTO_CLASS_OF_TASK`), processor, pre-training objectives and default
+objective mix. Training, conversion,
 pipelines and the Auto classes loop over these declarations; nothing shared imports an architecture by name. The
 registry imports nothing of vlhub: `import vlhub` imports the architecture packages
 (`vlhub.modeling.discover_architectures`), so they have registered before anything looks one up.

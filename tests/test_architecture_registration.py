@@ -280,11 +280,6 @@ TOY = Architecture(
     config="ToyVlConfig",
     processor="ToyVlProcessor",
     region_processor="ToyVlRegionProcessor",
-    auto_models={
-        "AutoModelForPreTraining": "ToyVlForPreTraining",
-        "AutoModelForMultipleChoice": "ToyVlForMultipleChoice",
-        "AutoModelForImageTextToText": "ToyVlForConditionalGeneration",
-    },
     task_models={
         "pretraining": "ToyVlForPreTraining",
         "retrieval": "ToyVlForImageTextRetrieval",

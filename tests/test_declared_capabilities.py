@@ -166,3 +166,18 @@ def test_match_scores_share_one_convention():
     assert torch.allclose(vilbert_like({"alignment_logits": logits}).sigmoid(), logits.softmax(-1)[:, 0])
     with pytest.raises(ValueError, match=r"'itm_logits' must be \(batch, 2\) matching logits, got None"):
         uniter_like({"logits": logits})
+
+
+def test_auto_classes_follow_from_the_base_model_and_the_task_heads():
+    """`AutoModel` takes `base_model`, a head takes its task's Auto class (`AUTO_CLASS_OF_TASK`), a task without one
+    (retrieval) none, and an explicit `auto_models` entry wins."""
+    assert dict(_toy(base_model="ToyModel").auto_models) == {
+        "AutoModel": "ToyModel",
+        "AutoModelForPreTraining": "ToyHead",
+        "AutoModelForImageTextToText": "ToyHead",
+    }
+    overridden = _toy(auto_models={"AutoModelForPreTraining": "OtherHead"})
+    assert dict(overridden.auto_models) == {
+        "AutoModelForPreTraining": "OtherHead",
+        "AutoModelForImageTextToText": "ToyHead",
+    }

@@ -94,6 +94,8 @@ def test_processor_bad_inputs(tiny_uniter_config, tiny_vocab):
         processor(text="a cat", regions=[torch.rand(3, 16)])
     with pytest.raises(ValueError, match="no region extractor"):
         processor(text="a cat", images=["cat.jpg"])
+    with pytest.raises(ValueError, match="either regions or images, not both"):
+        processor(text="a cat", regions=[regions], images=["cat.jpg"])
     with pytest.raises(ValueError, match="at most max_regions=10"):
         processor(text="a cat", regions=[random_regions(12, 16, scores=False)])
     with pytest.raises(ValueError, match="nothing to process"):

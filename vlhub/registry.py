@@ -1,8 +1,9 @@
 """The one registration an architecture makes, and the lookups shared code does instead of importing it.
 
 An architecture is a sub-package of `vlhub.modeling` whose `__init__.py` calls `register_architecture(...)` with an
-`Architecture`: which classes it has (by name, resolved lazily from the package), which Auto class each model class
-belongs to, its task heads, processor, pre-training objectives and default objective mix. Training, conversion,
+`Architecture`: which classes it has (by name, resolved lazily from the package), its base model and task heads
+(their Auto classes follow from the task, `AUTO_CLASS_OF_TASK`), processor, pre-training objectives and default
+objective mix. Training, conversion,
 pipelines and the Auto classes loop over these declarations; nothing shared imports an architecture by name. The
 registry imports nothing of vlhub: `import vlhub` imports the architecture packages
 (`vlhub.modeling.discover_architectures`), so they have registered before anything looks one up.
@@ -25,6 +26,7 @@ __all__ = [
     "CaptionScorer",
     "InitializesFromPretraining",
     "RETRIEVAL_NEGATIVES",
+    "AUTO_CLASS_OF_TASK",
     "CHOICE_LAYOUTS",
     "register_architecture",
     "get_architecture",
@@ -51,6 +53,18 @@ DEFAULT_CONFIG_PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "base": MappingProxyType(
             dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
         ),
+    }
+)
+
+
+# The transformers Auto class each task's head registers with (heads of the other tasks have none), so that an
+# architecture declares its heads once (`task_models`) and its Auto classes follow.
+AUTO_CLASS_OF_TASK: Mapping[str, str] = MappingProxyType(
+    {
+        "pretraining": "AutoModelForPreTraining",
+        "vqa": "AutoModelForVisualQuestionAnswering",
+        "vcr": "AutoModelForMultipleChoice",
+        "captioning": "AutoModelForImageTextToText",
     }
 )
 
@@ -152,7 +166,10 @@ class Architecture:
         package: the architecture's package ("vlhub.modeling.uniter"), exporting every class named below.
         config: the `PreTrainedConfig` subclass.
         processor: the `ProcessorMixin` subclass; `region_processor`: its region side (`RegionProcessor` subclass).
-        auto_models: transformers Auto class name → model class (`{"AutoModel": "UniterModel", ...}`).
+        base_model: the backbone class without a head ("UniterModel"), registered with `AutoModel`.
+        auto_models: transformers Auto class name → model class, for what `base_model` and `task_models` do not give
+            already: `AutoModel` gets `base_model`, and each head of `task_models` whose task is in
+            `AUTO_CLASS_OF_TASK` gets that Auto class (an entry given here overrides a derived one).
         task_models: task → head class, for the tasks training and conversion know by name: "pretraining", "vqa",
             "retrieval", and any others the architecture has ("nlvr2", "ve", "re", "vcr", "captioning", ...).
         objectives: `"module:attribute"` of the architecture's pre-training `Objective`s (a sequence).
@@ -192,6 +209,7 @@ class Architecture:
     config: str
     processor: str
     region_processor: str
+    base_model: str | None = None
     auto_models: Mapping[str, str] = field(default_factory=dict)
     task_models: Mapping[str, str] = field(default_factory=dict)
     objectives: str | None = None
@@ -211,6 +229,12 @@ class Architecture:
 
     def __post_init__(self):
         object.__setattr__(self, "heads_from_pretraining", frozenset(self.heads_from_pretraining))
+        derived = {
+            AUTO_CLASS_OF_TASK[task]: head for task, head in self.task_models.items() if task in AUTO_CLASS_OF_TASK
+        }
+        if self.base_model is not None:
+            derived["AutoModel"] = self.base_model
+        object.__setattr__(self, "auto_models", {**derived, **self.auto_models})
         problems = []
         if self.choice_layout not in CHOICE_LAYOUTS:
             problems.append(f"choice_layout {self.choice_layout!r} is none of {sorted(CHOICE_LAYOUTS)}")
@@ -277,6 +301,10 @@ class Architecture:
         if task == "captioning":
             self._check_protocol(model_class, CaptionScorer, "a 'captioning' head")
         return model_class
+
+    def task_heads(self) -> dict[str, type]:
+        """task → head class, for every task of `task_models` (each checked as `model_class` checks it)."""
+        return {task: self.model_class(task) for task in self.task_models}
 
     def initializes_from_pretraining(self, model_class: type) -> bool:
         """Whether `model_class` (one of this architecture's heads) starts from the pre-trained heads."""

@@ -433,6 +433,13 @@ class VisionLanguageProcessor(ProcessorMixin):
         regions = self._region_extractor(images)
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)
 
+    def regions_or_images(self, regions, images):
+        """`regions` as given, or those the region extractor finds in `images` (both given is an error; neither:
+        None)."""
+        if regions is not None and images is not None:
+            raise ValueError("pass either regions or images, not both")
+        return self.regions_from_images(images) if images is not None else regions
+
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
         if self._region_extractor is not None:
             os.makedirs(save_directory, exist_ok=True)
@@ -534,10 +541,7 @@ class VisionLanguageProcessor(ProcessorMixin):
         """
         if kwargs:
             raise TypeError(f"unexpected argument(s) {sorted(kwargs)}; expected text/token_ids, regions/images")
-        if regions is not None and images is not None:
-            raise ValueError("pass either regions or images, not both")
-        if images is not None:
-            regions = self.regions_from_images(images)
+        regions = self.regions_or_images(regions, images)
         data = {}
         num_texts = None
         if text is not None or token_ids is not None:

@@ -16,6 +16,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .masking import mask_tokens
+
 __all__ = [
     "Objective",
     "ObjectiveContext",
@@ -56,6 +58,19 @@ class ObjectiveContext:
     other_caption: Callable[[str, np.random.Generator], str] | None = None
     contradict: Callable[[str, str, np.random.Generator], str | None] | None = None
     itm_hard_negative_probability: float = 0.0
+
+    def mask_words(self, inputs: dict, rngs: Sequence[np.random.Generator]) -> None:
+        """BERT's 80/10/10 masking of `inputs["input_ids"]` (every special token of the tokenizer kept, at least one
+        word piece per example, random replacements from `random_token_ids`), in place, with the `labels` it sets."""
+        inputs["input_ids"], inputs["labels"] = mask_tokens(
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            self.tokenizer.all_special_ids,
+            self.tokenizer.mask_token_id,
+            self.random_token_ids,
+            rngs,
+            self.mlm_probability,
+        )
 
 
 def mismatched_pair(context: ObjectiveContext, example: dict, rng: np.random.Generator) -> dict:

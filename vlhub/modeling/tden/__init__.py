@@ -41,13 +41,7 @@ ARCHITECTURE = register_architecture(
         config="TdenConfig",
         processor="TdenProcessor",
         region_processor="TdenRegionProcessor",
-        auto_models={
-            "AutoModel": "TdenModel",
-            "AutoModelForPreTraining": "TdenForPreTraining",
-            "AutoModelForVisualQuestionAnswering": "TdenForQuestionAnswering",
-            "AutoModelForMultipleChoice": "TdenForMultipleChoice",
-            "AutoModelForImageTextToText": "TdenForConditionalGeneration",
-        },
+        base_model="TdenModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "TdenForPreTraining",
             "captioning": "TdenForConditionalGeneration",

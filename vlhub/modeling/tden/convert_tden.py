@@ -56,8 +56,7 @@ ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "ed1f5590d1eb407da3b5df8d9df35488206f14d3"
 _RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-# The task heads of the architecture's declaration, by the task names the converter takes.
-TDEN_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
+TDEN_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),
     "TDENCaptioner": ("captioning",),

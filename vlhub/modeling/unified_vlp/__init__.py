@@ -44,12 +44,7 @@ ARCHITECTURE = register_architecture(
         config="UnifiedVlpConfig",
         processor="UnifiedVlpProcessor",
         region_processor="UnifiedVlpRegionProcessor",
-        auto_models={
-            "AutoModel": "UnifiedVlpModel",
-            "AutoModelForPreTraining": "UnifiedVlpForPreTraining",
-            "AutoModelForImageTextToText": "UnifiedVlpForConditionalGeneration",
-            "AutoModelForVisualQuestionAnswering": "UnifiedVlpForQuestionAnswering",
-        },
+        base_model="UnifiedVlpModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "UnifiedVlpForPreTraining",
             "captioning": "UnifiedVlpForConditionalGeneration",

@@ -44,12 +44,7 @@ ARCHITECTURE = register_architecture(
         config="UniterConfig",
         processor="UniterProcessor",
         region_processor="UniterRegionProcessor",
-        auto_models={
-            "AutoModel": "UniterModel",
-            "AutoModelForPreTraining": "UniterForPreTraining",
-            "AutoModelForVisualQuestionAnswering": "UniterForQuestionAnswering",
-            "AutoModelForMultipleChoice": "UniterForMultipleChoice",
-        },
+        base_model="UniterModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "UniterForPreTraining",
             "vqa": "UniterForQuestionAnswering",

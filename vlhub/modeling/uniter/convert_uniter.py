@@ -52,8 +52,7 @@ ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
 ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
 _RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
-# The task heads of the architecture's declaration, by the task names the converter takes.
-UNITER_TASKS = {task: ARCHITECTURE.model_class(task) for task in ARCHITECTURE.task_models}
+UNITER_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ...training.masking import mask_regions, mask_tokens
+from ...training.masking import mask_regions
 from ...training.objectives import Objective, ObjectiveContext, mismatched_pair
 
 __all__ = ["UNITER_OBJECTIVES"]
@@ -18,16 +18,7 @@ __all__ = ["UNITER_OBJECTIVES"]
 
 def _build_mlm(context: ObjectiveContext, examples, rngs) -> dict:
     inputs, _ = context.encode(examples)
-    tokenizer = context.tokenizer
-    inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"],
-        inputs["attention_mask"],
-        tokenizer.all_special_ids,
-        tokenizer.mask_token_id,
-        context.random_token_ids,
-        rngs,
-        context.mlm_probability,
-    )
+    context.mask_words(inputs, rngs)
     return inputs
 
 

@@ -2,7 +2,7 @@
 registration with vlhub."""
 
 from ...processing.stores.original import register_feature_format
-from ...registry import Architecture, MatchScore, lazy_exports, register_architecture
+from ...registry import DEFAULT_CONFIG_PRESETS, Architecture, MatchScore, lazy_exports, register_architecture
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
@@ -41,12 +41,7 @@ ARCHITECTURE = register_architecture(
         config="VilbertConfig",
         processor="VilbertProcessor",
         region_processor="VilbertRegionProcessor",
-        auto_models={
-            "AutoModel": "VilbertModel",
-            "AutoModelForPreTraining": "VilbertForPreTraining",
-            "AutoModelForVisualQuestionAnswering": "VilbertForQuestionAnswering",
-            "AutoModelForMultipleChoice": "VilbertForMultipleChoice",
-        },
+        base_model="VilbertModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "VilbertForPreTraining",
             "vqa": "VilbertForQuestionAnswering",
@@ -61,21 +56,17 @@ ARCHITECTURE = register_architecture(
         default_objectives={"joint": 1},
         config_presets={
             # Small enough for 2 CPU cores: both streams 2 layers, one co-attention layer before each text layer.
-            "tiny": dict(
-                hidden_size=128,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=256,
-                max_position_embeddings=64,
-                visual_hidden_size=128,
-                visual_num_hidden_layers=2,
-                visual_num_attention_heads=4,
-                visual_intermediate_size=128,
-                bi_hidden_size=128,
-                bi_num_attention_heads=4,
-                visual_co_attention_layers=[0, 1],
-                text_co_attention_layers=[0, 1],
-            ),
+            "tiny": {
+                **DEFAULT_CONFIG_PRESETS["tiny"],
+                "visual_hidden_size": 128,
+                "visual_num_hidden_layers": 2,
+                "visual_num_attention_heads": 4,
+                "visual_intermediate_size": 128,
+                "bi_hidden_size": 128,
+                "bi_num_attention_heads": 4,
+                "visual_co_attention_layers": [0, 1],
+                "text_co_attention_layers": [0, 1],
+            },
             # The released 6-layer / 6-co-attention model (the config defaults).
             "base": {},
         },

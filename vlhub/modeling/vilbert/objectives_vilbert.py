@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 from torchvision.ops import box_iou
 
-from ...training.masking import mask_tokens
 from ...training.objectives import Objective, ObjectiveContext
 
 __all__ = ["VILBERT_OBJECTIVES", "unoverlapped_region_count"]
@@ -56,19 +55,6 @@ def _pairs(context: ObjectiveContext, examples, rngs, negatives: bool):
             pairs.append({**example, "image_id": context.other_image(example["image_id"], rng)})
         labels.append(1)
     return pairs, torch.tensor(labels, dtype=torch.long)
-
-
-def _mask_words(context: ObjectiveContext, inputs: dict, rngs) -> None:
-    tokenizer = context.tokenizer
-    inputs["input_ids"], inputs["labels"] = mask_tokens(
-        inputs["input_ids"],
-        inputs["attention_mask"],
-        tokenizer.all_special_ids,
-        tokenizer.mask_token_id,
-        context.random_token_ids,
-        rngs,
-        context.mlm_probability,
-    )
 
 
 def unoverlapped_region_count(boxes: torch.Tensor, masked: torch.Tensor) -> int:
@@ -110,7 +96,7 @@ def _builder(words: bool, regions: bool, negatives: bool, matched_only: bool = F
         pairs, alignment = _pairs(context, examples, rngs, negatives)
         inputs, selected = context.encode(pairs)
         if words:
-            _mask_words(context, inputs, rngs)
+            context.mask_words(inputs, rngs)
         if regions:
             _mask_regions(context, inputs, selected, rngs, multi_task_divisor=matched_only)
         if negatives:

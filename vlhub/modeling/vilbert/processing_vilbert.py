@@ -464,10 +464,7 @@ class VilbertProcessor(VisionLanguageProcessor):
         return outputs, layout
 
     def _detections(self, regions, images) -> list[RegionFeatures]:
-        if regions is not None and images is not None:
-            raise ValueError("pass either regions or images, not both")
-        if images is not None:
-            regions = self.regions_from_images(images)
+        regions = self.regions_or_images(regions, images)
         if regions is None:
             raise ValueError("ground-truth regions join the detected ones: pass regions= (or images=) too")
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)

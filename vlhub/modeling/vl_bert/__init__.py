@@ -47,12 +47,7 @@ ARCHITECTURE = register_architecture(
         config="VlBertConfig",
         processor="VlBertProcessor",
         region_processor="VlBertRegionProcessor",
-        auto_models={
-            "AutoModel": "VlBertModel",
-            "AutoModelForPreTraining": "VlBertForPreTraining",
-            "AutoModelForVisualQuestionAnswering": "VlBertForQuestionAnswering",
-            "AutoModelForMultipleChoice": "VlBertForMultipleChoice",
-        },
+        base_model="VlBertModel",  # AutoModel; each head of task_models gets its task's Auto class
         task_models={
             "pretraining": "VlBertForPreTraining",
             "vqa": "VlBertForQuestionAnswering",

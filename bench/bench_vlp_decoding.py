@@ -2,6 +2,7 @@
 
     python bench/bench_vlp_decoding.py [--size base] [--batch-sizes 1 8] [--searches greedy beam] [--beams 5]
                                        [--new-tokens 20] [--repeats 2] [--device cpu|cuda] [--packed-linear]
+                                       [--original-checkout PATH]
 
 "without cache" (`use_cache=False`) re-feeds the whole sequence (prompt + words + trailing [MASK]) at every step:
 what the original decoder costs, since it re-projects the keys and values of every earlier position at each step.
@@ -11,12 +12,26 @@ cached and uncached runs are compared (fp32: they must be identical). FLOP are c
 `torch.utils.flop_counter.FlopCounterMode` (matrix products, attention), on one run. "cpu s" is the process' CPU time
 per image (all threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere.
 `--packed-linear` runs both (cached and uncached) on oneDNN-packed linear weights (`vlhub.pack_linear_weights`).
+
+`--original-checkout PATH` instead compares with the original decoder, imported from PATH, a checkout of
+LuoweiZhou/VLP (vlhub never ships it; see bench/vlp_original.py): its `BertForSeq2SeqDecoder` at the same sizes, its
+random weights copied into vlhub's model through vlhub's converter, so that both decode with the same weights. Per
+search and batch size, the original, vlhub's `generate()` (cached) and the same on packed linear weights are timed
+in `--repeats` interleaved rounds (every run once per round, in a rotating order, so a shared machine's load falls
+on all alike; medians). Greedy runs every step on both sides (no end token, as the original); "vlp-beam" is the
+original's beam search against vlhub's `custom_generate=vlp_beam_search` (its rules: identical captions required);
+"beam" is the original's beam search against transformers' `num_beams` search (other rules: the share of equal
+captions is reported, not required).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -24,6 +39,10 @@ from torch.utils.flop_counter import FlopCounterMode
 import vlhub
 from vlhub.modeling.packed_linear import pack_linear_weights
 from vlhub.modeling.unified_vlp import vlp_beam_search
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, and vlp_original for --original-checkout
+
+from timing import interleaved_rounds  # noqa: E402  (bench/timing.py, found through the path above)
 
 SIZES = {
     "base": dict(),  # the released VLP: bert-base-cased sizes, 100 regions, 2048-d features
@@ -75,6 +94,75 @@ def measure(model, inputs, search, beams, new_tokens, use_cache, repeats, device
     return ids, wall / batch, cpu / batch, counter.get_total_flops() / batch / 1e9
 
 
+def compare_with_original(args, config, device) -> None:
+    """The `--original-checkout` table: the original decoder against vlhub's, plain and packed, same weights."""
+    import vlp_original
+
+    original = vlp_original.build_original(args.original_checkout, config, beams=1).to(device)
+    model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device)
+    vlp_original.copy_original_weights(original, model)
+    packed_model = copy.deepcopy(model)
+    packed = pack_linear_weights(packed_model)
+    print(
+        f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
+        f"{config.num_regions} regions, {args.new_tokens} words per caption (no early stop), device {device}, "
+        f"{torch.get_num_threads()} threads; original: {args.original_checkout}; packed: {packed} linear weights; "
+        f"medians of {args.repeats} interleaved rounds"
+    )
+    print(
+        "| search | batch | original s / image | vlhub s / image | packed s / image | speed-up | packed speed-up "
+        "| same captions |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    steps = args.new_tokens
+    with torch.no_grad():
+        for search in args.searches:
+            beams = 1 if search == "greedy" else args.beams
+            for batch in args.batch_sizes:
+                inputs = prompt(config, batch, device)
+                original_batch = vlp_original.original_inputs(inputs, steps, config)
+                prompt_length = inputs["input_ids"].shape[1]
+                calls = {
+                    "original": lambda: vlp_original.decode_original(original, original_batch, beams, steps),
+                    "vlhub": lambda: run_like_original(model, inputs, search, beams, steps)[:, prompt_length:],
+                    "packed": lambda: run_like_original(packed_model, inputs, search, beams, steps)[:, prompt_length:],
+                }
+                outputs = {name: call() for name, call in calls.items()}  # also a warm-up
+                if not torch.equal(outputs["vlhub"], outputs["packed"]):
+                    raise AssertionError(f"{search}, batch {batch}: packed weights changed the captions")
+                same = (outputs["original"] == _zero_after_end(outputs["vlhub"], config, search)).all(dim=1)
+                if search != "beam" and not same.all():
+                    raise AssertionError(f"{search}, batch {batch}: vlhub's captions differ from the original's")
+                times = interleaved_rounds(calls, args.repeats, device.type)
+                seconds = {name: statistics.median(wall for wall, _ in times[name]) / batch for name in calls}
+                print(
+                    f"| {search} | {batch} | {seconds['original']:.3f} | {seconds['vlhub']:.3f} | "
+                    f"{seconds['packed']:.3f} | {seconds['original'] / seconds['vlhub']:.2f}x | "
+                    f"{seconds['original'] / seconds['packed']:.2f}x | {int(same.sum())}/{batch} |",
+                    flush=True,
+                )
+
+
+def run_like_original(model, inputs, search: str, beams: int, steps: int):
+    """vlhub's decoding under the original's rules where it has them: greedy for every step (no end token), the
+    original's beam search with its end-token handling (`vlp_beam_search`); "beam" is transformers' beam search with
+    no end token and no length penalty (the original's `length_penalty` 0)."""
+    if search == "vlp-beam":
+        return model.generate(**inputs, max_new_tokens=steps, num_beams=beams, custom_generate=vlp_beam_search)
+    kwargs = dict(length_penalty=0.0) if beams > 1 else {}
+    return model.generate(
+        **inputs, max_new_tokens=steps, num_beams=beams, eos_token_id=None, do_sample=False, use_cache=True, **kwargs
+    )
+
+
+def _zero_after_end(ids, config, search: str):
+    """The original's beam search pads its best sequence with 0 after the end token; greedy never stops."""
+    if search == "greedy":
+        return ids
+    ended = (ids == config.eos_token_id).long().cumsum(dim=1) - (ids == config.eos_token_id).long()
+    return ids.masked_fill(ended > 0, 0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
@@ -97,10 +185,22 @@ def main():
         action="store_true",
         help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for both cached and uncached",
     )
+    parser.add_argument(
+        "--original-checkout",
+        metavar="PATH",
+        help="a checkout of LuoweiZhou/VLP: compare with its own decoder (see the description)",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
+    if args.original_checkout:
+        if args.repeats < 1:
+            parser.error("--original-checkout needs --repeats ≥ 1 (timed interleaved rounds)")
+        try:
+            return compare_with_original(args, config, device)
+        except FileNotFoundError as error:
+            parser.error(str(error))
     model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device)
     packed = pack_linear_weights(model) if args.packed_linear else 0
     print(

@@ -10,6 +10,7 @@ BERT lives here: classifier heads, the region-feature heads, masks over [text | 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.bert.modeling_bert import (
@@ -332,7 +333,13 @@ def check_region_layout(
         )
 
 
-def check_region_inputs(config, region_features, region_locations, region_attention_mask, *texts) -> None:
+def check_region_inputs(
+    config: PreTrainedConfig,
+    region_features: torch.Tensor | None,
+    region_locations: torch.Tensor | None,
+    region_attention_mask: torch.Tensor | None,
+    *texts: torch.Tensor | None,
+) -> None:
     """Name what is wrong with a model's region inputs: features of another size than `config.region_feature_dim`,
     what `check_region_layout` checks, or a text batch (any of `texts`, `(batch, ...)` tensors or None) of another
     size. Shape checks only (no host-device sync)."""
@@ -353,12 +360,12 @@ def check_region_inputs(config, region_features, region_locations, region_attent
 
 # ---------------------------------------------------------------------------------------------------- inputs
 def check_text_and_region_inputs(
-    config,
-    input_ids,
-    inputs_embeds,
-    region_features,
-    region_locations,
-    region_attention_mask,
+    config: PreTrainedConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    region_features: torch.Tensor | None,
+    region_locations: torch.Tensor | None,
+    region_attention_mask: torch.Tensor | None,
     model_name: str,
     require_both: bool = False,
 ) -> None:
@@ -382,14 +389,16 @@ def check_text_and_region_inputs(
     check_region_inputs(config, region_features, region_locations, region_attention_mask, text)
 
 
-def text_with_choice_axis(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+def text_with_choice_axis(
+    input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str = "multiple choice"
+) -> torch.Tensor:
     """The text of a multiple-choice batch, checked to have the choice axis: `input_ids` `(batch, num_choices,
     text_length)` or `inputs_embeds` `(batch, num_choices, text_length, hidden)`; its `.shape[:2]` is
-    `(batch, num_choices)`."""
+    `(batch, num_choices)`. `what` names the task in the error."""
     text = input_ids if input_ids is not None else inputs_embeds
     if text is None or text.ndim != (3 if input_ids is not None else 4):
         raise ValueError(
-            "multiple choice needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of shape "
+            f"{what} needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of shape "
             f"(batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
         )
     return text

@@ -570,15 +570,15 @@ def _check_image_inputs(config: VlBertConfig, region_features, pixel_values, reg
 
 def _check_inputs(
     config: VlBertConfig,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    region_features: torch.Tensor | None,
-    region_locations: torch.Tensor | None,
-    region_attention_mask: torch.Tensor | None,
-    text_region_ids: torch.Tensor | None,
-    pixel_values: torch.Tensor | None = None,
-    region_boxes: torch.Tensor | None = None,
-) -> None:
+    input_ids,
+    inputs_embeds,
+    region_features,
+    region_locations,
+    region_attention_mask,
+    text_region_ids,
+    pixel_values=None,
+    region_boxes=None,
+):
     if input_ids is not None and inputs_embeds is not None:
         raise ValueError("pass either input_ids or inputs_embeds, not both")
     text = input_ids if input_ids is not None else inputs_embeds

@@ -729,11 +729,10 @@ def _require_regions(task: str, region_features, region_boxes) -> None:
         raise ValueError(f"{task} the image's regions (region_features, or pixel_values and region_boxes)")
 
 
-def _classifier_output(loss, logits: torch.Tensor, outputs) -> VlBertClassifierOutput:
-    """A head's `VlBertClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
-    return VlBertClassifierOutput(
-        loss=loss,
-        logits=logits,
+def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
+    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
+    return output_class(
+        **fields,
         last_hidden_state=outputs.last_hidden_state,
         hidden_states=outputs.hidden_states,
         attentions=outputs.attentions,
@@ -816,14 +815,8 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         if region_class_targets is not None:
             losses["mvrc_loss"] = _masked_region_classification_loss(mvrc_logits, region_class_targets)
         loss = sum(losses.values()) if losses else None
-        return VlBertForPreTrainingOutput(
-            loss=loss,
-            **losses,
-            mlm_logits=mlm_logits,
-            mvrc_logits=mvrc_logits,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        return _with_backbone_outputs(
+            VlBertForPreTrainingOutput, outputs, loss=loss, **losses, mlm_logits=mlm_logits, mvrc_logits=mvrc_logits
         )
 
     def _masked_language_modelling(
@@ -950,7 +943,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         answer_states = sequence_output[torch.arange(sequence_output.shape[0], device=positions.device), positions]
         logits = self.vqa_head(answer_states)
         loss = soft_score_loss(logits, labels) if labels is not None else None
-        return _classifier_output(loss, logits, outputs)
+        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(
@@ -1026,7 +1019,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
                     f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, got {tuple(labels.shape)}"
                 )
             loss = F.binary_cross_entropy_with_logits(scores.float()[real], labels.float()[real])
-        return _classifier_output(loss, logits, outputs)
+        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(

@@ -45,6 +45,7 @@ __all__ = [
     "extended_attention_mask",
     "gather_masked",
     "labelled_tokens",
+    "one_hot",
     "text_length",
     "soft_score_loss",
     "same_pair_mask",
@@ -176,6 +177,11 @@ def labelled_tokens(labels: torch.Tensor, text_output: torch.Tensor) -> torch.Te
             f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, got {tuple(labels.shape)}"
         )
     return labels >= 0
+
+
+def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
+    return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
 
 
 def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> torch.Tensor:

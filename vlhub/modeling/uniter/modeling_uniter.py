@@ -49,6 +49,7 @@ from ..layers import (
     ipot_distance,
     labelled_tokens,
     negative_groups,
+    one_hot,
     soft_score_loss,
     text_length,
     text_with_choice_axis,
@@ -453,11 +454,6 @@ def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -
 def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
     """A head's `UniterClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
     return _with_backbone_outputs(UniterClassifierOutput, outputs, loss=loss, logits=logits)
-
-
-def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
-    return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -878,7 +874,7 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
         if labels.ndim == 1:
             if labels.dtype.is_floating_point:
                 raise ValueError("VE labels of shape (batch,) must be integer class ids")
-            return _one_hot(labels, logits.shape[1]).to(logits.dtype)
+            return one_hot(labels, logits.shape[1]).to(logits.dtype)
         return super()._soft_targets(labels, logits)
 
 
@@ -1194,7 +1190,7 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
         pair_logits = self.vcr_output(outputs.pooler_output).view(batch, choices, 2)
         loss = None
         if labels is not None:
-            targets = _one_hot(labels, choices).view(-1)
+            targets = one_hot(labels, choices).view(-1)
             loss = F.cross_entropy(pair_logits.view(-1, 2).float(), targets)
         return UniterMultipleChoiceOutput(
             loss=loss,

@@ -37,6 +37,7 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
     labelled_tokens,
+    one_hot,
     soft_score_loss,
     text_length,
     text_with_choice_axis,
@@ -1094,7 +1095,7 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         logits = self.vcr_head(outputs.pooler_output).view(batch, choices)
         losses = []
         if labels is not None:
-            targets = (labels.unsqueeze(-1) == torch.arange(choices, device=labels.device)).float()
+            targets = one_hot(labels, choices).float()
             losses.append(F.binary_cross_entropy_with_logits(logits.float(), targets))
         region_logits = region_loss = None
         if self.vcr_region_head is not None:

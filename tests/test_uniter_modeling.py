@@ -286,6 +286,14 @@ def test_model_bad_inputs(tiny_uniter_config, batch):
             region_locations=batch["region_locations"],
             region_attention_mask=batch["region_attention_mask"],
         )
+    # The region mask's shape is checked before the mask meets the text mask (the shared check_region_layout).
+    with pytest.raises(ValueError, match=r"region_attention_mask must have shape \(2, 3\)"):
+        model(
+            input_ids=batch["input_ids"],
+            region_features=torch.rand(2, 3, 16),
+            region_locations=torch.rand(2, 3, 7),
+            region_attention_mask=torch.ones(2, 4),
+        )
 
 
 def test_itm_head_learns_a_cross_modal_matching_task():

@@ -10,6 +10,7 @@ BERT lives here: classifier heads, the region-feature heads, masks over [text | 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.models.bert.modeling_bert import (
@@ -43,12 +44,18 @@ __all__ = [
     "AttentionPooling",
     "extended_attention_mask",
     "gather_masked",
+    "labelled_tokens",
+    "one_hot",
+    "text_length",
     "soft_score_loss",
     "same_pair_mask",
     "in_batch_contrastive_loss",
+    "negative_groups",
     "ipot_distance",
+    "check_region_layout",
     "check_region_inputs",
     "check_text_and_region_inputs",
+    "text_with_choice_axis",
     "flatten_choices",
     "MASKED_SCORE",
 ]
@@ -161,6 +168,22 @@ def gather_masked(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return sequence[mask.bool()]
 
 
+def labelled_tokens(labels: torch.Tensor, text_output: torch.Tensor) -> torch.Tensor:
+    """The text positions masked language modelling scores: MLM `labels` `(batch, text_length)`, checked against
+    the text part of the sequence output `(batch, text_length, hidden)`, as a bool mask of the labels >= 0 (a
+    negative label, -100 or the originals' -1, is ignored)."""
+    if labels.shape != text_output.shape[:2]:
+        raise ValueError(
+            f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, got {tuple(labels.shape)}"
+        )
+    return labels >= 0
+
+
+def one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
+    return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
+
+
 def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "labels") -> torch.Tensor:
     """The originals' VQA loss: binary cross-entropy with logits against soft scores in [0, 1] of `logits`' shape
     (`(batch, num_labels)` answers, or `(batch, num_regions)`), averaged over every entry and multiplied by the last
@@ -210,6 +233,19 @@ def in_batch_contrastive_loss(
     targets = torch.arange(batch, device=logits.device)
     loss = (F.cross_entropy(masked, targets) + F.cross_entropy(masked.t(), targets)) / 2
     return loss, logits
+
+
+def negative_groups(logits: torch.Tensor, num_negatives: int) -> torch.Tensor:
+    """Retrieval scores `(batch, 1)` of a batch laid out as groups of a matched pair followed by `num_negatives`
+    mismatched pairs, as float32 `(batch // (num_negatives + 1), num_negatives + 1)`, the matched pair in column 0.
+    A batch that is not whole groups is a `ValueError`."""
+    group = num_negatives + 1
+    if num_negatives < 1 or logits.shape[0] % group:
+        raise ValueError(
+            f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole groups of {group} pairs "
+            "(matched pair first)"
+        )
+    return logits.float().view(-1, group)
 
 
 @torch.no_grad()
@@ -271,32 +307,56 @@ def ipot_distance(
     return (cost * plan.transpose(1, 2)).sum(dim=(1, 2))
 
 
-def check_region_inputs(config, region_features, region_locations, region_attention_mask, *texts) -> None:
-    """Name what is wrong with a model's region inputs: locations missing or of the wrong shape, features of another
-    size than `config.region_feature_dim`, a padded batch without `region_attention_mask`, or a text batch (any of
-    `texts`, `(batch, ...)` tensors or None) of another size. Shape checks only (no host-device sync)."""
-    if region_features is None:
-        return
+def check_region_layout(
+    regions: torch.Tensor,
+    region_locations: torch.Tensor | None,
+    region_attention_mask: torch.Tensor | None,
+    location_dim: int,
+) -> None:
+    """Name what is wrong with the inputs that go with `regions` (`(batch, num_regions, ...)`: features, or boxes):
+    `region_locations` missing or not `(batch, num_regions, location_dim)`, `region_attention_mask` not
+    `(batch, num_regions)`, or missing for a padded batch of several images. Shape checks only (no host-device sync)."""
     if region_locations is None:
         raise ValueError(
             "region_features were given without region_locations: pass the processor's full output "
-            f"(region_locations of shape (batch, num_regions, {config.region_location_dim}))"
+            f"(region_locations of shape (batch, num_regions, {location_dim}))"
         )
+    expected = (*regions.shape[:2], location_dim)
+    if tuple(region_locations.shape) != expected:
+        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
+    if region_attention_mask is None:
+        # A batch of several images is padded to a common number of regions, so it needs the mask; a single image
+        # without a mask means "every region is real".
+        if regions.shape[0] > 1:
+            raise ValueError(
+                "region_features of a batch of several images were given with no region_attention_mask: pass the "
+                "processor's full output (region_attention_mask of shape (batch, num_regions))"
+            )
+    elif tuple(region_attention_mask.shape) != tuple(regions.shape[:2]):
+        raise ValueError(
+            f"region_attention_mask must have shape {tuple(regions.shape[:2])}, "
+            f"got {tuple(region_attention_mask.shape)}"
+        )
+
+
+def check_region_inputs(
+    config: PreTrainedConfig,
+    region_features: torch.Tensor | None,
+    region_locations: torch.Tensor | None,
+    region_attention_mask: torch.Tensor | None,
+    *texts: torch.Tensor | None,
+) -> None:
+    """Name what is wrong with a model's region inputs: features of another size than `config.region_feature_dim`,
+    what `check_region_layout` checks, or a text batch (any of `texts`, `(batch, ...)` tensors or None) of another
+    size. Shape checks only (no host-device sync)."""
+    if region_features is None:
+        return
     if region_features.ndim != 3 or region_features.shape[-1] != config.region_feature_dim:
         raise ValueError(
             f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
             f"got {tuple(region_features.shape)}"
         )
-    expected = (*region_features.shape[:2], config.region_location_dim)
-    if tuple(region_locations.shape) != expected:
-        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-    # A batch of several images is padded to a common number of regions, so it needs the mask; a single image
-    # without a mask means "every region is real".
-    if region_attention_mask is None and region_features.shape[0] > 1:
-        raise ValueError(
-            "region_features of a batch of several images were given with no region_attention_mask: pass the "
-            "processor's full output (region_attention_mask of shape (batch, num_regions))"
-        )
+    check_region_layout(region_features, region_locations, region_attention_mask, config.region_location_dim)
     for text in texts:
         if text is not None and text.shape[0] != region_features.shape[0]:
             raise ValueError(
@@ -306,12 +366,12 @@ def check_region_inputs(config, region_features, region_locations, region_attent
 
 # ---------------------------------------------------------------------------------------------------- inputs
 def check_text_and_region_inputs(
-    config,
-    input_ids,
-    inputs_embeds,
-    region_features,
-    region_locations,
-    region_attention_mask,
+    config: PreTrainedConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    region_features: torch.Tensor | None,
+    region_locations: torch.Tensor | None,
+    region_attention_mask: torch.Tensor | None,
     model_name: str,
     require_both: bool = False,
 ) -> None:
@@ -333,6 +393,27 @@ def check_text_and_region_inputs(
             "embeddings; shorten it (the processor truncates to max_text_length)"
         )
     check_region_inputs(config, region_features, region_locations, region_attention_mask, text)
+
+
+def text_with_choice_axis(
+    input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str = "multiple choice"
+) -> torch.Tensor:
+    """The text of a multiple-choice batch, checked to have the choice axis: `input_ids` `(batch, num_choices,
+    text_length)` or `inputs_embeds` `(batch, num_choices, text_length, hidden)`; its `.shape[:2]` is
+    `(batch, num_choices)`. `what` names the task in the error."""
+    text = input_ids if input_ids is not None else inputs_embeds
+    if text is None or text.ndim != (3 if input_ids is not None else 4):
+        raise ValueError(
+            f"{what} needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of shape "
+            f"(batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
+        )
+    return text
+
+
+def text_length(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> int:
+    """How many text positions a `(batch, text_length[, hidden])` text input has (0 without text)."""
+    text = input_ids if input_ids is not None else inputs_embeds
+    return 0 if text is None else text.shape[1]
 
 
 def flatten_choices(inputs: dict, batch: int, choices: int, region_ndims: dict) -> dict:

@@ -47,7 +47,12 @@ from ..layers import (
     flatten_choices,
     in_batch_contrastive_loss,
     ipot_distance,
+    labelled_tokens,
+    negative_groups,
+    one_hot,
     soft_score_loss,
+    text_length,
+    text_with_choice_axis,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_uniter import UniterConfig
@@ -435,26 +440,20 @@ class UniterModel(UniterPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-def _text_length(input_ids, inputs_embeds) -> int:
-    text = input_ids if input_ids is not None else inputs_embeds
-    return 0 if text is None else text.shape[1]
-
-
-def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
-    """A head's `UniterClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
-    return UniterClassifierOutput(
-        loss=loss,
-        logits=logits,
-        pooler_output=outputs.pooler_output,
+def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
+    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
+    return output_class(
+        **fields,
         last_hidden_state=outputs.last_hidden_state,
+        pooler_output=outputs.pooler_output,
         hidden_states=outputs.hidden_states,
         attentions=outputs.attentions,
     )
 
 
-def _one_hot(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """`F.one_hot` without its value check (a host-device sync): `(batch,)` ids → `(batch, num_classes)` long."""
-    return (labels.unsqueeze(-1) == torch.arange(num_classes, device=labels.device)).long()
+def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
+    """A head's `UniterClassifierOutput`: its loss and logits, with the backbone's outputs passed on."""
+    return _with_backbone_outputs(UniterClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -584,7 +583,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         joint = _JointPass(
             outputs.last_hidden_state,
             outputs.pooler_output,
-            _text_length(input_ids, inputs_embeds),
+            text_length(input_ids, inputs_embeds),
             attention_mask,
             region_features is not None,
             region_attention_mask,
@@ -601,13 +600,8 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         losses = [
             v * (self.config.wra_weight if k == "wra_loss" else 1.0) for k, v in fields.items() if k.endswith("_loss")
         ]
-        return UniterForPreTrainingOutput(
-            loss=sum(losses) if losses else None,
-            **fields,
-            last_hidden_state=outputs.last_hidden_state,
-            pooler_output=outputs.pooler_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        return _with_backbone_outputs(
+            UniterForPreTrainingOutput, outputs, loss=sum(losses) if losses else None, **fields
         )
 
     # -- one head per objective: each reads the joint pass and returns its output fields (its loss when the batch
@@ -616,12 +610,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         """MLM at the labelled positions (labels < 0 are ignored)."""
         if joint.labels is None:
             return {}
-        expected = (joint.sequence_output.shape[0], joint.text_length)
-        if joint.labels.shape != expected:
-            raise ValueError(
-                f"labels must have shape (batch, text_length) = {expected}, got {tuple(joint.labels.shape)}"
-            )
-        selected = joint.labels >= 0
+        selected = labelled_tokens(joint.labels, joint.text_output)
         logits = self.cls(joint.text_output[selected])
         return {"mlm_logits": logits, "mlm_loss": F.cross_entropy(logits.float(), joint.labels[selected])}
 
@@ -758,15 +747,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         loss, logits = in_batch_contrastive_loss(
             text.pooler_output, image.pooler_output, self.config.itc_temperature, image_ids
         )
-        return UniterForPreTrainingOutput(
-            loss=loss,
-            itc_loss=loss,
-            itc_logits=logits,
-            last_hidden_state=image.last_hidden_state,
-            pooler_output=image.pooler_output,
-            hidden_states=image.hidden_states,
-            attentions=image.attentions,
-        )
+        return _with_backbone_outputs(UniterForPreTrainingOutput, image, loss=loss, itc_loss=loss, itc_logits=logits)
 
 
 def _check_objective(objective, itc_image_ids):
@@ -893,7 +874,7 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
         if labels.ndim == 1:
             if labels.dtype.is_floating_point:
                 raise ValueError("VE labels of shape (batch,) must be integer class ids")
-            return _one_hot(labels, logits.shape[1]).to(logits.dtype)
+            return one_hot(labels, logits.shape[1]).to(logits.dtype)
         return super()._soft_targets(labels, logits)
 
 
@@ -976,13 +957,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
         logits = self.rank_output(outputs.pooler_output)
         loss = None
         if num_negatives is not None:
-            group = num_negatives + 1
-            if num_negatives < 1 or logits.shape[0] % group:
-                raise ValueError(
-                    f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole groups of "
-                    f"{group} pairs (positive first)"
-                )
-            scores = torch.sigmoid(logits.float()).view(-1, group)
+            scores = torch.sigmoid(negative_groups(logits, num_negatives))
             loss = torch.clamp(self.config.ranking_margin + scores[:, 1:] - scores[:, :1], min=0).mean()
         return _classifier_output(loss, logits, outputs)
 
@@ -1072,7 +1047,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
         else:
             logits = self._paired_attention(
                 outputs.last_hidden_state,
-                _text_length(input_ids, inputs_embeds),
+                text_length(input_ids, inputs_embeds),
                 pairs(attention_mask),
                 flat(region_attention_mask),
             )
@@ -1151,18 +1126,12 @@ class UniterForReferringExpression(UniterPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        text_length = _text_length(input_ids, inputs_embeds)
-        logits = self.re_output(outputs.last_hidden_state[:, text_length:]).squeeze(-1)
+        num_text = text_length(input_ids, inputs_embeds)
+        logits = self.re_output(outputs.last_hidden_state[:, num_text:]).squeeze(-1)
         if region_attention_mask is not None:
             logits = logits.masked_fill(region_attention_mask == 0, MASKED_SCORE)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return UniterReferringExpressionOutput(
-            loss=loss,
-            logits=logits,
-            last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        return _classifier_output(loss, logits, outputs)  # no pooler: pooler_output is None
 
 
 @auto_docstring(
@@ -1199,15 +1168,7 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
             `UniterMultipleChoiceOutput` with `logits` `(batch_size, num_choices)` and `pair_logits`
             `(batch_size, num_choices, 2)`; `hidden_states` cover the `batch_size * num_choices` pairs.
         """
-        text = input_ids if input_ids is not None else inputs_embeds
-        expected_ndim = 3 if input_ids is not None else 4
-        if text is None or text.ndim != expected_ndim:
-            shape = None if text is None else tuple(text.shape)
-            raise ValueError(
-                f"multiple choice needs input_ids of shape (batch, num_choices, T) (or inputs_embeds of shape "
-                f"(batch, num_choices, T, hidden)), got {shape}"
-            )
-        batch, choices = text.shape[:2]
+        batch, choices = text_with_choice_axis(input_ids, inputs_embeds).shape[:2]
 
         inputs = flatten_choices(
             dict(
@@ -1229,7 +1190,7 @@ class UniterForMultipleChoice(UniterPreTrainedModel):
         pair_logits = self.vcr_output(outputs.pooler_output).view(batch, choices, 2)
         loss = None
         if labels is not None:
-            targets = _one_hot(labels, choices).view(-1)
+            targets = one_hot(labels, choices).view(-1)
             loss = F.cross_entropy(pair_logits.view(-1, 2).float(), targets)
         return UniterMultipleChoiceOutput(
             loss=loss,

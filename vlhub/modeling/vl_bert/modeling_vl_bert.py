@@ -33,9 +33,14 @@ from ..layers import (
     BertOnlyMLMHead,
     BertPooler,
     BertPredictionHeadTransform,
+    check_region_layout,
     extended_attention_mask,
     flatten_choices,
+    labelled_tokens,
+    one_hot,
     soft_score_loss,
+    text_length,
+    text_with_choice_axis,
 )
 from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
 from .configuration_vl_bert import VlBertConfig
@@ -606,24 +611,7 @@ def _check_inputs(
             f"region_features must have shape (batch, num_regions, {config.region_feature_dim}), "
             f"got {tuple(region_features.shape)}{hint}"
         )
-    if region_locations is None:
-        raise ValueError(
-            "region_features were given without region_locations: pass the processor's full output "
-            "(region_locations of shape (batch, num_regions, 4))"
-        )
-    expected = (*regions.shape[:2], 4)
-    if tuple(region_locations.shape) != expected:
-        raise ValueError(f"region_locations must have shape {expected}, got {tuple(region_locations.shape)}")
-    if region_attention_mask is None and regions.shape[0] > 1:
-        raise ValueError(
-            "region_features of a batch of several images were given with no region_attention_mask: pass the "
-            "processor's full output (region_attention_mask of shape (batch, num_regions))"
-        )
-    if region_attention_mask is not None and tuple(region_attention_mask.shape) != tuple(regions.shape[:2]):
-        raise ValueError(
-            f"region_attention_mask must have shape {tuple(regions.shape[:2])}, "
-            f"got {tuple(region_attention_mask.shape)}"
-        )
+    check_region_layout(regions, region_locations, region_attention_mask, location_dim=4)
     if text.shape[0] != regions.shape[0]:
         raise ValueError(f"text batch ({text.shape[0]}) and region batch ({regions.shape[0]}) differ in size")
     if text_region_ids is not None and tuple(text_region_ids.shape) != tuple(text.shape[:2]):
@@ -731,39 +719,25 @@ class VlBertModel(VlBertPreTrainedModel):
         )
 
 
-def _text_length(input_ids, inputs_embeds) -> int:
-    return (input_ids if input_ids is not None else inputs_embeds).shape[1]
-
-
-def _backbone_kwargs(
-    input_ids,
-    attention_mask,
-    token_type_ids,
-    region_features,
-    region_locations,
-    region_attention_mask,
-    text_region_ids,
-    inputs_embeds,
-    pixel_values,
-    region_boxes,
-) -> dict:
-    return dict(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        token_type_ids=token_type_ids,
-        region_features=region_features,
-        region_locations=region_locations,
-        region_attention_mask=region_attention_mask,
-        text_region_ids=text_region_ids,
-        inputs_embeds=inputs_embeds,
-        pixel_values=pixel_values,
-        region_boxes=region_boxes,
-    )
-
-
 def _regions(region_features, region_boxes):
     """What says how many objects there are: the features (prec) or the boxes (e2e)."""
     return region_features if region_features is not None else region_boxes
+
+
+def _require_regions(task: str, region_features, region_boxes) -> None:
+    """A head that reads the objects refuses text-only input, naming the task (`"VQA needs"`, ...)."""
+    if _regions(region_features, region_boxes) is None:
+        raise ValueError(f"{task} the image's regions (region_features, or pixel_values and region_boxes)")
+
+
+def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
+    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
+    return output_class(
+        **fields,
+        last_hidden_state=outputs.last_hidden_state,
+        hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -816,42 +790,34 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
             `(batch_size, text_length, vocab_size)`) and `mvrc_logits` `(batch_size, num_regions, num_region_labels)`.
         """
         outputs = self.vl_bert(
-            **_backbone_kwargs(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                region_features,
-                region_locations,
-                region_attention_mask,
-                text_region_ids,
-                inputs_embeds,
-                pixel_values,
-                region_boxes,
-            ),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            text_region_ids=text_region_ids,
+            pixel_values=pixel_values,
+            region_boxes=region_boxes,
+            inputs_embeds=inputs_embeds,
             region_masks=region_masks,
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
-        text_length = _text_length(input_ids, inputs_embeds)
+        num_text = text_length(input_ids, inputs_embeds)
         has_regions = _regions(region_features, region_boxes) is not None
-        mvrc_logits = self.mvrc_head(sequence_output[:, text_length:-1]) if has_regions else None
+        mvrc_logits = self.mvrc_head(sequence_output[:, num_text:-1]) if has_regions else None
         if labels is not None:
             mlm_logits, losses = self._masked_language_modelling(
-                sequence_output[:, :text_length], labels, region_attention_mask, has_regions
+                sequence_output[:, :num_text], labels, region_attention_mask, has_regions
             )
         else:
-            mlm_logits, losses = self.cls(sequence_output[:, :text_length]), {}
+            mlm_logits, losses = self.cls(sequence_output[:, :num_text]), {}
         if region_class_targets is not None:
             losses["mvrc_loss"] = _masked_region_classification_loss(mvrc_logits, region_class_targets)
         loss = sum(losses.values()) if losses else None
-        return VlBertForPreTrainingOutput(
-            loss=loss,
-            **losses,
-            mlm_logits=mlm_logits,
-            mvrc_logits=mvrc_logits,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        return _with_backbone_outputs(
+            VlBertForPreTrainingOutput, outputs, loss=loss, **losses, mlm_logits=mlm_logits, mvrc_logits=mvrc_logits
         )
 
     def _masked_language_modelling(
@@ -859,12 +825,7 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The MLM logits at the labelled tokens (row-major over (example, position)) and the losses of the
         image-text rows (`mlm_loss`) and of the text-only rows (`text_only_mlm_loss`)."""
-        if labels.shape != text_output.shape[:2]:
-            raise ValueError(
-                f"labels must have shape (batch, text_length) = {tuple(text_output.shape[:2])}, "
-                f"got {tuple(labels.shape)}"
-            )
-        selected = labels >= 0
+        selected = labelled_tokens(labels, text_output)
         # Only the labelled tokens go through the vocabulary projection.
         mlm_logits = self.cls(text_output[selected])
         if region_attention_mask is not None:
@@ -964,37 +925,26 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_labels)`.
         """
-        if _regions(region_features, region_boxes) is None:
-            raise ValueError("VQA needs the image's regions (region_features, or pixel_values and region_boxes)")
+        _require_regions("VQA needs", region_features, region_boxes)
         outputs = self.vl_bert(
-            **_backbone_kwargs(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                region_features,
-                region_locations,
-                region_attention_mask,
-                text_region_ids,
-                inputs_embeds,
-                pixel_values,
-                region_boxes,
-            ),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            text_region_ids=text_region_ids,
+            pixel_values=pixel_values,
+            region_boxes=region_boxes,
+            inputs_embeds=inputs_embeds,
             **kwargs,
         )
         sequence_output = outputs.last_hidden_state
         positions = self.answer_positions(input_ids, attention_mask, inputs_embeds)
         answer_states = sequence_output[torch.arange(sequence_output.shape[0], device=positions.device), positions]
         logits = self.vqa_head(answer_states)
-        loss = None
-        if labels is not None:
-            loss = soft_score_loss(logits, labels)
-        return VlBertClassifierOutput(
-            loss=loss,
-            logits=logits,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        loss = soft_score_loss(logits, labels) if labels is not None else None
+        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(
@@ -1041,25 +991,22 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         Returns:
             `VlBertClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded objects.
         """
-        if _regions(region_features, region_boxes) is None:
-            raise ValueError("referring expressions need regions (region_features, or pixel_values and region_boxes)")
+        _require_regions("referring expressions need", region_features, region_boxes)
         outputs = self.vl_bert(
-            **_backbone_kwargs(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                region_features,
-                region_locations,
-                region_attention_mask,
-                text_region_ids,
-                inputs_embeds,
-                pixel_values,
-                region_boxes,
-            ),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            text_region_ids=text_region_ids,
+            pixel_values=pixel_values,
+            region_boxes=region_boxes,
+            inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        text_length = _text_length(input_ids, inputs_embeds)
-        scores = self.re_head(outputs.last_hidden_state[:, text_length:-1]).squeeze(-1)
+        num_text = text_length(input_ids, inputs_embeds)
+        scores = self.re_head(outputs.last_hidden_state[:, num_text:-1]).squeeze(-1)
         real = (
             region_attention_mask.bool()
             if region_attention_mask is not None
@@ -1073,27 +1020,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
                     f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, got {tuple(labels.shape)}"
                 )
             loss = F.binary_cross_entropy_with_logits(scores.float()[real], labels.float()[real])
-        return VlBertClassifierOutput(
-            loss=loss,
-            logits=logits,
-            last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-
-
-def _check_choice_inputs(input_ids, inputs_embeds, region_features, region_boxes):
-    """The text of a multiple-choice batch, checked to have a choice axis, and the image's regions checked to be
-    there; apart from `VlBertForMultipleChoice.forward` so that it stays one screen."""
-    text = input_ids if input_ids is not None else inputs_embeds
-    if text is None or text.ndim != (3 if input_ids is not None else 4):
-        raise ValueError(
-            "multiple choice needs input_ids of shape (batch, num_choices, text_length) (or inputs_embeds of "
-            f"shape (batch, num_choices, text_length, hidden)), got {None if text is None else tuple(text.shape)}"
-        )
-    if _regions(region_features, region_boxes) is None:
-        raise ValueError("VCR needs the image's regions (region_features, or pixel_values and region_boxes)")
-    return text
+        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(
@@ -1144,7 +1071,8 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
             `VlBertMultipleChoiceOutput` with `logits` `(batch_size, num_choices)`; `hidden_states` cover the
             `batch_size * num_choices` sequences.
         """
-        text = _check_choice_inputs(input_ids, inputs_embeds, region_features, region_boxes)
+        text = text_with_choice_axis(input_ids, inputs_embeds)
+        _require_regions("VCR needs", region_features, region_boxes)
         batch, choices = text.shape[:2]
         flat = flatten_choices(
             dict(
@@ -1167,7 +1095,7 @@ class VlBertForMultipleChoice(VlBertPreTrainedModel):
         logits = self.vcr_head(outputs.pooler_output).view(batch, choices)
         losses = []
         if labels is not None:
-            targets = (labels.unsqueeze(-1) == torch.arange(choices, device=labels.device)).float()
+            targets = one_hot(labels, choices).float()
             losses.append(F.binary_cross_entropy_with_logits(logits.float(), targets))
         region_logits = region_loss = None
         if self.vcr_region_head is not None:

@@ -67,8 +67,9 @@ def both_streams(tester, inputs) -> dict:
 
 
 def caption(tester, inputs) -> dict:
-    """Captions are causal and unpadded prefixes."""
-    return {**inputs, "attention_mask": torch.ones_like(inputs["attention_mask"])}
+    """Captions are causal and unpadded prefixes (a batch without an attention mask stays without one)."""
+    mask = inputs.get("attention_mask")
+    return {**inputs, "attention_mask": None if mask is None else torch.ones_like(mask)}
 
 
 def pretraining_targets(tester, inputs) -> dict:

@@ -408,6 +408,9 @@ inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`,
     Word embeddings instead of `input_ids`.
 labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
     The next word at every position (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
+shift_labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
+    Targets already aligned with the logits, as transformers' causal LMs take them under sequence or context
+    parallelism (the trainer shifts the whole sequence before sharding it): they replace `labels` in the loss.
 logits_to_keep (`int`, defaults to 0):
     Compute the logits of the last `logits_to_keep` positions only (0 = all).
 """
@@ -1334,6 +1337,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         use_cache: bool | None = None,
         labels: torch.LongTensor | None = None,
         logits_to_keep: int = 0,
+        shift_labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenCaptioningOutput:
         r"""
@@ -1357,7 +1361,9 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         if logits_to_keep:
             states = states[:, -logits_to_keep:]
         logits = self.lm_head(states)
-        loss = _token_loss(logits, labels, self.config.label_smoothing) if labels is not None else None
+        # TDEN's labels are aligned with the logits already; pre-shifted targets, when given, are the ones to train on.
+        targets = shift_labels if shift_labels is not None else labels
+        loss = _token_loss(logits, targets, self.config.label_smoothing) if targets is not None else None
         return TdenCaptioningOutput(
             loss=loss,
             logits=logits,

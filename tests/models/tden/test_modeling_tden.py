@@ -32,6 +32,43 @@ pytestmark = NOT_YET_SORTED
 
 NUM_REGION_LABELS = 11
 
+# The hidden-state records each class returns with `output_hidden_states` on the tester's inputs: one per block and
+# stream it runs (the sentence encoder over the understanding stream and over the generation stream, the object
+# encoder, the cross-modal encoder, the decoder), as transformers' multi-stream models return them (LXMERT's heads).
+HIDDEN_STATE_RECORDS = {
+    "TdenModel": (
+        "hidden_states",
+        "generation_hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    "TdenForPreTraining": (
+        "hidden_states",
+        "generation_hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    # Captioning: the generation stream only (its sentence encoder is `hidden_states`), no cross-modal encoder.
+    "TdenForConditionalGeneration": ("hidden_states", "vision_hidden_states", "decoder_hidden_states"),
+    # VQA and VCR: the decoder reads the understanding stream bidirectionally (`bidirectional_decoder`).
+    "TdenForQuestionAnswering": (
+        "hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    "TdenForMultipleChoice": (
+        "hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    # Retrieval: no cross-modal encoder, no decoder.
+    "TdenForImageTextRetrieval": ("hidden_states", "vision_hidden_states"),
+}
+
 
 class TdenModelTester(RegionModelTester):
     """Every block (sentence, object, cross-modal encoders, decoder) 2 layers of 32. One config serves every head:
@@ -114,3 +151,35 @@ class TdenModelTest(CaptionerTestMixin, RegionModelTestMixin, ModelTesterMixin, 
         },
         "TdenForMultipleChoice": class_labels(3),
     }
+
+    def test_attention_outputs(self):
+        """transformers' check, one class at a time: `output_hidden_states` adds one record per stream the class runs
+        (`HIDDEN_STATE_RECORDS`), which the mixin reads from the tester's `num_hidden_states_types`."""
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class.__name__):
+                self.model_tester.num_hidden_states_types = len(HIDDEN_STATE_RECORDS[model_class.__name__])
+                self.all_model_classes = (model_class,)
+                try:
+                    super().test_attention_outputs()
+                finally:
+                    del self.all_model_classes  # the class's tuple again
+
+    def test_hidden_state_records(self):
+        """The records each class returns are the ones `HIDDEN_STATE_RECORDS` names (the mixin counts them only),
+        with one attention record beside each hidden-state record, and `decoder_cross_attentions` with the decoder."""
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class.__name__):
+                model = model_class(config).eval()
+                with torch.no_grad():
+                    outputs = model(
+                        **self._prepare_for_class(inputs_dict, model_class),
+                        output_hidden_states=True,
+                        output_attentions=True,
+                    )
+                expected = HIDDEN_STATE_RECORDS[model_class.__name__]
+                self.assertEqual({key for key in outputs if key.endswith("hidden_states")}, set(expected))
+                attentions = {name.replace("hidden_states", "attentions") for name in expected}
+                if "decoder_hidden_states" in expected:
+                    attentions.add("decoder_cross_attentions")
+                self.assertEqual({key for key in outputs if key.endswith("attentions")}, attentions)

@@ -15,8 +15,8 @@ from vlhub import (
     TdenModel,
 )
 
+from ...model_checks import assert_outputs_close
 from ..region_testers import (
-    NOT_YET_SORTED,
     CaptionerTestMixin,
     RegionModelTestMixin,
     RegionModelTester,
@@ -27,8 +27,6 @@ from ..region_testers import (
     soft_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
-
-pytestmark = NOT_YET_SORTED
 
 NUM_REGION_LABELS = 11
 
@@ -71,7 +69,10 @@ HIDDEN_STATE_RECORDS = {
 
 
 class TdenModelTester(RegionModelTester):
-    """Every block (sentence, object, cross-modal encoders, decoder) 2 layers of 32. One config serves every head:
+    """The sentence encoder 2 layers of 32 (the mixin's `num_hidden_layers`), the object encoder, the cross-modal
+    encoder and the decoder one layer each: every parameter of the six classes is compared per dtype by
+    `test_bc_torch_dtype`, and 2 layers per block made it 1016 tensors (7112 subtests, about 50 s). One config serves
+    every head:
     the decoder reads the question bidirectionally without generation tokens (VQA, VCR) and one label (the VCR
     head's one logit per choice; the VQA head then scores one answer). The hidden states the mixin reads are the
     sentence encoder's (`seq_length` = the text)."""
@@ -82,9 +83,9 @@ class TdenModelTester(RegionModelTester):
             TdenConfig,
             region_location_dim=5,
             config_overrides={
-                "num_visual_layers": 2,
-                "num_cross_encoder_layers": 2,
-                "num_decoder_layers": 2,
+                "num_visual_layers": 1,
+                "num_cross_encoder_layers": 1,
+                "num_decoder_layers": 1,
                 "num_region_labels": NUM_REGION_LABELS,
                 "similarity_pooler_size": 24,
                 "classifier_pooler_size": 20,
@@ -183,3 +184,23 @@ class TdenModelTest(CaptionerTestMixin, RegionModelTestMixin, ModelTesterMixin, 
                 if "decoder_hidden_states" in expected:
                     attentions.add("decoder_cross_attentions")
                 self.assertEqual({key for key in outputs if key.endswith("attentions")}, attentions)
+
+    def test_eager_matches_sdpa_every_stream(self):
+        """With every stream's records on the heads, the mixin's eager-vs-sdpa check reads `vision_hidden_states` (the
+        object encoder only): here every output (logits and each stream's hidden states) is compared, with the
+        tester's padded masks and with no attention mask at all."""
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            for attention_mask in (inputs_dict["attention_mask"], None):
+                with self.subTest(model_class.__name__, attention_mask=attention_mask is not None):
+                    eager = model_class._from_config(config, attn_implementation="eager").eval()
+                    sdpa = model_class._from_config(config, attn_implementation="sdpa").eval()
+                    sdpa.load_state_dict(eager.state_dict())
+                    inputs = self._prepare_for_class({**inputs_dict, "attention_mask": attention_mask}, model_class)
+                    with torch.no_grad():
+                        assert_outputs_close(
+                            sdpa(**inputs, output_hidden_states=True),
+                            eager(**inputs, output_hidden_states=True),
+                            atol=1e-5,
+                            what=f"{model_class.__name__} sdpa vs eager",
+                        )

@@ -15,8 +15,8 @@ from vlhub import (
     TdenModel,
 )
 
+from ...model_checks import assert_outputs_close
 from ..region_testers import (
-    NOT_YET_SORTED,
     CaptionerTestMixin,
     RegionModelTestMixin,
     RegionModelTester,
@@ -28,13 +28,51 @@ from ..region_testers import (
 )
 from ..transformers_mixins import ModelTesterMixin
 
-pytestmark = NOT_YET_SORTED
-
 NUM_REGION_LABELS = 11
+
+# The hidden-state records each class returns with `output_hidden_states` on the tester's inputs: one per block and
+# stream it runs (the sentence encoder over the understanding stream and over the generation stream, the object
+# encoder, the cross-modal encoder, the decoder), as transformers' multi-stream models return them (LXMERT's heads).
+HIDDEN_STATE_RECORDS = {
+    "TdenModel": (
+        "hidden_states",
+        "generation_hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    "TdenForPreTraining": (
+        "hidden_states",
+        "generation_hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    # Captioning: the generation stream only (its sentence encoder is `hidden_states`), no cross-modal encoder.
+    "TdenForConditionalGeneration": ("hidden_states", "vision_hidden_states", "decoder_hidden_states"),
+    # VQA and VCR: the decoder reads the understanding stream bidirectionally (`bidirectional_decoder`).
+    "TdenForQuestionAnswering": (
+        "hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    "TdenForMultipleChoice": (
+        "hidden_states",
+        "vision_hidden_states",
+        "cross_encoder_hidden_states",
+        "decoder_hidden_states",
+    ),
+    # Retrieval: no cross-modal encoder, no decoder.
+    "TdenForImageTextRetrieval": ("hidden_states", "vision_hidden_states"),
+}
 
 
 class TdenModelTester(RegionModelTester):
-    """Every block (sentence, object, cross-modal encoders, decoder) 2 layers of 32. One config serves every head:
+    """The sentence encoder 2 layers of 32 (the mixin's `num_hidden_layers`), the object encoder, the cross-modal
+    encoder and the decoder one layer each: every parameter of the six classes is compared per dtype by
+    `test_bc_torch_dtype`, and 2 layers per block made it 1016 tensors (7112 subtests, about 50 s). One config serves
+    every head:
     the decoder reads the question bidirectionally without generation tokens (VQA, VCR) and one label (the VCR
     head's one logit per choice; the VQA head then scores one answer). The hidden states the mixin reads are the
     sentence encoder's (`seq_length` = the text)."""
@@ -45,9 +83,9 @@ class TdenModelTester(RegionModelTester):
             TdenConfig,
             region_location_dim=5,
             config_overrides={
-                "num_visual_layers": 2,
-                "num_cross_encoder_layers": 2,
-                "num_decoder_layers": 2,
+                "num_visual_layers": 1,
+                "num_cross_encoder_layers": 1,
+                "num_decoder_layers": 1,
                 "num_region_labels": NUM_REGION_LABELS,
                 "similarity_pooler_size": 24,
                 "classifier_pooler_size": 20,
@@ -67,8 +105,9 @@ def both_streams(tester, inputs) -> dict:
 
 
 def caption(tester, inputs) -> dict:
-    """Captions are causal and unpadded prefixes."""
-    return {**inputs, "attention_mask": torch.ones_like(inputs["attention_mask"])}
+    """Captions are causal and unpadded prefixes (a batch without an attention mask stays without one)."""
+    mask = inputs.get("attention_mask")
+    return {**inputs, "attention_mask": None if mask is None else torch.ones_like(mask)}
 
 
 def pretraining_targets(tester, inputs) -> dict:
@@ -113,3 +152,55 @@ class TdenModelTest(CaptionerTestMixin, RegionModelTestMixin, ModelTesterMixin, 
         },
         "TdenForMultipleChoice": class_labels(3),
     }
+
+    def test_attention_outputs(self):
+        """transformers' check, one class at a time: `output_hidden_states` adds one record per stream the class runs
+        (`HIDDEN_STATE_RECORDS`), which the mixin reads from the tester's `num_hidden_states_types`."""
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class.__name__):
+                self.model_tester.num_hidden_states_types = len(HIDDEN_STATE_RECORDS[model_class.__name__])
+                self.all_model_classes = (model_class,)
+                try:
+                    super().test_attention_outputs()
+                finally:
+                    del self.all_model_classes  # the class's tuple again
+
+    def test_hidden_state_records(self):
+        """The records each class returns are the ones `HIDDEN_STATE_RECORDS` names (the mixin counts them only),
+        with one attention record beside each hidden-state record, and `decoder_cross_attentions` with the decoder."""
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            with self.subTest(model_class.__name__):
+                model = model_class(config).eval()
+                with torch.no_grad():
+                    outputs = model(
+                        **self._prepare_for_class(inputs_dict, model_class),
+                        output_hidden_states=True,
+                        output_attentions=True,
+                    )
+                expected = HIDDEN_STATE_RECORDS[model_class.__name__]
+                self.assertEqual({key for key in outputs if key.endswith("hidden_states")}, set(expected))
+                attentions = {name.replace("hidden_states", "attentions") for name in expected}
+                if "decoder_hidden_states" in expected:
+                    attentions.add("decoder_cross_attentions")
+                self.assertEqual({key for key in outputs if key.endswith("attentions")}, attentions)
+
+    def test_eager_matches_sdpa_every_stream(self):
+        """With every stream's records on the heads, the mixin's eager-vs-sdpa check reads `vision_hidden_states` (the
+        object encoder only): here every output (logits and each stream's hidden states) is compared, with the
+        tester's padded masks and with no attention mask at all."""
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            for attention_mask in (inputs_dict["attention_mask"], None):
+                with self.subTest(model_class.__name__, attention_mask=attention_mask is not None):
+                    eager = model_class._from_config(config, attn_implementation="eager").eval()
+                    sdpa = model_class._from_config(config, attn_implementation="sdpa").eval()
+                    sdpa.load_state_dict(eager.state_dict())
+                    inputs = self._prepare_for_class({**inputs_dict, "attention_mask": attention_mask}, model_class)
+                    with torch.no_grad():
+                        assert_outputs_close(
+                            sdpa(**inputs, output_hidden_states=True),
+                            eager(**inputs, output_hidden_states=True),
+                            atol=1e-5,
+                            what=f"{model_class.__name__} sdpa vs eager",
+                        )

@@ -23,7 +23,7 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 """
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
 # their modeling files, which import BERT; BERT must not be half-imported at that moment.
@@ -186,6 +186,24 @@ class TdenForPreTrainingOutput(ModelOutput):
         As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
+    generation_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.generation_hidden_states`.
+    generation_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.generation_attentions`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.vision_attentions`.
+    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.cross_encoder_hidden_states`.
+    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.cross_encoder_attentions`.
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.decoder_hidden_states`.
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_attentions`.
+    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -201,6 +219,15 @@ class TdenForPreTrainingOutput(ModelOutput):
     image_embeds: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    generation_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    generation_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring(
@@ -225,9 +252,21 @@ class TdenCaptioningOutput(CausalLMOutputWithPast):
         The sentence encoder's self-attention per layer, `(batch, num_attention_heads, length, past + length)`.
     decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
         The decoder's input and one entry per decoder layer, each `(batch, length, hidden_size)`.
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.vision_hidden_states` (`None` at the decoding steps that reuse the cached regions).
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.vision_attentions` (`None` at the decoding steps that reuse the cached regions).
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_attentions`.
+    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
@@ -264,6 +303,20 @@ class TdenQuestionAnsweringOutput(ModelOutput):
         As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.vision_attentions`.
+    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.cross_encoder_hidden_states`.
+    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.cross_encoder_attentions`.
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.decoder_hidden_states`.
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_attentions`.
+    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -272,6 +325,13 @@ class TdenQuestionAnsweringOutput(ModelOutput):
     generation_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
@@ -296,6 +356,10 @@ class TdenRetrievalOutput(ModelOutput):
         As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.vision_hidden_states`.
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.vision_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -306,6 +370,8 @@ class TdenRetrievalOutput(ModelOutput):
     image_embeds: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
@@ -320,12 +386,33 @@ class TdenMultipleChoiceOutput(ModelOutput):
         As `TdenModelOutput.hidden_states`, one row per (example, choice).
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         As `TdenModelOutput.attentions`, one row per (example, choice).
+    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.vision_hidden_states`, one row per (example, choice).
+    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.vision_attentions`, one row per (example, choice).
+    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.cross_encoder_hidden_states`, one row per (example, choice).
+    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.cross_encoder_attentions`, one row per (example, choice).
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
+        As `TdenModelOutput.decoder_hidden_states`, one row per (example, choice).
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_attentions`, one row per (example, choice).
+    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
+        As `TdenModelOutput.decoder_cross_attentions`, one row per (example, choice).
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # What auto_docstring does not know of TDEN's inputs, or knows only in general terms.
@@ -408,6 +495,9 @@ inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, hidden_size)`,
     Word embeddings instead of `input_ids`.
 labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
     The next word at every position (`w1 ... wn [SEP]`, the original's targets); negative values are ignored.
+shift_labels (`torch.LongTensor` of shape `(batch_size, length)`, *optional*):
+    Targets already aligned with the logits, as transformers' causal LMs take them under sequence or context
+    parallelism (the trainer shifts the whole sequence before sharding it): they replace `labels` in the loss.
 logits_to_keep (`int`, defaults to 0):
     Compute the logits of the last `logits_to_keep` positions only (0 = all).
 """
@@ -731,6 +821,14 @@ _RECORDED_OUTPUTS = {
     "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
 }
 _GENERATION_FIELDS = {"hidden_states": "generation_hidden_states", "attentions": "generation_attentions"}
+_STREAM_RECORD_FIELDS = (*_RECORDED_OUTPUTS, *_GENERATION_FIELDS.values())
+
+
+def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
+    """The per-layer records of `outputs` (hidden states and attentions of every stream) that a head's output class
+    declares: a head passes on those of the streams it runs, as transformers' multi-stream heads do (LXMERT's)."""
+    declared = {field.name for field in fields(output_class)}
+    return {name: outputs.get(name) for name in _STREAM_RECORD_FIELDS if name in declared}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
@@ -1135,8 +1233,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             similarity=similarity,
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            **_stream_records(outputs, TdenForPreTrainingOutput),
         )
 
     def _image_sentence_matching(
@@ -1334,6 +1431,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         use_cache: bool | None = None,
         labels: torch.LongTensor | None = None,
         logits_to_keep: int = 0,
+        shift_labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TdenCaptioningOutput:
         r"""
@@ -1357,14 +1455,11 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         if logits_to_keep:
             states = states[:, -logits_to_keep:]
         logits = self.lm_head(states)
-        loss = _token_loss(logits, labels, self.config.label_smoothing) if labels is not None else None
+        # TDEN's labels are aligned with the logits already; pre-shifted targets, when given, are the ones to train on.
+        targets = shift_labels if shift_labels is not None else labels
+        loss = _token_loss(logits, targets, self.config.label_smoothing) if targets is not None else None
         return TdenCaptioningOutput(
-            loss=loss,
-            logits=logits,
-            **cache_argument(outputs.cache),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            decoder_hidden_states=outputs.decoder_hidden_states,
+            loss=loss, logits=logits, **cache_argument(outputs.cache), **_stream_records(outputs, TdenCaptioningOutput)
         )
 
 
@@ -1433,8 +1528,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             logits=scores,
             understanding_logits=understanding,
             generation_logits=generation,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            **_stream_records(outputs, TdenQuestionAnsweringOutput),
         )
 
 
@@ -1515,8 +1609,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
             logits_per_image=logits_per_text.t(),
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            **_stream_records(outputs, TdenRetrievalOutput),
         )
 
 
@@ -1599,6 +1692,4 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return TdenMultipleChoiceOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return TdenMultipleChoiceOutput(loss=loss, logits=logits, **_stream_records(outputs, TdenMultipleChoiceOutput))

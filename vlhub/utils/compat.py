@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 from transformers.modeling_outputs import CausalLMOutputWithPast
-from transformers.utils import logging
 
 __all__ = ["CACHE_NAME", "cache_argument", "accepts_past_key_values", "pipeline_generate_kwargs"]
-
-logger = logging.get_logger(__name__)
 
 #: The installed transformers' name for the key/value cache: "cache" from 5.24 on, "past_key_values" before.
 CACHE_NAME = (
@@ -47,7 +45,7 @@ def cache_argument(cache) -> dict:
 def accepts_past_key_values(forward):
     """Decorate a vlhub `forward` whose cache parameter is `cache` so that it also takes the cache as
     `past_key_values=` (what `generate()` passes before transformers 5.24, and what code written for those versions
-    says). Given both, it raises; from 5.24 on the old name logs transformers' deprecation notice once."""
+    says). Given both, it raises; from 5.24 on the old name warns (`FutureWarning`), as transformers' models do."""
 
     @functools.wraps(forward)
     def forward_taking_either_name(*args, **kwargs):
@@ -61,7 +59,13 @@ def accepts_past_key_values(forward):
                     )
             else:
                 if CACHE_NAME == "cache":
-                    logger.warning_once("`past_key_values` is deprecated (transformers 5.24): use `cache` instead")
+                    # transformers' own models warn on every such call (`deprecate_kwarg`), with this wording
+                    warnings.warn(
+                        f"`past_key_values` is deprecated and will be removed in version 5.40.0 for "
+                        f"`{forward.__qualname__}`. Use `cache` instead.",
+                        FutureWarning,
+                        stacklevel=2,
+                    )
                 kwargs["cache"] = legacy
         return forward(*args, **kwargs)
 

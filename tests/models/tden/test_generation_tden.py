@@ -8,34 +8,15 @@ the decoder, with the decoder's cross-attention keys over the regions computed o
 
 import torch
 
-from vlhub import TdenConfig, TdenForConditionalGeneration
+from vlhub import TdenForConditionalGeneration
 from vlhub.utils.compat import CACHE_NAME
 
 from ...generation_checks import BATCH, GenerationChecks
+from ...test_tden_transformers_checks import FEATURES, REGIONS, tiny_config
 
-REGIONS, FEATURES, WORDS = 4, 8, 3
+WORDS = 3
 PROMPT = 1 + WORDS  # [CLS] w w w
-
-
-def tiny_config(**overrides) -> TdenConfig:
-    settings = dict(
-        vocab_size=30,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_visual_layers=1,
-        num_cross_encoder_layers=0,
-        num_decoder_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=24,
-        region_feature_dim=FEATURES,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        bos_token_id=2,
-        eos_token_id=3,
-        pad_token_id=0,
-    )
-    return TdenConfig(**{**settings, **overrides})
+VOCAB = tiny_config().vocab_size
 
 
 def build(seed=0, **overrides) -> TdenForConditionalGeneration:
@@ -46,7 +27,7 @@ def build(seed=0, **overrides) -> TdenForConditionalGeneration:
 def prompt(batch=BATCH, seed=0) -> dict:
     """`[CLS] w w w` and random regions (the last example's last region padded)."""
     g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, 30, (batch, PROMPT), generator=g)
+    input_ids = torch.randint(5, VOCAB, (batch, PROMPT), generator=g)
     input_ids[:, 0] = 2
     region_attention_mask = torch.ones(batch, REGIONS, dtype=torch.long)
     region_attention_mask[-1, -1] = 0

@@ -9,36 +9,15 @@ per candidate token in assisted decoding, and the same captions for a left-padde
 import pytest
 import torch
 
-from vlhub import UnifiedVlpConfig, UnifiedVlpForConditionalGeneration
+from vlhub import UnifiedVlpForConditionalGeneration
 from vlhub.utils.compat import CACHE_NAME
 
 from ...generation_checks import BATCH, GenerationChecks, generate, left_padded
+from ...test_unified_vlp_transformers_checks import CLASSES, FEATURES, REGIONS, tiny_config
 
-REGIONS, FEATURES, CLASSES, WORDS = 3, 8, 4, 2
-PROMPT = REGIONS + 2 + WORDS  # [CLS] r r r [SEP] w w
-
-
-def tiny_config(**overrides) -> UnifiedVlpConfig:
-    settings = dict(
-        vocab_size=30,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=24,
-        num_regions=REGIONS,
-        region_feature_dim=FEATURES,
-        region_embed_dim=12,
-        region_location_dim=6 + CLASSES,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        pad_token_id=0,
-        region_token_id=1,
-        bos_token_id=2,
-        eos_token_id=3,
-        mask_token_id=4,
-    )
-    return UnifiedVlpConfig(**{**settings, **overrides})
+WORDS = 2
+PROMPT = REGIONS + 2 + WORDS  # [CLS] r r r r [SEP] w w
+VOCAB = tiny_config().vocab_size
 
 
 def build(seed=0, **overrides) -> UnifiedVlpForConditionalGeneration:
@@ -47,9 +26,9 @@ def build(seed=0, **overrides) -> UnifiedVlpForConditionalGeneration:
 
 
 def prompt(batch=BATCH, seed=0) -> dict:
-    """`[CLS] r r r [SEP] w w` with random regions (the last example's last region slot padded)."""
+    """`[CLS] r r r r [SEP] w w` with random regions (the last example's last region slot padded)."""
     g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, 30, (batch, PROMPT), generator=g)
+    input_ids = torch.randint(5, VOCAB, (batch, PROMPT), generator=g)
     input_ids[:, 0], input_ids[:, 1 : REGIONS + 1], input_ids[:, REGIONS + 1] = 2, 1, 3
     region_attention_mask = torch.ones(batch, REGIONS, dtype=torch.long)
     region_attention_mask[-1, -1] = 0
@@ -104,7 +83,7 @@ def test_several_prediction_slots_equal_one_step_at_a_time():
     steps, and the cache keeps only the real tokens."""
     model = build()
     inputs = prompt()
-    words = torch.randint(5, 30, (BATCH, 3), generator=torch.Generator().manual_seed(3))
+    words = torch.randint(5, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(3))
     prefix = model(**inputs, use_cache=True, predict_next=True)
     cache = getattr(prefix, CACHE_NAME)
     together = model(

@@ -14,7 +14,6 @@ from vlhub import (
 )
 
 from ..region_testers import (
-    NOT_YET_SORTED,
     CaptionerTestMixin,
     RegionModelTestMixin,
     RegionModelTester,
@@ -23,8 +22,6 @@ from ..region_testers import (
     soft_labels,
 )
 from ..transformers_mixins import ModelTesterMixin, ids_tensor
-
-pytestmark = NOT_YET_SORTED
 
 PAD, REGION, CLS, SEP, MASK = 0, 1, 2, 3, 4
 NUM_REGIONS, NUM_CLASSES, NUM_ANSWERS = 3, 5, 5
@@ -92,3 +89,11 @@ class UnifiedVlpModelTest(CaptionerTestMixin, RegionModelTestMixin, ModelTesterM
         "UnifiedVlpForConditionalGeneration": masked_position_labels,
         "UnifiedVlpForQuestionAnswering": soft_labels(NUM_ANSWERS),
     }
+
+    def _logits_scored_by_loss(self, model, logits):
+        """The captioner's loss is on the masked positions only (`masked_position_labels`: the first word), which is
+        what `shift_labels` lines up with; its logits without `masked_positions` cover the whole sequence."""
+        if isinstance(model, UnifiedVlpForConditionalGeneration):
+            start = self.model_tester.text_start
+            return logits[:, start : start + 1]
+        return logits

@@ -718,6 +718,9 @@ class UnifiedVlpForConditionalGeneration(
         Returns:
             `CausalLMOutputWithPast`: `logits` `(batch_size, sequence_length | num_masked | slots, vocab_size)`.
         """
+        # Sequence/context-parallel training passes the targets already aligned with the logits as `shift_labels`,
+        # which then replace `labels` (as in transformers' causal LMs); this head's `labels` are aligned already.
+        shift_labels = kwargs.pop("shift_labels", None)
         slots = 0
         if predict_next:
             if labels is not None or masked_positions is not None:
@@ -764,7 +767,9 @@ class UnifiedVlpForConditionalGeneration(
         elif logits_to_keep:
             sequence_output = sequence_output[:, -logits_to_keep:]
         logits = self.cls(sequence_output)
-        loss = _masked_lm_loss(logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = _masked_lm_loss(logits, labels if shift_labels is None else shift_labels)
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, **cache_argument(cache), hidden_states=hidden_states, attentions=attentions
         )

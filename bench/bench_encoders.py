@@ -306,14 +306,17 @@ def vqa_pipelines(model, text: int, regions: int) -> tuple[dict, object, dict]:
     from vlhub.registry import get_architecture
 
     config = model.config
-    words = [f"w{i}" for i in range(config.vocab_size - 5)]
+    # BERT's vocabulary layout (the released configs name [MASK] as 103), with made-up words
+    vocab = [f"w{i}" for i in range(config.vocab_size)]
+    vocab[0], vocab[100:104] = "[PAD]", ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = vocab[1000:]
     with tempfile.TemporaryDirectory() as folder:
-        vocab = Path(folder) / "vocab.txt"
-        vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-        tokenizer = BertTokenizer(vocab_file=str(vocab), do_lower_case=False)
+        (Path(folder) / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tokenizer = BertTokenizer(vocab=str(Path(folder) / "vocab.txt"), do_lower_case=False)
     processor = get_architecture(config.model_type).build_processor(
         tokenizer, config.region_feature_dim, max_regions=max(regions, 10)
     )
+    processor = processor.for_task("vqa")
     generator = torch.Generator().manual_seed(0)
     xy = torch.rand(regions, 2, generator=generator) * 300
     example = {
@@ -323,7 +326,7 @@ def vqa_pipelines(model, text: int, regions: int) -> tuple[dict, object, dict]:
             image_size=(600, 800),
             scores=torch.linspace(0.99, 0.3, regions),
         ),
-        "question": " ".join(words[1000 : 1000 + text - 2]),  # [CLS] question [SEP]: `text` tokens
+        "question": " ".join(words[: text - 2]),  # [CLS] question [SEP]: `text` tokens (VL-BERT adds an answer slot)
     }
     built = {
         "pipeline": pipeline("visual-question-answering", model=model, processor=processor),

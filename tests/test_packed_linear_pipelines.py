@@ -11,6 +11,7 @@ from vlhub.modeling.packed_linear import PackedLinear, packed_linear_available
 
 from .helpers import random_regions, save_tiny
 from .test_unified_vlp_modeling import make_regions
+from .test_pipelines import vqa_folder  # noqa: F401  (a fixture)
 from .test_unified_vlp_pipelines import captioner_folder  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="this torch build has no oneDNN")
@@ -40,15 +41,7 @@ def assert_same_scores(packed: list, plain: list, key: str) -> None:
         assert got[key] == pytest.approx(expected[key], rel=RELATIVE, abs=1e-7)
 
 
-@pytest.fixture
-def vqa_folder(tmp_path, tiny_uniter_config, tiny_vocab):
-    tiny_uniter_config.id2label = {0: "yes", 1: "no", 2: "red", 3: "blue", 4: "two"}
-    tiny_uniter_config.label2id = {v: k for k, v in tiny_uniter_config.id2label.items()}
-    save_tiny(tmp_path / "vqa", vlhub.UniterForQuestionAnswering, tiny_uniter_config, tiny_vocab)
-    return tmp_path / "vqa"
-
-
-def test_vqa_pipeline_packs_by_default_with_the_same_answers(vqa_folder):
+def test_vqa_pipeline_packs_by_default_with_the_same_answers(vqa_folder):  # noqa: F811
     packed, plain = packed_and_plain("visual-question-answering", vqa_folder)
     for batch_size in (1, 3):
         got = packed(image=REGION_SETS, question=QUESTIONS, top_k=5, batch_size=batch_size)
@@ -78,7 +71,7 @@ def test_captioning_pipeline_packs_by_default_with_the_same_captions(captioner_f
         assert got == plain(regions, batch_size=2, generate_kwargs={"max_new_tokens": 8, **settings})
 
 
-def test_packing_does_not_engage_for_other_dtypes_or_training(vqa_folder):
+def test_packing_does_not_engage_for_other_dtypes_or_training(vqa_folder):  # noqa: F811
     double = pipeline("visual-question-answering", model=str(vqa_folder), dtype=torch.float64)
     assert double.packed_linears == 0 and packed_layers(double.model) == 0
     packed, plain = packed_and_plain("visual-question-answering", vqa_folder)
@@ -94,6 +87,6 @@ def test_packing_does_not_engage_for_other_dtypes_or_training(vqa_folder):
         assert torch.equal(got, expected)  # F.linear itself when a gradient is needed
 
 
-def test_pack_linear_weights_must_be_a_bool(vqa_folder):
+def test_pack_linear_weights_must_be_a_bool(vqa_folder):  # noqa: F811
     with pytest.raises(TypeError, match="pack_linear_weights must be True or False"):
         pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights="no")

@@ -24,6 +24,12 @@ fp32 batch sizes. Its FLOPs are counted the same way (they should match vlhub's)
 vlhub's when the case can copy the original's weights into vlhub's model (through vlhub's converter), and the
 speed-up of each vlhub attention implementation over the original is printed per batch size. With several cases,
 name the case: `--original-checkout vl_bert=~/VL-BERT vilbert=~/vilbert-multi-task`.
+
+`--pipeline` times what a user gets instead: `pipeline("visual-question-answering")` answering one question about
+one image's `RegionFeatures` (`--regions` detected regions, default 36; the processor may add a whole-image region)
+with its default (linear weights packed for float32 CPU inference), the same pipeline with `pack_linear_weights=False`,
+and the plain model's forward on the same encoded example (and the original code's forward on an example of the same
+size when `--original-checkout` names the case), in interleaved rounds at batch 1, fp32; then the speed-ups.
 """
 
 from __future__ import annotations
@@ -164,6 +170,12 @@ def main() -> None:
         metavar="[CASE=]PATH",
         help="a checkout of the case's original repository: time the original code beside vlhub's",
     )
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="time the VQA pipeline at batch 1 from RegionFeatures (packed by default, and plain) beside the "
+        "model's forward and the original code's (with --original-checkout), fp32, instead of the encoder table",
+    )
     args = parser.parse_args()
     names = args.encoders or available_cases()
     unknown = sorted(set(names) - set(available_cases()))
@@ -187,6 +199,11 @@ def main() -> None:
         f" {'% peak':>7s}  note"
     )
 
+    if args.pipeline:
+        for name in names:
+            case = importlib.import_module(f"encoders.{name}")
+            compare_pipeline(case, checkouts.get(name), args, device, peaks[torch.float32])
+        return
     for name in names:
         case = importlib.import_module(f"encoders.{name}")
         regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
@@ -275,6 +292,87 @@ def compare_with_original(case, checkout: Path, label: str, args, regions: int, 
             f"{label}: vlhub {attention} / the original code, fp32 examples/s, median of interleaved rounds: "
             + ", ".join(ratios)
         )
+
+
+def vqa_pipelines(model, text: int, regions: int) -> tuple[dict, object, dict]:
+    """`model`'s VQA pipeline with its default packing and a plain one (on a copy of the model), around a processor
+    whose tokenizer has the model's vocabulary size; one question of `text` tokens about `regions` random regions."""
+    import copy
+    import tempfile
+
+    from transformers import BertTokenizer, pipeline
+
+    import vlhub
+    from vlhub.registry import get_architecture
+
+    config = model.config
+    # BERT's vocabulary layout (the released configs name [MASK] as 103), with made-up words
+    vocab = [f"w{i}" for i in range(config.vocab_size)]
+    vocab[0], vocab[100:104] = "[PAD]", ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = vocab[1000:]
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tokenizer = BertTokenizer(vocab=str(Path(folder) / "vocab.txt"), do_lower_case=False)
+    processor = get_architecture(config.model_type).build_processor(
+        tokenizer, config.region_feature_dim, max_regions=max(regions, 10)
+    )
+    processor = processor.for_task("vqa")
+    generator = torch.Generator().manual_seed(0)
+    xy = torch.rand(regions, 2, generator=generator) * 300
+    example = {
+        "image": vlhub.RegionFeatures(
+            features=torch.rand(regions, config.region_feature_dim, generator=generator),
+            boxes=torch.cat([xy, xy + 20 + torch.rand(regions, 2, generator=generator) * 200], dim=1),
+            image_size=(600, 800),
+            scores=torch.linspace(0.99, 0.3, regions),
+        ),
+        "question": " ".join(words[: text - 2]),  # [CLS] question [SEP]: `text` tokens (VL-BERT adds an answer slot)
+    }
+    built = {
+        "pipeline": pipeline("visual-question-answering", model=model, processor=processor),
+        "pipeline plain": pipeline(
+            "visual-question-answering", model=copy.deepcopy(model), processor=processor, pack_linear_weights=False
+        ),
+    }
+    return built, processor, example
+
+
+def compare_pipeline(case, checkout: Path | None, args, device: str, peak: float) -> None:
+    """The VQA pipeline at batch 1 (packed by default, and plain) beside the plain model's forward on the same encoded
+    example and the original code's forward (with a checkout), in interleaved rounds; then the speed-ups."""
+    torch.manual_seed(0)
+    model = case.build("sdpa").to(device)
+    if model.config.model_type not in ("uniter", "vl_bert", "vilbert"):
+        print(f"{case.DESCRIPTION}: not a VQA case of the pipeline comparison, skipped")
+        return
+    pipelines, processor, example = vqa_pipelines(model, args.text, args.regions or 36)
+    plain_model = pipelines["pipeline plain"].model
+    encoded = processor(text=[example["question"]], regions=[example["image"]], return_tensors="pt")
+    inputs = {key: value.to(device) for key, value in encoded.items() if key in processor.model_input_names}
+    text, regions = inputs["input_ids"].shape[1], inputs["region_features"].shape[1]
+    label = f"{case.DESCRIPTION} {text}t+{regions}r"
+    calls = {name: (lambda built=built: built(**example, top_k=5)) for name, built in pipelines.items()}
+    calls["forward plain"] = lambda: plain_model(**inputs)
+    if checkout is not None:
+        original = case.build_original(checkout).to(device)
+        original_inputs = to_device(case.make_original_inputs(original, 1, text, regions), device, torch.float32)
+        calls["original"] = lambda: original(**original_inputs)
+    flops = forward_flops(plain_model, inputs)
+    with torch.inference_mode():
+        for call in calls.values():
+            call()  # warm-up
+        rounds = interleaved_rounds(calls, args.repeats, device)
+    medians = {}
+    for name, timed in rounds.items():
+        walls = sorted(wall for wall, _ in timed)
+        medians[name] = walls[len(walls) // 2]
+        print_row(label, name, torch.float32, 1, medians[name], walls[0], flops, peak)
+    baselines = [name for name in ("original", "forward plain", "pipeline plain") if name in medians]
+    print(
+        f"{label}: the default pipeline (packed) / "
+        + ", ".join(f"{name} {medians[name] / medians['pipeline']:.2f}x" for name in baselines)
+        + " (fp32 batch 1, median of interleaved rounds)"
+    )
 
 
 if __name__ == "__main__":

@@ -140,6 +140,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="Captioning: the COCO caption metrics to report (finetune.py's --caption_metrics; default all). "
         "METEOR runs a Java helper and takes most of a short run's evaluation time.",
     )
+    parser.add_argument(
+        "--no_pack",
+        action="store_true",
+        help="The pipelines keep the plain linear layers (default: packed for float32 CPU inference, "
+        "vlhub.pack_linear_weights).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     known = sorted(architectures())
@@ -154,6 +160,7 @@ class Demo:
         from .training.data import shapes_region_store, shapes_world
 
         self.args = args
+        self.pipeline_packing = not args.no_pack
         self.out = Path(args.output_dir) / args.model_type
         self.architecture = get_architecture(args.model_type)
         self.prefix = args.model_type.replace("_", "-")
@@ -305,7 +312,7 @@ class Demo:
             )
         )
         print("   answering held-out questions with pipeline('visual-question-answering')", flush=True)
-        vqa = pipeline("visual-question-answering", model=str(folder))
+        vqa = pipeline("visual-question-answering", model=str(folder), pack_linear_weights=self.pipeline_packing)
         test = world.vqa()["test"]
         first_question = {}
         for row in test:
@@ -385,7 +392,7 @@ class Demo:
                     "/".join(f"{chance[f'{direction}_recall@{k}']:.2f}" for k in (1, 5, 10)) + " (chance)",
                 )
             )
-        retrieval = pipeline("image-text-retrieval", model=str(folder))
+        retrieval = pipeline("image-text-retrieval", model=str(folder), pack_linear_weights=self.pipeline_packing)
         test = self.world.captions()["test"]
         own = {}
         for image_id, caption in zip(test["image_id"], test["caption"]):
@@ -449,7 +456,7 @@ class Demo:
                     f"{scores['test_baseline_CIDEr']:.3f} (most frequent caption)",
                 )
             )
-        captioner = pipeline("image-captioning", model=str(folder))
+        captioner = pipeline("image-captioning", model=str(folder), pack_linear_weights=self.pipeline_packing)
         test = self.world.captions()["test"]
         references = references_by_image(zip(test["image_id"], test["caption"]))
         for image_id in self.shown:

@@ -117,7 +117,6 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
     `region_extractor` when the folder's processor has none, and pack its linear weights for the CPU (`pack`)."""
     from transformers import pipeline
 
-    from .. import pack_linear_weights
     from ..demo import task_unavailable_reason
     from ..registry import architectures
 
@@ -140,7 +139,7 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
             "and ranks nothing: open a folder fine-tuned for VQA, captioning or retrieval"
         )
     try:
-        built = pipeline(PIPELINE_TASKS[task], model=str(folder))
+        built = pipeline(PIPELINE_TASKS[task], model=str(folder), pack_linear_weights=pack)
     except (OSError, ValueError, KeyError) as err:
         raise AppInputError(f"{folder} could not be loaded as a {architecture.name} {task} model: {err}") from err
     if built.processor.region_extractor is None:
@@ -151,9 +150,6 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
             )
         built.processor.region_extractor = region_extractor
     built.model.eval()
-    packed = 0
-    if pack and built.model.device.type == "cpu" and built.model.dtype == torch.float32:
-        packed = pack_linear_weights(built.model)
     unavailable = {}
     for other in TASKS:
         if other != task:
@@ -169,7 +165,7 @@ def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True,
         task=task,
         pipeline=built,
         unavailable=unavailable,
-        packed_linears=packed,
+        packed_linears=built.packed_linears,
     )
 
 

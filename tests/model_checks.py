@@ -46,6 +46,8 @@ class ModelCase:
             heads of the other pre-training objectives). Everything else must get a gradient.
         text_input: name of the token-id input that `inputs_embeds` replaces.
         forward_kwargs: extra keyword arguments of every call (e.g. `objective=`).
+        num_returned_layers: how many layers' hidden states and attentions the model returns, where it runs fewer
+            than `config.num_hidden_layers` (a head that builds only part of a stream).
     """
 
     name: str
@@ -56,6 +58,7 @@ class ModelCase:
     unused_parameters: tuple[str, ...] = ()
     text_input: str = "input_ids"
     forward_kwargs: dict = field(default_factory=dict)
+    num_returned_layers: int | None = None
 
     def make_config(self, **overrides):
         config = copy.deepcopy(self.config)
@@ -198,8 +201,9 @@ class ModelChecks:
         with torch.no_grad():
             outputs = case.call(model, case.inputs(config), output_hidden_states=True, output_attentions=True)
         hidden_states, attentions = outputs.hidden_states, outputs.attentions
-        assert hidden_states is not None and len(hidden_states) == config.num_hidden_layers + 1
-        assert attentions is not None and len(attentions) == config.num_hidden_layers
+        layers = config.num_hidden_layers if case.num_returned_layers is None else case.num_returned_layers
+        assert hidden_states is not None and len(hidden_states) == layers + 1
+        assert attentions is not None and len(attentions) == layers
         sequences, length, hidden = hidden_states[0].shape
         assert hidden == config.hidden_size
         assert all(h.shape == (sequences, length, hidden) for h in hidden_states)

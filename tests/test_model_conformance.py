@@ -21,13 +21,7 @@ CHECK_MODULES = {
     "tden": "test_tden_transformers_checks",
 }
 # Parameters a head still owns without a gradient, with the reason (each must still be true: see the test).
-KNOWN_WITHOUT_GRADIENT = {
-    "VilbertForReferringExpression": (
-        "the original computes the text stream's tail (its layers after the last co-attention layer and the text side "
-        "of that layer), both poolers and linguisic_logit, and no loss reads them; leaving them out of the head needs "
-        "a one-sided co-attention layer (not done yet)"
-    )
-}
+KNOWN_WITHOUT_GRADIENT: dict[str, str] = {}
 
 # Classes that do not trace with `torch.compile(fullgraph=True)`, with the reason (each must still fail: see the test).
 NOT_COMPILABLE = {

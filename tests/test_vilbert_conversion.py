@@ -171,6 +171,20 @@ def test_multi_task_pointing_tasks_and_untrained_task_ids(tmp_path, vocab):
     ids; a task id the released 12-in-1 model was not trained on (GuessWhat 14, VCR 5) is converted with a note."""
     report = convert_vilbert(MULTI_TASK, tmp_path / "v7w", config=CONFIG, task="visual7w", tokenizer=vocab)
     assert report.used["vision_logit.weight"] == "vision_logit.weight"
+    # The head scores regions from the visual stream alone: what only the text output reads is dropped, with why.
+    config = vlhub.VilbertConfig.from_pretrained(tmp_path / "v7w")
+    last, tail = config.num_co_attention_layers - 1, config.text_co_attention_layers[-1]
+    for key in (
+        "linguisic_logit.weight",
+        "bert.t_pooler.dense.weight",
+        "bert.v_pooler.dense.weight",
+        f"bert.encoder.layer.{tail}.output.dense.weight",
+        f"bert.encoder.c_layer.{last}.biattention.query2.weight",
+        f"bert.encoder.c_layer.{last}.t_output.dense.weight",
+    ):
+        assert "visual stream alone" in report.dropped[key] or "no task's loss" in report.dropped[key], key
+    assert report.used[f"vilbert.encoder.c_layer.{last}.biattention.query1.weight"]
+    assert not report.initialized
     assert AutoProcessor.from_pretrained(tmp_path / "v7w").task_id == 4
     assert not any("not one the released" in note for note in report.notes)
     assert isinstance(AutoModel.from_pretrained(tmp_path / "v7w"), vlhub.VilbertModel)

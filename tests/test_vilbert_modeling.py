@@ -3,6 +3,7 @@ behaviour and clear errors for bad input."""
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from torch.nn import functional as F
 
 from vlhub import (
@@ -144,6 +145,34 @@ def test_referring_expression_scores_padding_like_the_original():
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape == (BATCH, REGIONS) and (logits[1, -2:] < -9000).all()
+
+
+def test_referring_expression_scores_the_full_models_visual_output(tmp_path):
+    """The head's trunk (one-sided last co-attention layer, no text tail, no poolers) gives the full model's visual
+    output; a folder that still has the weights it lacks (an older save, the full model's) loads with them
+    ignored."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    full = VilbertModel(config).eval()
+    state = {f"vilbert.{key}": value for key, value in full.state_dict().items()}
+    state |= {"vision_logit.weight": torch.randn(1, 24), "vision_logit.bias": torch.randn(1)}
+    state |= {"linguisic_logit.weight": torch.randn(1, 32), "linguisic_logit.bias": torch.randn(1)}
+    config.save_pretrained(tmp_path)
+    save_file({key: value.contiguous() for key, value in state.items()}, tmp_path / "model.safetensors")
+    head, info = VilbertForReferringExpression.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    own = head.state_dict()
+    assert len(state) - len(own) == 38 and all(torch.equal(state[key], own[key]) for key in own)
+    assert head.vilbert.t_pooler is None and head.vilbert.encoder.c_layer[-1].biattention.query2 is None
+    inputs = text_and_regions(config)
+    with torch.no_grad():
+        vision = full(**inputs).vision_last_hidden_state
+        logits = head.eval()(**inputs).logits
+    expected = F.linear(vision, state["vision_logit.weight"], state["vision_logit.bias"]).squeeze(-1)
+    expected = expected + (1 - inputs["region_attention_mask"]) * -10000.0
+    torch.testing.assert_close(logits, expected)
+    with pytest.raises(ValueError, match="needs add_pooling_layer=False"):
+        VilbertModel(config, add_text_output=False)
 
 
 @pytest.mark.parametrize(

@@ -98,11 +98,9 @@ VISION_TAIL = (
     r"^vilbert\.encoder\.v_layer\.1\.",
     "^" + _LAST + r"(biattention\.(query1|key2|value2)|biOutput\.(dense1|LayerNorm1)|v_)",
 )
-TEXT_TAIL = (
-    r"^vilbert\.encoder\.layer\.2\.",
-    "^" + _LAST + r"(biattention\.(query2|key1|value1)|biOutput\.(dense2|LayerNorm2)|t_)",
-)
 MT = dict(num_task_tokens=TASKS)
+# The referring-expression head runs the text layers before the last co-attention layer only.
+RE_TEXT_LAYERS = tiny_config().text_co_attention_layers[-1]
 CASES = [
     ModelCase("model", VilbertModel, tiny_config(), text_and_regions),
     ModelCase("model-task-tokens", VilbertModel, tiny_config(**MT), text_and_regions),
@@ -155,7 +153,7 @@ CASES = [
         tiny_config(),
         text_and_regions,
         class_labels(1, 2),
-        (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL),
+        num_returned_layers=RE_TEXT_LAYERS,
     ),
     ModelCase(
         "re-soft-targets",
@@ -163,7 +161,7 @@ CASES = [
         tiny_config(),
         text_and_regions,
         lambda config, inputs: {"labels": torch.rand(BATCH, REGIONS, generator=_generator(5))},
-        (r"^linguisic_logit\.", *POOLERS, *TEXT_TAIL),
+        num_returned_layers=RE_TEXT_LAYERS,
     ),
     ModelCase("vcr", VilbertForMultipleChoice, tiny_config(), three_choices, class_labels(2, 0)),
 ]

@@ -1,6 +1,8 @@
 """transformers' common model and config tests (ModelTesterMixin, ConfigTester) for ViLBERT and every ViLBERT head."""
 
+import copy
 import unittest
+from unittest import mock
 
 import torch
 
@@ -84,3 +86,29 @@ class VilbertModelTest(RegionModelTestMixin, ModelTesterMixin, unittest.TestCase
         VilbertForMultipleChoice,
     )
     inputs_for, labels_for = eight_head_layout("Vilbert", pretraining_targets)
+
+    def _run_with_the_referring_expression_text_layers(self, mixin_test):
+        """A mixin test on every class but the referring-expression head, then on that head counting the text layers
+        it runs: it builds the text stream only up to the last co-attention layer (`text_co_attention_layers[-1]`
+        layers, see `VilbertForReferringExpression`), so it returns that many text attentions and one more hidden
+        state, not `num_hidden_layers`."""
+        others = tuple(cls for cls in self.all_model_classes if cls is not VilbertForReferringExpression)
+        with mock.patch.object(self, "all_model_classes", others):
+            mixin_test()
+        tester = self.model_tester
+        config, inputs = tester.prepare_config_and_inputs_for_common()
+        text_layers = config.text_co_attention_layers[-1]
+        with (
+            mock.patch.object(self, "all_model_classes", (VilbertForReferringExpression,)),
+            mock.patch.object(
+                tester, "prepare_config_and_inputs_for_common", lambda: (copy.deepcopy(config), copy.deepcopy(inputs))
+            ),
+            mock.patch.object(tester, "num_hidden_layers", text_layers),
+        ):
+            mixin_test()
+
+    def test_hidden_states_output(self):
+        self._run_with_the_referring_expression_text_layers(super().test_hidden_states_output)
+
+    def test_attention_outputs(self):
+        self._run_with_the_referring_expression_text_layers(super().test_attention_outputs)

@@ -36,6 +36,7 @@ from . import (
     VilbertRegionProcessor,
 )
 from ...conversion.common import CheckpointError, ConversionReport, KeyMap, check_task, convert_state_dict
+from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
 from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
@@ -88,10 +89,10 @@ _HEADS = {
     "gqa": ("vil_prediction_gqa.",),
     "retrieval": ("vil_logit.",),
     "vcr": ("vil_logit.",),
-    "re": ("vision_logit.", "linguisic_logit."),
-    "visual7w": ("vision_logit.", "linguisic_logit."),
-    "guesswhat_pointing": ("vision_logit.", "linguisic_logit."),
-    "flickr_grounding": ("vision_logit.", "linguisic_logit."),
+    "re": ("vision_logit.",),
+    "visual7w": ("vision_logit.",),
+    "guesswhat_pointing": ("vision_logit.",),
+    "flickr_grounding": ("vision_logit.",),
     "nlvr2": ("vil_binary_prediction.",),
     "ve": ("vil_tri_prediction.",),
 }
@@ -272,8 +273,15 @@ def _read_answers(answers) -> list[str] | None:
     return [str(answer) for answer in data]
 
 
-def _key_map(task: str, release: str) -> KeyMap:
+def _key_map(task: str, release: str, config: VilbertConfig) -> KeyMap:
     drops = {r"\.biOutput\.q_dense[12]\.": "defined by the original BertBiOutput but never used in its forward"}
+    if VILBERT_TASKS[task] is VilbertForReferringExpression:
+        for pattern in text_output_weights(config):
+            drops[pattern] = (
+                "read only by the text stream's output (the text layers after the last co-attention layer, the text "
+                "side of that layer, the poolers, linguisic_logit): the original computes it on every forward, but "
+                f"the {task} head scores regions from the visual stream alone, so it does not have it"
+            )
     if task != "pretraining":
         drops[r"^cls\."] = (
             f"pre-training heads: the original fine-tuned model computes them on every forward, but the {task} task "
@@ -292,6 +300,7 @@ def _key_map(task: str, release: str) -> KeyMap:
         drops["^(?:" + "|".join(re.escape(p) for p in others) + ")"] = (
             f"head of another task (the checkpoint is a {release} release; converting to {task!r})"
         )
+    drops[r"^linguisic_logit\."] = "the original's per-token grounding score: no task's loss or output reads it"
     drops[r"\.weight_[gv]$"] = "weight norm (dim=None) folded into the plain weight: W = g * v / ||v||_F"
     return KeyMap(renames=renames, drops=drops)
 
@@ -386,7 +395,7 @@ def convert_vilbert(
     notes: list[str] = []
     model_config, expected_labels = _config_from_checkpoint(renamed, original, notes)
     report = ConversionReport(source=checkpoint.name, notes=notes)
-    key_map = _key_map(task, release)
+    key_map = _key_map(task, release, model_config)
     head_keys = {key_map.rename(k) for k in raw}
 
     derived = _task_head_weights(renamed, head_keys, task, release, checkpoint, notes)

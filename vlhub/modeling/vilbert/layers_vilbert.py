@@ -76,6 +76,9 @@ class CoAttention(nn.Module):
     attention runs through transformers' attention interface, so `config._attn_implementation` ("eager", "sdpa",
     ...) picks the kernel at every forward. `attention_dropout1` drops probabilities over stream 1's keys,
     `attention_dropout2` over stream 2's.
+
+    With `update_stream2=False` only stream 1's queries attend (over stream 2's keys and values): `query2`, `key1`
+    and `value1` are not built (None) and the forward returns None for stream 2's context and probabilities.
     """
 
     # each stream's three projections read the same states: `pack_linear_weights` runs them as one product
@@ -90,6 +93,7 @@ class CoAttention(nn.Module):
         num_heads: int,
         attention_dropout1: float,
         attention_dropout2: float,
+        update_stream2: bool = True,
     ) -> None:
         super().__init__()
         if inner_size % num_heads != 0:
@@ -99,9 +103,9 @@ class CoAttention(nn.Module):
         self.scaling = self.head_size**-0.5
         self.is_causal = False
         self.query1 = nn.Linear(hidden_size1, inner_size)
-        self.key1 = nn.Linear(hidden_size1, inner_size)
-        self.value1 = nn.Linear(hidden_size1, inner_size)
-        self.query2 = nn.Linear(hidden_size2, inner_size)
+        self.key1 = nn.Linear(hidden_size1, inner_size) if update_stream2 else None
+        self.value1 = nn.Linear(hidden_size1, inner_size) if update_stream2 else None
+        self.query2 = nn.Linear(hidden_size2, inner_size) if update_stream2 else None
         self.key2 = nn.Linear(hidden_size2, inner_size)
         self.value2 = nn.Linear(hidden_size2, inner_size)
         self.dropout1 = nn.Dropout(attention_dropout1)
@@ -125,8 +129,8 @@ class CoAttention(nn.Module):
         probabilities2 (B, heads, L2, L1))`: context*i* is what stream *i*'s queries gathered from the other stream;
         the probabilities come from the eager backend (None from the others)."""
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        query1, key1, value1 = (self._heads(p, hidden_states1) for p in (self.query1, self.key1, self.value1))
-        query2, key2, value2 = (self._heads(p, hidden_states2) for p in (self.query2, self.key2, self.value2))
+        query1 = self._heads(self.query1, hidden_states1)
+        key2, value2 = self._heads(self.key2, hidden_states2), self._heads(self.value2, hidden_states2)
         context1, probabilities1 = attention(
             self,
             query1,
@@ -137,6 +141,11 @@ class CoAttention(nn.Module):
             dropout=self.dropout2.p if self.training else 0.0,
             **kwargs,
         )
+        context1 = context1.reshape(*hidden_states1.shape[:-1], -1).contiguous()
+        if self.query2 is None:
+            return context1, None, probabilities1, None
+        query2 = self._heads(self.query2, hidden_states2)
+        key1, value1 = self._heads(self.key1, hidden_states1), self._heads(self.value1, hidden_states1)
         context2, probabilities2 = attention(
             self,
             query2,
@@ -147,14 +156,14 @@ class CoAttention(nn.Module):
             dropout=self.dropout1.p if self.training else 0.0,
             **kwargs,
         )
-        context1 = context1.reshape(*hidden_states1.shape[:-1], -1).contiguous()
         context2 = context2.reshape(*hidden_states2.shape[:-1], -1).contiguous()
         return context1, context2, probabilities1, probabilities2
 
 
 class CoAttentionOutput(nn.Module):
     """Back from the co-attention space into each stream (ViLBERT's `BertBiOutput`):
-    `LayerNorm1(dropout1(dense1(context1)) + hidden_states1)` and the same with `dense2`/`LayerNorm2` for stream 2."""
+    `LayerNorm1(dropout1(dense1(context1)) + hidden_states1)` and the same with `dense2`/`LayerNorm2` for stream 2
+    (not built with `update_stream2=False`; stream 2's result is then None)."""
 
     def __init__(
         self,
@@ -164,17 +173,20 @@ class CoAttentionOutput(nn.Module):
         dropout1: float,
         dropout2: float,
         layer_norm_eps: float = 1e-12,
+        update_stream2: bool = True,
     ) -> None:
         super().__init__()
         self.dense1 = nn.Linear(inner_size, hidden_size1)
         self.LayerNorm1 = nn.LayerNorm(hidden_size1, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout1)
-        self.dense2 = nn.Linear(inner_size, hidden_size2)
-        self.LayerNorm2 = nn.LayerNorm(hidden_size2, eps=layer_norm_eps)
+        self.dense2 = nn.Linear(inner_size, hidden_size2) if update_stream2 else None
+        self.LayerNorm2 = nn.LayerNorm(hidden_size2, eps=layer_norm_eps) if update_stream2 else None
         self.dropout2 = nn.Dropout(dropout2)
 
     def forward(self, context1, hidden_states1, context2, hidden_states2):
         hidden_states1 = self.LayerNorm1(dense_plus_residual(self.dense1, self.dropout1, context1, hidden_states1))
+        if self.dense2 is None:
+            return hidden_states1, None
         hidden_states2 = self.LayerNorm2(dense_plus_residual(self.dense2, self.dropout2, context2, hidden_states2))
         return hidden_states1, hidden_states2
 
@@ -189,9 +201,14 @@ class CoAttentionLayer(GradientCheckpointingLayer):
 
     forward(hidden_states1, hidden_states2, mask_over1, mask_over2) → `(hidden_states1, hidden_states2,
     probabilities1, probabilities2)`, shapes as `CoAttention`.
+
+    `update_stream2=False` builds a one-sided layer: only stream 1 is updated (its queries over stream 2, its output
+    and feed-forward); stream 2's side (`query2`/`key1`/`value1`, `dense2`/`LayerNorm2`, `t_intermediate`/`t_output`)
+    is not built and the forward returns None for `hidden_states2` and `probabilities2`. For a model whose last
+    co-attention layer feeds only stream 1's output.
     """
 
-    def __init__(self, config1, config2, inner_size: int, num_heads: int) -> None:
+    def __init__(self, config1, config2, inner_size: int, num_heads: int, update_stream2: bool = True) -> None:
         super().__init__()
         self.biattention = CoAttention(
             config1,
@@ -201,6 +218,7 @@ class CoAttentionLayer(GradientCheckpointingLayer):
             num_heads,
             config1.attention_probs_dropout_prob,
             config2.attention_probs_dropout_prob,
+            update_stream2,
         )
         self.biOutput = CoAttentionOutput(
             inner_size,
@@ -209,11 +227,12 @@ class CoAttentionLayer(GradientCheckpointingLayer):
             config1.hidden_dropout_prob,
             config2.hidden_dropout_prob,
             config1.layer_norm_eps,
+            update_stream2,
         )
         self.v_intermediate = BertIntermediate(config1)
         self.v_output = BertOutput(config1)
-        self.t_intermediate = BertIntermediate(config2)
-        self.t_output = BertOutput(config2)
+        self.t_intermediate = BertIntermediate(config2) if update_stream2 else None
+        self.t_output = BertOutput(config2) if update_stream2 else None
 
     def forward(self, hidden_states1, hidden_states2, mask_over1=None, mask_over2=None, **kwargs):
         context1, context2, probabilities1, probabilities2 = self.biattention(
@@ -221,5 +240,6 @@ class CoAttentionLayer(GradientCheckpointingLayer):
         )
         hidden_states1, hidden_states2 = self.biOutput(context1, hidden_states1, context2, hidden_states2)
         hidden_states1 = self.v_output(self.v_intermediate(hidden_states1), hidden_states1)
-        hidden_states2 = self.t_output(self.t_intermediate(hidden_states2), hidden_states2)
+        if hidden_states2 is not None:
+            hidden_states2 = self.t_output(self.t_intermediate(hidden_states2), hidden_states2)
         return hidden_states1, hidden_states2, probabilities1, probabilities2

@@ -128,10 +128,9 @@ class VilbertClassifierOutput(ModelOutput):
     logits (`torch.FloatTensor`):
         `(batch, num_labels)` answers / classes, `(batch, 1)` retrieval scores, `(batch, num_regions)` region
         scores or `(batch, num_choices)` choice scores, depending on the head.
-    text_logits (`torch.FloatTensor` of shape `(batch, text_length)`, *optional*):
-        `VilbertForReferringExpression` only, the released per-token grounding score (`linguisic_logit`).
-    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
-        The fused pooled output (see `VilbertModelOutput`).
+    pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`, *optional*):
+        The fused pooled output (see `VilbertModelOutput`); None for `VilbertForReferringExpression`, which has no
+        poolers.
     hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
         As `VilbertModelOutput.hidden_states`.
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
@@ -148,7 +147,6 @@ class VilbertClassifierOutput(ModelOutput):
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
-    text_logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -314,18 +312,29 @@ class VilbertEncoder(nn.Module):
     """The two streams and the co-attention layers between them, run on the original schedule: for the k-th
     co-attention layer, the visual layers up to `visual_co_attention_layers[k]` and the text layers up to
     `text_co_attention_layers[k]` run first; after the last one, each stream's remaining layers. Parameter names are
-    the original's: `layer` (text), `v_layer` (visual), `c_layer` (co-attention)."""
+    the original's: `layer` (text), `v_layer` (visual), `c_layer` (co-attention).
 
-    def __init__(self, config: VilbertConfig):
+    With `add_text_output=False` the text stream ends at the last co-attention layer, which is one-sided (only the
+    region queries over the text): the text layers after it are not built and the text output is None."""
+
+    def __init__(self, config: VilbertConfig, add_text_output: bool = True):
         super().__init__()
         self.config = config
         text, visual = text_stream_config(config), visual_stream_config(config)
-        self.layer = nn.ModuleList([StreamLayer(text) for _ in range(config.num_hidden_layers)])
+        num_text_layers = config.num_hidden_layers if add_text_output else config.text_co_attention_layers[-1]
+        self.layer = nn.ModuleList([StreamLayer(text) for _ in range(num_text_layers)])
         self.v_layer = nn.ModuleList([StreamLayer(visual) for _ in range(config.visual_num_hidden_layers)])
+        last = config.num_co_attention_layers - 1
         self.c_layer = nn.ModuleList(
             [
-                CoAttentionLayer(visual, text, config.bi_hidden_size, config.bi_num_attention_heads)
-                for _ in range(config.num_co_attention_layers)
+                CoAttentionLayer(
+                    visual,
+                    text,
+                    config.bi_hidden_size,
+                    config.bi_num_attention_heads,
+                    update_stream2=add_text_output or index < last,
+                )
+                for index in range(config.num_co_attention_layers)
             ]
         )
 
@@ -362,7 +371,8 @@ class VilbertEncoder(nn.Module):
             vision, text, _, _ = co_layer(vision, text, masks["text_over_vision"], masks["vision_over_text"], **kwargs)
             v_start, t_start = v_stop, t_stop
         vision = _run_layers(self.v_layer[v_start:], vision, masks["vision"], **kwargs)
-        text = _run_layers(self.layer[t_start:], text, masks["text"], **kwargs)
+        if text is not None:  # None after a one-sided last co-attention layer
+            text = _run_layers(self.layer[t_start:], text, masks["text"], **kwargs)
         return VilbertModelOutput(last_hidden_state=text, vision_last_hidden_state=vision)
 
 
@@ -473,16 +483,35 @@ def _check_inputs(
     The bare ViLBERT: text embeddings (BERT's, plus task tokens), region embeddings, the two-stream encoder with
     co-attention, and both poolers. Module names follow the original `BertModel` of ViLBERT (`embeddings`,
     `v_embeddings`, `encoder.layer` / `encoder.v_layer` / `encoder.c_layer`, `t_pooler`, `v_pooler`).
-    """
+    """,
+    custom_args=r"""
+    add_pooling_layer (`bool`, *optional*, defaults to `True`):
+        Build both poolers (`pooler_output`, `text_pooler_output`, `vision_pooler_output`; None without them).
+    add_text_output (`bool`, *optional*, defaults to `True`):
+        Build the text stream after the last co-attention layer. Without it (for a head that reads only the visual
+        stream's output, as referring expressions) the last co-attention layer is one-sided, only the region
+        queries over the text, and the text layers after it are not built: `last_hidden_state` is None,
+        `hidden_states` / `attentions` cover the `text_co_attention_layers[-1]` text layers that run, and
+        `text_to_vision_attentions` lacks the last layer's map. Needs `add_pooling_layer=False` (the text pooler
+        reads the text output) and at least one co-attention layer.
+    """,
 )
 class VilbertModel(VilbertPreTrainedModel):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig, add_pooling_layer: bool = True, add_text_output: bool = True):
         super().__init__(config)
+        if not add_text_output and add_pooling_layer:
+            raise ValueError(
+                "add_text_output=False needs add_pooling_layer=False: the text pooler reads the text output"
+            )
+        if not add_text_output and config.num_co_attention_layers == 0:
+            raise ValueError(
+                "add_text_output=False keeps the text stream up to the last co-attention layer; this config has none"
+            )
         self.embeddings = VilbertEmbeddings(config)
         self.v_embeddings = VilbertImageEmbeddings(config)
-        self.encoder = VilbertEncoder(config)
-        self.t_pooler = VilbertPooler(config.hidden_size, config.bi_hidden_size)
-        self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size)
+        self.encoder = VilbertEncoder(config, add_text_output=add_text_output)
+        self.t_pooler = VilbertPooler(config.hidden_size, config.bi_hidden_size) if add_pooling_layer else None
+        self.v_pooler = VilbertPooler(config.visual_hidden_size, config.bi_hidden_size) if add_pooling_layer else None
         self.post_init()
 
     @auto_docstring(custom_args=_REGION_ARGS + _IN_BATCH_PAIRS_ARG)
@@ -584,6 +613,8 @@ class VilbertModel(VilbertPreTrainedModel):
         encoded = self.encoder(
             text, vision, attention_mask, region_attention_mask, pair_index=pair_index, **layer_kwargs
         )
+        if self.t_pooler is None:
+            return encoded
         pooled_text = self.t_pooler(encoded.last_hidden_state)
         pooled_vision = self.v_pooler(encoded.vision_last_hidden_state)
         fused = pooled_text * pooled_vision if self.config.fusion_method == "mul" else pooled_text + pooled_vision
@@ -601,9 +632,9 @@ class _VilbertHead(VilbertPreTrainedModel):
     heads whose examples hold several pairs) go through the trunk, then `_head` computes the task's logits and loss
     from the trunk's outputs. The original applies dropout to the fused pooled output before every head."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig, **model_arguments):
         super().__init__(config)
-        self.vilbert = VilbertModel(config)
+        self.vilbert = VilbertModel(config, **model_arguments)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def _pairs(self, inputs: dict) -> dict:
@@ -661,9 +692,9 @@ class _VilbertHead(VilbertPreTrainedModel):
         outputs = self.vilbert(**self._pairs(inputs), **kwargs)
         return self._head(outputs, labels, inputs, **head_arguments)
 
-    def _output(self, loss, logits, outputs, **extra) -> VilbertClassifierOutput:
+    def _output(self, loss, logits, outputs) -> VilbertClassifierOutput:
         return VilbertClassifierOutput(
-            loss=loss, logits=logits, pooler_output=outputs.pooler_output, **extra, **_per_layer(outputs)
+            loss=loss, logits=logits, pooler_output=outputs.pooler_output, **_per_layer(outputs)
         )
 
 
@@ -1020,12 +1051,20 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
 @auto_docstring(
     custom_intro="""
     Referring expressions (RefCOCO/+/g, and the grounding tasks of 12-in-1): `vision_logit` Linear(visual_hidden,
-    1) scores every region output; padded regions get -10000 added, as the original. The released per-token score
-    `linguisic_logit` (no task reads it) is returned as `text_logits`.
+    1) scores every region output; padded regions get -10000 added, as the original.
+
+    The head reads the visual stream's output alone, so its trunk is `VilbertModel(add_pooling_layer=False,
+    add_text_output=False)`: the original computes the text stream's tail (its layers after the last co-attention
+    layer and the text side of that layer), both poolers and the per-token score `linguisic_logit` on every forward,
+    but no loss or output of the task reads them, so this head has none of them (the converter drops them; an older
+    folder that has them loads, their weights ignored). The region scores are the original's. `pooler_output` is
+    None; `hidden_states` / `attentions` cover the text layers that run (the embeddings and the
+    `text_co_attention_layers[-1]` layers before the last co-attention layer); `text_to_vision_attentions` has one
+    map fewer than `vision_to_text_attentions` (the last layer's text queries are not computed).
 
     `labels`: soft targets `(batch_size, num_regions)` (IoU-based, the original's): BCE with logits averaged and
     times the number of regions; region indices `(batch_size,)`: cross-entropy over the regions. Returns
-    `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)` and `text_logits` `(batch_size, text_length)`.
+    `VilbertClassifierOutput` with `logits` `(batch_size, num_regions)`.
 
     Pointing among candidate boxes (12-in-1 "V-logit-mc": Visual7w pointing, task 4; GuessWhat pointing, task 17):
     `choice_region_ids` `(batch_size, num_choices)` names the region rows of the candidates, and `logits` become
@@ -1037,9 +1076,10 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
 )
 class VilbertForReferringExpression(_VilbertHead):
     def __init__(self, config: VilbertConfig):
-        super().__init__(config)
+        super().__init__(config, add_pooling_layer=False, add_text_output=False)
         self.vision_logit = nn.Linear(config.visual_hidden_size, 1)
-        self.linguisic_logit = nn.Linear(config.hidden_size, 1)  # the original's spelling
+        # What a full model's (or an older version's) checkpoint has and this head does not build.
+        self._keys_to_ignore_on_load_unexpected = list(text_output_weights(config))
         self.post_init()
 
     _head_arguments = ("choice_region_ids",)
@@ -1051,10 +1091,23 @@ class VilbertForReferringExpression(_VilbertHead):
             logits = logits + (1 - region_attention_mask.to(logits.dtype)) * MASKED_SCORE
         if choice_region_ids is not None:
             logits = logits.gather(1, _checked_choices(choice_region_ids, logits.shape))
-        text_logits = self.linguisic_logit(self.dropout(outputs.last_hidden_state)).squeeze(-1)
         loss = None
         if labels is not None and labels.dtype.is_floating_point:
             loss = soft_score_loss(logits, labels, "soft region targets")
         elif labels is not None:
             loss = _cross_entropy(logits, labels)
-        return self._output(loss, logits, outputs, text_logits=text_logits)
+        return self._output(loss, logits, outputs)
+
+
+def text_output_weights(config: VilbertConfig) -> tuple[str, ...]:
+    """Regexes of the weights that only the text stream's output reads, which a head on the visual stream's output
+    alone (`VilbertModel(add_text_output=False)`) does not have: the text layers after the last co-attention layer,
+    the text side of that layer, both poolers and the original's per-token score `linguisic_logit`."""
+    tail = "|".join(str(index) for index in range(config.text_co_attention_layers[-1], config.num_hidden_layers))
+    last = config.num_co_attention_layers - 1
+    return (
+        rf"^(vilbert\.)?encoder\.layer\.({tail})\.",
+        rf"^(vilbert\.)?encoder\.c_layer\.{last}\.(biattention\.(query2|key1|value1)|biOutput\.(dense2|LayerNorm2)|t_)",
+        r"^(vilbert\.)?[tv]_pooler\.",
+        r"^linguisic_logit\.",
+    )

@@ -59,9 +59,18 @@ __all__ = [
     "REGION_SELECTIONS",
     "CUT_FROM",
     "pad_text_rows",
+    "TextArgument",
+    "RegionsArgument",
+    "TokenIdsArgument",
 ]
 
 logger = logging.getLogger(__name__)
+
+# What a processor call takes: one text or a batch; one image's regions or a batch; one text's word-piece ids or a
+# batch of them.
+TextArgument = str | Sequence[str]
+RegionsArgument = RegionFeatures | Sequence[RegionFeatures]
+TokenIdsArgument = Sequence[int] | Sequence[Sequence[int]]
 
 # How a processor chooses an image's regions (the setting `region_selection`, saved with the processor):
 # "by_confidence": with detector confidences (scores) and a `confidence_threshold`, the clamp(#(score > threshold),
@@ -264,9 +273,7 @@ class RegionProcessor(FeatureExtractionMixin):
                 "the images cut."
             )
 
-    def __call__(
-        self, regions: RegionFeatures | Sequence[RegionFeatures], return_tensors: str | None = "pt", **kwargs: Any
-    ) -> BatchFeature:
+    def __call__(self, regions: RegionsArgument, return_tensors: str | None = "pt", **kwargs: Any) -> BatchFeature:
         if kwargs:
             raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}")
         if return_tensors not in (None, "pt"):
@@ -488,7 +495,7 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     # -- text: shared -------------------------------------------------------------------------------------------
     def word_pieces(
-        self, text: str | Sequence[str] | None = None, token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None
+        self, text: TextArgument | None = None, token_ids: TokenIdsArgument | None = None
     ) -> list[list[int]]:
         """Each text's word-piece ids without special tokens, from `text` (tokenized) or `token_ids` (as given)."""
         if text is not None and token_ids is not None:
@@ -525,9 +532,7 @@ class VisionLanguageProcessor(ProcessorMixin):
             )
         return ids, types
 
-    def encode_text(
-        self, text: str | Sequence[str] | None = None, token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None
-    ) -> BatchFeature:
+    def encode_text(self, text: TextArgument | None = None, token_ids: TokenIdsArgument | None = None) -> BatchFeature:
         """`input_ids`, `attention_mask`, `token_type_ids` `(batch, T)`: each text laid out by `build_text_inputs`,
         truncated to `max_text_length` (with a warning), padded by the tokenizer."""
         rows = []

@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, ru
 
 if TYPE_CHECKING:  # annotations only: the registry imports nothing heavy and nothing of vlhub
     import torch
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
     from transformers.utils import ModelOutput
-
-    from .processing.processor_base import VisionLanguageProcessor
 
 __all__ = [
     "Architecture",
@@ -308,7 +306,7 @@ class Architecture:
     # -- building blocks for training and conversion -------------------------------------------------------------
     def build_processor(
         self, tokenizer: PreTrainedTokenizerBase, region_feature_dim: int, **region_settings: Any
-    ) -> VisionLanguageProcessor:
+    ) -> ProcessorMixin:
         """A processor of this architecture around `tokenizer` for regions with `region_feature_dim`-d features."""
         region_processor = self.region_processor_class(region_feature_dim=region_feature_dim, **region_settings)
         return self.processor_class(feature_extractor=region_processor, tokenizer=tokenizer)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # annotations only: importing transformers here would slow `v
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
-    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
     from .reported import CardResults
 
@@ -652,7 +652,7 @@ def find_answer_file(
     return None
 
 
-def set_answer_labels(config: "PretrainedConfig", labels: Sequence[str]) -> None:
+def set_answer_labels(config: "PreTrainedConfig", labels: Sequence[str]) -> None:
     """`config.id2label` / `label2id` from the answer list (index = the head's output row)."""
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: index for index, label in enumerate(labels)}

@@ -44,7 +44,7 @@ from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig
+    from transformers import PreTrainedConfig
 
     from .region_extractors import RegionExtractorLike
 
@@ -212,7 +212,7 @@ class RegionProcessor(FeatureExtractionMixin):
         return features, locations
 
     @classmethod
-    def settings_from_config(cls, config: PretrainedConfig) -> dict:
+    def settings_from_config(cls, config: PreTrainedConfig) -> dict:
         """Region settings a model `config` fixes, for a processor built to fit a new model (e.g. Unified VLP's
         fixed number of region slots and detector classes). The default fixes none."""
         return {}

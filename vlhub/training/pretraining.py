@@ -21,7 +21,7 @@ from .sampling import FixedObjective, ObjectiveBatchSampler
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
-    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
     from ..processing.processor_base import VisionLanguageProcessor
     from ..processing.regions import RegionFeatures
@@ -37,7 +37,7 @@ EVAL_EPOCH = 2**31 - 1
 
 def build_config(
     architecture: Architecture, config: str | dict, processor: VisionLanguageProcessor, sample_regions: RegionFeatures
-) -> PretrainedConfig:
+) -> PreTrainedConfig:
     """An architecture's config from a preset name (`tiny`, `base`), a config.json path or a dict of fields; the
     vocabulary, region feature size and region classes are set from the processor and the data so the model fits
     them (every vlhub config names these `vocab_size`, `region_feature_dim`, `num_region_labels`)."""
@@ -66,7 +66,7 @@ def build_config(
 
 def build_uniter_config(
     config: str | dict, processor: VisionLanguageProcessor, sample_regions: RegionFeatures
-) -> PretrainedConfig:
+) -> PreTrainedConfig:
     """Deprecated: `build_config(get_architecture("uniter"), ...)`, the route for every architecture."""
     warnings.warn(
         'build_uniter_config is deprecated: use build_config(get_architecture("uniter"), config, processor, '

@@ -9,14 +9,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from transformers import BatchFeature
 
-from ...processing.processor_base import (
-    RegionProcessor,
-    RegionsArgument,
-    TextArgument,
-    TokenIdsArgument,
-    VisionLanguageProcessor,
-    keep_first_regions,
-)
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, keep_first_regions
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:

@@ -9,13 +9,8 @@ import torch
 from torch.nn import functional as F
 from transformers import BatchFeature
 
-from ...processing.processor_base import (
-    RegionProcessor,
-    RegionsArgument,
-    TextArgument,
-    TokenIdsArgument,
-    VisionLanguageProcessor,
-)
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:

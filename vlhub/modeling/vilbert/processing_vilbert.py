@@ -12,14 +12,8 @@ from torch.nn.utils.rnn import pad_sequence
 from torchvision.ops import box_iou
 from transformers import BatchFeature
 
-from ...processing.processor_base import (
-    CUT_FROM,
-    RegionProcessor,
-    RegionsArgument,
-    TextArgument,
-    TokenIdsArgument,
-    VisionLanguageProcessor,
-)
+from ...processing.processor_base import CUT_FROM, RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:

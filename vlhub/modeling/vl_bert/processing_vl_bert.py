@@ -13,13 +13,8 @@ import numpy as np
 import torch
 from transformers import BatchFeature
 
-from ...processing.processor_base import (
-    RegionProcessor,
-    RegionsArgument,
-    TextArgument,
-    TokenIdsArgument,
-    VisionLanguageProcessor,
-)
+from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:

@@ -33,8 +33,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from .utils.files import atomic_write_json
+
+if TYPE_CHECKING:
+    from .training.loop import TrainResult
 
 __all__ = ["main", "DemoStep", "demo_plan", "DEMO_STEPS", "summary_table", "task_unavailable_reason"]
 
@@ -206,7 +210,9 @@ class Demo:
         return self.scores
 
     # ------------------------------------------------------------------------------------------------- steps
-    def run_step(self, main, folder: Path, model_folder: Path | None, settings: list[str]) -> dict:
+    def run_step(
+        self, main: Callable[[list[str]], TrainResult], folder: Path, model_folder: Path | None, settings: list[str]
+    ) -> dict:
         """Train into `folder` with `main` (pretrain_main or finetune_main) and `settings`, starting from the model in
         `model_folder` (None: from scratch), unless the step finished there earlier with the same settings from the
         same model (its `DEMO_STEP_FILE` says so): then its recorded scores are returned. Returns the scores."""

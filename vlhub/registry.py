@@ -17,7 +17,12 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # annotations only: the registry imports nothing heavy and nothing of vlhub
+    import torch
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+    from transformers.utils import ModelOutput
 
 __all__ = [
     "Architecture",
@@ -82,7 +87,15 @@ def resolve(path: str) -> Any:
 class ChoiceLayout(Protocol):
     """A processor that lays out multiple-choice pairs itself (`choice_layout="vcr"`: VL-BERT's VCR text)."""
 
-    def vcr_text(self, question, choices, objects, answer=None, max_length: int = 64, **kwargs) -> dict: ...
+    def vcr_text(
+        self,
+        question: Sequence[str | Sequence[int]],
+        choices: Sequence[Sequence[str | Sequence[int]]],
+        objects: Sequence[str],
+        answer: Sequence[str | Sequence[int]] | None = None,
+        max_length: int = 64,
+        **kwargs: Any,
+    ) -> dict: ...
 
 
 @runtime_checkable
@@ -100,11 +113,13 @@ class CaptionScorer(Protocol):
     as decoding would, and `check_generation_inputs(input_ids, max_new_tokens)` (a clear error for what it cannot
     generate)."""
 
-    def generate(self, *args, **kwargs): ...
+    def generate(self, *args: Any, **kwargs: Any) -> torch.LongTensor | ModelOutput: ...
 
-    def caption_scoring_inputs(self, prompt: dict, caption_ids, caption_mask=None) -> dict: ...
+    def caption_scoring_inputs(
+        self, prompt: dict, caption_ids: torch.LongTensor, caption_mask: torch.Tensor | None = None
+    ) -> dict: ...
 
-    def check_generation_inputs(self, input_ids, max_new_tokens) -> None: ...
+    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None: ...
 
 
 # What each declared capability value means (the values shared code knows).
@@ -146,7 +161,7 @@ class MatchScore:
                 f"MatchScore.match_class must be 0 or 1 (a two-class matching head), got {self.match_class!r}"
             )
 
-    def __call__(self, outputs):
+    def __call__(self, outputs: ModelOutput) -> torch.Tensor:
         """`(batch,)` match scores from a model's outputs (a `ModelOutput`)."""
         logits = outputs[self.field] if self.field in outputs else None
         if logits is None or logits.ndim != 2 or logits.shape[1] != 2:
@@ -317,7 +332,9 @@ class Architecture:
         return task in self.task_models
 
     # -- building blocks for training and conversion -------------------------------------------------------------
-    def build_processor(self, tokenizer, region_feature_dim: int, **region_settings):
+    def build_processor(
+        self, tokenizer: PreTrainedTokenizerBase, region_feature_dim: int, **region_settings: Any
+    ) -> ProcessorMixin:
         """A processor of this architecture around `tokenizer` for regions with `region_feature_dim`-d features."""
         region_processor = self.region_processor_class(region_feature_dim=region_feature_dim, **region_settings)
         return self.processor_class(feature_extractor=region_processor, tokenizer=tokenizer)
@@ -385,7 +402,9 @@ def architectures() -> dict[str, Architecture]:
     return dict(_ARCHITECTURES)
 
 
-def lazy_exports(module_name: str, structure: Mapping[str, list[str]]):
+def lazy_exports(
+    module_name: str, structure: Mapping[str, list[str]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
     """PEP 562 lazy exports for a package: `structure` maps a sub-module to the names it defines.
 
     Returns `(__getattr__, __dir__, __all__)` for the package's `__init__.py`, so `package.Name` imports the

@@ -14,9 +14,13 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 from PIL import Image, UnidentifiedImageError
+
+if TYPE_CHECKING:
+    from ..processing.region_extractors import RegionExtractorLike
 
 __all__ = [
     "AppInputError",
@@ -93,7 +97,7 @@ class AppModel:
     packed_linears: int = 0
 
     @property
-    def region_extractor(self):
+    def region_extractor(self) -> RegionExtractorLike | None:
         return self.pipeline.processor.region_extractor
 
     def describe(self) -> str:
@@ -112,7 +116,9 @@ def _head_task(architecture, head: str) -> str | None:
     return None
 
 
-def load_app_model(folder: str | Path, region_extractor=None, pack: bool = True, name: str | None = None) -> AppModel:
+def load_app_model(
+    folder: str | Path, region_extractor: RegionExtractorLike | None = None, pack: bool = True, name: str | None = None
+) -> AppModel:
     """Open a vlhub folder for the page: check that it is one, build the pipeline of the task its head does, attach
     `region_extractor` when the folder's processor has none, and pack its linear weights for the CPU (`pack`)."""
     from transformers import pipeline
@@ -268,8 +274,8 @@ class VlhubApp:
     @classmethod
     def from_folders(
         cls,
-        folders,
-        region_extractor=None,
+        folders: Iterable[str | Path],
+        region_extractor: RegionExtractorLike | None = None,
         pack: bool = True,
         examples_dir: str | Path | None = None,
         max_image_pixels: int = MAX_IMAGE_PIXELS,

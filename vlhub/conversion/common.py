@@ -35,7 +35,7 @@ and its command line (`vlhub convert tiny CHECKPOINT --output-dir DIR`):
 import json
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,9 +48,11 @@ from ..utils.tensors import all_finite
 
 if TYPE_CHECKING:  # annotations only: importing transformers here would slow `vlhub convert --help`
     import argparse
+    import logging
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
-    from transformers import PreTrainedModel, ProcessorMixin
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
     from .reported import CardResults
 
@@ -105,7 +107,7 @@ def inferred_attention_heads(
     config_name: str,
     heads_field: str = "num_attention_heads",
     size_field: str = "hidden size",
-    known=BERT_ATTENTION_HEADS,
+    known: Mapping[int, int] = BERT_ATTENTION_HEADS,
 ) -> int:
     """The number of attention heads of a layer of width `size` when the original config is not given: from `known`
     (width → heads), with a note in `notes`; a width it does not know is a `CheckpointError` asking for the
@@ -276,7 +278,7 @@ class ConversionReport:
     def initialize(self, target: str, reason: str) -> None:
         self.initialized[target] = reason
 
-    def check_complete(self, source_keys) -> None:
+    def check_complete(self, source_keys: Iterable[str]) -> None:
         accounted = set(self.used.values()) | set(self.dropped)
         unaccounted = sorted(set(source_keys) - accounted)
         if unaccounted:
@@ -319,7 +321,7 @@ def write_model_card(
     pipeline_tag: str | None,
     usage: str,
     tags: list[str] | None = None,
-    reported=None,
+    reported: "CardResults | None" = None,
 ) -> Path:
     """A Hub model card (README.md) recording where the weights came from and how they were converted, and, with
     `reported` (a `reported.CardResults`), what the original authors published for the release and task: as
@@ -518,17 +520,17 @@ class Provenance:
 
 def save_converted(
     output_dir: str | os.PathLike,
-    model,
+    model: "PreTrainedModel",
     report: ConversionReport,
     *,
     provenance: Provenance,
     title: str,
     architecture: str,
-    processor=None,
+    processor: "ProcessorMixin | None" = None,
     pipeline_tag: str | None = None,
     usage: str | None = None,
     tags: list[str] | None = None,
-    reported=None,
+    reported: "CardResults | None" = None,
 ) -> Path:
     """Write a converted model: `save_pretrained` (safetensors + config), the processor (if any),
     `conversion_report.json` and a model card (README.md) with the provenance and the authors' `reported` figures
@@ -561,14 +563,16 @@ def save_converted(
     return output_dir
 
 
-def converted_folder(output_dir: str | os.PathLike):
+def converted_folder(output_dir: str | os.PathLike) -> "AbstractContextManager[Path]":
     """Write a converted folder completely before it appears: a context manager giving a staging folder whose files
     move into `output_dir` only when the block succeeds (a failure leaves `output_dir` as it was). Unrelated files
     already in `output_dir` are kept; an existing, different README.md is kept as README.md.orig."""
     return staging_folder(output_dir, keep_replaced=("README.md",))
 
 
-def load_bert_tokenizer(tokenizer, do_lower_case: bool, original_name: str):
+def load_bert_tokenizer(
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike", do_lower_case: bool, original_name: str
+) -> "PreTrainedTokenizerBase":
     """A word-piece tokenizer for a converted folder's processor: an already built tokenizer, a bare `vocab.txt`, or a
     name/folder for `AutoTokenizer`, with the original's casing. `original_name` (e.g. "bert-base-cased") goes into the
     error message when it cannot be loaded (offline, the user must point at a local folder or vocab.txt)."""
@@ -599,7 +603,9 @@ def vlhub_usage(model_class: type, output_dir: str | os.PathLike) -> str:
     )
 
 
-def load_checked_tokenizer(tokenizer, vocab_size: int, do_lower_case: bool, original_name: str):
+def load_checked_tokenizer(
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike", vocab_size: int, do_lower_case: bool, original_name: str
+) -> "PreTrainedTokenizerBase":
     """`load_bert_tokenizer`, refusing a tokenizer with more tokens than the model has word embeddings (its extra ids
     would index past the embedding table). A folder holding only a `vocab.txt` (the originals' BERT_MODEL_NAME
     folders) is read as that vocab.txt."""
@@ -615,12 +621,12 @@ def load_checked_tokenizer(tokenizer, vocab_size: int, do_lower_case: bool, orig
     return tok
 
 
-def check_task(task: str, tasks) -> str:
+def check_task(task: str, tasks: Collection[str]) -> str:
     """`task` if it is one of `tasks`, else a ValueError listing them."""
     return check_choice(task, sorted(tasks), "task")
 
 
-def read_json_config(config) -> dict | None:
+def read_json_config(config: Mapping[str, Any] | str | os.PathLike | None) -> dict | None:
     """An original JSON config given as a dict (copied) or a path; None stays None."""
     if config is None:
         return None
@@ -629,7 +635,9 @@ def read_json_config(config) -> dict | None:
     return json.loads(Path(config).read_text(encoding="utf-8"))
 
 
-def find_answer_file(checkpoint: Path, answers, beside: Sequence[str], levels: int = 2) -> Path | None:
+def find_answer_file(
+    checkpoint: Path, answers: str | os.PathLike | None, beside: Sequence[str], levels: int = 2
+) -> Path | None:
     """The answer-vocabulary file: `answers` when given (FileNotFoundError if it is missing), else the first of the
     file names `beside` found in the checkpoint's folder (and, with `levels=2`, its parent); None when there is none."""
     if answers:
@@ -644,14 +652,20 @@ def find_answer_file(checkpoint: Path, answers, beside: Sequence[str], levels: i
     return None
 
 
-def set_answer_labels(config, labels: Sequence[str]) -> None:
+def set_answer_labels(config: "PreTrainedConfig", labels: Sequence[str]) -> None:
     """`config.id2label` / `label2id` from the answer list (index = the head's output row)."""
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: index for index, label in enumerate(labels)}
 
 
 def save_converted_model(
-    output_dir, model, report: ConversionReport, *, usage: str | None = None, logger=None, **settings
+    output_dir: str | os.PathLike,
+    model: "PreTrainedModel",
+    report: ConversionReport,
+    *,
+    usage: str | None = None,
+    logger: "logging.Logger | None" = None,
+    **settings: Any,
 ) -> ConversionReport:
     """`save_converted` (`settings`: its other keyword arguments) with the usage snippet of a model exported by vlhub
     (`vlhub.<Class>.from_pretrained` and `AutoProcessor`) unless `usage` is given; logs the report's summary. Returns
@@ -723,7 +737,9 @@ class OriginalRelease:
         )
 
 
-def add_source_arguments(parser, *, source: str = "checkpoint", source_help: str, config_help: str) -> None:
+def add_source_arguments(
+    parser: "argparse.ArgumentParser", *, source: str = "checkpoint", source_help: str, config_help: str
+) -> None:
     """The arguments every `vlhub convert <name>` takes: the original file (positional `source`), --output-dir (the
     folder to write) and --config (the original's config file)."""
     parser.add_argument(source, help=source_help)
@@ -741,17 +757,17 @@ def call_with_arguments(
 
 
 def converter_command_line(
-    convert,
+    convert: "Callable[..., ConversionReport]",
     architecture: str,
     *,
     checkpoint_help: str,
     config_help: str,
-    tasks,
+    tasks: Collection[str],
     answers_help: str,
     tokenizer_default: str | None = None,
     task_help: str | None = None,
     extra_arguments: Mapping[str, dict] | None = None,
-):
+) -> "tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], ConversionReport]]":
     """`(add_arguments, convert_from_args)` of `vlhub convert <architecture>` for a converter taking
     `convert(checkpoint, output_dir, config=, task=, tokenizer=, answers=, **extra)`: the positional checkpoint,
     --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`, else `convert`'s own
@@ -791,7 +807,11 @@ def converter_command_line(
 
 
 def load_renamed_state_dict(
-    checkpoint: Path, renames, required: Sequence[str], architecture: str, hint=None
+    checkpoint: Path,
+    renames: Sequence[tuple[str, str]],
+    required: Sequence[str],
+    architecture: str,
+    hint: "Callable[[dict, list[str]], str] | None" = None,
 ) -> tuple[dict, dict]:
     """`(raw, renamed)`: the checkpoint's state dict as saved and with `renames` applied, refused with a
     CheckpointError naming the missing keys unless every `required` (renamed) key is there. `hint(raw, missing)`

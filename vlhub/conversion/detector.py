@@ -22,6 +22,7 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -309,7 +310,7 @@ def _map_state(state: dict, config: DetectorConfig, report: ConversionReport) ->
     return converted
 
 
-def detectron2_state_to_vlhub(state: dict[str, np.ndarray], config) -> dict[str, torch.Tensor]:
+def detectron2_state_to_vlhub(state: dict[str, np.ndarray], config: DetectorConfig | dict) -> dict[str, torch.Tensor]:
     """Map a detectron2-named state dict (`{name: np.ndarray}`, background LAST in class rows, as in the pickle's
     `"model"` entry) onto vlhub's `RegionExtractor` parameters. `config`: a `DetectorConfig` or a dict of its
     fields. Every key is used or (only `num_batches_tracked`) dropped; missing, unexpected or mis-shaped tensors
@@ -357,7 +358,7 @@ def convert_detector(
     format: str | None = None,
     objects_vocab: str | os.PathLike | None = None,
     attributes_vocab: str | os.PathLike | None = None,
-    **config_overrides,
+    **config_overrides: Any,
 ) -> ConversionReport:
     """Convert a bottom-up-attention detector checkpoint into a `RegionExtractor` folder.
 

@@ -20,7 +20,12 @@ By convention every converter has an `--output-dir` argument (the folder it writ
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # annotations only: this module imports nothing heavy
+    import argparse
+
+    from .common import ConversionReport
 
 __all__ = ["Converter", "converters", "get_converter", "register_converter"]
 
@@ -62,11 +67,11 @@ class Converter:
     add_arguments_target: Target
     help: str = ""
 
-    def convert(self, args):
+    def convert(self, args: "argparse.Namespace") -> "ConversionReport":
         """Run the conversion for parsed command-line `args`; returns its `ConversionReport`."""
         return _resolve(self.convert_target)(args)
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: "argparse.ArgumentParser") -> None:
         """Add this converter's command-line arguments to `parser`."""
         _resolve(self.add_arguments_target)(parser)
 

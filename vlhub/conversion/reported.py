@@ -9,6 +9,7 @@ release and task it converted (`reported_for`) and `write_model_card` writes the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
 __all__ = [
     "ReportedResult",
@@ -54,7 +55,7 @@ class ReportedResult:
     setting: str = ""
 
 
-def source_rows(source: str, source_url: str, release: str | None = None):
+def source_rows(source: str, source_url: str, release: str | None = None) -> Callable[..., ReportedResult]:
     """A maker of the rows copied from one source: `row(release, task, dataset, dataset_id, split, metric, value,
     setting="")`, or without the `release` argument when every row of the source is of `release`."""
 
@@ -80,7 +81,7 @@ _TASK_TYPES = {
 }
 
 
-def reported_for(table, release: str | None, task: str) -> list[ReportedResult]:
+def reported_for(table: Iterable[ReportedResult], release: str | None, task: str) -> list[ReportedResult]:
     """The rows of `table` for `release` and `task` (none when the release is unknown, e.g. a model of a size the
     authors did not publish)."""
     if release is None:
@@ -88,7 +89,7 @@ def reported_for(table, release: str | None, task: str) -> list[ReportedResult]:
     return [row for row in table if row.release == release and row.task == task]
 
 
-def eval_results(results) -> list:
+def eval_results(results: Iterable[ReportedResult]) -> list:
     """`huggingface_hub.EvalResult`s of `results`: unverified, with their source, the setting as the metric config."""
     from huggingface_hub import EvalResult
 
@@ -110,7 +111,7 @@ def eval_results(results) -> list:
     ]
 
 
-def reported_section(results, release: str | None, known_releases) -> str:
+def reported_section(results: Sequence[ReportedResult], release: str | None, known_releases: Iterable[str]) -> str:
     """The model card's section on the authors' figures (markdown)."""
     lines = ["## Results reported by the original authors", ""]
     if not results:

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 import datasets
 import numpy as np
@@ -50,6 +51,10 @@ from .shapes_language import (
     soft_scores,
 )
 from .shapes_scene import MAX_OBJECTS_LIMIT, OBJECT_ATTRIBUTES, OBJECT_CLASSES, Scene, sample_scene
+
+if TYPE_CHECKING:
+    from ..processing.regions import RegionFeatures
+    from ..processing.stores import RegionStore
 
 __all__ = ["ShapesWorld", "shapes_tokenizer", "SHAPES_VOCAB_FILE", "SPLITS"]
 
@@ -374,7 +379,7 @@ class ShapesWorld:
         extractor: ShapesFeatureExtractor | None = None,
         batch_size: int = 64,
         skip: set[str] | frozenset[str] = frozenset(),
-    ):
+    ) -> Iterator[tuple[str, RegionFeatures]]:
         """Yield `(image_id, RegionFeatures)` for every image of `split` not in `skip`: ground-truth boxes, features
         from `extractor` (default `ShapesFeatureExtractor()`), class/attribute targets from the object labels."""
         self._check_split(split)
@@ -397,7 +402,7 @@ class ShapesWorld:
         shard_size: int = 512,
         batch_size: int = 64,
         feature_dtype: str = "float32",
-    ):
+    ) -> RegionStore:
         """Extract every image's regions (of `splits`) and write them to vlhub's sharded region store at `directory`
         (`shard_size` images per shard, features stored as `feature_dtype`).
 

@@ -60,6 +60,7 @@ _EDGE_FILTERS = (
 NUM_BACKBONE_CHANNELS = 1 + 3 + 2 + len(_EDGE_FILTERS)
 
 ImageLike = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
+ImageBoxes = torch.Tensor | Sequence[Sequence[float]]  # one image's (num_boxes, 4) pixel boxes
 CONFIG_NAME = "config.json"
 EXTRACTOR_TYPE = "shapes"
 # The most pixels one image may have: 2048 x 2048. The backbone holds ~14 float32 maps of the image (~250 MB here), and
@@ -319,7 +320,12 @@ class ShapesRegionExtractor:
         first[0, 0] = 1.0
         return torch.cat([first, rows])
 
-    def __call__(self, images, boxes=None, labels=None) -> RegionFeatures | list[RegionFeatures]:
+    def __call__(
+        self,
+        images: ImageLike | Sequence[ImageLike],
+        boxes: ImageBoxes | Sequence[ImageBoxes] | None = None,
+        labels: Sequence[str] | Sequence[Sequence[str]] | None = None,
+    ) -> RegionFeatures | list[RegionFeatures]:
         """Region features of one image or a list of images.
 
         Args:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from itertools import permutations
+from typing import Iterable
 
 import numpy as np
 
@@ -420,7 +421,7 @@ def soft_scores(answers: list[str]) -> dict[str, float]:
 
 
 # -------------------------------------------------------------------------------------------------- vocabulary
-def draw_choices(answer: str, pool, num_choices: int, rng: np.random.Generator) -> tuple[list[str], int]:
+def draw_choices(answer: str, pool: Iterable[str], num_choices: int, rng: np.random.Generator) -> tuple[list[str], int]:
     """A multiple-choice question's candidates: `answer` and `num_choices - 1` distractors drawn without replacement
     from `pool` (the other answers of its answer type; `answer` itself and repeats in `pool` are ignored), in a
     random order. Returns `(choices, index of answer)`; raises when the pool has too few other answers."""

@@ -4,10 +4,14 @@ package (`vlhub.evaluation.load("vqa_accuracy")` works offline: nothing is downl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .captions import CAPTION_METRICS, caption_scores
 from .retrieval import DEFAULT_RECALL_KS, retrieval_chance, retrieval_recall
 from .vqa import normalize_answer, vqa_accuracy_score
+
+if TYPE_CHECKING:
+    import evaluate
 
 __all__ = [
     "CAPTION_METRICS",
@@ -33,7 +37,7 @@ def metric_path(name: str) -> Path:
     return _HERE / name
 
 
-def load(name: str, **kwargs):
+def load(name: str, **kwargs: Any) -> evaluate.EvaluationModule:
     """`evaluate.load` of a metric shipped with vlhub, from its local folder (keyword arguments go to
     `evaluate.load`, e.g. `experiment_id`, `num_process`, `process_id` for distributed evaluation)."""
     import evaluate

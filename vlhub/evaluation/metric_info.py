@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import evaluate
+
 __all__ = ["metric_info", "STRING_VS_STRINGS"]
 
 # predictions: one string per example; references: several strings per example (answers, captions).
@@ -19,7 +24,9 @@ def _feature(kind: str):
     }[kind]
 
 
-def metric_info(description: str, citation: str, inputs_description: str, kinds: tuple[str, str], **extra):
+def metric_info(
+    description: str, citation: str, inputs_description: str, kinds: tuple[str, str], **extra: Any
+) -> evaluate.MetricInfo:
     """`evaluate.MetricInfo` whose features are `{"predictions": kinds[0], "references": kinds[1]}`, each kind one of
     "string", "strings" (a sequence of strings), "int64", "float64s" (a sequence of floats)."""
     import datasets

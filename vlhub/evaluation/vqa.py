@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedConfig
 
 __all__ = [
     "normalize_answer",
@@ -145,7 +146,7 @@ def vqa_accuracy_score(prediction: str, references: Sequence[str]) -> float:
     return total / len(answers)
 
 
-def predictable_answer_logits(logits: "torch.Tensor", config) -> "torch.Tensor":
+def predictable_answer_logits(logits: "torch.Tensor", config: "PreTrainedConfig") -> "torch.Tensor":
     """VQA answer logits `(..., num_labels)` with the vocabulary's "unknown" answer (`config.unknown_answer_id`, when
     a config sets one) at -inf, so that no argmax or top-k ever picks it — as the original evaluations that skip the
     answer vocabulary's `<unk>` (Unified VLP: `argmax(logits[:, 1:]) + 1`). Without one, `logits` unchanged."""

@@ -19,10 +19,14 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
+from typing import TYPE_CHECKING
 
 from . import discover_architectures
 from ..registry import Architecture, architectures, get_architecture, on_register
 from ..utils.import_hooks import when_imported
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 __all__ = ["register_all", "model_class_for", "model_classes"]
 
@@ -189,7 +193,7 @@ def model_classes() -> dict[str, type]:
     }
 
 
-def model_class_for(config, default: type | None = None) -> type:
+def model_class_for(config: PreTrainedConfig, default: type | None = None) -> type:
     """The vlhub class named first in `config.architectures` (a checkpoint records the head it was saved with).
 
     Retrieval, NLVR2 and referring-expression heads have no fitting Auto class in transformers, so loaders that

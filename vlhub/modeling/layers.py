@@ -7,6 +7,8 @@ speed-ups come for free and checkpoint keys line up with the originals. Only wha
 BERT lives here: classifier heads, the region-feature heads, masks over [text | regions] and optimal transport.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -29,6 +31,10 @@ from transformers.activations import GELUActivation
 
 from ..utils.deprecation import moved_attribute
 from .packed_linear import PackedLinear, dense_plus_residual, register_packed_class, register_projection_groups
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+    from transformers import PreTrainedConfig
 
 __all__ = [
     "BertEmbeddings",
@@ -157,7 +163,9 @@ class AttentionPooling(nn.Module):
         return weights.unsqueeze(1).matmul(hidden_states).squeeze(1)
 
 
-def extended_attention_mask(config, embeddings: torch.Tensor, attention_mask: torch.Tensor | None):
+def extended_attention_mask(
+    config: "PreTrainedConfig", embeddings: torch.Tensor, attention_mask: torch.Tensor | None
+) -> "torch.Tensor | BlockMask | None":
     """The mask the configured attention backend wants, from a `(batch, seq)` 1/0 mask over all positions."""
     return create_bidirectional_mask(config=config, inputs_embeds=embeddings, attention_mask=attention_mask)
 
@@ -196,7 +204,7 @@ def soft_score_loss(logits: torch.Tensor, labels: torch.Tensor, name: str = "lab
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float()) * logits.shape[-1]
 
 
-def same_pair_mask(batch: int, group_ids: torch.Tensor | None, device) -> torch.Tensor:
+def same_pair_mask(batch: int, group_ids: torch.Tensor | None, device: torch.device | str) -> torch.Tensor:
     """`(batch, batch)` bool, True where `[text i, image j]` must not count as a negative pair: the diagonal (the
     matched pairs) and, with `group_ids` `(batch,)`, every two rows sharing an id (two captions of one image)."""
     mask = torch.eye(batch, dtype=torch.bool, device=device)

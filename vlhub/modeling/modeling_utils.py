@@ -7,6 +7,7 @@ An architecture's base class subclasses `VisionLanguagePreTrainedModel` and sets
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedModel
@@ -15,6 +16,9 @@ from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from ..utils.compat import CACHE_NAME
 from .layers import BertEmbeddings, BertLayer, BertSelfAttention
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 __all__ = [
     "BERT_RECORDED_OUTPUTS",
@@ -30,7 +34,7 @@ __all__ = [
 BERT_RECORDED_OUTPUTS = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
 
 
-def recording_flags(config, kwargs: dict, recorded: Mapping[str, object]) -> dict:
+def recording_flags(config: "PreTrainedConfig", kwargs: dict, recorded: Mapping[str, object]) -> dict:
     """`kwargs` with an `output_<field>` flag for every field of `recorded` (a `_can_record_outputs`), for models
     whose per-layer outputs span several fields (each stream's, the co-attention's, the decoder's): hidden states
     are recorded with `output_hidden_states`, maps with `output_attentions` (the argument, else the config), as
@@ -76,10 +80,10 @@ class BertMLMHeadMixin:
     `predictions`): the decoder, whose bias is the head's `bias` (tied, as in BERT). List it before the
     `PreTrainedModel` base: `class XForPreTraining(BertMLMHeadMixin, XPreTrainedModel)`."""
 
-    def get_output_embeddings(self):
+    def get_output_embeddings(self) -> torch.nn.Linear:
         return self.cls.predictions.decoder
 
-    def set_output_embeddings(self, new_embeddings):
+    def set_output_embeddings(self, new_embeddings: torch.nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 

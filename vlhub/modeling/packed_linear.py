@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -296,7 +297,7 @@ def unpack_linear_weights(model: nn.Module) -> int:
 
 
 @contextlib.contextmanager
-def packed_linear_weights(model: nn.Module):
+def packed_linear_weights(model: nn.Module) -> Iterator[nn.Module]:
     """`pack_linear_weights(model)` for the duration of the block, then `unpack_linear_weights(model)`; a model that
     was packed before the block stays packed after it."""
     if any(type(module) is PackedLinear for module in model.modules()):

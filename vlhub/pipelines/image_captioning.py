@@ -17,20 +17,23 @@ for any other model. See `vlhub.pipelines.register_pipelines`.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, Pipeline, PreTrainedModel
+from transformers import BatchFeature, GenerationConfig, LogitsProcessor, LogitsProcessorList, Pipeline, PreTrainedModel
 
 from ..processing.regions import RegionFeatures
 from ..registry import architectures
 from ..utils.compat import pipeline_generate_kwargs
 from .visual_question_answering import ProcessorPipelineMixin, check_image
 
+if TYPE_CHECKING:
+    from ..processing.detector.image_io import ImageInput
+
 __all__ = ["ImageCaptioningPipeline", "ImageToTextPipeline", "is_vlhub_model"]
 
 
-def is_vlhub_model(model) -> bool:
+def is_vlhub_model(model: object) -> bool:
     return isinstance(model, PreTrainedModel) and model.config.model_type in architectures()
 
 
@@ -71,7 +74,12 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
             forward["max_new_tokens"] = max_new_tokens
         return {}, forward, {}
 
-    def __call__(self, images=None, image=None, **kwargs) -> Any:
+    def __call__(
+        self,
+        images: RegionFeatures | ImageInput | Sequence[RegionFeatures | ImageInput] | None = None,
+        image: RegionFeatures | ImageInput | Sequence[RegionFeatures | ImageInput] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         if image is not None:  # `image=`, as the VQA and retrieval pipelines take it
             if images is not None:
                 raise ValueError("pass images (positionally or as images=) or image=, not both")
@@ -87,7 +95,7 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
             kwargs["batch_size"] = min(len(images), 16)
         return super().__call__(list(images) if many else images, **kwargs)
 
-    def preprocess(self, image):
+    def preprocess(self, image: RegionFeatures | ImageInput) -> BatchFeature:
         if isinstance(image, RegionFeatures):
             return self.processor(regions=[image], return_tensors="pt")
         return self.processor(images=[image], return_tensors="pt")
@@ -100,7 +108,7 @@ class ImageCaptioningPipeline(ProcessorPipelineMixin, Pipeline):
         generate_kwargs = {**generate_kwargs, "logits_processor": guards}
         return {"sequences": self.model.generate(**model_inputs, **generate_kwargs)}
 
-    def postprocess(self, model_outputs):
+    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> list[dict[str, str]]:
         captions = self.processor.batch_decode(model_outputs["sequences"], skip_special_tokens=True)
         return [{"generated_text": caption} for caption in captions]
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
 import torch
-from transformers import AutoConfig
+from transformers import AutoConfig, PreTrainedModel
 from transformers.pipelines.base import ChunkPipeline
 
 from ..processing.regions import RegionFeatures
 from ..processing.processor_base import check_text
 from ..registry import get_architecture
 from .visual_question_answering import TopKPipelineMixin, check_finite_output, check_image
+
+if TYPE_CHECKING:
+    from ..processing.detector.image_io import ImageInput
 
 __all__ = ["ImageTextRetrievalPipeline", "AutoModelForImageTextRetrieval"]
 
@@ -22,7 +28,9 @@ class AutoModelForImageTextRetrieval:
     """
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any
+    ) -> PreTrainedModel:
         from ..modeling.auto import model_class_for
 
         hub_kwargs = {
@@ -79,7 +87,14 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
     task_heads = ("retrieval", "pretraining")  # a pre-training checkpoint ranks with its ITM head (zero-shot)
     default_task = "image-text-retrieval"
 
-    def __call__(self, image=None, texts=None, text=None, images=None, **kwargs):
+    def __call__(
+        self,
+        image: RegionFeatures | ImageInput | None = None,
+        texts: str | Sequence[str] | None = None,
+        text: str | None = None,
+        images: RegionFeatures | ImageInput | Sequence[RegionFeatures | ImageInput] | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, float | str | int]]:
         if image is not None and texts is not None and text is None and images is None:
             query = {"image": image, "texts": _non_empty_list(texts, "texts")}
         elif text is not None and images is not None and image is None and texts is None:
@@ -107,7 +122,7 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
     def _regions(self, image) -> RegionFeatures:
         return image if isinstance(image, RegionFeatures) else self.processor.regions_from_images([image])[0]
 
-    def preprocess(self, query: dict):
+    def preprocess(self, query: dict) -> Iterator[dict[str, Any]]:
         if "texts" in query:
             regions = self._regions(query["image"])
             candidates = [(regions, t, {"text": t}) for t in query["texts"]]
@@ -126,7 +141,9 @@ class ImageTextRetrievalPipeline(TopKPipelineMixin, ChunkPipeline):
         check_finite_output(scores, "retrieval scores")
         return {"candidate": candidate, "is_last": is_last, "logits": scores}
 
-    def postprocess(self, model_outputs, top_k: int | None = None):
+    def postprocess(
+        self, model_outputs: list[dict[str, Any]], top_k: int | None = None
+    ) -> list[dict[str, float | str | int]]:
         ranked = []
         for output in model_outputs:
             logit = output["logits"].reshape(-1)[0].float()

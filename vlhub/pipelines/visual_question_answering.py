@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
-from transformers import Pipeline
+from transformers import BatchFeature, Pipeline
 
 from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
@@ -13,6 +13,12 @@ from ..modeling.modeling_utils import check_region_feature_magnitude
 from ..processing.regions import RegionFeatures
 from ..utils.arguments import check_positive_int
 from ..utils.tensors import all_finite
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from ..processing.detector.image_io import ImageInput
+    from ..processing.processor_base import VisionLanguageProcessor
 
 __all__ = [
     "VisualQuestionAnsweringPipeline",
@@ -24,7 +30,7 @@ __all__ = [
 ]
 
 
-def top_k_parameter(top_k) -> dict:
+def top_k_parameter(top_k: int | None) -> dict:
     """The postprocess parameters for a user's `top_k` (validated)."""
     if top_k is None:
         return {}
@@ -41,7 +47,7 @@ def check_finite_output(values: torch.Tensor, what: str) -> None:
         )
 
 
-def refuse_other_heads(model, task: str, heads: tuple[str, ...]) -> None:
+def refuse_other_heads(model: PreTrainedModel, task: str, heads: tuple[str, ...]) -> None:
     """A checkpoint saved with a head that cannot do `task` (one of the architecture's `heads`, as its declaration
     names them) is refused, naming the task and what the folder holds: loading it for `task` would put a randomly
     initialised head behind the pipeline (a VQA head on a captioner answers LABEL_0). Models without a recorded
@@ -81,7 +87,7 @@ class ProcessorPipelineMixin:
     _load_tokenizer = False
     task_heads: tuple[str, ...] = ()
 
-    def __init__(self, model, *args, pack_linear_weights: bool = True, **kwargs) -> None:
+    def __init__(self, model: PreTrainedModel, *args: Any, pack_linear_weights: bool = True, **kwargs: Any) -> None:
         refuse_other_heads(model, kwargs.get("task") or self.default_task, self.task_heads)
         super().__init__(model, *args, **kwargs)
         if not isinstance(pack_linear_weights, bool):
@@ -100,7 +106,12 @@ class TopKPipelineMixin(ProcessorPipelineMixin):
         return {}, {}, top_k_parameter(top_k)
 
 
-def check_image(processor, image, name: str, model=None) -> None:
+def check_image(
+    processor: VisionLanguageProcessor,
+    image: RegionFeatures | ImageInput,
+    name: str,
+    model: PreTrainedModel | None = None,
+) -> None:
     """Check one pipeline input image up front, where its index is known: `RegionFeatures` are encoded once (type,
     feature size, selection, encoding limits), anything else needs the processor's region extractor. Errors name the
     input as `name` (e.g. `image[2]`), not as the processor's one-example batch `regions[0]`. The encoded features
@@ -165,7 +176,12 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
     task_heads = ("vqa",)
     default_task = "visual-question-answering"
 
-    def __call__(self, image=None, question: str | list[str] | None = None, **kwargs) -> Any:
+    def __call__(
+        self,
+        image: RegionFeatures | ImageInput | dict | Sequence[RegionFeatures | ImageInput | dict] | None = None,
+        question: str | list[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         pairs, single = _as_pairs(image, question)
         _check_pairs(self.processor, pairs, single, self.model)
         if not single and "batch_size" not in kwargs and self._batch_size is None:
@@ -173,7 +189,7 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
         results = super().__call__(pairs if not single else pairs[0], **kwargs)
         return results
 
-    def preprocess(self, inputs: dict):
+    def preprocess(self, inputs: dict) -> BatchFeature:
         if not isinstance(inputs, dict) or "image" not in inputs or "question" not in inputs:
             raise ValueError(f"each input must be a dict with 'image' and 'question', got {inputs!r}")
         image, question = inputs["image"], inputs["question"]
@@ -187,7 +203,7 @@ class VisualQuestionAnsweringPipeline(TopKPipelineMixin, Pipeline):
         model_inputs = {k: v for k, v in model_inputs.items() if k in self.processor.model_input_names}
         return {"logits": self.model(**model_inputs).logits}
 
-    def postprocess(self, model_outputs, top_k: int = 5):
+    def postprocess(self, model_outputs: dict[str, torch.Tensor], top_k: int = 5) -> list[dict[str, float | str]]:
         check_finite_output(model_outputs["logits"], "answer logits")
         # sigmoid(-inf) = 0 for the "unknown" answer of converted checkpoints, which is never listed.
         probabilities = torch.sigmoid(predictable_answer_logits(model_outputs["logits"].float(), self.model.config))[0]

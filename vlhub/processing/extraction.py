@@ -13,13 +13,16 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from ..utils.errors import VlhubUserError, user_error_types
 from .regions import RegionFeatures
 from .stores.shards import RegionStoreWriter, stored_image_ids
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 __all__ = ["IMAGE_EXTENSIONS", "collect_images", "extract_to_store", "ExtractionSummary", "ImageExtractionError"]
 
@@ -105,14 +108,14 @@ def _extract_batch(extractor, batch: list[tuple[str, Path]], skip_errors: bool, 
 
 
 def extract_to_store(
-    extractor,
+    extractor: Callable[[list[str]], Sequence[RegionFeatures]],
     images: dict[str, Path],
     output: str | os.PathLike,
     batch_size: int = 1,
     shard_size: int = 256,
     feature_dtype: str = "float32",
     skip_errors: bool = False,
-    accelerator=None,
+    accelerator: Accelerator | None = None,
     progress: bool = True,
 ) -> ExtractionSummary:
     """Extract `images` (`{image_id: path}`) with `extractor` into the region store at `output`.

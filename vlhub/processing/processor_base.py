@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +43,11 @@ from ..utils.arguments import check_token_ids
 from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
+
+    from .region_extractors import RegionExtractorLike
+
 __all__ = [
     "RegionProcessor",
     "VisionLanguageProcessor",
@@ -54,9 +59,18 @@ __all__ = [
     "REGION_SELECTIONS",
     "CUT_FROM",
     "pad_text_rows",
+    "TextArgument",
+    "RegionsArgument",
+    "TokenIdsArgument",
 ]
 
 logger = logging.getLogger(__name__)
+
+# What a processor call takes: one text or a batch; one image's regions or a batch; one text's word-piece ids or a
+# batch of them.
+TextArgument = str | Sequence[str]
+RegionsArgument = RegionFeatures | Sequence[RegionFeatures]
+TokenIdsArgument = Sequence[int] | Sequence[Sequence[int]]
 
 # How a processor chooses an image's regions (the setting `region_selection`, saved with the processor):
 # "by_confidence": with detector confidences (scores) and a `confidence_threshold`, the clamp(#(score > threshold),
@@ -160,7 +174,7 @@ class RegionProcessor(FeatureExtractionMixin):
         max_regions: int | None = 100,
         region_extractor_folder: str | None = None,
         region_selection: str = "by_confidence",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
         super().__init__(**kwargs)
@@ -198,7 +212,7 @@ class RegionProcessor(FeatureExtractionMixin):
         return features, locations
 
     @classmethod
-    def settings_from_config(cls, config) -> dict:
+    def settings_from_config(cls, config: PreTrainedConfig) -> dict:
         """Region settings a model `config` fixes, for a processor built to fit a new model (e.g. Unified VLP's
         fixed number of region slots and detector classes). The default fixes none."""
         return {}
@@ -259,7 +273,7 @@ class RegionProcessor(FeatureExtractionMixin):
                 "the images cut."
             )
 
-    def __call__(self, regions, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
+    def __call__(self, regions: RegionsArgument, return_tensors: str | None = "pt", **kwargs: Any) -> BatchFeature:
         if kwargs:
             raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}")
         if return_tensors not in (None, "pt"):
@@ -294,7 +308,7 @@ class RegionProcessor(FeatureExtractionMixin):
             }
         )
 
-    def encode_example(self, regions, name: str = "regions[0]") -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_example(self, regions: RegionFeatures, name: str = "regions[0]") -> tuple[torch.Tensor, torch.Tensor]:
         """One example's encoded `(features (R, F), locations (R, location_dim))` before padding: checked, selected,
         encoded and with its global rows. Every error names the example as `name` (the processor's `regions[i]`; a
         pipeline passes the user's own index, e.g. `image[2]`)."""
@@ -330,7 +344,9 @@ class RegionProcessor(FeatureExtractionMixin):
         return feat, loc, selected
 
 
-def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[list[int]]) -> BatchEncoding:
+def pad_text_rows(
+    tokenizer: PreTrainedTokenizerBase, input_ids: list[list[int]], token_type_ids: list[list[int]]
+) -> BatchEncoding:
     """`tokenizer.pad({"input_ids": ..., "token_type_ids": ...}, padding=True, return_attention_mask=True,
     return_tensors="pt")`, computed directly for a tokenizer that pads as transformers' base class does (its
     `pad_token_id`, `pad_token_type_id` and `padding_side`): the same tensors without that method's per-row Python
@@ -369,7 +385,7 @@ def pad_text_rows(tokenizer, input_ids: list[list[int]], token_type_ids: list[li
 _BASE_PAD = PreTrainedTokenizerBase._pad
 
 
-def check_text(text, name: str = "text") -> str:
+def check_text(text: object, name: str = "text") -> str:
     """`text` if it is a non-empty string of valid Unicode; otherwise a `TypeError`/`ValueError` naming it as `name`.
     A lone surrogate (e.g. from decoding bytes with errors="surrogateescape") cannot be tokenized."""
     if not isinstance(text, str):
@@ -405,7 +421,13 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     text_token_type_id: int = 0  # token type of every token of the default layout
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs) -> None:
+    def __init__(
+        self,
+        feature_extractor: RegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        max_text_length: int = 60,
+        **kwargs: Any,
+    ) -> None:
         if max_text_length < 3:
             raise ValueError(f"max_text_length must leave room for [CLS] w [SEP], got {max_text_length}")
         self.max_text_length = max_text_length
@@ -414,17 +436,17 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     # -- images → regions -------------------------------------------------------------------------------------
     @property
-    def region_extractor(self):
+    def region_extractor(self) -> RegionExtractorLike | None:
         """The region extractor that turns images into `RegionFeatures` (None when the processor has none). Saved
         with the processor in the sub-folder `region_extractor/`; see `vlhub.processing.region_extractors`."""
         return self._region_extractor
 
     @region_extractor.setter
-    def region_extractor(self, extractor) -> None:
+    def region_extractor(self, extractor: RegionExtractorLike | None) -> None:
         self._region_extractor = extractor
         self.feature_extractor.region_extractor_folder = REGION_EXTRACTOR_FOLDER if extractor is not None else None
 
-    def regions_from_images(self, images) -> list[RegionFeatures]:
+    def regions_from_images(self, images: Any) -> list[RegionFeatures]:
         if self._region_extractor is None:
             raise ValueError(
                 "this processor has no region extractor, so it cannot take images: pass regions=RegionFeatures(...) "
@@ -433,21 +455,25 @@ class VisionLanguageProcessor(ProcessorMixin):
         regions = self._region_extractor(images)
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)
 
-    def regions_or_images(self, regions, images):
+    def regions_or_images(
+        self, regions: RegionsArgument | None, images: Any
+    ) -> RegionFeatures | Sequence[RegionFeatures] | None:
         """`regions` as given, or those the region extractor finds in `images` (both given is an error; neither:
         None)."""
         if regions is not None and images is not None:
             raise ValueError("pass either regions or images, not both")
         return self.regions_from_images(images) if images is not None else regions
 
-    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs: Any) -> list[str]:
         if self._region_extractor is not None:
             os.makedirs(save_directory, exist_ok=True)
             self._region_extractor.save_pretrained(os.path.join(save_directory, REGION_EXTRACTOR_FOLDER))
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
+    ) -> "VisionLanguageProcessor":
         processor = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         subfolder = processor.feature_extractor.region_extractor_folder
         if subfolder:
@@ -477,7 +503,9 @@ class VisionLanguageProcessor(ProcessorMixin):
         return ids, [self.text_token_type_id] * len(ids)
 
     # -- text: shared -------------------------------------------------------------------------------------------
-    def word_pieces(self, text=None, token_ids=None) -> list[list[int]]:
+    def word_pieces(
+        self, text: TextArgument | None = None, token_ids: TokenIdsArgument | None = None
+    ) -> list[list[int]]:
         """Each text's word-piece ids without special tokens, from `text` (tokenized) or `token_ids` (as given)."""
         if text is not None and token_ids is not None:
             raise ValueError("pass either text or token_ids, not both")
@@ -513,7 +541,7 @@ class VisionLanguageProcessor(ProcessorMixin):
             )
         return ids, types
 
-    def encode_text(self, text=None, token_ids=None) -> BatchFeature:
+    def encode_text(self, text: TextArgument | None = None, token_ids: TokenIdsArgument | None = None) -> BatchFeature:
         """`input_ids`, `attention_mask`, `token_type_ids` `(batch, T)`: each text laid out by `build_text_inputs`,
         truncated to `max_text_length` (with a warning), padded by the tokenizer."""
         rows = []
@@ -530,10 +558,10 @@ class VisionLanguageProcessor(ProcessorMixin):
         self,
         text: str | Sequence[str] | None = None,
         regions: RegionFeatures | Sequence[RegionFeatures] | None = None,
-        images=None,
+        images: Any = None,
         token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
         return_tensors: str | None = "pt",
-        **kwargs,
+        **kwargs: Any,
     ) -> BatchFeature:
         """text: a string or a list of strings (one per image). token_ids: instead of text, word-piece ids without
         [CLS]/[SEP] (as the original text databases store them). regions: one `RegionFeatures` per text. images:
@@ -565,5 +593,5 @@ class VisionLanguageProcessor(ProcessorMixin):
         return BatchFeature(data, tensor_type=return_tensors)
 
     @property
-    def model_input_names(self):
+    def model_input_names(self) -> list[str]:
         return ["input_ids", "attention_mask", "token_type_ids", *RegionProcessor.model_input_names]

@@ -19,11 +19,16 @@ import importlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .regions import RegionFeatures
 
 __all__ = [
     "DEFAULT_REGION_EXTRACTOR_TYPE",
     "REGION_EXTRACTOR_FOLDER",
     "REGION_EXTRACTOR_TYPE_KEY",
+    "RegionExtractorLike",
     "load_region_extractor",
     "read_region_extractor_config",
     "region_extractor_class",
@@ -36,6 +41,18 @@ REGION_EXTRACTOR_TYPE_KEY = "region_extractor_type"  # config.json field naming 
 DEFAULT_REGION_EXTRACTOR_TYPE = "bottom_up_attention"  # folders without the field: the detector
 CONFIG_NAME = "config.json"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only")
+
+
+class RegionExtractorLike(Protocol):
+    """What a registered region extractor provides (the module docstring): the images it takes depend on the kind."""
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> "RegionExtractorLike": ...
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None: ...
+
+    def __call__(self, images: Any) -> RegionFeatures | list[RegionFeatures]: ...
+
 
 _REGISTRY: dict[str, type | str] = {}  # as registered
 _RESOLVED: dict[str, type] = {}  # lazy registrations once imported
@@ -100,7 +117,9 @@ def read_region_extractor_config(folder: str | os.PathLike, expected_type: str |
     return kind, settings
 
 
-def load_region_extractor(name_or_path: str | os.PathLike, subfolder: str | None = None, **hub_kwargs):
+def load_region_extractor(
+    name_or_path: str | os.PathLike, subfolder: str | None = None, **hub_kwargs: Any
+) -> RegionExtractorLike:
     """The region extractor saved at `name_or_path`, built by the class registered for its config.json's
     `region_extractor_type` (the detector when the field is absent).
 

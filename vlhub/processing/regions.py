@@ -8,7 +8,7 @@ bad region set fails where it was made, not deep inside a forward pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -198,11 +198,11 @@ class RegionFeatures:
         return self.features.shape[1]
 
     @property
-    def height(self):
+    def height(self) -> int | float:
         return self.image_size[0]
 
     @property
-    def width(self):
+    def width(self) -> int | float:
         return self.image_size[1]
 
     def normalized_boxes(self) -> torch.Tensor:
@@ -243,9 +243,9 @@ class RegionFeatures:
         features: torch.Tensor,
         boxes: torch.Tensor,
         image_size: tuple,
-        class_probs=None,
-        scores=None,
-        attribute_probs=None,
+        class_probs: torch.Tensor | None = None,
+        scores: torch.Tensor | None = None,
+        attribute_probs: torch.Tensor | None = None,
         metadata: dict | None = None,
     ) -> "RegionFeatures":
         """Build without checking again: for float32 CPU tensors that already passed this class's validation (a vlhub
@@ -257,7 +257,13 @@ class RegionFeatures:
         return regions
 
     @classmethod
-    def from_normalized_boxes(cls, features, normalized_boxes, image_size=None, **kwargs) -> "RegionFeatures":
+    def from_normalized_boxes(
+        cls,
+        features: torch.Tensor | np.ndarray,
+        normalized_boxes: torch.Tensor | np.ndarray,
+        image_size: tuple[int, int] | None = None,
+        **kwargs: Any,
+    ) -> "RegionFeatures":
         """Build from boxes in [0, 1] (x1, y1, x2, y2). Without `image_size` the boxes stay normalised and the
         image size is recorded as (1, 1), which every processor treats exactly like pixels of a 1×1 image."""
         boxes = _as_float_tensor("boxes", normalized_boxes, 2)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -214,7 +214,7 @@ class TrainingArguments(VlhubTrainingArguments):
     """Deprecated name of `VlhubTrainingArguments` (it read like transformers' own class); also accepts the old
     `per_device_batch_size=`."""
 
-    def __init__(self, *args, per_device_batch_size: int | None = None, **kwargs) -> None:
+    def __init__(self, *args: Any, per_device_batch_size: int | None = None, **kwargs: Any) -> None:
         warnings.warn(
             "vlhub.training.TrainingArguments is deprecated: use VlhubTrainingArguments "
             "(per_device_batch_size is now per_device_train_batch_size)",

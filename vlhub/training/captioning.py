@@ -5,7 +5,7 @@ COCO caption metrics next to a baseline that always says the most frequent train
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +21,13 @@ from .loop import TrainingTask
 from .model_card import CardInfo
 from .objectives import Objective
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel
+
+    from ..processing.processor_base import VisionLanguageProcessor
+    from .arguments import VlhubTrainingArguments
 
 __all__ = [
     "CaptioningTask",
@@ -67,16 +74,16 @@ class CaptioningTask(TrainingTask):
 
     def __init__(
         self,
-        model,
-        processor,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
         regions: Mapping[str, RegionFeatures],
-        train,
-        validation,
+        train: Sequence[tuple[str, str]],
+        validation: Sequence[tuple[str, str]] | None,
         dataset_name: str,
         dataset_description: str,
         objective: Objective | None,
         base_model: str | None = None,
-        test=None,
+        test: Sequence[tuple[str, str]] | None = None,
         max_new_tokens: int = 20,
         metrics: Sequence[str] = CAPTION_METRICS,
     ) -> None:
@@ -98,12 +105,12 @@ class CaptioningTask(TrainingTask):
         self.max_new_tokens = max_new_tokens
         self.metrics = list(metrics)
 
-    def train_sampler(self, batch_size, group_size, seed):
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(
             len(self.train_dataset), batch_size, FixedObjective(self.objective.name), seed, group_size=group_size
         )
 
-    def generate_captions(self, model, image_ids: Sequence[str], batch_size: int) -> list[str]:
+    def generate_captions(self, model: torch.nn.Module, image_ids: Sequence[str], batch_size: int) -> list[str]:
         """Greedy captions of `image_ids`, in order (every process computes all of them: evaluation sets are small)."""
         model = _unwrapped(model)
         device = next(model.parameters()).device
@@ -121,7 +128,9 @@ class CaptioningTask(TrainingTask):
         model.train(was_training)
         return captions
 
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, accelerator: Accelerator, model: torch.nn.Module, args: VlhubTrainingArguments, final: bool = False
+    ) -> dict[str, float]:
         """COCO caption metrics of greedy captions on the validation split (and the test split after the last step),
         each next to `baseline_<metric>`: the same metric when every image gets the most frequent training caption."""
         from ..evaluation.captions import caption_scores
@@ -220,7 +229,9 @@ class PromptCollator:
     images and `sample_seed`: one seed drawn from the examples' `SampleKey` seeds, so the captions sampled for a batch
     are a pure function of (seed, epoch, position), like every other random choice of the loop."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures], image_ids: Sequence[str]) -> None:
+    def __init__(
+        self, processor: VisionLanguageProcessor, regions: Mapping[str, RegionFeatures], image_ids: Sequence[str]
+    ) -> None:
         self.processor = processor
         self.regions = regions
         self.image_ids = image_ids
@@ -270,7 +281,14 @@ class SelfCriticalCaptioningTask(CaptioningTask):
     """
 
     def __init__(
-        self, model, processor, regions: Mapping[str, RegionFeatures], train, *args, num_samples: int = 1, **options
+        self,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
+        train: Sequence[tuple[str, str]],
+        *args: Any,
+        num_samples: int = 1,
+        **options: Any,
     ) -> None:
         # The rest of `CaptioningTask`'s arguments (validation, names, base_model, test, max_new_tokens, metrics),
         # without its objective: this task trains by sampling and scoring captions instead.
@@ -287,7 +305,7 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         self.collate_fn = PromptCollator(processor, regions, self.train_image_ids)
         self.num_samples = num_samples
 
-    def train_sampler(self, batch_size, group_size, seed):
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(
             len(self.train_dataset), batch_size, FixedObjective("scst"), seed, group_size=group_size
         )
@@ -311,7 +329,7 @@ class SelfCriticalCaptioningTask(CaptioningTask):
             bos_token_id=config.bos_token_id,
         )
 
-    def training_step(self, model, batch):
+    def training_step(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         captioner = _unwrapped(model)
         image_index = batch.pop("image_index").tolist()
         seed = int(batch.pop("sample_seed"))
@@ -362,7 +380,7 @@ class SelfCriticalCaptioningTask(CaptioningTask):
         )
 
 
-def check_can_caption(model, max_new_tokens: int | None = None) -> None:
+def check_can_caption(model: PreTrainedModel, max_new_tokens: int | None = None) -> None:
     """A clear error when `model` cannot be trained by self-critical captioning (not its architecture's captioning
     head, which has `generate()` and the `caption_scoring_inputs` hook, or a checkpoint whose captioning head was
     not kept)."""

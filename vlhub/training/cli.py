@@ -12,7 +12,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar, Iterable
 
 from accelerate.utils import set_seed
 
@@ -33,7 +33,7 @@ from .data import (
     shapes_region_store,
     shapes_world,
 )
-from .loop import TrainResult, train
+from .loop import LoopState, TrainResult, train
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 
 __all__ = [
@@ -399,7 +399,7 @@ def _load_task_model(model_class, source: str, source_config, architecture, **kw
     return model
 
 
-def pretrain_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
+def pretrain_main(argv: list[str] | None = None, callbacks: Iterable[Callable[[LoopState], None]] = ()) -> TrainResult:
     from transformers import HfArgumentParser
 
     from .pretraining import PretrainingTask, build_pretraining_model
@@ -562,7 +562,7 @@ class _TaskData:
         )
 
 
-def finetune_main(argv: list[str] | None = None, callbacks=()) -> TrainResult:
+def finetune_main(argv: list[str] | None = None, callbacks: Iterable[Callable[[LoopState], None]] = ()) -> TrainResult:
     from transformers import AutoProcessor, HfArgumentParser
 
     from .data import caption_pairs

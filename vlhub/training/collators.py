@@ -7,7 +7,7 @@ runs the model's processor (the same one used at inference) and applies the batc
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from ..processing.regions import RegionFeatures, marked_float16_exact
 from .masking import random_token_ids
 from .objectives import Objective, ObjectiveContext
 from .sampling import SampleKey, example_rng
+
+if TYPE_CHECKING:
+    from ..processing.processor_base import VisionLanguageProcessor
 
 __all__ = ["CaptionDataset", "PretrainingCollator", "RegionLookup", "Float16RegionTransfer", "InlineSmallTensors"]
 
@@ -66,7 +69,7 @@ class PretrainingCollator:
 
     def __init__(
         self,
-        processor,
+        processor: VisionLanguageProcessor,
         regions: RegionLookup,
         objectives: Mapping[str, Objective],
         image_ids: Sequence[str] | None = None,
@@ -74,7 +77,7 @@ class PretrainingCollator:
         region_mask_probability: float = 0.15,
         itm_negative_probability: float = 0.5,
         pairs: Sequence[tuple[str, str]] | None = None,
-        contradict=None,
+        contradict: Callable[[str, str, np.random.Generator], str | None] | None = None,
         itm_hard_negative_probability: float = 0.0,
     ) -> None:
         for name, value in (
@@ -176,10 +179,10 @@ class Float16RegionTransfer:
     outputs are unchanged. Picklable, like the function it wraps.
     """
 
-    def __init__(self, function) -> None:
+    def __init__(self, function: Callable[[Sequence[Any]], dict]) -> None:
         self.function = function
 
-    def __call__(self, examples):
+    def __call__(self, examples: Sequence[Any]) -> dict:
         batch = self.function(examples)
         features = batch.get("region_features")
         if isinstance(features, torch.Tensor) and features.dtype == torch.float32:
@@ -208,11 +211,11 @@ class InlineSmallTensors:
     tensors and one of 4.7 MB: 5.7-8.0 against 11-13 ms a batch from 2 workers, 1.9 against 3.5-4.7 ms of the main
     process's time. Large tensors (the region features) still go through shared memory. Picklable."""
 
-    def __init__(self, function, max_bytes: int = 128 << 10) -> None:
+    def __init__(self, function: Callable[[Sequence[Any]], dict], max_bytes: int = 128 << 10) -> None:
         self.function = function
         self.max_bytes = max_bytes
 
-    def __call__(self, examples):
+    def __call__(self, examples: Sequence[Any]) -> dict:
         batch = self.function(examples)
         if isinstance(batch, MutableMapping):
             for key, value in batch.items():

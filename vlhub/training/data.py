@@ -13,13 +13,20 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from ..utils.errors import VlhubUserError, named_input, one_line
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow as pa
+
+    from ..data.shapes import ShapesWorld
+    from ..processing.stores import RegionStore
 
 __all__ = [
     "CaptionCorpus",
@@ -115,7 +122,7 @@ class InlineRegions(Mapping):
     """Regions stored as columns of a `datasets.Dataset` (`features`, `boxes`, `image_size`, optionally `scores`,
     `class_probs`, `attribute_probs`), one row per image, looked up by its `image_id` column."""
 
-    def __init__(self, dataset, id_column: str = "image_id") -> None:
+    def __init__(self, dataset: datasets.Dataset, id_column: str = "image_id") -> None:
         self.dataset = dataset.with_format("numpy")
         self.index = {image_id: row for row, image_id in enumerate(dataset[id_column])}
 
@@ -150,7 +157,7 @@ class CaptionCorpus:
 
 
 @functools.lru_cache(maxsize=2)
-def shapes_world(seed: int = 0):
+def shapes_world(seed: int = 0) -> ShapesWorld:
     """The embedded shapes world (`vlhub.data.shapes.ShapesWorld`) with its default sizes; one instance per seed and
     process, so pre-training and fine-tuning in one process generate its images once."""
     from ..data.shapes import ShapesWorld
@@ -158,7 +165,7 @@ def shapes_world(seed: int = 0):
     return ShapesWorld(seed=seed)
 
 
-def shapes_store_key(world) -> str:
+def shapes_store_key(world: ShapesWorld) -> str:
     """A digest of what the region store is made from: every image, box and label of the world and the default
     extractor's settings. A world or extractor that changes gets a new store instead of a stale one."""
     import hashlib
@@ -184,7 +191,7 @@ def shapes_store_key(world) -> str:
     return digest.hexdigest()[:16]
 
 
-def shapes_region_store(world, cache_dir: str | os.PathLike | None = None, seed: int = 0):
+def shapes_region_store(world: ShapesWorld, cache_dir: str | os.PathLike | None = None, seed: int = 0) -> RegionStore:
     """The world's region store, written once to `cache_dir` (default `<cache>/shapes-seed<seed>-<digest>`, see
     `shapes_store_key`) and reused (the main process writes it first)."""
     from accelerate import PartialState
@@ -224,7 +231,7 @@ def open_region_source(
     return RegionCache(store, cache_mb << 20)
 
 
-def load_table(source: str, split_names=("train", "validation")):
+def load_table(source: str, split_names: tuple[str, ...] = ("train", "validation")) -> datasets.DatasetDict:
     """A `datasets.DatasetDict` from a folder saved with `save_to_disk`, a data file (json/jsonl/csv/parquet), or a
     Hub dataset name."""
     import datasets
@@ -253,7 +260,7 @@ def load_table(source: str, split_names=("train", "validation")):
     return with_deadline(f"loading the dataset {source}", lambda: datasets.load_dataset(source))
 
 
-def arrow_slice(data, index: slice, length: int, what: str):
+def arrow_slice(data: pa.Array | pa.Table, index: slice, length: int, what: str) -> pa.Array | pa.Table:
     """`data[index]` of an Arrow array or table (zero-copy) for a Python slice of step 1 over `length` rows."""
     start, stop, step = index.indices(length)
     if step != 1:
@@ -265,7 +272,7 @@ class ArrowStrings(Sequence):
     """A read-only sequence of `str` over an Arrow string column (memory-mapped when it comes from a `datasets`
     cache file): millions of strings cost no Python objects until one is read."""
 
-    def __init__(self, column) -> None:
+    def __init__(self, column: pa.Array | pa.ChunkedArray | Iterable[str]) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -296,7 +303,11 @@ class CaptionPairs(Sequence):
     """`(image_id, caption)` pairs held as two Arrow string columns (see `ArrowStrings`); reads like a list of
     tuples."""
 
-    def __init__(self, image_ids, captions) -> None:
+    def __init__(
+        self,
+        image_ids: pa.Array | pa.ChunkedArray | Iterable[str],
+        captions: pa.Array | pa.ChunkedArray | Iterable[str],
+    ) -> None:
         self.image_ids, self.captions = ArrowStrings(image_ids), ArrowStrings(captions)
         if len(self.image_ids) != len(self.captions):
             raise ValueError(f"{len(self.image_ids)} image ids but {len(self.captions)} captions")
@@ -310,7 +321,7 @@ class CaptionPairs(Sequence):
         return self.image_ids[index], self.captions[index]
 
 
-def caption_pairs(split, where: str) -> CaptionPairs:
+def caption_pairs(split: datasets.Dataset, where: str) -> CaptionPairs:
     """The `(image_id, caption)` pairs of a `datasets` split, kept as Arrow columns (no Python list per row). Every
     caption is checked at load time, naming the row, rather than failing mid-training."""
     import pyarrow.compute as pc
@@ -426,7 +437,7 @@ def _shapes_description(world, num_train: int, num_validation: int) -> str:
     return text + (f" {details}" if isinstance(details, str) else "")
 
 
-def write_jsonl(path: str | os.PathLike, rows) -> None:
+def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

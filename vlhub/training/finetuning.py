@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -20,6 +20,16 @@ from .data import arrow_slice
 from .loop import TrainingTask
 from .model_card import CardInfo
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey, example_rng
+
+if TYPE_CHECKING:
+    import datasets
+    import pyarrow as pa
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    from transformers import PreTrainedModel
+
+    from ..processing.processor_base import VisionLanguageProcessor
+    from .arguments import VlhubTrainingArguments
 
 __all__ = [
     "VqaExample",
@@ -94,7 +104,7 @@ class ArrowQuestions(Sequence):
 
     _COLUMNS: tuple[str, ...] = ()
 
-    def __init__(self, table) -> None:
+    def __init__(self, table: pa.Table) -> None:
         self.table = table.select(list(self._COLUMNS))
 
     def __len__(self) -> int:
@@ -135,7 +145,9 @@ def _first(mask) -> int | None:
     return pc.index(mask, True).as_py() if len(mask) and pc.any(mask).as_py() else None
 
 
-def question_table(rows, required: tuple[str, ...], where: str, task: str):
+def question_table(
+    rows: datasets.Dataset | Sequence[Mapping[str, Any]], required: tuple[str, ...], where: str, task: str
+) -> pa.Table:
     """The Arrow table of `rows` (a `datasets` split, zero-copy, or a list of dicts) with the `required` columns,
     every question checked (missing or blank text is an error naming the row and its image)."""
     import pyarrow as pa
@@ -168,7 +180,7 @@ class QuestionDataset(Dataset):
     """Questions read by `SampleKey` (or index): a list of examples, or `ArrowQuestions` over an Arrow table (what
     `from_rows` makes of a `datasets` split)."""
 
-    def __init__(self, examples) -> None:
+    def __init__(self, examples: Iterable[VqaExample | MultipleChoiceExample]) -> None:
         self.examples = examples if isinstance(examples, ArrowQuestions) else list(examples)
 
     def __len__(self):
@@ -182,7 +194,9 @@ class VqaDataset(QuestionDataset):
     """VQA questions (`VqaExample`s, or `VqaQuestions` over an Arrow table)."""
 
     @classmethod
-    def from_rows(cls, rows, num_labels: int, where: str = "the VQA data") -> "VqaDataset":
+    def from_rows(
+        cls, rows: datasets.Dataset | Sequence[Mapping[str, Any]], num_labels: int, where: str = "the VQA data"
+    ) -> "VqaDataset":
         """Rows with `question`, `image_id`, `labels`, `scores`, `answers` (a `datasets` split, kept as its Arrow
         table, or a list of dicts). Every row is checked here, naming the row, rather than mid-training."""
         import pyarrow.compute as pc
@@ -211,7 +225,9 @@ class VqaDataset(QuestionDataset):
 class VqaCollator:
     """Questions + regions → processor inputs and `labels` `(batch, num_labels)` soft scores."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures], num_labels: int) -> None:
+    def __init__(
+        self, processor: VisionLanguageProcessor, regions: Mapping[str, RegionFeatures], num_labels: int
+    ) -> None:
         self.processor = processor
         self.regions = regions
         self.num_labels = num_labels
@@ -237,22 +253,31 @@ class QuestionTask(TrainingTask):
     validation: QuestionDataset | None = None
     test: QuestionDataset | None = None
 
-    def train_sampler(self, batch_size, group_size, seed):
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(
             len(self.train_dataset), batch_size, FixedObjective(self.objective), seed, group_size=group_size
         )
 
-    def ordered_loader(self, accelerator, dataset: QuestionDataset, batch_size: int):
+    def ordered_loader(self, accelerator: Accelerator, dataset: QuestionDataset, batch_size: int) -> DataLoader:
         """Batches of `dataset`'s questions in order, every question once."""
         sampler = ObjectiveBatchSampler(
             len(dataset), batch_size, FixedObjective(self.objective), 0, shuffle=False, drop_last=False
         )
         return self.eval_dataloader(accelerator, dataset, sampler, self.collate_fn)
 
-    def split_metrics(self, split: str, accelerator, model, dataset: QuestionDataset, args) -> dict[str, float]:
+    def split_metrics(
+        self,
+        split: str,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        dataset: QuestionDataset,
+        args: VlhubTrainingArguments,
+    ) -> dict[str, float]:
         raise NotImplementedError
 
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, accelerator: Accelerator, model: torch.nn.Module, args: VlhubTrainingArguments, final: bool = False
+    ) -> dict[str, float]:
         """The validation split's metrics; after the last step also the test split's (when there is one)."""
         results = {}
         for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
@@ -268,9 +293,9 @@ class VqaTask(QuestionTask):
 
     def __init__(
         self,
-        model,
-        processor,
-        regions,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
         train: VqaDataset,
         validation: VqaDataset | None,
         dataset_name: str,
@@ -290,7 +315,9 @@ class VqaTask(QuestionTask):
         self.base_model = base_model
         self.majority_baselines = majority_baselines or {}
 
-    def predict(self, accelerator, model, dataset: VqaDataset, batch_size: int) -> list[str]:
+    def predict(
+        self, accelerator: Accelerator, model: torch.nn.Module, dataset: VqaDataset, batch_size: int
+    ) -> list[str]:
         """The model's best answer for every question of `dataset`, in order."""
         predicted = []
         config = accelerator.unwrap_model(model).config
@@ -301,7 +328,14 @@ class VqaTask(QuestionTask):
         id2label = config.id2label
         return [id2label[int(i)] for i in torch.cat(predicted).tolist()]
 
-    def split_metrics(self, split, accelerator, model, dataset: VqaDataset, args) -> dict[str, float]:
+    def split_metrics(
+        self,
+        split: str,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        dataset: VqaDataset,
+        args: VlhubTrainingArguments,
+    ) -> dict[str, float]:
         from ..evaluation import load
 
         predictions = self.predict(accelerator, model, dataset, args.per_device_eval_batch_size)
@@ -376,7 +410,9 @@ class MultipleChoiceDataset(QuestionDataset):
         return len(self[0].choices) if len(self) else None
 
     @classmethod
-    def from_rows(cls, rows, where: str = "the multiple-choice data") -> "MultipleChoiceDataset":
+    def from_rows(
+        cls, rows: datasets.Dataset | Sequence[Mapping[str, Any]], where: str = "the multiple-choice data"
+    ) -> "MultipleChoiceDataset":
         """Rows with `question`, `image_id`, `choices` (a list of answers, as many in every row) and `label` (the
         index of the right choice), a `datasets` split (kept as its Arrow table) or a list of dicts. Every row is
         checked here, naming the row, rather than mid-training."""
@@ -479,7 +515,9 @@ def check_image_ids(dataset: QuestionDataset, regions: Mapping[str, RegionFeatur
             )
 
 
-def encode_choices(processor, questions: Sequence[str], choices: Sequence[Sequence[str]]) -> dict:
+def encode_choices(
+    processor: VisionLanguageProcessor, questions: Sequence[str], choices: Sequence[Sequence[str]]
+) -> dict:
     """Each question paired with each of its choices, laid out by the processor: `input_ids`, `attention_mask`,
     `token_type_ids` (and any other per-token input the processor gives) `(batch, num_choices, text_length)`, and
     per-question inputs (ViLBERT's `task_ids`) `(batch, ...)`.
@@ -543,7 +581,7 @@ class MultipleChoiceCollator:
     text_length)` (`encode_choices`), the regions once per question `(batch, num_regions, ...)` (shared by its
     choices), and `labels` `(batch,)` (the right choices' indices) when every example has one."""
 
-    def __init__(self, processor, regions: Mapping[str, RegionFeatures]) -> None:
+    def __init__(self, processor: VisionLanguageProcessor, regions: Mapping[str, RegionFeatures]) -> None:
         self.processor = processor
         self.regions = regions
 
@@ -570,9 +608,9 @@ class MultipleChoiceTask(QuestionTask):
 
     def __init__(
         self,
-        model,
-        processor,
-        regions,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
         train: MultipleChoiceDataset,
         validation: MultipleChoiceDataset | None,
         dataset_name: str,
@@ -603,7 +641,14 @@ class MultipleChoiceTask(QuestionTask):
         self.dataset_description = dataset_description
         self.base_model = base_model
 
-    def split_metrics(self, split, accelerator, model, dataset: MultipleChoiceDataset, args) -> dict[str, float]:
+    def split_metrics(
+        self,
+        split: str,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        dataset: MultipleChoiceDataset,
+        args: VlhubTrainingArguments,
+    ) -> dict[str, float]:
         right, losses = [], []
         for batch in self.ordered_loader(accelerator, dataset, args.per_device_eval_batch_size):
             outputs = model(**batch)
@@ -678,7 +723,13 @@ class RetrievalCollator:
     and `num_sampled` random negative captions (of other images, for the image); hard negatives are chosen among
     them by the model in `RetrievalTask.training_step`, as the original's `ItmHardNeg` data does (399 → 31)."""
 
-    def __init__(self, processor, regions, pairs: Sequence[tuple[str, str]], num_sampled: int) -> None:
+    def __init__(
+        self,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
+        pairs: Sequence[tuple[str, str]],
+        num_sampled: int,
+    ) -> None:
         self.processor = processor
         self.regions = regions
         self.pairs = list(pairs)
@@ -724,11 +775,11 @@ class RetrievalTask(TrainingTask):
 
     def __init__(
         self,
-        model,
-        processor,
-        regions,
-        train_pairs,
-        validation_pairs,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
+        train_pairs: Sequence[tuple[str, str]],
+        validation_pairs: Sequence[tuple[str, str]],
         dataset_name: str,
         dataset_description: str,
         base_model: str | None = None,
@@ -747,7 +798,7 @@ class RetrievalTask(TrainingTask):
         self.max_gallery_images = max_gallery_images
         self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
 
-    def train_collator(self, train_pairs):
+    def train_collator(self, train_pairs: Sequence[tuple[str, str]]) -> Callable[[Sequence[dict]], dict]:
         """The training batches' collator (here: positives plus sampled negatives for each)."""
         if not 1 <= self.num_hard <= self.num_sampled:
             raise ValueError(
@@ -755,12 +806,12 @@ class RetrievalTask(TrainingTask):
             )
         return RetrievalCollator(self.processor, self.regions, train_pairs, self.num_sampled)
 
-    def train_sampler(self, batch_size, group_size, seed):
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(
             len(self.train_dataset), batch_size, FixedObjective("retrieval"), seed, group_size=group_size
         )
 
-    def training_step(self, model, batch):
+    def training_step(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         positives = batch["positives"]
         size = positives["input_ids"].shape[0]
         groups = [[] for _ in range(size)]
@@ -781,7 +832,9 @@ class RetrievalTask(TrainingTask):
         outputs = model(**concat_inputs(parts), num_negatives=self.num_hard)
         return outputs.loss, {}
 
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, accelerator: Accelerator, model: torch.nn.Module, args: VlhubTrainingArguments, final: bool = False
+    ) -> dict[str, float]:
         from ..evaluation import load
 
         images = sorted({i for i, _ in self.validation_pairs})[: self.max_gallery_images]
@@ -794,7 +847,14 @@ class RetrievalTask(TrainingTask):
         result = metric.compute(predictions=matrix.tolist(), references=[index[i] for i, _ in texts])
         return {k: float(v) for k, v in result.items()}
 
-    def gallery_scores(self, accelerator, model, args, texts, images) -> np.ndarray:
+    def gallery_scores(
+        self,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        args: VlhubTrainingArguments,
+        texts: Sequence[tuple[str, str]],
+        images: Sequence[str],
+    ) -> np.ndarray:
         """`(T, I)` scores of every gallery text (`(image_id, caption)`) against every gallery image id: here each
         pair cross-encoded, in batches, text-major so rows reshape to the matrix."""
         pairs = [(image_id, caption) for _, caption in texts for image_id in images]
@@ -850,7 +910,7 @@ class InBatchRetrievalCollator:
     that a model scoring every caption against every image of the batch does not take a caption of the same image
     for a negative."""
 
-    def __init__(self, processor, regions) -> None:
+    def __init__(self, processor: VisionLanguageProcessor, regions: Mapping[str, RegionFeatures]) -> None:
         self.processor = processor
         self.regions = regions
 
@@ -871,25 +931,32 @@ class InBatchRetrievalTask(RetrievalTask):
     (from the text alone) and `image_embeds` (from the regions alone), so T texts against I images take max(T, I)
     encodings instead of T x I cross-encodings."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         # `RetrievalTask`'s arguments but the sampled-negative settings, which do not apply to in-batch negatives.
         for name in ("num_sampled", "num_hard"):
             if name in kwargs:
                 raise TypeError(f"InBatchRetrievalTask takes no {name}: its negatives are the batch's other pairs")
         super().__init__(*args, **kwargs)
 
-    def train_collator(self, train_pairs):
+    def train_collator(self, train_pairs: Sequence[tuple[str, str]]) -> Callable[[Sequence[dict]], dict]:
         return InBatchRetrievalCollator(self.processor, self.regions)
 
-    def train_sampler(self, batch_size, group_size, seed):
+    def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         if batch_size < 2:
             raise ValueError(f"in-batch negatives need at least 2 pairs per batch, got a batch size of {batch_size}")
         return super().train_sampler(batch_size, group_size, seed)
 
-    def training_step(self, model, batch):
+    def training_step(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return model(**batch, return_loss=True).loss, {}
 
-    def gallery_scores(self, accelerator, model, args, texts, images) -> np.ndarray:
+    def gallery_scores(
+        self,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        args: VlhubTrainingArguments,
+        texts: Sequence[tuple[str, str]],
+        images: Sequence[str],
+    ) -> np.ndarray:
         # Pair k is (text k mod T, image k mod I): every text and every image is encoded at least once.
         count = max(len(texts), len(images))
         pairs = [(images[k % len(images)], texts[k % len(texts)][1]) for k in range(count)]
@@ -920,7 +987,9 @@ class InBatchRetrievalTask(RetrievalTask):
 RETRIEVAL_TASKS = {"sampled": RetrievalTask, "in_batch": InBatchRetrievalTask}
 
 
-def retrieval_task(model, *args, num_sampled: int = 15, num_hard: int = 3, **kwargs) -> RetrievalTask:
+def retrieval_task(
+    model: PreTrainedModel, *args: Any, num_sampled: int = 15, num_hard: int = 3, **kwargs: Any
+) -> RetrievalTask:
     """The retrieval task that trains `model` as its original did: `RetrievalTask` (sampled negatives, the hardest
     `num_hard` of `num_sampled` trained on) or, for an architecture that declares `retrieval_negatives="in_batch"`,
     `InBatchRetrievalTask` (the sampled-negative settings do not apply). Takes `RetrievalTask`'s arguments."""

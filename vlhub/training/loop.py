@@ -34,7 +34,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ from .hub import HubUploader
 from .model_card import CardInfo, write_training_card
 from .sampling import ObjectiveBatchSampler
 from .tracking import LOG_HISTORY, JsonlTracker, write_log_history
+
+if TYPE_CHECKING:
+    from transformers.utils import ModelOutput
 
 __all__ = [
     "TrainingTask",
@@ -82,7 +85,7 @@ _STREAM_STATE = "stream_state_{}.json"  # --streaming: process i's stateful-load
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
-def model_losses(outputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def model_losses(outputs: ModelOutput) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """A model output's `loss` and its `*_loss` parts (logged separately)."""
     if outputs.loss is None:
         raise ValueError("the model returned no loss for a training batch: the batch carries no targets")
@@ -112,22 +115,26 @@ class TrainingTask:
     # Optimizer steps `training_passes` may take per batch (more than one rules out gradient accumulation).
     optimizer_steps_per_batch = 1
 
-    def train_stream(self, args: VlhubTrainingArguments, process_index: int, num_processes: int):
+    def train_stream(
+        self, args: VlhubTrainingArguments, process_index: int, num_processes: int
+    ) -> torch.utils.data.IterableDataset:
         """The training data as an endless stream of batches for `--streaming` (a `StreamedCaptionBatches`, or any
         iterable dataset with `state_dict`/`load_state_dict` and `approximate_steps_per_epoch()`)."""
         raise ValueError(f"--streaming is not available for {type(self).__name__}: it reads its data by index")
 
-    def training_step(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def training_step(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return model_losses(model(**batch))
 
-    def training_passes(self, model, batch: dict) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    def training_passes(
+        self, model: torch.nn.Module, batch: dict
+    ) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         """`(loss, logged parts)` per pass over `batch`; the loop runs backward and an optimizer step after each
         (the generator resumes after that step). The default is one pass, `training_step`. The learning-rate
         schedule advances once per batch, whatever the number of passes."""
         yield self.training_step(model, batch)
 
     def evaluate(
-        self, accelerator: Accelerator, model, args: VlhubTrainingArguments, final: bool = False
+        self, accelerator: Accelerator, model: torch.nn.Module, args: VlhubTrainingArguments, final: bool = False
     ) -> dict[str, float]:
         """Metrics on held-out data (`final`: the evaluation after the last step, which may cover more splits)."""
         return {}
@@ -140,14 +147,19 @@ class TrainingTask:
 
     # -- helper for subclasses ----------------------------------------------------------------------------------
     @staticmethod
-    def eval_dataloader(accelerator: Accelerator, dataset: Dataset, sampler, collate_fn) -> DataLoader:
+    def eval_dataloader(
+        accelerator: Accelerator,
+        dataset: Dataset,
+        sampler: ObjectiveBatchSampler,
+        collate_fn: Callable[[Sequence[Any]], dict],
+    ) -> DataLoader:
         loader = DataLoader(
             dataset, batch_sampler=sampler, collate_fn=SingleThreaded(collate_fn), generator=torch.Generator()
         )
         return accelerator.prepare(loader)
 
 
-def loader_collate(collate_fn, workers: int):
+def loader_collate(collate_fn: Callable[[Sequence[Any]], dict], workers: int) -> Callable[[Sequence[Any]], dict]:
     """The collate function as the training DataLoader runs it: on one intra-op thread (workers run with one
     already; without workers the main process gets the same), and in workers with float16-exact region features
     sent as float16 (`Float16RegionTransfer`) and small tensors inside the pickled batch (`InlineSmallTensors`)."""

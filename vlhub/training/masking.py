@@ -6,15 +6,18 @@ its seed: a resumed or multi-process run masks exactly what an uninterrupted sin
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 __all__ = ["mask_tokens", "mask_regions", "random_token_ids"]
 
 
-def random_token_ids(tokenizer) -> torch.Tensor:
+def random_token_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """Ids an MLM "random token" may take: every non-special, non-`[unused…]` entry of the vocabulary.
 
     For BERT's cased vocabulary this is the original's `range(id('!'), vocab_size)`.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -19,6 +19,15 @@ from .model_card import CardInfo
 from .objectives import ObjectiveMix, default_objective_mix, objectives_for
 from .sampling import FixedObjective, ObjectiveBatchSampler
 
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+    from ..processing.processor_base import VisionLanguageProcessor
+    from ..processing.regions import RegionFeatures
+    from .arguments import VlhubTrainingArguments
+    from .streaming import StreamedCaptionBatches
+
 __all__ = ["PretrainingTask", "TwoPassCollator", "build_config", "build_pretraining_model", "EVAL_EPOCH"]
 
 # Evaluation masks and negatives come from one fixed "epoch" of the seeded streams, so every evaluation of a run
@@ -26,7 +35,9 @@ __all__ = ["PretrainingTask", "TwoPassCollator", "build_config", "build_pretrain
 EVAL_EPOCH = 2**31 - 1
 
 
-def build_config(architecture: Architecture, config: str | dict, processor, sample_regions):
+def build_config(
+    architecture: Architecture, config: str | dict, processor: VisionLanguageProcessor, sample_regions: RegionFeatures
+) -> PreTrainedConfig:
     """An architecture's config from a preset name (`tiny`, `base`), a config.json path or a dict of fields; the
     vocabulary, region feature size and region classes are set from the processor and the data so the model fits
     them (every vlhub config names these `vocab_size`, `region_feature_dim`, `num_region_labels`)."""
@@ -53,7 +64,9 @@ def build_config(architecture: Architecture, config: str | dict, processor, samp
     return architecture.config_class(**fields)
 
 
-def build_uniter_config(config: str | dict, processor, sample_regions):
+def build_uniter_config(
+    config: str | dict, processor: VisionLanguageProcessor, sample_regions: RegionFeatures
+) -> PreTrainedConfig:
     """Deprecated: `build_config(get_architecture("uniter"), ...)`, the route for every architecture."""
     warnings.warn(
         'build_uniter_config is deprecated: use build_config(get_architecture("uniter"), config, processor, '
@@ -65,7 +78,11 @@ def build_uniter_config(config: str | dict, processor, sample_regions):
 
 
 def build_pretraining_model(
-    model_name_or_path: str | None, config: str | dict, tokenizer, corpus: CaptionCorpus, model_type: str = "uniter"
+    model_name_or_path: str | None,
+    config: str | dict,
+    tokenizer: PreTrainedTokenizerBase | None,
+    corpus: CaptionCorpus,
+    model_type: str = "uniter",
 ) -> tuple[torch.nn.Module, object]:
     """(model, processor): from a checkpoint (its own processor) or freshly initialised from a config of
     `model_type`'s architecture."""
@@ -104,8 +121,8 @@ class PretrainingTask(TrainingTask):
 
     def __init__(
         self,
-        model,
-        processor,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
         corpus: CaptionCorpus,
         mix: ObjectiveMix | None = None,
         base_model: str | None = None,
@@ -196,7 +213,9 @@ class PretrainingTask(TrainingTask):
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(len(self.train_dataset), batch_size, self.mix, seed, group_size=group_size)
 
-    def training_passes(self, model, batch: dict):
+    def training_passes(
+        self, model: torch.nn.Module, batch: dict
+    ) -> Iterator[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
         """One pass, or with scheduled sampling two for objectives with a `second_pass`: the first pass trains on the
         batch; the second (after the first's optimizer step) on the batch the objective builds from the first pass's
         predictions. The second pass's parts are logged as `ss_<name>_loss`; the logged `loss` sums both passes."""
@@ -216,7 +235,9 @@ class PretrainingTask(TrainingTask):
         loss, parts = model_losses(model(**second))
         yield loss, {f"ss_{key}": value for key, value in parts.items()}
 
-    def train_stream(self, args, process_index: int, num_processes: int):
+    def train_stream(
+        self, args: VlhubTrainingArguments, process_index: int, num_processes: int
+    ) -> StreamedCaptionBatches:
         """`--streaming`: the training captions paired with the region store's images as they stream by (see
         `vlhub.training.streaming`); evaluation still reads its images by id."""
         from ..processing.stores import RegionStore
@@ -247,7 +268,9 @@ class PretrainingTask(TrainingTask):
             num_workers=args.dataloader_num_workers,
         )
 
-    def evaluate(self, accelerator, model, args, final: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, accelerator: Accelerator, model: torch.nn.Module, args: VlhubTrainingArguments, final: bool = False
+    ) -> dict[str, float]:
         pairs = self.corpus.validation
         if not pairs:
             return {}
@@ -358,10 +381,10 @@ class TwoPassCollator:
     (`input_ids`) from a stream of the example's own `SampleKey` seed, so which predictions replace targets is
     reproduced exactly on resume (nothing comes from the global random state)."""
 
-    def __init__(self, collator, objectives: dict, probability: float) -> None:
+    def __init__(self, collator: PretrainingCollator, objectives: dict, probability: float) -> None:
         self.collator, self.objectives, self.probability = collator, objectives, probability
 
-    def __call__(self, examples) -> dict:
+    def __call__(self, examples: Sequence[dict]) -> dict:
         batch = self.collator(examples)
         name = examples[0]["objective"]
         if name not in self.objectives:

@@ -31,12 +31,19 @@ from __future__ import annotations
 import bisect
 import copy
 import logging
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .data import CaptionPairs
+
+if TYPE_CHECKING:
+    import datasets
+
+    from ..processing.stores import RegionStore
+    from .objectives import ObjectiveMix
+    from .sampling import FixedObjective
 
 __all__ = ["CaptionIndex", "StreamedCaptionBatches", "DEFAULT_SHUFFLE_BUFFER", "shard_stream"]
 
@@ -95,7 +102,9 @@ class _ArrowKeys(Sequence):
         return self.array[index].as_py()
 
 
-def shard_stream(shard_files: Sequence[str], seed: int, epoch: int, process_index: int, num_processes: int):
+def shard_stream(
+    shard_files: Sequence[str], seed: int, epoch: int, process_index: int, num_processes: int
+) -> datasets.IterableDataset:
     """This process's part of one epoch of the shards, as a `datasets.IterableDataset` yielding one-row Arrow
     tables: the shard list permuted by (seed, epoch), then `split_dataset_by_node`."""
     import datasets
@@ -137,10 +146,10 @@ class StreamedCaptionBatches(IterableDataset):
 
     def __init__(
         self,
-        store,
+        store: RegionStore,
         captions: CaptionIndex,
         batch_size: int,
-        mix,
+        mix: ObjectiveMix | FixedObjective,
         seed: int,
         gradient_accumulation_steps: int = 1,
         process_index: int = 0,

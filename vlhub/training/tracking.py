@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
@@ -40,7 +41,7 @@ class JsonlTracker(GeneralTracker):
         self.path = Path(output_dir) / LOG_HISTORY
 
     @property
-    def tracker(self):
+    def tracker(self) -> Path:
         return self.path
 
     @on_main_process
@@ -48,7 +49,7 @@ class JsonlTracker(GeneralTracker):
         pass  # the configuration is recorded in each checkpoint's trainer_state.json and model card
 
     @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
         record = {"step": step, **values}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:

@@ -44,7 +44,11 @@ def _rows(token_ids, name: str) -> list:
     return [token_ids]
 
 
-def check_token_ids(token_ids, vocab_size: int, name: str = "token_ids") -> list[list[int]]:
+def check_token_ids(
+    token_ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray | torch.Tensor,
+    vocab_size: int,
+    name: str = "token_ids",
+) -> list[list[int]]:
     """Word-piece ids as a list of rows of Python ints, each row non-empty, of an integer dtype (floats are refused,
     not truncated) and within `[0, vocab_size)`. Errors name the row and the first id at fault."""
     checked = []

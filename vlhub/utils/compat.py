@@ -25,8 +25,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from transformers.modeling_outputs import CausalLMOutputWithPast
+
+if TYPE_CHECKING:
+    from transformers import Cache, Pipeline
+
+_Returned = TypeVar("_Returned")
 
 __all__ = ["CACHE_NAME", "cache_argument", "accepts_past_key_values", "pipeline_generate_kwargs"]
 
@@ -36,19 +42,19 @@ CACHE_NAME = (
 )
 
 
-def cache_argument(cache) -> dict:
+def cache_argument(cache: Cache | None) -> dict:
     """`{CACHE_NAME: cache}`: keyword arguments that hand `cache` (a `Cache` or None) to a transformers function, module
     or output class of the installed version under the name it expects."""
     return {CACHE_NAME: cache}
 
 
-def accepts_past_key_values(forward):
+def accepts_past_key_values(forward: Callable[..., _Returned]) -> Callable[..., _Returned]:
     """Decorate a vlhub `forward` whose cache parameter is `cache` so that it also takes the cache as
     `past_key_values=` (what `generate()` passes before transformers 5.24, and what code written for those versions
     says). Given both, it raises; from 5.24 on the old name warns (`FutureWarning`), as transformers' models do."""
 
     @functools.wraps(forward)
-    def forward_taking_either_name(*args, **kwargs):
+    def forward_taking_either_name(*args: Any, **kwargs: Any) -> _Returned:
         if "past_key_values" in kwargs:
             legacy = kwargs.pop("past_key_values")
             if kwargs.get("cache") is not None:
@@ -72,7 +78,7 @@ def accepts_past_key_values(forward):
     return forward_taking_either_name
 
 
-def pipeline_generate_kwargs(pipeline, generate_kwargs: dict) -> dict:
+def pipeline_generate_kwargs(pipeline: Pipeline, generate_kwargs: dict) -> dict:
     """The `generate()` keyword arguments of one call of a generating `pipeline`: the call's settings over those given
     to `pipeline()` over the pipeline's defaults (`_default_generation_config`). transformers' own merge from 5.20 on;
     before, the call's settings over the pipeline's `generation_config`, which holds the other two (as transformers'

@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .errors import VlhubUserError, one_line
 from .local_paths import is_hub_id
@@ -187,7 +187,7 @@ def _unreachable_types() -> tuple[type[BaseException], ...]:
 _FOREIGN_WEIGHTS = ["*.h5", "*.msgpack", "*.onnx", "*.ot", "tf_model*", "flax_model*", "*.ckpt"]
 
 
-def download_snapshot(repo_id: str, what: str, **kwargs) -> Path:
+def download_snapshot(repo_id: str, what: str, **kwargs: Any) -> Path:
     """`huggingface_hub.snapshot_download(repo_id, **kwargs)` within the deadlines; the local folder. Without
     `allow_patterns`, other frameworks' weight files are left out."""
     from huggingface_hub import snapshot_download

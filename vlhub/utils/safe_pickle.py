@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -102,6 +103,6 @@ def safe_loads(data: bytes, encoding: str = "latin1") -> object:
     return _RestrictedUnpickler(io.BytesIO(data), encoding=encoding).load()
 
 
-def safe_load(file, encoding: str = "latin1"):
+def safe_load(file: BinaryIO, encoding: str = "latin1") -> Any:
     """`pickle.load` from an open binary file, restricted like `safe_loads`."""
     return _RestrictedUnpickler(file, encoding=encoding).load()

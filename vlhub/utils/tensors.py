@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,11 +37,11 @@ def single_threaded() -> Iterator[None]:
 class SingleThreaded:
     """Wraps a callable (a collate function) so it runs `single_threaded`; picklable for DataLoader workers."""
 
-    def __init__(self, function) -> None:
+    def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
         functools.update_wrapper(self, function, updated=())
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with single_threaded():
             return self.function(*args, **kwargs)
 

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,6 +38,9 @@ from ...conversion.common import (
     load_torch_state_dict,
 )
 from .reported_results import REPORTED_RESULTS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -335,7 +339,7 @@ def convert_tden(
     output_dir: str | os.PathLike,
     config: str | os.PathLike | dict | None = None,
     task: str | None = None,
-    tokenizer="google-bert/bert-base-uncased",
+    tokenizer: PreTrainedTokenizerBase | str | os.PathLike = "google-bert/bert-base-uncased",
     answers: str | os.PathLike | None = None,
 ) -> ConversionReport:
     """Convert an X-modaler TDEN checkpoint into a vlhub folder (safetensors, config, processor, model card).

@@ -18,10 +18,14 @@ with the beams); the object encoder runs once per image.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
 __all__ = ["xmodaler_beam_search", "XmodalerBeamSearchOutput"]
 
@@ -49,8 +53,13 @@ def _first_step_inputs(model_kwargs: dict, rows: torch.Tensor) -> dict:
 
 @torch.no_grad()
 def xmodaler_beam_search(
-    model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs
-):
+    model: "PreTrainedModel",
+    input_ids: torch.LongTensor,
+    logits_processor: "LogitsProcessorList | None" = None,
+    stopping_criteria: "StoppingCriteriaList | None" = None,
+    generation_config: "GenerationConfig | None" = None,
+    **model_kwargs: Any,
+) -> "torch.LongTensor | XmodalerBeamSearchOutput":
     """X-modaler's beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
 
     `generate()` has already repeated every input `max(num_beams, num_return_sequences)` times; each image is
@@ -83,7 +92,9 @@ def xmodaler_beam_search(
     return sequences
 
 
-def beam_search(model, prompt: torch.LongTensor, inputs: dict, beams: int, steps: int, eos: int) -> dict:
+def beam_search(
+    model: "PreTrainedModel", prompt: torch.LongTensor, inputs: dict, beams: int, steps: int, eos: int
+) -> dict:
     """The search itself, from `prompt` `(batch, P)` and the first step's other inputs (regions, masks): every beam
     sorted by score, `{"words": (batch, beams, steps), "scores": (batch, beams), "token_scores": (batch, beams,
     steps)}`."""

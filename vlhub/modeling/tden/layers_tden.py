@@ -1,6 +1,8 @@
 """TDEN's cross-modal encoder layer: ONE attention over the concatenation [visual | text] (single-stream attention),
 then a feed-forward network per modality."""
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer as _GradientCheckpointingLayer
 from transformers.models.bert.modeling_bert import (
@@ -10,6 +12,9 @@ from transformers.models.bert.modeling_bert import (
 )
 
 from ...utils.compat import cache_argument
+
+if TYPE_CHECKING:
+    from transformers import Cache, PreTrainedConfig
 
 __all__ = ["CrossModalLayer"]
 
@@ -33,7 +38,7 @@ class CrossModalLayer(_GradientCheckpointingLayer):
     `(visual_states (B, R, H), text_states (B, T, H), probabilities (B, heads, R + T, keys) or None)`.
     """
 
-    def __init__(self, config, layer_idx: int | None = None) -> None:
+    def __init__(self, config: "PreTrainedConfig", layer_idx: int | None = None) -> None:
         super().__init__()
         self.biattention = _BertAttention(config, is_causal=False, layer_idx=layer_idx)
         self.v_intermediate = _BertIntermediate(config)
@@ -46,9 +51,9 @@ class CrossModalLayer(_GradientCheckpointingLayer):
         visual_states: torch.Tensor,
         text_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        cache=None,
-        **kwargs,
-    ):
+        cache: "Cache | None" = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         num_visual = visual_states.shape[1]
         states = torch.cat([visual_states, text_states], dim=1)
         attended, probabilities = self.biattention(states, attention_mask, **cache_argument(cache), **kwargs)

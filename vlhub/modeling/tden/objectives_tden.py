@@ -25,7 +25,7 @@ cross-entropy: `[CLS] w1 .. wn` → `w1 .. wn [SEP]`, the fine-tuning objective 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +33,9 @@ import torch
 from ...processing.detector.boxes import pairwise_iou
 from ...training.masking import mask_tokens
 from ...training.objectives import Objective, ObjectiveContext
+
+if TYPE_CHECKING:
+    from transformers.utils import ModelOutput
 
 __all__ = ["TDEN_OBJECTIVES", "tden_mask_regions", "tden_second_pass", "OVERLAP_IOU", "ZEROED_SHARE"]
 
@@ -133,7 +136,7 @@ def _build(words: bool, regions: bool, generation: bool, matching: bool):
     return build
 
 
-def tden_second_pass(batch: dict, outputs, replace: torch.Tensor | None) -> dict:
+def tden_second_pass(batch: dict, outputs: ModelOutput, replace: torch.Tensor | None) -> dict:
     """X-modaler's second pass of scheduled sampling (`TDENPretrainer.run_step`, the paper's Two-Pass-A).
 
     The original trains each batch twice, with an optimizer step after each pass: pass 1 on the masked batch (MLM +

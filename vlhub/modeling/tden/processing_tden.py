@@ -4,11 +4,17 @@ row (the mean feature at `[0, 0, 1, 1, 1]`) and 5-d locations, as X-modaler's da
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, keep_first_regions
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TdenRegionProcessor", "TdenProcessor", "tden_locations", "TEXT_STREAMS"]
 
@@ -41,7 +47,7 @@ class TdenRegionProcessor(RegionProcessor):
     location_dim = 5
 
     def __init__(
-        self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n", **kwargs
+        self, max_regions: int | None = 50, max_detections: int = 100, region_selection: str = "first_n", **kwargs: Any
     ) -> None:
         super().__init__(max_regions=max_regions, region_selection=region_selection, **kwargs)
         self.max_detections = max_detections
@@ -67,7 +73,9 @@ class TdenRegionProcessor(RegionProcessor):
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return tden_locations(regions)
 
-    def add_global_rows(self, features, locations, regions):
+    def add_global_rows(
+        self, features: torch.Tensor, locations: torch.Tensor, regions: RegionFeatures
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         image_feature = features.sum(dim=0, keepdim=True) / features.shape[0]
         image_location = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0]], dtype=locations.dtype)
         return torch.cat([image_feature, features], dim=0), torch.cat([image_location, locations], dim=0)
@@ -88,11 +96,11 @@ class TdenProcessor(VisionLanguageProcessor):
 
     def __init__(
         self,
-        feature_extractor=None,
-        tokenizer=None,
+        feature_extractor: TdenRegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         max_text_length: int = 36,
         text_stream: str = "understanding",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         if text_stream not in TEXT_STREAMS:
             raise ValueError(f"text_stream must be one of {TEXT_STREAMS}, got {text_stream!r}")
@@ -116,7 +124,9 @@ class TdenProcessor(VisionLanguageProcessor):
         tok = self.tokenizer
         return {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.cls_token_id, "eos_token_id": tok.sep_token_id}
 
-    def batch_decode(self, sequences, skip_special_tokens: bool = True, **kwargs) -> list[str]:
+    def batch_decode(
+        self, sequences: torch.Tensor | Sequence[Sequence[int]], skip_special_tokens: bool = True, **kwargs: Any
+    ) -> list[str]:
         """Captions from generated ids (the tokenizer's `batch_decode`, without [CLS], [SEP] and padding by
         default)."""
         return super().batch_decode(sequences, skip_special_tokens=skip_special_tokens, **kwargs)
@@ -133,14 +143,14 @@ class TdenProcessor(VisionLanguageProcessor):
 
     def __call__(
         self,
-        text=None,
-        regions=None,
-        images=None,
-        token_ids=None,
-        return_tensors="pt",
+        text: TextArgument | None = None,
+        regions: RegionsArgument | None = None,
+        images: Any = None,
+        token_ids: TokenIdsArgument | None = None,
+        return_tensors: str | None = "pt",
         stream: str | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> BatchFeature:
         """As `VisionLanguageProcessor.__call__`; `stream` ("understanding" | "generation") overrides
         `text_stream` for this call."""
         stream = self.text_stream if stream is None else stream

@@ -1,6 +1,7 @@
 """Unified VLP configuration."""
 
 import os
+from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
@@ -102,7 +103,7 @@ class UnifiedVlpConfig(BertTextConfig):
         return self.num_regions + 2
 
     @classmethod
-    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UnifiedVlpConfig":
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides: Any) -> "UnifiedVlpConfig":
         """Read the original `bert_config.json` (BERT fields only; the original fixes the rest in code)."""
         original = read_original_bert_config(path_or_dict, "VLP")
         if original.get("hidden_act", "gelu") != "gelu":

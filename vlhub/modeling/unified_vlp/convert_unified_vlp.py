@@ -12,6 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import ARCHITECTURE
 from ...conversion.common import (
@@ -30,6 +31,9 @@ from ...conversion.common import (
     set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +176,7 @@ def convert_unified_vlp(
     output_dir: str | os.PathLike,
     config: str | os.PathLike | dict | None = None,
     task: str | None = None,
-    tokenizer="google-bert/bert-base-cased",
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
     answers: str | os.PathLike | None = None,
 ) -> ConversionReport:
     """Convert an original Unified VLP checkpoint into a vlhub folder (safetensors, config, processor, model card).

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
 __all__ = ["vlp_beam_search", "VlpBeamSearchOutput"]
 
@@ -113,8 +117,13 @@ def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, de
 
 @torch.no_grad()
 def vlp_beam_search(
-    model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs
-):
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList | None = None,
+    stopping_criteria: StoppingCriteriaList | None = None,
+    generation_config: GenerationConfig | None = None,
+    **model_kwargs: Any,
+) -> torch.LongTensor | VlpBeamSearchOutput:
     """The original VLP beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
 
     `generate()` has already repeated every input `num_beams` times; the prompt is encoded once per image.

@@ -91,7 +91,9 @@ def _token_types(inputs: dict, text_start: int, seq2seq: torch.Tensor, config_ty
 _TYPES = {"s2s_image": 4, "s2s_text": 5, "bi_image": 0, "bi_text": 1}
 
 
-def vlp_mlm_batch(context: ObjectiveContext, examples, rngs, seq2seq: bool | None) -> dict:
+def vlp_mlm_batch(
+    context: ObjectiveContext, examples: Sequence[dict], rngs: Sequence[np.random.Generator], seq2seq: bool | None
+) -> dict:
     """One batch of masked captions. `seq2seq`: True / False for the whole batch, or None to draw each example's
     pattern (seq2seq with probability `S2S_PROBABILITY`, as the original)."""
     inputs, _ = context.encode(examples)

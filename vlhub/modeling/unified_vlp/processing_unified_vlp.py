@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch.nn import functional as F
 from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from .configuration_unified_vlp import UnifiedVlpConfig
 
 __all__ = ["UnifiedVlpRegionProcessor", "UnifiedVlpProcessor", "vlp_region_geometry", "vlp_region_locations"]
 
@@ -57,7 +64,7 @@ class UnifiedVlpRegionProcessor(RegionProcessor):
     location_dim = 1607  # 6 geometry values + 1601 class probabilities (with the default num_classes)
 
     def __init__(
-        self, num_classes: int = 1601, min_regions: int = 100, max_regions: int | None = 100, **kwargs
+        self, num_classes: int = 1601, min_regions: int = 100, max_regions: int | None = 100, **kwargs: Any
     ) -> None:
         if max_regions is None:
             raise ValueError("Unified VLP has a fixed number of region slots: max_regions cannot be None")
@@ -68,11 +75,11 @@ class UnifiedVlpRegionProcessor(RegionProcessor):
         return vlp_region_locations(regions, self.num_classes)
 
     @classmethod
-    def settings_from_config(cls, config) -> dict:
+    def settings_from_config(cls, config: UnifiedVlpConfig) -> dict:
         """A model has `config.num_regions` slots and `config.num_region_labels` classes in `vis_pe`."""
         return {"max_regions": config.num_regions, "num_classes": config.num_region_labels}
 
-    def __call__(self, regions, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
+    def __call__(self, regions: RegionsArgument, return_tensors: str | None = "pt", **kwargs: Any) -> BatchFeature:
         out = super().__call__(regions, return_tensors=return_tensors, **kwargs)
         missing = self.max_regions - out["region_features"].shape[1]
         if missing > 0:  # every example fills all the model's slots
@@ -100,11 +107,11 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
 
     def __init__(
         self,
-        feature_extractor=None,
-        tokenizer=None,
+        feature_extractor: UnifiedVlpRegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         max_text_length: int | None = None,
         mode: str = "seq2seq",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -151,7 +158,15 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         text = [*word_piece_ids, self.tokenizer.sep_token_id]
         return image + text, [image_type] * len(image) + [text_type] * len(text)
 
-    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", **kwargs):
+    def __call__(
+        self,
+        text: TextArgument | None = None,
+        regions: RegionsArgument | None = None,
+        images: Any = None,
+        token_ids: TokenIdsArgument | None = None,
+        return_tensors: str | None = "pt",
+        **kwargs: Any,
+    ) -> BatchFeature:
         out = super().__call__(
             text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
         )
@@ -173,7 +188,9 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
                 return ids[:i]
         return ids
 
-    def batch_decode(self, sequences, skip_special_tokens: bool = True, **kwargs) -> list[str]:
+    def batch_decode(
+        self, sequences: torch.Tensor | Sequence[Sequence[int]], skip_special_tokens: bool = True, **kwargs: Any
+    ) -> list[str]:
         """Captions from generated ids `(batch, length)` (with or without the prompt), as the original prints them:
         cut at the first [SEP] or [PAD], tokens joined by spaces with "##" pieces merged ("run ##ning" →
         "running"), cased as generated. `skip_special_tokens` drops other special tokens ([UNK], [MASK], ...)."""
@@ -193,8 +210,10 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
             captions.append(" ".join(words))
         return captions
 
-    def decode(self, sequence, skip_special_tokens: bool = True, **kwargs) -> str:
+    def decode(self, sequence: torch.Tensor | Sequence[int], skip_special_tokens: bool = True, **kwargs: Any) -> str:
         return self.batch_decode([sequence], skip_special_tokens=skip_special_tokens, **kwargs)[0]
 
-    def post_process_image_text_to_text(self, generated_outputs, skip_special_tokens: bool = True, **kwargs):
+    def post_process_image_text_to_text(
+        self, generated_outputs: torch.Tensor | Sequence[Sequence[int]], skip_special_tokens: bool = True, **kwargs: Any
+    ) -> list[str]:
         return self.batch_decode(generated_outputs, skip_special_tokens=skip_special_tokens, **kwargs)

@@ -9,6 +9,12 @@ builds the same vocabulary into a transformers `BertTokenizer`, which a converte
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import BertTokenizer, PreTrainedTokenizerBase
+
+
 __all__ = ["VLP_TOKEN_RENAMES", "VLP_NEVER_SPLIT", "vlp_release_tokenizer"]
 
 # vocab.txt entry → the token string the original gives it (ids unchanged).
@@ -18,7 +24,7 @@ VLP_TOKEN_RENAMES = {"[unused1]": "[X_SEP]", **{f"[unused{i + 2}]": f"[SEP_{i}]"
 VLP_NEVER_SPLIT = ("[X_SEP]",)
 
 
-def vlp_release_tokenizer(tokenizer):
+def vlp_release_tokenizer(tokenizer: PreTrainedTokenizerBase) -> BertTokenizer:
     """A `BertTokenizer` (cased, as the original) with `tokenizer`'s vocabulary and VLP's renames applied.
 
     `tokenizer` is any word-piece tokenizer with a BERT vocabulary (bert-base-cased, or a fixture's `vocab.txt`).

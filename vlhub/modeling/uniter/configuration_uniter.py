@@ -1,6 +1,7 @@
 """UNITER configuration."""
 
 import os
+from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
@@ -59,6 +60,6 @@ class UniterConfig(BertTextConfig):
         check_choice(self.re_head_layers, (1, 2), "re_head_layers")
 
     @classmethod
-    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "UniterConfig":
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides: Any) -> "UniterConfig":
         """Read a config in the original release's format (`config/uniter-base.json`: BERT fields only)."""
         return cls(**{**read_original_bert_config(path_or_dict, "UNITER"), **overrides})

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +35,9 @@ from ...conversion.common import (
     read_json_config,
 )
 from .reported_results import REPORTED_RESULTS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +235,7 @@ def convert_uniter(
     output_dir: str | os.PathLike,
     config: str | os.PathLike | dict | None = None,
     task: str | None = None,
-    tokenizer="google-bert/bert-base-cased",
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
     answers: str | os.PathLike | None = None,
 ) -> ConversionReport:
     """Convert an original UNITER checkpoint into a vlhub folder (safetensors, config, processor, model card).

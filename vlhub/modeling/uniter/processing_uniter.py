@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import torch
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
 from ...processing.regions import FLOAT16_FEATURES, RegionFeatures, check_float16_range
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["UniterRegionProcessor", "UniterProcessor", "uniter_locations"]
 
@@ -43,7 +48,9 @@ class UniterRegionProcessor(RegionProcessor):
 
     location_dim = 7
 
-    def __init__(self, float16_storage: bool = True, region_selection: str = "count_by_confidence", **kwargs) -> None:
+    def __init__(
+        self, float16_storage: bool = True, region_selection: str = "count_by_confidence", **kwargs: Any
+    ) -> None:
         super().__init__(region_selection=region_selection, **kwargs)
         self.float16_storage = float16_storage
 
@@ -69,5 +76,11 @@ class UniterProcessor(VisionLanguageProcessor):
     no global region row; only the region encodings (`UniterRegionProcessor`) are its own.
     """
 
-    def __init__(self, feature_extractor=None, tokenizer=None, max_text_length: int = 60, **kwargs) -> None:
+    def __init__(
+        self,
+        feature_extractor: UniterRegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        max_text_length: int = 60,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)

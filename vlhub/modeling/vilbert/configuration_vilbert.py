@@ -1,6 +1,7 @@
 """ViLBERT configuration."""
 
 import os
+from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
@@ -149,7 +150,7 @@ class VilbertConfig(BertTextConfig):
         return len(self.visual_co_attention_layers)
 
     @classmethod
-    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "VilbertConfig":
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides: Any) -> "VilbertConfig":
         """Read a config in the original format (`config/bert_base_6layer_6conect.json`; `v_*`, `bi_*`,
         `*_biattention_id` fields, plus the multi-task flags `task_specific_tokens`, `visual_target`, ...).
 

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,6 +43,9 @@ from ...conversion.reported import CardResults, size_release
 from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
 from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -360,8 +364,8 @@ def convert_vilbert(
     output_dir: str | os.PathLike,
     config: str | os.PathLike | dict | None = None,
     task: str | None = None,
-    tokenizer="google-bert/bert-base-uncased",
-    answers=None,
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-uncased",
+    answers: str | os.PathLike | list[str] | dict[str, int] | None = None,
     task_id: int | None = None,
 ) -> ConversionReport:
     """Convert an original ViLBERT checkpoint into a vlhub folder (safetensors, config, processor, model card).

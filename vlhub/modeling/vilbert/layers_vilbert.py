@@ -1,6 +1,8 @@
 """ViLBERT's two-stream blocks: each stream is a stack of BERT layers of its own size, and co-attention layers let
 each stream's queries attend over the other stream's keys and values."""
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
@@ -10,6 +12,10 @@ from transformers.models.bert.modeling_bert import BertIntermediate, BertLayer, 
 from transformers.pytorch_utils import apply_chunking_to_forward
 
 from ..packed_linear import dense_plus_residual
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+    from transformers import PreTrainedConfig
 
 __all__ = ["StreamConfig", "StreamLayer", "cross_stream_mask", "CoAttention", "CoAttentionOutput", "CoAttentionLayer"]
 
@@ -22,7 +28,7 @@ class StreamConfig:
     BERT's blocks take it where they take a config: `BertLayer(StreamConfig(config, hidden_size=1024, ...))`.
     """
 
-    def __init__(self, base, **overrides) -> None:
+    def __init__(self, base: "PreTrainedConfig", **overrides: Any) -> None:
         object.__setattr__(self, "_base", base)
         object.__setattr__(self, "_overrides", dict(overrides))
 
@@ -51,7 +57,9 @@ class StreamLayer(BertLayer):
     probabilities `(B, heads, L, L)` from the eager backend, None from the others.
     """
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attention_output, probabilities = self.attention(hidden_states, attention_mask, **kwargs)
         layer_output = apply_chunking_to_forward(
             self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
@@ -59,7 +67,9 @@ class StreamLayer(BertLayer):
         return layer_output, probabilities
 
 
-def cross_stream_mask(config, queries: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None):
+def cross_stream_mask(
+    config: "PreTrainedConfig", queries: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor | None
+) -> "torch.Tensor | BlockMask | None":
     """The mask the configured attention backend wants for `queries` `(B, Lq, ·)` attending over `keys`
     `(B, Lk, ·)` whose padding is `key_mask` `(B, Lk)` (1 = real). None when nothing is masked and the backend
     needs no mask."""
@@ -86,7 +96,7 @@ class CoAttention(nn.Module):
 
     def __init__(
         self,
-        config,
+        config: "PreTrainedConfig | StreamConfig",
         hidden_size1: int,
         hidden_size2: int,
         inner_size: int,
@@ -120,8 +130,8 @@ class CoAttention(nn.Module):
         hidden_states2: torch.Tensor,
         mask_over1: torch.Tensor | None = None,
         mask_over2: torch.Tensor | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """hidden_states1 `(B, L1, hidden_size1)`, hidden_states2 `(B, L2, hidden_size2)`; `mask_over1` masks stream
         1's keys for stream 2's queries and `mask_over2` stream 2's keys for stream 1's (`cross_stream_mask`).
 
@@ -183,7 +193,9 @@ class CoAttentionOutput(nn.Module):
         self.LayerNorm2 = nn.LayerNorm(hidden_size2, eps=layer_norm_eps) if update_stream2 else None
         self.dropout2 = nn.Dropout(dropout2)
 
-    def forward(self, context1, hidden_states1, context2, hidden_states2):
+    def forward(
+        self, context1: torch.Tensor, hidden_states1: torch.Tensor, context2: torch.Tensor, hidden_states2: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden_states1 = self.LayerNorm1(dense_plus_residual(self.dense1, self.dropout1, context1, hidden_states1))
         if self.dense2 is None:
             return hidden_states1, None
@@ -208,7 +220,14 @@ class CoAttentionLayer(GradientCheckpointingLayer):
     co-attention layer feeds only stream 1's output.
     """
 
-    def __init__(self, config1, config2, inner_size: int, num_heads: int, update_stream2: bool = True) -> None:
+    def __init__(
+        self,
+        config1: "PreTrainedConfig | StreamConfig",
+        config2: "PreTrainedConfig | StreamConfig",
+        inner_size: int,
+        num_heads: int,
+        update_stream2: bool = True,
+    ) -> None:
         super().__init__()
         self.biattention = CoAttention(
             config1,
@@ -234,7 +253,14 @@ class CoAttentionLayer(GradientCheckpointingLayer):
         self.t_intermediate = BertIntermediate(config2) if update_stream2 else None
         self.t_output = BertOutput(config2) if update_stream2 else None
 
-    def forward(self, hidden_states1, hidden_states2, mask_over1=None, mask_over2=None, **kwargs):
+    def forward(
+        self,
+        hidden_states1: torch.Tensor,
+        hidden_states2: torch.Tensor,
+        mask_over1: "torch.Tensor | BlockMask | None" = None,
+        mask_over2: "torch.Tensor | BlockMask | None" = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         context1, context2, probabilities1, probabilities2 = self.biattention(
             hidden_states1, hidden_states2, mask_over1, mask_over2, **kwargs
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from numbers import Integral
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -13,7 +13,11 @@ from torchvision.ops import box_iou
 from transformers import BatchFeature
 
 from ...processing.processor_base import CUT_FROM, RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "VilbertRegionProcessor",
@@ -52,7 +56,7 @@ def vilbert_locations(regions: RegionFeatures) -> torch.Tensor:
     )
 
 
-def pointing_targets(boxes: torch.Tensor, answer_box) -> torch.Tensor:
+def pointing_targets(boxes: torch.Tensor, answer_box: Sequence[float] | torch.Tensor) -> torch.Tensor:
     """The 12-in-1 pointing datasets' soft targets: the IoU of each box `(n, 4)` with `answer_box` `(x1, y1, x2, y2)`,
     both in pixels, in the original's inclusive pixel convention (a box spans `x2 - x1 + 1` pixels), and 0 where it
     is below 0.5. `(n,)` float32."""
@@ -110,7 +114,7 @@ class VilbertRegionProcessor(RegionProcessor):
         max_joined_regions: int | None = None,
         ground_truth_rows: str = "after_max_regions",
         max_regions_counts: str = "regions",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         if max_regions_counts == "rows" and max_regions is not None:
             max_regions = _regions_from_rows(max_regions)
@@ -136,7 +140,9 @@ class VilbertRegionProcessor(RegionProcessor):
         self.max_regions_counts = "regions"
 
     @classmethod
-    def from_dict(cls, feature_extractor_dict: dict, **kwargs):
+    def from_dict(
+        cls, feature_extractor_dict: dict, **kwargs: Any
+    ) -> VilbertRegionProcessor | tuple[VilbertRegionProcessor, dict[str, Any]]:
         if "max_regions_counts" not in feature_extractor_dict and "max_regions" not in kwargs:
             # Saved before max_regions stopped counting the global token: its limit counts rows.
             feature_extractor_dict = {**feature_extractor_dict, "max_regions_counts": "rows"}
@@ -163,7 +169,9 @@ class VilbertRegionProcessor(RegionProcessor):
     def encode_features(self, regions: RegionFeatures) -> torch.Tensor:
         return regions.features.float()
 
-    def add_global_rows(self, features, locations, regions):
+    def add_global_rows(
+        self, features: torch.Tensor, locations: torch.Tensor, regions: RegionFeatures
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if features.shape[0] == 0:
             raise ValueError("an image without regions has no global image token (the mean of its region features)")
         global_feature = regions.metadata.get(_ALL_REGIONS_MEAN)
@@ -173,7 +181,7 @@ class VilbertRegionProcessor(RegionProcessor):
         return torch.cat([global_feature, features]), torch.cat([global_location, locations])
 
     def join_ground_truth(
-        self, regions, ground_truth, name: str = "ground_truth"
+        self, regions: RegionsArgument, ground_truth: RegionsArgument, name: str = "ground_truth"
     ) -> tuple[BatchFeature, list[tuple[int, int]]]:
         """The detections' rows (global token first) joined with each image's ground-truth regions (`RegionFeatures`
         of the same image, no global token of their own), by `max_joined_regions` and `ground_truth_rows`. Returns
@@ -378,12 +386,12 @@ class VilbertProcessor(VisionLanguageProcessor):
 
     def __init__(
         self,
-        feature_extractor=None,
-        tokenizer=None,
+        feature_extractor: VilbertRegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         max_text_length: int = 36,
         num_task_tokens: int = 0,
         task_id: int | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         if num_task_tokens < 0:
             raise ValueError(f"num_task_tokens must be >= 0, got {num_task_tokens}")
@@ -405,14 +413,14 @@ class VilbertProcessor(VisionLanguageProcessor):
 
     def __call__(
         self,
-        text=None,
-        regions=None,
-        images=None,
-        token_ids=None,
-        return_tensors="pt",
+        text: TextArgument | None = None,
+        regions: RegionsArgument | None = None,
+        images: Any = None,
+        token_ids: TokenIdsArgument | None = None,
+        return_tensors: str | None = "pt",
         task_id: int | None = None,
-        ground_truth=None,
-        **kwargs,
+        ground_truth: RegionsArgument | None = None,
+        **kwargs: Any,
     ) -> BatchFeature:
         """As `VisionLanguageProcessor.__call__`, plus `task_id` (multi-task models): the 12-in-1 task number of
         every example of the call; defaults to the processor's `task_id` setting. `ground_truth`: per image, the
@@ -470,7 +478,7 @@ class VilbertProcessor(VisionLanguageProcessor):
         return [regions] if isinstance(regions, RegionFeatures) else list(regions)
 
     @property
-    def model_input_names(self):
+    def model_input_names(self) -> list[str]:
         names = super().model_input_names
         return [*names, "task_ids"] if self.num_task_tokens > 0 else names
 
@@ -491,9 +499,9 @@ class VilbertProcessor(VisionLanguageProcessor):
         regions: RegionFeatures | Sequence[RegionFeatures] | None = None,
         candidates: RegionFeatures | Sequence[RegionFeatures] | None = None,
         choices: Sequence[int] | Sequence[Sequence[int]] | None = None,
-        answer_boxes=None,
-        images=None,
-        token_ids=None,
+        answer_boxes: Sequence[Sequence[float]] | torch.Tensor | None = None,
+        images: Any = None,
+        token_ids: TokenIdsArgument | None = None,
         task_id: int | None = None,
         return_tensors: str | None = "pt",
     ) -> BatchFeature:

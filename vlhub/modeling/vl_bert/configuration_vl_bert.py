@@ -1,6 +1,7 @@
 """VL-BERT configuration."""
 
 import os
+from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
@@ -100,7 +101,7 @@ class VlBertConfig(BertTextConfig):
     )  # fmt: skip
 
     @classmethod
-    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides) -> "VlBertConfig":
+    def from_original_config(cls, path_or_dict: str | os.PathLike | dict, **overrides: Any) -> "VlBertConfig":
         """Read the original YAML (`cfgs/<task>/*.yaml`, the format of `*/function/config.py:update_config`).
 
         Only settings vlhub reproduces are accepted: `visual_size == hidden_size` (no 1x1 projections), `visual_ln`

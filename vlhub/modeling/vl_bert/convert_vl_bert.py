@@ -17,6 +17,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 from ...utils.files import read_yaml
 from . import (
@@ -47,6 +48,9 @@ from ...conversion.common import (
     strip_prefix,
 )
 from .reported_results import REPORTED_RESULTS
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +142,7 @@ def detect_vl_bert_task(state_dict: dict) -> str:
     return "pretraining"
 
 
-def vl_bert_key_map(task: str, detected: str, source_keys=()) -> KeyMap:
+def vl_bert_key_map(task: str, detected: str, source_keys: Iterable[str] = ()) -> KeyMap:
     """The key map converting a `detected`-task checkpoint into the `task` head. With an e2e checkpoint's
     `source_keys`, its CNN keys are mapped too (and the duplicated `head.0.*` tied to the res5 they repeat)."""
     drops: dict[str, str] = {
@@ -237,7 +241,7 @@ def _image_scales(original_config, task: str) -> tuple[int, int]:
     return 600, 1200 if task == "vcr" else 1000
 
 
-def conceptual_captions_seq_len(original_config, task: str) -> int | None:
+def conceptual_captions_seq_len(original_config: dict | str | os.PathLike | None, task: str) -> int | None:
     """The pre-training YAML's Conceptual Captions `SEQ_LEN` (the dataset's default 64 when the entry has none), or
     None when `task` is not pre-training or the YAML has no such dataset (then no joint text/object limit)."""
     if task != "pretraining" or original_config is None:
@@ -353,7 +357,7 @@ def convert_vl_bert(
     output_dir: str | os.PathLike,
     config: str | os.PathLike | dict | None = None,
     task: str | None = None,
-    tokenizer="google-bert/bert-base-uncased",
+    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-uncased",
     answers: str | os.PathLike | None = None,
 ) -> ConversionReport:
     """Convert an original VL-BERT "prec" checkpoint into a vlhub folder (safetensors, config, processor, card).

@@ -16,12 +16,16 @@ Unlike UNITER, VL-BERT corrupts both modalities in every batch and trains all it
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from ...training.objectives import Objective, ObjectiveContext
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 __all__ = ["VL_BERT_OBJECTIVES", "whole_word_mask", "mask_objects"]
 
@@ -29,7 +33,7 @@ __all__ = ["VL_BERT_OBJECTIVES", "whole_word_mask", "mask_objects"]
 def whole_word_mask(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     random_ids: torch.Tensor,
     rngs: Sequence[np.random.Generator],
     probability: float = 0.15,

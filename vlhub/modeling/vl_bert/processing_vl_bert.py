@@ -7,13 +7,20 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
 from ...processing.regions import RegionFeatures
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ...processing.detector.image_io import ImageInput
 
 __all__ = [
     "VlBertRegionProcessor",
@@ -117,7 +124,7 @@ class VlBertRegionProcessor(RegionProcessor):
         image_feature_precomputed: bool = True,
         pixel_mean: tuple[float, float, float] | list[float] = (102.9801, 115.9465, 122.7717),
         sort_by_class_score: bool = False,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             confidence_threshold=confidence_threshold, min_regions=min_regions, max_regions=max_regions, **kwargs
@@ -145,7 +152,7 @@ class VlBertRegionProcessor(RegionProcessor):
         ordered.metadata[_SORTED_BY_CLASS_SCORE] = True
         return ordered
 
-    def encode_images(self, images, boxes) -> dict:
+    def encode_images(self, images: Sequence[ImageInput], boxes: Sequence[torch.Tensor]) -> dict:
         """e2e models: `pixel_values` `(batch, 3, H, W)` (each image resized as the original — short side `min_size`,
         long side at most `max_size`, PIL bilinear — BGR 0-255 minus `pixel_mean`, zero padded bottom/right),
         `region_boxes` `(batch, 1 + R, 4)` in those pixels (object 0 = the whole image, boxes scaled and clamped),
@@ -202,7 +209,9 @@ class VlBertRegionProcessor(RegionProcessor):
     def encode_locations(self, regions: RegionFeatures) -> torch.Tensor:
         return vl_bert_locations(regions.boxes, regions.image_size, self.min_size, self.max_size)
 
-    def add_global_rows(self, features, locations, regions: RegionFeatures):
+    def add_global_rows(
+        self, features: torch.Tensor, locations: torch.Tensor, regions: RegionFeatures
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if len(regions) == 0:
             raise ValueError("VL-BERT needs at least one region: the whole-image feature is their mean")
         height, width = (int(round(v)) for v in regions.image_size)
@@ -253,12 +262,12 @@ class VlBertProcessor(VisionLanguageProcessor):
 
     def __init__(
         self,
-        feature_extractor=None,
-        tokenizer=None,
+        feature_extractor: VlBertRegionProcessor | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         max_text_length: int = 64,
         answer_slot: bool = False,
         max_text_and_objects: int | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         if max_text_and_objects is not None and max_text_and_objects < 4:
             raise ValueError(
@@ -275,13 +284,22 @@ class VlBertProcessor(VisionLanguageProcessor):
         return getattr(self.feature_extractor, "image_feature_precomputed", True)
 
     @property
-    def model_input_names(self):
+    def model_input_names(self) -> list[str]:
         names = super().model_input_names
         if self.image_feature_precomputed:
             return names
         return [n for n in names if n != "region_features"] + ["pixel_values", "region_boxes"]
 
-    def __call__(self, text=None, regions=None, images=None, token_ids=None, return_tensors="pt", boxes=None, **kwargs):
+    def __call__(
+        self,
+        text: TextArgument | None = None,
+        regions: RegionsArgument | None = None,
+        images: Any = None,
+        token_ids: TokenIdsArgument | None = None,
+        return_tensors: str | None = "pt",
+        boxes: Sequence[torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> BatchFeature:
         """As `VisionLanguageProcessor.__call__`; for an "e2e" model (`image_feature_precomputed=False`) pass `images`
         with `boxes` (one `(R, 4)` tensor per image, original pixels) — or without boxes when the processor carries
         a region extractor, whose boxes are used — and get `pixel_values` / `region_boxes` instead of features."""
@@ -322,7 +340,9 @@ class VlBertProcessor(VisionLanguageProcessor):
             raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
         return BatchFeature({**data, **visual}, tensor_type=return_tensors)
 
-    def fit_text_and_objects(self, word_pieces: list[list[int]], regions) -> tuple[list[list[int]], list]:
+    def fit_text_and_objects(
+        self, word_pieces: list[list[int]], regions: RegionsArgument
+    ) -> tuple[list[list[int]], list]:
         """Each example's word pieces and selected regions cut to `max_text_and_objects` together, as the original's
         Conceptual Captions loader cuts them; the regions carry object 0's feature (the mean of all of them)."""
         batch = [regions] if isinstance(regions, RegionFeatures) else list(regions)
@@ -404,7 +424,13 @@ class VlBertProcessor(VisionLanguageProcessor):
         return ids, tags
 
     def vcr_text(
-        self, question, choices, objects, answer=None, max_length: int = 64, person_name_offset: int = 0
+        self,
+        question: Sequence[str | Sequence[int]],
+        choices: Sequence[Sequence[str | Sequence[int]]],
+        objects: Sequence[str],
+        answer: Sequence[str | Sequence[int]] | None = None,
+        max_length: int = 64,
+        person_name_offset: int = 0,
     ) -> BatchFeature:
         """One VCR example's texts, one row per choice, laid out as the original VL-BERT VCR model builds them.
 

@@ -8,6 +8,7 @@ NMS count the +1, no clamp.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torchvision.ops import batched_nms, box_iou, nms
@@ -17,7 +18,9 @@ __all__ = ["decode_boxes", "clip_boxes", "nms_boxes", "batched_nms_boxes", "pair
 _SCALE_CLAMP = math.log(1000.0 / 16)
 
 
-def decode_boxes(deltas: torch.Tensor, boxes: torch.Tensor, weights, convention: str = "detectron2") -> torch.Tensor:
+def decode_boxes(
+    deltas: torch.Tensor, boxes: torch.Tensor, weights: Sequence[float], convention: str = "detectron2"
+) -> torch.Tensor:
     """Apply `deltas` `(R, 4·K)` (dx, dy, dw, dh per class) to `boxes` `(R, 4)`; returns `(R, 4·K)` boxes."""
     deltas = deltas.float()
     boxes = boxes.to(deltas.dtype)
@@ -76,5 +79,7 @@ def nms_boxes(
     return nms(_for_iou(boxes, convention), scores, threshold)
 
 
-def batched_nms_boxes(boxes, scores, groups, threshold: float, convention: str = "detectron2") -> torch.Tensor:
+def batched_nms_boxes(
+    boxes: torch.Tensor, scores: torch.Tensor, groups: torch.Tensor, threshold: float, convention: str = "detectron2"
+) -> torch.Tensor:
     return batched_nms(_for_iou(boxes, convention), scores, groups, threshold)

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...utils.choices import check_choice
 
@@ -194,7 +195,7 @@ class DetectorConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict, **overrides) -> "DetectorConfig":
+    def from_dict(cls, data: dict, **overrides: Any) -> "DetectorConfig":
         known = {f.name for f in dataclasses.fields(cls)}
         merged = {**data, **overrides}
         unknown = sorted(set(merged) - known)
@@ -202,7 +203,7 @@ class DetectorConfig:
             raise ValueError(f"unknown DetectorConfig field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**merged)
 
-    def replace(self, **changes) -> "DetectorConfig":
+    def replace(self, **changes: Any) -> "DetectorConfig":
         return self.from_dict(self.to_dict(), **changes)
 
     def to_json_file(self, path: str | os.PathLike, exclude: tuple[str, ...] = (), extra: dict | None = None) -> None:

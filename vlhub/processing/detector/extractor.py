@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -15,7 +16,7 @@ from ..regions import RegionFeatures
 from .backbone import ResNetBackbone
 from .boxes import clip_boxes, decode_boxes
 from .configuration import DetectorConfig
-from .image_io import as_image_list, load_rgb_image
+from .image_io import ImageInput, as_image_list, load_rgb_image
 from .roi_heads import HeadOutputs, RoIHeads
 from .rpn import RegionProposalNetwork
 from .selection import Selection, select_butd, select_max_class_nms, select_per_class_nms
@@ -124,7 +125,7 @@ class RegionExtractor(nn.Module):
         return self.config.feature_dim
 
     # ------------------------------------------------------------------ stages
-    def prepare(self, images) -> list[PreparedImage]:
+    def prepare(self, images: ImageInput | Sequence[ImageInput]) -> list[PreparedImage]:
         """Load, check, resize and normalise (see `image_io` for accepted forms)."""
         items, _ = as_image_list(images)
         prepared = []
@@ -238,7 +239,7 @@ class RegionExtractor(nn.Module):
 
     # ------------------------------------------------------------------ public API
     @torch.inference_mode()
-    def detect(self, images, batch_size: int | None = None) -> list[Detections]:
+    def detect(self, images: ImageInput | Sequence[ImageInput], batch_size: int | None = None) -> list[Detections]:
         """`Detections` of each image. `batch_size` images share one RoI-head pass (default: all)."""
         prepared = self.prepare(images)
         step = batch_size or max(len(prepared), 1)
@@ -252,7 +253,7 @@ class RegionExtractor(nn.Module):
             results.extend(self._detections(p.cpu(), o.cpu(), item) for p, o, item in zip(proposals, outputs, chunk))
         return results
 
-    def forward(self, images, batch_size: int | None = None) -> list[RegionFeatures]:
+    def forward(self, images: ImageInput | Sequence[ImageInput], batch_size: int | None = None) -> list[RegionFeatures]:
         """`RegionFeatures` of each image (a list, also for a single image)."""
         detections = self.detect(images, batch_size=batch_size)
         for index, found in enumerate(detections):
@@ -280,7 +281,7 @@ class RegionExtractor(nn.Module):
             (directory / ATTRIBUTES_VOCAB_NAME).write_text("\n".join(self.attribute_names) + "\n", encoding="utf-8")
 
     @classmethod
-    def from_pretrained(cls, pretrained_path: str | os.PathLike, **config_overrides) -> "RegionExtractor":
+    def from_pretrained(cls, pretrained_path: str | os.PathLike, **config_overrides: Any) -> "RegionExtractor":
         """Load a folder written by `save_pretrained` (or a Hub repo holding one); keyword arguments override
         config fields (e.g. `selection_mode="max_class_nms"`, `max_boxes=36`)."""
         directory = Path(pretrained_path)

@@ -17,14 +17,18 @@ A corrupt or truncated file, an image smaller than the detector's stride, or one
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-__all__ = ["load_rgb_image", "as_image_list"]
+__all__ = ["load_rgb_image", "as_image_list", "ImageInput"]
+
+# One image in any form the detector reads (see the module docstring).
+ImageInput = str | os.PathLike | Image.Image | np.ndarray
 
 
-def as_image_list(images) -> tuple[list, bool]:
+def as_image_list(images: ImageInput | Sequence[ImageInput]) -> tuple[list[ImageInput], bool]:
     """`(list of images, whether a single image was given)`."""
     if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)):
         return [images], True
@@ -72,7 +76,7 @@ def _from_array(array: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(array[:, :, :3])
 
 
-def load_rgb_image(image, name: str = "image", min_side: int = 16, max_pixels: int = 1 << 27) -> np.ndarray:
+def load_rgb_image(image: ImageInput, name: str = "image", min_side: int = 16, max_pixels: int = 1 << 27) -> np.ndarray:
     """`(H, W, 3)` uint8 RGB array of one image (see the module docstring for the accepted forms)."""
     if isinstance(image, (str, os.PathLike)):
         path = os.fspath(image)

@@ -57,7 +57,7 @@ class BoxPredictor(nn.Module):
             self.fc_attr = nn.Linear(dim + config.attribute_embedding_dim, config.attribute_hidden_dim)
             self.attr_score = nn.Linear(config.attribute_hidden_dim, config.num_attributes + 1)
 
-    def forward(self, features: torch.Tensor):
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         class_logits = self.cls_score(features)
         box_deltas = self.bbox_pred(features)
         attribute_logits = None

@@ -4,6 +4,7 @@ proposal selection (top-k, decode, clip, drop empty, NMS, top-k)."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -16,7 +17,9 @@ from .configuration import DetectorConfig
 __all__ = ["caffe_cell_anchors", "detectron2_cell_anchors", "grid_anchors", "RPNHead", "RegionProposalNetwork"]
 
 
-def caffe_cell_anchors(base_size: int = 16, ratios=(0.5, 1.0, 2.0), scales=(4, 8, 16, 32)) -> torch.Tensor:
+def caffe_cell_anchors(
+    base_size: int = 16, ratios: Sequence[float] = (0.5, 1.0, 2.0), scales: Sequence[float] = (4, 8, 16, 32)
+) -> torch.Tensor:
     """`(len(ratios)·len(scales), 4)` anchors of py-faster-rcnn's `generate_anchors`: ratio-major, integer-rounded
     widths, centred on the base box's centre ((base − 1) / 2), inclusive (+1) width convention."""
     ctr = (base_size - 1) / 2.0
@@ -31,7 +34,9 @@ def caffe_cell_anchors(base_size: int = 16, ratios=(0.5, 1.0, 2.0), scales=(4, 8
     return torch.tensor(anchors, dtype=torch.float32)
 
 
-def detectron2_cell_anchors(sizes=(64.0, 128.0, 256.0, 512.0), ratios=(0.5, 1.0, 2.0)) -> torch.Tensor:
+def detectron2_cell_anchors(
+    sizes: Sequence[float] = (64.0, 128.0, 256.0, 512.0), ratios: Sequence[float] = (0.5, 1.0, 2.0)
+) -> torch.Tensor:
     """detectron2's `DefaultAnchorGenerator`: size-major, w = sqrt(size² / ratio), h = ratio·w, centred at 0."""
     anchors = []
     for size in sizes:
@@ -84,14 +89,18 @@ class RegionProposalNetwork(nn.Module):
         self.rpn_head = RPNHead(config.res4_channels, config.rpn_hidden_channels, config.num_anchors)
         self.register_buffer("cell_anchors", cell_anchors_for(config))
 
-    def forward(self, features: torch.Tensor, image_size: tuple[int, int], scale: float = 1.0):
+    def forward(
+        self, features: torch.Tensor, image_size: tuple[int, int], scale: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`features` `(1, C, Hf, Wf)`; `image_size` `(h, w)` of the resized image; `scale` its resize factor
         (Caffe's minimum proposal size is 16·scale). Returns `(boxes (R, 4), logits (R,))` in resized-image pixels,
         by decreasing objectness."""
         logits, deltas = self.rpn_head(features)
         return self.select_proposals(logits, deltas, image_size, scale)
 
-    def select_proposals(self, logits: torch.Tensor, deltas: torch.Tensor, image_size, scale: float = 1.0):
+    def select_proposals(
+        self, logits: torch.Tensor, deltas: torch.Tensor, image_size: tuple[int, int], scale: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         config = self.config
         convention = config.box_convention
         num_anchors, height, width = logits.shape[1:]

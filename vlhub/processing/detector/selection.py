@@ -7,6 +7,7 @@ logits, background LAST (the converted checkpoints' order), and return a `Select
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
@@ -110,7 +111,7 @@ def _first_accepted(run, thresholds, min_boxes: int):
 def select_max_class_nms(
     predicted_boxes: torch.Tensor,
     class_probs: torch.Tensor,
-    nms_thresholds,
+    nms_thresholds: Sequence[float],
     min_boxes: int,
     max_boxes: int,
     convention: str = "detectron2",
@@ -133,7 +134,7 @@ def select_per_class_nms(
     predicted_boxes: torch.Tensor,
     class_probs: torch.Tensor,
     score_threshold: float,
-    nms_thresholds,
+    nms_thresholds: Sequence[float],
     min_boxes: int,
     max_boxes: int,
     convention: str = "detectron2",

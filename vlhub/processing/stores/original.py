@@ -30,9 +30,11 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Iterator, Sequence
+from types import ModuleType
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ...utils.limits import check_declared_array
 from ..regions import RegionFeatures
@@ -77,7 +79,7 @@ class FeatureFileError(ValueError):
     """A feature file is malformed or lacks a field; the message names the file, the image and the field."""
 
 
-def require_package(module: str):
+def require_package(module: str) -> ModuleType:
     """The optional package `module` (lmdb, h5py, msgpack), or an ImportError saying how to install it."""
     try:
         return __import__(module)
@@ -87,7 +89,7 @@ def require_package(module: str):
         ) from err
 
 
-def as_text(value) -> str:
+def as_text(value: object) -> str:
     """A stored id or name (bytes, a numpy scalar or a string) as a string."""
     if isinstance(value, bytes):
         return value.decode("utf-8")
@@ -107,7 +109,12 @@ def _scalar(value, source: str, name: str) -> int:
 
 
 def feature_array(
-    value, source: str, name: str, dtype, rows: int | None = None, columns: int | None = None
+    value: str | bytes | npt.ArrayLike,
+    source: str,
+    name: str,
+    dtype: npt.DTypeLike,
+    rows: int | None = None,
+    columns: int | None = None,
 ) -> np.ndarray:
     """A field as a numpy array; base64 strings (the TSV convention) are decoded as `dtype`."""
     if isinstance(value, (str, bytes)):
@@ -135,7 +142,7 @@ def feature_array(
     return np.asarray(array, dtype=np.float32) if np.issubdtype(array.dtype, np.floating) else array
 
 
-def record_field(record: Mapping, name: str, source: str):
+def record_field(record: Mapping, name: str, source: str) -> Any:
     """`record[name]` (str or, as python-2 pickles keep them, bytes keys); a missing field is a `FeatureFileError`
     naming `source` and the fields the record has."""
     if name in record:
@@ -146,7 +153,7 @@ def record_field(record: Mapping, name: str, source: str):
     raise FeatureFileError(f"{source}: missing field {name!r} (the record has {fields})")
 
 
-def make_regions(source: str, **fields) -> RegionFeatures:
+def make_regions(source: str, **fields: Any) -> RegionFeatures:
     """`RegionFeatures(**fields)`, its validation errors as `FeatureFileError`s naming `source`."""
     try:
         return RegionFeatures(**fields)
@@ -317,7 +324,7 @@ class LmdbReader(FeatureReader):
 
 
 # --------------------------------------------------------------------------------------------------- npz
-def load_npz(file, source: str) -> dict[str, np.ndarray]:
+def load_npz(file: str | os.PathLike | BinaryIO, source: str) -> dict[str, np.ndarray]:
     """The arrays of an npz (a path or a file object), each member's header checked before its array is allocated:
     a declared size beyond the bytes the member holds or beyond `MAX_ARRAY_BYTES`, an object array (which only
     pickle can read), or a damaged member is a `FeatureFileError` naming `source` and the member."""
@@ -393,7 +400,9 @@ FEATURE_FORMATS: dict[str, str] = {}
 _OPENERS: dict[str, object] = {}
 
 
-def register_feature_format(name: str, description: str, opener) -> None:
+def register_feature_format(
+    name: str, description: str, opener: Callable[..., Mapping[str, RegionFeatures]] | str
+) -> None:
     """Make `open_feature_file(name, path)` (and `vlhub import-features --format name`) open `path` with `opener`:
     a callable `(path, **options) -> reader` (a mapping image_id → RegionFeatures) or a "module:attribute" string
     naming one, imported on first use."""
@@ -403,7 +412,7 @@ def register_feature_format(name: str, description: str, opener) -> None:
     _OPENERS[name] = opener
 
 
-def open_feature_file(format: str, path: str | os.PathLike, **options) -> FeatureReader:
+def open_feature_file(format: str, path: str | os.PathLike, **options: Any) -> FeatureReader:
     """The reader for `format` (one of `FEATURE_FORMATS`) on `path`; `options` go to the reader (see the reader's
     own arguments: e.g. the HDF5 formats whose boxes and class probabilities are separate files take them here)."""
     opener = _OPENERS.get(format)
@@ -415,7 +424,7 @@ def open_feature_file(format: str, path: str | os.PathLike, **options) -> Featur
     return opener(path, **options)
 
 
-def moved_reader(name: str):
+def moved_reader(name: str) -> type | None:
     """The reader class `name` that a registered format opens by "module:attribute" (an architecture's own reader),
     with a FutureWarning: such readers were once importable from `vlhub.processing.stores` and now live with their
     architecture. None when no registered format names it."""

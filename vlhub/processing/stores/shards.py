@@ -43,7 +43,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Set
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import datasets
 import numpy as np
@@ -817,7 +817,7 @@ class RegionStore:
             return self._decode(image_id, *columns.row(row), shard)
         return self._regions(image_id, table, shard)
 
-    def get(self, image_id: str, default=None):
+    def get(self, image_id: str, default: RegionFeatures | None = None) -> RegionFeatures | None:
         return self[image_id] if image_id in self else default
 
     def decode_row(self, table: pa.Table, shard: str = "(streamed)") -> RegionFeatures:
@@ -981,7 +981,11 @@ def stored_image_ids(directory: str | os.PathLike) -> set[str]:
 
 
 def import_features(
-    reader, output, shard_size: int = 512, feature_dtype: str = "float32", progress: bool = True
+    reader: Mapping[str, RegionFeatures],
+    output: str | os.PathLike,
+    shard_size: int = 512,
+    feature_dtype: str = "float32",
+    progress: bool = True,
 ) -> int:
     """Copy every image of a reader (any `open_feature_file` reader, a `RegionStore`, or a mapping id →
     RegionFeatures) into the vlhub store at `output`; images already there are skipped, so an interrupted import can

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .packed_linear import PackedLinear
+
 # CPU flags (as /proc/cpuinfo spells them) that mean native bf16 matmul units.
 BF16_UNIT_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
@@ -45,4 +47,7 @@ def quantize_linear_weights(model: nn.Module, dtype: str = "int8") -> nn.Module:
     devices = {parameter.device.type for parameter in model.parameters()}
     if devices - {"cpu"}:
         raise ValueError(f"int8 dynamic quantization runs on the CPU only; the model is on {sorted(devices)}")
+    if any(isinstance(module, PackedLinear) for module in model.modules()):
+        # quantize_dynamic matches nn.Linear by exact type: packed layers would silently stay fp32.
+        raise ValueError("the model's linear weights are packed (pack_linear_weights): quantize an unpacked model")
     return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)

@@ -124,12 +124,9 @@ def vlp_beam_search(
     generation_config: GenerationConfig | None = None,
     **model_kwargs: Any,
 ) -> torch.LongTensor | VlpBeamSearchOutput:
-    """The original VLP beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring).
-
-    `generate()` has already repeated every input `num_beams` times; the prompt is encoded once per image.
-    Returns `sequences` `(batch, prompt_length + max_new_tokens)`, or a `VlpBeamSearchOutput` with
-    `return_dict_in_generate=True`.
-    """
+    """The original VLP beam search as a `generate(custom_generate=...)` decoding loop (see the module docstring):
+    `generate()` has already repeated every input `num_beams` times; the prompt is encoded once per image. Returns
+    `sequences` `(batch, prompt_length + max_new_tokens)`, or a `VlpBeamSearchOutput` with `return_dict_in_generate`."""
     config = model.config
     beams = generation_config.num_beams
     max_new_tokens, eos, pad = _decoding_settings(generation_config, config, input_ids.shape[1])

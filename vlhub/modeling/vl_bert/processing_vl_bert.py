@@ -53,6 +53,16 @@ GENDER_NEUTRAL_NAMES = (
 )
 
 
+def _vcr_object_names(objects: Sequence[str], person_offset: int) -> list[str]:
+    """The name of each VCR object in the text: its class, a person the next `GENDER_NEUTRAL_NAMES` entry."""
+    names, person = [], person_offset
+    for name in objects:
+        if name == "person":
+            name, person = GENDER_NEUTRAL_NAMES[person % len(GENDER_NEUTRAL_NAMES)], person + 1
+        names.append(name)
+    return names
+
+
 def vl_bert_resized_size(width: int, height: int, min_size: int = 600, max_size: int | None = 1000) -> tuple[int, int]:
     """`(width, height)` of the image the original resizes to: short side `min_size`, long side at most `max_size`,
     int-truncated (the original `Resize.get_size`)."""
@@ -459,11 +469,7 @@ class VlBertProcessor(VisionLanguageProcessor):
             raise ValueError(f"max_length must leave room for the texts, got {max_length}")
         if isinstance(choices, (str, bytes)) or not choices:
             raise ValueError("choices must be a non-empty list of answers (or rationales), each a list of VCR tokens")
-        names, person = [], person_name_offset
-        for name in objects:
-            if name == "person":
-                name, person = GENDER_NEUTRAL_NAMES[person % len(GENDER_NEUTRAL_NAMES)], person + 1
-            names.append(name)
+        names = _vcr_object_names(objects, person_name_offset)
         q_ids, q_tags = self._vcr_pieces(question, names, "question")
         rows = [self._vcr_pieces(c, names, f"choices[{k}]") for k, c in enumerate(choices)]
         ans_ids, ans_tags = ([], []) if answer is None else self._vcr_pieces(answer, names, "answer")

@@ -19,7 +19,6 @@ from vlhub import (
 )
 
 from ..region_testers import (
-    NOT_YET_SORTED,
     RegionModelTestMixin,
     RegionModelTester,
     eight_head_layout,
@@ -28,8 +27,6 @@ from ..region_testers import (
     text_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
-
-pytestmark = NOT_YET_SORTED
 
 NUM_REGION_LABELS = 11
 

@@ -824,11 +824,28 @@ _GENERATION_FIELDS = {"hidden_states": "generation_hidden_states", "attentions":
 _STREAM_RECORD_FIELDS = (*_RECORDED_OUTPUTS, *_GENERATION_FIELDS.values())
 
 
+def _declared_records(output_class: type[ModelOutput]) -> tuple[str, ...]:
+    declared = {field.name for field in fields(output_class)}
+    return tuple(name for name in _STREAM_RECORD_FIELDS if name in declared)
+
+
+# Worked out once at import: `dataclasses.fields` inside a forward breaks `torch.compile(fullgraph=True)`.
+_RECORDS_DECLARED_BY = {
+    output_class.__name__: _declared_records(output_class)
+    for output_class in (
+        TdenForPreTrainingOutput,
+        TdenCaptioningOutput,
+        TdenQuestionAnsweringOutput,
+        TdenRetrievalOutput,
+        TdenMultipleChoiceOutput,
+    )
+}
+
+
 def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
     """The per-layer records of `outputs` (hidden states and attentions of every stream) that a head's output class
     declares: a head passes on those of the streams it runs, as transformers' multi-stream heads do (LXMERT's)."""
-    declared = {field.name for field in fields(output_class)}
-    return {name: outputs.get(name) for name in _STREAM_RECORD_FIELDS if name in declared}
+    return {name: outputs.get(name) for name in _RECORDS_DECLARED_BY[output_class.__name__]}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:

@@ -181,3 +181,43 @@ def test_auto_classes_follow_from_the_base_model_and_the_task_heads():
         "AutoModelForPreTraining": "OtherHead",
         "AutoModelForImageTextToText": "ToyHead",
     }
+
+
+def test_a_folder_that_follows_the_naming_convention_declares_only_what_is_its_own():
+    """`Architecture.from_folder`: the model type is the folder's name, the class, objective and converter names
+    follow from it, and what a declaration gives replaces what the convention would."""
+    conventional = Architecture.from_folder("vlhub.modeling.toy_vl", name="Toy", tasks=("pretraining", "vcr"))
+    assert conventional == Architecture(
+        model_type="toy_vl",
+        name="Toy",
+        package="vlhub.modeling.toy_vl",
+        config="ToyVlConfig",
+        processor="ToyVlProcessor",
+        region_processor="ToyVlRegionProcessor",
+        base_model="ToyVlModel",
+        task_models={"pretraining": "ToyVlForPreTraining", "vcr": "ToyVlForMultipleChoice"},
+        objectives="vlhub.modeling.toy_vl.objectives_toy_vl:TOY_VL_OBJECTIVES",
+        converter="vlhub.modeling.toy_vl.convert_toy_vl",
+    )
+    own = Architecture.from_folder(
+        "vlhub.modeling.toy_vl",
+        name="Toy",
+        tasks=("pretraining",),
+        task_models={"pretraining": "ToyVlPretrainer", "matching": "ToyVlMatcher"},
+        converter=None,
+        lowercase=True,
+    )
+    assert dict(own.task_models) == {"pretraining": "ToyVlPretrainer", "matching": "ToyVlMatcher"}
+    assert own.converter is None and own.lowercase and own.config == "ToyVlConfig"
+    with pytest.raises(ValueError, match=r"'toy_vl' .*tasks \['matching'\] have no conventional head name"):
+        Architecture.from_folder("vlhub.modeling.toy_vl", name="Toy", tasks=("pretraining", "matching"))
+
+
+def test_the_registered_architectures_follow_the_naming_convention():
+    """Each of vlhub's own architectures is declared with `from_folder`, so a sixth one can copy the shortest form."""
+    for model_type, architecture in architectures().items():
+        if not architecture.package.startswith("vlhub.modeling."):
+            continue  # a test's throwaway architecture
+        assert architecture.package == f"vlhub.modeling.{model_type}"
+        assert architecture.converter == f"{architecture.package}.convert_{model_type}"
+        assert architecture.base_model == architecture.config.removesuffix("Config") + "Model"

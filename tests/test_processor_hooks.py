@@ -103,6 +103,44 @@ def test_rows_out_of_step_are_an_error(toy):
         Broken(region_feature_dim=16, min_regions=2)(random_regions(3, 16, scores=False))
 
 
+def test_a_call_with_regions_only_gives_the_processors_prompt(toy, tiny_vocab):
+    """`regions_only_text_inputs`: none by default; a captioning processor's prompt (Unified VLP's image block,
+    TDEN's [CLS] in its generation stream) after the region inputs, one row per image."""
+    regions = [random_regions(3, 16), random_regions(2, 16)]
+    assert set(toy(regions=regions)) == {"region_features", "region_locations", "region_attention_mask"}
+
+    class Prompting(ToyProcessor):
+        def regions_only_text_inputs(self, batch_size):
+            return {"input_ids": torch.full((batch_size, 1), self.tokenizer.cls_token_id)}
+
+    prompting = Prompting(feature_extractor=toy.feature_extractor, tokenizer=toy.tokenizer)
+    out = prompting(regions=regions)
+    assert list(out)[-1] == "input_ids" and out["input_ids"].tolist() == [[toy.tokenizer.cls_token_id]] * 2
+    assert prompting(text=["a dog", "a cat"], regions=regions)["input_ids"].shape[1] > 1  # text given: no prompt
+
+    tokenizer = BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True)
+    cls, sep, unk = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.unk_token_id
+    vlp = vlhub.get_architecture("unified_vlp").build_processor(tokenizer, 16, max_regions=3, num_classes=4)
+    detections = [
+        vlhub.RegionFeatures(
+            features=r.features,
+            boxes=r.boxes,
+            image_size=r.image_size,
+            scores=r.scores,
+            class_probs=torch.full((len(r), 4), 0.25),
+        )
+        for r in regions
+    ]
+    prompt = vlp(regions=detections)
+    assert prompt["input_ids"].tolist() == [[cls, unk, unk, unk, sep]] * 2
+    assert prompt["attention_mask"].tolist() == [[1] * 5] * 2 and prompt["token_type_ids"].unique().numel() == 1
+    tden = vlhub.get_architecture("tden").build_processor(tokenizer, 16)
+    assert "input_ids" not in tden(regions=regions)
+    generation = tden(regions=regions, stream="generation")
+    assert generation["input_ids"].tolist() == [[cls]] * 2 and generation["attention_mask"].tolist() == [[1]] * 2
+    assert "token_type_ids" not in generation
+
+
 def test_uniter_keeps_the_default_layout(tiny_uniter_config, tiny_vocab):
     from .helpers import tiny_processor
 

@@ -1,7 +1,8 @@
 """The one registration an architecture makes, and the lookups shared code does instead of importing it.
 
 An architecture is a sub-package of `vlhub.modeling` whose `__init__.py` calls `register_architecture(...)` with an
-`Architecture`: which classes it has (by name, resolved lazily from the package), its base model and task heads
+`Architecture` (usually `Architecture.from_folder`, which names what follows the folder's naming convention): which
+classes it has (by name, resolved lazily from the package), its base model and task heads
 (their Auto classes follow from the task, `AUTO_CLASS_OF_TASK`), processor, pre-training objectives and default
 objective mix. Training, conversion,
 pipelines and the Auto classes loop over these declarations; nothing shared imports an architecture by name. The
@@ -32,6 +33,7 @@ __all__ = [
     "InitializesFromPretraining",
     "RETRIEVAL_NEGATIVES",
     "AUTO_CLASS_OF_TASK",
+    "HEAD_CLASS_OF_TASK",
     "CHOICE_LAYOUTS",
     "register_architecture",
     "get_architecture",
@@ -70,6 +72,22 @@ AUTO_CLASS_OF_TASK: Mapping[str, str] = MappingProxyType(
         "vqa": "AutoModelForVisualQuestionAnswering",
         "vcr": "AutoModelForMultipleChoice",
         "captioning": "AutoModelForImageTextToText",
+    }
+)
+
+
+# The head class of each task by vlhub's naming convention (`<Prefix>` + this; transformers' own head names where
+# transformers has the task), for `Architecture.from_folder`.
+HEAD_CLASS_OF_TASK: Mapping[str, str] = MappingProxyType(
+    {
+        "pretraining": "ForPreTraining",
+        "vqa": "ForQuestionAnswering",
+        "retrieval": "ForImageTextRetrieval",
+        "nlvr2": "ForVisualReasoning",
+        "ve": "ForVisualEntailment",
+        "re": "ForReferringExpression",
+        "vcr": "ForMultipleChoice",
+        "captioning": "ForConditionalGeneration",
     }
 )
 
@@ -268,6 +286,40 @@ class Architecture:
             problems.append("heads_from_pretraining is declared but there is no 'pretraining' head to start from")
         if problems:
             raise ValueError(f"architecture {self.model_type!r} ({self.package}): " + "; ".join(problems))
+
+    @classmethod
+    def from_folder(cls, package: str, name: str, tasks: Sequence[str], **declared: Any) -> Architecture:
+        """The declaration of an architecture whose folder follows vlhub's naming convention: it gives only what is
+        its own, and the rest follows from the folder's name, its model type (`vlhub.modeling.vl_bert` → "vl_bert").
+
+        With `Prefix` the model type in CamelCase ("vl_bert" → "VlBert", transformers' convention): the classes are
+        `<Prefix>Config`, `<Prefix>Processor`, `<Prefix>RegionProcessor`, `<Prefix>Model` (the base model) and, for
+        each of `tasks`, `<Prefix>` + `HEAD_CLASS_OF_TASK[task]` ("vqa" → "VlBertForQuestionAnswering"); the
+        pre-training objectives are `objectives_<model_type>.<MODEL_TYPE>_OBJECTIVES` and the converter is the
+        module `convert_<model_type>`. A field in `declared` replaces what the convention gives (`objectives=None`,
+        `converter=None` for an architecture without them; `task_models` adds heads of tasks the convention does not
+        name, or renames one).
+        """
+        model_type = package.rpartition(".")[2]
+        unnamed = [task for task in tasks if task not in HEAD_CLASS_OF_TASK]
+        if unnamed:
+            raise ValueError(
+                f"architecture {model_type!r} ({package}): tasks {unnamed} have no conventional head name "
+                f"(known: {sorted(HEAD_CLASS_OF_TASK)}); declare their heads in task_models instead"
+            )
+        prefix = "".join(part.capitalize() for part in model_type.split("_"))
+        conventional = dict(
+            model_type=model_type,
+            config=f"{prefix}Config",
+            processor=f"{prefix}Processor",
+            region_processor=f"{prefix}RegionProcessor",
+            base_model=f"{prefix}Model",
+            objectives=f"{package}.objectives_{model_type}:{model_type.upper()}_OBJECTIVES",
+            converter=f"{package}.convert_{model_type}",
+        )
+        task_models = {task: prefix + HEAD_CLASS_OF_TASK[task] for task in tasks}
+        task_models.update(declared.pop("task_models", {}))
+        return cls(package=package, name=name, task_models=task_models, **{**conventional, **declared})
 
     # -- classes ------------------------------------------------------------------------------------------------
     def resolve(self, name: str) -> Any:

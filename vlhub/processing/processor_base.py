@@ -502,6 +502,12 @@ class VisionLanguageProcessor(ProcessorMixin):
         ids = [self.tokenizer.cls_token_id, *word_piece_ids, self.tokenizer.sep_token_id]
         return ids, [self.text_token_type_id] * len(ids)
 
+    def regions_only_text_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """The text inputs a call with regions and no text gives each of its `batch_size` examples: the captioning
+        prompt `generate()` starts from, for a processor whose model captions (Unified VLP's image block, TDEN's
+        [CLS]). The default gives none (the regions alone)."""
+        return {}
+
     # -- text: shared -------------------------------------------------------------------------------------------
     def word_pieces(
         self, text: TextArgument | None = None, token_ids: TokenIdsArgument | None = None
@@ -588,6 +594,8 @@ class VisionLanguageProcessor(ProcessorMixin):
                     "image (repeat the image or the text to pair them)"
                 )
             data.update(region_inputs)
+            if num_texts is None:
+                data.update(self.regions_only_text_inputs(region_inputs["region_features"].shape[0]))
         if not data:
             raise ValueError("nothing to process: pass text (or token_ids) and/or regions (or images)")
         return BatchFeature(data, tensor_type=return_tensors)

@@ -34,22 +34,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
 _CAPTIONING = {"label_smoothing": 0.1}
 
 ARCHITECTURE = register_architecture(
-    Architecture(
-        model_type="tden",
+    Architecture.from_folder(
+        __name__,
         name="TDEN",
-        package=__name__,
-        config="TdenConfig",
-        processor="TdenProcessor",
-        region_processor="TdenRegionProcessor",
-        base_model="TdenModel",  # AutoModel; each head of task_models gets its task's Auto class
-        task_models={
-            "pretraining": "TdenForPreTraining",
-            "captioning": "TdenForConditionalGeneration",
-            "vqa": "TdenForQuestionAnswering",
-            "retrieval": "TdenForImageTextRetrieval",
-            "vcr": "TdenForMultipleChoice",
-        },
-        objectives=f"{__name__}.objectives_tden:TDEN_OBJECTIVES",
+        tasks=("pretraining", "captioning", "vqa", "retrieval", "vcr"),
         # Every batch trains MLM + MOC + MSG + ISM at once (X-modaler's PretrainLosses, weights 1).
         default_objectives={"joint": 1},
         # tiny: every block at 2 layers of 128 and small poolers; base: TDEN-base (the config's defaults: 12 sentence,
@@ -71,6 +59,5 @@ ARCHITECTURE = register_architecture(
         lowercase=True,  # bert-base-uncased word pieces
         retrieval_negatives="in_batch",  # the hardest negative of the batch in both directions, as X-modaler
         original_repository="https://github.com/YehLi/xmodaler",
-        converter=f"{__name__}.convert_tden",
     )
 )

@@ -166,7 +166,11 @@ class TdenProcessor(VisionLanguageProcessor):
             )
         finally:
             self._stream = self.text_stream
-        if stream == "generation" and "input_ids" not in out:  # regions only: the captioning prompt, [CLS]
-            prompt = torch.full((out["region_features"].shape[0], 1), self.tokenizer.cls_token_id, dtype=torch.long)
-            out["input_ids"], out["attention_mask"] = prompt, torch.ones_like(prompt)
         return out
+
+    def regions_only_text_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """The generation stream's captioning prompt, [CLS]; the understanding stream gives the regions alone."""
+        if self._stream != "generation":
+            return {}
+        prompt = torch.full((batch_size, 1), self.tokenizer.cls_token_id, dtype=torch.long)
+        return {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}

@@ -37,20 +37,10 @@ register_feature_format(
 )
 
 ARCHITECTURE = register_architecture(
-    Architecture(
-        model_type="unified_vlp",
+    Architecture.from_folder(
+        __name__,
         name="Unified VLP",
-        package=__name__,
-        config="UnifiedVlpConfig",
-        processor="UnifiedVlpProcessor",
-        region_processor="UnifiedVlpRegionProcessor",
-        base_model="UnifiedVlpModel",  # AutoModel; each head of task_models gets its task's Auto class
-        task_models={
-            "pretraining": "UnifiedVlpForPreTraining",
-            "captioning": "UnifiedVlpForConditionalGeneration",
-            "vqa": "UnifiedVlpForQuestionAnswering",
-        },
-        objectives=f"{__name__}.objectives_unified_vlp:UNIFIED_VLP_OBJECTIVES",
+        tasks=("pretraining", "captioning", "vqa"),
         # The original draws seq2seq (0.75) or bidirectional (0.25) masked LM per example: one objective.
         default_objectives={"s2s-bi": 1},
         # tiny: 10 region slots (text from position 12, room for 20 word pieces and 20 generated tokens) and a small
@@ -64,6 +54,5 @@ ARCHITECTURE = register_architecture(
         lowercase=False,  # bert-base-cased
         config_mask_token_id=True,  # the captioner predicts the next word at [MASK]
         original_repository="https://github.com/LuoweiZhou/VLP",
-        converter=f"{__name__}.convert_unified_vlp",
     )
 )

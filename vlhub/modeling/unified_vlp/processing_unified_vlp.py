@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
-from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
+from ...processing.processor_base import RegionsArgument
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:
@@ -158,25 +158,14 @@ class UnifiedVlpProcessor(VisionLanguageProcessor):
         text = [*word_piece_ids, self.tokenizer.sep_token_id]
         return image + text, [image_type] * len(image) + [text_type] * len(text)
 
-    def __call__(
-        self,
-        text: TextArgument | None = None,
-        regions: RegionsArgument | None = None,
-        images: Any = None,
-        token_ids: TokenIdsArgument | None = None,
-        return_tensors: str | None = "pt",
-        **kwargs: Any,
-    ) -> BatchFeature:
-        out = super().__call__(
-            text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
-        )
-        if "input_ids" not in out:  # regions only: the captioning prompt
-            batch = out["region_features"].shape[0]
-            prompt = torch.tensor(self._image_block()).expand(batch, -1).clone()
-            out["input_ids"] = prompt
-            out["attention_mask"] = torch.ones_like(prompt)
-            out["token_type_ids"] = torch.full_like(prompt, self._types()[0])
-        return out
+    def regions_only_text_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """The captioning prompt: the image block ([CLS], the region slots, [SEP])."""
+        prompt = torch.tensor(self._image_block()).expand(batch_size, -1).clone()
+        return {
+            "input_ids": prompt,
+            "attention_mask": torch.ones_like(prompt),
+            "token_type_ids": torch.full_like(prompt, self._types()[0]),
+        }
 
     def _caption_pieces(self, ids) -> list[int]:
         ids = [int(i) for i in ids]

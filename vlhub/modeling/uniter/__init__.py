@@ -37,24 +37,10 @@ register_feature_format(
 )
 
 ARCHITECTURE = register_architecture(
-    Architecture(
-        model_type="uniter",
+    Architecture.from_folder(
+        __name__,
         name="UNITER",
-        package=__name__,
-        config="UniterConfig",
-        processor="UniterProcessor",
-        region_processor="UniterRegionProcessor",
-        base_model="UniterModel",  # AutoModel; each head of task_models gets its task's Auto class
-        task_models={
-            "pretraining": "UniterForPreTraining",
-            "vqa": "UniterForQuestionAnswering",
-            "retrieval": "UniterForImageTextRetrieval",
-            "nlvr2": "UniterForVisualReasoning",
-            "ve": "UniterForVisualEntailment",
-            "re": "UniterForReferringExpression",
-            "vcr": "UniterForMultipleChoice",
-        },
-        objectives=f"{__name__}.objectives_uniter:UNITER_OBJECTIVES",
+        tasks=("pretraining", "vqa", "retrieval", "nlvr2", "ve", "re", "vcr"),
         # The original in-domain mix [itm+WRA, mlm, mrfr, mrc-kl] = [2, 2, 1, 1] (`config/pretrain-indomain-base-8gpu.json`;
         # the released all-data mixes have the same proportions up to 6:8:4:4).
         default_objectives={"wra": 2, "mlm": 2, "mrfr": 1, "mrc-kl": 1},
@@ -66,6 +52,5 @@ ARCHITECTURE = register_architecture(
         match_score=MatchScore("itm_logits", match_class=1),
         heads_from_pretraining={"retrieval"},
         original_repository="https://github.com/ChenRocks/UNITER",
-        converter=f"{__name__}.convert_uniter",
     )
 )

@@ -34,24 +34,10 @@ register_feature_format(
 )
 
 ARCHITECTURE = register_architecture(
-    Architecture(
-        model_type="vilbert",
+    Architecture.from_folder(
+        __name__,
         name="ViLBERT",
-        package=__name__,
-        config="VilbertConfig",
-        processor="VilbertProcessor",
-        region_processor="VilbertRegionProcessor",
-        base_model="VilbertModel",  # AutoModel; each head of task_models gets its task's Auto class
-        task_models={
-            "pretraining": "VilbertForPreTraining",
-            "vqa": "VilbertForQuestionAnswering",
-            "retrieval": "VilbertForImageTextRetrieval",
-            "nlvr2": "VilbertForVisualReasoning",
-            "ve": "VilbertForVisualEntailment",
-            "re": "VilbertForReferringExpression",
-            "vcr": "VilbertForMultipleChoice",
-        },
-        objectives=f"{__name__}.objectives_vilbert:VILBERT_OBJECTIVES",
+        tasks=("pretraining", "vqa", "retrieval", "nlvr2", "ve", "re", "vcr"),
         # The original trains MLM, masked-region KL and alignment together on every batch.
         default_objectives={"joint": 1},
         config_presets={
@@ -75,6 +61,5 @@ ARCHITECTURE = register_architecture(
         match_score=MatchScore("alignment_logits", match_class=0, log_odds=True),
         heads_from_pretraining={"retrieval"},
         original_repository="https://github.com/jiasenlu/vilbert_beta",
-        converter=f"{__name__}.convert_vilbert",
     )
 )

@@ -40,21 +40,10 @@ register_feature_format(
 )
 
 ARCHITECTURE = register_architecture(
-    Architecture(
-        model_type="vl_bert",
+    Architecture.from_folder(
+        __name__,
         name="VL-BERT",
-        package=__name__,
-        config="VlBertConfig",
-        processor="VlBertProcessor",
-        region_processor="VlBertRegionProcessor",
-        base_model="VlBertModel",  # AutoModel; each head of task_models gets its task's Auto class
-        task_models={
-            "pretraining": "VlBertForPreTraining",
-            "vqa": "VlBertForQuestionAnswering",
-            "re": "VlBertForReferringExpression",
-            "vcr": "VlBertForMultipleChoice",
-        },
-        objectives=f"{__name__}.objectives_vl_bert:VL_BERT_OBJECTIVES",
+        tasks=("pretraining", "vqa", "re", "vcr"),
         # The original trains MLM with visual clues, MVRC and the text-only MLM together in every batch.
         default_objectives={"mlm-mvrc": 1},
         # The processor keeps up to 64 text tokens; objects and [END] take the two positions after the text.
@@ -67,7 +56,6 @@ ARCHITECTURE = register_architecture(
         heads_from_pretraining={"vqa", "re"},
         config_mask_token_id=True,  # the VQA head reads its answer at [MASK]
         original_repository="https://github.com/jackroos/VL-BERT",
-        converter=f"{__name__}.convert_vl_bert",
         unsupported_tasks={
             "retrieval": "VL-BERT has no image-text matching head; its paper dropped the sentence-image relationship "
             "objective because it hurt every downstream task (Table 4c), and no release carries one"

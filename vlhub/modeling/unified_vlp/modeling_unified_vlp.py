@@ -17,14 +17,17 @@ Captioning predicts each word from a trailing [MASK] slot placed after the words
 real tokens and no position is ever computed twice.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin
+from transformers import GenerationConfig, GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import and_masks, create_bidirectional_mask, create_causal_mask
+from transformers.generation.utils import GenerateOutput
+from transformers.masking_utils import BlockMask, and_masks, create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
@@ -190,7 +193,7 @@ labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
 # ---------------------------------------------------------------------------------------------------- masks
 def seq2seq_mask_function(
     text_start: int | torch.Tensor, real_tokens: torch.Tensor, seq2seq: torch.Tensor | None = None
-):
+) -> Callable[[int, int, int, int], torch.Tensor]:
     """The seq2seq pattern as a `masking_utils` mask function (to AND with the padding mask).
 
     A key is visible when it lies in the image block (`kv < text_start`), or when it is at or before the query and
@@ -210,7 +213,7 @@ def seq2seq_mask_function(
     return inner
 
 
-def _prediction_slots_mask_function(visible_until: torch.Tensor):
+def _prediction_slots_mask_function(visible_until: torch.Tensor) -> Callable[[int, int, int, int], torch.Tensor]:
     """The [MASK] prediction slots' restriction as a `masking_utils` mask function: the query at absolute index `q`
     sees no key after `visible_until[q]` except itself (the last index for every other row: no restriction)."""
 
@@ -252,7 +255,7 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
     Token types are added everywhere, then LayerNorm and dropout.
     """
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vis_embed = nn.Sequential(
             nn.Linear(config.region_feature_dim, config.region_embed_dim),
@@ -335,7 +338,7 @@ def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
 class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
 
-    def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = UnifiedVlpEmbeddings(config)
         self.encoder = BertEncoder(config)
@@ -402,11 +405,11 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self,
         embeddings: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        seq2seq,
+        seq2seq: bool | torch.Tensor,
         region_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         visible_until: torch.Tensor | None = None,
-    ):
+    ) -> torch.Tensor | BlockMask | None:
         """The 4-D mask the configured attention backend wants (see the module docstring for the two patterns).
 
         embeddings `(B, L, H)` (the new positions); attention_mask `(B, past + L)` 1/0 (leading zeros: left
@@ -472,7 +475,9 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             and_mask_function=and_mask,
         )
 
-    def default_token_type_ids(self, position_ids: torch.Tensor, seq2seq, batch: int) -> torch.LongTensor:
+    def default_token_type_ids(
+        self, position_ids: torch.Tensor, seq2seq: bool | torch.Tensor, batch: int
+    ) -> torch.LongTensor:
         """Token types from positions: image type before `text_start`, text type after, per attention pattern."""
         config = self.config
         is_text = (position_ids >= config.text_start).expand(batch, -1)
@@ -601,7 +606,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
     # The original computes the tanh pooler and no loss reads it: left out (`UnifiedVlpModel` has it).
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
@@ -687,7 +692,7 @@ class UnifiedVlpForConditionalGeneration(
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]  # the captioner reads no pooled output
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
@@ -887,7 +892,7 @@ class UnifiedVlpForConditionalGeneration(
         }
 
     # -- generation -------------------------------------------------------------------------------------------
-    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, **kwargs: Any) -> dict[str, Any]:
         model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         model_inputs["predict_next"] = True
         return model_inputs
@@ -901,7 +906,7 @@ class UnifiedVlpForConditionalGeneration(
             token_type_ids[:, -num_new_tokens:] = self.config.s2s_text_token_type_id
         return model_kwargs
 
-    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None):
+    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
         """Clear errors for what `generate()` cannot do (called by `generate`)."""
         architectures = self.config.architectures or []
         if architectures and not any(name in self._generating_architectures for name in architectures):
@@ -957,7 +962,9 @@ class UnifiedVlpForConditionalGeneration(
             "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id),
         }
 
-    def generate(self, inputs=None, generation_config=None, **kwargs):
+    def generate(
+        self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs: Any
+    ) -> GenerateOutput | torch.LongTensor:
         """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty
         batch, or more new tokens than the model has positions). The caption prompt is the processor's captioning
         layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options.
@@ -996,7 +1003,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\.", r"^cls\."]  # the head reads neither
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         inner = config.classifier_hidden_size or 2 * config.hidden_size

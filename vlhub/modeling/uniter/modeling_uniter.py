@@ -296,7 +296,7 @@ class UniterImageEmbeddings(nn.Module):
     learned row 1 of `mask_embedding`; row 0 is never used (the original zeroes it on every masked forward).
     """
 
-    def __init__(self, config: UniterConfig, add_mask_embedding: bool = False):
+    def __init__(self, config: UniterConfig, add_mask_embedding: bool = False) -> None:
         super().__init__()
         self.img_linear = nn.Linear(config.region_feature_dim, config.hidden_size)
         self.img_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -357,7 +357,9 @@ class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
     """
 )
 class UniterModel(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False):
+    def __init__(
+        self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False
+    ) -> None:
         r"""
         add_pooling_layer (`bool`, defaults to `True`):
             Build the pooler (`pooler_output`); heads that never read the pooled output (referring expressions,
@@ -516,7 +518,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config, add_region_mask_embedding=True)
         self.cls = BertOnlyMLMHead(config)
@@ -799,7 +801,7 @@ def _padding(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """
 )
 class UniterForQuestionAnswering(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.vqa_output = classifier_head(
@@ -863,7 +865,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
     """
 )
 class UniterForVisualEntailment(UniterForQuestionAnswering):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         if config.num_labels != 3:
             config = copy.deepcopy(config)
             config.id2label = {0: "contradiction", 1: "entailment", 2: "neutral"}
@@ -887,7 +889,7 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
     """
 )
 class UniterForImageTextRetrieval(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.rank_output = nn.Linear(config.hidden_size, 1)
@@ -977,7 +979,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
 class UniterForVisualReasoning(UniterPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         paired_attention = config.nlvr2_head == "paired-attn"
@@ -1082,7 +1084,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
 class UniterForReferringExpression(UniterPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         self.uniter = UniterModel(config, add_pooling_layer=False)
@@ -1141,7 +1143,7 @@ class UniterForReferringExpression(UniterPreTrainedModel):
     """
 )
 class UniterForMultipleChoice(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.vcr_output = classifier_head(config.hidden_size, 2 * config.hidden_size, 2, "relu", config.layer_norm_eps)

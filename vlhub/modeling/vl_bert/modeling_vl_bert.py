@@ -304,7 +304,7 @@ class VlBertImageEncoder(nn.Module):
     The ResNet blocks are those of vlhub's bottom-up-attention detector (`vlhub.processing.detector.backbone`).
     """
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         from ...processing.detector.backbone import ResNetBackbone, make_stage
         from ...processing.detector.configuration import DetectorConfig
@@ -353,7 +353,7 @@ class VlBertVisualFeatureEmbedding(nn.Module):
     learned `object_mask_visual_embedding`.
     """
 
-    def __init__(self, config: VlBertConfig, add_mask_embedding: bool = False):
+    def __init__(self, config: VlBertConfig, add_mask_embedding: bool = False) -> None:
         super().__init__()
         self.config = config
         self.obj_downsample = nn.Sequential(
@@ -411,7 +411,7 @@ class VlBertEmbeddings(BertEmbeddings):
     embedding of masked objects (`object_mask_word_embedding`).
     """
 
-    def __init__(self, config: VlBertConfig, add_pretraining_embeddings: bool = False):
+    def __init__(self, config: VlBertConfig, add_pretraining_embeddings: bool = False) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         self.end_embedding = nn.Embedding(1, hidden)
@@ -495,7 +495,7 @@ class VlBertHeadTransform(nn.Module):
     """`dense` (H → H) then the activation, without LayerNorm: the original's `MVRCHeadTransform`, shared by the MVRC,
     RefCOCO+ and VCR object heads."""
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
@@ -507,7 +507,7 @@ class VlBertHeadTransform(nn.Module):
 class VlBertRegionClassificationHead(nn.Module):
     """MVRC: `transform` (dense + GELU, no LayerNorm) then `decoder` Linear(H, num_region_labels)."""
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         self.transform = VlBertHeadTransform(config)
         self.decoder = nn.Linear(config.hidden_size, config.num_region_labels)
@@ -626,7 +626,7 @@ def _check_inputs(
 class VlBertModel(VlBertPreTrainedModel):
     def __init__(
         self, config: VlBertConfig, add_pooling_layer: bool | None = None, add_pretraining_embeddings: bool = False
-    ):
+    ) -> None:
         r"""
         add_pooling_layer (`bool`, *optional*):
             Build the pooler; defaults to `config.with_pooler` (false for the released pre-training, VQA and
@@ -758,7 +758,7 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
     }
     _keys_to_ignore_on_load_unexpected = None
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False, add_pretraining_embeddings=True)
         self.cls = BertOnlyMLMHead(config)
@@ -868,7 +868,7 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
     """
 )
 class VlBertForQuestionAnswering(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
         self.vqa_head = nn.Sequential(
@@ -886,7 +886,12 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         self.vqa_head[0].load_state_dict(state)
         return [f"vqa_head.0.{name}" for name in state]
 
-    def answer_positions(self, input_ids, attention_mask, inputs_embeds) -> torch.Tensor:
+    def answer_positions(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.FloatTensor | None,
+    ) -> torch.Tensor:
         """`(batch,)` position of the answer slot: the last `config.mask_token_id` ([MASK]) of each row; with
         `inputs_embeds`, the token before the last real one (the layout `... [MASK] [SEP]`, right-padded). A row of
         `input_ids` without [MASK] raises a `RuntimeError` naming the problem."""
@@ -954,7 +959,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
     """
 )
 class VlBertForReferringExpression(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
         self.re_head = nn.Sequential(
@@ -1033,7 +1038,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
     """
 )
 class VlBertForMultipleChoice(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=True)
         self.vcr_head = nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(config.hidden_size, 1))

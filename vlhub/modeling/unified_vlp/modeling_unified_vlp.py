@@ -41,7 +41,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, SharedPrefillMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    SharedPrefillMixin,
+    VisionLanguagePreTrainedModel,
+    with_backbone_outputs,
+)
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
 
@@ -68,10 +74,6 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
         MLM logits of every position, or of `masked_positions` only when those are given.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`):
         The encoder's output.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
     s2s_loss (`torch.FloatTensor` of shape `()`, *optional*):
         `loss` again, named for training logs: set when `seq2seq` is True for the batch.
     bi_loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -106,10 +108,6 @@ class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
         `BCEWithLogitsLoss() * num_answers`).
     logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
         Answer logits.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
     predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`):
         The best answer other than `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer
         vocabulary's `<unk>`), which the original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain
@@ -583,13 +581,20 @@ def _gather_positions(sequence: torch.Tensor, positions: torch.LongTensor) -> to
 
 
 class _MaskedLanguageModelMixin(BertMLMHeadMixin):
-    """The tied MLM head (`cls`, decoder tied to the word embeddings) shared by the pre-training model and the
-    captioner."""
+    """The backbone without its pooler (no loss reads it) and the tied MLM head (`cls`, decoder tied to the word
+    embeddings) that the pre-training model and the captioner share: the modules and their tie, declared together.
+    List it before the `UnifiedVlpPreTrainedModel` base."""
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vlp.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
+
+    def __init__(self, config: UnifiedVlpConfig) -> None:
+        super().__init__(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -605,12 +610,6 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
     default_seq2seq = True
     # The original computes the tanh pooler and no loss reads it: left out (`UnifiedVlpModel` has it).
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]
-
-    def __init__(self, config: UnifiedVlpConfig) -> None:
-        super().__init__(config)
-        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
-        self.post_init()
 
     @can_return_tuple
     @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _MASKED_LM_ARGS)
@@ -634,6 +633,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             `UnifiedVlpForPreTrainingOutput`: MLM `logits` `(batch_size, sequence_length | num_masked, vocab_size)`
             and, with `labels`, the loss.
         """
+        pattern = self.default_seq2seq if seq2seq is None else seq2seq
         outputs = self.vlp(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -643,7 +643,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             region_locations=region_locations,
             region_attention_mask=region_attention_mask,
             inputs_embeds=inputs_embeds,
-            seq2seq=self.default_seq2seq if seq2seq is None else seq2seq,
+            seq2seq=pattern,
             use_cache=False,
             **kwargs,
         )
@@ -655,21 +655,14 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
         if labels is not None:
             loss = _masked_lm_loss(logits, labels)
             mlm_logits = logits[labels.to(logits.device) >= 0]
-            pattern = self.default_seq2seq if seq2seq is None else seq2seq
             name = (
                 "mlm_loss"
                 if isinstance(pattern, torch.Tensor) and pattern.ndim
                 else ("s2s_loss" if bool(pattern) else "bi_loss")
             )
             losses[name] = loss
-        return UnifiedVlpForPreTrainingOutput(
-            loss=loss,
-            logits=logits,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            mlm_logits=mlm_logits,
-            **losses,
+        return with_backbone_outputs(
+            UnifiedVlpForPreTrainingOutput, outputs, loss=loss, logits=logits, mlm_logits=mlm_logits, **losses
         )
 
 
@@ -691,12 +684,6 @@ class UnifiedVlpForConditionalGeneration(
     default_seq2seq = True
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]  # the captioner reads no pooled output
-
-    def __init__(self, config: UnifiedVlpConfig) -> None:
-        super().__init__(config)
-        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
-        self.post_init()
 
     @accepts_past_key_values
     @can_return_tuple
@@ -1057,11 +1044,6 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         if labels is not None:
             loss = soft_score_loss(logits, labels)
         predicted = predictable_answer_logits(logits.detach(), self.config).argmax(dim=-1)
-        return UnifiedVlpQuestionAnsweringOutput(
-            loss=loss,
-            logits=logits,
-            predicted_answer_ids=predicted,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        return with_backbone_outputs(
+            UnifiedVlpQuestionAnsweringOutput, outputs, loss=loss, logits=logits, predicted_answer_ids=predicted
         )

@@ -10,7 +10,9 @@ same numbers at every real position because regions carry no position ids.
 
 Attention runs in transformers' BERT blocks (`layers.py`), which pick the backend from
 `config._attn_implementation` at every forward, so `model.set_attn_implementation("eager" | "sdpa" | ...)` switches
-an instantiated model. Keep attention-like modules out of this file (see `layers.AttentionPooling`).
+an instantiated model; attention probabilities (`output_attentions`) come from eager attention only. Keep
+attention-like modules out of this file (see `layers.AttentionPooling`). The outputs' `hidden_states` and `attentions`
+are documented by transformers' `auto_docstring` (their sequence is the `[text | regions]` layout above).
 """
 
 import copy
@@ -54,7 +56,12 @@ from ..layers import (
     text_length,
     text_with_choice_axis,
 )
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    VisionLanguagePreTrainedModel,
+    with_backbone_outputs,
+)
 from .configuration_uniter import UniterConfig
 
 __all__ = [
@@ -118,11 +125,6 @@ class UniterForPreTrainingOutput(ModelOutput):
         The encoder's output, laid out `[text | regions]`.
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`):
         tanh(dense) of position 0.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
-        only).
     """
 
     loss: torch.FloatTensor | None = None
@@ -158,11 +160,6 @@ class UniterClassifierOutput(SequenceClassifierOutput):
     logits (`torch.FloatTensor`):
         `(batch, num_labels)` VQA answers / VE labels / NLVR2 classes, `(batch, 1)` retrieval scores, or
         `(batch, num_regions)` referring-expression region scores.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
-        only).
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`, *optional*):
         The backbone's pooled output (`None` for heads built without the pooler).
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`):
@@ -442,15 +439,10 @@ class UniterModel(UniterPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
-    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
-    return output_class(
-        **fields,
-        last_hidden_state=outputs.last_hidden_state,
-        pooler_output=outputs.pooler_output,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-    )
+def _with_backbone_outputs(output_class: type[ModelOutput], outputs: ModelOutput, **fields) -> ModelOutput:
+    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on, the pooled output included
+    (UNITER's head outputs carry it)."""
+    return with_backbone_outputs(output_class, outputs, pooler_output=outputs.pooler_output, **fields)
 
 
 def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:

@@ -7,11 +7,12 @@ An architecture's base class subclasses `VisionLanguagePreTrainedModel` and sets
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from ..utils.compat import CACHE_NAME
@@ -28,6 +29,7 @@ __all__ = [
     "check_region_feature_magnitude",
     "recording_flags",
     "region_feature_limit",
+    "with_backbone_outputs",
 ]
 
 # `output_hidden_states` / `output_attentions` of a model whose encoder is transformers' `BertEncoder`.
@@ -43,6 +45,21 @@ def recording_flags(config: "PreTrainedConfig", kwargs: dict, recorded: Mapping[
     attentions = bool(kwargs.get("output_attentions", config.output_attentions))
     flags = {f"output_{name}": attentions if name.endswith("attentions") else bool(hidden) for name in recorded}
     return {**kwargs, **flags, "output_hidden_states": hidden}
+
+
+OutputT = TypeVar("OutputT", bound=ModelOutput)
+
+
+def with_backbone_outputs(output_class: type[OutputT], outputs: ModelOutput, **fields: Any) -> OutputT:
+    """A head's `output_class` with its own `fields` and the single-stream backbone's `last_hidden_state`,
+    `hidden_states` and `attentions` passed on (a head whose output also carries the pooled output passes
+    `pooler_output=outputs.pooler_output` among its `fields`)."""
+    return output_class(
+        **fields,
+        last_hidden_state=outputs.last_hidden_state,
+        hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions,
+    )
 
 
 class VisionLanguagePreTrainedModel(PreTrainedModel):

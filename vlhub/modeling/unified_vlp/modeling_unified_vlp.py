@@ -17,14 +17,17 @@ Captioning predicts each word from a trailing [MASK] slot placed after the words
 real tokens and no position is ever computed twice.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers import GenerationMixin
+from transformers import GenerationConfig, GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import and_masks, create_bidirectional_mask, create_causal_mask
+from transformers.generation.utils import GenerateOutput
+from transformers.masking_utils import BlockMask, and_masks, create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithPast,
@@ -38,7 +41,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, SharedPrefillMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    SharedPrefillMixin,
+    VisionLanguagePreTrainedModel,
+    with_backbone_outputs,
+)
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
 
@@ -65,10 +74,6 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
         MLM logits of every position, or of `masked_positions` only when those are given.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, sequence_length, hidden_size)`):
         The encoder's output.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
     s2s_loss (`torch.FloatTensor` of shape `()`, *optional*):
         `loss` again, named for training logs: set when `seq2seq` is True for the batch.
     bi_loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -103,10 +108,6 @@ class UnifiedVlpQuestionAnsweringOutput(SequenceClassifierOutput):
         `BCEWithLogitsLoss() * num_answers`).
     logits (`torch.FloatTensor` of shape `(batch, num_labels)`):
         Answer logits.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and the output of each layer, each `(batch, sequence_length, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Attention probabilities per layer, `(batch, num_attention_heads, sequence_length, sequence_length)`.
     predicted_answer_ids (`torch.LongTensor` of shape `(batch,)`):
         The best answer other than `config.unknown_answer_id` — for converted checkpoints answer 0 (the answer
         vocabulary's `<unk>`), which the original evaluation never predicts (`argmax(logits[:, 1:]) + 1`); the plain
@@ -190,7 +191,7 @@ labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
 # ---------------------------------------------------------------------------------------------------- masks
 def seq2seq_mask_function(
     text_start: int | torch.Tensor, real_tokens: torch.Tensor, seq2seq: torch.Tensor | None = None
-):
+) -> Callable[[int, int, int, int], torch.Tensor]:
     """The seq2seq pattern as a `masking_utils` mask function (to AND with the padding mask).
 
     A key is visible when it lies in the image block (`kv < text_start`), or when it is at or before the query and
@@ -210,7 +211,7 @@ def seq2seq_mask_function(
     return inner
 
 
-def _prediction_slots_mask_function(visible_until: torch.Tensor):
+def _prediction_slots_mask_function(visible_until: torch.Tensor) -> Callable[[int, int, int, int], torch.Tensor]:
     """The [MASK] prediction slots' restriction as a `masking_utils` mask function: the query at absolute index `q`
     sees no key after `visible_until[q]` except itself (the last index for every other row: no restriction)."""
 
@@ -252,7 +253,7 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
     Token types are added everywhere, then LayerNorm and dropout.
     """
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vis_embed = nn.Sequential(
             nn.Linear(config.region_feature_dim, config.region_embed_dim),
@@ -335,7 +336,7 @@ def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
 class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
 
-    def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = UnifiedVlpEmbeddings(config)
         self.encoder = BertEncoder(config)
@@ -402,11 +403,11 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
         self,
         embeddings: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        seq2seq,
+        seq2seq: bool | torch.Tensor,
         region_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         visible_until: torch.Tensor | None = None,
-    ):
+    ) -> torch.Tensor | BlockMask | None:
         """The 4-D mask the configured attention backend wants (see the module docstring for the two patterns).
 
         embeddings `(B, L, H)` (the new positions); attention_mask `(B, past + L)` 1/0 (leading zeros: left
@@ -472,7 +473,9 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             and_mask_function=and_mask,
         )
 
-    def default_token_type_ids(self, position_ids: torch.Tensor, seq2seq, batch: int) -> torch.LongTensor:
+    def default_token_type_ids(
+        self, position_ids: torch.Tensor, seq2seq: bool | torch.Tensor, batch: int
+    ) -> torch.LongTensor:
         """Token types from positions: image type before `text_start`, text type after, per attention pattern."""
         config = self.config
         is_text = (position_ids >= config.text_start).expand(batch, -1)
@@ -578,13 +581,20 @@ def _gather_positions(sequence: torch.Tensor, positions: torch.LongTensor) -> to
 
 
 class _MaskedLanguageModelMixin(BertMLMHeadMixin):
-    """The tied MLM head (`cls`, decoder tied to the word embeddings) shared by the pre-training model and the
-    captioner."""
+    """The backbone without its pooler (no loss reads it) and the tied MLM head (`cls`, decoder tied to the word
+    embeddings) that the pre-training model and the captioner share: the modules and their tie, declared together.
+    List it before the `UnifiedVlpPreTrainedModel` base."""
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "vlp.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
+
+    def __init__(self, config: UnifiedVlpConfig) -> None:
+        super().__init__(config)
+        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
@@ -600,12 +610,6 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
     default_seq2seq = True
     # The original computes the tanh pooler and no loss reads it: left out (`UnifiedVlpModel` has it).
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]
-
-    def __init__(self, config: UnifiedVlpConfig):
-        super().__init__(config)
-        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
-        self.post_init()
 
     @can_return_tuple
     @auto_docstring(custom_args=_INPUT_ARGS + _SEQ2SEQ_ARG + _MASKED_LM_ARGS)
@@ -629,6 +633,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             `UnifiedVlpForPreTrainingOutput`: MLM `logits` `(batch_size, sequence_length | num_masked, vocab_size)`
             and, with `labels`, the loss.
         """
+        pattern = self.default_seq2seq if seq2seq is None else seq2seq
         outputs = self.vlp(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -638,7 +643,7 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
             region_locations=region_locations,
             region_attention_mask=region_attention_mask,
             inputs_embeds=inputs_embeds,
-            seq2seq=self.default_seq2seq if seq2seq is None else seq2seq,
+            seq2seq=pattern,
             use_cache=False,
             **kwargs,
         )
@@ -650,21 +655,14 @@ class UnifiedVlpForPreTraining(_MaskedLanguageModelMixin, UnifiedVlpPreTrainedMo
         if labels is not None:
             loss = _masked_lm_loss(logits, labels)
             mlm_logits = logits[labels.to(logits.device) >= 0]
-            pattern = self.default_seq2seq if seq2seq is None else seq2seq
             name = (
                 "mlm_loss"
                 if isinstance(pattern, torch.Tensor) and pattern.ndim
                 else ("s2s_loss" if bool(pattern) else "bi_loss")
             )
             losses[name] = loss
-        return UnifiedVlpForPreTrainingOutput(
-            loss=loss,
-            logits=logits,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            mlm_logits=mlm_logits,
-            **losses,
+        return with_backbone_outputs(
+            UnifiedVlpForPreTrainingOutput, outputs, loss=loss, logits=logits, mlm_logits=mlm_logits, **losses
         )
 
 
@@ -686,12 +684,6 @@ class UnifiedVlpForConditionalGeneration(
     default_seq2seq = True
     _generating_architectures = ("UnifiedVlpForConditionalGeneration", "UnifiedVlpForPreTraining")
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\."]  # the captioner reads no pooled output
-
-    def __init__(self, config: UnifiedVlpConfig):
-        super().__init__(config)
-        self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
-        self.post_init()
 
     @accepts_past_key_values
     @can_return_tuple
@@ -887,7 +879,7 @@ class UnifiedVlpForConditionalGeneration(
         }
 
     # -- generation -------------------------------------------------------------------------------------------
-    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, **kwargs: Any) -> dict[str, Any]:
         model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         model_inputs["predict_next"] = True
         return model_inputs
@@ -901,7 +893,7 @@ class UnifiedVlpForConditionalGeneration(
             token_type_ids[:, -num_new_tokens:] = self.config.s2s_text_token_type_id
         return model_kwargs
 
-    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None):
+    def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
         """Clear errors for what `generate()` cannot do (called by `generate`)."""
         architectures = self.config.architectures or []
         if architectures and not any(name in self._generating_architectures for name in architectures):
@@ -957,7 +949,9 @@ class UnifiedVlpForConditionalGeneration(
             "token_type_ids": torch.full_like(prompt, config.s2s_image_token_type_id),
         }
 
-    def generate(self, inputs=None, generation_config=None, **kwargs):
+    def generate(
+        self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs: Any
+    ) -> GenerateOutput | torch.LongTensor:
         """`GenerationMixin.generate` after `check_generation_inputs` (clear errors for a VQA checkpoint, an empty
         batch, or more new tokens than the model has positions). The caption prompt is the processor's captioning
         layout `[CLS] r_1 .. r_N [SEP]` with its regions; see the class docstring for the decoding options.
@@ -996,7 +990,7 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
     default_seq2seq = False
     _keys_to_ignore_on_load_unexpected = [r"^(vlp\.)?pooler\.", r"^cls\."]  # the head reads neither
 
-    def __init__(self, config: UnifiedVlpConfig):
+    def __init__(self, config: UnifiedVlpConfig) -> None:
         super().__init__(config)
         self.vlp = UnifiedVlpModel(config, add_pooling_layer=False)
         inner = config.classifier_hidden_size or 2 * config.hidden_size
@@ -1050,11 +1044,6 @@ class UnifiedVlpForQuestionAnswering(UnifiedVlpPreTrainedModel):
         if labels is not None:
             loss = soft_score_loss(logits, labels)
         predicted = predictable_answer_logits(logits.detach(), self.config).argmax(dim=-1)
-        return UnifiedVlpQuestionAnsweringOutput(
-            loss=loss,
-            logits=logits,
-            predicted_answer_ids=predicted,
-            last_hidden_state=sequence_output,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+        return with_backbone_outputs(
+            UnifiedVlpQuestionAnsweringOutput, outputs, loss=loss, logits=logits, predicted_answer_ids=predicted
         )

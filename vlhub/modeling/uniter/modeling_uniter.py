@@ -10,7 +10,9 @@ same numbers at every real position because regions carry no position ids.
 
 Attention runs in transformers' BERT blocks (`layers.py`), which pick the backend from
 `config._attn_implementation` at every forward, so `model.set_attn_implementation("eager" | "sdpa" | ...)` switches
-an instantiated model. Keep attention-like modules out of this file (see `layers.AttentionPooling`).
+an instantiated model; attention probabilities (`output_attentions`) come from eager attention only. Keep
+attention-like modules out of this file (see `layers.AttentionPooling`). The outputs' `hidden_states` and `attentions`
+are documented by transformers' `auto_docstring` (their sequence is the `[text | regions]` layout above).
 """
 
 import copy
@@ -54,7 +56,12 @@ from ..layers import (
     text_length,
     text_with_choice_axis,
 )
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    VisionLanguagePreTrainedModel,
+    with_backbone_outputs,
+)
 from .configuration_uniter import UniterConfig
 
 __all__ = [
@@ -118,11 +125,6 @@ class UniterForPreTrainingOutput(ModelOutput):
         The encoder's output, laid out `[text | regions]`.
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`):
         tanh(dense) of position 0.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
-        only).
     """
 
     loss: torch.FloatTensor | None = None
@@ -158,11 +160,6 @@ class UniterClassifierOutput(SequenceClassifierOutput):
     logits (`torch.FloatTensor`):
         `(batch, num_labels)` VQA answers / VE labels / NLVR2 classes, `(batch, 1)` retrieval scores, or
         `(batch, num_regions)` referring-expression region scores.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embeddings and each layer's output, `(batch, text_length + num_regions, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
-        only).
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`, *optional*):
         The backbone's pooled output (`None` for heads built without the pooler).
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions, hidden_size)`):
@@ -296,7 +293,7 @@ class UniterImageEmbeddings(nn.Module):
     learned row 1 of `mask_embedding`; row 0 is never used (the original zeroes it on every masked forward).
     """
 
-    def __init__(self, config: UniterConfig, add_mask_embedding: bool = False):
+    def __init__(self, config: UniterConfig, add_mask_embedding: bool = False) -> None:
         super().__init__()
         self.img_linear = nn.Linear(config.region_feature_dim, config.hidden_size)
         self.img_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -357,7 +354,9 @@ class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
     """
 )
 class UniterModel(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False):
+    def __init__(
+        self, config: UniterConfig, add_pooling_layer: bool = True, add_region_mask_embedding: bool = False
+    ) -> None:
         r"""
         add_pooling_layer (`bool`, defaults to `True`):
             Build the pooler (`pooler_output`); heads that never read the pooled output (referring expressions,
@@ -440,15 +439,10 @@ class UniterModel(UniterPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
-    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
-    return output_class(
-        **fields,
-        last_hidden_state=outputs.last_hidden_state,
-        pooler_output=outputs.pooler_output,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-    )
+def _with_backbone_outputs(output_class: type[ModelOutput], outputs: ModelOutput, **fields) -> ModelOutput:
+    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on, the pooled output included
+    (UNITER's head outputs carry it)."""
+    return with_backbone_outputs(output_class, outputs, pooler_output=outputs.pooler_output, **fields)
 
 
 def _classifier_output(loss, logits: torch.Tensor, outputs) -> UniterClassifierOutput:
@@ -516,7 +510,7 @@ class UniterForPreTraining(BertMLMHeadMixin, UniterPreTrainedModel):
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config, add_region_mask_embedding=True)
         self.cls = BertOnlyMLMHead(config)
@@ -799,7 +793,7 @@ def _padding(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """
 )
 class UniterForQuestionAnswering(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.vqa_output = classifier_head(
@@ -863,7 +857,7 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
     """
 )
 class UniterForVisualEntailment(UniterForQuestionAnswering):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         if config.num_labels != 3:
             config = copy.deepcopy(config)
             config.id2label = {0: "contradiction", 1: "entailment", 2: "neutral"}
@@ -887,7 +881,7 @@ class UniterForVisualEntailment(UniterForQuestionAnswering):
     """
 )
 class UniterForImageTextRetrieval(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.rank_output = nn.Linear(config.hidden_size, 1)
@@ -977,7 +971,7 @@ class UniterForImageTextRetrieval(UniterPreTrainedModel):
 class UniterForVisualReasoning(UniterPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         paired_attention = config.nlvr2_head == "paired-attn"
@@ -1082,7 +1076,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
 class UniterForReferringExpression(UniterPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         self.uniter = UniterModel(config, add_pooling_layer=False)
@@ -1141,7 +1135,7 @@ class UniterForReferringExpression(UniterPreTrainedModel):
     """
 )
 class UniterForMultipleChoice(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig):
+    def __init__(self, config: UniterConfig) -> None:
         super().__init__(config)
         self.uniter = UniterModel(config)
         self.vcr_output = classifier_head(config.hidden_size, 2 * config.hidden_size, 2, "relu", config.layer_norm_eps)

@@ -10,7 +10,9 @@ Sequence layout: every sequence output is `[text (padded to T) | objects (padded
 with the concatenated attention mask. The original packs each example as `[text_i | objects_i | END | junk]`; both
 layouts give the same numbers at every real position because the position ids are computed from the real lengths.
 
-Attention runs in transformers' BERT blocks (`layers.py`), so `attn_implementation` is a config choice.
+Attention runs in transformers' BERT blocks (`layers.py`), so `attn_implementation` is a config choice; attention
+probabilities (`output_attentions`) come from eager attention only. The outputs' `hidden_states` and `attentions` are
+documented by transformers' `auto_docstring` (their sequence is the `[text | objects | [END]]` layout above).
 """
 
 from dataclasses import dataclass
@@ -42,7 +44,12 @@ from ..layers import (
     text_length,
     text_with_choice_axis,
 )
-from ..modeling_utils import BERT_RECORDED_OUTPUTS, BertMLMHeadMixin, VisionLanguagePreTrainedModel
+from ..modeling_utils import (
+    BERT_RECORDED_OUTPUTS,
+    BertMLMHeadMixin,
+    VisionLanguagePreTrainedModel,
+    with_backbone_outputs,
+)
 from .configuration_vl_bert import VlBertConfig
 
 __all__ = [
@@ -84,12 +91,6 @@ class VlBertModelOutput(BaseModelOutputWithPooling):
     pooler_output (`torch.FloatTensor` of shape `(batch, hidden_size)`, *optional*):
         tanh(dense) of position 0; `None` without the pooler (the released pre-training, VQA and RefCOCO+ models
         have none).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The embedding output (`hidden_states[0]`) and each layer's output,
-        `(batch, text_length + num_regions + 1, hidden_size)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        Self-attention probabilities per layer, `(batch, num_attention_heads, length, length)` (eager attention
-        only).
     region_embeddings (`torch.FloatTensor` of shape `(batch, num_regions, hidden_size)`, *optional*):
         The visual feature embedding of every object (the original's `obj_reps`), before the visual LayerNorms;
         `None` without regions.
@@ -118,10 +119,6 @@ class VlBertForPreTrainingOutput(ModelOutput):
         Detector-class logits of every object; `None` without regions.
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`):
         The encoder's output, laid out `[text | objects | [END]]`.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VlBertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VlBertModelOutput.attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -146,10 +143,6 @@ class VlBertClassifierOutput(ModelOutput):
         padded objects).
     last_hidden_state (`torch.FloatTensor` of shape `(batch, text_length + num_regions + 1, hidden_size)`):
         The backbone's output, laid out `[text | objects | [END]]`.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VlBertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VlBertModelOutput.attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -304,7 +297,7 @@ class VlBertImageEncoder(nn.Module):
     The ResNet blocks are those of vlhub's bottom-up-attention detector (`vlhub.processing.detector.backbone`).
     """
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         from ...processing.detector.backbone import ResNetBackbone, make_stage
         from ...processing.detector.configuration import DetectorConfig
@@ -353,7 +346,7 @@ class VlBertVisualFeatureEmbedding(nn.Module):
     learned `object_mask_visual_embedding`.
     """
 
-    def __init__(self, config: VlBertConfig, add_mask_embedding: bool = False):
+    def __init__(self, config: VlBertConfig, add_mask_embedding: bool = False) -> None:
         super().__init__()
         self.config = config
         self.obj_downsample = nn.Sequential(
@@ -411,7 +404,7 @@ class VlBertEmbeddings(BertEmbeddings):
     embedding of masked objects (`object_mask_word_embedding`).
     """
 
-    def __init__(self, config: VlBertConfig, add_pretraining_embeddings: bool = False):
+    def __init__(self, config: VlBertConfig, add_pretraining_embeddings: bool = False) -> None:
         super().__init__(config)
         hidden = config.hidden_size
         self.end_embedding = nn.Embedding(1, hidden)
@@ -495,7 +488,7 @@ class VlBertHeadTransform(nn.Module):
     """`dense` (H → H) then the activation, without LayerNorm: the original's `MVRCHeadTransform`, shared by the MVRC,
     RefCOCO+ and VCR object heads."""
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
@@ -507,7 +500,7 @@ class VlBertHeadTransform(nn.Module):
 class VlBertRegionClassificationHead(nn.Module):
     """MVRC: `transform` (dense + GELU, no LayerNorm) then `decoder` Linear(H, num_region_labels)."""
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__()
         self.transform = VlBertHeadTransform(config)
         self.decoder = nn.Linear(config.hidden_size, config.num_region_labels)
@@ -626,7 +619,7 @@ def _check_inputs(
 class VlBertModel(VlBertPreTrainedModel):
     def __init__(
         self, config: VlBertConfig, add_pooling_layer: bool | None = None, add_pretraining_embeddings: bool = False
-    ):
+    ) -> None:
         r"""
         add_pooling_layer (`bool`, *optional*):
             Build the pooler; defaults to `config.with_pooler` (false for the released pre-training, VQA and
@@ -730,16 +723,6 @@ def _require_regions(task: str, region_features, region_boxes) -> None:
         raise ValueError(f"{task} the image's regions (region_features, or pixel_values and region_boxes)")
 
 
-def _with_backbone_outputs(output_class: type[ModelOutput], outputs, **fields) -> ModelOutput:
-    """`output_class` with a head's own `fields` and the backbone's `outputs` passed on."""
-    return output_class(
-        **fields,
-        last_hidden_state=outputs.last_hidden_state,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-    )
-
-
 # ---------------------------------------------------------------------------------------------------- pre-training
 @auto_docstring(
     custom_intro="""
@@ -758,7 +741,7 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
     }
     _keys_to_ignore_on_load_unexpected = None
 
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False, add_pretraining_embeddings=True)
         self.cls = BertOnlyMLMHead(config)
@@ -816,7 +799,7 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
         if region_class_targets is not None:
             losses["mvrc_loss"] = _masked_region_classification_loss(mvrc_logits, region_class_targets)
         loss = sum(losses.values()) if losses else None
-        return _with_backbone_outputs(
+        return with_backbone_outputs(
             VlBertForPreTrainingOutput, outputs, loss=loss, **losses, mlm_logits=mlm_logits, mvrc_logits=mvrc_logits
         )
 
@@ -840,6 +823,16 @@ class VlBertForPreTraining(BertMLMHeadMixin, VlBertPreTrainedModel):
             rows = rows.to(per_token.dtype)
             losses[name] = (per_token * rows).sum() / rows.sum().clamp(min=1)
         return mlm_logits, losses
+
+
+def _load_pretrained_part(
+    pretraining_state_dict: dict[str, torch.Tensor], prefix: str, module: nn.Module, module_prefix: str
+) -> list[str]:
+    """Loads the pre-training weights under `prefix` into `module` (strictly: every one of its parameters), the
+    original's `PARTIAL_PRETRAIN_PREFIX_CHANGES`; returns their names in the head, under `module_prefix`."""
+    state = {name[len(prefix) :]: value for name, value in pretraining_state_dict.items() if name.startswith(prefix)}
+    module.load_state_dict(state)
+    return [module_prefix + name for name in state]
 
 
 def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> torch.Tensor:
@@ -868,7 +861,7 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
     """
 )
 class VlBertForQuestionAnswering(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
         self.vqa_head = nn.Sequential(
@@ -881,12 +874,16 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
     def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start `vqa_head.0` from the pre-trained MLM transform, as the original's `PARTIAL_PRETRAIN_PREFIX_CHANGES`
         (`vlbert.mlm_head.predictions.transform -> final_mlp.0`). Returns the names it set."""
-        prefix = "cls.predictions.transform."
-        state = {k[len(prefix) :]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
-        self.vqa_head[0].load_state_dict(state)
-        return [f"vqa_head.0.{name}" for name in state]
+        return _load_pretrained_part(
+            pretraining_state_dict, "cls.predictions.transform.", self.vqa_head[0], "vqa_head.0."
+        )
 
-    def answer_positions(self, input_ids, attention_mask, inputs_embeds) -> torch.Tensor:
+    def answer_positions(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.FloatTensor | None,
+    ) -> torch.Tensor:
         """`(batch,)` position of the answer slot: the last `config.mask_token_id` ([MASK]) of each row; with
         `inputs_embeds`, the token before the last real one (the layout `... [MASK] [SEP]`, right-padded). A row of
         `input_ids` without [MASK] raises a `RuntimeError` naming the problem."""
@@ -944,7 +941,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         answer_states = sequence_output[torch.arange(sequence_output.shape[0], device=positions.device), positions]
         logits = self.vqa_head(answer_states)
         loss = soft_score_loss(logits, labels) if labels is not None else None
-        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
+        return with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(
@@ -954,7 +951,7 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
     """
 )
 class VlBertForReferringExpression(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
         self.re_head = nn.Sequential(
@@ -965,10 +962,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
     def initialize_from_pretraining(self, pretraining_state_dict: dict[str, torch.Tensor]) -> list[str]:
         """Start `re_head.0` from the pre-trained MVRC transform (the original's `mvrc_head.transform -> final_mlp.0`).
         Returns the names it set."""
-        prefix = "mvrc_head.transform."
-        state = {k[len(prefix) :]: v for k, v in pretraining_state_dict.items() if k.startswith(prefix)}
-        self.re_head[0].load_state_dict(state)
-        return [f"re_head.0.{name}" for name in state]
+        return _load_pretrained_part(pretraining_state_dict, "mvrc_head.transform.", self.re_head[0], "re_head.0.")
 
     @can_return_tuple
     @auto_docstring(custom_args=_INPUT_ARGS + _REGION_LABELS_ARG)
@@ -1020,7 +1014,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
                     f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, got {tuple(labels.shape)}"
                 )
             loss = F.binary_cross_entropy_with_logits(scores.float()[real], labels.float()[real])
-        return _with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
+        return with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 @auto_docstring(
@@ -1033,7 +1027,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
     """
 )
 class VlBertForMultipleChoice(VlBertPreTrainedModel):
-    def __init__(self, config: VlBertConfig):
+    def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=True)
         self.vcr_head = nn.Sequential(nn.Dropout(config.classifier_dropout), nn.Linear(config.hidden_size, 1))

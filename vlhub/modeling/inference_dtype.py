@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
+from .modeling_utils import VisionLanguagePreTrainedModel
 from .packed_linear import PackedLinear
 
 # CPU flags (as /proc/cpuinfo spells them) that mean native bf16 matmul units.
@@ -35,10 +38,33 @@ def fastest_inference_dtype() -> torch.dtype:
     return choose_inference_dtype(read_cpu_flags())
 
 
-def quantize_linear_weights(model: nn.Module, dtype: str = "int8") -> nn.Module:
-    """Int8 dynamic quantization of ``model``'s ``nn.Linear`` layers (weights int8, activations quantized per batch).
+def _refuse_saving(*args: object, **kwargs: object) -> None:
+    raise ValueError(
+        "this model's linear layers are int8 dynamically quantized (quantize_linear_weights), a CPU inference form "
+        "that save_pretrained / push_to_hub cannot store or reload: save the float32 model it was made from, and "
+        "quantize again after loading"
+    )
 
-    CPU inference only: the quantized model cannot be trained, moved to a GPU or saved with ``save_pretrained``.
+
+def _quantized_layers(model: nn.Module) -> dict:
+    """quantize_dynamic's spec: every nn.Linear except a vision-language model's region-feature layers (its
+    declared `_region_feature_layers`), whose float weights its forward and the input checks read; they see only the
+    regions, a small part of the work."""
+    spec: dict = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig}
+    if isinstance(model, VisionLanguagePreTrainedModel):
+        base = next(name for name, module in model.named_modules() if module is model.base_model)
+        for path in model.base_model._region_feature_layers:
+            spec[f"{base}.{path}" if base else path] = None
+    return spec
+
+
+def quantize_linear_weights(model: nn.Module, dtype: str = "int8") -> nn.Module:
+    """A copy of ``model`` whose ``nn.Linear`` layers are int8 dynamically quantized (weights int8 per tensor,
+    activations quantized per batch at run time; a vision-language model's region-feature layers stay float32);
+    ``model`` itself is left as it is.
+
+    CPU inference of a float32 model only: the copy cannot be trained or moved to a GPU, and its ``save_pretrained``
+    and ``push_to_hub`` raise (save the float32 model instead).
     """
     if dtype != "int8":
         raise ValueError(f"quantize_linear_weights supports only 'int8', got {dtype!r}")
@@ -47,7 +73,26 @@ def quantize_linear_weights(model: nn.Module, dtype: str = "int8") -> nn.Module:
     devices = {parameter.device.type for parameter in model.parameters()}
     if devices - {"cpu"}:
         raise ValueError(f"int8 dynamic quantization runs on the CPU only; the model is on {sorted(devices)}")
+    float_dtypes = {parameter.dtype for parameter in model.parameters() if parameter.is_floating_point()}
+    if float_dtypes - {torch.float32}:
+        raise ValueError(
+            f"int8 dynamic quantization takes a float32 model; its parameters are {sorted(map(str, float_dtypes))}"
+        )
     if any(isinstance(module, PackedLinear) for module in model.modules()):
         # quantize_dynamic matches nn.Linear by exact type: packed layers would silently stay fp32.
         raise ValueError("the model's linear weights are packed (pack_linear_weights): quantize an unpacked model")
-    return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    with warnings.catch_warnings():
+        # torch marks its eager quantization deprecated in favour of torchao; it is still what runs int8 products
+        # fastest on CPUs without VNNI (fbgemm). The user did not call torch.ao: the warnings are vlhub's to act on.
+        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated")
+        warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
+        quantized = torch.ao.quantization.quantize_dynamic(model, _quantized_layers(model), dtype=torch.qint8)
+    if isinstance(quantized, PreTrainedModel):
+        # Its state_dict holds packed int8 parameters that from_pretrained cannot read back into nn.Linear.
+        quantized.save_pretrained = quantized.push_to_hub = _refuse_saving
+    return quantized
+
+
+def count_quantized_linears(model: nn.Module) -> int:
+    """How many of ``model``'s linear layers run int8 dynamically quantized."""
+    return sum(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in model.modules())

@@ -79,7 +79,13 @@ class ProcessorPipelineMixin:
     A float32 model on the CPU gets its linear weights packed for oneDNN (`vlhub.pack_linear_weights`: the same
     results to ~1e-6 relative, faster, one more copy of the linear weights in memory); `pack_linear_weights=False`
     (an argument of `pipeline(...)`) keeps the plain layers. Packing never engages for training, another dtype or
-    another device, so the model stays usable for anything else."""
+    another device, so the model stays usable for anything else.
+
+    `quantize="int8"` runs a copy of the model whose linear layers are int8 dynamically quantized
+    (`vlhub.modeling.inference_dtype.quantize_linear_weights`: CPU, float32 models, inference only; results close to
+    float32, not equal; the copy's `save_pretrained` raises). It replaces packing: every linear layer is quantized,
+    so none is left to pack, and `pack_linear_weights=True` together with it is an error. `packed_linears` and
+    `quantized_linears` say how many layers each path took."""
 
     _load_processor = True
     _load_image_processor = False
@@ -87,13 +93,33 @@ class ProcessorPipelineMixin:
     _load_tokenizer = False
     task_heads: tuple[str, ...] = ()
 
-    def __init__(self, model: PreTrainedModel, *args: Any, pack_linear_weights: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *args: Any,
+        pack_linear_weights: bool | None = None,
+        quantize: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         refuse_other_heads(model, kwargs.get("task") or self.default_task, self.task_heads)
         super().__init__(model, *args, **kwargs)
-        if not isinstance(pack_linear_weights, bool):
-            raise TypeError(f"pack_linear_weights must be True or False, got {pack_linear_weights!r}")
+        if pack_linear_weights is not None and not isinstance(pack_linear_weights, bool):
+            raise TypeError(
+                f"pack_linear_weights must be True or False (or None: pack unless quantized), got {pack_linear_weights!r}"
+            )
         self.packed_linears = 0  # how many linear layers run on packed weights
-        if pack_linear_weights and self.model.device.type == "cpu" and self.model.dtype == torch.float32:
+        self.quantized_linears = 0  # how many run int8 dynamically quantized
+        if quantize is not None:
+            from ..modeling.inference_dtype import count_quantized_linears, quantize_linear_weights
+
+            if pack_linear_weights:
+                raise ValueError(
+                    f"quantize={quantize!r} replaces packing (every linear layer is quantized): pass "
+                    "pack_linear_weights=True or quantize, not both"
+                )
+            self.model = quantize_linear_weights(self.model, quantize)
+            self.quantized_linears = count_quantized_linears(self.model)
+        elif pack_linear_weights is not False and self.model.device.type == "cpu" and self.model.dtype == torch.float32:
             from ..modeling.packed_linear import pack_linear_weights as pack
 
             self.packed_linears = pack(self.model)

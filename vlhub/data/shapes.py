@@ -174,7 +174,7 @@ class ShapesWorld:
     def save(self, path: str | os.PathLike) -> Path:
         """Write every drawn example (images, objects, captions, questions with their annotators' answers) and the
         world's `settings` to one safetensors file, atomically; `ShapesWorld.load(path)` gives the same world back
-        without drawing it (drawing the default world takes ~14 s of CPU, reading it back well under one)."""
+        without drawing it (the default world: 4.6 CPU-s to draw, 0.6 to read back)."""
         from safetensors.numpy import save_file
 
         from ..utils.files import atomic_write

@@ -33,6 +33,7 @@ setup(
         "xxhash",  # the region store's row checksums (also a datasets dependency)
         "pyyaml",  # the detector ports' config.yaml
         "tqdm",
+        "filelock",  # one process at a time writes the shapes world's cache (also a huggingface-hub dependency)
         "torchdata>=0.8",  # StatefulDataLoader: --streaming resumes each process's stream exactly
     ],
     extras_require={

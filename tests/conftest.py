@@ -17,6 +17,13 @@ if "VLHUB_TESTS_KEEP_HF_HOME" not in os.environ:
     # Port 0: each launch's processes meet on a free port, so launches in parallel test processes never share one.
     (_hf_home / "accelerate" / "default_config.yaml").write_text(_config + "main_process_port: 0\n")
     os.environ["HF_HOME"] = str(_hf_home)
+    # One cache of the shapes world and its region store for the whole run (`vlhub.training.data.shapes_world`):
+    # made by the first process (pytest, or pytest-xdist's controller before it starts its workers, which inherit
+    # the variable), so the world is drawn and its features extracted once per run, not once per worker. Its
+    # processes take turns on it under a file lock.
+    if "VLHUB_TESTS_CACHE" not in os.environ:
+        os.environ["VLHUB_TESTS_CACHE"] = tempfile.mkdtemp(prefix="vlhub-tests-cache-")
+    os.environ["VLHUB_CACHE"] = os.environ["VLHUB_TESTS_CACHE"]
 # datasets caches prepared Parquet/Arrow files; keep the suite's out of the user's cache, one folder per test process
 # (pytest-xdist's workers inherit the environment of the process that started them, this folder included).
 if os.environ.get("HF_DATASETS_CACHE") in (None, os.environ.get("VLHUB_TESTS_DATASETS_CACHE")):

@@ -72,3 +72,29 @@ def test_missing_java_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(captions.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="no `java` executable is on PATH"):
         caption_scores(["a dog"], [["a dog"]], metrics=["CIDEr"])
+
+
+def test_one_tokenizer_run_scores_as_the_coco_evaluation_with_two():
+    """References and captions share one PTB tokenizer run; the COCO evaluation tokenizes each set on its own.
+    Texts that end in abbreviations, quotes and brackets (where a line could lean on the next) score the same."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    predictions = ['a man says "hello', "dogs (two of them", "mr.", "the U.S. flag etc.", "it's a cat's toy ..."]
+    references = [
+        ['A man says "hello"', "someone talks to mr."],
+        ["two dogs (brown) play", "dogs run etc."],
+        ["Mr. Smith waves", "a man... waving 'hi"],
+        ["a u.s. flag flies", "flag of the U.S."],
+        ["a cat's toy", "it is a toy -- for cats"],
+    ]
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": r} for r in refs] for i, refs in enumerate(references)})
+    res = tokenizer.tokenize({i: [{"caption": c}] for i, c in enumerate(predictions)})
+    want = {f"Bleu_{n + 1}": v for n, v in enumerate(Bleu(4).compute_score(gts, res, verbose=0)[0])}
+    want["ROUGE_L"] = Rouge().compute_score(gts, res)[0]
+    want["CIDEr"] = Cider().compute_score(gts, res)[0]
+    got = caption_scores(predictions, references, metrics=FAST)
+    assert {metric: got[metric] for metric in FAST} == pytest.approx(want, abs=1e-12)

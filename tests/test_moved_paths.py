@@ -3,18 +3,16 @@ home (each check in a fresh interpreter: a module's import-time warning fires on
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from .fresh_interpreter import run_python
 
 ARCHITECTURES = ["uniter", "vl_bert", "vilbert", "unified_vlp", "tden"]
 
 
 def _run(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    # A process that has imported nothing of vlhub or transformers yet (forked from a server that imported torch).
+    return run_python(code)
 
 
 def test_old_converter_modules_reexport_the_moved_ones_and_warn_once():
@@ -84,12 +82,38 @@ def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_
     assert out.split() == ["True"]
 
 
+TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+TINY_VILBERT = dict(
+    visual_hidden_size=16,
+    visual_num_hidden_layers=1,
+    visual_num_attention_heads=2,
+    visual_intermediate_size=16,
+    bi_hidden_size=16,
+    bi_num_attention_heads=2,
+    visual_co_attention_layers=[0],
+    text_co_attention_layers=[0],
+)
+TINY_TDEN = dict(
+    num_visual_layers=1,
+    num_cross_encoder_layers=1,
+    num_decoder_layers=1,
+    similarity_pooler_size=8,
+    classifier_pooler_size=8,
+    bos_token_id=2,
+    eos_token_id=3,
+    pad_token_id=0,
+)
+
+
 @pytest.mark.parametrize("first", ["vlhub.modeling.vilbert.layers_vilbert", "vlhub.modeling.tden.layers_tden"])
 def test_an_architecture_layers_file_imported_first_still_registers_the_models(first):
+    # Tiny configs: which class AutoModel resolves does not depend on the size (full-size models took ~40 CPU-s).
     out = _run(
         f"import {first}\nfrom transformers import AutoModel\nimport vlhub\n"
-        "print(AutoModel.from_config(vlhub.VilbertConfig()).__class__.__name__, "
-        "AutoModel.from_config(vlhub.TdenConfig()).__class__.__name__)"
+        f"tiny = {TINY!r}\n"
+        f"vilbert = vlhub.VilbertConfig(**tiny, **{TINY_VILBERT!r})\n"
+        f"tden = vlhub.TdenConfig(**tiny, **{TINY_TDEN!r})\n"
+        "print(AutoModel.from_config(vilbert).__class__.__name__, AutoModel.from_config(tden).__class__.__name__)"
     )
     assert out.split() == ["VilbertModel", "TdenModel"]
 

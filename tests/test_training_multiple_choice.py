@@ -343,10 +343,9 @@ def test_finetune_py_refuses_multiple_choice_without_a_head(tmp_path):
 
 
 @pytest.mark.slow  # builds the shapes world (minutes on a shared 2-core machine)
-def test_finetune_py_multiple_choice_on_the_shapes_world(tmp_path, monkeypatch):
+def test_finetune_py_multiple_choice_on_the_shapes_world(tmp_path):
     from vlhub.training.cli import finetune_main, pretrain_main
 
-    monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
     pretrain_main(
         [
             "--model_type",

@@ -177,7 +177,6 @@ def test_finetune_py_vqa_from_a_vl_bert_pretraining_run(tmp_path, monkeypatch):
     from vlhub.training.cli import finetune_main
     from vlhub.training.finetuning import load_pretraining_state
 
-    monkeypatch.setenv("VLHUB_CACHE", str(tmp_path / "cache"))
     pretrain_main(
         [
             "--model_type",

@@ -83,10 +83,14 @@ def caption_scores(
     PTBTokenizer, Bleu, Meteor, Rouge, Cider = _scorers()
     tokenizer = PTBTokenizer()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # they print progress
-        gts = tokenizer.tokenize({i: [{"caption": r} for r in refs] for i, refs in enumerate(references)})
-        res = tokenizer.tokenize({i: [{"caption": c}] for i, c in enumerate(predictions)})
+        # One Java start for references and captions: the tokenizer reads a line per text, references first, so
+        # they get the lines a tokenizer of the references alone would give them.
+        texts = {("ref", i): [{"caption": r} for r in refs] for i, refs in enumerate(references)}
+        texts.update({("caption", i): [{"caption": c}] for i, c in enumerate(predictions)})
+        tokenized = tokenizer.tokenize(texts)
+        gts = {i: words for (kind, i), words in tokenized.items() if kind == "ref"}
         # An empty caption (e.g. a model that emits [SEP] first) tokenizes to "": score it, like COCO, as no words.
-        res = {i: [c[0] if c else ""] for i, c in res.items()}
+        res = {i: [c[0] if c else ""] for (kind, i), c in tokenized.items() if kind == "caption"}
         scores = {}
         if any(m.startswith("Bleu_") for m in metrics):
             bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)

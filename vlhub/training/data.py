@@ -6,6 +6,7 @@ Every source ends as a `CaptionCorpus` — `(image_id, caption)` pairs per split
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -39,6 +40,7 @@ __all__ = [
     "shapes_world",
     "shapes_region_store",
     "shapes_store_key",
+    "cached_shapes_world",
     "caption_pairs",
     "SHAPES",
     "default_cache_dir",
@@ -159,53 +161,95 @@ class CaptionCorpus:
 @functools.lru_cache(maxsize=2)
 def shapes_world(seed: int = 0) -> ShapesWorld:
     """The embedded shapes world (`vlhub.data.shapes.ShapesWorld`) with its default sizes; one instance per seed and
-    process, so pre-training and fine-tuning in one process generate its images once."""
+    process. Drawn once per cache (`default_cache_dir()`): the first process saves it (`ShapesWorld.save`, under
+    the key of `shapes_store_key`), later ones and the other processes of a launch read it back."""
     from ..data.shapes import ShapesWorld
 
-    return ShapesWorld(seed=seed)
+    return cached_shapes_world(ShapesWorld(seed=seed), default_cache_dir())
+
+
+def cached_shapes_world(world: ShapesWorld, cache_dir: str | os.PathLike) -> ShapesWorld:
+    """`world` as saved in `cache_dir` (`shapes-seed<seed>-<key>.world.safetensors`), saving it first when absent:
+    one process draws it, under a file lock that the processes sharing the cache (a launch's, parallel test
+    workers') wait on."""
+    from ..data.shapes import ShapesWorld
+
+    path = Path(cache_dir) / f"{_shapes_cache_name(world)}.world.safetensors"
+    with _shapes_cache_lock(path.with_name(f"{_shapes_cache_name(world)}.lock")):
+        if path.is_file():
+            return ShapesWorld.load(path)
+        world.save(path)
+    return world
+
+
+def _shapes_cache_name(world: ShapesWorld) -> str:
+    return f"shapes-seed{world.seed}-{shapes_store_key(world)}"
+
+
+@contextlib.contextmanager
+def _shapes_cache_lock(lock_file: Path):
+    """The main process of a launch first (accelerate), and one process of the machine at a time (`lock_file`, next
+    to what it guards): every process enters both, so none waits on a barrier that another skipped."""
+    from accelerate import PartialState
+    from filelock import FileLock
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with PartialState().main_process_first(), FileLock(lock_file):
+        yield
+
+
+_SHAPES_SOURCES = Path(__file__).parents[1] / "data"
 
 
 def shapes_store_key(world: ShapesWorld) -> str:
-    """A digest of what the region store is made from: every image, box and label of the world and the default
-    extractor's settings. A world or extractor that changes gets a new store instead of a stale one."""
+    """A digest of what the world and its region store are made from, computed without drawing a scene.
+
+    The world is a function of its `settings` and of the code in `vlhub/data/shapes*.py` (the scene sampler, the
+    caption and question writers, the feature extractor, all drawing from numpy's generators), run on numpy (its
+    `Generator` draws) and torch (the extractor's convolutions and RoIAlign); the store adds the extractor's settings
+    and the store format (`STORE_VERSION`). The key digests all of these — the sources byte for byte, the libraries
+    by version — so whatever could change one image, text or feature gives a new key and a new cache, never a stale
+    one (an edit that changes nothing, a comment, costs one redraw)."""
     import hashlib
 
-    from ..data import SPLITS, ShapesRegionExtractor
+    import torch
 
+    from ..data import ShapesRegionExtractor
     from ..processing.stores.shards import STORE_VERSION
 
-    digest = hashlib.sha256(f"store format {STORE_VERSION}".encode())  # a new layout gets a new store
     extractor = ShapesRegionExtractor()
-    settings = {
-        "feature_dim": extractor.feature_dim,
-        "pool_size": extractor.pool_size,
-        "include_whole_image": extractor.include_whole_image,
-        "class_smoothing": extractor.class_smoothing,
-        "projection_seed": extractor.projection_seed,
+    recipe = {
+        "world": world.settings,
+        "extractor": {
+            "feature_dim": extractor.feature_dim,
+            "pool_size": extractor.pool_size,
+            "include_whole_image": extractor.include_whole_image,
+            "class_smoothing": extractor.class_smoothing,
+            "projection_seed": extractor.projection_seed,
+        },
+        "store format": STORE_VERSION,
+        "libraries": {"numpy": np.__version__, "torch": torch.__version__},
     }
-    digest.update(json.dumps(settings, sort_keys=True).encode())
-    for split in SPLITS:
-        for scene in world.scenes(split):
-            digest.update(scene.image.tobytes())
-            digest.update(json.dumps([(o.box, o.label) for o in scene.objects]).encode())
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
+    for source in sorted(_SHAPES_SOURCES.glob("shapes*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def shapes_region_store(world: ShapesWorld, cache_dir: str | os.PathLike | None = None, seed: int = 0) -> RegionStore:
-    """The world's region store, written once to `cache_dir` (default `<cache>/shapes-seed<seed>-<digest>`, see
-    `shapes_store_key`) and reused (the main process writes it first)."""
-    from accelerate import PartialState
-
+    """The world's region store, written once to `cache_dir` (default `<cache>/shapes-seed<seed>-<key>`, see
+    `shapes_store_key`) and reused: one process writes it while the others sharing it wait (on `<folder>.lock`).
+    `seed` is the world's own (`world.seed` names the default folder)."""
     from ..processing.stores import RegionStore
 
-    directory = Path(cache_dir) if cache_dir else default_cache_dir() / f"shapes-seed{seed}-{shapes_store_key(world)}"
-    if (directory / "store.json").exists():
-        # Reuse a finished store without running the feature extractor again.
-        store = RegionStore(directory)
-        captions = world.captions()
-        if all(image_id in store for split in captions.values() for image_id in split["image_id"]):
-            return store
-    with PartialState().main_process_first():
+    directory = Path(cache_dir) if cache_dir else default_cache_dir() / _shapes_cache_name(world)
+    with _shapes_cache_lock(directory.with_name(f"{directory.name}.lock")):
+        if (directory / "store.json").exists():
+            # Reuse a finished store without running the feature extractor again.
+            store = RegionStore(directory)
+            captions = world.captions()
+            if all(image_id in store for split in captions.values() for image_id in split["image_id"]):
+                return store
         return world.write_region_store(directory)
 
 

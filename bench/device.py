@@ -155,6 +155,7 @@ def write_figures(path: Path | None, bench: str, info: dict, figures: list[dict]
         return
     from vlhub.utils.files import atomic_write_json
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"bench": bench, "machine": info, "settings": settings, "figures": figures})
 
 

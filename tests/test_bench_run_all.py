@@ -44,7 +44,7 @@ def run_all(*arguments: str, out: Path) -> subprocess.CompletedProcess:
 
 def table_rows(table: str) -> list[list[str]]:
     lines = [line for line in table.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]  # without the header
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]  # without the header
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")

@@ -100,13 +100,10 @@ def build_table(folder: Path, title: str) -> tuple[str, list[str]]:
     lines, missing = [f"### {title}", ""], []
     machine_file = folder / "machine.json"
     if machine_file.exists():
+        from device import describe  # bench/device.py (this script's folder is on sys.path)
+
         info = json.loads(machine_file.read_text())["machine"]
-        peaks = ", ".join(f"{name} {value:.1f}" for name, value in info["peak_gflops"].items())
-        lines += [
-            f"{info['device']}: {info['hardware']}; torch {info['torch']}, {info['threads']} threads; matmul peak "
-            f"({info['peak_matmul_size']}² square) GFLOP/s: {peaks}",
-            "",
-        ]
+        lines += [f"{info['device']}: {describe(info)}", ""]
     else:
         missing.append("machine")
     lines += ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]

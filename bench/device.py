@@ -119,16 +119,21 @@ def machine(
     """The device, its threads and its measured matmul peaks (GFLOP/s) in `peak_dtypes` (fp32, bf16; on a GPU fp32
     is measured both strict and through TF32, the setting its fp32 runs use; none: no peaks, as for the benches whose
     figures are not shares of a peak, when run_all.sh measures them once). `peak_size` defaults to 4096 on a CPU and
-    8192 on a GPU."""
+    8192 on a GPU. A CPU without bf16 units emulates bf16 products (~0.2 GFLOP/s on a 2-core AVX2 EPYC: minutes per
+    large product), so its bf16 peak is measured at 512² at most (`peak_sizes` says which size each peak used)."""
     size = peak_size or (8192 if device == "cuda" else 4096)
-    peaks = {}
+    peaks, sizes = {}, {}
     if "fp32" in peak_dtypes:
         with strict_fp32(device):
-            peaks["fp32"] = matmul_peak_gflops(torch.float32, device, size, peak_repeats)
+            peaks["fp32"], sizes["fp32"] = matmul_peak_gflops(torch.float32, device, size, peak_repeats), size
         if device == "cuda":
-            peaks["tf32"] = matmul_peak_gflops(torch.float32, device, size, peak_repeats)
+            peaks["tf32"], sizes["tf32"] = matmul_peak_gflops(torch.float32, device, size, peak_repeats), size
     if "bf16" in peak_dtypes:
-        peaks["bf16"] = matmul_peak_gflops(torch.bfloat16, device, size, peak_repeats)
+        from vlhub.utils.precision import bf16_is_fast
+
+        bf16_size = size if bf16_is_fast(device) else min(size, 512)
+        peaks["bf16"] = matmul_peak_gflops(torch.bfloat16, device, bf16_size, peak_repeats)
+        sizes["bf16"] = bf16_size
     return {
         "device": device,
         "hardware": hardware(device),
@@ -136,7 +141,7 @@ def machine(
         "threads": torch.get_num_threads(),
         "cores": os.cpu_count(),
         "peak_gflops": peaks,
-        "peak_matmul_size": size if peaks else None,
+        "peak_sizes": sizes,
     }
 
 
@@ -144,9 +149,13 @@ def describe(info: dict) -> str:
     """One line: the device, torch, threads and the peaks measured."""
     line = f"{info['hardware']}, torch {info['torch']}, {info['threads']} threads"
     if info["peak_gflops"]:
-        peaks = ", ".join(f"{name} {value:.1f}" for name, value in info["peak_gflops"].items())
-        line += f"; matmul peak GFLOP/s ({info['peak_matmul_size']}²): {peaks}"
+        line += "; matmul peak GFLOP/s: " + peak_list(info)
     return line
+
+
+def peak_list(info: dict) -> str:
+    """ "fp32 31.2 (2048²), bf16 0.2 (512²)": each measured peak with the side of its square product."""
+    return ", ".join(f"{name} {value:.1f} ({info['peak_sizes'][name]}²)" for name, value in info["peak_gflops"].items())
 
 
 def write_figures(path: Path | None, bench: str, info: dict, figures: list[dict], **settings) -> None:

@@ -6,7 +6,7 @@
 # Each bench writes its figures as JSON (--json) to OUT/json/, its output to OUT/logs/<bench>.log; then
 # bench/collect_table.py builds the table from the JSON files. --device cuda is refused up front where torch sees no
 # GPU. --quick: tiny models, one repeat: a check of the wiring, not figures to quote. On a CPU the full run is cut
-# to what finishes in minutes (batch-1 VLP decoding, a 2000-image store; no bf16 rows where the CPU has no bf16
+# to what finishes within the hour (batch-1 VLP decoding, a 2000-image store; no bf16 rows where the CPU has no bf16
 # units). OUT defaults to runs/bench-<device>[-quick]. PYTHON names the interpreter (default: python). Not run here:
 # bench_app.py (a browser's view of the CPU app) and bench_import.py (import time, no device), and the
 # --original-checkout comparisons (they need the authors' code).
@@ -71,7 +71,7 @@ else
     tden+=(--dtype bf16)
     detector=(--dtypes fp32 bf16 --batch-sizes 1 8 --repeats 3 --threads "$(nproc)")
     training+=(--sizes base)  # uniter-base, batch 64, bf16 mixed precision (the bench's GPU defaults)
-  else  # the CPU's figures in minutes, not hours: smaller peak probes, batch 1 decoding, a 2000-image store
+  else  # the CPU's figures within the hour: smaller peak probes, batch 1 decoding, a 2000-image store
     machine=(--peak-size 2048 --repeats 3)
     encoders+=(--peak-size 2048)
     if ! "$python" -c "import sys; from vlhub.utils.precision import bf16_is_fast; sys.exit(not bf16_is_fast('cpu'))"

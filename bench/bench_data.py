@@ -1,6 +1,8 @@
 """The pre-training data path at growing store sizes: open time, random reads, data-path throughput, steps/s, memory.
 
     python bench/bench_data.py [--sizes 2000 20000 100000] [--cache-dir DIR] [--workers 0 2] [--steps 40]
+                               [--device cpu|cuda] [--warmup-batches 20] [--timed-batches N] [--read-seconds 5]
+                               [--json PATH]
 
 For each size N it builds once (in --cache-dir, default `<vlhub cache>/bench-data`) a region store of N synthetic
 images with realistic rows — 36 regions × 2048 float16 features, boxes, scores — one caption per image, and the same
@@ -24,14 +26,16 @@ Random reads are measured with a warm page cache, as training runs once the stor
 are read through once first (`store_warm_mb_per_s`: that sequential read), and the LMDB's only after every store
 figure (at 100k images the store and the LMDB together, ~30 GB, do not fit a 24 GB machine's page cache at once).
 
-Timings depend on the machine and on what else runs; the matmul peak is printed for scale.
+Timings depend on the machine and on what else runs; the matmul peak is printed for scale. The data path runs on the
+CPU wherever the model trains; `--device cuda` trains `pretrain.py`'s steps on the GPU (bf16 mixed precision, steps
+timed after `torch.cuda.synchronize`). `--json PATH` writes every size's figures for bench/run_all.sh; small
+`--sizes` with fewer `--warmup-batches`/`--timed-batches` are a wiring check, not a figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import resource
 import subprocess
@@ -40,6 +44,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, device
+
+from device import add_device_arguments, describe, machine, prepare_device, write_figures  # noqa: E402
+from timing import synchronize  # noqa: E402
 
 REGIONS, FEATURE_DIM, BATCH = 36, 2048, 32
 WARMUP_BATCHES = 20
@@ -157,7 +166,7 @@ def read_through(paths) -> float:
     return total / 1e6 / (time.perf_counter() - start)
 
 
-def data_path(dataset, loader_kwargs: dict, count: int, steps: int, warmup: int = WARMUP_BATCHES) -> float:
+def data_path(dataset, loader_kwargs: dict, count: int, steps: int, warmup: int) -> float:
     """Examples/s of a DataLoader over the data path alone, in the steady state of a training run: after `warmup`
     batches (workers started, each with the store's shards opened: a new worker opens each shard once, 5-6 ms a
     shard, which persistent workers pay once per run)."""
@@ -175,8 +184,9 @@ def data_path(dataset, loader_kwargs: dict, count: int, steps: int, warmup: int 
     return steps * BATCH / seconds
 
 
-def measure(folder: Path, workers: list[int], steps: int) -> dict:
-    """Every figure for one built size, in this (fresh) process."""
+def measure(folder: Path, workers: list[int], steps: int, options: argparse.Namespace) -> dict:
+    """Every figure for one built size, in this (fresh) process (`options`: device, warmup_batches, timed_batches,
+    read_seconds)."""
     import torch
     from accelerate.state import AcceleratorState, GradientState
 
@@ -205,7 +215,7 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     figures["open_s"] = time.perf_counter() - start
     figures["store_warm_mb_per_s"] = read_through(sorted((folder / "store").glob("shard-*.arrow")))
     ids = [f"img{i:08d}" for i in range(len(store))]
-    figures["store_reads_per_s"] = reads_per_second(store, ids)
+    figures["store_reads_per_s"] = reads_per_second(store, ids, options.read_seconds)
     sample_memory()
 
     torch.manual_seed(0)
@@ -215,14 +225,16 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     )
     mix = ObjectiveMix.parse(["mlm:1", "mrfr:1", "itm:1"], objectives_for("uniter"))
     task = PretrainingTask(model, processor, corpus, mix)
-    length = max(steps, 20)
+    length = options.timed_batches or max(steps, 20)
+    warmup = options.warmup_batches
     for count in workers:
         sampler = task.train_sampler(BATCH, 1, 0)
         figures[f"data_path_examples_per_s_{count}_workers"] = data_path(
             task.train_dataset,
             {"batch_sampler": sampler, "collate_fn": loader_collate(task.collate_fn, count)},
             count,
-            min(length, len(sampler) - 1 - WARMUP_BATCHES),
+            min(length, len(sampler) - 1 - warmup),
+            warmup,
         )
         sample_memory()
     for count in workers:
@@ -237,6 +249,7 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
             {"batch_size": None, "collate_fn": loader_collate(task.collate_fn, count)},
             count,
             length,
+            warmup,
         )
         sample_memory()
     del task, model, corpus
@@ -266,8 +279,9 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
             "--output_dir",
             str(folder / "run"),
             "--overwrite_output_dir",
+            *(["--use_cpu"] if options.device == "cpu" else ["--mixed_precision", "bf16"]),
         ],
-        callbacks=[lambda state: stamps.append(time.perf_counter())],
+        callbacks=[lambda state: (synchronize(options.device), stamps.append(time.perf_counter()))],
     )
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
@@ -279,19 +293,8 @@ def measure(folder: Path, workers: list[int], steps: int) -> dict:
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     figures["lmdb_warm_mb_per_s"] = read_through(sorted((folder / "uniter.lmdb").glob("*.mdb")))
-    figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids)
+    figures["lmdb_reads_per_s"] = reads_per_second(UniterLmdbReader(folder / "uniter.lmdb"), ids, options.read_seconds)
     return figures
-
-
-def matmul_gflops() -> float:
-    import torch
-
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(5):
-        a @ b
-    return 5 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
 
 
 def main():
@@ -302,13 +305,21 @@ def main():
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir() / "bench-data")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup-batches", type=int, default=WARMUP_BATCHES, help="data-path batches before timing")
+    parser.add_argument(
+        "--timed-batches", type=int, default=None, help="data-path batches timed (default max(steps, 20))"
+    )
+    parser.add_argument("--read-seconds", type=float, default=5.0, help="seconds of random reads per reader")
+    add_device_arguments(parser)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # internal: one size, in a child process
     args = parser.parse_args()
+    prepare_device(args.device, parser)
     if args.measure:
-        print(json.dumps(measure(args.measure, args.workers, args.steps)))
+        print(json.dumps(measure(args.measure, args.workers, args.steps, args)))
         return
+    info = machine(args.device, peak_size=2048, peak_dtypes=("fp32",), peak_repeats=5)
     print(
-        f"{os.cpu_count()} cores, fp32 matmul {matmul_gflops():.0f} GFLOP/s; rows: {REGIONS} regions x "
+        f"{describe(info)}; rows: {REGIONS} regions x "
         f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm"
     )
     rows = []
@@ -325,6 +336,13 @@ def main():
                 *map(str, args.workers),
                 "--steps",
                 str(args.steps),
+                "--device",
+                args.device,
+                "--warmup-batches",
+                str(args.warmup_batches),
+                "--read-seconds",
+                str(args.read_seconds),
+                *(["--timed-batches", str(args.timed_batches)] if args.timed_batches else []),
             ],
             capture_output=True,
             text=True,
@@ -353,6 +371,7 @@ def main():
     print("|" + "---|" * len(columns))
     for figures in rows:
         print("| " + " | ".join(f"{figures.get(c, float('nan')):.4g}" for c in columns) + " |")
+    write_figures(args.json, "data", info, rows, workers=args.workers, steps=args.steps)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Bottom-up-attention detector speed: seconds per image of a FULL-SIZE extractor on 600×800 images.
 
     python bench/bench_detector.py [--threads 2] [--batch-sizes 1 4] [--dtypes fp32 bf16] [--repeats 1]
-                                   [--device cpu|cuda] [--no-channels-last] [--compare-roi-head N]
+                                   [--device cpu|cuda] [--no-channels-last] [--compare-roi-head N] [--tiny]
+                                   [--json PATH]
 
 The extractor is the released model's size (ResNet-101 C4, 1600 classes + background, 400 attributes + "none",
 300 proposals, 600/1000 resize, "butd" selection) with random weights; BatchNorm statistics are randomised like a
@@ -13,26 +14,39 @@ Prints, per dtype and batch size, seconds per image (a batch shares one RoI-head
 image (backbone, RPN, RoI head over all proposals, selection), and for bf16 the relative difference of its region
 features from fp32 on the same proposals. `--compare-roi-head N` first times res5 on N RoIs the plain way (NCHW,
 BatchNorm as a separate op) against vlhub's (BatchNorm folded into the convolutions, NHWC), alternating, so the
-ratio holds even on a machine shared with other work. `--device cuda` is supported but was not run here (no GPU).
+ratio holds even on a machine shared with other work. `--device cuda` is supported but was not run here (no GPU): it
+runs with the GPU's fast settings (bench/device.py: cudnn.benchmark, TF32; channels-last as on the CPU). `--tiny` uses
+the tests' tiny detector (a wiring check, not a figure); `--json PATH` writes s/image per dtype and batch size.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from vlhub.processing.detector import DetectorConfig, RegionExtractor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, device
+
+from device import add_device_arguments, describe, machine, prepare_device, write_figures  # noqa: E402
+from timing import synchronize  # noqa: E402
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def build_extractor(channels_last: bool, device: str) -> RegionExtractor:
+def build_extractor(channels_last: bool, device: str, tiny: bool = False) -> RegionExtractor:
     torch.manual_seed(0)
-    extractor = RegionExtractor(DetectorConfig())
+    if tiny:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.helpers import tiny_detector_config
+
+    extractor = RegionExtractor(tiny_detector_config() if tiny else DetectorConfig())
     with torch.no_grad():
         for name, buffer in extractor.named_buffers():
             if name.endswith("running_var"):
@@ -49,11 +63,6 @@ def build_extractor(channels_last: bool, device: str) -> RegionExtractor:
 def images(count: int, height: int, width: int) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     return [rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8) for _ in range(count)]
-
-
-def synchronize(device: str):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def stage_times(extractor: RegionExtractor, image: np.ndarray, device: str):
@@ -131,7 +140,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--height", type=int, default=600)
     parser.add_argument("--width", type=int, default=800)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    add_device_arguments(parser, default="cpu")
+    parser.add_argument("--tiny", action="store_true", help="the tests' tiny detector: a wiring check, not a figure")
     parser.add_argument("--no-channels-last", action="store_true")
     parser.add_argument(
         "--compare-roi-head",
@@ -142,17 +152,19 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    device = args.device
+    device = prepare_device(args.device, parser)
+    info = machine(device, peak_dtypes=())
+    print(describe(info))
     print(
         f"torch {torch.__version__}, {args.threads} threads, device {device}, "
         f"channels_last={not args.no_channels_last}, images {args.height}x{args.width}",
         flush=True,
     )
-    base = build_extractor(not args.no_channels_last, device)
+    base = build_extractor(not args.no_channels_last, device, args.tiny)
     if args.compare_roi_head:
         compare_roi_head(base, args.compare_roi_head)
     pictures = images(max(args.batch_sizes), args.height, args.width)
-    reference = None
+    reference, rows = None, []
     for dtype_name in args.dtypes:
         extractor = base.to(DTYPES[dtype_name])
         # The stage breakdown is also the warm-up (oneDNN primitive creation: milliseconds against seconds).
@@ -165,6 +177,7 @@ def main() -> None:
             synchronize(device)
             per_image = (time.perf_counter() - start) / (args.repeats * batch)
             print(f"[{dtype_name}] batch {batch}: {per_image:.2f} s/image", flush=True)
+            rows.append({"dtype": dtype_name, "batch": batch, "s_per_image": per_image, "images_per_s": 1 / per_image})
         if reference is None:
             reference = (proposals[:50], features[:50])  # 50 RoIs are enough to measure the difference
         else:
@@ -178,6 +191,7 @@ def main() -> None:
                 flush=True,
             )
         base = extractor.float()
+    write_figures(args.json, "detector", info, rows, tiny=args.tiny, height=args.height, width=args.width)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
     python bench/bench_encoders.py [--encoders uniter vl_bert ...] [--batch-sizes 1 8 32] [--bf16-batch-sizes 32]
                                    [--attention eager sdpa] [--text 20] [--regions N] [--repeats 5] [--device cpu]
-                                   [--packed-linear] [--original-checkout [CASE=]PATH ...]
+                                   [--packed-linear] [--original-checkout [CASE=]PATH ...] [--size base|tiny]
+                                   [--compile] [--json PATH]
 
 The cases live in bench/encoders/<arch>.py (see its __init__ for the contract): the released model size with random
 weights, since speed does not depend on the values. For every case, attention implementation and batch size the
@@ -13,6 +14,12 @@ from fp32 is printed next to it (what the speed costs in accuracy). A CPU withou
 instructions (AMX, or AVX512-BF16 as on AMD Zen 4) runs bf16 several times slower than fp32: the script says which
 it has. Each timing is repeated (`--repeats`, after a warm-up
 call): examples/s are printed for the median and the best repeat (the machine may be shared).
+
+`--device cuda` runs on the GPU with its fast settings (bench/device.py: TF32 for fp32, cudnn.benchmark; "sdpa"
+lets torch pick the flash or memory-efficient kernel); the peaks there are the GPU's, fp32, TF32 and bf16. `--compile`
+also times each model through `torch.compile` (rows "<attention>+compile", beside the uncompiled ones: measured, not
+assumed). `--size tiny` builds each case at the architecture's tiny preset (for a quick check of the wiring, not a
+figure). `--json PATH` writes the rows and the machine's peaks for bench/run_all.sh.
 
 `--packed-linear` runs vlhub's fp32 CPU inference on oneDNN-packed linear weights (`vlhub.pack_linear_weights`,
 opt-in); the original code always runs as it is.
@@ -36,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import sys
 import time
@@ -46,27 +52,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from vlhub.modeling.packed_linear import pack_linear_weights
-from vlhub.utils.precision import cpu_bf16_units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import encoders  # noqa: E402  (bench/encoders, found through the path above)
+from device import add_device_arguments, describe, machine, prepare_device, write_figures  # noqa: E402
 from timing import interleaved_rounds, synchronize  # noqa: E402  (bench/timing.py)
-
-
-def matmul_peak_gflops(dtype: torch.dtype, device: str, size: int = 4096, repeats: int = 10) -> float:
-    """Best GFLOP/s of a square matmul: the ceiling an encoder's dense layers can approach."""
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    torch.matmul(a, b)
-    synchronize(device)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
 
 
 def answer_logits(outputs) -> torch.Tensor:
@@ -139,12 +130,24 @@ def print_row(
     flops: int,
     peak: float,
     note: str = "",
-) -> None:
+) -> dict:
+    """Prints the row; returns it for `--json`."""
     percent = 100 * flops / median / 1e9 / peak
     print(
         f"{label:28s} {attention:8s} {str(dtype)[6:]:8s} {batch:5d} {batch / median:9.2f} {batch / best:9.2f}"
         f" {flops / batch / 1e9:9.2f} {percent:6.1f}%  {note}"
     )
+    return {
+        "case": label,
+        "attention": attention,
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch": batch,
+        "examples_per_s": batch / median,
+        "examples_per_s_best": batch / best,
+        "gflop_per_example": flops / batch / 1e9,
+        "percent_of_peak": percent,
+        "note": note,
+    }
 
 
 def main() -> None:
@@ -156,7 +159,10 @@ def main() -> None:
     parser.add_argument("--text", type=int, default=20)
     parser.add_argument("--regions", type=int, default=None, help="regions per example (default: the case's own)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_arguments(parser)
+    parser.add_argument("--size", choices=["base", "tiny"], default="base", help="tiny: a wiring check, not a figure")
+    parser.add_argument("--compile", action="store_true", help="also time each model through torch.compile")
+    parser.add_argument("--peak-size", type=int, default=None, help="side of the peak-measuring matmul")
     parser.add_argument(
         "--packed-linear",
         action="store_true",
@@ -182,55 +188,62 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown encoder case(s) {unknown}; available: {available_cases()}")
     checkouts = original_checkouts(args.original_checkout, names, parser)
+    if checkouts and args.size != "base":
+        parser.error("--original-checkout builds the original code at its released size: use --size base")
 
-    device = args.device
-    peaks = {torch.float32: matmul_peak_gflops(torch.float32, device)}
-    if args.bf16_batch_sizes:
-        peaks[torch.bfloat16] = matmul_peak_gflops(torch.bfloat16, device)
-    bf16_units = ", ".join(cpu_bf16_units()) or "none"
-    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, bf16 matmul: {bf16_units}"
-    print(
-        f"torch {torch.__version__}, {hardware}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
-        f"vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}"
-    )
-    print("matmul peak: " + ", ".join(f"{str(d).removeprefix('torch.')} {g:.0f} GFLOP/s" for d, g in peaks.items()))
+    device = prepare_device(args.device, parser)
+    info = machine(device, args.peak_size, ("fp32", "bf16") if args.bf16_batch_sizes else ("fp32",))
+    peaks = {torch.float32: info["peak_gflops"]["tf32" if device == "cuda" else "fp32"]}
+    peaks[torch.bfloat16] = info["peak_gflops"].get("bf16")
+    print(describe(info) + f"; vlhub's linear weights {'packed for oneDNN' if args.packed_linear else 'as they are'}")
     print(
         f"{'encoder':28s} {'attn':8s} {'dtype':8s} {'batch':>5s} {'ex/s med':>9s} {'ex/s best':>9s} {'GFLOP/ex':>9s}"
         f" {'% peak':>7s}  note"
     )
 
-    if args.pipeline:
-        for name in names:
-            case = importlib.import_module(f"encoders.{name}")
-            compare_pipeline(case, checkouts.get(name), args, device, peaks[torch.float32])
-        return
+    rows = []
     for name in names:
         case = importlib.import_module(f"encoders.{name}")
+        if args.pipeline:
+            compare_pipeline(case, checkouts.get(name), args, device, peaks[torch.float32])
+            continue
         regions = args.regions or getattr(case, "DEFAULT_REGIONS", 36)
-        label = case.DESCRIPTION + f" {args.text}t+{regions}r"
+        label = case.DESCRIPTION + (" [tiny preset]" if args.size == "tiny" else "") + f" {args.text}t+{regions}r"
         if name in checkouts:
             compare_with_original(case, checkouts[name], label, args, regions, device, peaks[torch.float32])
-        for attention in args.attention:
-            torch.manual_seed(0)
-            model = case.build(attention).to(device)
-            if args.packed_linear:
-                pack_linear_weights(model)  # fp32 CPU inference only; bf16 rows run F.linear
-            # With the original code, the fp32 rows were measured beside it (above).
-            runs = [] if name in checkouts else [(torch.float32, b) for b in args.batch_sizes]
-            runs += [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
-            reference: dict[int, torch.Tensor] = {}
-            for dtype, batch in runs:
-                model.to(dtype)
-                inputs = to_device(case.make_inputs(model, batch, args.text, regions), device, dtype)
-                flops = forward_flops(model, inputs)
-                median, best, logits = time_forward(model, inputs, args.repeats, device)
+        rows += encoder_rows(case, label, regions, args, device, peaks, fp32=name not in checkouts)
+    write_figures(args.json, "encoders", info, rows, size=args.size, text=args.text)
+
+
+def encoder_rows(case, label: str, regions: int, args, device: str, peaks: dict, fp32: bool) -> list[dict]:
+    """Every attention implementation (and, with `--compile`, each compiled) at the fp32 batch sizes (unless `fp32`
+    is false: measured beside the original code) and the bf16 ones; bf16 with bf16 weights."""
+    rows = []
+    for attention in args.attention:
+        torch.manual_seed(0)
+        model = case.build(attention, args.size).to(device)
+        if args.packed_linear:
+            pack_linear_weights(model)  # fp32 CPU inference only; bf16 rows run F.linear
+        variants = {attention: model}
+        if args.compile:
+            variants[f"{attention}+compile"] = torch.compile(model)
+        runs = [(torch.float32, b) for b in args.batch_sizes] if fp32 else []
+        runs += [(torch.bfloat16, b) for b in args.bf16_batch_sizes]
+        reference: dict[int, torch.Tensor] = {}
+        for dtype, batch in runs:
+            model.to(dtype)
+            inputs = to_device(case.make_inputs(model, batch, args.text, regions), device, dtype)
+            flops = forward_flops(model, inputs)
+            for variant, runner in variants.items():
+                median, best, logits = time_forward(runner, inputs, args.repeats, device)
                 note = ""
-                if dtype == torch.float32:
+                if dtype == torch.float32 and batch not in reference:
                     reference[batch] = logits
                 elif batch in reference:
                     note = f"max |logit - fp32| {(logits - reference[batch]).abs().max().item():.3f}"
-                print_row(label, attention, dtype, batch, median, best, flops, peaks[dtype], note)
-            model.float()
+                rows.append(print_row(label, variant, dtype, batch, median, best, flops, peaks[dtype], note))
+        model.float()
+    return rows
 
 
 def compare_with_original(case, checkout: Path, label: str, args, regions: int, device: str, peak: float) -> None:

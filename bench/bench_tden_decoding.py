@@ -2,7 +2,8 @@
 
     python bench/bench_tden_decoding.py [--batch-sizes 1 8] [--beams 1 3] [--steps 20] [--regions 51] [--device cpu]
                                         [--baselines [recompute] ['no cache']] [--xmodaler] [--packed-linear]
-                                        [--original-checkout PATH [--profile-original]]
+                                        [--original-checkout PATH [--profile-original]] [--size base|small]
+                                        [--dtype fp32|bf16] [--json PATH]
 
 TDEN-base captioner sizes (sentence encoder 12, object encoder 6, decoder 6 layers, 768 wide), random weights, 50
 regions + [IMG], `steps` words per caption (EOS suppressed so every row decodes all steps). Runs:
@@ -34,7 +35,9 @@ in `--repeats` interleaved rounds (every run once per round, in a rotating order
 falls on all of them alike; the table gives the median per run. "cpu s" is the process' CPU time per image (all
 threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere.
 `--packed-linear` runs vlhub's model on oneDNN-packed linear weights (`vlhub.pack_linear_weights`); X-modaler's code
-always runs as it is.
+always runs as it is. `--size small` (4-layer stacks, 256 wide) is a wiring check, not a figure. `--dtype bf16` decodes
+with bf16 weights (run_all.sh on a GPU; captions may then differ from a baseline's by rounding); `--device cuda` runs
+with the GPU's fast settings (bench/device.py). `--json PATH` writes the table's rows for bench/run_all.sh.
 """
 
 import argparse
@@ -56,7 +59,20 @@ from vlhub.utils.compat import CACHE_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, and xmodaler_tden for --original-checkout
 
+from device import add_device_arguments, describe, machine, prepare_device, write_figures  # noqa: E402
 from timing import interleaved_rounds  # noqa: E402  (bench/timing.py, found through the path above)
+
+SIZES = {
+    "base": {},  # TDEN-base: the config's defaults
+    "small": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_visual_layers=2,
+        num_decoder_layers=2,
+        num_attention_heads=4,
+        intermediate_size=512,
+    ),
+}
 
 # torch's FLOP counter has no formula for the CPU kernel of scaled_dot_product_attention (it has the CUDA ones), so
 # sdpa's attention products would go uncounted on the CPU while eager attention's matmuls are counted: the same
@@ -180,17 +196,20 @@ def recompute_hooks(model):
             hook.remove()
 
 
-def build(device: str, attn_implementation: str):
-    config = vlhub.TdenConfig(num_cross_encoder_layers=0)
+def build(device: str, attn_implementation: str, size: str = "base", dtype: torch.dtype = torch.float32):
+    config = vlhub.TdenConfig(num_cross_encoder_layers=0, **SIZES[size])
     config._attn_implementation = attn_implementation
-    return vlhub.TdenForConditionalGeneration(config).eval().to(device)
+    return vlhub.TdenForConditionalGeneration(config).eval().to(device, dtype)
 
 
 def inputs(model, batch: int, regions: int, device: str) -> dict:
     generator = torch.Generator().manual_seed(0)
+    dtype = model.dtype
     return {
-        "region_features": torch.rand(batch, regions, model.config.region_feature_dim, generator=generator).to(device),
-        "region_locations": torch.rand(batch, regions, 5, generator=generator).to(device),
+        "region_features": torch.rand(batch, regions, model.config.region_feature_dim, generator=generator).to(
+            device, dtype
+        ),
+        "region_locations": torch.rand(batch, regions, 5, generator=generator).to(device, dtype),
         "region_attention_mask": torch.ones(batch, regions, dtype=torch.long, device=device),
     }
 
@@ -255,7 +274,9 @@ def main():
         help="what the cache is compared with (see above)",
     )
     parser.add_argument("--xmodaler", action="store_true", help="also time xmodaler_beam_search")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_arguments(parser)
+    parser.add_argument("--size", choices=sorted(SIZES), default="base", help="small: a wiring check, not a figure")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="the model's weights")
     parser.add_argument(
         "--skip-uncached-above-batch",
         type=int,
@@ -289,8 +310,13 @@ def main():
             )
     if args.profile_original and args.original_checkout is None:
         parser.error("--profile-original needs --original-checkout")
+    if args.original_checkout is not None and (args.size, args.dtype) != ("base", "fp32"):
+        parser.error("--original-checkout runs X-modaler's code at TDEN-base in fp32: drop --size and --dtype")
+    prepare_device(args.device, parser)
+    info = machine(args.device, peak_dtypes=())
+    print(describe(info))
     torch.manual_seed(0)
-    model = build(args.device, args.attention)
+    model = build(args.device, args.attention, args.size, torch.bfloat16 if args.dtype == "bf16" else torch.float32)
     original = None
     if args.original_checkout is not None:
         original = xmodaler_tden.build_original(args.original_checkout, model.config, args.steps, args.device)
@@ -298,12 +324,13 @@ def main():
         xmodaler_tden.copy_original_weights(original, model)  # vlhub's model decodes with the original's weights
     packed = pack_linear_weights(model) if args.packed_linear else 0
     print(
-        f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, fp32, "
+        f"device {args.device}, {args.attention}, {args.regions} regions, {args.steps} steps, {args.dtype}, "
         f"{torch.get_num_threads()} threads, vlhub's linear weights {'packed for oneDNN' if packed else 'as is'}"
         + (", weights of X-modaler's model (its own init) in both" if original is not None else "")
     )
     print("| batch | beams | decoder | run | s/image | cpu s/image | GFLOP/image | cache's speed-up | same captions |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
     for batch in args.batch_sizes:
         batch_inputs = inputs(model, batch, args.regions, args.device)
         for beams in args.beams:
@@ -331,11 +358,13 @@ def main():
                     )
                     reference = cached[:, -args.steps :] if original_code else cached
                     run_name, speed_up, same = name, f"{t / t_cache:.1f}x", torch.equal(reference, output)
+                rows.append(dict(batch=batch, beams=beams, decoder=decoder, run=run_name, s_per_image=t, gflop=f))
                 print(
                     f"| {batch} | {beams} | {decoder} | {run_name} | {t:.3f} | {c:.2f} | {f:.1f} | {speed_up} | "
                     f"{same} |",
                     flush=True,
                 )
+    write_figures(args.json, "tden_decoding", info, rows, size=args.size, dtype=args.dtype, steps=args.steps)
     if args.profile_original:
         batch, beams = args.batch_sizes[0], max(args.beams)
         original_batch = xmodaler_tden.original_inputs(

@@ -2,7 +2,7 @@
 
     python bench/bench_vlp_decoding.py [--size base] [--batch-sizes 1 8] [--searches greedy beam] [--beams 5]
                                        [--new-tokens 20] [--repeats 2] [--device cpu|cuda] [--packed-linear]
-                                       [--original-checkout PATH]
+                                       [--original-checkout PATH] [--dtype fp32|bf16] [--json PATH]
 
 "without cache" (`use_cache=False`) re-feeds the whole sequence (prompt + words + trailing [MASK]) at every step:
 what the original decoder costs, since it re-projects the keys and values of every earlier position at each step.
@@ -12,6 +12,9 @@ cached and uncached runs are compared (fp32: they must be identical). FLOP are c
 `torch.utils.flop_counter.FlopCounterMode` (matrix products, attention), on one run. "cpu s" is the process' CPU time
 per image (all threads): on a shared machine, wall time well above cpu s / threads means the cores were busy elsewhere.
 `--packed-linear` runs both (cached and uncached) on oneDNN-packed linear weights (`vlhub.pack_linear_weights`).
+`--dtype bf16` decodes with bf16 weights (what run_all.sh uses on a GPU; captions then may differ between the cached
+and uncached runs by rounding); `--device cuda` runs on the GPU with its fast settings (bench/device.py). `--json PATH`
+writes the table's rows for bench/run_all.sh.
 
 `--original-checkout PATH` instead compares with the original decoder, imported from PATH, a checkout of
 LuoweiZhou/VLP (vlhub never ships it; see bench/vlp_original.py): its `BertForSeq2SeqDecoder` at the same sizes, its
@@ -42,7 +45,8 @@ from vlhub.modeling.unified_vlp import vlp_beam_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: timing, and vlp_original for --original-checkout
 
-from timing import interleaved_rounds  # noqa: E402  (bench/timing.py, found through the path above)
+from device import add_device_arguments, describe, machine, prepare_device, write_figures  # noqa: E402
+from timing import interleaved_rounds, synchronize  # noqa: E402  (bench/timing.py, found through the path above)
 
 SIZES = {
     "base": dict(),  # the released VLP: bert-base-cased sizes, 100 regions, 2048-d features
@@ -50,7 +54,7 @@ SIZES = {
 }
 
 
-def prompt(config, batch: int, device) -> dict:
+def prompt(config, batch: int, device, dtype: torch.dtype = torch.float32) -> dict:
     g = torch.Generator().manual_seed(0)
     regions = config.num_regions
     input_ids = torch.tensor([config.bos_token_id, *[config.region_token_id] * regions, config.eos_token_id])
@@ -59,8 +63,8 @@ def prompt(config, batch: int, device) -> dict:
         input_ids=input_ids,
         attention_mask=torch.ones_like(input_ids),
         token_type_ids=torch.full_like(input_ids, config.s2s_image_token_type_id),
-        region_features=torch.rand(batch, regions, config.region_feature_dim, generator=g),
-        region_locations=torch.randn(batch, regions, config.region_location_dim, generator=g),
+        region_features=torch.rand(batch, regions, config.region_feature_dim, generator=g).to(dtype),
+        region_locations=torch.randn(batch, regions, config.region_location_dim, generator=g).to(dtype),
     )
     return {k: v.to(device) for k, v in inputs.items()}
 
@@ -77,17 +81,17 @@ def run(model, inputs, search: str, beams: int, new_tokens: int, use_cache: bool
 def measure(model, inputs, search, beams, new_tokens, use_cache, repeats, device):
     """(ids, s / image, CPU s / image, GFLOP / image) of the fastest timed run. With `repeats=0` the FLOP-counted run
     is the timed one (cheaper, and the counter's overhead is small next to a base-size forward)."""
+    synchronize(device.type)
     start, cpu_start = time.perf_counter(), time.process_time()
     with FlopCounterMode(display=False) as counter:
         ids = run(model, inputs, search, beams, new_tokens, use_cache)
+    synchronize(device.type)
     times = [(time.perf_counter() - start, time.process_time() - cpu_start)] if repeats == 0 else []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device.type)
         start, cpu_start = time.perf_counter(), time.process_time()
         run(model, inputs, search, beams, new_tokens, use_cache)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device.type)
         times.append((time.perf_counter() - start, time.process_time() - cpu_start))
     batch = inputs["input_ids"].shape[0]
     wall, cpu = min(times)
@@ -173,7 +177,8 @@ def main():
     parser.add_argument("--beams", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="timed runs after the counted one (0: time that one)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_arguments(parser)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="the model's weights")
     parser.add_argument(
         "--skip-uncached-above-batch",
         type=int,
@@ -191,18 +196,30 @@ def main():
         help="a checkout of LuoweiZhou/VLP: compare with its own decoder (see the description)",
     )
     args = parser.parse_args()
-    device = torch.device(args.device)
+    device = torch.device(prepare_device(args.device, parser))
     torch.manual_seed(0)
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
     if args.original_checkout:
         if args.repeats < 1:
             parser.error("--original-checkout needs --repeats ≥ 1 (timed interleaved rounds)")
+        if args.dtype != "fp32":
+            parser.error("--original-checkout compares fp32 captions: drop --dtype")
         try:
             return compare_with_original(args, config, device)
         except FileNotFoundError as error:
             parser.error(str(error))
-    model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    model = vlhub.UnifiedVlpForConditionalGeneration(config).eval().to(device, dtype)
     packed = pack_linear_weights(model) if args.packed_linear else 0
+    info = machine(device.type, peak_dtypes=())
+    print(describe(info))
+    rows = decode_table(model, config, args, device, dtype, packed)
+    write_figures(args.json, "vlp_decoding", info, rows, size=args.size, dtype=args.dtype, beams=args.beams)
+
+
+def decode_table(model, config, args, device, dtype, packed: int) -> list[dict]:
+    """The cached and uncached runs of every search and batch size, printed as a table; returns its rows."""
+    rows = []
     print(
         f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
         f"{config.num_regions} regions, {args.new_tokens} new tokens, device {device}, "
@@ -213,7 +230,7 @@ def main():
     with torch.no_grad():
         for search in args.searches:
             for batch in args.batch_sizes:
-                inputs = prompt(config, batch, device)
+                inputs = prompt(config, batch, device, dtype)
                 cached_ids, cached_s, cached_cpu, cached_flop = measure(
                     model, inputs, search, args.beams, args.new_tokens, True, args.repeats, device
                 )
@@ -221,6 +238,7 @@ def main():
                     f"| {search} | {batch} | on | {cached_s:.3f} | {cached_cpu:.2f} | {cached_flop:.1f} | | |",
                     flush=True,
                 )
+                rows.append(dict(search=search, batch=batch, cache=True, s_per_image=cached_s, gflop=cached_flop))
                 if search == "vlp-beam" or (
                     args.skip_uncached_above_batch is not None and batch > args.skip_uncached_above_batch
                 ):
@@ -229,12 +247,14 @@ def main():
                     model, inputs, search, args.beams, args.new_tokens, False, min(args.repeats, 1), device
                 )
                 same = torch.equal(ids, cached_ids)
+                rows.append(dict(search=search, batch=batch, cache=False, s_per_image=seconds, gflop=flop, same=same))
                 print(
                     f"| {search} | {batch} | off | {seconds:.3f} | {cpu:.2f} | {flop:.1f} | "
                     f"{seconds / cached_s:.1f}x time, "
                     f"{flop / cached_flop:.1f}x FLOP | {same} |",
                     flush=True,
                 )
+    return rows
 
 
 if __name__ == "__main__":

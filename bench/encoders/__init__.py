@@ -3,7 +3,9 @@
 Each module defines:
     DESCRIPTION: str                                  what is measured, e.g. "UNITER-base VQA"
     DEFAULT_REGIONS: int (optional, default 36)      regions per example when --regions is not given
-    build(attn_implementation: str) -> nn.Module      the model at its released size, random weights, eval mode
+    build(attn_implementation: str, size: str = "base") -> nn.Module
+                                                      the model at its released size (or the architecture's
+                                                      "tiny" preset, a wiring check), random weights, eval mode
     make_inputs(model, batch, text, regions) -> dict  keyword arguments of model(**inputs)
 
 and, for `--original-checkout`, optionally (the original code is imported from the user's checkout while the case
@@ -29,8 +31,15 @@ import torch
 VQA_ANSWERS = 3129  # the VQA v2 answer vocabulary of the released fine-tuned models
 
 
-def vqa_model(config_class, model_class, attn_implementation: str, **config_kwargs) -> torch.nn.Module:
-    """`model_class` at `config_class`'s default (released) size with the 3129-answer head, random weights, eval."""
+def vqa_model(
+    config_class, model_class, attn_implementation: str, size: str = "base", **config_kwargs
+) -> torch.nn.Module:
+    """`model_class` at `config_class`'s default (released) size with the 3129-answer head, random weights, eval;
+    `size="tiny"`: at the architecture's tiny preset instead (its `config_presets`)."""
+    if size != "base":
+        from vlhub.registry import get_architecture
+
+        config_kwargs = {**get_architecture(config_class.model_type).config_presets[size], **config_kwargs}
     config = config_class(id2label={i: str(i) for i in range(VQA_ANSWERS)}, **config_kwargs)
     config._attn_implementation = attn_implementation
     return model_class(config).eval()

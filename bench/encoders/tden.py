@@ -11,8 +11,10 @@ DESCRIPTION = "TDEN-base VQA"
 DEFAULT_REGIONS = 101
 
 
-def build(attn_implementation: str) -> torch.nn.Module:
-    return vqa_model(vlhub.TdenConfig, vlhub.TdenForQuestionAnswering, attn_implementation, bidirectional_decoder=True)
+def build(attn_implementation: str, size: str = "base") -> torch.nn.Module:
+    return vqa_model(
+        vlhub.TdenConfig, vlhub.TdenForQuestionAnswering, attn_implementation, size, bidirectional_decoder=True
+    )
 
 
 def make_inputs(model, batch: int, text: int, regions: int) -> dict:

@@ -10,8 +10,8 @@ DESCRIPTION = "UNITER-base VQA"
 DEFAULT_REGIONS = 36
 
 
-def build(attn_implementation: str) -> torch.nn.Module:
-    return vqa_model(vlhub.UniterConfig, vlhub.UniterForQuestionAnswering, attn_implementation)
+def build(attn_implementation: str, size: str = "base") -> torch.nn.Module:
+    return vqa_model(vlhub.UniterConfig, vlhub.UniterForQuestionAnswering, attn_implementation, size)
 
 
 def make_inputs(model, batch: int, text: int, regions: int) -> dict:

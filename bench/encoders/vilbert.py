@@ -24,8 +24,8 @@ GLOBAL_TOKEN_LOCATION = (0.0, 0.0, 1.0, 1.0, 1.0)
 ORIGINAL_CONFIG = "config/bert_base_6layer_6conect.json"
 
 
-def build(attn_implementation: str) -> torch.nn.Module:
-    return vqa_model(vlhub.VilbertConfig, vlhub.VilbertForQuestionAnswering, attn_implementation)
+def build(attn_implementation: str, size: str = "base") -> torch.nn.Module:
+    return vqa_model(vlhub.VilbertConfig, vlhub.VilbertForQuestionAnswering, attn_implementation, size)
 
 
 def make_inputs(model, batch: int, text: int, regions: int) -> dict:

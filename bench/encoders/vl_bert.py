@@ -34,8 +34,8 @@ ORIGINAL_REPOSITORY = "jackroos/VL-BERT"
 IMAGE_SIZE = (480, 640)  # (height, width) of the examples' image, for the pixel boxes the original takes
 
 
-def build(attn_implementation: str) -> torch.nn.Module:
-    return vqa_model(vlhub.VlBertConfig, vlhub.VlBertForQuestionAnswering, attn_implementation)
+def build(attn_implementation: str, size: str = "base") -> torch.nn.Module:
+    return vqa_model(vlhub.VlBertConfig, vlhub.VlBertForQuestionAnswering, attn_implementation, size)
 
 
 def _examples(config, batch: int, text: int, regions: int) -> tuple[dict, torch.Tensor]:

@@ -1,0 +1,129 @@
+"""bench/run_all.sh: every device bench writes its figures as JSON, bench/collect_table.py makes one table of them.
+
+The end-to-end run (`--device cpu --quick`: eight processes, tiny models, ~1.5 CPU-minutes) is a slow test; the
+refusals and the collector's handling of a missing bench run by default.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ALL = ROOT / "bench" / "run_all.sh"
+# The rows every quick CPU run must fill: (bench, what, setting) patterns of bench/collect_table.py's table.
+EXPECTED_ROWS = [
+    *(
+        ("encoders", f"{case} [tiny preset]", f"{dtype}, sdpa, batch 32")
+        for case in ("UNITER-base VQA", "VL-BERT-base prec VQA", "ViLBERT 6-layer/6-co-attention VQA", "TDEN-base VQA")
+        for dtype in ("fp32", "bf16")
+    ),
+    ("decoding", "Unified VLP small", "greedy, batch 1"),
+    ("decoding", "Unified VLP small", "vlp-beam 2, batch 1"),
+    ("decoding", "TDEN small", "greedy, batch 1"),
+    ("decoding", "TDEN small", "beam 2, batch 1"),
+    ("detector", "tiny detector", "fp32, batch 1"),
+    ("training", "UNITER-tiny pre-training", "batch 4, mlm"),
+    ("data path", "320 images", "0 workers"),
+    ("dtypes", "linear layer", "fp32"),
+    ("dtypes", "linear layer", "bf16"),
+]
+
+
+def run_all(*arguments: str, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        ["bash", str(RUN_ALL), *arguments, "--out", str(out)], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+def table_rows(table: str) -> list[list[str]]:
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]  # without the header
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")
+def test_cuda_without_a_gpu_is_refused_with_a_message(tmp_path):
+    result = run_all("--device", "cuda", "--quick", out=tmp_path / "out")
+    assert result.returncode == 2
+    assert "--device cuda: torch sees no CUDA GPU here" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--device", "gpu"], "--device must be cpu or cuda, got 'gpu'"),
+        ([], "--device must be cpu or cuda, got ''"),
+        (["--device", "cpu", "--fast"], "unknown argument '--fast'"),
+    ],
+)
+def test_bad_arguments_are_refused(tmp_path, arguments, message):
+    result = run_all(*arguments, out=tmp_path / "out")
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "usage: bench/run_all.sh --device cuda|cpu" in result.stderr
+
+
+def test_the_collector_fills_a_measured_bench_and_names_the_missing_ones(tmp_path):
+    """One real bench's --json (the cheapest), the others absent: its rows are filled, every other bench has a
+    'not measured' row, and the exit status says which are missing."""
+    folder = tmp_path / "json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    bench = subprocess.run(
+        [sys.executable, "bench/bench_dtypes.py", "--rounds", "1", "--tokens", "8", "--width", "32"]
+        + ["--device", "cpu", "--json", str(folder / "dtypes.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    measured = json.loads((folder / "dtypes.json").read_text())
+    assert measured["bench"] == "dtypes" and measured["machine"]["device"] == "cpu"
+    result = subprocess.run(
+        [sys.executable, "bench/collect_table.py", "--json-dir", str(folder), "--out", str(tmp_path / "table.md")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "no figures from machine, encoders, vlp_decoding, tden_decoding, detector, training, data" in result.stderr
+    assert (tmp_path / "table.md").read_text() == result.stdout
+    rows = table_rows(result.stdout)
+    dtype_rows = [row for row in rows if row[0] == "dtypes"]
+    assert [row[2].split(",")[0] for row in dtype_rows] == [row["dtype"] for row in measured["figures"]]
+    for row, figure in zip(dtype_rows, measured["figures"]):
+        assert float(row[3]) == pytest.approx(figure["gflops"], rel=6e-3)
+    missing = {row[0] for row in rows if row[1].startswith("not measured")}
+    assert missing == {"encoders", "vlp_decoding", "tden_decoding", "detector", "training", "data"}
+
+
+@pytest.mark.slow
+def test_a_quick_cpu_run_fills_every_row_of_the_table(tmp_path):
+    out = tmp_path / "out"
+    result = run_all("--device", "cpu", "--quick", out=out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (out / "table.md").read_text()
+    assert table in result.stdout
+    assert re.search(r"cpu: .*matmul peak GFLOP/s: fp32 [\d.]+ \(256²\), bf16 [\d.]+ \(256²\)", table)
+    rows = table_rows(table)
+    for bench, what, setting in EXPECTED_ROWS:
+        matching = [row for row in rows if row[0] == bench and what in row[1] and row[2].startswith(setting)]
+        assert len(matching) == 1, (bench, what, setting, table)
+        assert float(matching[0][3]) > 0
+    assert len(rows) == len(EXPECTED_ROWS) + 1  # and the int8 linear layer (CPU only)
+    for row in rows:
+        assert row[4] and float(row[3]) > 0, row
+        if row[0] == "encoders":
+            assert re.fullmatch(r"[\d.]+% of (fp32|bf16)", row[5]), row
+    for name in ("machine", "encoders", "vlp_decoding", "tden_decoding", "detector", "training", "data", "dtypes"):
+        figures = json.loads((out / "json" / f"{name}.json").read_text())
+        assert figures["bench"] == name and figures["machine"]["device"] == "cpu"

@@ -22,8 +22,11 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 (transformers scans it to decide whether the backend may be switched; see `layers.AttentionPooling`).
 """
 
+import os
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Any, Self
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
 # their modeling files, which import BERT; BERT must not be half-imported at that moment.
@@ -535,19 +538,19 @@ class TdenBeamCache(EncoderDecoderCache):
     keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
     both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
 
-    def __init__(self, *caches):
+    def __init__(self, *caches: DynamicCache) -> None:
         super().__init__(*(caches or (DynamicCache(), DynamicCache())))
         self.cross_attention_copies = 1
 
-    def batch_repeat_interleave(self, repeats: int):
+    def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)
         self.cross_attention_copies *= repeats
 
-    def batch_select_indices(self, indices: torch.Tensor):
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
         super().batch_select_indices(indices)
         self.cross_attention_copies = 1
 
-    def reorder_cache(self, beam_idx: torch.LongTensor):
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         copies = self.cross_attention_copies
         if copies > 1:
             groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
@@ -563,7 +566,7 @@ class TdenEmbeddings(BertEmbeddings):
     """BERT's text embeddings (word + position + type, LayerNorm, dropout) with the original's plain
     `nn.LayerNorm` eps (`config.embedding_layer_norm_eps`, 1e-5) and three token types."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
 
@@ -572,7 +575,7 @@ class TdenRegionEmbeddings(nn.Module):
     """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (X-modaler's `VisualBaseEmbedding`; the
     location is added *before* the LayerNorm, eps 1e-5). Input `(B, R, F)` and `(B, R, 5)`, output `(B, R, H)`."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         self.feature_embeddings = nn.Linear(config.region_feature_dim, config.hidden_size)
         self.location_embeddings = nn.Linear(config.region_location_dim, config.hidden_size)
@@ -587,7 +590,7 @@ class TdenRegionEmbeddings(nn.Module):
 class TdenLayerStack(nn.Module):
     """A stack of layers under the attribute `layer` (parameter names `<stack>.layer.N.*`, as BERT's encoder)."""
 
-    def __init__(self, layers):
+    def __init__(self, layers: Iterable[nn.Module]) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)
 
@@ -602,7 +605,7 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
     once cached, encoder_attention_mask, cache) → `(hidden_states, self_probabilities, cross_probabilities)`.
     """
 
-    def __init__(self, config: TdenConfig, layer_idx: int | None = None):
+    def __init__(self, config: TdenConfig, layer_idx: int | None = None) -> None:
         super().__init__()
         self.attention = BertAttention(config, is_causal=True, layer_idx=layer_idx)
         self.crossattention = BertAttention(config, is_causal=False, layer_idx=layer_idx, is_cross_attention=True)
@@ -611,13 +614,13 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
 
     def forward(
         self,
-        hidden_states,
-        attention_mask=None,
-        encoder_hidden_states=None,
-        encoder_attention_mask=None,
-        cache=None,
-        **kwargs,
-    ):
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         attended, self_probabilities = self.attention(hidden_states, attention_mask, **cache_argument(cache), **kwargs)
         attended, cross_probabilities = self.crossattention(
             attended, None, encoder_hidden_states, encoder_attention_mask, **cache_argument(cache), **kwargs
@@ -629,7 +632,7 @@ class TdenLMHead(nn.Module):
     """X-modaler's `BertPredictionHead`: `transform` (dense, GELU, LayerNorm 1e-12) then `decoder` (Linear to the
     vocabulary, with its bias). Not tied to the word embeddings; shared by MLM, MSG and captioning."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
@@ -647,7 +650,7 @@ class TdenWeightedPooler(nn.Module):
     at least two examples (BatchNorm1d's rule).
     """
 
-    def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool):
+    def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool) -> None:
         super().__init__()
         self.att = nn.Sequential(
             nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden_size, 1)
@@ -668,7 +671,7 @@ class TdenSimilarityHead(nn.Module):
     encoder's last layer (understanding stream); `v_pooler[i]` pools object-encoder layer i, the results are summed
     and divided by √(#layers). Both vectors are L2-normalised; the score of a pair is their dot product."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         size, bn = config.similarity_pooler_size, config.similarity_pooler_batchnorm
 
@@ -678,7 +681,13 @@ class TdenSimilarityHead(nn.Module):
         self.t_pooler = pooler()
         self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_visual_layers))
 
-    def forward(self, sentence_states, text_mask, object_layers, region_mask):
+    def forward(
+        self,
+        sentence_states: torch.Tensor,
+        text_mask: torch.Tensor,
+        object_layers: tuple[torch.Tensor, ...],
+        region_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns `(text_embeds (B, size), image_embeds (B, size))`, both L2-normalised."""
         image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, object_layers))
         image = F.normalize(image / len(self.v_pooler) ** 0.5, p=2, dim=1)
@@ -692,7 +701,7 @@ class TdenAnswerHead(nn.Module):
     Linear). Generation branch (`generation_branch`, when the model runs its decoder over the question):
     `g_logits(g_pooler(last decoder layer))`."""
 
-    def __init__(self, config: TdenConfig, generation_branch: bool):
+    def __init__(self, config: TdenConfig, generation_branch: bool) -> None:
         super().__init__()
         size, bn, hidden = config.classifier_pooler_size, config.classifier_pooler_batchnorm, config.hidden_size
 
@@ -711,7 +720,9 @@ class TdenAnswerHead(nn.Module):
             self.g_pooler = pooler()
             self.g_logits = logits()
 
-    def forward(self, outputs: TdenModelOutput, text_mask, region_mask):
+    def forward(
+        self, outputs: TdenModelOutput, text_mask: torch.Tensor, region_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         visual = sum(
             pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.cross_encoder_vision_layers)
         )
@@ -722,7 +733,9 @@ class TdenAnswerHead(nn.Module):
         return understanding, generation
 
 
-def batch_hardest_triplet_loss(similarity: torch.Tensor, margin: float, group_ids: torch.Tensor | None = None):
+def batch_hardest_triplet_loss(
+    similarity: torch.Tensor, margin: float, group_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """The original's `BatchTriplet` with `max_violation=True`, divided by the batch size (as `PretrainLosses` does).
 
     similarity `(B, B)`: `[sentence i, image j]` scores, matched pairs on the diagonal. For each sentence the hardest
@@ -752,7 +765,9 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     _config_from_other_heads: dict = {}
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike | None, *args: Any, **kwargs: Any
+    ) -> Self:
         if "config" not in kwargs:
             for field, value in cls._config_from_other_heads.items():
                 kwargs.setdefault(field, value)
@@ -889,7 +904,7 @@ def _run_stack(layers, hidden_states, mask, **kwargs) -> tuple[torch.Tensor, tup
 class TdenModel(TdenPreTrainedModel):
     _can_record_outputs = _RECORDED_OUTPUTS
 
-    def __init__(self, config: TdenConfig, add_cross_encoder: bool = True, add_decoder: bool = True):
+    def __init__(self, config: TdenConfig, add_cross_encoder: bool = True, add_decoder: bool = True) -> None:
         super().__init__(config)
         self.embeddings = TdenEmbeddings(config)
         self.region_embeddings = TdenRegionEmbeddings(config)
@@ -1170,7 +1185,7 @@ def _word_and_region_losses(
     """
 )
 class TdenForPreTraining(TdenPreTrainedModel):
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config)
         self.lm_head = TdenLMHead(config)
@@ -1180,10 +1195,10 @@ class TdenForPreTraining(TdenPreTrainedModel):
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
 
-    def get_output_embeddings(self):
+    def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head.decoder
 
-    def set_output_embeddings(self, new_embeddings):
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
     @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _PRETRAINING_ARGS)
@@ -1284,7 +1299,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
 class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?cross_encoder\.", r"^region_head\.", r"^similarity\."]
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         if config.num_decoder_layers < 1:
             raise ValueError(
@@ -1295,10 +1310,10 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         self.lm_head = TdenLMHead(config)
         self.post_init()
 
-    def get_output_embeddings(self):
+    def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head.decoder
 
-    def set_output_embeddings(self, new_embeddings):
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
     def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
@@ -1492,7 +1507,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
     _config_from_other_heads = {"bidirectional_decoder": True}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VQA head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
         if config.num_decoder_layers > 0 and not config.bidirectional_decoder:
@@ -1571,7 +1586,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     # The cross-modal encoder and the decoder, which retrieval never runs, are not built (X-modaler's `TDENRetrieval`).
     _config_from_other_heads = {"num_cross_encoder_layers": 0, "num_decoder_layers": 0}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config, add_cross_encoder=False, add_decoder=False)
         self.similarity = TdenSimilarityHead(config)
@@ -1642,7 +1657,7 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?decoder\."]  # built only with a bidirectional decoder
     _config_from_other_heads = {"num_labels": 1}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
         if config.num_labels != 1:

@@ -243,13 +243,20 @@ class VilbertEmbeddings(BertEmbeddings):
     inserted after [CLS], after the word + position + type sum and before the LayerNorm, with no position or type
     embedding of its own (the later tokens keep their positions), as the multi-task release does."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.task_embeddings = (
             nn.Embedding(config.num_task_tokens, config.hidden_size) if config.num_task_tokens > 0 else None
         )
 
-    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, task_ids=None):
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        task_ids: torch.LongTensor | None = None,
+    ) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         batch, length = inputs_embeds.shape[:2]
@@ -269,7 +276,7 @@ class VilbertImageEmbeddings(nn.Module):
     """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (the text stream's dropout probability, as
     the original). Regions get no position or type embedding."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.image_embeddings = nn.Linear(config.region_feature_dim, config.visual_hidden_size)
         self.image_location_embeddings = nn.Linear(config.region_location_dim, config.visual_hidden_size)
@@ -284,7 +291,7 @@ class VilbertImageEmbeddings(nn.Module):
 class VilbertPooler(nn.Module):
     """`ReLU(Linear(first position))` into the `bi_hidden_size` space (ViLBERT's poolers use ReLU, not tanh)."""
 
-    def __init__(self, hidden_size: int, pooled_size: int):
+    def __init__(self, hidden_size: int, pooled_size: int) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, pooled_size)
 
@@ -317,7 +324,7 @@ class VilbertEncoder(nn.Module):
     With `add_text_output=False` the text stream ends at the last co-attention layer, which is one-sided (only the
     region queries over the text): the text layers after it are not built and the text output is None."""
 
-    def __init__(self, config: VilbertConfig, add_text_output: bool = True):
+    def __init__(self, config: VilbertConfig, add_text_output: bool = True) -> None:
         super().__init__()
         self.config = config
         text, visual = text_stream_config(config), visual_stream_config(config)
@@ -349,7 +356,13 @@ class VilbertEncoder(nn.Module):
         }
 
     def forward(
-        self, text, vision, attention_mask, region_attention_mask, pair_index=None, **kwargs
+        self,
+        text: torch.Tensor,
+        vision: torch.Tensor,
+        attention_mask: torch.Tensor,
+        region_attention_mask: torch.Tensor,
+        pair_index: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
         """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
         `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
@@ -497,7 +510,7 @@ def _check_inputs(
     """,
 )
 class VilbertModel(VilbertPreTrainedModel):
-    def __init__(self, config: VilbertConfig, add_pooling_layer: bool = True, add_text_output: bool = True):
+    def __init__(self, config: VilbertConfig, add_pooling_layer: bool = True, add_text_output: bool = True) -> None:
         super().__init__(config)
         if not add_text_output and add_pooling_layer:
             raise ValueError(
@@ -632,7 +645,7 @@ class _VilbertHead(VilbertPreTrainedModel):
     heads whose examples hold several pairs) go through the trunk, then `_head` computes the task's logits and loss
     from the trunk's outputs. The original applies dropout to the fused pooled output before every head."""
 
-    def __init__(self, config: VilbertConfig, **model_arguments):
+    def __init__(self, config: VilbertConfig, **model_arguments) -> None:
         super().__init__(config)
         self.vilbert = VilbertModel(config, **model_arguments)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -703,7 +716,7 @@ class VilbertImagePredictionHead(nn.Module):
     """Masked-region classification (`cls.imagePredictions`): BERT's prediction transform at the visual width (with
     the text stream's activation, as the original), then `decoder` Linear(visual_hidden_size, num_region_labels)."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(StreamConfig(config, hidden_size=config.visual_hidden_size))
         self.decoder = nn.Linear(config.visual_hidden_size, config.num_region_labels)
@@ -716,7 +729,7 @@ class VilbertPreTrainingHeads(nn.Module):
     """`predictions` (BERT's MLM head, decoder tied to the word embeddings), `bi_seq_relationship` (alignment, class
     0 = aligned) and `imagePredictions` (masked-region classes), named as the original's `cls`."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
         self.bi_seq_relationship = nn.Linear(config.bi_hidden_size, 2)
@@ -754,7 +767,7 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.cls = VilbertPreTrainingHeads(config)
         self.post_init()
@@ -833,7 +846,7 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     """
 )
 class VilbertForQuestionAnswering(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_prediction = answer_head(config, config.bi_hidden_size, config.num_labels)
         self.post_init()
@@ -855,7 +868,7 @@ class VilbertForQuestionAnswering(_VilbertHead):
     """
 )
 class VilbertForVisualEntailment(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_tri_prediction = nn.Linear(config.bi_hidden_size, 3)
         self.post_init()
@@ -884,7 +897,7 @@ def _cross_entropy(logits, labels):
     """
 )
 class VilbertForImageTextRetrieval(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
         self.post_init()
@@ -960,7 +973,7 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
     """
 )
 class VilbertForMultipleChoice(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
         self.post_init()
@@ -990,7 +1003,7 @@ class VilbertForMultipleChoice(_VilbertHead):
     """
 )
 class VilbertForVisualReasoning(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_binary_prediction = answer_head(config, 2 * config.bi_hidden_size, 2)
         self.post_init()
@@ -1075,7 +1088,7 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
     """
 )
 class VilbertForReferringExpression(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config, add_pooling_layer=False, add_text_output=False)
         self.vision_logit = nn.Linear(config.visual_hidden_size, 1)
         # What a full model's (or an older version's) checkpoint has and this head does not build.

@@ -58,9 +58,11 @@ from ..layers import (
     RegionClassificationHead,
     check_region_inputs,
     extended_attention_mask,
+    flatten_choices,
     gather_masked,
     same_pair_mask,
     soft_score_loss,
+    text_with_choice_axis,
 )
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
@@ -1645,12 +1647,18 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         )
 
 
+# Per-example dimensions of a region input shared by every choice (`flatten_choices` repeats it).
+_REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
+
+
 @auto_docstring(
     custom_intro="""
     VCR (X-modaler's `TDENBiTransformer` with a one-label `MultiModalPredictor`): each (question, choice) pair
     `[CLS] q [SEP] a [SEP]` (types 0 then 1) is encoded with the image; the understanding branch scores it (and the
     generation branch too when the model has decoder layers, which the released VCR model has not); the choices are
-    ranked by the summed scores and trained with cross-entropy over the choices.
+    ranked by the summed scores and trained with cross-entropy over the choices. The regions
+    `(batch_size, num_regions, ...)` are shared by the choices, or given per choice
+    `(batch_size, num_choices, num_regions, ...)`.
     """
 )
 class TdenForMultipleChoice(TdenPreTrainedModel):
@@ -1690,35 +1698,26 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         Returns:
             `TdenMultipleChoiceOutput`: `logits` `(batch_size, num_choices)`.
         """
-        text = input_ids if input_ids is not None else inputs_embeds
-        expected = 3 if input_ids is not None else 4
-        if text is None or text.ndim != expected:
-            raise ValueError(
-                "multiple choice needs input_ids of shape (batch, num_choices, length) (or inputs_embeds "
-                f"of shape (batch, num_choices, length, hidden)), got {None if text is None else tuple(text.shape)}"
-            )
+        batch, choices = text_with_choice_axis(input_ids, inputs_embeds).shape[:2]
         _require_regions("VCR", region_features)
-        batch, choices = text.shape[:2]
-
-        def flat(t):
-            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
-
-        def repeat(t):
-            return None if t is None else t.repeat_interleave(choices, dim=0)
-
-        outputs = self.tden(
-            input_ids=flat(input_ids),
-            attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids),
-            region_features=repeat(region_features),
-            region_locations=repeat(region_locations),
-            region_attention_mask=repeat(region_attention_mask),
-            inputs_embeds=flat(inputs_embeds),
-            **kwargs,
+        pairs = flatten_choices(
+            dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                region_features=region_features,
+                region_locations=region_locations,
+                region_attention_mask=region_attention_mask,
+                inputs_embeds=inputs_embeds,
+            ),
+            batch,
+            choices,
+            _REGION_NDIMS,
         )
-        text_mask = flat(attention_mask) if attention_mask is not None else _ones(outputs.language_output)
+        outputs = self.tden(**pairs, **kwargs)
+        text_mask = pairs["attention_mask"] if attention_mask is not None else _ones(outputs.language_output)
         region_mask = (
-            repeat(region_attention_mask) if region_attention_mask is not None else _ones(outputs.vision_output)
+            pairs["region_attention_mask"] if region_attention_mask is not None else _ones(outputs.vision_output)
         )
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = understanding if generation is None else understanding + generation

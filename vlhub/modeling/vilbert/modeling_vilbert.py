@@ -36,7 +36,10 @@ from ..layers import (
     classifier_head,
     extended_attention_mask,
     flatten_choices,
+    labelled_tokens,
+    negative_groups,
     soft_score_loss,
+    text_with_choice_axis,
 )
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
@@ -786,14 +789,11 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
         if labels is not None:
             if self.config.num_task_tokens > 0 and labels.shape[1] == text.shape[1] - 1:
                 labels = torch.cat([labels[:, :1], torch.full_like(labels[:, :1], -100), labels[:, 1:]], dim=1)
-            if labels.shape != text.shape[:2]:
-                raise ValueError(
-                    f"labels must have shape (batch, text_length) = {tuple(text.shape[:2])}, got {tuple(labels.shape)}"
-                )
+            labelled = labelled_tokens(labels, text)
             losses["mlm_loss"] = F.cross_entropy(
-                prediction_logits.flatten(0, 1).float(), labels.masked_fill(labels < 0, -100).flatten()
+                prediction_logits.flatten(0, 1).float(), labels.masked_fill(~labelled, -100).flatten()
             )
-            mlm_logits = prediction_logits[labels >= 0]
+            mlm_logits = prediction_logits[labelled]
         if region_class_targets is not None:
             if region_labels is None:
                 raise ValueError("region_class_targets need region_labels (1 at the masked regions)")
@@ -933,28 +933,9 @@ class VilbertForImageTextRetrieval(_VilbertHead):
         logits = self.vil_logit(self.dropout(outputs.pooler_output))
         loss = None
         if num_negatives is not None:
-            group = num_negatives + 1
-            if num_negatives < 1 or logits.shape[0] % group:
-                raise ValueError(
-                    f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole "
-                    f"groups of {group} pairs (matched pair first)"
-                )
-            scores = logits.float().view(-1, group)
+            scores = negative_groups(logits, num_negatives)
             loss = F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
         return self._output(loss, logits, outputs)
-
-
-def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
-    """`(batch, n)` of multi-pair text inputs `(batch, n, T)` (or inputs_embeds `(batch, n, T, H)`)."""
-    ids, embeds = inputs["input_ids"], inputs["inputs_embeds"]
-    text = ids if ids is not None else embeds
-    if text is None or text.ndim != (3 if ids is not None else 4):
-        shape = None if text is None else tuple(text.shape)
-        raise ValueError(
-            f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
-            f"(batch, n, T, hidden)), got {shape}"
-        )
-    return text.shape[0], text.shape[1]
 
 
 _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
@@ -979,14 +960,14 @@ class VilbertForMultipleChoice(_VilbertHead):
         self.post_init()
 
     def _pairs(self, inputs):
-        batch, choices = _text_shape(inputs, "multiple choice")
+        batch, choices = text_with_choice_axis(inputs["input_ids"], inputs["inputs_embeds"]).shape[:2]
         task_ids = inputs["task_ids"]
         flat = flatten_choices({k: v for k, v in inputs.items() if k != "task_ids"}, batch, choices, _REGION_NDIMS)
         flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(choices, dim=0)
         return flat
 
     def _head(self, outputs, labels, inputs):
-        batch, choices = _text_shape(inputs, "multiple choice")
+        batch, choices = text_with_choice_axis(inputs["input_ids"], inputs["inputs_embeds"]).shape[:2]
         logits = self.vil_logit(self.dropout(outputs.pooler_output)).view(batch, choices)
         return self._output(_cross_entropy(logits, labels), logits, outputs)
 

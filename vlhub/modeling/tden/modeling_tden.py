@@ -25,7 +25,7 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 import os
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Self
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
@@ -64,6 +64,7 @@ from ..layers import (
     soft_score_loss,
     text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
@@ -161,8 +162,20 @@ class TdenModelOutput(ModelOutput):
     decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+# The per-layer records of each stream (`TdenModelOutput` documents them): a head passes on those of the streams it
+# runs.
+_SENTENCE_RECORDS = ("hidden_states", "attentions")
+_GENERATION_RECORDS = ("generation_hidden_states", "generation_attentions")
+_OBJECT_RECORDS = ("vision_hidden_states", "vision_attentions")
+_CROSS_RECORDS = ("cross_encoder_hidden_states", "cross_encoder_attentions")
+_DECODER_RECORDS = ("decoder_hidden_states", "decoder_attentions", "decoder_cross_attentions")
+
+
 @auto_docstring
 @dataclass
+@layer_records(
+    TdenModelOutput, *_SENTENCE_RECORDS, *_GENERATION_RECORDS, *_OBJECT_RECORDS, *_CROSS_RECORDS, *_DECODER_RECORDS
+)
 class TdenForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -187,28 +200,6 @@ class TdenForPreTrainingOutput(ModelOutput):
         The L2-normalised sentence vectors of image-sentence matching.
     image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`, *optional*):
         The L2-normalised image vectors of image-sentence matching.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    generation_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.generation_hidden_states`.
-    generation_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.generation_attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`.
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`.
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -222,25 +213,23 @@ class TdenForPreTrainingOutput(ModelOutput):
     similarity: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     image_embeds: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    generation_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    generation_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring(
     custom_intro="""
-    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the decoder's hidden states.
+    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the per-layer records of the decoder and
+    the object encoder (the object encoder's are `None` at the decoding steps that reuse the cached regions).
     """
 )
 @dataclass
+@layer_records(
+    TdenModelOutput,
+    "decoder_hidden_states",
+    "vision_hidden_states",
+    "vision_attentions",
+    "decoder_attentions",
+    "decoder_cross_attentions",
+)
 class TdenCaptioningOutput(CausalLMOutputWithPast):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
@@ -255,23 +244,7 @@ class TdenCaptioningOutput(CausalLMOutputWithPast):
         `(batch, length, hidden_size)`.
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         The sentence encoder's self-attention per layer, `(batch, num_attention_heads, length, past + length)`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The decoder's input and one entry per decoder layer, each `(batch, length, hidden_size)`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states` (`None` at the decoding steps that reuse the cached regions).
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions` (`None` at the decoding steps that reuse the cached regions).
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
-
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
@@ -293,6 +266,7 @@ class TdenBeamSearchOutput(ModelOutput):
 
 @auto_docstring
 @dataclass
+@layer_records(TdenModelOutput, *_SENTENCE_RECORDS, *_OBJECT_RECORDS, *_CROSS_RECORDS, *_DECODER_RECORDS)
 class TdenQuestionAnsweringOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
@@ -304,43 +278,17 @@ class TdenQuestionAnsweringOutput(ModelOutput):
         The cross-modal encoder branch.
     generation_logits (`torch.FloatTensor` of shape `(batch, num_labels)`, *optional*):
         The decoder branch (`None` without a decoder).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`.
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`.
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     understanding_logits: torch.FloatTensor | None = None
     generation_logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(TdenModelOutput, *_SENTENCE_RECORDS, *_OBJECT_RECORDS)
 class TdenRetrievalOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `return_loss=True`):
@@ -357,14 +305,6 @@ class TdenRetrievalOutput(ModelOutput):
         L2-normalised sentence vectors.
     image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`):
         L2-normalised image vectors.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -373,51 +313,28 @@ class TdenRetrievalOutput(ModelOutput):
     logits_per_image: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     image_embeds: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(
+    TdenModelOutput,
+    *_SENTENCE_RECORDS,
+    *_OBJECT_RECORDS,
+    *_CROSS_RECORDS,
+    *_DECODER_RECORDS,
+    note=", one row per (example, choice)",
+)
 class TdenMultipleChoiceOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
         Cross-entropy over the choices.
     logits (`torch.FloatTensor` of shape `(batch, num_choices)`):
         One score per choice.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states`, one row per (example, choice).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions`, one row per (example, choice).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`, one row per (example, choice).
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`, one row per (example, choice).
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`, one row per (example, choice).
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`, one row per (example, choice).
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`, one row per (example, choice).
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`, one row per (example, choice).
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`, one row per (example, choice).
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # What auto_docstring does not know of TDEN's inputs, or knows only in general terms.
@@ -837,32 +754,12 @@ _RECORDED_OUTPUTS = {
     "decoder_attentions": OutputRecorder(TdenDecoderLayer, index=1),
     "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
 }
-_GENERATION_FIELDS = {"hidden_states": "generation_hidden_states", "attentions": "generation_attentions"}
-_STREAM_RECORD_FIELDS = (*_RECORDED_OUTPUTS, *_GENERATION_FIELDS.values())
-
-
-def _declared_records(output_class: type[ModelOutput]) -> tuple[str, ...]:
-    declared = {field.name for field in fields(output_class)}
-    return tuple(name for name in _STREAM_RECORD_FIELDS if name in declared)
-
-
-# Worked out once at import: `dataclasses.fields` inside a forward breaks `torch.compile(fullgraph=True)`.
-_RECORDS_DECLARED_BY = {
-    output_class.__name__: _declared_records(output_class)
-    for output_class in (
-        TdenForPreTrainingOutput,
-        TdenCaptioningOutput,
-        TdenQuestionAnsweringOutput,
-        TdenRetrievalOutput,
-        TdenMultipleChoiceOutput,
-    )
-}
+_GENERATION_FIELDS = dict(zip(_SENTENCE_RECORDS, _GENERATION_RECORDS))
 
 
 def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
-    """The per-layer records of `outputs` (hidden states and attentions of every stream) that a head's output class
-    declares: a head passes on those of the streams it runs, as transformers' multi-stream heads do (LXMERT's)."""
-    return {name: outputs.get(name) for name in _RECORDS_DECLARED_BY[output_class.__name__]}
+    """The per-layer records of `outputs` that a head's output class passes on (its `layer_records`)."""
+    return {name: outputs.get(name) for name in output_class.record_fields}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
@@ -1493,7 +1390,12 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         targets = shift_labels if shift_labels is not None else labels
         loss = _token_loss(logits, targets, self.config.label_smoothing) if targets is not None else None
         return TdenCaptioningOutput(
-            loss=loss, logits=logits, **cache_argument(outputs.cache), **_stream_records(outputs, TdenCaptioningOutput)
+            loss=loss,
+            logits=logits,
+            **cache_argument(outputs.cache),
+            hidden_states=outputs.get("hidden_states"),
+            attentions=outputs.get("attentions"),
+            **_stream_records(outputs, TdenCaptioningOutput),
         )
 
 

@@ -41,6 +41,7 @@ from ..layers import (
     soft_score_loss,
     text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
 from .layers_vilbert import CoAttentionLayer, StreamConfig, StreamLayer, cross_stream_mask
@@ -108,6 +109,8 @@ class VilbertModelOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+# The per-layer records of both streams and the co-attention (`VilbertModelOutput` documents them), which every head
+# passes on.
 _PER_LAYER_FIELDS = (
     "hidden_states",
     "attentions",
@@ -124,6 +127,7 @@ def _per_layer(outputs: VilbertModelOutput) -> dict:
 
 @auto_docstring
 @dataclass
+@layer_records(VilbertModelOutput, *_PER_LAYER_FIELDS)
 class VilbertClassifierOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
@@ -134,33 +138,16 @@ class VilbertClassifierOutput(ModelOutput):
     pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`, *optional*):
         The fused pooled output (see `VilbertModelOutput`); None for `VilbertForReferringExpression`, which has no
         poolers.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_attentions`.
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.text_to_vision_attentions`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(VilbertModelOutput, *_PER_LAYER_FIELDS)
 class VilbertForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -182,18 +169,6 @@ class VilbertForPreTrainingOutput(ModelOutput):
         Image-caption alignment; **class 0 = aligned**, as in the original.
     pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
         The fused pooled output (see `VilbertModelOutput`).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_attentions`.
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.text_to_vision_attentions`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -205,12 +180,6 @@ class VilbertForPreTrainingOutput(ModelOutput):
     region_logits: torch.FloatTensor | None = None
     alignment_logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # What auto_docstring does not know of ViLBERT's inputs (it documents `input_ids`, `attention_mask`, ... itself).

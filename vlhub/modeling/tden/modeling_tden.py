@@ -601,16 +601,12 @@ class TdenSimilarityHead(nn.Module):
         self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_visual_layers))
 
     def forward(
-        self,
-        sentence_states: torch.Tensor,
-        text_mask: torch.Tensor,
-        object_layers: tuple[torch.Tensor, ...],
-        region_mask: torch.Tensor,
+        self, outputs: TdenModelOutput, text_mask: torch.Tensor, region_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns `(text_embeds (B, size), image_embeds (B, size))`, both L2-normalised."""
-        image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, object_layers))
+        image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.object_encoder_layers))
         image = F.normalize(image / len(self.v_pooler) ** 0.5, p=2, dim=1)
-        text = F.normalize(self.t_pooler(sentence_states, text_mask), p=2, dim=1)
+        text = F.normalize(self.t_pooler(outputs.sentence_encoder_output, text_mask), p=2, dim=1)
         return text, image
 
 
@@ -1024,9 +1020,37 @@ class TdenModel(TdenPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------- heads
-def _require_regions(name: str, region_features):
+def _run_trunk(
+    tden: "TdenModel",
+    task: str,
+    input_ids: torch.LongTensor | None,
+    attention_mask: torch.Tensor | None,
+    token_type_ids: torch.LongTensor | None,
+    region_features: torch.FloatTensor | None,
+    region_locations: torch.FloatTensor | None,
+    region_attention_mask: torch.Tensor | None,
+    inputs_embeds: torch.FloatTensor | None,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[TdenModelOutput, torch.Tensor | None, torch.Tensor]:
+    """A head's run of its `TdenModel` over the understanding stream and the regions (which every head but
+    captioning needs; `kwargs` add the generation stream for pre-training): `(outputs, text mask, region mask)`, the
+    0/1 masks that the head's poolers read, all ones where not given (the text mask None without a text)."""
     if region_features is None:
-        raise ValueError(f"{name} needs regions: pass region_features, region_locations and region_attention_mask")
+        raise ValueError(f"{task} needs regions: pass region_features, region_locations and region_attention_mask")
+    outputs = tden(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        region_features=region_features,
+        region_locations=region_locations,
+        region_attention_mask=region_attention_mask,
+        inputs_embeds=inputs_embeds,
+        **kwargs,
+    )
+    text = input_ids if input_ids is not None else inputs_embeds
+    text_mask = attention_mask if attention_mask is not None or text is None else _ones(text)
+    region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+    return outputs, text_mask, region_mask
 
 
 def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -1126,20 +1150,20 @@ class TdenForPreTraining(TdenPreTrainedModel):
         Returns:
             `TdenForPreTrainingOutput`: the four objectives' logits and losses.
         """
-        _require_regions("pre-training", region_features)
-        outputs = self.tden(
+        has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "pre-training",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             region_features=region_features,
             region_locations=region_locations,
             region_attention_mask=region_attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=attention_mask
-            if decoder_input_ids is not None or decoder_inputs_embeds is not None
-            else None,
-            decoder_token_type_ids=decoder_token_type_ids,
             inputs_embeds=inputs_embeds,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=attention_mask if has_generation else None,
+            decoder_token_type_ids=decoder_token_type_ids,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=False,  # a training objective: nothing is decoded further
             **kwargs,
@@ -1151,7 +1175,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions, region_class_targets
         )
         text_embeds, image_embeds, similarity, ism_loss = self._image_sentence_matching(
-            outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
+            outputs, text_mask, region_mask, image_ids, compute_similarity
         )
         if ism_loss is not None:  # last: the total sums the losses in the original's order
             losses["ism_loss"] = ism_loss
@@ -1167,18 +1191,12 @@ class TdenForPreTraining(TdenPreTrainedModel):
             **_stream_records(outputs, TdenForPreTrainingOutput),
         )
 
-    def _image_sentence_matching(
-        self, outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
-    ):
+    def _image_sentence_matching(self, outputs, text_mask, region_mask, image_ids, compute_similarity):
         """Image-sentence matching apart from `forward`'s other objectives: `(text_embeds, image_embeds, similarity,
         loss)`, all None when skipped; the loss only in training mode or with `image_ids`."""
         if not compute_similarity or outputs.sentence_encoder_output is None:
             return None, None, None, None
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-        text_embeds, image_embeds = self.similarity(
-            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
-        )
+        text_embeds, image_embeds = self.similarity(outputs, text_mask, region_mask)
         similarity = text_embeds @ image_embeds.t()
         loss = None
         if self.training or image_ids is not None:
@@ -1439,8 +1457,9 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         Returns:
             `TdenQuestionAnsweringOutput`: `logits` `(batch_size, num_labels)`.
         """
-        _require_regions("VQA", region_features)
-        outputs = self.tden(
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "VQA",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -1450,8 +1469,6 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.language_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = F.softmax(understanding, dim=-1)
         if generation is not None:
@@ -1515,8 +1532,9 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         Returns:
             `TdenRetrievalOutput`: `logits` `(batch_size, 1)` and the in-batch similarity matrix.
         """
-        _require_regions("retrieval", region_features)
-        outputs = self.tden(
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "retrieval",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -1528,11 +1546,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         )
         if outputs.sentence_encoder_output is None:
             raise ValueError("retrieval needs the sentences (input_ids)")
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-        text_embeds, image_embeds = self.similarity(
-            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
-        )
+        text_embeds, image_embeds = self.similarity(outputs, text_mask, region_mask)
         logits_per_text = text_embeds @ image_embeds.t()
         return_loss = self.training if return_loss is None else return_loss
         loss = None
@@ -1601,7 +1615,6 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
             `TdenMultipleChoiceOutput`: `logits` `(batch_size, num_choices)`.
         """
         batch, choices = text_with_choice_axis(input_ids, inputs_embeds).shape[:2]
-        _require_regions("VCR", region_features)
         pairs = flatten_choices(
             dict(
                 input_ids=input_ids,
@@ -1616,11 +1629,7 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
             choices,
             _REGION_NDIMS,
         )
-        outputs = self.tden(**pairs, **kwargs)
-        text_mask = pairs["attention_mask"] if attention_mask is not None else _ones(outputs.language_output)
-        region_mask = (
-            pairs["region_attention_mask"] if region_attention_mask is not None else _ones(outputs.vision_output)
-        )
+        outputs, text_mask, region_mask = _run_trunk(self.tden, "VCR", **pairs, **kwargs)
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)

@@ -265,6 +265,11 @@ def test_multiple_choice_scores_each_choice():
         out = model(**choices, labels=torch.tensor([0, 2]))
     assert out.logits.shape == (B, 3)
     torch.testing.assert_close(out.logits[:, 0], out.logits[:, 1])  # identical choices score identically
+    per_choice = {**choices, **{name: torch.stack([value] * 3, 1) for name, value in regions(batch).items()}}
+    with torch.no_grad():
+        torch.testing.assert_close(model(**per_choice).logits, out.logits)  # the regions given once per choice
+    with pytest.raises(ValueError, match="num_choices"):
+        model(**batch)
 
 
 def test_pretraining_losses_follow_the_original():

@@ -22,8 +22,11 @@ encoder and the decoder, so incremental decoding recomputes nothing. Keep attent
 (transformers scans it to decide whether the backend may be switched; see `layers.AttentionPooling`).
 """
 
+import os
 import warnings
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Self
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
 # their modeling files, which import BERT; BERT must not be half-imported at that moment.
@@ -55,10 +58,13 @@ from ..layers import (
     RegionClassificationHead,
     check_region_inputs,
     extended_attention_mask,
+    flatten_choices,
     gather_masked,
     same_pair_mask,
     soft_score_loss,
+    text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
@@ -156,8 +162,20 @@ class TdenModelOutput(ModelOutput):
     decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+# The per-layer records of each stream (`TdenModelOutput` documents them): a head passes on those of the streams it
+# runs.
+_SENTENCE_RECORDS = ("hidden_states", "attentions")
+_GENERATION_RECORDS = ("generation_hidden_states", "generation_attentions")
+_OBJECT_RECORDS = ("vision_hidden_states", "vision_attentions")
+_CROSS_RECORDS = ("cross_encoder_hidden_states", "cross_encoder_attentions")
+_DECODER_RECORDS = ("decoder_hidden_states", "decoder_attentions", "decoder_cross_attentions")
+
+
 @auto_docstring
 @dataclass
+@layer_records(
+    TdenModelOutput, *_SENTENCE_RECORDS, *_GENERATION_RECORDS, *_OBJECT_RECORDS, *_CROSS_RECORDS, *_DECODER_RECORDS
+)
 class TdenForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -182,28 +200,6 @@ class TdenForPreTrainingOutput(ModelOutput):
         The L2-normalised sentence vectors of image-sentence matching.
     image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`, *optional*):
         The L2-normalised image vectors of image-sentence matching.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    generation_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.generation_hidden_states`.
-    generation_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.generation_attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`.
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`.
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -217,25 +213,23 @@ class TdenForPreTrainingOutput(ModelOutput):
     similarity: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     image_embeds: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    generation_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    generation_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring(
     custom_intro="""
-    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the decoder's hidden states.
+    transformers' `CausalLMOutputWithPast` (what `generate()` reads) plus the per-layer records of the decoder and
+    the object encoder (the object encoder's are `None` at the decoding steps that reuse the cached regions).
     """
 )
 @dataclass
+@layer_records(
+    TdenModelOutput,
+    "decoder_hidden_states",
+    "vision_hidden_states",
+    "vision_attentions",
+    "decoder_attentions",
+    "decoder_cross_attentions",
+)
 class TdenCaptioningOutput(CausalLMOutputWithPast):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
@@ -250,23 +244,7 @@ class TdenCaptioningOutput(CausalLMOutputWithPast):
         `(batch, length, hidden_size)`.
     attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
         The sentence encoder's self-attention per layer, `(batch, num_attention_heads, length, past + length)`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        The decoder's input and one entry per decoder layer, each `(batch, length, hidden_size)`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states` (`None` at the decoding steps that reuse the cached regions).
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions` (`None` at the decoding steps that reuse the cached regions).
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
-
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
@@ -288,6 +266,7 @@ class TdenBeamSearchOutput(ModelOutput):
 
 @auto_docstring
 @dataclass
+@layer_records(TdenModelOutput, *_SENTENCE_RECORDS, *_OBJECT_RECORDS, *_CROSS_RECORDS, *_DECODER_RECORDS)
 class TdenQuestionAnsweringOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
@@ -299,43 +278,17 @@ class TdenQuestionAnsweringOutput(ModelOutput):
         The cross-modal encoder branch.
     generation_logits (`torch.FloatTensor` of shape `(batch, num_labels)`, *optional*):
         The decoder branch (`None` without a decoder).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`.
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`.
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`.
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`.
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     understanding_logits: torch.FloatTensor | None = None
     generation_logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(TdenModelOutput, *_SENTENCE_RECORDS, *_OBJECT_RECORDS)
 class TdenRetrievalOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned with `return_loss=True`):
@@ -352,14 +305,6 @@ class TdenRetrievalOutput(ModelOutput):
         L2-normalised sentence vectors.
     image_embeds (`torch.FloatTensor` of shape `(batch, similarity_pooler_size)`):
         L2-normalised image vectors.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states` (the understanding stream's sentence encoder).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions` (the understanding stream's sentence encoder).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -368,51 +313,28 @@ class TdenRetrievalOutput(ModelOutput):
     logits_per_image: torch.FloatTensor | None = None
     text_embeds: torch.FloatTensor | None = None
     image_embeds: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(
+    TdenModelOutput,
+    *_SENTENCE_RECORDS,
+    *_OBJECT_RECORDS,
+    *_CROSS_RECORDS,
+    *_DECODER_RECORDS,
+    note=", one row per (example, choice)",
+)
 class TdenMultipleChoiceOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
         Cross-entropy over the choices.
     logits (`torch.FloatTensor` of shape `(batch, num_choices)`):
         One score per choice.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.hidden_states`, one row per (example, choice).
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.attentions`, one row per (example, choice).
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.vision_hidden_states`, one row per (example, choice).
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.vision_attentions`, one row per (example, choice).
-    cross_encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.cross_encoder_hidden_states`, one row per (example, choice).
-    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.cross_encoder_attentions`, one row per (example, choice).
-    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `TdenModelOutput.decoder_hidden_states`, one row per (example, choice).
-    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_attentions`, one row per (example, choice).
-    decoder_cross_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `TdenModelOutput.decoder_cross_attentions`, one row per (example, choice).
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
-    decoder_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # What auto_docstring does not know of TDEN's inputs, or knows only in general terms.
@@ -535,19 +457,19 @@ class TdenBeamCache(EncoderDecoderCache):
     keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
     both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
 
-    def __init__(self, *caches):
+    def __init__(self, *caches: DynamicCache) -> None:
         super().__init__(*(caches or (DynamicCache(), DynamicCache())))
         self.cross_attention_copies = 1
 
-    def batch_repeat_interleave(self, repeats: int):
+    def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)
         self.cross_attention_copies *= repeats
 
-    def batch_select_indices(self, indices: torch.Tensor):
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
         super().batch_select_indices(indices)
         self.cross_attention_copies = 1
 
-    def reorder_cache(self, beam_idx: torch.LongTensor):
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         copies = self.cross_attention_copies
         if copies > 1:
             groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
@@ -563,7 +485,7 @@ class TdenEmbeddings(BertEmbeddings):
     """BERT's text embeddings (word + position + type, LayerNorm, dropout) with the original's plain
     `nn.LayerNorm` eps (`config.embedding_layer_norm_eps`, 1e-5) and three token types."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
 
@@ -572,7 +494,7 @@ class TdenRegionEmbeddings(nn.Module):
     """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (X-modaler's `VisualBaseEmbedding`; the
     location is added *before* the LayerNorm, eps 1e-5). Input `(B, R, F)` and `(B, R, 5)`, output `(B, R, H)`."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         self.feature_embeddings = nn.Linear(config.region_feature_dim, config.hidden_size)
         self.location_embeddings = nn.Linear(config.region_location_dim, config.hidden_size)
@@ -587,7 +509,7 @@ class TdenRegionEmbeddings(nn.Module):
 class TdenLayerStack(nn.Module):
     """A stack of layers under the attribute `layer` (parameter names `<stack>.layer.N.*`, as BERT's encoder)."""
 
-    def __init__(self, layers):
+    def __init__(self, layers: Iterable[nn.Module]) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)
 
@@ -602,7 +524,7 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
     once cached, encoder_attention_mask, cache) → `(hidden_states, self_probabilities, cross_probabilities)`.
     """
 
-    def __init__(self, config: TdenConfig, layer_idx: int | None = None):
+    def __init__(self, config: TdenConfig, layer_idx: int | None = None) -> None:
         super().__init__()
         self.attention = BertAttention(config, is_causal=True, layer_idx=layer_idx)
         self.crossattention = BertAttention(config, is_causal=False, layer_idx=layer_idx, is_cross_attention=True)
@@ -611,13 +533,13 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
 
     def forward(
         self,
-        hidden_states,
-        attention_mask=None,
-        encoder_hidden_states=None,
-        encoder_attention_mask=None,
-        cache=None,
-        **kwargs,
-    ):
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         attended, self_probabilities = self.attention(hidden_states, attention_mask, **cache_argument(cache), **kwargs)
         attended, cross_probabilities = self.crossattention(
             attended, None, encoder_hidden_states, encoder_attention_mask, **cache_argument(cache), **kwargs
@@ -629,7 +551,7 @@ class TdenLMHead(nn.Module):
     """X-modaler's `BertPredictionHead`: `transform` (dense, GELU, LayerNorm 1e-12) then `decoder` (Linear to the
     vocabulary, with its bias). Not tied to the word embeddings; shared by MLM, MSG and captioning."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
@@ -647,7 +569,7 @@ class TdenWeightedPooler(nn.Module):
     at least two examples (BatchNorm1d's rule).
     """
 
-    def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool):
+    def __init__(self, hidden_size: int, output_size: int, dropout: float, use_batchnorm: bool) -> None:
         super().__init__()
         self.att = nn.Sequential(
             nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden_size, 1)
@@ -668,7 +590,7 @@ class TdenSimilarityHead(nn.Module):
     encoder's last layer (understanding stream); `v_pooler[i]` pools object-encoder layer i, the results are summed
     and divided by √(#layers). Both vectors are L2-normalised; the score of a pair is their dot product."""
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__()
         size, bn = config.similarity_pooler_size, config.similarity_pooler_batchnorm
 
@@ -678,11 +600,13 @@ class TdenSimilarityHead(nn.Module):
         self.t_pooler = pooler()
         self.v_pooler = nn.ModuleList(pooler() for _ in range(config.num_visual_layers))
 
-    def forward(self, sentence_states, text_mask, object_layers, region_mask):
+    def forward(
+        self, outputs: TdenModelOutput, text_mask: torch.Tensor, region_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns `(text_embeds (B, size), image_embeds (B, size))`, both L2-normalised."""
-        image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, object_layers))
+        image = sum(pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.object_encoder_layers))
         image = F.normalize(image / len(self.v_pooler) ** 0.5, p=2, dim=1)
-        text = F.normalize(self.t_pooler(sentence_states, text_mask), p=2, dim=1)
+        text = F.normalize(self.t_pooler(outputs.sentence_encoder_output, text_mask), p=2, dim=1)
         return text, image
 
 
@@ -692,7 +616,7 @@ class TdenAnswerHead(nn.Module):
     Linear). Generation branch (`generation_branch`, when the model runs its decoder over the question):
     `g_logits(g_pooler(last decoder layer))`."""
 
-    def __init__(self, config: TdenConfig, generation_branch: bool):
+    def __init__(self, config: TdenConfig, generation_branch: bool) -> None:
         super().__init__()
         size, bn, hidden = config.classifier_pooler_size, config.classifier_pooler_batchnorm, config.hidden_size
 
@@ -711,7 +635,9 @@ class TdenAnswerHead(nn.Module):
             self.g_pooler = pooler()
             self.g_logits = logits()
 
-    def forward(self, outputs: TdenModelOutput, text_mask, region_mask):
+    def forward(
+        self, outputs: TdenModelOutput, text_mask: torch.Tensor, region_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         visual = sum(
             pool(states, region_mask) for pool, states in zip(self.v_pooler, outputs.cross_encoder_vision_layers)
         )
@@ -722,7 +648,9 @@ class TdenAnswerHead(nn.Module):
         return understanding, generation
 
 
-def batch_hardest_triplet_loss(similarity: torch.Tensor, margin: float, group_ids: torch.Tensor | None = None):
+def batch_hardest_triplet_loss(
+    similarity: torch.Tensor, margin: float, group_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """The original's `BatchTriplet` with `max_violation=True`, divided by the batch size (as `PretrainLosses` does).
 
     similarity `(B, B)`: `[sentence i, image j]` scores, matched pairs on the diagonal. For each sentence the hardest
@@ -752,7 +680,9 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     _config_from_other_heads: dict = {}
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike | None, *args: Any, **kwargs: Any
+    ) -> Self:
         if "config" not in kwargs:
             for field, value in cls._config_from_other_heads.items():
                 kwargs.setdefault(field, value)
@@ -820,32 +750,12 @@ _RECORDED_OUTPUTS = {
     "decoder_attentions": OutputRecorder(TdenDecoderLayer, index=1),
     "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
 }
-_GENERATION_FIELDS = {"hidden_states": "generation_hidden_states", "attentions": "generation_attentions"}
-_STREAM_RECORD_FIELDS = (*_RECORDED_OUTPUTS, *_GENERATION_FIELDS.values())
-
-
-def _declared_records(output_class: type[ModelOutput]) -> tuple[str, ...]:
-    declared = {field.name for field in fields(output_class)}
-    return tuple(name for name in _STREAM_RECORD_FIELDS if name in declared)
-
-
-# Worked out once at import: `dataclasses.fields` inside a forward breaks `torch.compile(fullgraph=True)`.
-_RECORDS_DECLARED_BY = {
-    output_class.__name__: _declared_records(output_class)
-    for output_class in (
-        TdenForPreTrainingOutput,
-        TdenCaptioningOutput,
-        TdenQuestionAnsweringOutput,
-        TdenRetrievalOutput,
-        TdenMultipleChoiceOutput,
-    )
-}
+_GENERATION_FIELDS = dict(zip(_SENTENCE_RECORDS, _GENERATION_RECORDS))
 
 
 def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
-    """The per-layer records of `outputs` (hidden states and attentions of every stream) that a head's output class
-    declares: a head passes on those of the streams it runs, as transformers' multi-stream heads do (LXMERT's)."""
-    return {name: outputs.get(name) for name in _RECORDS_DECLARED_BY[output_class.__name__]}
+    """The per-layer records of `outputs` that a head's output class passes on (its `layer_records`)."""
+    return {name: outputs.get(name) for name in output_class.record_fields}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
@@ -889,7 +799,7 @@ def _run_stack(layers, hidden_states, mask, **kwargs) -> tuple[torch.Tensor, tup
 class TdenModel(TdenPreTrainedModel):
     _can_record_outputs = _RECORDED_OUTPUTS
 
-    def __init__(self, config: TdenConfig, add_cross_encoder: bool = True, add_decoder: bool = True):
+    def __init__(self, config: TdenConfig, add_cross_encoder: bool = True, add_decoder: bool = True) -> None:
         super().__init__(config)
         self.embeddings = TdenEmbeddings(config)
         self.region_embeddings = TdenRegionEmbeddings(config)
@@ -1110,9 +1020,37 @@ class TdenModel(TdenPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------- heads
-def _require_regions(name: str, region_features):
+def _run_trunk(
+    tden: "TdenModel",
+    task: str,
+    input_ids: torch.LongTensor | None,
+    attention_mask: torch.Tensor | None,
+    token_type_ids: torch.LongTensor | None,
+    region_features: torch.FloatTensor | None,
+    region_locations: torch.FloatTensor | None,
+    region_attention_mask: torch.Tensor | None,
+    inputs_embeds: torch.FloatTensor | None,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[TdenModelOutput, torch.Tensor | None, torch.Tensor]:
+    """A head's run of its `TdenModel` over the understanding stream and the regions (which every head but
+    captioning needs; `kwargs` add the generation stream for pre-training): `(outputs, text mask, region mask)`, the
+    0/1 masks that the head's poolers read, all ones where not given (the text mask None without a text)."""
     if region_features is None:
-        raise ValueError(f"{name} needs regions: pass region_features, region_locations and region_attention_mask")
+        raise ValueError(f"{task} needs regions: pass region_features, region_locations and region_attention_mask")
+    outputs = tden(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        region_features=region_features,
+        region_locations=region_locations,
+        region_attention_mask=region_attention_mask,
+        inputs_embeds=inputs_embeds,
+        **kwargs,
+    )
+    text = input_ids if input_ids is not None else inputs_embeds
+    text_mask = attention_mask if attention_mask is not None or text is None else _ones(text)
+    region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
+    return outputs, text_mask, region_mask
 
 
 def _token_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -1170,7 +1108,7 @@ def _word_and_region_losses(
     """
 )
 class TdenForPreTraining(TdenPreTrainedModel):
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config)
         self.lm_head = TdenLMHead(config)
@@ -1180,10 +1118,10 @@ class TdenForPreTraining(TdenPreTrainedModel):
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
 
-    def get_output_embeddings(self):
+    def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head.decoder
 
-    def set_output_embeddings(self, new_embeddings):
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
     @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _PRETRAINING_ARGS)
@@ -1212,20 +1150,20 @@ class TdenForPreTraining(TdenPreTrainedModel):
         Returns:
             `TdenForPreTrainingOutput`: the four objectives' logits and losses.
         """
-        _require_regions("pre-training", region_features)
-        outputs = self.tden(
+        has_generation = decoder_input_ids is not None or decoder_inputs_embeds is not None
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "pre-training",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             region_features=region_features,
             region_locations=region_locations,
             region_attention_mask=region_attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=attention_mask
-            if decoder_input_ids is not None or decoder_inputs_embeds is not None
-            else None,
-            decoder_token_type_ids=decoder_token_type_ids,
             inputs_embeds=inputs_embeds,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=attention_mask if has_generation else None,
+            decoder_token_type_ids=decoder_token_type_ids,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=False,  # a training objective: nothing is decoded further
             **kwargs,
@@ -1237,7 +1175,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             mlm_logits, msg_logits, moc_logits, labels, decoder_labels, masked_regions, region_class_targets
         )
         text_embeds, image_embeds, similarity, ism_loss = self._image_sentence_matching(
-            outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
+            outputs, text_mask, region_mask, image_ids, compute_similarity
         )
         if ism_loss is not None:  # last: the total sums the losses in the original's order
             losses["ism_loss"] = ism_loss
@@ -1253,18 +1191,12 @@ class TdenForPreTraining(TdenPreTrainedModel):
             **_stream_records(outputs, TdenForPreTrainingOutput),
         )
 
-    def _image_sentence_matching(
-        self, outputs, attention_mask, region_features, region_attention_mask, image_ids, compute_similarity
-    ):
+    def _image_sentence_matching(self, outputs, text_mask, region_mask, image_ids, compute_similarity):
         """Image-sentence matching apart from `forward`'s other objectives: `(text_embeds, image_embeds, similarity,
         loss)`, all None when skipped; the loss only in training mode or with `image_ids`."""
         if not compute_similarity or outputs.sentence_encoder_output is None:
             return None, None, None, None
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-        text_embeds, image_embeds = self.similarity(
-            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
-        )
+        text_embeds, image_embeds = self.similarity(outputs, text_mask, region_mask)
         similarity = text_embeds @ image_embeds.t()
         loss = None
         if self.training or image_ids is not None:
@@ -1284,7 +1216,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
 class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?cross_encoder\.", r"^region_head\.", r"^similarity\."]
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         if config.num_decoder_layers < 1:
             raise ValueError(
@@ -1295,10 +1227,10 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         self.lm_head = TdenLMHead(config)
         self.post_init()
 
-    def get_output_embeddings(self):
+    def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head.decoder
 
-    def set_output_embeddings(self, new_embeddings):
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
     def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
@@ -1476,7 +1408,12 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         targets = shift_labels if shift_labels is not None else labels
         loss = _token_loss(logits, targets, self.config.label_smoothing) if targets is not None else None
         return TdenCaptioningOutput(
-            loss=loss, logits=logits, **cache_argument(outputs.cache), **_stream_records(outputs, TdenCaptioningOutput)
+            loss=loss,
+            logits=logits,
+            **cache_argument(outputs.cache),
+            hidden_states=outputs.get("hidden_states"),
+            attentions=outputs.get("attentions"),
+            **_stream_records(outputs, TdenCaptioningOutput),
         )
 
 
@@ -1492,7 +1429,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^region_head\.", r"^similarity\.", r"^lm_head\."]
     _config_from_other_heads = {"bidirectional_decoder": True}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VQA head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
         if config.num_decoder_layers > 0 and not config.bidirectional_decoder:
@@ -1520,8 +1457,9 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
         Returns:
             `TdenQuestionAnsweringOutput`: `logits` `(batch_size, num_labels)`.
         """
-        _require_regions("VQA", region_features)
-        outputs = self.tden(
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "VQA",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -1531,8 +1469,6 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.language_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = F.softmax(understanding, dim=-1)
         if generation is not None:
@@ -1571,7 +1507,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
     # The cross-modal encoder and the decoder, which retrieval never runs, are not built (X-modaler's `TDENRetrieval`).
     _config_from_other_heads = {"num_cross_encoder_layers": 0, "num_decoder_layers": 0}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config, add_cross_encoder=False, add_decoder=False)
         self.similarity = TdenSimilarityHead(config)
@@ -1596,8 +1532,9 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         Returns:
             `TdenRetrievalOutput`: `logits` `(batch_size, 1)` and the in-batch similarity matrix.
         """
-        _require_regions("retrieval", region_features)
-        outputs = self.tden(
+        outputs, text_mask, region_mask = _run_trunk(
+            self.tden,
+            "retrieval",
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -1609,11 +1546,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         )
         if outputs.sentence_encoder_output is None:
             raise ValueError("retrieval needs the sentences (input_ids)")
-        text_mask = attention_mask if attention_mask is not None else _ones(outputs.sentence_encoder_output)
-        region_mask = region_attention_mask if region_attention_mask is not None else _ones(region_features)
-        text_embeds, image_embeds = self.similarity(
-            outputs.sentence_encoder_output, text_mask, outputs.object_encoder_layers, region_mask
-        )
+        text_embeds, image_embeds = self.similarity(outputs, text_mask, region_mask)
         logits_per_text = text_embeds @ image_embeds.t()
         return_loss = self.training if return_loss is None else return_loss
         loss = None
@@ -1630,19 +1563,25 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
         )
 
 
+# Per-example dimensions of a region input shared by every choice (`flatten_choices` repeats it).
+_REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
+
+
 @auto_docstring(
     custom_intro="""
     VCR (X-modaler's `TDENBiTransformer` with a one-label `MultiModalPredictor`): each (question, choice) pair
     `[CLS] q [SEP] a [SEP]` (types 0 then 1) is encoded with the image; the understanding branch scores it (and the
     generation branch too when the model has decoder layers, which the released VCR model has not); the choices are
-    ranked by the summed scores and trained with cross-entropy over the choices.
+    ranked by the summed scores and trained with cross-entropy over the choices. The regions
+    `(batch_size, num_regions, ...)` are shared by the choices, or given per choice
+    `(batch_size, num_choices, num_regions, ...)`.
     """
 )
 class TdenForMultipleChoice(TdenPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?decoder\."]  # built only with a bidirectional decoder
     _config_from_other_heads = {"num_labels": 1}
 
-    def __init__(self, config: TdenConfig):
+    def __init__(self, config: TdenConfig) -> None:
         if config.num_cross_encoder_layers < 1:
             raise ValueError("the VCR head needs cross-modal encoder layers (config.num_cross_encoder_layers >= 1)")
         if config.num_labels != 1:
@@ -1675,36 +1614,22 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         Returns:
             `TdenMultipleChoiceOutput`: `logits` `(batch_size, num_choices)`.
         """
-        text = input_ids if input_ids is not None else inputs_embeds
-        expected = 3 if input_ids is not None else 4
-        if text is None or text.ndim != expected:
-            raise ValueError(
-                "multiple choice needs input_ids of shape (batch, num_choices, length) (or inputs_embeds "
-                f"of shape (batch, num_choices, length, hidden)), got {None if text is None else tuple(text.shape)}"
-            )
-        _require_regions("VCR", region_features)
-        batch, choices = text.shape[:2]
-
-        def flat(t):
-            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
-
-        def repeat(t):
-            return None if t is None else t.repeat_interleave(choices, dim=0)
-
-        outputs = self.tden(
-            input_ids=flat(input_ids),
-            attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids),
-            region_features=repeat(region_features),
-            region_locations=repeat(region_locations),
-            region_attention_mask=repeat(region_attention_mask),
-            inputs_embeds=flat(inputs_embeds),
-            **kwargs,
+        batch, choices = text_with_choice_axis(input_ids, inputs_embeds).shape[:2]
+        pairs = flatten_choices(
+            dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                region_features=region_features,
+                region_locations=region_locations,
+                region_attention_mask=region_attention_mask,
+                inputs_embeds=inputs_embeds,
+            ),
+            batch,
+            choices,
+            _REGION_NDIMS,
         )
-        text_mask = flat(attention_mask) if attention_mask is not None else _ones(outputs.language_output)
-        region_mask = (
-            repeat(region_attention_mask) if region_attention_mask is not None else _ones(outputs.vision_output)
-        )
+        outputs, text_mask, region_mask = _run_trunk(self.tden, "VCR", **pairs, **kwargs)
         understanding, generation = self.answer_head(outputs, text_mask, region_mask)
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)

@@ -36,8 +36,12 @@ from ..layers import (
     classifier_head,
     extended_attention_mask,
     flatten_choices,
+    labelled_tokens,
+    negative_groups,
     soft_score_loss,
+    text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
 from .layers_vilbert import CoAttentionLayer, StreamConfig, StreamLayer, cross_stream_mask
@@ -105,6 +109,8 @@ class VilbertModelOutput(ModelOutput):
     vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+# The per-layer records of both streams and the co-attention (`VilbertModelOutput` documents them), which every head
+# passes on.
 _PER_LAYER_FIELDS = (
     "hidden_states",
     "attentions",
@@ -121,6 +127,7 @@ def _per_layer(outputs: VilbertModelOutput) -> dict:
 
 @auto_docstring
 @dataclass
+@layer_records(VilbertModelOutput, *_PER_LAYER_FIELDS)
 class VilbertClassifierOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
@@ -131,33 +138,16 @@ class VilbertClassifierOutput(ModelOutput):
     pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`, *optional*):
         The fused pooled output (see `VilbertModelOutput`); None for `VilbertForReferringExpression`, which has no
         poolers.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_attentions`.
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.text_to_vision_attentions`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(VilbertModelOutput, *_PER_LAYER_FIELDS)
 class VilbertForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -179,18 +169,6 @@ class VilbertForPreTrainingOutput(ModelOutput):
         Image-caption alignment; **class 0 = aligned**, as in the original.
     pooler_output (`torch.FloatTensor` of shape `(batch, bi_hidden_size)`):
         The fused pooled output (see `VilbertModelOutput`).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.hidden_states`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.attentions`.
-    vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`):
-        As `VilbertModelOutput.vision_hidden_states`.
-    vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_attentions`.
-    text_to_vision_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.text_to_vision_attentions`.
-    vision_to_text_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True`):
-        As `VilbertModelOutput.vision_to_text_attentions`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -202,12 +180,6 @@ class VilbertForPreTrainingOutput(ModelOutput):
     region_logits: torch.FloatTensor | None = None
     alignment_logits: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    text_to_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-    vision_to_text_attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # What auto_docstring does not know of ViLBERT's inputs (it documents `input_ids`, `attention_mask`, ... itself).
@@ -243,13 +215,20 @@ class VilbertEmbeddings(BertEmbeddings):
     inserted after [CLS], after the word + position + type sum and before the LayerNorm, with no position or type
     embedding of its own (the later tokens keep their positions), as the multi-task release does."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.task_embeddings = (
             nn.Embedding(config.num_task_tokens, config.hidden_size) if config.num_task_tokens > 0 else None
         )
 
-    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, task_ids=None):
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        task_ids: torch.LongTensor | None = None,
+    ) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         batch, length = inputs_embeds.shape[:2]
@@ -269,7 +248,7 @@ class VilbertImageEmbeddings(nn.Module):
     """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (the text stream's dropout probability, as
     the original). Regions get no position or type embedding."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.image_embeddings = nn.Linear(config.region_feature_dim, config.visual_hidden_size)
         self.image_location_embeddings = nn.Linear(config.region_location_dim, config.visual_hidden_size)
@@ -284,7 +263,7 @@ class VilbertImageEmbeddings(nn.Module):
 class VilbertPooler(nn.Module):
     """`ReLU(Linear(first position))` into the `bi_hidden_size` space (ViLBERT's poolers use ReLU, not tanh)."""
 
-    def __init__(self, hidden_size: int, pooled_size: int):
+    def __init__(self, hidden_size: int, pooled_size: int) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, pooled_size)
 
@@ -317,7 +296,7 @@ class VilbertEncoder(nn.Module):
     With `add_text_output=False` the text stream ends at the last co-attention layer, which is one-sided (only the
     region queries over the text): the text layers after it are not built and the text output is None."""
 
-    def __init__(self, config: VilbertConfig, add_text_output: bool = True):
+    def __init__(self, config: VilbertConfig, add_text_output: bool = True) -> None:
         super().__init__()
         self.config = config
         text, visual = text_stream_config(config), visual_stream_config(config)
@@ -349,7 +328,13 @@ class VilbertEncoder(nn.Module):
         }
 
     def forward(
-        self, text, vision, attention_mask, region_attention_mask, pair_index=None, **kwargs
+        self,
+        text: torch.Tensor,
+        vision: torch.Tensor,
+        attention_mask: torch.Tensor,
+        region_attention_mask: torch.Tensor,
+        pair_index: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> VilbertModelOutput:
         """text `(Bt, T, H)`, vision `(Bv, R, Hv)` with their `(batch, length)` 1/0 masks; Bt = Bv unless
         `pair_index` = (text rows, region rows) `(P,)` each: the pairs to form right before the first co-attention
@@ -497,7 +482,7 @@ def _check_inputs(
     """,
 )
 class VilbertModel(VilbertPreTrainedModel):
-    def __init__(self, config: VilbertConfig, add_pooling_layer: bool = True, add_text_output: bool = True):
+    def __init__(self, config: VilbertConfig, add_pooling_layer: bool = True, add_text_output: bool = True) -> None:
         super().__init__(config)
         if not add_text_output and add_pooling_layer:
             raise ValueError(
@@ -632,7 +617,7 @@ class _VilbertHead(VilbertPreTrainedModel):
     heads whose examples hold several pairs) go through the trunk, then `_head` computes the task's logits and loss
     from the trunk's outputs. The original applies dropout to the fused pooled output before every head."""
 
-    def __init__(self, config: VilbertConfig, **model_arguments):
+    def __init__(self, config: VilbertConfig, **model_arguments) -> None:
         super().__init__(config)
         self.vilbert = VilbertModel(config, **model_arguments)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -703,7 +688,7 @@ class VilbertImagePredictionHead(nn.Module):
     """Masked-region classification (`cls.imagePredictions`): BERT's prediction transform at the visual width (with
     the text stream's activation, as the original), then `decoder` Linear(visual_hidden_size, num_region_labels)."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(StreamConfig(config, hidden_size=config.visual_hidden_size))
         self.decoder = nn.Linear(config.visual_hidden_size, config.num_region_labels)
@@ -716,7 +701,7 @@ class VilbertPreTrainingHeads(nn.Module):
     """`predictions` (BERT's MLM head, decoder tied to the word embeddings), `bi_seq_relationship` (alignment, class
     0 = aligned) and `imagePredictions` (masked-region classes), named as the original's `cls`."""
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
         self.bi_seq_relationship = nn.Linear(config.bi_hidden_size, 2)
@@ -754,7 +739,7 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
 
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.cls = VilbertPreTrainingHeads(config)
         self.post_init()
@@ -773,14 +758,11 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
         if labels is not None:
             if self.config.num_task_tokens > 0 and labels.shape[1] == text.shape[1] - 1:
                 labels = torch.cat([labels[:, :1], torch.full_like(labels[:, :1], -100), labels[:, 1:]], dim=1)
-            if labels.shape != text.shape[:2]:
-                raise ValueError(
-                    f"labels must have shape (batch, text_length) = {tuple(text.shape[:2])}, got {tuple(labels.shape)}"
-                )
+            labelled = labelled_tokens(labels, text)
             losses["mlm_loss"] = F.cross_entropy(
-                prediction_logits.flatten(0, 1).float(), labels.masked_fill(labels < 0, -100).flatten()
+                prediction_logits.flatten(0, 1).float(), labels.masked_fill(~labelled, -100).flatten()
             )
-            mlm_logits = prediction_logits[labels >= 0]
+            mlm_logits = prediction_logits[labelled]
         if region_class_targets is not None:
             if region_labels is None:
                 raise ValueError("region_class_targets need region_labels (1 at the masked regions)")
@@ -833,7 +815,7 @@ def answer_head(config: VilbertConfig, in_size: int, num_labels: int) -> nn.Sequ
     """
 )
 class VilbertForQuestionAnswering(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_prediction = answer_head(config, config.bi_hidden_size, config.num_labels)
         self.post_init()
@@ -855,7 +837,7 @@ class VilbertForQuestionAnswering(_VilbertHead):
     """
 )
 class VilbertForVisualEntailment(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_tri_prediction = nn.Linear(config.bi_hidden_size, 3)
         self.post_init()
@@ -884,7 +866,7 @@ def _cross_entropy(logits, labels):
     """
 )
 class VilbertForImageTextRetrieval(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
         self.post_init()
@@ -920,28 +902,9 @@ class VilbertForImageTextRetrieval(_VilbertHead):
         logits = self.vil_logit(self.dropout(outputs.pooler_output))
         loss = None
         if num_negatives is not None:
-            group = num_negatives + 1
-            if num_negatives < 1 or logits.shape[0] % group:
-                raise ValueError(
-                    f"with num_negatives={num_negatives} the batch ({logits.shape[0]}) must be whole "
-                    f"groups of {group} pairs (matched pair first)"
-                )
-            scores = logits.float().view(-1, group)
+            scores = negative_groups(logits, num_negatives)
             loss = F.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device))
         return self._output(loss, logits, outputs)
-
-
-def _text_shape(inputs: dict, what: str) -> tuple[int, int]:
-    """`(batch, n)` of multi-pair text inputs `(batch, n, T)` (or inputs_embeds `(batch, n, T, H)`)."""
-    ids, embeds = inputs["input_ids"], inputs["inputs_embeds"]
-    text = ids if ids is not None else embeds
-    if text is None or text.ndim != (3 if ids is not None else 4):
-        shape = None if text is None else tuple(text.shape)
-        raise ValueError(
-            f"{what} needs input_ids of shape (batch, n, T) (or inputs_embeds of shape "
-            f"(batch, n, T, hidden)), got {shape}"
-        )
-    return text.shape[0], text.shape[1]
 
 
 _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_mask": 1}
@@ -960,20 +923,20 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
     """
 )
 class VilbertForMultipleChoice(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_logit = nn.Linear(config.bi_hidden_size, 1)
         self.post_init()
 
     def _pairs(self, inputs):
-        batch, choices = _text_shape(inputs, "multiple choice")
+        batch, choices = text_with_choice_axis(inputs["input_ids"], inputs["inputs_embeds"]).shape[:2]
         task_ids = inputs["task_ids"]
         flat = flatten_choices({k: v for k, v in inputs.items() if k != "task_ids"}, batch, choices, _REGION_NDIMS)
         flat["task_ids"] = None if task_ids is None else task_ids.reshape(batch, 1).repeat_interleave(choices, dim=0)
         return flat
 
     def _head(self, outputs, labels, inputs):
-        batch, choices = _text_shape(inputs, "multiple choice")
+        batch, choices = text_with_choice_axis(inputs["input_ids"], inputs["inputs_embeds"]).shape[:2]
         logits = self.vil_logit(self.dropout(outputs.pooler_output)).view(batch, choices)
         return self._output(_cross_entropy(logits, labels), logits, outputs)
 
@@ -990,7 +953,7 @@ class VilbertForMultipleChoice(_VilbertHead):
     """
 )
 class VilbertForVisualReasoning(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config)
         self.vil_binary_prediction = answer_head(config, 2 * config.bi_hidden_size, 2)
         self.post_init()
@@ -1075,7 +1038,7 @@ def _checked_choices(choice_region_ids: torch.Tensor, region_scores_shape) -> to
     """
 )
 class VilbertForReferringExpression(_VilbertHead):
-    def __init__(self, config: VilbertConfig):
+    def __init__(self, config: VilbertConfig) -> None:
         super().__init__(config, add_pooling_layer=False, add_text_output=False)
         self.vision_logit = nn.Linear(config.visual_hidden_size, 1)
         # What a full model's (or an older version's) checkpoint has and this head does not build.

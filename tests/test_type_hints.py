@@ -16,8 +16,6 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "vlhub"
 # Dunder methods checked besides the public names: the ones a user calls directly.
 CHECKED_DUNDERS = {"__init__", "__call__"}
-# Functions without complete hints yet (issue 27 item 6 in progress), one `module:qualname` a line.
-NOT_YET_ANNOTATED = Path(__file__).with_name("type_hints_not_yet.txt")
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -109,21 +107,14 @@ def test_missing_annotations_are_found():
 
 
 def test_every_public_function_is_annotated():
-    """Every public function is annotated, except those of `NOT_YET_ANNOTATED` (the ones left when this test came,
-    a list that only shrinks): a new function without hints fails, and so does a listed one that gained them (take it
-    off the list)."""
-    not_yet = {line for line in NOT_YET_ANNOTATED.read_text().splitlines() if line and not line.startswith("#")}
+    """Every public function (each parameter and the return) is annotated: a new function without hints fails."""
     failures = []
-    lacking = set()
     checked = 0
     for name, path in vlhub_modules().items():
         for qualname, function, is_method in public_functions(ast.parse(path.read_text(), str(path)).body):
             checked += 1
             missing = missing_annotations(function, is_method)
             if missing:
-                lacking.add(f"{name}:{qualname}")
-            if missing and f"{name}:{qualname}" not in not_yet:
                 failures.append(f"{name}:{qualname}: {', '.join(missing)}")
     assert checked > 500, f"only {checked} functions found: the walk missed modules"
     assert not failures, f"{len(failures)} of {checked} public functions lack annotations:\n" + "\n".join(failures)
-    assert not_yet <= lacking, f"annotated now, take them off {NOT_YET_ANNOTATED.name}: {sorted(not_yet - lacking)}"

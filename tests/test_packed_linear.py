@@ -266,3 +266,42 @@ def test_fused_models_copy_pickle_and_count_the_same_flops():
             co_attention = next(module for module in twin.modules() if isinstance(module, CoAttention))
             assert co_attention.key1._projection_group.members[0] is co_attention.query1
     torch.testing.assert_close(packed, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_single_row_runs_f_linear_and_more_rows_the_packed_product():
+    """Below `PACKED_MIN_ROWS` rows (one row: MKL's matrix-vector path is faster) every packed layer, projection group
+    and fused block computes exactly what the plain modules compute; from there on, the packed product."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import BertConfig
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    from vlhub.modeling.packed_linear import PACKED_MIN_ROWS
+
+    assert PACKED_MIN_ROWS == 2
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16, hidden_dropout_prob=0.0)
+    plain, packed = BertLayer(config).eval(), BertLayer(config).eval()
+    packed.load_state_dict(plain.state_dict())
+    vlhub.pack_linear_weights(packed)
+    assert packed.attention.self.query._projection_group is not None  # Q/K/V grouped, GELU and residuals fused
+    assert type(packed.intermediate) is PackedBertIntermediate and type(packed.output) is PackedBertOutput
+    with torch.no_grad():
+        for rows in (1, 2, 3):
+            hidden = torch.randn(1, rows, 8)
+            expected = plain(hidden)[0]
+            with FlopCounterMode(display=False) as counter:
+                got = packed(hidden)[0]
+            ops = {str(op) for op in counter.get_flop_counts()["Global"]}
+            if rows < PACKED_MIN_ROWS:
+                assert torch.equal(got, expected)
+                assert not any("mkldnn" in op for op in ops)
+            else:
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+                assert any("mkldnn" in op for op in ops)
+        layer = packed.output.dense  # a layer on its own
+        x = torch.randn(1, 16)
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        x = torch.randn(2, 16)
+        torch.testing.assert_close(
+            layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5
+        )

@@ -16,10 +16,10 @@ with torch.no_grad(), packed_linear_weights(model):     # or pack_linear_weights
 
 Every `torch.nn.Linear` of the model (exactly that class) becomes a `PackedLinear` (same parameters, same
 `state_dict`) holding a packed copy of its weight (extra memory: one more copy of those weights). The packed path is
-taken only where it is valid: float32 on the CPU, and no gradient to compute (inference, `torch.no_grad()`); anything
-else (training, another dtype or device, code being compiled by `torch.compile`) runs `F.linear` as before. A weight
-changed in place or replaced since it was packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next
-use.
+taken only where it is valid and faster: float32 on the CPU, no gradient to compute (inference, `torch.no_grad()`),
+and at least `PACKED_MIN_ROWS` rows; anything else (training, another dtype or device, code being compiled by
+`torch.compile`, a single row) runs `F.linear` as before. A weight changed in place or replaced since it was packed
+(optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
 
 Packing also fuses what oneDNN can do inside the same product (2–4% of a batch-1 ViLBERT forward on that machine):
 - the query, key and value projections of a self-attention (transformers' `BertSelfAttention`, and each stream's
@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn import functional as F
 
 __all__ = [
+    "PACKED_MIN_ROWS",
     "PackedLinear",
     "packed_linear_available",
     "pack_linear_weights",
@@ -52,6 +53,12 @@ __all__ = [
     "register_packed_class",
     "register_projection_groups",
 ]
+
+
+# Fewer rows than this run `F.linear`: one row is a matrix-vector product, where MKL's default path streamed the
+# weights 1.4-13x faster than the packed one in bench/bench_skinny_linear.py on the project's 2-core AVX2 EPYC (all
+# three BERT-base shapes); at 2 rows the faster kernel depended on the shape, from 5 rows on the packed one won or tied.
+PACKED_MIN_ROWS = 2
 
 
 def packed_linear_available() -> bool:
@@ -110,6 +117,7 @@ class PackedLinear(nn.Linear):
             and weight.dtype == torch.float32
             and (self.bias is None or self.bias.dtype == torch.float32)
             and input.numel() > 0
+            and input.numel() >= PACKED_MIN_ROWS * input.shape[-1]
             and not torch.compiler.is_compiling()  # the packed copy is an opaque tensor: compiled code gets F.linear
             and not (
                 torch.is_grad_enabled()

@@ -159,7 +159,8 @@ class RegionExtractor(nn.Module):
             if len(boxes) == 0:
                 raise ValueError(f"images[{index}]: the region proposal network found no non-empty box")
             proposals.append(boxes)
-        return proposals, self.roi_heads(res4_maps, proposals)
+        # "butd" reports the proposals themselves: the class-specific box regression (4·C outputs per RoI) is skipped.
+        return proposals, self.roi_heads(res4_maps, proposals, box_deltas=self.config.selection_mode != "butd")
 
     def select(self, proposals: torch.Tensor, outputs: HeadOutputs, prepared: PreparedImage) -> Selection:
         config = self.config

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -127,17 +128,18 @@ class RegionExtractor(nn.Module):
         return self.config.feature_dim
 
     # ------------------------------------------------------------------ stages
+    def load_image(self, image: ImageInput, name: str = "image") -> np.ndarray:
+        """`(H, W, 3)` uint8 RGB pixels of one image, checked against this detector's size limits (`image_io`)."""
+        return load_rgb_image(
+            image, name=name, min_side=self.config.feature_stride, max_pixels=self.config.max_image_pixels
+        )
+
     def prepare(self, images: ImageInput | Sequence[ImageInput]) -> list[PreparedImage]:
         """Load, check, resize and normalise (see `image_io` for accepted forms)."""
         items, _ = as_image_list(images)
         prepared = []
         for index, image in enumerate(items):
-            rgb = load_rgb_image(
-                image,
-                name=f"images[{index}]",
-                min_side=self.config.feature_stride,
-                max_pixels=self.config.max_image_pixels,
-            )
+            rgb = self.load_image(image, name=f"images[{index}]")
             try:
                 prepared.append(prepare_image(rgb, self.config))
             except ValueError as err:

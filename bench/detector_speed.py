@@ -79,16 +79,22 @@ def paired_dtypes(base: RegionExtractor, pictures: list[np.ndarray], calibration
     with torch.inference_mode():
         extractors["int8"].detect(pictures[:1])  # warm-up (oneDNN primitives, quantized weight packing)
         times = interleaved_rounds(calls, rounds, "cpu")
-    print(f"\nCPU: {cpu_kind()}")
-    print("peaks (res5's 2048→512 1×1 conv, GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
-    print(f"{gflop:.0f} GFLOP per image ({len(pictures)} images per call, {rounds} interleaved rounds, medians)")
+    print(f"\nCPU: {cpu_kind()}", flush=True)
+    print(
+        "peaks (res5's 2048→512 1×1 conv, GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()), flush=True
+    )
+    print(
+        f"{gflop:.0f} GFLOP per image ({len(pictures)} images per call, {rounds} interleaved rounds, medians)",
+        flush=True,
+    )
     fp32 = statistics.median(wall for wall, _ in times["fp32"]) / len(pictures)
     for name, walls in times.items():
         seconds = statistics.median(wall for wall, _ in walls) / len(pictures)
         rate = gflop / seconds
         print(
             f"  {name}: {seconds:6.2f} s/image  {rate:5.1f} GFLOP/s  {100 * rate / peaks[name]:4.0f}% of the {name} "
-            f"peak  {fp32 / seconds:4.2f}x fp32"
+            f"peak  {fp32 / seconds:4.2f}x fp32",
+            flush=True,
         )
 
 
@@ -137,8 +143,11 @@ def agreement(fixtures: Path, count: int) -> None:
     """bf16 and int8 against fp32 per fixture detector: % of images whose boxes are equal (`BOX_IOU`), and the
     relative L2 difference of region features on fp32's proposals (median and max over images)."""
     pictures, calibration = evaluation_images(fixtures, count)
-    print(f"\nagreement with fp32 on {len(pictures)} images (3 fixture PNGs + {count} shapes-world scenes); int8")
-    print(f"calibrated on 4 other scenes; boxes equal = same count, same order, IoU >= {BOX_IOU} each")
+    print(
+        f"\nagreement with fp32 on {len(pictures)} images (3 fixture PNGs + {count} shapes-world scenes); int8",
+        flush=True,
+    )
+    print(f"calibrated on 4 other scenes; boxes equal = same count, same order, IoU >= {BOX_IOU} each", flush=True)
     with tempfile.TemporaryDirectory() as workdir:
         for label, reference in fixture_detectors(fixtures, Path(workdir)).items():
             import copy
@@ -161,5 +170,6 @@ def agreement(fixtures: Path, count: int) -> None:
                     print(
                         f"  {label:34s} {name}: boxes equal on {100 * equal / len(pictures):5.1f}% "
                         f"({equal}/{len(pictures)}); features rel. L2 median {statistics.median(errors):.1e}, "
-                        f"max {max(errors):.1e}"
+                        f"max {max(errors):.1e}",
+                        flush=True,
                     )

@@ -3,6 +3,8 @@
     python bench/bench_detector.py [--threads 2] [--batch-sizes 1 4] [--dtypes fp32 bf16] [--repeats 1]
                                    [--device cpu|cuda] [--no-channels-last] [--compare-roi-head N] [--tiny]
                                    [--json PATH]
+    python bench/bench_detector.py --paired-rounds 3 [--proposals 300] [--height 600 --width 800]
+                                   [--agreement-images 40 --fixtures ../shared/fixtures]
 
 The extractor is the released model's size (ResNet-101 C4, 1600 classes + background, 400 attributes + "none",
 300 proposals, 600/1000 resize, "butd" selection) with random weights; BatchNorm statistics are randomised like a
@@ -17,6 +19,11 @@ BatchNorm as a separate op) against vlhub's (BatchNorm folded into the convoluti
 ratio holds even on a machine shared with other work. `--device cuda` is supported but was not run here (no GPU): it
 runs with the GPU's fast settings (bench/device.py: cudnn.benchmark, TF32; channels-last as on the CPU). `--tiny` uses
 the tests' tiny detector (a wiring check, not a figure); `--json PATH` writes s/image per dtype and batch size.
+
+`--paired-rounds N` instead times fp32, bf16 and int8 (`RegionExtractor.quantize`, res5 in int8) side by side in N
+interleaved rounds, with GFLOP per image (torch.utils.flop_counter) and % of each dtype's peak measured in the same
+run; `--agreement-images N` compares bf16 and int8 detections with fp32's on the converted fixture detectors
+(`bench/detector_speed.py`).
 """
 
 from __future__ import annotations
@@ -40,13 +47,15 @@ from timing import synchronize  # noqa: E402
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def build_extractor(channels_last: bool, device: str, tiny: bool = False) -> RegionExtractor:
+def build_extractor(channels_last: bool, device: str, tiny: bool = False, **config_overrides) -> RegionExtractor:
     torch.manual_seed(0)
     if tiny:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.helpers import tiny_detector_config
 
-    extractor = RegionExtractor(tiny_detector_config() if tiny else DetectorConfig())
+    extractor = RegionExtractor(
+        tiny_detector_config(**config_overrides) if tiny else DetectorConfig(**config_overrides)
+    )
     with torch.no_grad():
         for name, buffer in extractor.named_buffers():
             if name.endswith("running_var"):
@@ -150,9 +159,12 @@ def main() -> None:
         metavar="N",
         help="also time res5 on N RoIs: plain NCHW + separate BatchNorm vs vlhub's (fp32)",
     )
+    _add_paired_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = prepare_device(args.device, parser)
+    if args.paired_rounds or args.agreement_images:
+        return paired_figures(args)
     info = machine(device, peak_dtypes=())
     print(describe(info))
     print(
@@ -192,6 +204,28 @@ def main() -> None:
             )
         base = extractor.float()
     write_figures(args.json, "detector", info, rows, tiny=args.tiny, height=args.height, width=args.width)
+
+
+def _add_paired_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--paired-rounds", type=int, default=0, help="fp32 / bf16 / int8 side by side, N rounds")
+    parser.add_argument("--paired-images", type=int, default=1, help="images per timed call (default 1)")
+    parser.add_argument("--proposals", type=int, default=300, help="RPN proposals per image (default 300)")
+    parser.add_argument("--agreement-images", type=int, default=0, help="shapes-world scenes for the agreement")
+    parser.add_argument("--fixtures", default="../shared/fixtures", help="folder of detector_frcnn / detector_d2")
+
+
+def paired_figures(args: argparse.Namespace) -> None:
+    from bench.detector_speed import agreement, paired_dtypes
+
+    print(f"torch {torch.__version__}, {args.threads} threads, images {args.height}x{args.width}", flush=True)
+    if args.paired_rounds:
+        base = build_extractor(True, "cpu", rpn_post_nms_top_n=args.proposals)
+        pictures = images(args.paired_images + 1, args.height, args.width)
+        paired_dtypes(base, pictures[1:], pictures[:1], args.paired_rounds)
+    if args.agreement_images:
+        from pathlib import Path
+
+        agreement(Path(args.fixtures), args.agreement_images)
 
 
 if __name__ == "__main__":

@@ -361,3 +361,23 @@ def test_caffe_conventions_run_end_to_end(tmp_path):
     assert (detections.boxes[:, 2] <= 79).all() and (detections.boxes[:, 3] <= 47).all()
     widths = proposals[0][:, 2] - proposals[0][:, 0] + 1
     assert (widths >= 16 * prepared.scale).all()
+
+
+def test_butd_skips_the_box_regression_and_detects_exactly_the_same(tmp_path):
+    # "butd" reports the proposals, so run_heads skips bbox_pred; the detections must equal, bit for bit, those
+    # computed from the full head (with box deltas), on several images.
+    extractor = tiny_detector(seed=8)
+    images = [write_test_image(tmp_path / f"{i}.png", 40 + 8 * i, 72 - 8 * i, seed=10 + i) for i in range(4)]
+    prepared = extractor.prepare([str(image) for image in images])
+    with torch.inference_mode():
+        proposals, outputs = extractor.run_heads(prepared)
+        res4 = [extractor.backbone_features(item) for item in prepared]
+        full = extractor.roi_heads(res4, proposals, box_deltas=True)
+        fast = extractor.detect([str(image) for image in images])
+    for item, boxes, lean, complete, detections in zip(prepared, proposals, outputs, full, fast):
+        assert lean.box_deltas is None and complete.box_deltas.shape == (len(boxes), 4 * 5)
+        for name in ("features", "class_logits", "attribute_logits"):
+            assert torch.equal(getattr(lean, name), getattr(complete, name)), name
+        reference = extractor._detections(boxes, complete, item)
+        for name in ("features", "boxes", "proposal_indices", "class_ids", "scores", "class_probs", "attribute_probs"):
+            assert torch.equal(getattr(detections, name), getattr(reference, name)), name

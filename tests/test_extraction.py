@@ -116,3 +116,59 @@ def test_two_processes_split_the_images_through_accelerate(image_folder, tmp_pat
     assert sorted(store.ids) == ["img0", "img1", "img2", "sub/img3"]
     # each process wrote its own shard series: the work really was split
     assert {p.name.split("-")[1] for p in store.shard_files} == {"p00000", "p00001"}
+
+
+@pytest.mark.parametrize("quantize", [False, True])
+def test_decode_threads_and_batches_write_the_store_one_at_a_time_extraction_writes(image_folder, tmp_path, quantize):
+    # Decoding in threads ahead of the detector, and 3 images per detector call, against the plain way (paths, one
+    # image per call): the same shard files, byte for byte.
+    images = collect_images([image_folder])
+    extractor = tiny_detector(seed=5).eval()
+    if quantize:
+        extractor.quantize([str(images["img0"])])
+    plain = extract_to_store(extractor, images, tmp_path / "plain", batch_size=1, shard_size=2, progress=False)
+    threaded = extract_to_store(
+        extractor,
+        images,
+        tmp_path / "threaded",
+        batch_size=3,
+        shard_size=2,
+        progress=False,
+        decode=extractor.load_image,
+        decode_workers=2,
+    )
+    assert plain.extracted == threaded.extracted == 4
+    plain_store, threaded_store = RegionStore(tmp_path / "plain"), RegionStore(tmp_path / "threaded")
+    assert [p.name for p in plain_store.shard_files] == [p.name for p in threaded_store.shard_files]
+    for ours, theirs in zip(plain_store.shard_files, threaded_store.shard_files):
+        assert ours.read_bytes() == theirs.read_bytes(), ours.name
+
+
+def test_decode_errors_name_the_file_and_are_skipped(image_folder, tmp_path):
+    (image_folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    images = collect_images([image_folder])
+    extractor = tiny_detector().eval()
+    options = dict(batch_size=2, progress=False, decode=extractor.load_image, decode_workers=2)
+    with pytest.raises(RuntimeError, match="broken.png"):
+        extract_to_store(extractor, images, tmp_path / "a", **options)
+    summary = extract_to_store(extractor, images, tmp_path / "b", skip_errors=True, **options)
+    assert summary.extracted == 4 and [f["image_id"] for f in summary.failed] == ["broken"]
+    assert "cannot read the image" in summary.failed[0]["error"]
+    with pytest.raises(ValueError, match="decode_workers"):
+        extract_to_store(extractor, images, tmp_path / "c", decode_workers=-1, progress=False)
+
+
+def test_vlhub_extract_cli_detector_speed_settings(image_folder, tmp_path, capsys):
+    from vlhub.cli import main
+
+    tiny_detector().save_pretrained(tmp_path / "detector")
+    args = ["extract", str(image_folder), "--extractor", str(tmp_path / "detector")]
+    int8 = args + ["--output", str(tmp_path / "int8"), "--quantize", "int8", "--calibration-images", "2"]
+    assert main(int8 + ["--batch-size", "2", "--decode-workers", "1"]) == 0
+    assert "4 extracted" in capsys.readouterr().out
+    assert main(args + ["--output", str(tmp_path / "fp32"), "--dtype", "float32", "--decode-workers", "0"]) == 0
+    assert len(RegionStore(tmp_path / "int8")) == len(RegionStore(tmp_path / "fp32")) == 4
+    assert main(int8 + ["--dtype", "bfloat16"]) == 2
+    assert "drop --dtype bfloat16" in capsys.readouterr().err
+    assert main(int8 + ["--calibration-images", "0"]) == 2
+    assert "--calibration-images must be at least 1" in capsys.readouterr().err

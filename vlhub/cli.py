@@ -4,7 +4,7 @@ vlhub convert NAME ...   (one subcommand per registered converter: `vlhub conver
 vlhub convert uniter CHECKPOINT --output-dir DIR [--config ORIGINAL_JSON] [--task TASK] [--tokenizer NAME]
 vlhub convert detector FILE --output-dir DIR [--config YAML] [--format frcnn|detectron2|caffe]
     [--objects-vocab TXT] [--attributes-vocab TXT]
-vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors]
+vlhub extract IMAGES... --extractor DIR --output STORE [--batch-size N] [--skip-errors] [--quantize int8]
 vlhub import-features SOURCE --format FORMAT --output STORE
 vlhub app [--model FOLDER ...] [--extractor FOLDER] [--host 127.0.0.1] [--port 7860]   (pip install 'vlhub[app]')
 """

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -84,15 +87,57 @@ class ExtractionSummary:
     failed: list[dict] = field(default_factory=list)
 
 
-def _extract_batch(extractor, batch: list[tuple[str, Path]], skip_errors: bool, failures: list[dict]):
+# One pending image: its id, its file, and what the extractor is given for it (the path, or the decoded image, or
+# the error decoding raised, re-raised where the extractor would have raised it).
+Item = tuple[str, Path, Any]
+
+
+def _decoded(decode: Callable[[Path], Any], path: Path) -> Any:
+    try:
+        return decode(path)
+    except Exception as err:  # noqa: BLE001 — handed to the batch, which reports it with the file's name
+        return err
+
+
+def _batches(
+    pending: list[tuple[str, Path]], batch_size: int, decode: Callable[[Path], Any] | None, workers: int
+) -> Iterator[list[Item]]:
+    """`pending` in batches. With `decode`, `workers` threads decode the next batches' images while the caller
+    computes on this one (at most two batches ahead, which bounds the memory held by decoded images)."""
+    batches = [pending[start : start + batch_size] for start in range(0, len(pending), batch_size)]
+    if decode is None or workers == 0:
+        for batch in batches:
+            yield [
+                (image_id, path, str(path) if decode is None else _decoded(decode, path)) for image_id, path in batch
+            ]
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="vlhub-decode") as pool:
+        submitted: deque[tuple[list, list[Future]]] = deque()
+
+        def finished() -> list[Item]:
+            batch, futures = submitted.popleft()
+            return [(image_id, path, future.result()) for (image_id, path), future in zip(batch, futures)]
+
+        for batch in batches:
+            submitted.append((batch, [pool.submit(_decoded, decode, path) for _, path in batch]))
+            if len(submitted) > 2:
+                yield finished()
+        while submitted:
+            yield finished()
+
+
+def _extract_batch(extractor, batch: list[Item], skip_errors: bool, failures: list[dict]):
     """Run the extractor on one batch; with `skip_errors`, a failing batch is retried image by image so that one
     bad file costs only itself (and is recorded)."""
     try:
+        for _, _, image in batch:
+            if isinstance(image, Exception):
+                raise image
         with torch.inference_mode():
-            return list(zip([image_id for image_id, _ in batch], extractor([str(p) for _, p in batch])))
+            return list(zip([image_id for image_id, _, _ in batch], extractor([image for _, _, image in batch])))
     except Exception as err:  # noqa: BLE001 — any failure of one image is reported with its file name
         if not skip_errors:
-            names = ", ".join(str(p) for _, p in batch)
+            names = ", ".join(str(p) for _, p, _ in batch)
             # An unreadable image is the user's input (one line from the command lines); anything else is a bug.
             error_type = ImageExtractionError if isinstance(err, user_error_types()) else RuntimeError
             raise error_type(f"region extraction failed for {names}: {type(err).__name__}: {err}") from err
@@ -101,7 +146,7 @@ def _extract_batch(extractor, batch: list[tuple[str, Path]], skip_errors: bool, 
             for item in batch:
                 results.extend(_extract_batch(extractor, [item], skip_errors, failures))
             return results
-        image_id, path = batch[0]
+        image_id, path, _ = batch[0]
         failures.append({"image_id": image_id, "path": str(path), "error": f"{type(err).__name__}: {err}"})
         logger.warning("skipping %s: %s", path, err)
         return []
@@ -117,12 +162,16 @@ def extract_to_store(
     skip_errors: bool = False,
     accelerator: Accelerator | None = None,
     progress: bool = True,
+    decode: Callable[[Path], Any] | None = None,
+    decode_workers: int = 2,
 ) -> ExtractionSummary:
     """Extract `images` (`{image_id: path}`) with `extractor` into the region store at `output`.
 
     Images the store already holds are skipped (resume). With an `accelerate.Accelerator`, each process takes
     its share and writes its own shards; the summary returned on every process covers all processes.
-    `skip_errors=True` records unreadable images in `failed.jsonl` instead of stopping.
+    `skip_errors=True` records unreadable images in `failed.jsonl` instead of stopping. The extractor is given
+    the image paths, or with `decode` (a file → what the extractor takes, e.g. the detector's `load_image`) what
+    `decode` returns, computed by `decode_workers` threads while the extractor works on the previous batch.
     """
     from accelerate import Accelerator
     from accelerate.utils import gather_object
@@ -130,6 +179,8 @@ def extract_to_store(
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if decode_workers < 0:
+        raise ValueError(f"decode_workers must be at least 0, got {decode_workers}")
     accelerator = accelerator or Accelerator()
     output = Path(output)
     # Every process must see the same "already stored" set, so read it before anyone writes.
@@ -153,8 +204,7 @@ def extract_to_store(
                 output, shard_size=shard_size, feature_dtype=feature_dtype, process_index=accelerator.process_index
             ) as writer,
         ):
-            for start in range(0, len(mine), batch_size):
-                batch = mine[start : start + batch_size]
+            for batch in _batches(mine, batch_size, decode, decode_workers):
                 for image_id, regions in _extract_batch(extractor, batch, skip_errors, failures):
                     if not isinstance(regions, RegionFeatures):
                         raise TypeError(f"the extractor returned {type(regions).__name__}, not RegionFeatures")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -17,6 +18,7 @@ from .backbone import ResNetBackbone
 from .boxes import clip_boxes, decode_boxes
 from .configuration import DetectorConfig
 from .image_io import ImageInput, as_image_list, load_rgb_image
+from .quantization import calibration_rois, quantize_res5
 from .roi_heads import HeadOutputs, RoIHeads
 from .rpn import RegionProposalNetwork
 from .selection import Selection, select_butd, select_max_class_nms, select_per_class_nms
@@ -109,6 +111,7 @@ class RegionExtractor(nn.Module):
         # NHWC for oneDNN's convolutions: same sums; measured on par with or slightly faster than NCHW on CPU.
         self.channels_last = True
         self.to(memory_format=torch.channels_last)
+        self.quantization: str | None = None  # "int8" once `quantize` has run
         self.eval()
 
     # ------------------------------------------------------------------ names
@@ -125,17 +128,18 @@ class RegionExtractor(nn.Module):
         return self.config.feature_dim
 
     # ------------------------------------------------------------------ stages
+    def load_image(self, image: ImageInput, name: str = "image") -> np.ndarray:
+        """`(H, W, 3)` uint8 RGB pixels of one image, checked against this detector's size limits (`image_io`)."""
+        return load_rgb_image(
+            image, name=name, min_side=self.config.feature_stride, max_pixels=self.config.max_image_pixels
+        )
+
     def prepare(self, images: ImageInput | Sequence[ImageInput]) -> list[PreparedImage]:
         """Load, check, resize and normalise (see `image_io` for accepted forms)."""
         items, _ = as_image_list(images)
         prepared = []
         for index, image in enumerate(items):
-            rgb = load_rgb_image(
-                image,
-                name=f"images[{index}]",
-                min_side=self.config.feature_stride,
-                max_pixels=self.config.max_image_pixels,
-            )
+            rgb = self.load_image(image, name=f"images[{index}]")
             try:
                 prepared.append(prepare_image(rgb, self.config))
             except ValueError as err:
@@ -159,7 +163,8 @@ class RegionExtractor(nn.Module):
             if len(boxes) == 0:
                 raise ValueError(f"images[{index}]: the region proposal network found no non-empty box")
             proposals.append(boxes)
-        return proposals, self.roi_heads(res4_maps, proposals)
+        # "butd" reports the proposals themselves: the class-specific box regression (4·C outputs per RoI) is skipped.
+        return proposals, self.roi_heads(res4_maps, proposals, box_deltas=self.config.selection_mode != "butd")
 
     def select(self, proposals: torch.Tensor, outputs: HeadOutputs, prepared: PreparedImage) -> Selection:
         config = self.config
@@ -264,9 +269,29 @@ class RegionExtractor(nn.Module):
                 )
         return [d.to_region_features() for d in detections]
 
+    def quantize(self, calibration_images: ImageInput | Sequence[ImageInput], dtype: str = "int8") -> "RegionExtractor":
+        """Run res5 (~90% of the FLOPs) in int8 from now on, its activation ranges calibrated on the RoIs of
+        `calibration_images` (see `quantization`); in place, returns the extractor. CPU inference only; a quantized
+        extractor cannot be saved (save the float one and quantize after loading)."""
+        if dtype != "int8":
+            raise ValueError(f"RegionExtractor.quantize supports only 'int8', got {dtype!r}")
+        if self.quantization is not None:
+            raise ValueError(f"the extractor is already quantized ({self.quantization})")
+        if self.backbone.stem.conv1.weight.dtype != torch.float32:
+            raise ValueError("quantize a float32 extractor: int8 ranges are calibrated on float32 activations")
+        with torch.inference_mode(False):
+            self.roi_heads.res5 = quantize_res5(self.roi_heads.res5, calibration_rois(self, calibration_images))
+        self.quantization = dtype
+        return self
+
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write `config.json`, `model.safetensors` (float32) and the object / attribute vocabularies."""
+        if self.quantization is not None:
+            raise ValueError(
+                f"a {self.quantization}-quantized extractor cannot be saved: save the float32 one and call "
+                "quantize() after loading it"
+            )
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.to_json_file(

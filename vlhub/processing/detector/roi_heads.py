@@ -18,11 +18,11 @@ __all__ = ["BoxPredictor", "RoIHeads", "HeadOutputs"]
 @dataclass
 class HeadOutputs:
     """Per-RoI outputs for `R` RoIs: `features` `(R, F)`, `class_logits` `(R, C + 1)` (background LAST),
-    `box_deltas` `(R, 4·C)`, `attribute_logits` `(R, A + 1)` ("no attribute" LAST) or None."""
+    `box_deltas` `(R, 4·C)` or None (not asked for), `attribute_logits` `(R, A + 1)` ("no attribute" LAST) or None."""
 
     features: torch.Tensor
     class_logits: torch.Tensor
-    box_deltas: torch.Tensor
+    box_deltas: torch.Tensor | None
     attribute_logits: torch.Tensor | None
 
     def cpu(self) -> "HeadOutputs":
@@ -57,9 +57,12 @@ class BoxPredictor(nn.Module):
             self.fc_attr = nn.Linear(dim + config.attribute_embedding_dim, config.attribute_hidden_dim)
             self.attr_score = nn.Linear(config.attribute_hidden_dim, config.num_attributes + 1)
 
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, features: torch.Tensor, box_deltas: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """`box_deltas=False` skips `bbox_pred` (None in its place): the "butd" selection reports the proposals."""
         class_logits = self.cls_score(features)
-        box_deltas = self.bbox_pred(features)
+        box_deltas = self.bbox_pred(features) if box_deltas else None
         attribute_logits = None
         if self.has_attributes:
             embedded = self.cls_embedding(class_logits.argmax(dim=-1))
@@ -116,13 +119,15 @@ class RoIHeads(nn.Module):
             chunks.append(self.res5(pooled).mean(dim=(2, 3)))
         return torch.cat(chunks) if chunks else all_boxes.new_zeros(0, self.config.feature_dim)
 
-    def forward(self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor]) -> list[HeadOutputs]:
+    def forward(
+        self, res4_maps: list[torch.Tensor], boxes: list[torch.Tensor], box_deltas: bool = True
+    ) -> list[HeadOutputs]:
         features = self.region_features(res4_maps, boxes)
-        class_logits, box_deltas, attribute_logits = self.box_predictor(features)
+        class_logits, box_deltas, attribute_logits = self.box_predictor(features, box_deltas)
         outputs = HeadOutputs(
             features.float(),
             class_logits.float(),
-            box_deltas.float(),
+            None if box_deltas is None else box_deltas.float(),
             None if attribute_logits is None else attribute_logits.float(),
         )
         return outputs.split([len(b) for b in boxes])

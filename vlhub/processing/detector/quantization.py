@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -19,6 +20,9 @@ from torch.ao.nn.quantized import FloatFunctional
 
 from .backbone import Bottleneck, ConvNorm
 from .image_io import ImageInput
+
+if TYPE_CHECKING:  # the extractor imports this module
+    from .extractor import RegionExtractor
 
 __all__ = ["QUANTIZATION_ENGINES", "QuantizableRes5", "calibration_rois", "quantize_res5"]
 
@@ -78,7 +82,7 @@ class QuantizableRes5(nn.Module):
         return self.dequant(self.blocks(self.quant(pooled.float())))
 
 
-def calibration_rois(extractor, images: ImageInput | Sequence[ImageInput]) -> Iterator[torch.Tensor]:
+def calibration_rois(extractor: RegionExtractor, images: ImageInput | Sequence[ImageInput]) -> Iterator[torch.Tensor]:
     """Pooled float32 RoIs `(≤ roi_batch_size, C4, P, P)` of every proposal of each image, as res5 receives them."""
     for prepared in extractor.prepare(images):
         res4 = extractor.backbone_features(prepared)

@@ -82,10 +82,12 @@ def test_models_open_with_their_tasks_and_bad_folders_are_reported(app, folders)
     )
     assert "Unified VLP has no retrieval head" in app.models["vlp-shapes-captioning"].unavailable["retrieval"]
     assert "a retrieval model; open one fine-tuned for VQA" in app.models["uniter-shapes-retrieval"].unavailable["vqa"]
-    # Packed for the CPU where this torch has oneDNN.
-    from vlhub.modeling.packed_linear import packed_linear_available
+    # Packed for the CPU where that pays (the pipelines' default): a captioner wherever torch has oneDNN, an encoder
+    # on the CPU kinds where packed encoders were measured faster.
+    from vlhub.modeling.packed_linear import packing_pays
 
-    assert (app.models["uniter-shapes-vqa"].packed_linears > 0) == packed_linear_available()
+    assert (app.models["uniter-shapes-vqa"].packed_linears > 0) == packing_pays(decodes=False)
+    assert (app.models["vlp-shapes-captioning"].packed_linears > 0) == packing_pays(decodes=True)
 
 
 def test_answers_are_the_vqa_pipelines(app, folders, upload):

@@ -1,6 +1,6 @@
-"""The pipelines run float32 CPU inference on packed linear weights by default (`pack_linear_weights=False` keeps the
-plain layers): the same answers, scores, rankings and captions as the plain path, and the packed path never engages
-for training or another dtype."""
+"""The pipelines run float32 CPU inference on packed linear weights where that pays (by default: a captioner on every
+CPU, an encoder on AVX512 CPUs; `pack_linear_weights=True` always, `False` never): the same answers, scores, rankings
+and captions as the plain path, and the packed path never engages for training or another dtype."""
 
 import pytest
 import torch
@@ -26,7 +26,7 @@ def packed_layers(model) -> int:
 
 
 def packed_and_plain(task: str, folder, **kwargs):
-    packed = pipeline(task, model=str(folder), **kwargs)
+    packed = pipeline(task, model=str(folder), pack_linear_weights=True, **kwargs)
     plain = pipeline(task, model=str(folder), pack_linear_weights=False, **kwargs)
     assert packed.packed_linears == packed_layers(packed.model) > 0
     assert plain.packed_linears == packed_layers(plain.model) == 0
@@ -41,7 +41,7 @@ def assert_same_scores(packed: list, plain: list, key: str) -> None:
         assert got[key] == pytest.approx(expected[key], rel=RELATIVE, abs=1e-7)
 
 
-def test_vqa_pipeline_packs_by_default_with_the_same_answers(vqa_folder):  # noqa: F811
+def test_vqa_pipeline_packed_gives_the_same_answers(vqa_folder):  # noqa: F811
     packed, plain = packed_and_plain("visual-question-answering", vqa_folder)
     for batch_size in (1, 3):
         got = packed(image=REGION_SETS, question=QUESTIONS, top_k=5, batch_size=batch_size)
@@ -50,7 +50,7 @@ def test_vqa_pipeline_packs_by_default_with_the_same_answers(vqa_folder):  # noq
             assert_same_scores(one, other, "score")
 
 
-def test_retrieval_pipeline_packs_by_default_with_the_same_ranking(tmp_path, tiny_uniter_config, tiny_vocab):
+def test_retrieval_pipeline_packed_gives_the_same_ranking(tmp_path, tiny_uniter_config, tiny_vocab):
     save_tiny(tmp_path / "itm", vlhub.UniterForImageTextRetrieval, tiny_uniter_config, tiny_vocab)
     packed, plain = packed_and_plain("image-text-retrieval", tmp_path / "itm")
     assert_same_scores(
@@ -63,7 +63,7 @@ def test_retrieval_pipeline_packs_by_default_with_the_same_ranking(tmp_path, tin
     )
 
 
-def test_captioning_pipeline_packs_by_default_with_the_same_captions(captioner_folder):  # noqa: F811
+def test_captioning_pipeline_packed_gives_the_same_captions(captioner_folder):  # noqa: F811
     packed, plain = packed_and_plain("image-captioning", captioner_folder)
     regions = [make_regions(count, seed) for count, seed in ((4, 0), (2, 1), (3, 2))]
     for settings in ({}, {"num_beams": 3}):
@@ -72,7 +72,7 @@ def test_captioning_pipeline_packs_by_default_with_the_same_captions(captioner_f
 
 
 def test_packing_does_not_engage_for_other_dtypes_or_training(vqa_folder):  # noqa: F811
-    double = pipeline("visual-question-answering", model=str(vqa_folder), dtype=torch.float64)
+    double = pipeline("visual-question-answering", model=str(vqa_folder), dtype=torch.float64, pack_linear_weights=True)
     assert double.packed_linears == 0 and packed_layers(double.model) == 0
     packed, plain = packed_and_plain("visual-question-answering", vqa_folder)
     inputs = packed.processor(text=QUESTIONS[:2], regions=REGION_SETS[:2], return_tensors="pt")
@@ -90,3 +90,18 @@ def test_packing_does_not_engage_for_other_dtypes_or_training(vqa_folder):  # no
 def test_pack_linear_weights_must_be_a_bool(vqa_folder):  # noqa: F811
     with pytest.raises(TypeError, match="pack_linear_weights must be True or False"):
         pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights="no")
+
+
+@pytest.mark.parametrize("cpu_kind", ["AVX2", "AVX512"])
+def test_the_default_packs_where_it_pays(monkeypatch, cpu_kind, vqa_folder, captioner_folder):  # noqa: F811
+    """The default (`pack_linear_weights=None`) packs a captioner on every CPU kind and an encoder only on the kinds
+    where packed encoders were measured faster; True and False override it."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: cpu_kind)
+    encoder_packs = cpu_kind in vlhub.modeling.packed_linear.ENCODER_PACKING_CPU_KINDS
+    assert encoder_packs == (cpu_kind == "AVX512")
+    vqa = pipeline("visual-question-answering", model=str(vqa_folder))
+    assert (vqa.packed_linears > 0) == encoder_packs
+    assert vqa.packed_linears == packed_layers(vqa.model)
+    assert pipeline("image-captioning", model=str(captioner_folder)).packed_linears > 0
+    assert pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights=True).packed_linears > 0
+    assert pipeline("image-captioning", model=str(captioner_folder), pack_linear_weights=False).packed_linears == 0

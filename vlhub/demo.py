@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--no_pack",
         action="store_true",
-        help="The pipelines keep the plain linear layers (default: packed for float32 CPU inference, "
-        "vlhub.pack_linear_weights).",
+        help="The pipelines keep the plain linear layers (default: packed for float32 CPU inference where that "
+        "pays, vlhub.modeling.packed_linear.packing_pays).",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -164,7 +164,7 @@ class Demo:
         from .training.data import shapes_region_store, shapes_world
 
         self.args = args
-        self.pipeline_packing = not args.no_pack
+        self.pipeline_packing = False if args.no_pack else None  # None: where packing pays
         self.out = Path(args.output_dir) / args.model_type
         self.architecture = get_architecture(args.model_type)
         self.prefix = args.model_type.replace("_", "-")

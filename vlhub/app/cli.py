@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-pack",
         action="store_true",
-        help="keep the plain linear layers (default: packed for the CPU, vlhub.pack_linear_weights)",
+        help="keep the plain linear layers (default: packed for the CPU where that pays, as the pipelines do)",
     )
     return parser
 
@@ -65,7 +65,11 @@ def build(args: argparse.Namespace) -> VlhubApp:
     extractor = load_region_extractor(args.extractor) if args.extractor else None
     examples_dir = tempfile.mkdtemp(prefix="vlhub-app-examples-")
     app = VlhubApp.from_folders(
-        folders, extractor, pack=not args.no_pack, examples_dir=examples_dir, max_image_pixels=args.max_image_pixels
+        folders,
+        extractor,
+        pack=False if args.no_pack else None,
+        examples_dir=examples_dir,
+        max_image_pixels=args.max_image_pixels,
     )
     for problem in app.problems:
         print(f"vlhub app: not opened: {problem}", file=sys.stderr)

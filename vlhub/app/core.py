@@ -117,10 +117,14 @@ def _head_task(architecture, head: str) -> str | None:
 
 
 def load_app_model(
-    folder: str | Path, region_extractor: RegionExtractorLike | None = None, pack: bool = True, name: str | None = None
+    folder: str | Path,
+    region_extractor: RegionExtractorLike | None = None,
+    pack: bool | None = None,
+    name: str | None = None,
 ) -> AppModel:
     """Open a vlhub folder for the page: check that it is one, build the pipeline of the task its head does, attach
-    `region_extractor` when the folder's processor has none, and pack its linear weights for the CPU (`pack`)."""
+    `region_extractor` when the folder's processor has none, and pack its linear weights for the CPU (`pack`: None
+    where packing pays, as the pipelines do; True always; False never)."""
     from transformers import pipeline
 
     from ..demo import task_unavailable_reason
@@ -276,7 +280,7 @@ class VlhubApp:
         cls,
         folders: Iterable[str | Path],
         region_extractor: RegionExtractorLike | None = None,
-        pack: bool = True,
+        pack: bool | None = None,
         examples_dir: str | Path | None = None,
         max_image_pixels: int = MAX_IMAGE_PIXELS,
     ) -> "VlhubApp":

@@ -46,6 +46,8 @@ __all__ = [
     "PACKED_MIN_ROWS",
     "PackedLinear",
     "packed_linear_available",
+    "packing_pays",
+    "ENCODER_PACKING_CPU_KINDS",
     "pack_linear_weights",
     "unpack_linear_weights",
     "packed_linear_weights",
@@ -69,6 +71,22 @@ def packed_linear_available() -> bool:
         return bool(torch.ops.mkldnn._reorder_linear_weight and torch.ops.mkldnn._linear_pointwise)
     except (AttributeError, RuntimeError):
         return False
+
+
+# CPU kinds (`torch.backends.cpu.get_cpu_capability()`) on which a whole-sequence forward at batch 1 ran faster on
+# packed weights, measured with `bench/bench_encoders.py --pipeline` (docs/performance.md): AVX512 EPYCs ~1.4x the
+# plain forward; on an idle AVX2-only EPYC the packed VQA pipelines ran at 0.90-0.94x the plain ones, so there the
+# default leaves encoders plain. Decoding steps (a few rows each) were faster packed on both kinds (1.4-1.5x on AVX2).
+ENCODER_PACKING_CPU_KINDS = ("AVX512",)
+
+
+def packing_pays(decodes: bool) -> bool:
+    """Whether the default path packs a float32 CPU model: always for a model that decodes (its steps multiply a few
+    rows by every weight, where oneDNN's packed kernels were faster on every CPU kind measured), and for an encoder
+    only on the CPU kinds of `ENCODER_PACKING_CPU_KINDS`. False where torch has no oneDNN."""
+    if not packed_linear_available():
+        return False
+    return decodes or torch.backends.cpu.get_cpu_capability() in ENCODER_PACKING_CPU_KINDS
 
 
 def _register_flop_formula() -> None:

@@ -77,9 +77,11 @@ class ProcessorPipelineMixin:
     (`task_heads`: the architecture heads, by their task name in the declaration, that can).
 
     A float32 model on the CPU gets its linear weights packed for oneDNN (`vlhub.pack_linear_weights`: the same
-    results to ~1e-6 relative, faster, one more copy of the linear weights in memory); `pack_linear_weights=False`
-    (an argument of `pipeline(...)`) keeps the plain layers. Packing never engages for training, another dtype or
-    another device, so the model stays usable for anything else.
+    results to ~1e-6 relative, one more copy of the linear weights in memory) where that was measured faster
+    (`vlhub.modeling.packed_linear.packing_pays`: a pipeline that decodes on every CPU kind, an encoder on AVX512
+    CPUs; on AVX2-only CPUs an encoder stays plain). `pack_linear_weights=True` packs wherever it can, `False` never
+    (arguments of `pipeline(...)`). Packing never engages for training, another dtype or another device, so the model
+    stays usable for anything else.
 
     `quantize="int8"` runs a copy of the model whose linear layers are int8 dynamically quantized
     (`vlhub.modeling.inference_dtype.quantize_linear_weights`: CPU, float32 models, inference only; results close to
@@ -105,7 +107,7 @@ class ProcessorPipelineMixin:
         super().__init__(model, *args, **kwargs)
         if pack_linear_weights is not None and not isinstance(pack_linear_weights, bool):
             raise TypeError(
-                f"pack_linear_weights must be True or False (or None: pack unless quantized), got {pack_linear_weights!r}"
+                f"pack_linear_weights must be True or False (or None: pack where it pays), got {pack_linear_weights!r}"
             )
         self.packed_linears = 0  # how many linear layers run on packed weights
         self.quantized_linears = 0  # how many run int8 dynamically quantized
@@ -119,10 +121,14 @@ class ProcessorPipelineMixin:
                 )
             self.model = quantize_linear_weights(self.model, quantize)
             self.quantized_linears = count_quantized_linears(self.model)
-        elif pack_linear_weights is not False and self.model.device.type == "cpu" and self.model.dtype == torch.float32:
+        elif self.model.device.type == "cpu" and self.model.dtype == torch.float32:
             from ..modeling.packed_linear import pack_linear_weights as pack
+            from ..modeling.packed_linear import packing_pays
 
-            self.packed_linears = pack(self.model)
+            if pack_linear_weights or (
+                pack_linear_weights is None and packing_pays(decodes=self._pipeline_calls_generate)
+            ):
+                self.packed_linears = pack(self.model)
 
 
 class TopKPipelineMixin(ProcessorPipelineMixin):

@@ -223,8 +223,6 @@ def paired_figures(args: argparse.Namespace) -> None:
         pictures = images(args.paired_images + 1, args.height, args.width)
         paired_dtypes(base, pictures[1:], pictures[:1], args.paired_rounds)
     if args.agreement_images:
-        from pathlib import Path
-
         agreement(Path(args.fixtures), args.agreement_images)
 
 

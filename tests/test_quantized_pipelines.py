@@ -9,7 +9,8 @@ from transformers import pipeline
 import vlhub
 from vlhub.modeling.inference_dtype import count_quantized_linears, quantize_linear_weights
 
-from .helpers import random_regions, save_tiny
+from .helpers import save_tiny
+from .test_packed_linear_pipelines import QUESTIONS, REGION_SETS  # the same questions and region sets
 from .test_unified_vlp_modeling import make_regions
 from .test_pipelines import vqa_folder  # noqa: F401  (a fixture)
 from .test_unified_vlp_pipelines import captioner_folder  # noqa: F401  (a fixture)
@@ -20,8 +21,6 @@ pytestmark = pytest.mark.skipif(
     reason="this torch build has no int8 CPU engine",
 )
 
-QUESTIONS = ["what colour is the cat ?", "is the dog on the table ?", "what is red ?"]
-REGION_SETS = [random_regions(n, 16, seed=n) for n in (3, 5, 8)]
 # int8 weights (per tensor) and activations (per batch) on the tiny models: probabilities and logits within this
 SCORE_TOLERANCE = 0.02
 LOGIT_TOLERANCE = 0.05

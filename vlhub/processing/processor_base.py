@@ -11,6 +11,10 @@ Hooks an architecture overrides (defaults in brackets):
   answer `[MASK]` slot, VLP its region slots and segment ids, TDEN its generation stream. It must add the same
   number of tokens to every example; truncation removes word pieces until the result fits `max_text_length`.
 - `VisionLanguageProcessor.text_token_type_id` [0]: the token type of the default layout.
+- `VisionLanguageProcessor.encode_call(call, options) -> BatchFeature` [the inputs encoded]: one call's inputs
+  (`ProcessorCall`) with the architecture's own keyword options, the typed fields of its `valid_processor_kwargs`
+  (a `VisionLanguageProcessorKwargs`) merged by transformers' `_merge_kwargs` (TDEN: `stream`; ViLBERT: `task_id`,
+  `ground_truth`; VL-BERT: `boxes`). Keywords no field declares are an error before it is called.
 - `RegionProcessor.encode_locations(regions) -> (R, location_dim)` [required]: the architecture's box encoding.
 - `RegionProcessor.select(regions) -> RegionFeatures` [the `region_selection` rule up to `max_regions`]: which of an
   image's regions are kept (ViLBERT notes the mean of all for its global token, TDEN applies its extraction rule).
@@ -608,6 +612,8 @@ class VisionLanguageProcessor(ProcessorMixin):
         those of the processor's `valid_processor_kwargs` (`VisionLanguageProcessorKwargs` and an architecture's
         own); any other keyword is an error.
         """
+        # No @auto_docstring: transformers 5.24 unrolls a processor's kwargs only in a processing_*.py file and raises
+        # "Unrolling kwargs is not supported" here; the options are documented on the kwargs classes.
         return_tensors, options = self.call_options(kwargs)
         return self.encode_call(ProcessorCall(text, regions, images, token_ids, return_tensors), options)
 

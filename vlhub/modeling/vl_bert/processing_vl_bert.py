@@ -17,6 +17,7 @@ from transformers import BatchFeature
 from ...processing.processor_base import ProcessorCall, RegionProcessor, VisionLanguageProcessor
 from ...processing.processor_base import RegionsArgument, VisionLanguageProcessorKwargs
 from ...processing.regions import RegionFeatures
+from ...registry import VcrTokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -443,10 +444,10 @@ class VlBertProcessor(VisionLanguageProcessor):
 
     def vcr_text(
         self,
-        question: Sequence[str | Sequence[int]],
-        choices: Sequence[Sequence[str | Sequence[int]]],
+        question: VcrTokens,
+        choices: Sequence[VcrTokens],
         objects: Sequence[str],
-        answer: Sequence[str | Sequence[int]] | None = None,
+        answer: VcrTokens | None = None,
         max_length: int = 64,
         person_name_offset: int = 0,
     ) -> BatchFeature:

@@ -574,7 +574,7 @@ class VisionLanguageProcessor(ProcessorMixin):
         warnings.warn(
             f"text {index} has {len(ids)} tokens with its special tokens; truncated to max_text_length="
             f"{self.max_text_length}",
-            stacklevel=5,  # the caller of __call__ (through encode_call and encode_text)
+            stacklevel=5,  # the caller of __call__ (through encode_call and encode_text; one frame more under an override)
         )
         left = self.tokenizer.truncation_side == "left"
         ids, types = self.build_text_inputs(pieces[overflow:] if left else pieces[:keep])

@@ -191,3 +191,65 @@ def test_text_padding_equals_the_tokenizers_own_for_every_architecture(tiny_voca
         [2, 2, 2],
         [2, 2, 0],
     ]
+
+
+def test_an_architectures_own_option_reaches_encode_call(toy):
+    """An option is a typed field of the processor's `valid_processor_kwargs`; `encode_call` receives it merged by
+    transformers' `_merge_kwargs` (a processor attribute of the field's name is its default), with the inputs."""
+    from vlhub.processing.processor_base import VisionLanguageProcessorKwargs
+
+    class ShoutingKwargs(VisionLanguageProcessorKwargs, total=False):
+        shout: bool
+
+    class Shouting(ToyProcessor):
+        valid_processor_kwargs = ShoutingKwargs
+        shout = False
+        seen = []
+
+        def encode_call(self, call, options):
+            self.seen.append((call.text, call.return_tensors, options))
+            return super().encode_call(call, options)
+
+    shouting = Shouting(feature_extractor=toy.feature_extractor, tokenizer=toy.tokenizer)
+    shouting(text="a dog", shout=True)
+    shouting(text="a cat", return_tensors="np")
+    assert shouting.seen == [("a dog", "pt", {"shout": True}), ("a cat", "np", {"shout": False})]
+    with pytest.raises(TypeError, match=r"unexpected argument\(s\) \['whisper'\].*'return_tensors', 'shout'"):
+        shouting(text="a dog", whisper=True)
+
+
+def test_call_options_of_every_architecture(tiny_vocab):
+    """Each processor takes `return_tensors` flat or in a `ProcessingKwargs` group (one value a call) and refuses,
+    by name, every keyword it does not honour: an unknown one, another architecture's option, transformers' text
+    and image options (which `_merge_kwargs` alone would log and drop)."""
+    import numpy as np
+
+    from vlhub.registry import architectures
+
+    options = {"tden": {"stream": "understanding"}, "vilbert": {"task_id": None}, "vl_bert": {"boxes": None}}
+    for name, architecture in architectures().items():
+        tokenizer = BertTokenizer(vocab=str(tiny_vocab), do_lower_case=True)
+        processor = architecture.build_processor(tokenizer, 16)
+        own = options.get(name, {})
+        assert processor(text="a dog", **own)["input_ids"].dtype == torch.long, name
+        for grouped in ({"return_tensors": "np"}, {"common_kwargs": {"return_tensors": "np"}}):
+            assert isinstance(processor(text="a dog", **grouped)["input_ids"], np.ndarray), (name, grouped)
+        both = {"text_kwargs": {"return_tensors": "np"}, "images_kwargs": {"return_tensors": "np"}}
+        assert isinstance(processor(text="a dog", **both)["input_ids"], np.ndarray), name
+        with pytest.raises(ValueError, match="different return_tensors"):
+            processor(text="a dog", text_kwargs={"return_tensors": "np"}, images_kwargs={"return_tensors": "pt"})
+        with pytest.raises(ValueError, match="tf is not a valid TensorType"):
+            processor(text="a dog", return_tensors="tf")
+        foreign = {"stream": "generation"} if name != "tden" else {"task_id": 1}
+        for bad, named in (
+            ({"colour": 3}, "colour"),
+            (foreign, next(iter(foreign))),
+            ({"padding": "max_length"}, "padding"),
+            ({"text_kwargs": {"truncation": True}}, "text_kwargs\\['truncation'\\]"),
+            ({"images_kwargs": {"do_resize": True}}, "images_kwargs\\['do_resize'\\]"),
+            ({"return_mm_token_type_ids": True}, "return_mm_token_type_ids"),
+        ):
+            with pytest.raises(TypeError, match=f"unexpected argument.*{named}"):
+                processor(text="a dog", **bad)
+        with pytest.raises(TypeError, match="text_kwargs must be a dict"):
+            processor(text="a dog", text_kwargs="np")

@@ -29,6 +29,7 @@ __all__ = [
     "Architecture",
     "MatchScore",
     "ChoiceLayout",
+    "VcrTokens",
     "CaptionScorer",
     "InitializesFromPretraining",
     "RETRIEVAL_NEGATIVES",
@@ -101,18 +102,16 @@ def resolve(path: str) -> Any:
 
 
 # -- capabilities: what shared code may rely on, declared by an architecture instead of probed on its objects -------
+# VCR's text: words and references to objects (lists of their indices), e.g. `["why", "is", [0], "smiling", "?"]`.
+VcrTokens = Sequence[str | Sequence[int]]
+
+
 @runtime_checkable
 class ChoiceLayout(Protocol):
     """A processor that lays out multiple-choice pairs itself (`choice_layout="vcr"`: VL-BERT's VCR text)."""
 
     def vcr_text(
-        self,
-        question: Sequence[str | Sequence[int]],
-        choices: Sequence[Sequence[str | Sequence[int]]],
-        objects: Sequence[str],
-        answer: Sequence[str | Sequence[int]] | None = None,
-        max_length: int = 64,
-        **kwargs: Any,
+        self, question: VcrTokens, choices: Sequence[VcrTokens], objects: Sequence[str], max_length: int = 64
     ) -> dict: ...
 
 

@@ -11,6 +11,10 @@ Hooks an architecture overrides (defaults in brackets):
   answer `[MASK]` slot, VLP its region slots and segment ids, TDEN its generation stream. It must add the same
   number of tokens to every example; truncation removes word pieces until the result fits `max_text_length`.
 - `VisionLanguageProcessor.text_token_type_id` [0]: the token type of the default layout.
+- `VisionLanguageProcessor.encode_call(call, options) -> BatchFeature` [the inputs encoded]: one call's inputs
+  (`ProcessorCall`) with the architecture's own keyword options, the typed fields of its `valid_processor_kwargs`
+  (a `VisionLanguageProcessorKwargs`) merged by transformers' `_merge_kwargs` (TDEN: `stream`; ViLBERT: `task_id`,
+  `ground_truth`; VL-BERT: `boxes`). Keywords no field declares are an error before it is called.
 - `RegionProcessor.encode_locations(regions) -> (R, location_dim)` [required]: the architecture's box encoding.
 - `RegionProcessor.select(regions) -> RegionFeatures` [the `region_selection` rule up to `max_regions`]: which of an
   image's regions are kept (ViLBERT notes the mean of all for its global token, TDEN applies its extraction rule).
@@ -28,14 +32,15 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence, Unpack
 
 import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import BatchEncoding, BatchFeature
 from transformers.feature_extraction_utils import FeatureExtractionMixin
-from transformers.processing_utils import ProcessorMixin
+from transformers.processing_utils import ProcessingKwargs, ProcessorMixin
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
@@ -51,6 +56,8 @@ if TYPE_CHECKING:
 __all__ = [
     "RegionProcessor",
     "VisionLanguageProcessor",
+    "VisionLanguageProcessorKwargs",
+    "ProcessorCall",
     "select_regions",
     "keep_first_regions",
     "check_text",
@@ -71,6 +78,33 @@ logger = logging.getLogger(__name__)
 TextArgument = str | Sequence[str]
 RegionsArgument = RegionFeatures | Sequence[RegionFeatures]
 TokenIdsArgument = Sequence[int] | Sequence[Sequence[int]]
+
+
+class VisionLanguageProcessorKwargs(ProcessingKwargs, total=False):
+    """The keyword options of a vlhub processor call, in transformers' `ProcessingKwargs` groups.
+
+    Every processor honours `return_tensors` ("pt" by default, "np", or None), given flat or in `common_kwargs`,
+    `text_kwargs` or `images_kwargs` (one value for the whole call); the groups' other options (padding, image
+    resizing, ...) do not apply to word pieces and regions and are refused. An architecture with options of its own
+    subclasses this class, declares them as typed fields, names it as its processor's `valid_processor_kwargs` and
+    reads them in `VisionLanguageProcessor.encode_call`; a processor attribute of a field's name is its default.
+    """
+
+
+# The `ProcessingKwargs` groups a call may pass `return_tensors` in.
+_CALL_GROUPS = ("common_kwargs", "text_kwargs", "images_kwargs")
+
+
+@dataclass(frozen=True)
+class ProcessorCall:
+    """One processor call's inputs (text or token_ids, regions or images) and the tensors it returns."""
+
+    text: TextArgument | None = None
+    regions: RegionsArgument | None = None
+    images: Any = None
+    token_ids: TokenIdsArgument | None = None
+    return_tensors: str | None = "pt"
+
 
 # How a processor chooses an image's regions (the setting `region_selection`, saved with the processor):
 # "by_confidence": with detector confidences (scores) and a `confidence_threshold`, the clamp(#(score > threshold),
@@ -420,6 +454,10 @@ class VisionLanguageProcessor(ProcessorMixin):
     """
 
     text_token_type_id: int = 0  # token type of every token of the default layout
+    valid_processor_kwargs = VisionLanguageProcessorKwargs
+    # `_merge_kwargs`' defaults (transformers' processor-attribute route): model inputs as PyTorch tensors.
+    text_kwargs = {"return_tensors": "pt"}
+    images_kwargs = {"return_tensors": "pt"}
 
     def __init__(
         self,
@@ -536,7 +574,7 @@ class VisionLanguageProcessor(ProcessorMixin):
         warnings.warn(
             f"text {index} has {len(ids)} tokens with its special tokens; truncated to max_text_length="
             f"{self.max_text_length}",
-            stacklevel=4,
+            stacklevel=5,  # the caller of __call__ (through encode_call and encode_text; one frame more under an override)
         )
         left = self.tokenizer.truncation_side == "left"
         ids, types = self.build_text_inputs(pieces[overflow:] if left else pieces[:keep])
@@ -562,24 +600,57 @@ class VisionLanguageProcessor(ProcessorMixin):
 
     def __call__(
         self,
-        text: str | Sequence[str] | None = None,
-        regions: RegionFeatures | Sequence[RegionFeatures] | None = None,
+        text: TextArgument | None = None,
+        regions: RegionsArgument | None = None,
         images: Any = None,
-        token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
-        return_tensors: str | None = "pt",
-        **kwargs: Any,
+        token_ids: TokenIdsArgument | None = None,
+        **kwargs: Unpack[VisionLanguageProcessorKwargs],
     ) -> BatchFeature:
         """text: a string or a list of strings (one per image). token_ids: instead of text, word-piece ids without
         [CLS]/[SEP] (as the original text databases store them). regions: one `RegionFeatures` per text. images:
-        instead of regions, images for the region extractor (paths, PIL images or arrays).
+        instead of regions, images for the region extractor (paths, PIL images or arrays). The keyword options are
+        those of the processor's `valid_processor_kwargs` (`VisionLanguageProcessorKwargs` and an architecture's
+        own); any other keyword is an error.
         """
-        if kwargs:
-            raise TypeError(f"unexpected argument(s) {sorted(kwargs)}; expected text/token_ids, regions/images")
-        regions = self.regions_or_images(regions, images)
+        # No @auto_docstring: transformers 5.24 unrolls a processor's kwargs only in a processing_*.py file and raises
+        # "Unrolling kwargs is not supported" here; the options are documented on the kwargs classes.
+        return_tensors, options = self.call_options(kwargs)
+        return self.encode_call(ProcessorCall(text, regions, images, token_ids, return_tensors), options)
+
+    def call_options(self, kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """A call's keyword options merged with the processor's defaults by transformers' `_merge_kwargs`: its
+        `return_tensors` and its architecture's own options (the fields `valid_processor_kwargs` adds to
+        `ProcessingKwargs`). A keyword the processor does not honour is a `TypeError` (`_merge_kwargs` would only
+        log it), a group that is no dict a `TypeError`, groups that disagree a `ValueError`."""
+        declared = self.valid_processor_kwargs
+        own = [name for name in declared.__annotations__ if name not in ProcessingKwargs.__annotations__]
+        unknown = [key for key in kwargs if key not in (*own, *_CALL_GROUPS, "return_tensors")]
+        for group in _CALL_GROUPS:
+            if not isinstance(kwargs.get(group, {}), dict):
+                raise TypeError(f"{group} must be a dict of options, got {type(kwargs[group]).__name__}")
+            unknown += [f"{group}[{key!r}]" for key in kwargs.get(group, {}) if key != "return_tensors"]
+        if unknown:
+            raise TypeError(
+                f"unexpected argument(s) {sorted(unknown)}; expected text/token_ids, regions/images and the options "
+                f"{['return_tensors', *own]}"
+            )
+        merged = self._merge_kwargs(declared, **kwargs)
+        return_tensors = merged["text_kwargs"].get("return_tensors")
+        if merged["images_kwargs"].get("return_tensors", return_tensors) != return_tensors:
+            raise ValueError(
+                "one call returns one kind of tensors: text_kwargs and images_kwargs name different return_tensors"
+            )
+        return return_tensors, {name: merged[name] for name in own if name in merged}
+
+    def encode_call(self, call: ProcessorCall, options: dict[str, Any]) -> BatchFeature:
+        """The hook of a call: `call`'s inputs encoded with `options`, the architecture's own keyword options (the
+        fields its `valid_processor_kwargs` declares, merged with their defaults; none here). An architecture with
+        options overrides it, reads them and hands the (possibly changed) call on to `super().encode_call`."""
+        regions = self.regions_or_images(call.regions, call.images)
         data = {}
         num_texts = None
-        if text is not None or token_ids is not None:
-            text_inputs = self.encode_text(text, token_ids)
+        if call.text is not None or call.token_ids is not None:
+            text_inputs = self.encode_text(call.text, call.token_ids)
             num_texts = text_inputs["input_ids"].shape[0]
             data.update(
                 input_ids=text_inputs["input_ids"],
@@ -587,7 +658,7 @@ class VisionLanguageProcessor(ProcessorMixin):
                 token_type_ids=text_inputs["token_type_ids"],
             )
         if regions is not None:
-            region_inputs = self.feature_extractor(regions, return_tensors=return_tensors)
+            region_inputs = self.feature_extractor(regions, return_tensors=call.return_tensors)
             if num_texts is not None and region_inputs["region_features"].shape[0] != num_texts:
                 raise ValueError(
                     f"got {num_texts} texts but {region_inputs['region_features'].shape[0]} images: pass one text per "
@@ -598,7 +669,7 @@ class VisionLanguageProcessor(ProcessorMixin):
                 data.update(self.regions_only_text_inputs(region_inputs["region_features"].shape[0]))
         if not data:
             raise ValueError("nothing to process: pass text (or token_ids) and/or regions (or images)")
-        return BatchFeature(data, tensor_type=return_tensors)
+        return BatchFeature(data, tensor_type=call.return_tensors)
 
     @property
     def model_input_names(self) -> list[str]:

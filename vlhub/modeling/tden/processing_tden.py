@@ -4,19 +4,20 @@ row (the mean feature at `[0, 0, 1, 1, 1]`) and 5-d locations, as X-modaler's da
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from transformers import BatchFeature
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor, keep_first_regions
-from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
+from ...processing.processor_base import ProcessorCall, VisionLanguageProcessorKwargs
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["TdenRegionProcessor", "TdenProcessor", "tden_locations", "TEXT_STREAMS"]
+__all__ = ["TdenRegionProcessor", "TdenProcessor", "TdenProcessorKwargs", "tden_locations", "TEXT_STREAMS"]
 
 # The two text layouts: "understanding" = `[CLS] w [SEP]`, type 0 (VQA, retrieval, pre-training's U stream);
 # "generation" = `[CLS] w`, type 1 (captioning inputs: no [SEP], which is the end-of-sentence target instead).
@@ -81,6 +82,13 @@ class TdenRegionProcessor(RegionProcessor):
         return torch.cat([image_feature, features], dim=0), torch.cat([image_location, locations], dim=0)
 
 
+class TdenProcessorKwargs(VisionLanguageProcessorKwargs, total=False):
+    """TDEN's call options: `stream` ("understanding" | "generation") overrides the processor's `text_stream` for
+    the call."""
+
+    stream: str | None
+
+
 class TdenProcessor(VisionLanguageProcessor):
     """TDEN processor: an uncased BERT tokenizer (`bert-base-uncased`) and `TdenRegionProcessor`.
 
@@ -93,6 +101,8 @@ class TdenProcessor(VisionLanguageProcessor):
     cleaned). Texts longer than `max_text_length` tokens are truncated with a warning. In the generation layout,
     regions without text give the captioning prompt `[CLS]` for `model.generate(**inputs)`.
     """
+
+    valid_processor_kwargs = TdenProcessorKwargs
 
     def __init__(
         self,
@@ -141,32 +151,20 @@ class TdenProcessor(VisionLanguageProcessor):
             ids.append(self.tokenizer.sep_token_id)
         return ids, [self.text_token_type_id] * len(ids)
 
-    def __call__(
-        self,
-        text: TextArgument | None = None,
-        regions: RegionsArgument | None = None,
-        images: Any = None,
-        token_ids: TokenIdsArgument | None = None,
-        return_tensors: str | None = "pt",
-        stream: str | None = None,
-        **kwargs: Any,
-    ) -> BatchFeature:
-        """As `VisionLanguageProcessor.__call__`; `stream` ("understanding" | "generation") overrides
-        `text_stream` for this call."""
+    def encode_call(self, call: ProcessorCall, options: TdenProcessorKwargs) -> BatchFeature:
+        """The call in the layout of `options["stream"]` (default: `text_stream`)."""
+        stream = options.get("stream")
         stream = self.text_stream if stream is None else stream
         if stream not in TEXT_STREAMS:
             raise ValueError(f"stream must be one of {TEXT_STREAMS}, got {stream!r}")
-        if stream == "generation" and text is not None:
-            texts = [text] if isinstance(text, str) else list(text)
-            text = [t.strip().removesuffix(".").strip() if isinstance(t, str) else t for t in texts]
+        if stream == "generation" and call.text is not None:
+            texts = [call.text] if isinstance(call.text, str) else list(call.text)
+            call = replace(call, text=[t.strip().removesuffix(".").strip() if isinstance(t, str) else t for t in texts])
         self._stream = stream
         try:
-            out = super().__call__(
-                text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
-            )
+            return super().encode_call(call, options)
         finally:
             self._stream = self.text_stream
-        return out
 
     def regions_only_text_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
         """The generation stream's captioning prompt, [CLS]; the understanding stream gives the regions alone."""

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
 from ...processing.regions import FLOAT16_FEATURES, RegionFeatures, check_float16_range
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["UniterRegionProcessor", "UniterProcessor", "uniter_locations"]
 
@@ -73,14 +70,6 @@ class UniterProcessor(VisionLanguageProcessor):
     plus [CLS] and [SEP]) are truncated with a warning.
 
     UNITER's layout is the base processor's default (`build_text_inputs`: `[CLS] w [SEP]`, token type 0) and it adds
-    no global region row; only the region encodings (`UniterRegionProcessor`) are its own.
+    no global region row; only the region encodings (`UniterRegionProcessor`) are its own (its settings are the base
+    processor's).
     """
-
-    def __init__(
-        self,
-        feature_extractor: UniterRegionProcessor | None = None,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        max_text_length: int = 60,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(feature_extractor, tokenizer, max_text_length=max_text_length, **kwargs)

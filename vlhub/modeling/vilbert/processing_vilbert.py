@@ -4,6 +4,7 @@ the 12-in-1 task token."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -13,7 +14,7 @@ from torchvision.ops import box_iou
 from transformers import BatchFeature
 
 from ...processing.processor_base import CUT_FROM, RegionProcessor, VisionLanguageProcessor
-from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
+from ...processing.processor_base import ProcessorCall, RegionsArgument, TokenIdsArgument, VisionLanguageProcessorKwargs
 from ...processing.regions import RegionFeatures
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VilbertRegionProcessor",
     "VilbertProcessor",
+    "VilbertProcessorKwargs",
     "vilbert_locations",
     "pointing_targets",
     "GLOBAL_TOKEN_LOCATION",
@@ -371,6 +373,19 @@ def _joined_rows(detected: BatchFeature, index: int, start: int, truth: RegionFe
     return tuple(rows)
 
 
+class VilbertProcessorKwargs(VisionLanguageProcessorKwargs, total=False):
+    """ViLBERT's call options.
+
+    `task_id` (multi-task models): the 12-in-1 task number of every example of the call; defaults to the processor's
+    `task_id` setting. `ground_truth`: per image, the ground-truth regions (the original's "gt" feature file, without
+    its global token) that join the detections as the 12-in-1 grounding and VCR datasets join them in training
+    (`max_joined_regions`, `ground_truth_rows` of the region processor).
+    """
+
+    task_id: int | None
+    ground_truth: RegionsArgument | None
+
+
 class VilbertProcessor(VisionLanguageProcessor):
     """ViLBERT processor: an uncased BERT tokenizer (`bert-base-uncased`) and `VilbertRegionProcessor`.
 
@@ -383,6 +398,8 @@ class VilbertProcessor(VisionLanguageProcessor):
     Texts longer than `max_text_length` (36, the pre-training length; the releases' tasks use 16-80) are truncated
     with a warning, keeping [SEP].
     """
+
+    valid_processor_kwargs = VilbertProcessorKwargs
 
     def __init__(
         self,
@@ -411,37 +428,18 @@ class VilbertProcessor(VisionLanguageProcessor):
             )
         return task_id
 
-    def __call__(
-        self,
-        text: TextArgument | None = None,
-        regions: RegionsArgument | None = None,
-        images: Any = None,
-        token_ids: TokenIdsArgument | None = None,
-        return_tensors: str | None = "pt",
-        task_id: int | None = None,
-        ground_truth: RegionsArgument | None = None,
-        **kwargs: Any,
-    ) -> BatchFeature:
-        """As `VisionLanguageProcessor.__call__`, plus `task_id` (multi-task models): the 12-in-1 task number of
-        every example of the call; defaults to the processor's `task_id` setting. `ground_truth`: per image, the
-        ground-truth regions (the original's "gt" feature file, without its global token) that join the detections
-        as the 12-in-1 grounding and VCR datasets join them in training (`max_joined_regions`, `ground_truth_rows` of
-        the region processor)."""
-        return self._encode(text, regions, images, token_ids, return_tensors, task_id, ground_truth, **kwargs)[0]
+    def encode_call(self, call: ProcessorCall, options: VilbertProcessorKwargs) -> BatchFeature:
+        """The call with `options["task_id"]` and `options["ground_truth"]` (see `VilbertProcessorKwargs`)."""
+        return self._encode(call, options.get("task_id"), options.get("ground_truth"))[0]
 
     def _encode(
         self,
-        text,
-        regions,
-        images,
-        token_ids,
-        return_tensors,
-        task_id,
-        ground_truth,
+        call: ProcessorCall,
+        task_id: int | None,
+        ground_truth: RegionsArgument | None,
         ground_truth_name: str = "ground_truth",
-        **kwargs,
-    ):
-        """`__call__`'s outputs and, with `ground_truth`, the layout of its rows (`join_ground_truth`'s)."""
+    ) -> tuple[BatchFeature, list[tuple[int, int]] | None]:
+        """`encode_call`'s outputs and, with `ground_truth`, the layout of its rows (`join_ground_truth`'s)."""
         if task_id is None:
             task_id = self.task_id
         if task_id is not None:
@@ -453,14 +451,12 @@ class VilbertProcessor(VisionLanguageProcessor):
             )
         layout = None
         if ground_truth is not None:
-            regions = self._detections(regions, images)
+            regions = self._detections(call.regions, call.images)
             joined, layout = self.feature_extractor.join_ground_truth(regions, ground_truth, ground_truth_name)
-            if text is None and token_ids is None and not kwargs:
+            if call.text is None and call.token_ids is None:
                 return joined, layout  # the regions alone, as the multiple-choice collator encodes them
-            regions = images = None
-        outputs = super().__call__(
-            text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
-        )
+            call = replace(call, regions=None, images=None)
+        outputs = super().encode_call(call, {})
         if layout is not None:
             if "input_ids" in outputs and outputs["input_ids"].shape[0] != len(layout):
                 raise ValueError(
@@ -538,9 +534,8 @@ class VilbertProcessor(VisionLanguageProcessor):
             raise ValueError("pointing needs candidates=: the candidate boxes' RegionFeatures, one per example")
         regions = self._detections(regions, images)
         candidates = [candidates] if isinstance(candidates, RegionFeatures) else list(candidates)
-        outputs, layout = self._encode(
-            text, regions, None, token_ids, return_tensors, task_id, candidates, "candidates"
-        )
+        call = ProcessorCall(text, regions, None, token_ids, return_tensors)
+        outputs, layout = self._encode(call, task_id, candidates, "candidates")
         choice_rows = _pointing_choices(choices, [len(boxes) for boxes in candidates], [kept for _, kept in layout])
         num_choices = max(len(row) for row in choice_rows)
         ids = [[start + choice for choice in row] for row, (start, _) in zip(choice_rows, layout)]

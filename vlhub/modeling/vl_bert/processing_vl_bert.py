@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import replace
 import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -13,9 +14,10 @@ import numpy as np
 import torch
 from transformers import BatchFeature
 
-from ...processing.processor_base import RegionProcessor, VisionLanguageProcessor
-from ...processing.processor_base import RegionsArgument, TextArgument, TokenIdsArgument
+from ...processing.processor_base import ProcessorCall, RegionProcessor, VisionLanguageProcessor
+from ...processing.processor_base import RegionsArgument, VisionLanguageProcessorKwargs
 from ...processing.regions import RegionFeatures
+from ...registry import VcrTokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VlBertRegionProcessor",
     "VlBertProcessor",
+    "VlBertProcessorKwargs",
     "vl_bert_resized_size",
     "vl_bert_resized_boxes",
     "vl_bert_locations",
@@ -251,6 +254,14 @@ class VlBertRegionProcessor(RegionProcessor):
         return given
 
 
+class VlBertProcessorKwargs(VisionLanguageProcessorKwargs, total=False):
+    """VL-BERT's call options: `boxes`, for an "e2e" model (`image_feature_precomputed=False`), one `(R, 4)` tensor
+    per image of `images` (original pixels); without them an "e2e" processor takes its region extractor's boxes. An
+    "e2e" call returns `pixel_values` and `region_boxes` instead of `region_features`."""
+
+    boxes: Sequence[torch.Tensor] | None
+
+
 class VlBertProcessor(VisionLanguageProcessor):
     """VL-BERT processor: an uncased BERT tokenizer (`bert-base-uncased`, vocabulary 30522) and
     `VlBertRegionProcessor`.
@@ -269,6 +280,8 @@ class VlBertProcessor(VisionLanguageProcessor):
     `sort_by_class_score` the cut objects are the least confident. At least one word piece and the whole image stay.
     The first batch with a cut says so in the log, once.
     """
+
+    valid_processor_kwargs = VlBertProcessorKwargs
 
     def __init__(
         self,
@@ -300,39 +313,38 @@ class VlBertProcessor(VisionLanguageProcessor):
             return names
         return [n for n in names if n != "region_features"] + ["pixel_values", "region_boxes"]
 
-    def __call__(
-        self,
-        text: TextArgument | None = None,
-        regions: RegionsArgument | None = None,
-        images: Any = None,
-        token_ids: TokenIdsArgument | None = None,
-        return_tensors: str | None = "pt",
-        boxes: Sequence[torch.Tensor] | None = None,
-        **kwargs: Any,
-    ) -> BatchFeature:
-        """As `VisionLanguageProcessor.__call__`; for an "e2e" model (`image_feature_precomputed=False`) pass `images`
-        with `boxes` (one `(R, 4)` tensor per image, original pixels) — or without boxes when the processor carries
-        a region extractor, whose boxes are used — and get `pixel_values` / `region_boxes` instead of features."""
+    def encode_call(self, call: ProcessorCall, options: VlBertProcessorKwargs) -> BatchFeature:
+        """The call with `options["boxes"]` (see `VlBertProcessorKwargs`): a 'prec' processor encodes regions (cut
+        to `max_text_and_objects` with their text when set), an 'e2e' one images and their boxes."""
+        boxes = options.get("boxes")
         if self.image_feature_precomputed:
             if boxes is not None:
                 raise ValueError(
                     "boxes= are for an 'e2e' VL-BERT processor; this one ('prec') takes regions= "
                     "(RegionFeatures) or images= through its region extractor"
                 )
-            if self.max_text_and_objects is not None and regions is not None and (text, token_ids) != (None, None):
-                token_ids, regions = self.fit_text_and_objects(self.word_pieces(text, token_ids), regions)
-                text = None
-            return super().__call__(
-                text=text, regions=regions, images=images, token_ids=token_ids, return_tensors=return_tensors, **kwargs
-            )
-        if regions is not None:
+            has_text = call.text is not None or call.token_ids is not None
+            if self.max_text_and_objects is not None and call.regions is not None and has_text:
+                call = self._fitted(call)
+            return super().encode_call(call, {})
+        return self._encode_e2e(call, boxes)
+
+    def _fitted(self, call: ProcessorCall) -> ProcessorCall:
+        """`call` with its word pieces and regions cut to `max_text_and_objects` together."""
+        token_ids, regions = self.fit_text_and_objects(self.word_pieces(call.text, call.token_ids), call.regions)
+        return replace(call, text=None, token_ids=token_ids, regions=regions)
+
+    def _encode_e2e(self, call: ProcessorCall, boxes: Sequence[torch.Tensor] | None) -> BatchFeature:
+        """An 'e2e' processor's call: the text as usual, `pixel_values` and `region_boxes` from the images and their
+        `boxes` (else the region extractor's)."""
+        if call.regions is not None:
             raise ValueError(
                 "this is an 'e2e' VL-BERT processor: it takes images= (and boxes=), not precomputed "
                 "regions=; the model computes the region features from the pixels itself"
             )
-        if images is None:
+        if call.images is None:
             raise ValueError("an 'e2e' VL-BERT processor needs images= (and boxes=, or a region extractor)")
-        images = [images] if not isinstance(images, (list, tuple)) else list(images)
+        images = [call.images] if not isinstance(call.images, (list, tuple)) else list(call.images)
         if boxes is None:
             if self.region_extractor is None:
                 raise ValueError(
@@ -340,15 +352,12 @@ class VlBertProcessor(VisionLanguageProcessor):
                     "region extractor to find them"
                 )
             boxes = [r.boxes for r in self.regions_from_images(images)]
-        data = (
-            dict(super().__call__(text=text, token_ids=token_ids, return_tensors=return_tensors, **kwargs))
-            if (text is not None or token_ids is not None)
-            else {}
-        )
+        has_text = call.text is not None or call.token_ids is not None
+        data = dict(super().encode_call(replace(call, images=None), {})) if has_text else {}
         visual = self.feature_extractor.encode_images(images, list(boxes))
         if data and data["input_ids"].shape[0] != visual["pixel_values"].shape[0]:
             raise ValueError(f"got {data['input_ids'].shape[0]} texts but {visual['pixel_values'].shape[0]} images")
-        return BatchFeature({**data, **visual}, tensor_type=return_tensors)
+        return BatchFeature({**data, **visual}, tensor_type=call.return_tensors)
 
     def fit_text_and_objects(
         self, word_pieces: list[list[int]], regions: RegionsArgument
@@ -435,10 +444,10 @@ class VlBertProcessor(VisionLanguageProcessor):
 
     def vcr_text(
         self,
-        question: Sequence[str | Sequence[int]],
-        choices: Sequence[Sequence[str | Sequence[int]]],
+        question: VcrTokens,
+        choices: Sequence[VcrTokens],
         objects: Sequence[str],
-        answer: Sequence[str | Sequence[int]] | None = None,
+        answer: VcrTokens | None = None,
         max_length: int = 64,
         person_name_offset: int = 0,
     ) -> BatchFeature:

@@ -14,7 +14,6 @@ vlhub's ViLBERT keeps the original module names (`bert.*` → `vilbert.*`, `cls.
 - the zero-shot retrieval score of a pre-trained checkpoint (`softmax(alignment)[0]`) as `vil_logit`.
 """
 
-import json
 import logging
 import os
 import re
@@ -40,7 +39,7 @@ from ...conversion.common import CheckpointError, ConversionReport, KeyMap, chec
 from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
+from ...conversion.common import answer_labels, load_renamed_state_dict, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
 from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
 
@@ -251,32 +250,6 @@ def _config_from_checkpoint(
     return config, num_labels
 
 
-def _read_answers(answers) -> list[str] | None:
-    """Answer vocabulary: a list (label2ans) or `{answer: index}` (ans2label), as JSON or as the original's pickle
-    (`trainval_label2ans.pkl` / `trainval_ans2label.pkl`, read without running code)."""
-    if answers is None:
-        return None
-    if isinstance(answers, (list, dict)):
-        data = answers
-    else:
-        path = Path(answers)
-        if not path.is_file():
-            raise FileNotFoundError(f"answer vocabulary {str(path)!r} not found")
-        if path.suffix == ".pkl":
-            from ...utils.safe_pickle import safe_loads
-
-            data = safe_loads(path.read_bytes())
-        else:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, (list, dict)):
-            raise ValueError(f"{path.name} holds a {type(data).__name__}; expected a list or an ans2label dict")
-    if isinstance(data, dict):
-        if sorted(data.values()) != list(range(len(data))):
-            raise ValueError("an ans2label dict must map answers to the indices 0..N-1")
-        return [answer for answer, _ in sorted(data.items(), key=lambda item: item[1])]
-    return [str(answer) for answer in data]
-
-
 def _key_map(task: str, release: str, config: VilbertConfig) -> KeyMap:
     drops = {r"\.biOutput\.q_dense[12]\.": "defined by the original BertBiOutput but never used in its forward"}
     if VILBERT_TASKS[task] is VilbertForReferringExpression:
@@ -393,8 +366,7 @@ def convert_vilbert(
         "ViLBERT",
     )
     release = detect_vilbert_release(renamed)
-    task = task or ("vqa" if release != "pretrained" else "pretraining")
-    check_task(task, VILBERT_TASKS)
+    task = check_task(task or ("vqa" if release != "pretrained" else "pretraining"), VILBERT_TASKS)
     original = read_json_config(config)
     notes: list[str] = []
     model_config, expected_labels = _config_from_checkpoint(renamed, original, notes)
@@ -441,14 +413,11 @@ def _set_answers(model_config, renamed: dict, task: str, release: str, expected_
             f"the config says num_labels={expected_labels} but the checkpoint's answer head "
             f"predicts {num_labels} answers"
         )
-    labels = _read_answers(answers)
-    if labels is None:
+    if answers is not None:  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
+        labels = answer_labels(answers, num_labels)
+    else:
         labels = [f"answer_{i}" for i in range(num_labels)]
         notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-    elif len(labels) != num_labels:
-        raise CheckpointError(
-            f"the answer vocabulary has {len(labels)} entries but the head predicts {num_labels} answers"
-        )
     set_answer_labels(model_config, labels)
 
 
@@ -468,9 +437,7 @@ def _converted_processor(model_config, task: str, release: str, task_id, tokeniz
     max_text_length = _original_text_length(task, release, processor_task_id)
     notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
     region_settings = _region_settings(task, release, processor_task_id, notes)
-    tok = load_checked_tokenizer(
-        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
-    )
+    tok = _RELEASES[release].load_tokenizer(tokenizer, model_config.vocab_size)
     region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings)
     return VilbertProcessor(
         feature_extractor=region_processor,

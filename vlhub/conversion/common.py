@@ -88,6 +88,7 @@ __all__ = [
     "PIPELINE_TAGS",
     "inferred_attention_heads",
     "bert_sizes",
+    "layer_count",
     "sizes_over_config",
     "looks_like",
 ]
@@ -128,15 +129,24 @@ def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: 
     `max_position_embeddings`, `type_vocab_size` (the `{embeddings}word_embeddings` / `position_embeddings` /
     `token_type_embeddings` weights), `num_hidden_layers` and `intermediate_size` (the layers `{layers}N.`)."""
     word = state_dict[f"{embeddings}word_embeddings.weight"]
-    indices = {int(k[len(layers) :].split(".")[0]) for k in state_dict if k.startswith(layers)}
+    num_layers = layer_count(state_dict, layers)
+    if not num_layers:
+        raise CheckpointError(f"the checkpoint has no encoder layers ({layers}N.*)")
     return {
         "vocab_size": word.shape[0],
         "hidden_size": word.shape[1],
         "max_position_embeddings": state_dict[f"{embeddings}position_embeddings.weight"].shape[0],
         "type_vocab_size": state_dict[f"{embeddings}token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(indices),
+        "num_hidden_layers": num_layers,
         "intermediate_size": state_dict[f"{layers}0.intermediate.dense.weight"].shape[0],
     }
+
+
+def layer_count(state_dict: Mapping[str, torch.Tensor], prefix: str) -> int:
+    """How many numbered modules `{prefix}N.` a state dict holds: 1 + the largest N, 0 when it has none."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    indices = {int(match.group(1)) for key in state_dict if (match := pattern.match(key))}
+    return 1 + max(indices) if indices else 0
 
 
 def sizes_over_config(

@@ -31,6 +31,7 @@ from ...conversion.common import (
     OriginalRelease,
     check_task,
     inferred_attention_heads,
+    layer_count,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
@@ -195,11 +196,6 @@ def _read_original_config(config) -> dict:
     return data
 
 
-def _count(state_dict: dict, prefix: str) -> int:
-    indices = {int(k[len(prefix) :].split(".")[0]) for k in state_dict if k.startswith(prefix)}
-    return max(indices) + 1 if indices else 0
-
-
 def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detected: str) -> tuple[TdenConfig, list[str]]:
     notes = []
     model = original.get("MODEL", {})
@@ -212,10 +208,10 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
         max_position_embeddings=state_dict["token_embed.embeddings_pos.position_embeddings.weight"].shape[0],
         type_vocab_size=state_dict["token_embed.embeddings_token_type.weight"].shape[0],
         intermediate_size=state_dict["encoder.layers.0.intermediate.dense.weight"].shape[0],
-        num_hidden_layers=_count(state_dict, "encoder.layers."),
-        num_visual_layers=_count(state_dict, "encoder.v_layers."),
-        num_cross_encoder_layers=_count(state_dict, "decoder.u_layers."),
-        num_decoder_layers=_count(state_dict, "decoder.g_layers."),
+        num_hidden_layers=layer_count(state_dict, "encoder.layers."),
+        num_visual_layers=layer_count(state_dict, "encoder.v_layers."),
+        num_cross_encoder_layers=layer_count(state_dict, "decoder.u_layers."),
+        num_decoder_layers=layer_count(state_dict, "decoder.g_layers."),
         region_feature_dim=state_dict["visual_embed.embeddings.weight"].shape[1],
         region_location_dim=state_dict["visual_embed.embeddings_pos.weight"].shape[1],
     )

@@ -41,7 +41,7 @@ from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
 from ...conversion.common import answer_labels, load_renamed_state_dict, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
-from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
+from ...conversion.common import OriginalRelease, bert_sizes, layer_count, set_answer_labels, sizes_over_config
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -183,12 +183,6 @@ def detect_vilbert_release(state_dict: dict) -> str:
     return "pretrained"
 
 
-def _count(state_dict, prefix: str) -> int:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
-    indices = {int(m.group(1)) for k in state_dict if (m := pattern.match(k))}
-    return 1 + max(indices) if indices else 0
-
-
 def _config_from_checkpoint(
     state_dict: dict, original: dict | None, notes: list[str]
 ) -> tuple[VilbertConfig, int | None]:
@@ -197,7 +191,7 @@ def _config_from_checkpoint(
         **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
-        "v_num_hidden_layers": _count(state_dict, "vilbert.encoder.v_layer."),
+        "v_num_hidden_layers": layer_count(state_dict, "vilbert.encoder.v_layer."),
         "v_intermediate_size": state_dict["vilbert.encoder.v_layer.0.intermediate.dense.weight"].shape[0],
         "bi_hidden_size": state_dict["vilbert.t_pooler.dense.weight"].shape[0],
     }
@@ -206,7 +200,7 @@ def _config_from_checkpoint(
     location_dim = state_dict["vilbert.v_embeddings.image_location_embeddings.weight"].shape[1]
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
-    co_layers = _count(state_dict, "vilbert.encoder.c_layer.")
+    co_layers = layer_count(state_dict, "vilbert.encoder.c_layer.")
     fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.

@@ -37,6 +37,7 @@ from ...conversion.common import (
     check_task,
     bert_sizes,
     inferred_attention_heads,
+    layer_count,
     looks_like,
     convert_state_dict,
     converter_command_line,
@@ -274,10 +275,7 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
             "an e2e VL-BERT checkpoint needs image_feature_extractor.backbone.* and "
             "image_feature_extractor.roi_head_feature_extractor.* (the ResNet and its res5)"
         )
-    blocks = tuple(
-        1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith(f"{prefix}layer{stage}."))
-        for stage in (1, 2, 3)
-    )
+    blocks = tuple(layer_count(state_dict, f"{prefix}layer{stage}.") for stage in (1, 2, 3))
     depths = {(3, 4, 6): 50, (3, 4, 23): 101, (3, 8, 36): 152}
     if blocks not in depths:
         raise CheckpointError(f"the e2e ResNet has {blocks} blocks in layer1..3, not ResNet-50/101/152")

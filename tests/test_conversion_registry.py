@@ -260,3 +260,32 @@ def test_converter_command_line_passes_every_argument_on():
     assert calls == [(("ck", "o"), dict(config=None, task="vqa", tokenizer="bert", answers=None, task_id=3))]
     with pytest.raises(SystemExit):  # not one of `tasks`
         parser.parse_args(["ck", "--output-dir", "o", "--task", "captioning"])
+
+
+def test_one_answer_vocabulary_reader_takes_every_form_the_originals_write(tmp_path):
+    """`--answers` of every converter: one answer a line, JSON or pickled label2ans lists and ans2label dicts, or
+    such a list or dict itself; the count must match a fine-tuned head's, an ans2label dict must index 0..N-1."""
+    import pickle
+
+    from vlhub.conversion.common import answer_labels, read_answer_vocabulary
+
+    answers = ["yes", "no", "2"]
+    ans2label = {"no": 1, "2": 2, "yes": 0}
+    (tmp_path / "answers_vqa.txt").write_text("yes\n no \n\n2\n", encoding="utf-8")
+    (tmp_path / "label2ans.json").write_text(json.dumps(answers), encoding="utf-8")
+    (tmp_path / "ans2label.json").write_text(json.dumps(ans2label), encoding="utf-8")
+    (tmp_path / "trainval_label2ans.pkl").write_bytes(pickle.dumps(answers))
+    (tmp_path / "trainval_ans2label.pkl").write_bytes(pickle.dumps(ans2label))
+    for form in [*sorted(tmp_path.iterdir()), answers, ans2label]:
+        assert read_answer_vocabulary(form) == answers, form
+    assert answer_labels(tmp_path / "ans2label.json", 3) == answers
+    assert answer_labels(answers, None) == answers  # a new head takes any number
+    with pytest.raises(CheckpointError, match="has 3 entries but the head predicts 4 answers"):
+        answer_labels(tmp_path / "answers_vqa.txt", 4)
+    with pytest.raises(CheckpointError, match="indices 0..N-1"):
+        read_answer_vocabulary({"yes": 0, "no": 2})
+    (tmp_path / "numbers.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="numbers.json is not an answer list"):
+        read_answer_vocabulary(tmp_path / "numbers.json")
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        read_answer_vocabulary(tmp_path / "nope.txt")

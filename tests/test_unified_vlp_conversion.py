@@ -69,7 +69,7 @@ def test_answer_vocabulary(tmp_path):
     convert(VQA2, tmp_path / "vqa", answers=answers)
     assert vlhub.UnifiedVlpConfig.from_pretrained(tmp_path / "vqa").id2label[7] == "ans7"
     answers.write_text("yes\nno\n")
-    with pytest.raises(CheckpointError, match="has 2 answers but the head predicts 3129"):
+    with pytest.raises(CheckpointError, match="has 2 entries but the head predicts 3129"):
         convert(VQA2, tmp_path / "bad", answers=answers)
 
 

@@ -76,6 +76,8 @@ __all__ = [
     "read_json_config",
     "find_answer_file",
     "set_answer_labels",
+    "read_answer_vocabulary",
+    "answer_labels",
     "save_converted_model",
     "OriginalRelease",
     "converter_command_line",
@@ -86,6 +88,7 @@ __all__ = [
     "PIPELINE_TAGS",
     "inferred_attention_heads",
     "bert_sizes",
+    "layer_count",
     "sizes_over_config",
     "looks_like",
 ]
@@ -126,15 +129,24 @@ def bert_sizes(state_dict: Mapping[str, torch.Tensor], embeddings: str, layers: 
     `max_position_embeddings`, `type_vocab_size` (the `{embeddings}word_embeddings` / `position_embeddings` /
     `token_type_embeddings` weights), `num_hidden_layers` and `intermediate_size` (the layers `{layers}N.`)."""
     word = state_dict[f"{embeddings}word_embeddings.weight"]
-    indices = {int(k[len(layers) :].split(".")[0]) for k in state_dict if k.startswith(layers)}
+    num_layers = layer_count(state_dict, layers)
+    if not num_layers:
+        raise CheckpointError(f"the checkpoint has no encoder layers ({layers}N.*)")
     return {
         "vocab_size": word.shape[0],
         "hidden_size": word.shape[1],
         "max_position_embeddings": state_dict[f"{embeddings}position_embeddings.weight"].shape[0],
         "type_vocab_size": state_dict[f"{embeddings}token_type_embeddings.weight"].shape[0],
-        "num_hidden_layers": 1 + max(indices),
+        "num_hidden_layers": num_layers,
         "intermediate_size": state_dict[f"{layers}0.intermediate.dense.weight"].shape[0],
     }
+
+
+def layer_count(state_dict: Mapping[str, torch.Tensor], prefix: str) -> int:
+    """How many numbered modules `{prefix}N.` a state dict holds: 1 + the largest N, 0 when it has none."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    indices = {int(match.group(1)) for key in state_dict if (match := pattern.match(key))}
+    return 1 + max(indices) if indices else 0
 
 
 def sizes_over_config(
@@ -652,6 +664,46 @@ def find_answer_file(
     return None
 
 
+def read_answer_vocabulary(answers: str | os.PathLike | Sequence[str] | Mapping[str, int]) -> list[str]:
+    """The answers of a VQA head in the order of its output rows, from any form the originals write them in: a file of
+    one answer a line, a JSON file or a pickle (read without running code, `.pkl`) holding a list (label2ans) or an
+    `{answer: index}` dict (ans2label), or such a list or dict itself. A dict whose indices are not 0..N-1, or
+    anything else, is a `CheckpointError`; a missing file a FileNotFoundError."""
+    source = "the answer vocabulary"
+    data: Any = answers
+    if isinstance(answers, (str, os.PathLike)):
+        path = Path(answers)
+        if not path.is_file():
+            raise FileNotFoundError(f"answer vocabulary {str(answers)!r} not found")
+        source = path.name
+        if path.suffix == ".pkl":
+            from ..utils.safe_pickle import safe_loads
+
+            data = safe_loads(path.read_bytes())
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            data = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if isinstance(data, Mapping):
+        if sorted(data.values()) != list(range(len(data))):
+            raise CheckpointError(f"{source}: an {{answer: index}} dict must map its answers to the indices 0..N-1")
+        data = [answer for answer, _ in sorted(data.items(), key=lambda item: item[1])]
+    if not isinstance(data, (list, tuple)) or not all(isinstance(answer, str) for answer in data):
+        raise CheckpointError(f"{source} is not an answer list (label2ans) or an {{answer: index}} dict (ans2label)")
+    return list(data)
+
+
+def answer_labels(answers: str | os.PathLike | Sequence[str] | Mapping[str, int], num_answers: int | None) -> list[str]:
+    """`read_answer_vocabulary(answers)`, refused with a `CheckpointError` unless it has `num_answers` answers (the
+    rows of the checkpoint's answer head; None: a new head, any number)."""
+    labels = read_answer_vocabulary(answers)
+    if num_answers is not None and len(labels) != num_answers:
+        raise CheckpointError(
+            f"the answer vocabulary has {len(labels)} entries but the head predicts {num_answers} answers"
+        )
+    return labels
+
+
 def set_answer_labels(config: "PreTrainedConfig", labels: Sequence[str]) -> None:
     """`config.id2label` / `label2id` from the answer list (index = the head's output row)."""
     config.id2label = dict(enumerate(labels))
@@ -691,6 +743,8 @@ class OriginalRelease:
         reported_results: the authors' published figures (`reported_results.REPORTED_RESULTS`).
         logger: the converter's logger; the conversion report's summary goes to it.
         repository: the original code's repository, where it is not the architecture's (ViLBERT's 12-in-1 release).
+
+    The original's BERT vocabulary (`original_tokenizer`) follows the architecture's declared `lowercase`.
     """
 
     architecture: Any
@@ -698,6 +752,19 @@ class OriginalRelease:
     reported_results: Sequence = ()
     logger: Any = None
     repository: str | None = None
+
+    @property
+    def original_tokenizer(self) -> str:
+        """The BERT vocabulary the original was trained with: bert-base-uncased or bert-base-cased."""
+        return "bert-base-uncased" if self.architecture.lowercase else "bert-base-cased"
+
+    def load_tokenizer(
+        self, tokenizer: "PreTrainedTokenizerBase | str | os.PathLike", vocab_size: int
+    ) -> "PreTrainedTokenizerBase":
+        """`load_checked_tokenizer` with the original's casing: the converted processor's word pieces."""
+        return load_checked_tokenizer(
+            tokenizer, vocab_size, do_lower_case=self.architecture.lowercase, original_name=self.original_tokenizer
+        )
 
     def save(
         self,

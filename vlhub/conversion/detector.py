@@ -36,6 +36,7 @@ from .common import (
     ConversionReport,
     check_finite_weights,
     converted_folder,
+    layer_count,
     load_torch_state_dict,
     sha256_of,
     write_model_card,
@@ -245,10 +246,7 @@ def infer_config_from_state(state: dict) -> dict:
         return tuple(state[key].shape)
 
     shape("backbone.stem.conv1.weight")  # the first thing every detector checkpoint has
-    counts = []
-    for stage in ("res2", "res3", "res4"):
-        prefix = f"backbone.{stage}."
-        counts.append(len({k[len(prefix) :].split(".")[0] for k in state if k.startswith(prefix)}))
+    counts = [layer_count(state, f"backbone.{stage}.") for stage in ("res2", "res3", "res4")]
     depths = {blocks: depth for depth, blocks in RESNET_BLOCKS.items()}
     if tuple(counts) not in depths:
         raise CheckpointError(f"res2/res3/res4 have {counts} blocks; known ResNets: {dict(RESNET_BLOCKS)}")

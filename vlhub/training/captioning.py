@@ -92,8 +92,7 @@ class CaptioningTask(TrainingTask):
             raise ValueError(
                 f"caption metrics must be a non-empty subset of {list(CAPTION_METRICS)}, got {list(metrics)}"
             )
-        self.model = model
-        self.processor = processor
+        super().__init__(model, processor, dataset_name, dataset_description, base_model)
         self.regions = regions
         self.objective = objective
         if objective is not None:  # None: a subclass trains differently (self-critical training)
@@ -101,7 +100,6 @@ class CaptioningTask(TrainingTask):
             self.collate_fn = PretrainingCollator(processor, regions, {objective.name: objective})
         self.splits = {"validation": validation, "test": test}
         self.baseline_caption = most_frequent_caption(train)
-        self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
         self.max_new_tokens = max_new_tokens
         self.metrics = list(metrics)
 
@@ -179,19 +177,14 @@ class CaptioningTask(TrainingTask):
             f"document frequencies). The baseline gives every image the most frequent training caption, "
             f"{self.baseline_caption!r}, and is scored the same way (`baseline_*`)."
         )
-        # CardInfo(title, summary, trainer, dataset name, description, pipeline tag, usage, metric task, ...)
-        return CardInfo(
+        return self.task_card(
             f"{name} fine-tuned for captioning on {self.dataset_name}",
             summary,
-            self.trainer_name,
-            self.dataset_name,
-            self.dataset_description,
-            "image-to-text",
             usage,
             "image-to-text",
-            base_model=self.base_model,
+            pipeline_tag="image-to-text",
             baseline_note=note,
-            tags=["image-captioning", self.model.config.model_type],
+            tags=["image-captioning"],
         )
 
 

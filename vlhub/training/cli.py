@@ -10,7 +10,7 @@ import logging
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable
 
@@ -148,6 +148,13 @@ class PretrainArguments:
     scheduled_sampling_probability: float = field(
         default=1.0, metadata={"help": "Share of the masked positions given a prediction (1: all, as the original)."}
     )
+
+    def task_settings(self) -> dict:
+        """The `PretrainingTask` keyword arguments these flags set: every field of the same name, all but
+        `objectives` (parsed into the task's objective mix)."""
+        settings = asdict(self)
+        del settings["objectives"]
+        return settings
 
 
 @dataclass
@@ -454,17 +461,7 @@ def pretrain_main(argv: list[str] | None = None, callbacks: Iterable[Callable[[L
     else:
         mix = _default_mix_for_data(model_type, available, corpus.sample_regions())
     task = PretrainingTask(
-        model,
-        processor,
-        corpus,
-        mix,
-        base_model=model_args.model_name_or_path,
-        mlm_probability=pretrain_args.mlm_probability,
-        region_mask_probability=pretrain_args.region_mask_probability,
-        itm_negative_probability=pretrain_args.itm_negative_probability,
-        itm_hard_negative_probability=pretrain_args.itm_hard_negative_probability,
-        scheduled_sampling=pretrain_args.scheduled_sampling,
-        scheduled_sampling_probability=pretrain_args.scheduled_sampling_probability,
+        model, processor, corpus, mix, base_model=model_args.model_name_or_path, **pretrain_args.task_settings()
     )
     return train(task, training_args, command=launch_command("pretrain.py", argv), callbacks=callbacks)
 

@@ -304,15 +304,11 @@ class VqaTask(QuestionTask):
         test: VqaDataset | None = None,
         majority_baselines: dict[str, float] | None = None,
     ) -> None:
-        self.model = model
-        self.processor = processor
+        super().__init__(model, processor, dataset_name, dataset_description, base_model)
         self.train_dataset = train
         self.validation = validation
         self.test = test
         self.collate_fn = VqaCollator(processor, regions, model.config.num_labels)
-        self.dataset_name = dataset_name
-        self.dataset_description = dataset_description
-        self.base_model = base_model
         self.majority_baselines = majority_baselines or {}
 
     def predict(
@@ -351,15 +347,12 @@ class VqaTask(QuestionTask):
 
     def card_info(self) -> CardInfo:
         baselines = ", ".join(f"{v:.4f} on {k}" for k, v in self.majority_baselines.items())
-        return CardInfo(
+        return self.task_card(
             title=f"{_architecture_name(self.model)} fine-tuned for VQA on {self.dataset_name}",
             summary=(
                 f"Answers questions about an image's regions with one of {self.model.config.num_labels} answers "
                 f"(binary cross-entropy against VQA soft scores, as the original {_architecture_name(self.model)})."
             ),
-            trainer=self.trainer_name,
-            dataset_name=self.dataset_name,
-            dataset_description=self.dataset_description,
             pipeline_tag="visual-question-answering",
             usage=(
                 "import vlhub\nfrom transformers import pipeline\n\n"
@@ -368,7 +361,6 @@ class VqaTask(QuestionTask):
                 'vqa(image="shapes.png", question="how many shapes are there?")  # when it has an extractor'
             ),
             metric_task="visual-question-answering",
-            base_model=self.base_model,
             baseline_note=(
                 f"VQA accuracy is the official rule (min(#annotators agreeing / 3, 1), answers normalised). "
                 f"The majority-answer baseline (always the most frequent training answer) scores "
@@ -376,7 +368,7 @@ class VqaTask(QuestionTask):
             )
             if baselines
             else None,
-            tags=["vqa", self.model.config.model_type],
+            tags=["vqa"],
         )
 
 
@@ -630,16 +622,12 @@ class MultipleChoiceTask(QuestionTask):
         for split, dataset in (("train", train), ("validation", validation), ("test", test)):
             if dataset is not None:
                 check_image_ids(dataset, regions, f"the {split} split")
-        self.model = model
-        self.processor = processor
+        super().__init__(model, processor, dataset_name, dataset_description, base_model)
         self.train_dataset = train
         self.validation = validation
         self.test = test
         self.num_choices = counts["train"]
         self.collate_fn = MultipleChoiceCollator(processor, regions)
-        self.dataset_name = dataset_name
-        self.dataset_description = dataset_description
-        self.base_model = base_model
 
     def split_metrics(
         self,
@@ -681,22 +669,17 @@ class MultipleChoiceTask(QuestionTask):
             f"candidates (VCR-style Q→A): each (question, candidate) pair is scored with the image, trained "
             f"with {name}'s multiple-choice loss."
         )
-        return CardInfo(
+        return self.task_card(
             f"{name} fine-tuned for multiple-choice answer selection on {self.dataset_name}",
             summary,
-            self.trainer_name,
-            self.dataset_name,
-            self.dataset_description,
-            None,
             usage,
             "multiple-choice",
-            base_model=self.base_model,
             baseline_note=(
                 "The answer-prior baseline ignores the image and the question: it picks the "
                 "choice that was right most often in training; chance is "
                 f"{1 / self.num_choices:.4f}."
             ),
-            tags=["multiple-choice", "vcr", self.model.config.model_type],
+            tags=["multiple-choice", "vcr"],
         )
 
 
@@ -788,15 +771,13 @@ class RetrievalTask(TrainingTask):
         num_hard: int = 3,
         max_gallery_images: int = 50,
     ) -> None:
-        self.model = model
-        self.processor = processor
+        super().__init__(model, processor, dataset_name, dataset_description, base_model)
         self.regions = regions
         self.train_dataset = CaptionDataset(train_pairs)
         self.validation_pairs = list(validation_pairs)
         self.num_sampled, self.num_hard = num_sampled, num_hard
         self.collate_fn = self.train_collator(train_pairs)
         self.max_gallery_images = max_gallery_images
-        self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
 
     def train_collator(self, train_pairs: Sequence[tuple[str, str]]) -> Callable[[Sequence[dict]], dict]:
         """The training batches' collator (here: positives plus sampled negatives for each)."""
@@ -887,21 +868,16 @@ class RetrievalTask(TrainingTask):
         return {"sampled / hard negatives": f"{self.num_sampled} / {self.num_hard}"}
 
     def card_info(self) -> CardInfo:
-        return CardInfo(
+        return self.task_card(
             title=f"{_architecture_name(self.model)} fine-tuned for image-text retrieval on {self.dataset_name}",
             summary=_retrieval_summary(self.model.config),
-            trainer=self.trainer_name,
-            dataset_name=self.dataset_name,
-            dataset_description=self.dataset_description,
-            pipeline_tag=None,
             usage=(
                 "import vlhub\nfrom transformers import pipeline\n\n"
                 'retrieval = pipeline("image-text-retrieval", model="<this folder>")\n'
                 'retrieval(image=regions, texts=["a red circle", "two blue squares"])'
             ),
             metric_task="image-text-retrieval",
-            base_model=self.base_model,
-            tags=["image-text-retrieval", self.model.config.model_type],
+            tags=["image-text-retrieval"],
         )
 
 

@@ -99,15 +99,32 @@ class TrainingTask:
 
     Attributes:
         model: the `PreTrainedModel` to train. processor: saved with every checkpoint.
+        dataset_name, dataset_description: what it is trained on. base_model: what its weights started from (a
+            folder or Hub id; None: from scratch). All three are recorded in the model card.
         train_dataset: a map-style dataset read with `SampleKey`s. collate_fn: batch → model inputs.
         trainer_name: the script recorded in model cards.
     """
 
     model: torch.nn.Module
     processor = None
+    dataset_name: str
+    dataset_description: str
+    base_model: str | None = None
     train_dataset: Dataset
     collate_fn: Callable
     trainer_name = "vlhub"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        processor: Any,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+    ) -> None:
+        self.model = model
+        self.processor = processor
+        self.dataset_name, self.dataset_description, self.base_model = dataset_name, dataset_description, base_model
 
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         raise NotImplementedError
@@ -141,6 +158,34 @@ class TrainingTask:
 
     def card_info(self) -> CardInfo:
         raise NotImplementedError
+
+    def task_card(
+        self,
+        title: str,
+        summary: str,
+        usage: str,
+        metric_task: str,
+        *,
+        pipeline_tag: str | None = None,
+        tags: Sequence[str] = (),
+        baseline_note: str | None = None,
+    ) -> CardInfo:
+        """The `CardInfo` a `card_info` returns: the task's own title, summary, usage snippet, metric task, Hub
+        pipeline tag, tags and baseline note, with what every task records the same way (the trainer script, the
+        dataset, the base model, and the model type after the task's tags)."""
+        return CardInfo(
+            title=title,
+            summary=summary,
+            trainer=self.trainer_name,
+            dataset_name=self.dataset_name,
+            dataset_description=self.dataset_description,
+            pipeline_tag=pipeline_tag,
+            usage=usage,
+            metric_task=metric_task,
+            base_model=self.base_model,
+            baseline_note=baseline_note,
+            tags=[*tags, self.model.config.model_type],
+        )
 
     def hyperparameters(self) -> dict:
         return {}

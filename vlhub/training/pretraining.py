@@ -133,12 +133,10 @@ class PretrainingTask(TrainingTask):
         scheduled_sampling: bool = False,
         scheduled_sampling_probability: float = 1.0,
     ) -> None:
-        self.model = model
-        self.processor = processor
+        super().__init__(model, processor, corpus.name, corpus.description, base_model)
         self.corpus = corpus
         model_type = model.config.model_type
         self.mix = mix or ObjectiveMix(default_objective_mix(model_type), objectives_for(model_type))
-        self.base_model = base_model
         self._check_data(model.config, corpus)
         image_ids = _unique_image_ids(corpus.train)
         self.train_dataset = CaptionDataset(corpus.train)
@@ -344,17 +342,13 @@ class PretrainingTask(TrainingTask):
     def card_info(self) -> CardInfo:
         arch = type(self.model).__name__
         name = get_architecture(self.model.config.model_type).name
-        return CardInfo(
-            title=f"{name} pre-trained on {self.corpus.name}",
+        return self.task_card(
+            title=f"{name} pre-trained on {self.dataset_name}",
             summary=(
                 f"A `{arch}` (vision-language BERT over text and image regions) pre-trained with "
                 f"{', '.join(f'{n} ({r:g})' for n, r in self.mix.as_dict().items())} "
                 "(objective: sampling ratio, one objective per step)."
             ),
-            trainer=self.trainer_name,
-            dataset_name=self.corpus.name,
-            dataset_description=self.corpus.description,
-            pipeline_tag=None,
             usage=(
                 "import vlhub\nfrom transformers import AutoModel, AutoProcessor\n\n"
                 'model = AutoModel.from_pretrained("<this folder>")\n'
@@ -364,8 +358,7 @@ class PretrainingTask(TrainingTask):
                 "outputs = model(**inputs)"
             ),
             metric_task="pretraining",
-            base_model=self.base_model,
-            tags=["pretraining", self.model.config.model_type],
+            tags=["pretraining"],
         )
 
 

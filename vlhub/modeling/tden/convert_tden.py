@@ -31,11 +31,13 @@ from ...conversion.common import (
     OriginalRelease,
     check_task,
     inferred_attention_heads,
+    layer_count,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
-    load_checked_tokenizer,
     load_torch_state_dict,
+    answer_labels,
+    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
 
@@ -194,11 +196,6 @@ def _read_original_config(config) -> dict:
     return data
 
 
-def _count(state_dict: dict, prefix: str) -> int:
-    indices = {int(k[len(prefix) :].split(".")[0]) for k in state_dict if k.startswith(prefix)}
-    return max(indices) + 1 if indices else 0
-
-
 def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detected: str) -> tuple[TdenConfig, list[str]]:
     notes = []
     model = original.get("MODEL", {})
@@ -211,10 +208,10 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
         max_position_embeddings=state_dict["token_embed.embeddings_pos.position_embeddings.weight"].shape[0],
         type_vocab_size=state_dict["token_embed.embeddings_token_type.weight"].shape[0],
         intermediate_size=state_dict["encoder.layers.0.intermediate.dense.weight"].shape[0],
-        num_hidden_layers=_count(state_dict, "encoder.layers."),
-        num_visual_layers=_count(state_dict, "encoder.v_layers."),
-        num_cross_encoder_layers=_count(state_dict, "decoder.u_layers."),
-        num_decoder_layers=_count(state_dict, "decoder.g_layers."),
+        num_hidden_layers=layer_count(state_dict, "encoder.layers."),
+        num_visual_layers=layer_count(state_dict, "encoder.v_layers."),
+        num_cross_encoder_layers=layer_count(state_dict, "decoder.u_layers."),
+        num_decoder_layers=layer_count(state_dict, "decoder.g_layers."),
         region_feature_dim=state_dict["visual_embed.embeddings.weight"].shape[1],
         region_location_dim=state_dict["visual_embed.embeddings_pos.weight"].shape[1],
     )
@@ -267,23 +264,6 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
     return TdenConfig(**fields), notes
 
 
-def _answers(checkpoint: Path, answers, num_answers: int | None) -> dict[int, str] | None:
-    from ...utils.safe_pickle import safe_load
-
-    path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
-    if path is None:
-        return None
-    with open(path, "rb") as f:
-        labels = safe_load(f)
-    if isinstance(labels, dict):  # ans2label
-        labels = [a for a, _ in sorted(labels.items(), key=lambda item: item[1])]
-    if not isinstance(labels, list) or not all(isinstance(a, str) for a in labels):
-        raise CheckpointError(f"{path} is not an answer list (trainval_label2ans.pkl) or dict")
-    if num_answers is not None and len(labels) != num_answers:
-        raise CheckpointError(f"{path} has {len(labels)} answers but the head predicts {num_answers}")
-    return dict(enumerate(labels))
-
-
 def _converted_processor(original: dict, task: str, model_config, tokenizer, report: ConversionReport):
     """`(processor, text limit)` with X-modaler's data-loader rules from the original config: the text limit
     `MAX_SEQ_LEN`, the first `MAX_FEAT_NUM - 1` regions of each feature file (`[IMG]` their mean)."""
@@ -294,9 +274,7 @@ def _converted_processor(original: dict, task: str, model_config, tokenizer, rep
         f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
         "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]"
     )
-    tok = load_checked_tokenizer(
-        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
-    )
+    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
     processor = TdenProcessor(
         feature_extractor=TdenRegionProcessor(
             region_feature_dim=model_config.region_feature_dim, max_regions=max_regions, region_selection="first_n"
@@ -313,13 +291,12 @@ def _set_vqa_labels(model_config, raw: dict, checkpoint: Path, answers) -> None:
     stays short."""
     # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
     head = raw.get("predictor.u_logits.1.weight")
-    id2label = _answers(checkpoint, answers, head.shape[0] if head is not None else None)
-    if id2label is None:
+    path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
+    if path is None:
         raise FileNotFoundError(
             "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
         )
-    model_config.id2label = id2label
-    model_config.label2id = {answer: index for index, answer in id2label.items()}
+    set_answer_labels(model_config, answer_labels(path, head.shape[0] if head is not None else None))
 
 
 def _set_caption_decoding(model, model_config, original: dict, max_text: int) -> None:
@@ -376,8 +353,7 @@ def convert_tden(
         raise CheckpointError(
             f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})"
         )
-    task = task or detected
-    check_task(task, TDEN_TASKS)
+    task = check_task(task or detected, TDEN_TASKS)
     if "predictor.decoder.bias" in raw:
         if "predictor.bias" not in raw or not torch.equal(raw["predictor.bias"], raw["predictor.decoder.bias"]):
             raise CheckpointError(

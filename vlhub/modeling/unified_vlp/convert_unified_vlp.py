@@ -8,7 +8,6 @@ vlhub keeps BERT's names under `vlp.` and moves the region projections into the 
 core's (`common.py`).
 """
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -25,7 +24,7 @@ from ...conversion.common import (
     sizes_over_config,
     convert_state_dict,
     converter_command_line,
-    load_checked_tokenizer,
+    answer_labels,
     load_renamed_state_dict,
     read_json_config,
     set_answer_labels,
@@ -98,25 +97,10 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_
     return UnifiedVlpConfig.from_original_config(fields, **extra), notes
 
 
-def _read_answers(path: str | os.PathLike, num_answers: int) -> list[str]:
-    """The answer vocabulary: a text file with one answer per line (Pythia's `answers_vqa.txt`) or a JSON list/dict."""
-    text = Path(path).read_text(encoding="utf-8")
-    if str(path).endswith(".json"):
-        data = json.loads(text)
-        answers = [a for a, _ in sorted(data.items(), key=lambda item: item[1])] if isinstance(data, dict) else data
-    else:
-        answers = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(answers) != num_answers:
-        raise CheckpointError(
-            f"the answer vocabulary {path} has {len(answers)} answers but the head predicts {num_answers}"
-        )
-    return answers
-
-
 def _set_answer_labels(model_config, answers, num_labels: int, report: ConversionReport) -> None:
     """id2label from Pythia's answer vocabulary (or `answer_<i>`); answer 0 never predicted, as the original."""
-    if answers is not None:
-        labels = _read_answers(answers, num_labels)
+    if answers is not None:  # Pythia's answers_vqa.txt, one answer a line (or a JSON list / ans2label)
+        labels = answer_labels(answers, num_labels)
     else:
         labels = [f"answer_{i}" for i in range(num_labels)]
         report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
@@ -149,9 +133,7 @@ def _converted_processor(task: str, model_config, tokenizer, report: ConversionR
     apart so that `convert_unified_vlp` stays short."""
     from .. import unified_vlp
 
-    tok = unified_vlp.vlp_release_tokenizer(
-        load_checked_tokenizer(tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased")
-    )
+    tok = unified_vlp.vlp_release_tokenizer(_RELEASE.load_tokenizer(tokenizer, model_config.vocab_size))
     report.notes.append(
         "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
         "the original's load_vocab renames them"
@@ -209,8 +191,7 @@ def convert_unified_vlp(
         ),
     )
     has_answers = "ans_classifier.0.weight" in state_dict
-    task = task or ("vqa" if has_answers else "captioning")
-    check_task(task, VLP_TASKS)
+    task = check_task(task or ("vqa" if has_answers else "captioning"), VLP_TASKS)
     if task == "vqa" and not has_answers:
         raise CheckpointError(
             f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none"

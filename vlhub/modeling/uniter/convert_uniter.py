@@ -8,7 +8,6 @@ projection, the unused mask-embedding row, the zero-shot `rank_output`, table si
 VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the generic core's (`common.py`).
 """
 
-import json
 import logging
 import os
 import re
@@ -30,9 +29,10 @@ from ...conversion.common import (
     convert_state_dict,
     converter_command_line,
     find_answer_file,
-    load_checked_tokenizer,
     load_renamed_state_dict,
     read_json_config,
+    answer_labels,
+    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
 
@@ -140,11 +140,6 @@ def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> t
     ), notes
 
 
-def _find_answers(checkpoint: Path, answers: str | os.PathLike | None) -> dict[str, int] | None:
-    path = find_answer_file(checkpoint, answers, ("ans2label.json",))
-    return None if path is None else json.loads(path.read_text(encoding="utf-8"))
-
-
 # The training config's region settings (`data/data.py`'s `DetectFeatLmdb`): every released config but the referring
 # expression ones uses conf_th 0.2, min_bb 10, max_bb 100; those use conf_th -1 (a fixed count) with num_bb 100.
 _REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb", "max_txt_len")
@@ -191,18 +186,13 @@ def _set_task_head_config(model_config, state_dict: dict, task: str, checkpoint:
             )
         num_answers = state_dict["vqa_output.3.weight"].shape[0]
         if task == "vqa":
-            ans2label = _find_answers(checkpoint, answers)
-            if ans2label is None:
+            path = find_answer_file(checkpoint, answers, ("ans2label.json",))
+            if path is None:
                 raise FileNotFoundError(
                     "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
                     "(train_vqa.py writes it beside its checkpoints)"
                 )
-            if len(ans2label) != num_answers or sorted(ans2label.values()) != list(range(num_answers)):
-                raise CheckpointError(
-                    f"the answer vocabulary has {len(ans2label)} entries but the head predicts {num_answers} answers"
-                )
-            model_config.id2label = {index: answer for answer, index in ans2label.items()}
-            model_config.label2id = dict(ans2label)
+            set_answer_labels(model_config, answer_labels(path, num_answers))
     if task == "nlvr2":
         model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
     if task == "re" and "re_output.3.weight" in state_dict:
@@ -260,8 +250,7 @@ def convert_uniter(
         hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
     )
     detected = detect_uniter_task(state_dict)
-    task = task or detected
-    check_task(task, UNITER_TASKS)
+    task = check_task(task or detected, UNITER_TASKS)
     original_config = read_json_config(config)
     region_settings, region_note = uniter_region_settings(original_config, task)
     # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
@@ -282,9 +271,7 @@ def convert_uniter(
     if task == "pretraining":
         _zero_unused_mask_row(model, report)
 
-    tok = load_checked_tokenizer(
-        tokenizer, model_config.vocab_size, do_lower_case=False, original_name="bert-base-cased"
-    )
+    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
     processor = UniterProcessor(
         feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
         tokenizer=tok,

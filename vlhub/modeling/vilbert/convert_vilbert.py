@@ -14,7 +14,6 @@ vlhub's ViLBERT keeps the original module names (`bert.*` → `vilbert.*`, `cls.
 - the zero-shot retrieval score of a pre-trained checkpoint (`softmax(alignment)[0]`) as `vil_logit`.
 """
 
-import json
 import logging
 import os
 import re
@@ -40,9 +39,9 @@ from ...conversion.common import CheckpointError, ConversionReport, KeyMap, chec
 from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import load_checked_tokenizer, load_renamed_state_dict, read_json_config
+from ...conversion.common import answer_labels, load_renamed_state_dict, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
-from ...conversion.common import OriginalRelease, bert_sizes, set_answer_labels, sizes_over_config
+from ...conversion.common import OriginalRelease, bert_sizes, layer_count, set_answer_labels, sizes_over_config
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -184,12 +183,6 @@ def detect_vilbert_release(state_dict: dict) -> str:
     return "pretrained"
 
 
-def _count(state_dict, prefix: str) -> int:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
-    indices = {int(m.group(1)) for k in state_dict if (m := pattern.match(k))}
-    return 1 + max(indices) if indices else 0
-
-
 def _config_from_checkpoint(
     state_dict: dict, original: dict | None, notes: list[str]
 ) -> tuple[VilbertConfig, int | None]:
@@ -198,7 +191,7 @@ def _config_from_checkpoint(
         **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
-        "v_num_hidden_layers": _count(state_dict, "vilbert.encoder.v_layer."),
+        "v_num_hidden_layers": layer_count(state_dict, "vilbert.encoder.v_layer."),
         "v_intermediate_size": state_dict["vilbert.encoder.v_layer.0.intermediate.dense.weight"].shape[0],
         "bi_hidden_size": state_dict["vilbert.t_pooler.dense.weight"].shape[0],
     }
@@ -207,7 +200,7 @@ def _config_from_checkpoint(
     location_dim = state_dict["vilbert.v_embeddings.image_location_embeddings.weight"].shape[1]
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
-    co_layers = _count(state_dict, "vilbert.encoder.c_layer.")
+    co_layers = layer_count(state_dict, "vilbert.encoder.c_layer.")
     fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
@@ -249,32 +242,6 @@ def _config_from_checkpoint(
     if has_tokens:
         config.num_task_tokens = state_dict["vilbert.embeddings.task_embeddings.weight"].shape[0]
     return config, num_labels
-
-
-def _read_answers(answers) -> list[str] | None:
-    """Answer vocabulary: a list (label2ans) or `{answer: index}` (ans2label), as JSON or as the original's pickle
-    (`trainval_label2ans.pkl` / `trainval_ans2label.pkl`, read without running code)."""
-    if answers is None:
-        return None
-    if isinstance(answers, (list, dict)):
-        data = answers
-    else:
-        path = Path(answers)
-        if not path.is_file():
-            raise FileNotFoundError(f"answer vocabulary {str(path)!r} not found")
-        if path.suffix == ".pkl":
-            from ...utils.safe_pickle import safe_loads
-
-            data = safe_loads(path.read_bytes())
-        else:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, (list, dict)):
-            raise ValueError(f"{path.name} holds a {type(data).__name__}; expected a list or an ans2label dict")
-    if isinstance(data, dict):
-        if sorted(data.values()) != list(range(len(data))):
-            raise ValueError("an ans2label dict must map answers to the indices 0..N-1")
-        return [answer for answer, _ in sorted(data.items(), key=lambda item: item[1])]
-    return [str(answer) for answer in data]
 
 
 def _key_map(task: str, release: str, config: VilbertConfig) -> KeyMap:
@@ -393,8 +360,7 @@ def convert_vilbert(
         "ViLBERT",
     )
     release = detect_vilbert_release(renamed)
-    task = task or ("vqa" if release != "pretrained" else "pretraining")
-    check_task(task, VILBERT_TASKS)
+    task = check_task(task or ("vqa" if release != "pretrained" else "pretraining"), VILBERT_TASKS)
     original = read_json_config(config)
     notes: list[str] = []
     model_config, expected_labels = _config_from_checkpoint(renamed, original, notes)
@@ -441,14 +407,11 @@ def _set_answers(model_config, renamed: dict, task: str, release: str, expected_
             f"the config says num_labels={expected_labels} but the checkpoint's answer head "
             f"predicts {num_labels} answers"
         )
-    labels = _read_answers(answers)
-    if labels is None:
+    if answers is not None:  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
+        labels = answer_labels(answers, num_labels)
+    else:
         labels = [f"answer_{i}" for i in range(num_labels)]
         notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-    elif len(labels) != num_labels:
-        raise CheckpointError(
-            f"the answer vocabulary has {len(labels)} entries but the head predicts {num_labels} answers"
-        )
     set_answer_labels(model_config, labels)
 
 
@@ -468,9 +431,7 @@ def _converted_processor(model_config, task: str, release: str, task_id, tokeniz
     max_text_length = _original_text_length(task, release, processor_task_id)
     notes.append(f"processor max_text_length {max_text_length}: the original's max_seq_length for this task")
     region_settings = _region_settings(task, release, processor_task_id, notes)
-    tok = load_checked_tokenizer(
-        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
-    )
+    tok = _RELEASES[release].load_tokenizer(tokenizer, model_config.vocab_size)
     region_processor = VilbertRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings)
     return VilbertProcessor(
         feature_extractor=region_processor,

@@ -15,7 +15,6 @@ dropped, and the BatchNorm step counters are dropped. A checkpoint of another ar
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -38,14 +37,14 @@ from ...conversion.common import (
     check_task,
     bert_sizes,
     inferred_attention_heads,
+    layer_count,
     looks_like,
     convert_state_dict,
     converter_command_line,
     find_answer_file,
-    load_checked_tokenizer,
-    load_torch_state_dict,
+    load_renamed_state_dict,
+    answer_labels,
     set_answer_labels,
-    strip_prefix,
 )
 from .reported_results import REPORTED_RESULTS
 
@@ -76,9 +75,11 @@ VL_BERT_TASKS = {
     "vcr": VlBertForMultipleChoice,
 }
 
+# VCR's TimeDistributed wrapper, taken off when the checkpoint is read (`module.` is stripped on loading).
+_WRAPPER_RENAMES = ((r"^vlbert\._module\.", "vlbert."),)
 # Original key → vlhub key, applied in order (after `module.` is stripped).
 _RENAMES = (
-    (r"^vlbert\._module\.", "vlbert."),  # VCR's TimeDistributed wrapper
+    *_WRAPPER_RENAMES,
     (r"^vlbert\.embedding_LayerNorm\.", "vl_bert.embeddings.LayerNorm."),
     (
         r"^vlbert\.(word_embeddings|position_embeddings|token_type_embeddings|end_embedding|visual_ln_text|"
@@ -274,10 +275,7 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
             "an e2e VL-BERT checkpoint needs image_feature_extractor.backbone.* and "
             "image_feature_extractor.roi_head_feature_extractor.* (the ResNet and its res5)"
         )
-    blocks = tuple(
-        1 + max(int(k.split(".")[3]) for k in state_dict if k.startswith(f"{prefix}layer{stage}."))
-        for stage in (1, 2, 3)
-    )
+    blocks = tuple(layer_count(state_dict, f"{prefix}layer{stage}.") for stage in (1, 2, 3))
     depths = {(3, 4, 6): 50, (3, 4, 23): 101, (3, 8, 36): 152}
     if blocks not in depths:
         raise CheckpointError(f"the e2e ResNet has {blocks} blocks in layer1..3, not ResNet-50/101/152")
@@ -289,42 +287,16 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     config.image_feature_precomputed = False
 
 
-def _read_answers(checkpoint: Path, answers) -> list[str] | None:
-    path = find_answer_file(checkpoint, answers, ("answers_vqa.txt",), levels=1)
-    if path is None:
-        return None
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _read_checkpoint(checkpoint: Path) -> tuple[dict, dict]:
-    """The original state dict as saved, and with the `vlbert._module.` wrapper prefix taken off."""
-    raw = load_torch_state_dict(checkpoint)
-    raw = strip_prefix(raw, "module.")  # a checkpoint saved without the wrapper still has none
-    if not any(k.startswith("vlbert.") for k in raw) or "vlbert.word_embeddings.weight" not in {
-        re.sub(r"^vlbert\._module\.", "vlbert.", k) for k in raw
-    }:
-        raise CheckpointError(
-            f"{checkpoint.name} is not a VL-BERT checkpoint: it has no vlbert.word_embeddings.weight "
-            f"(it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})"
-        )
-    state_dict = {re.sub(r"^vlbert\._module\.", "vlbert.", k): v for k, v in raw.items()}
-    return raw, state_dict
-
-
 def _set_vqa_answers(model_config, state_dict: dict, detected: str, checkpoint: Path, answers) -> None:
     """id2label from the answer vocabulary, checked against a fine-tuned head's answer count."""
     num_answers = state_dict["final_mlp.2.weight"].shape[0] if detected == "vqa" else None
-    answer_list = _read_answers(checkpoint, answers)
-    if answer_list is None:
+    path = find_answer_file(checkpoint, answers, ("answers_vqa.txt",), levels=1)
+    if path is None:
         raise FileNotFoundError(
             "the VQA answer vocabulary is needed for id2label: pass answers=/--answers answers_vqa.txt (the "
             "original's DATASET.ANSWER_VOCAB_FILE)"
         )
-    if num_answers is not None and len(answer_list) != num_answers:
-        raise CheckpointError(
-            f"the answer vocabulary has {len(answer_list)} entries but the head predicts {num_answers} answers"
-        )
-    set_answer_labels(model_config, answer_list)
+    set_answer_labels(model_config, answer_labels(path, num_answers))
 
 
 def _converted_processor(model_config, tok, config, task: str, report: ConversionReport) -> VlBertProcessor:
@@ -376,10 +348,15 @@ def convert_vl_bert(
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
     checkpoint = Path(checkpoint)
-    raw, state_dict = _read_checkpoint(checkpoint)
+    raw, state_dict = load_renamed_state_dict(
+        checkpoint,
+        _WRAPPER_RENAMES,
+        ("vlbert.word_embeddings.weight",),
+        "VL-BERT",
+        hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
+    )
     detected = detect_vl_bert_task(raw)
-    task = task or detected
-    check_task(task, VL_BERT_TASKS)
+    task = check_task(task or detected, VL_BERT_TASKS)
     if detected not in ("pretraining", task):
         raise CheckpointError(
             f"{checkpoint.name} is a fine-tuned {detected!r} model; it cannot become a {task!r} model (only a "
@@ -411,9 +388,7 @@ def convert_vl_bert(
     if task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
         report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
 
-    tok = load_checked_tokenizer(
-        tokenizer, model_config.vocab_size, do_lower_case=True, original_name="bert-base-uncased"
-    )
+    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
     if tok.mask_token_id != model_config.mask_token_id:
         model_config.mask_token_id = tok.mask_token_id
     processor = _converted_processor(model_config, tok, config, task, report)

@@ -48,6 +48,7 @@ __all__ = [
     "RegionClassificationHead",
     "classifier_head",
     "AttentionPooling",
+    "LocatedRegionEmbeddings",
     "extended_attention_mask",
     "gather_masked",
     "labelled_tokens",
@@ -161,6 +162,34 @@ class AttentionPooling(nn.Module):
         scores = self.fc(hidden_states).squeeze(-1) + padding.to(hidden_states.dtype) * self.masked_score
         weights = self.dropout(F.softmax(scores, dim=1))
         return weights.unsqueeze(1).matmul(hidden_states).squeeze(1)
+
+
+class LocatedRegionEmbeddings(nn.Module):
+    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout: the region embeddings of the two-stream
+    models (ViLBERT, TDEN), with no position or type embedding. Input `(B, R, F)` and `(B, R, loc)`, output
+    `(B, R, H)`.
+
+    The releases name the two linear layers differently (ViLBERT `image_embeddings` / `image_location_embeddings`,
+    TDEN `feature_embeddings` / `location_embeddings`): an architecture's subclass sets `feature_layer_name` and
+    `location_layer_name`, so each checkpoint loads under its own parameter names.
+    """
+
+    feature_layer_name = "feature_embeddings"
+    location_layer_name = "location_embeddings"
+
+    def __init__(
+        self, feature_dim: int, location_dim: int, hidden_size: int, layer_norm_eps: float, dropout_prob: float
+    ) -> None:
+        super().__init__()
+        self.add_module(self.feature_layer_name, nn.Linear(feature_dim, hidden_size))
+        self.add_module(self.location_layer_name, nn.Linear(location_dim, hidden_size))
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout_prob)
+
+    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
+        features = self.get_submodule(self.feature_layer_name)(region_features)
+        locations = self.get_submodule(self.location_layer_name)(region_locations)
+        return self.dropout(self.LayerNorm(features + locations))
 
 
 def extended_attention_mask(

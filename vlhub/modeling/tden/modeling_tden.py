@@ -55,6 +55,7 @@ from ..layers import (
     MASKED_SCORE,
     BertEmbeddings,
     BertLayer,
+    LocatedRegionEmbeddings,
     RegionClassificationHead,
     check_region_inputs,
     extended_attention_mask,
@@ -64,7 +65,7 @@ from ..layers import (
     soft_score_loss,
     text_with_choice_axis,
 )
-from ..modeling_outputs import layer_records
+from ..modeling_outputs import layer_records, passed_records
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
@@ -490,20 +491,18 @@ class TdenEmbeddings(BertEmbeddings):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
 
 
-class TdenRegionEmbeddings(nn.Module):
-    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (X-modaler's `VisualBaseEmbedding`; the
-    location is added *before* the LayerNorm, eps 1e-5). Input `(B, R, F)` and `(B, R, 5)`, output `(B, R, H)`."""
+class TdenRegionEmbeddings(LocatedRegionEmbeddings):
+    """X-modaler's `VisualBaseEmbedding` (the location is added *before* the LayerNorm, eps 1e-5), under its
+    parameter names `feature_embeddings` / `location_embeddings`. Locations are `(B, R, 5)`."""
 
     def __init__(self, config: TdenConfig) -> None:
-        super().__init__()
-        self.feature_embeddings = nn.Linear(config.region_feature_dim, config.hidden_size)
-        self.location_embeddings = nn.Linear(config.region_location_dim, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
-        embeddings = self.feature_embeddings(region_features) + self.location_embeddings(region_locations)
-        return self.dropout(self.LayerNorm(embeddings))
+        super().__init__(
+            config.region_feature_dim,
+            config.region_location_dim,
+            config.hidden_size,
+            config.embedding_layer_norm_eps,
+            config.hidden_dropout_prob,
+        )
 
 
 class TdenLayerStack(nn.Module):
@@ -751,11 +750,6 @@ _RECORDED_OUTPUTS = {
     "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
 }
 _GENERATION_FIELDS = dict(zip(_SENTENCE_RECORDS, _GENERATION_RECORDS))
-
-
-def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
-    """The per-layer records of `outputs` that a head's output class passes on (its `layer_records`)."""
-    return {name: outputs.get(name) for name in output_class.record_fields}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
@@ -1188,7 +1182,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             similarity=similarity,
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            **_stream_records(outputs, TdenForPreTrainingOutput),
+            **passed_records(TdenForPreTrainingOutput, outputs),
         )
 
     def _image_sentence_matching(self, outputs, text_mask, region_mask, image_ids, compute_similarity):
@@ -1413,7 +1407,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
             **cache_argument(outputs.cache),
             hidden_states=outputs.get("hidden_states"),
             attentions=outputs.get("attentions"),
-            **_stream_records(outputs, TdenCaptioningOutput),
+            **passed_records(TdenCaptioningOutput, outputs),
         )
 
 
@@ -1481,7 +1475,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             logits=scores,
             understanding_logits=understanding,
             generation_logits=generation,
-            **_stream_records(outputs, TdenQuestionAnsweringOutput),
+            **passed_records(TdenQuestionAnsweringOutput, outputs),
         )
 
 
@@ -1559,7 +1553,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
             logits_per_image=logits_per_text.t(),
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            **_stream_records(outputs, TdenRetrievalOutput),
+            **passed_records(TdenRetrievalOutput, outputs),
         )
 
 
@@ -1634,4 +1628,4 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return TdenMultipleChoiceOutput(loss=loss, logits=logits, **_stream_records(outputs, TdenMultipleChoiceOutput))
+        return TdenMultipleChoiceOutput(loss=loss, logits=logits, **passed_records(TdenMultipleChoiceOutput, outputs))

@@ -51,6 +51,7 @@ __all__ = [
     "LocatedRegionEmbeddings",
     "extended_attention_mask",
     "gather_masked",
+    "mask_region_features",
     "labelled_tokens",
     "one_hot",
     "text_length",
@@ -203,6 +204,21 @@ def gather_masked(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Rows of `sequence` `(batch, length, dim)` where `mask` `(batch, length)` is true, in row-major order:
     `(num_true, dim)`. The order is the one the original collators use for their targets."""
     return sequence[mask.bool()]
+
+
+def mask_region_features(
+    region_features: torch.Tensor, region_masks: torch.Tensor, mask_features: torch.Tensor | None, owners: str
+) -> torch.Tensor:
+    """`region_features` `(B, R, F)` with the regions that `region_masks` `(B, R)` marks replaced by the learned
+    `mask_features` `(F,)` (masked region modelling: UNITER, VL-BERT). `mask_features` is None in a model built
+    without them: a `ValueError` names `owners`, the models that have them."""
+    if mask_features is None:
+        raise ValueError(
+            "region_masks need the region mask embedding (the learned features of masked regions), which only "
+            f"{owners} has"
+        )
+    masked = region_masks.bool().unsqueeze(-1)
+    return torch.where(masked, mask_features.to(region_features.dtype), region_features)
 
 
 def labelled_tokens(labels: torch.Tensor, text_output: torch.Tensor) -> torch.Tensor:

@@ -559,6 +559,17 @@ class TdenLMHead(nn.Module):
         return self.decoder(self.transform(hidden_states))
 
 
+class TdenLMHeadMixin:
+    """Output embeddings of a model with a `TdenLMHead` at `self.lm_head`: its `decoder` (transformers' default
+    would return the whole head). List it before the `PreTrainedModel` base."""
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+
 class TdenWeightedPooler(nn.Module):
     """X-modaler's `AttentionPooler` (the paper's attention-based two-layer MLP): a score per token
     (`att`: Linear, ReLU, Dropout, Linear(·, 1)), softmax over the unmasked tokens, the weighted sum, then `embed`
@@ -1101,7 +1112,7 @@ def _word_and_region_losses(
 
     """
 )
-class TdenForPreTraining(TdenPreTrainedModel):
+class TdenForPreTraining(TdenLMHeadMixin, TdenPreTrainedModel):
     def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config)
@@ -1111,12 +1122,6 @@ class TdenForPreTraining(TdenPreTrainedModel):
         )
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
 
     @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _PRETRAINING_ARGS)
     @can_return_tuple
@@ -1207,7 +1212,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
 
     """
 )
-class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
+class TdenForConditionalGeneration(SharedPrefillMixin, TdenLMHeadMixin, TdenPreTrainedModel, GenerationMixin):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?cross_encoder\.", r"^region_head\.", r"^similarity\."]
 
     def __init__(self, config: TdenConfig) -> None:
@@ -1220,12 +1225,6 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         self.tden = TdenModel(config, add_cross_encoder=False)  # X-modaler's captioner has none
         self.lm_head = TdenLMHead(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
 
     def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
         """Nothing to refuse before generating (the `CaptionScorer` protocol): a config without a decoder is refused

@@ -50,6 +50,7 @@ from ..layers import (
     in_batch_contrastive_loss,
     ipot_distance,
     labelled_tokens,
+    mask_region_features,
     negative_groups,
     one_hot,
     soft_score_loss,
@@ -284,6 +285,10 @@ labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
+# The models that own the learned features of masked regions (`region_masks`).
+_MASK_OWNERS = "the pre-training model (UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
+
+
 class UniterImageEmbeddings(nn.Module):
     """Embeds regions: `LN(Linear(features)) + LN(Linear(locations)) + type embedding`, then LayerNorm and dropout.
 
@@ -311,15 +316,8 @@ class UniterImageEmbeddings(nn.Module):
         """region_features `(B, R, F)`, region_locations `(B, R, loc)`, type_embeddings `(B, R, H)`,
         region_masks `(B, R)` bool or None. Returns `(B, R, H)`."""
         if region_masks is not None:
-            if self.mask_embedding is None:
-                raise ValueError(
-                    "region_masks need the region mask embedding, which only the pre-training model has "
-                    "(UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
-                )
-            masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(
-                masked, self.mask_embedding.weight[1].to(region_features.dtype), region_features
-            )
+            mask_features = self.mask_embedding.weight[1] if self.mask_embedding is not None else None
+            region_features = mask_region_features(region_features, region_masks, mask_features, _MASK_OWNERS)
         embeddings = self.img_layer_norm(self.img_linear(region_features))
         embeddings = embeddings + self.pos_layer_norm(self.pos_linear(region_locations)) + type_embeddings
         return self.dropout(self.LayerNorm(embeddings))

@@ -39,6 +39,7 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
     labelled_tokens,
+    mask_region_features,
     one_hot,
     soft_score_loss,
     text_length,
@@ -261,6 +262,10 @@ region_labels (`torch.LongTensor` of shape `(batch_size, [num_choices,] num_regi
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
+# The models that own the learned features of masked objects (`region_masks`).
+_MASK_OWNERS = "the pre-training model (VlBertForPreTraining, or VlBertModel(config, add_pretraining_embeddings=True))"
+
+
 def geometry_embedding(
     region_locations: torch.Tensor, dim: int = 256, scale: float = 100.0, wavelength: float = 1000.0
 ) -> torch.Tensor:
@@ -376,13 +381,10 @@ class VlBertVisualFeatureEmbedding(nn.Module):
             region_features = self.image_encoder(pixels, region_boxes)
         region_features = region_features.to(dtype)
         if region_masks is not None and self.image_encoder is None:
-            if self.object_mask_visual_embedding is None:
-                raise ValueError(
-                    "region_masks need the object mask embeddings, which only the pre-training model has "
-                    "(VlBertForPreTraining, or VlBertModel(config, add_pretraining_embeddings=True))"
-                )
-            masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(masked, self.object_mask_visual_embedding[0].to(dtype), region_features)
+            mask_features = (
+                self.object_mask_visual_embedding[0] if self.object_mask_visual_embedding is not None else None
+            )
+            region_features = mask_region_features(region_features, region_masks, mask_features, _MASK_OWNERS)
         geometry = geometry_embedding(
             region_locations,
             self.config.geometry_embedding_dim,

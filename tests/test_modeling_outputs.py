@@ -10,7 +10,10 @@ from transformers.utils import auto_docstring
 
 from vlhub.modeling.modeling_outputs import layer_records
 from vlhub.modeling.tden import modeling_tden
+from vlhub.modeling.unified_vlp import modeling_unified_vlp
+from vlhub.modeling.uniter import modeling_uniter
 from vlhub.modeling.vilbert import modeling_vilbert
+from vlhub.modeling.vl_bert import modeling_vl_bert
 
 TDEN_STREAMS = [
     "hidden_states",
@@ -57,13 +60,35 @@ FIELD_ORDER = {
         *VILBERT_RECORDS,
     ],
     modeling_vilbert.VilbertClassifierOutput: ["loss", "logits", "pooler_output", *VILBERT_RECORDS],
+    modeling_uniter.UniterForPreTrainingOutput: [
+        *("loss", "mlm_loss", "mrfr_loss", "mrc_loss", "mrc_kl_loss", "itm_loss", "wra_loss", "itc_loss"),
+        *("mlm_logits", "mrfr_predictions", "mrc_logits", "itm_logits", "wra_distance", "itc_logits"),
+        *("last_hidden_state", "pooler_output", "hidden_states", "attentions"),
+    ],
+    modeling_vl_bert.VlBertForPreTrainingOutput: [
+        *("loss", "mlm_loss", "text_only_mlm_loss", "mvrc_loss", "mlm_logits", "mvrc_logits"),
+        *("last_hidden_state", "hidden_states", "attentions"),
+    ],
+    modeling_vl_bert.VlBertClassifierOutput: ["loss", "logits", "last_hidden_state", "hidden_states", "attentions"],
+    modeling_unified_vlp.UnifiedVlpForPreTrainingOutput: [
+        *("loss", "logits", "last_hidden_state", "hidden_states", "attentions"),
+        *("s2s_loss", "bi_loss", "mlm_loss", "mlm_logits"),
+    ],
+}
+# The base model output each architecture's heads pass the records of.
+RECORD_SOURCE = {
+    modeling_tden.__name__: "TdenModelOutput",
+    modeling_vilbert.__name__: "VilbertModelOutput",
+    modeling_uniter.__name__: "BaseModelOutputWithPooling",
+    modeling_vl_bert.__name__: "VlBertModelOutput",
+    modeling_unified_vlp.__name__: "BaseModelOutputWithPoolingAndCrossAttentions",
 }
 
 
 @pytest.mark.parametrize("output_class", FIELD_ORDER, ids=lambda output_class: output_class.__name__)
 def test_record_fields_follow_the_own_fields_at_their_public_positions(output_class):
     assert [field.name for field in fields(output_class)] == FIELD_ORDER[output_class]
-    source = "TdenModelOutput" if output_class.__module__ == modeling_tden.__name__ else "VilbertModelOutput"
+    source = RECORD_SOURCE[output_class.__module__]
     for name in output_class.record_fields:
         assert f"{name} (`tuple(torch.FloatTensor)`, *optional*" in output_class.__doc__, name
         assert f"As `{source}.{name}`" in output_class.__doc__, name
@@ -104,6 +129,23 @@ def test_a_head_output_gets_the_records_after_its_own_fields_documented_and_in_i
     assert "As `_Base.hidden_states`, one row per pair." in HeadOutput.__doc__
     logits, maps = torch.zeros(1, 2), (torch.ones(1),)
     assert HeadOutput(logits=logits, attentions=maps).to_tuple() == (logits, maps)
+
+
+def test_records_can_stand_after_a_named_own_field_where_the_public_positions_put_them():
+    @dataclass
+    @layer_records(_Base, "hidden_states", after="logits")
+    class HeadOutput(ModelOutput):
+        loss: torch.FloatTensor | None = None
+        logits: torch.FloatTensor | None = None
+        extra_loss: torch.FloatTensor | None = None
+
+    assert [field.name for field in fields(HeadOutput)] == ["loss", "logits", "hidden_states", "extra_loss"]
+
+    class Scores(ModelOutput):
+        logits: torch.FloatTensor | None = None
+
+    with pytest.raises(TypeError, match="no field 'scores'"):
+        layer_records(_Base, "hidden_states", after="scores")(Scores)
 
 
 def test_records_that_the_source_lacks_or_the_head_declares_are_refused():

@@ -48,8 +48,10 @@ __all__ = [
     "RegionClassificationHead",
     "classifier_head",
     "AttentionPooling",
+    "LocatedRegionEmbeddings",
     "extended_attention_mask",
     "gather_masked",
+    "mask_region_features",
     "labelled_tokens",
     "one_hot",
     "text_length",
@@ -163,6 +165,34 @@ class AttentionPooling(nn.Module):
         return weights.unsqueeze(1).matmul(hidden_states).squeeze(1)
 
 
+class LocatedRegionEmbeddings(nn.Module):
+    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout: the region embeddings of the two-stream
+    models (ViLBERT, TDEN), with no position or type embedding. Input `(B, R, F)` and `(B, R, loc)`, output
+    `(B, R, H)`.
+
+    The releases name the two linear layers differently (ViLBERT `image_embeddings` / `image_location_embeddings`,
+    TDEN `feature_embeddings` / `location_embeddings`): an architecture's subclass sets `feature_layer_name` and
+    `location_layer_name`, so each checkpoint loads under its own parameter names.
+    """
+
+    feature_layer_name = "feature_embeddings"
+    location_layer_name = "location_embeddings"
+
+    def __init__(
+        self, feature_dim: int, location_dim: int, hidden_size: int, layer_norm_eps: float, dropout_prob: float
+    ) -> None:
+        super().__init__()
+        self.add_module(self.feature_layer_name, nn.Linear(feature_dim, hidden_size))
+        self.add_module(self.location_layer_name, nn.Linear(location_dim, hidden_size))
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout_prob)
+
+    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
+        features = self.get_submodule(self.feature_layer_name)(region_features)
+        locations = self.get_submodule(self.location_layer_name)(region_locations)
+        return self.dropout(self.LayerNorm(features + locations))
+
+
 def extended_attention_mask(
     config: "PreTrainedConfig", embeddings: torch.Tensor, attention_mask: torch.Tensor | None
 ) -> "torch.Tensor | BlockMask | None":
@@ -174,6 +204,21 @@ def gather_masked(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Rows of `sequence` `(batch, length, dim)` where `mask` `(batch, length)` is true, in row-major order:
     `(num_true, dim)`. The order is the one the original collators use for their targets."""
     return sequence[mask.bool()]
+
+
+def mask_region_features(
+    region_features: torch.Tensor, region_masks: torch.Tensor, mask_features: torch.Tensor | None, owners: str
+) -> torch.Tensor:
+    """`region_features` `(B, R, F)` with the regions that `region_masks` `(B, R)` marks replaced by the learned
+    `mask_features` `(F,)` (masked region modelling: UNITER, VL-BERT). `mask_features` is None in a model built
+    without them: a `ValueError` names `owners`, the models that have them."""
+    if mask_features is None:
+        raise ValueError(
+            "region_masks need the region mask embedding (the learned features of masked regions), which only "
+            f"{owners} has"
+        )
+    masked = region_masks.bool().unsqueeze(-1)
+    return torch.where(masked, mask_features.to(region_features.dtype), region_features)
 
 
 def labelled_tokens(labels: torch.Tensor, text_output: torch.Tensor) -> torch.Tensor:

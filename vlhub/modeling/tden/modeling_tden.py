@@ -55,6 +55,7 @@ from ..layers import (
     MASKED_SCORE,
     BertEmbeddings,
     BertLayer,
+    LocatedRegionEmbeddings,
     RegionClassificationHead,
     check_region_inputs,
     extended_attention_mask,
@@ -64,7 +65,7 @@ from ..layers import (
     soft_score_loss,
     text_with_choice_axis,
 )
-from ..modeling_outputs import layer_records
+from ..modeling_outputs import layer_records, passed_records
 from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
@@ -490,20 +491,18 @@ class TdenEmbeddings(BertEmbeddings):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
 
 
-class TdenRegionEmbeddings(nn.Module):
-    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (X-modaler's `VisualBaseEmbedding`; the
-    location is added *before* the LayerNorm, eps 1e-5). Input `(B, R, F)` and `(B, R, 5)`, output `(B, R, H)`."""
+class TdenRegionEmbeddings(LocatedRegionEmbeddings):
+    """X-modaler's `VisualBaseEmbedding` (the location is added *before* the LayerNorm, eps 1e-5), under its
+    parameter names `feature_embeddings` / `location_embeddings`. Locations are `(B, R, 5)`."""
 
     def __init__(self, config: TdenConfig) -> None:
-        super().__init__()
-        self.feature_embeddings = nn.Linear(config.region_feature_dim, config.hidden_size)
-        self.location_embeddings = nn.Linear(config.region_location_dim, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.embedding_layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
-        embeddings = self.feature_embeddings(region_features) + self.location_embeddings(region_locations)
-        return self.dropout(self.LayerNorm(embeddings))
+        super().__init__(
+            config.region_feature_dim,
+            config.region_location_dim,
+            config.hidden_size,
+            config.embedding_layer_norm_eps,
+            config.hidden_dropout_prob,
+        )
 
 
 class TdenLayerStack(nn.Module):
@@ -558,6 +557,17 @@ class TdenLMHead(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))
+
+
+class TdenLMHeadMixin:
+    """Output embeddings of a model with a `TdenLMHead` at `self.lm_head`: its `decoder` (transformers' default
+    would return the whole head). List it before the `PreTrainedModel` base."""
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
 
 
 class TdenWeightedPooler(nn.Module):
@@ -751,11 +761,6 @@ _RECORDED_OUTPUTS = {
     "decoder_cross_attentions": OutputRecorder(TdenDecoderLayer, index=2),
 }
 _GENERATION_FIELDS = dict(zip(_SENTENCE_RECORDS, _GENERATION_RECORDS))
-
-
-def _stream_records(outputs: TdenModelOutput, output_class: type[ModelOutput]) -> dict:
-    """The per-layer records of `outputs` that a head's output class passes on (its `layer_records`)."""
-    return {name: outputs.get(name) for name in output_class.record_fields}
 
 
 def _arrange_records(outputs: TdenModelOutput, config: TdenConfig, both_streams: bool) -> None:
@@ -1107,7 +1112,7 @@ def _word_and_region_losses(
 
     """
 )
-class TdenForPreTraining(TdenPreTrainedModel):
+class TdenForPreTraining(TdenLMHeadMixin, TdenPreTrainedModel):
     def __init__(self, config: TdenConfig) -> None:
         super().__init__(config)
         self.tden = TdenModel(config)
@@ -1117,12 +1122,6 @@ class TdenForPreTraining(TdenPreTrainedModel):
         )
         self.similarity = TdenSimilarityHead(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
 
     @auto_docstring(custom_args=_TEXT_ARGS + _REGION_ARGS + _PRETRAINING_ARGS)
     @can_return_tuple
@@ -1188,7 +1187,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
             similarity=similarity,
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            **_stream_records(outputs, TdenForPreTrainingOutput),
+            **passed_records(TdenForPreTrainingOutput, outputs),
         )
 
     def _image_sentence_matching(self, outputs, text_mask, region_mask, image_ids, compute_similarity):
@@ -1213,7 +1212,7 @@ class TdenForPreTraining(TdenPreTrainedModel):
 
     """
 )
-class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, GenerationMixin):
+class TdenForConditionalGeneration(SharedPrefillMixin, TdenLMHeadMixin, TdenPreTrainedModel, GenerationMixin):
     _keys_to_ignore_on_load_unexpected = [r"^(tden\.)?cross_encoder\.", r"^region_head\.", r"^similarity\."]
 
     def __init__(self, config: TdenConfig) -> None:
@@ -1226,12 +1225,6 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
         self.tden = TdenModel(config, add_cross_encoder=False)  # X-modaler's captioner has none
         self.lm_head = TdenLMHead(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
 
     def check_generation_inputs(self, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> None:
         """Nothing to refuse before generating (the `CaptionScorer` protocol): a config without a decoder is refused
@@ -1413,7 +1406,7 @@ class TdenForConditionalGeneration(SharedPrefillMixin, TdenPreTrainedModel, Gene
             **cache_argument(outputs.cache),
             hidden_states=outputs.get("hidden_states"),
             attentions=outputs.get("attentions"),
-            **_stream_records(outputs, TdenCaptioningOutput),
+            **passed_records(TdenCaptioningOutput, outputs),
         )
 
 
@@ -1481,7 +1474,7 @@ class TdenForQuestionAnswering(TdenPreTrainedModel):
             logits=scores,
             understanding_logits=understanding,
             generation_logits=generation,
-            **_stream_records(outputs, TdenQuestionAnsweringOutput),
+            **passed_records(TdenQuestionAnsweringOutput, outputs),
         )
 
 
@@ -1559,7 +1552,7 @@ class TdenForImageTextRetrieval(TdenPreTrainedModel):
             logits_per_image=logits_per_text.t(),
             text_embeds=text_embeds,
             image_embeds=image_embeds,
-            **_stream_records(outputs, TdenRetrievalOutput),
+            **passed_records(TdenRetrievalOutput, outputs),
         )
 
 
@@ -1634,4 +1627,4 @@ class TdenForMultipleChoice(TdenPreTrainedModel):
         scores = understanding if generation is None else understanding + generation
         logits = scores.view(batch, choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return TdenMultipleChoiceOutput(loss=loss, logits=logits, **_stream_records(outputs, TdenMultipleChoiceOutput))
+        return TdenMultipleChoiceOutput(loss=loss, logits=logits, **passed_records(TdenMultipleChoiceOutput, outputs))

@@ -41,6 +41,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
+from ..modeling_outputs import layer_records
 from ..modeling_utils import (
     BERT_RECORDED_OUTPUTS,
     BertMLMHeadMixin,
@@ -66,6 +67,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------- outputs
 @auto_docstring
 @dataclass
+@layer_records(BaseModelOutputWithPoolingAndCrossAttentions, "hidden_states", "attentions", after="last_hidden_state")
 class UnifiedVlpForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
@@ -87,8 +89,6 @@ class UnifiedVlpForPreTrainingOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
     s2s_loss: torch.FloatTensor | None = None
     bi_loss: torch.FloatTensor | None = None
     mlm_loss: torch.FloatTensor | None = None

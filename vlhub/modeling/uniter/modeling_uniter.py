@@ -50,12 +50,14 @@ from ..layers import (
     in_batch_contrastive_loss,
     ipot_distance,
     labelled_tokens,
+    mask_region_features,
     negative_groups,
     one_hot,
     soft_score_loss,
     text_length,
     text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import (
     BERT_RECORDED_OUTPUTS,
     BertMLMHeadMixin,
@@ -89,6 +91,7 @@ _REGION_NDIMS = {"region_features": 2, "region_locations": 2, "region_attention_
 # ---------------------------------------------------------------------------------------------------- outputs
 @auto_docstring
 @dataclass
+@layer_records(BaseModelOutputWithPooling, "hidden_states", "attentions")
 class UniterForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -143,8 +146,6 @@ class UniterForPreTrainingOutput(ModelOutput):
     itc_logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring(
@@ -234,9 +235,11 @@ objective (`str`, *optional*):
     loss is always computed). Without it every objective whose targets are given is computed (MRC-kl for region
     class targets).
 """
-_ANSWER_LABELS_ARG = r"""
-labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-    VQA: soft answer scores in [0, 1]. VE (`UniterForVisualEntailment`): also `(batch_size,)` class ids.
+_HEAD_LABELS_ARG = r"""
+labels (`torch.Tensor`, *optional*):
+    The head's targets. VQA (`UniterForQuestionAnswering`): `(batch_size, num_labels)` soft answer scores in [0, 1];
+    VE (`UniterForVisualEntailment`): the same, or `(batch_size,)` class ids; referring expressions
+    (`UniterForReferringExpression`): `(batch_size,)` index of the referred region.
 """
 _NUM_NEGATIVES_ARG = r"""
 num_negatives (`int`, *optional*):
@@ -256,10 +259,6 @@ region_token_type_ids (`torch.LongTensor` of shape `(batch_size, 2, num_regions)
     Defaults to 1 (left) and 2 (right) with a 3-row type table, else 1 for both.
 labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
     1 = the statement is true.
-"""
-_REGION_INDEX_LABELS_ARG = r"""
-labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-    Index of the referred region.
 """
 _CHOICE_ARGS = r"""
 input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
@@ -286,6 +285,10 @@ labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
+# The models that own the learned features of masked regions (`region_masks`).
+_MASK_OWNERS = "the pre-training model (UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
+
+
 class UniterImageEmbeddings(nn.Module):
     """Embeds regions: `LN(Linear(features)) + LN(Linear(locations)) + type embedding`, then LayerNorm and dropout.
 
@@ -313,15 +316,8 @@ class UniterImageEmbeddings(nn.Module):
         """region_features `(B, R, F)`, region_locations `(B, R, loc)`, type_embeddings `(B, R, H)`,
         region_masks `(B, R)` bool or None. Returns `(B, R, H)`."""
         if region_masks is not None:
-            if self.mask_embedding is None:
-                raise ValueError(
-                    "region_masks need the region mask embedding, which only the pre-training model has "
-                    "(UniterForPreTraining, or UniterModel(config, add_region_mask_embedding=True))"
-                )
-            masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(
-                masked, self.mask_embedding.weight[1].to(region_features.dtype), region_features
-            )
+            mask_features = self.mask_embedding.weight[1] if self.mask_embedding is not None else None
+            region_features = mask_region_features(region_features, region_masks, mask_features, _MASK_OWNERS)
         embeddings = self.img_layer_norm(self.img_linear(region_features))
         embeddings = embeddings + self.pos_layer_norm(self.pos_linear(region_locations)) + type_embeddings
         return self.dropout(self.LayerNorm(embeddings))
@@ -784,33 +780,20 @@ def _padding(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
-@auto_docstring(
-    custom_intro="""
-    VQA: `vqa_output` (Linear(H, 2H), GELU, LayerNorm, Linear(2H, num_answers)) on the pooled output.
+class _UniterHead(UniterPreTrainedModel):
+    """A UNITER backbone plus a task head on single (text, image) pairs labelled per example (VQA/VE, referring
+    expressions). The forward is shared, as transformers' generic heads share theirs: the inputs go through the
+    backbone (`self.uniter`, built by the head), then `_head` computes the task's loss and logits from its outputs."""
 
-    `config.id2label` holds the answers (3129 for the original VQA vocabulary). The loss is the original's:
-    binary cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
-    """
-)
-class UniterForQuestionAnswering(UniterPreTrainedModel):
-    def __init__(self, config: UniterConfig) -> None:
-        super().__init__(config)
-        self.uniter = UniterModel(config)
-        self.vqa_output = classifier_head(
-            config.hidden_size,
-            2 * config.hidden_size,
-            config.num_labels,
-            config.classifier_activation,
-            config.layer_norm_eps,
-        )
-        self.post_init()
+    def _check_inputs(self, inputs: dict) -> None:
+        """Refuse inputs the head cannot score, before the backbone runs (every input is optional by default)."""
 
-    def _soft_targets(self, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """The soft answer scores the loss compares `logits` with (VE turns class ids into one-hot rows)."""
-        return labels.to(logits.dtype)
+    def _head(self, outputs: BaseModelOutputWithPooling, labels: torch.Tensor | None, inputs: dict) -> tuple:
+        """The head's `(loss, logits)`; `inputs` are the backbone's inputs by name."""
+        raise NotImplementedError
 
     @can_return_tuple
-    @auto_docstring(custom_args=_REGION_ARGS + _ANSWER_LABELS_ARG)
+    @auto_docstring(custom_args=_REGION_ARGS + _HEAD_LABELS_ARG)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -827,9 +810,10 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
     ) -> UniterClassifierOutput:
         r"""
         Returns:
-            `UniterClassifierOutput` with `logits` `(batch_size, num_labels)`.
+            `UniterClassifierOutput` with `logits` `(batch_size, num_labels)` (VQA, VE) or `(batch_size,
+            num_regions)` with -10000 at padded regions (referring expressions).
         """
-        outputs = self.uniter(
+        inputs = dict(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -839,13 +823,42 @@ class UniterForQuestionAnswering(UniterPreTrainedModel):
             region_attention_mask=region_attention_mask,
             region_token_type_ids=region_token_type_ids,
             inputs_embeds=inputs_embeds,
-            **kwargs,
         )
-        logits = self.vqa_output(outputs.pooler_output)
-        loss = None
-        if labels is not None:
-            loss = soft_score_loss(logits, self._soft_targets(labels, logits))
+        self._check_inputs(inputs)
+        outputs = self.uniter(**inputs, **kwargs)
+        loss, logits = self._head(outputs, labels, inputs)
         return _classifier_output(loss, logits, outputs)
+
+
+@auto_docstring(
+    custom_intro="""
+    VQA: `vqa_output` (Linear(H, 2H), GELU, LayerNorm, Linear(2H, num_answers)) on the pooled output.
+
+    `config.id2label` holds the answers (3129 for the original VQA vocabulary). The loss is the original's:
+    binary cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
+    """
+)
+class UniterForQuestionAnswering(_UniterHead):
+    def __init__(self, config: UniterConfig) -> None:
+        super().__init__(config)
+        self.uniter = UniterModel(config)
+        self.vqa_output = classifier_head(
+            config.hidden_size,
+            2 * config.hidden_size,
+            config.num_labels,
+            config.classifier_activation,
+            config.layer_norm_eps,
+        )
+        self.post_init()
+
+    def _soft_targets(self, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The soft answer scores the loss compares `logits` with (VE turns class ids into one-hot rows)."""
+        return labels.to(logits.dtype)
+
+    def _head(self, outputs: BaseModelOutputWithPooling, labels: torch.Tensor | None, inputs: dict) -> tuple:
+        logits = self.vqa_output(outputs.pooler_output)
+        loss = soft_score_loss(logits, self._soft_targets(labels, logits)) if labels is not None else None
+        return loss, logits
 
 
 @auto_docstring(
@@ -1073,7 +1086,7 @@ class UniterForVisualReasoning(UniterPreTrainedModel):
     The head reads no pooled output, so the backbone has no pooler.
     """
 )
-class UniterForReferringExpression(UniterPreTrainedModel):
+class UniterForReferringExpression(_UniterHead):
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight", r"^(uniter\.)?pooler\."]
 
     def __init__(self, config: UniterConfig) -> None:
@@ -1086,46 +1099,17 @@ class UniterForReferringExpression(UniterPreTrainedModel):
             self.re_output = classifier_head(hidden, hidden, 1, "gelu", config.layer_norm_eps)
         self.post_init()
 
-    @can_return_tuple
-    @auto_docstring(custom_args=_REGION_ARGS + _REGION_INDEX_LABELS_ARG)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        region_token_type_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> UniterClassifierOutput:
-        r"""
-        Returns:
-            `UniterClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded regions.
-        """
-        if region_features is None:
+    def _check_inputs(self, inputs: dict) -> None:
+        if inputs["region_features"] is None:
             raise ValueError("referring expressions need regions (region_features)")
-        outputs = self.uniter(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-            region_token_type_ids=region_token_type_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        num_text = text_length(input_ids, inputs_embeds)
+
+    def _head(self, outputs: BaseModelOutputWithPooling, labels: torch.Tensor | None, inputs: dict) -> tuple:
+        num_text = text_length(inputs["input_ids"], inputs["inputs_embeds"])
         logits = self.re_output(outputs.last_hidden_state[:, num_text:]).squeeze(-1)
-        if region_attention_mask is not None:
-            logits = logits.masked_fill(region_attention_mask == 0, MASKED_SCORE)
+        if inputs["region_attention_mask"] is not None:
+            logits = logits.masked_fill(inputs["region_attention_mask"] == 0, MASKED_SCORE)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return _classifier_output(loss, logits, outputs)  # no pooler: pooler_output is None
+        return loss, logits  # no pooler: pooler_output is None
 
 
 @auto_docstring(

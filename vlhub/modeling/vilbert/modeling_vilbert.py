@@ -32,6 +32,7 @@ from ..layers import (
     MASKED_SCORE,
     BertEmbeddings,
     BertPredictionHeadTransform,
+    LocatedRegionEmbeddings,
     check_text_and_region_inputs,
     classifier_head,
     extended_attention_mask,
@@ -41,7 +42,7 @@ from ..layers import (
     soft_score_loss,
     text_with_choice_axis,
 )
-from ..modeling_outputs import layer_records
+from ..modeling_outputs import layer_records, passed_records
 from ..modeling_utils import BertMLMHeadMixin, VisionLanguagePreTrainedModel, recording_flags
 from .configuration_vilbert import VilbertConfig
 from .layers_vilbert import CoAttentionLayer, StreamConfig, StreamLayer, cross_stream_mask
@@ -119,10 +120,6 @@ _PER_LAYER_FIELDS = (
     "text_to_vision_attentions",
     "vision_to_text_attentions",
 )
-
-
-def _per_layer(outputs: VilbertModelOutput) -> dict:
-    return {name: outputs[name] if name in outputs else None for name in _PER_LAYER_FIELDS}
 
 
 @auto_docstring
@@ -244,20 +241,21 @@ class VilbertEmbeddings(BertEmbeddings):
         return self.dropout(self.LayerNorm(embeddings))
 
 
-class VilbertImageEmbeddings(nn.Module):
-    """`LayerNorm(Linear(features) + Linear(locations))`, then dropout (the text stream's dropout probability, as
-    the original). Regions get no position or type embedding."""
+class VilbertImageEmbeddings(LocatedRegionEmbeddings):
+    """The region embeddings at the visual width, under the release's names (the text stream's dropout
+    probability, as the original)."""
+
+    feature_layer_name = "image_embeddings"
+    location_layer_name = "image_location_embeddings"
 
     def __init__(self, config: VilbertConfig) -> None:
-        super().__init__()
-        self.image_embeddings = nn.Linear(config.region_feature_dim, config.visual_hidden_size)
-        self.image_location_embeddings = nn.Linear(config.region_location_dim, config.visual_hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.visual_hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, region_features: torch.Tensor, region_locations: torch.Tensor) -> torch.Tensor:
-        embeddings = self.image_embeddings(region_features) + self.image_location_embeddings(region_locations)
-        return self.dropout(self.LayerNorm(embeddings))
+        super().__init__(
+            config.region_feature_dim,
+            config.region_location_dim,
+            config.visual_hidden_size,
+            config.layer_norm_eps,
+            config.hidden_dropout_prob,
+        )
 
 
 class VilbertPooler(nn.Module):
@@ -679,7 +677,10 @@ class _VilbertHead(VilbertPreTrainedModel):
 
     def _output(self, loss, logits, outputs) -> VilbertClassifierOutput:
         return VilbertClassifierOutput(
-            loss=loss, logits=logits, pooler_output=outputs.pooler_output, **_per_layer(outputs)
+            loss=loss,
+            logits=logits,
+            pooler_output=outputs.pooler_output,
+            **passed_records(VilbertClassifierOutput, outputs),
         )
 
 
@@ -788,7 +789,7 @@ class VilbertForPreTraining(BertMLMHeadMixin, _VilbertHead):
             region_logits=region_logits,
             alignment_logits=alignment_logits,
             pooler_output=outputs.pooler_output,
-            **_per_layer(outputs),
+            **passed_records(VilbertForPreTrainingOutput, outputs),
         )
 
 

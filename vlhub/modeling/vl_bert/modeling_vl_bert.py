@@ -39,11 +39,13 @@ from ..layers import (
     extended_attention_mask,
     flatten_choices,
     labelled_tokens,
+    mask_region_features,
     one_hot,
     soft_score_loss,
     text_length,
     text_with_choice_axis,
 )
+from ..modeling_outputs import layer_records
 from ..modeling_utils import (
     BERT_RECORDED_OUTPUTS,
     BertMLMHeadMixin,
@@ -101,6 +103,7 @@ class VlBertModelOutput(BaseModelOutputWithPooling):
 
 @auto_docstring
 @dataclass
+@layer_records(VlBertModelOutput, "hidden_states", "attentions")
 class VlBertForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -128,12 +131,11 @@ class VlBertForPreTrainingOutput(ModelOutput):
     mlm_logits: torch.FloatTensor | None = None
     mvrc_logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring
 @dataclass
+@layer_records(VlBertModelOutput, "hidden_states", "attentions")
 class VlBertClassifierOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor` of shape `()`, *optional*, returned when labels are given):
@@ -148,8 +150,6 @@ class VlBertClassifierOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @auto_docstring(
@@ -227,13 +227,11 @@ region_class_targets (`torch.FloatTensor` of shape `(batch_size, num_regions, nu
     MVRC targets: the detector's class distribution of every object chosen for MVRC, zeros elsewhere. As in the
     original, the labelled objects are the rows summing to 1 (± 0.1).
 """
-_ANSWER_LABELS_ARG = r"""
-labels (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-    Soft answer scores in [0, 1].
-"""
-_REGION_LABELS_ARG = r"""
-labels (`torch.FloatTensor` of shape `(batch_size, num_regions)`, *optional*):
-    1 for objects matching the expression, 0 otherwise; padded objects are ignored.
+_HEAD_LABELS_ARG = r"""
+labels (`torch.FloatTensor`, *optional*):
+    The head's targets. VQA (`VlBertForQuestionAnswering`): `(batch_size, num_labels)` soft answer scores in [0, 1];
+    referring expressions (`VlBertForReferringExpression`): `(batch_size, num_regions)`, 1 for objects matching the
+    expression, 0 otherwise (padded objects are ignored).
 """
 _CHOICE_ARGS = r"""
 input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, text_length)`, *optional*):
@@ -264,6 +262,10 @@ region_labels (`torch.LongTensor` of shape `(batch_size, [num_choices,] num_regi
 
 
 # ---------------------------------------------------------------------------------------------------- embeddings
+# The models that own the learned features of masked objects (`region_masks`).
+_MASK_OWNERS = "the pre-training model (VlBertForPreTraining, or VlBertModel(config, add_pretraining_embeddings=True))"
+
+
 def geometry_embedding(
     region_locations: torch.Tensor, dim: int = 256, scale: float = 100.0, wavelength: float = 1000.0
 ) -> torch.Tensor:
@@ -379,13 +381,10 @@ class VlBertVisualFeatureEmbedding(nn.Module):
             region_features = self.image_encoder(pixels, region_boxes)
         region_features = region_features.to(dtype)
         if region_masks is not None and self.image_encoder is None:
-            if self.object_mask_visual_embedding is None:
-                raise ValueError(
-                    "region_masks need the object mask embeddings, which only the pre-training model has "
-                    "(VlBertForPreTraining, or VlBertModel(config, add_pretraining_embeddings=True))"
-                )
-            masked = region_masks.bool().unsqueeze(-1)
-            region_features = torch.where(masked, self.object_mask_visual_embedding[0].to(dtype), region_features)
+            mask_features = (
+                self.object_mask_visual_embedding[0] if self.object_mask_visual_embedding is not None else None
+            )
+            region_features = mask_region_features(region_features, region_masks, mask_features, _MASK_OWNERS)
         geometry = geometry_embedding(
             region_locations,
             self.config.geometry_embedding_dim,
@@ -851,6 +850,58 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
 
 
 # ---------------------------------------------------------------------------------------------------- downstream
+class _VlBertHead(VlBertPreTrainedModel):
+    """A VL-BERT backbone plus a task head on single (text, image) examples (VQA, referring expressions). The forward
+    is shared, as transformers' generic heads share theirs: the inputs go through the backbone (`self.vl_bert`,
+    built by the head), then `_head` computes the task's loss and logits from its outputs."""
+
+    # How the error for missing regions names the task ("VQA needs" regions).
+    _task: str
+
+    def _head(self, outputs: VlBertModelOutput, labels: torch.Tensor | None, inputs: dict) -> tuple:
+        """The head's `(loss, logits)`; `inputs` are the backbone's inputs by name."""
+        raise NotImplementedError
+
+    @can_return_tuple
+    @auto_docstring(custom_args=_INPUT_ARGS + _HEAD_LABELS_ARG)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        region_features: torch.FloatTensor | None = None,
+        region_locations: torch.FloatTensor | None = None,
+        region_attention_mask: torch.Tensor | None = None,
+        text_region_ids: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        region_boxes: torch.FloatTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> VlBertClassifierOutput:
+        r"""
+        Returns:
+            `VlBertClassifierOutput` with `logits` `(batch_size, num_labels)` (VQA) or `(batch_size, num_regions)`
+            with -10000 at padded objects (referring expressions).
+        """
+        inputs = dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            region_features=region_features,
+            region_locations=region_locations,
+            region_attention_mask=region_attention_mask,
+            text_region_ids=text_region_ids,
+            pixel_values=pixel_values,
+            region_boxes=region_boxes,
+            inputs_embeds=inputs_embeds,
+        )
+        _require_regions(self._task, region_features, region_boxes)
+        outputs = self.vl_bert(**inputs, **kwargs)
+        loss, logits = self._head(outputs, labels, inputs)
+        return with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
+
+
 @auto_docstring(
     custom_intro="""
     VQA: the answer is read from the output of the [MASK] token of `[CLS] q [SEP] [MASK] [SEP]` through `vqa_head`
@@ -860,7 +911,9 @@ def _masked_region_classification_loss(mvrc_logits, region_class_targets) -> tor
     cross-entropy with logits against soft scores, averaged and multiplied by the number of answers.
     """
 )
-class VlBertForQuestionAnswering(VlBertPreTrainedModel):
+class VlBertForQuestionAnswering(_VlBertHead):
+    _task = "VQA needs"
+
     def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
@@ -901,47 +954,13 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
         columns = torch.arange(input_ids.shape[1], device=input_ids.device)
         return torch.where(is_answer, columns, -1).argmax(dim=1)
 
-    @can_return_tuple
-    @auto_docstring(custom_args=_INPUT_ARGS + _ANSWER_LABELS_ARG)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        text_region_ids: torch.LongTensor | None = None,
-        pixel_values: torch.FloatTensor | None = None,
-        region_boxes: torch.FloatTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VlBertClassifierOutput:
-        r"""
-        Returns:
-            `VlBertClassifierOutput` with `logits` `(batch_size, num_labels)`.
-        """
-        _require_regions("VQA needs", region_features, region_boxes)
-        outputs = self.vl_bert(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-            text_region_ids=text_region_ids,
-            pixel_values=pixel_values,
-            region_boxes=region_boxes,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def _head(self, outputs: VlBertModelOutput, labels: torch.Tensor | None, inputs: dict) -> tuple:
         sequence_output = outputs.last_hidden_state
-        positions = self.answer_positions(input_ids, attention_mask, inputs_embeds)
+        positions = self.answer_positions(inputs["input_ids"], inputs["attention_mask"], inputs["inputs_embeds"])
         answer_states = sequence_output[torch.arange(sequence_output.shape[0], device=positions.device), positions]
         logits = self.vqa_head(answer_states)
         loss = soft_score_loss(logits, labels) if labels is not None else None
-        return with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
+        return loss, logits
 
 
 @auto_docstring(
@@ -950,7 +969,9 @@ class VlBertForQuestionAnswering(VlBertPreTrainedModel):
     included; the loss is binary cross-entropy over the real objects (target: IoU with the referred box > 0.5).
     """
 )
-class VlBertForReferringExpression(VlBertPreTrainedModel):
+class VlBertForReferringExpression(_VlBertHead):
+    _task = "referring expressions need"
+
     def __init__(self, config: VlBertConfig) -> None:
         super().__init__(config)
         self.vl_bert = VlBertModel(config, add_pooling_layer=False)
@@ -964,43 +985,10 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
         Returns the names it set."""
         return _load_pretrained_part(pretraining_state_dict, "mvrc_head.transform.", self.re_head[0], "re_head.0.")
 
-    @can_return_tuple
-    @auto_docstring(custom_args=_INPUT_ARGS + _REGION_LABELS_ARG)
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        region_features: torch.FloatTensor | None = None,
-        region_locations: torch.FloatTensor | None = None,
-        region_attention_mask: torch.Tensor | None = None,
-        text_region_ids: torch.LongTensor | None = None,
-        pixel_values: torch.FloatTensor | None = None,
-        region_boxes: torch.FloatTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> VlBertClassifierOutput:
-        r"""
-        Returns:
-            `VlBertClassifierOutput` with `logits` `(batch_size, num_regions)`, -10000 at padded objects.
-        """
-        _require_regions("referring expressions need", region_features, region_boxes)
-        outputs = self.vl_bert(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-            text_region_ids=text_region_ids,
-            pixel_values=pixel_values,
-            region_boxes=region_boxes,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        num_text = text_length(input_ids, inputs_embeds)
+    def _head(self, outputs: VlBertModelOutput, labels: torch.Tensor | None, inputs: dict) -> tuple:
+        num_text = text_length(inputs["input_ids"], inputs["inputs_embeds"])
         scores = self.re_head(outputs.last_hidden_state[:, num_text:-1]).squeeze(-1)
+        region_attention_mask = inputs["region_attention_mask"]
         real = (
             region_attention_mask.bool()
             if region_attention_mask is not None
@@ -1014,7 +1002,7 @@ class VlBertForReferringExpression(VlBertPreTrainedModel):
                     f"labels must have shape (batch, num_regions) = {tuple(scores.shape)}, got {tuple(labels.shape)}"
                 )
             loss = F.binary_cross_entropy_with_logits(scores.float()[real], labels.float()[real])
-        return with_backbone_outputs(VlBertClassifierOutput, outputs, loss=loss, logits=logits)
+        return loss, logits
 
 
 @auto_docstring(

@@ -34,9 +34,11 @@ name the case: `--original-checkout vl_bert=~/VL-BERT vilbert=~/vilbert-multi-ta
 
 `--pipeline` times what a user gets instead: `pipeline("visual-question-answering")` answering one question about
 one image's `RegionFeatures` (`--regions` detected regions, default 36; the processor may add a whole-image region)
-with its default (linear weights packed for float32 CPU inference), the same pipeline with `pack_linear_weights=False`,
-and the plain model's forward on the same encoded example (and the original code's forward on an example of the same
-size when `--original-checkout` names the case), in interleaved rounds at batch 1, fp32; then the speed-ups.
+with its default (linear weights packed for float32 CPU inference where `packing_pays`), the same pipeline with
+`pack_linear_weights=False`, and the plain model's forward on the same encoded example (and the original code's
+forward on an example of the same size when `--original-checkout` names the case), in interleaved rounds at batch 1,
+fp32; then the speed-ups, by wall time and by the process's CPU time (the note "CPU" per row: with one thread, what
+a call costs when other jobs share the cores, since the time spent waiting for a core is not counted).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -375,17 +378,18 @@ def compare_pipeline(case, checkout: Path | None, args, device: str, peak: float
         for call in calls.values():
             call()  # warm-up
         rounds = interleaved_rounds(calls, args.repeats, device)
-    medians = {}
+    medians, cpu_medians = {}, {}
     for name, timed in rounds.items():
         walls = sorted(wall for wall, _ in timed)
-        medians[name] = walls[len(walls) // 2]
-        print_row(label, name, torch.float32, 1, medians[name], walls[0], flops, peak)
+        medians[name], cpu_medians[name] = walls[len(walls) // 2], statistics.median(cpu for _, cpu in timed)
+        print_row(label, name, torch.float32, 1, medians[name], walls[0], flops, peak, f"CPU {cpu_medians[name]:.3f} s")
     baselines = [name for name in ("original", "forward plain", "pipeline plain") if name in medians]
-    print(
-        f"{label}: the default pipeline (packed) / "
-        + ", ".join(f"{name} {medians[name] / medians['pipeline']:.2f}x" for name in baselines)
-        + " (fp32 batch 1, median of interleaved rounds)"
-    )
+    for what, seconds in (("wall", medians), ("process CPU time", cpu_medians)):
+        print(
+            f"{label}: the default pipeline / "
+            + ", ".join(f"{name} {seconds[name] / seconds['pipeline']:.2f}x" for name in baselines)
+            + f" (fp32 batch 1, median {what} of interleaved rounds)"
+        )
 
 
 if __name__ == "__main__":

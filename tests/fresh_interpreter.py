@@ -114,3 +114,15 @@ def run_python(code: str) -> str:
     exit_code = int(reply)
     assert exit_code == 0, f"exit code {exit_code}:\n{err[-3000:]}"
     return out
+
+
+def run_module(module: str, arguments: list[str], environment: dict[str, str]) -> str:
+    """`python -m module *arguments` with only `environment`'s variables, as `run_python` runs a snippet: the child sets
+    them itself, so what the server's preloaded libraries read at import (huggingface_hub's HF_HOME and offline mode)
+    comes from the test session's environment."""
+    return run_python(
+        "import os, runpy, sys\n"
+        f"os.environ.clear()\nos.environ.update({environment!r})\n"
+        f"sys.argv = [{module!r}, *{arguments!r}]\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )

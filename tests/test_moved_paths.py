@@ -11,7 +11,7 @@ ARCHITECTURES = ["uniter", "vl_bert", "vilbert", "unified_vlp", "tden"]
 
 
 def _run(code: str) -> str:
-    # A process that has imported nothing of vlhub or transformers yet (forked from a server that imported torch).
+    # A process that has imported nothing of vlhub or transformers yet (forked from a server that preloaded torch and third-party libraries).
     return run_python(code)
 
 

@@ -1,65 +1,128 @@
 """Run a snippet of Python as `python -c` would, in a process of its own that has imported nothing of vlhub or
-transformers yet, but forked from a server that has imported torch once (a fresh interpreter spent ~3 of its ~4 CPU-s
-of imports on torch). For the tests whose subject is what an import does first (registrations, warnings that fire
-once per process).
+transformers yet, but forked from a server that has imported torch and the third-party libraries they use once (a
+fresh interpreter spent ~3 of its ~4 CPU-s of `import vlhub` on torch). For the tests whose subject is what an import
+does first (registrations, warnings that fire once per process).
 
-multiprocessing has one fork server per process, started by its first user with that user's preload: where another
-test of the same pytest worker started it first (tests/fuzz_cases.py preloads vlhub), its children are not fresh, so
-the child says so (exit code `NOT_FRESH`) and the snippet runs in a new interpreter (`python -c`) instead."""
+The server is this module's own interpreter (one per pytest worker, started on first use), not multiprocessing's fork
+server: that one is shared by every user of a process and keeps the preload of whoever started it first
+(tests/fuzz_cases.py preloads vlhub), so its children would not be fresh."""
 
 from __future__ import annotations
 
+import atexit
 import functools
-import multiprocessing
-import os
+import json
 import subprocess
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
-PRELOAD = ("torch",)  # nothing that imports vlhub or transformers: the snippets' import order is what they test
+# Nothing that imports vlhub or transformers (the snippets' import order is what they test), nor a module whose absence
+# a snippet checks (torchvision, datasets, pandas, pyarrow, gradio): torch and the third-party libraries transformers
+# and vlhub import anyway, which were about half of each child's own import time.
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "numpy",
+    "PIL.Image",
+    "huggingface_hub",
+    "tokenizers",
+    "safetensors.torch",
+    "accelerate",
+    "jinja2",
+    "yaml",
+    "regex",
+    "filelock",
+    "tqdm",
+)
 TIMEOUT_S = 300
-NOT_FRESH = 3  # the child's exit code when the fork server had imported vlhub or transformers
+
+# One request a line on stdin (JSON: code, stdout path, stderr path), one exit code a line back on stdout. The child
+# exits like `python -c`: 0, SystemExit's code, or 1 after a traceback; the server kills it past TIMEOUT_S.
+_SERVER = """
+import json, os, sys, time, traceback
+sys.path[:] = json.loads(sys.argv[1])
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+timeout_s = float(sys.argv[3])
+
+
+def run(code, stdout, stderr):
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for descriptor, path in ((1, stdout), (2, stderr)):
+        sink = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(sink, descriptor)
+    sys.argv = ["-c"]
+    status = 0
+    try:
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exit:
+        if isinstance(exit.code, int) or exit.code is None:
+            status = exit.code or 0
+        else:
+            print(exit.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+for line in sys.stdin:
+    code, stdout, stderr = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        run(code, stdout, stderr)
+    deadline = time.monotonic() + timeout_s
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        done = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(done[1]), flush=True)
+"""
 
 
 @functools.cache
-def _context():
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
-    return context
+def _server() -> subprocess.Popen:
+    arguments = [json.dumps(sys.path), json.dumps(PRELOAD), str(TIMEOUT_S)]
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    atexit.register(_stop, server)
+    return server
 
 
-def _child(code: str, stdout: str, stderr: str) -> None:
-    if any(name in sys.modules for name in ("vlhub", "transformers", "tests.conftest")):
-        raise SystemExit(NOT_FRESH)  # a fork server started by another test, with its own preload
-    for descriptor, path in ((1, stdout), (2, stderr)):  # read back by `run_python`
-        with open(path, "wb") as sink:
-            os.dup2(sink.fileno(), descriptor)
-    try:
-        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})  # `python -c`'s file name
-    except BaseException:
-        traceback.print_exc()
-        raise SystemExit(1)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+def _stop(server: subprocess.Popen) -> None:
+    server.stdin.close()  # the server's loop ends
+    server.wait(TIMEOUT_S)
 
 
 def run_python(code: str) -> str:
     """`code`'s stdout; fails the calling test with its stderr when `code` raises (or runs past TIMEOUT_S)."""
+    server = _server()
     with tempfile.TemporaryDirectory(prefix="vlhub-fresh-") as folder:
         stdout, stderr = Path(folder, "stdout"), Path(folder, "stderr")
-        child = _context().Process(target=_child, args=(code, str(stdout), str(stderr)))
-        child.start()
-        child.join(TIMEOUT_S)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        server.stdin.write(json.dumps([code, str(stdout), str(stderr)]) + "\n")
+        server.stdin.flush()
+        reply = server.stdout.readline()
+        assert reply, f"the fork server exited (code {server.wait()})"
         out, err = (path.read_text(errors="replace") if path.exists() else "" for path in (stdout, stderr))
-    if child.exitcode == NOT_FRESH:
-        ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
-        assert ran.returncode == 0, f"exit code {ran.returncode}:\n{ran.stderr[-3000:]}"
-        return ran.stdout
-    assert child.exitcode == 0, f"exit code {child.exitcode}:\n{err[-3000:]}"
+    exit_code = int(reply)
+    assert exit_code == 0, f"exit code {exit_code}:\n{err[-3000:]}"
     return out
+
+
+def run_module(module: str, arguments: list[str], environment: dict[str, str]) -> str:
+    """`python -m module *arguments` with only `environment`'s variables, as `run_python` runs a snippet: the child sets
+    them itself, so what the server's preloaded libraries read at import (huggingface_hub's HF_HOME and offline mode)
+    comes from the test session's environment."""
+    return run_python(
+        "import os, runpy, sys\n"
+        f"os.environ.clear()\nos.environ.update({environment!r})\n"
+        f"sys.argv = [{module!r}, *{arguments!r}]\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )

@@ -5,7 +5,6 @@ inputs give messages and the app keeps serving. (The headless-browser test is te
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from PIL import Image
 from transformers import pipeline
 
 from tests.app_helpers import save_tiny_folder
+from tests.fresh_interpreter import run_python
 from vlhub.app import AppInputError, VlhubApp, demo_folders
 from vlhub.data import ShapesWorld
 
@@ -184,15 +184,7 @@ def test_import_vlhub_and_its_command_line_do_not_import_gradio():
         "import sys, vlhub, vlhub.cli; vlhub.cli.build_parser(); import vlhub.app; "
         "print(sorted(m for m in ('gradio', 'gradio_client') if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parents[1],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    assert out.stdout.strip() == "[]"
+    assert run_python(code).strip() == "[]"
 
 
 def _free_port() -> int:

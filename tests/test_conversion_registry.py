@@ -1,8 +1,6 @@
 """The converter registry, `vlhub convert` built from it, and the generic conversion core on a made-up architecture."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +8,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 
+from tests.fresh_interpreter import run_python
 from vlhub.conversion import registry
 from vlhub.conversion.common import (
     CheckpointError,
@@ -66,8 +65,7 @@ def test_registry_imports_nothing_heavy():
         " 'vlhub.modeling.uniter.modeling_uniter', 'vlhub.modeling.uniter.convert_uniter'))\n"
         "assert not heavy, heavy[:5]\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(REPO / "vlhub")], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    run_python(code)  # fails the test with the child's traceback
 
 
 # ---------------------------------------------------------------------------------------------------- a made-up architecture

@@ -356,34 +356,18 @@ def test_import_features_cli_into_a_store(tmp_path):
 def test_each_architecture_registers_its_format_for_a_bare_import_of_the_stores(tmp_path):
     # A fresh interpreter that imports only the shared module: Python imports the `vlhub` package first, which
     # imports every architecture package, so each format is registered before open_feature_file can be called.
-    import subprocess
-    import sys
+    from .fresh_interpreter import run_python
 
-    script = (
+    out = run_python(
         "from vlhub.processing.stores.original import FEATURE_FORMATS, open_feature_file\n"
-        "import sys\n"
         "for name in ('uniter-lmdb', 'vilbert-lmdb', 'vlp-h5', 'vl-bert-json'):\n"
         "    assert name in FEATURE_FORMATS, name\n"
         "try:\n"
-        "    open_feature_file('vilbert-lmdb', sys.argv[1])\n"
+        f"    open_feature_file('vilbert-lmdb', {str(tmp_path / 'missing.lmdb')!r})\n"
         "except FileNotFoundError as err:\n"
         "    print('opened by', type(err).__name__, err)\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])
-        ),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "missing.lmdb")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"no LMDB at {tmp_path / 'missing.lmdb'}" in done.stdout
+    assert f"no LMDB at {tmp_path / 'missing.lmdb'}" in out
 
 
 def test_the_architectures_readers_still_import_from_the_stores_with_a_warning():

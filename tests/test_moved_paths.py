@@ -1,5 +1,5 @@
 """Old import paths of code that moved into the architecture folders still work, with a FutureWarning naming the new
-home (each check in a fresh interpreter: a module's import-time warning fires once per process)."""
+home (checked in fresh interpreters: a module's import-time warning fires once per process)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,25 @@ ARCHITECTURES = ["uniter", "vl_bert", "vilbert", "unified_vlp", "tden"]
 
 
 def _run(code: str) -> str:
-    # A process that has imported nothing of vlhub or transformers yet (forked from a server that imported torch).
+    # A process that has imported nothing of vlhub or transformers yet (forked from a server that preloaded torch and third-party libraries).
     return run_python(code)
 
 
-def test_old_converter_modules_reexport_the_moved_ones_and_warn_once():
+LAYERS_MOVED = {
+    "StreamConfig": "vilbert",
+    "StreamLayer": "vilbert",
+    "cross_stream_mask": "vilbert",
+    "CoAttention": "vilbert",
+    "CoAttentionOutput": "vilbert",
+    "CoAttentionLayer": "vilbert",
+    "CrossModalLayer": "tden",
+}
+
+
+@pytest.fixture(scope="module")
+def old_paths() -> list[str]:
+    # One fresh child for the three tests below: the converter modules' import-time warnings fire once per process and
+    # are checked first; the layers' warnings come with each attribute access, the missing names need no fresh process.
     out = _run(
         "import importlib, warnings\n"
         f"for arch in {ARCHITECTURES!r}:\n"
@@ -30,37 +44,11 @@ def test_old_converter_modules_reexport_the_moved_ones_and_warn_once():
         "    assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)\n"
         "    assert old.logger is new.logger  # names outside __all__ too\n"
         "print('ok')\n"
-    )
-    assert out.split() == ["ok"]
-
-
-def test_old_converter_module_names_what_it_lacks():
-    out = _run(
-        "import warnings\n"
-        "warnings.simplefilter('ignore', FutureWarning)\n"
         "import vlhub.conversion.uniter as old\n"
         "try:\n"
         "    old.no_such_name\n"
         "except AttributeError as error:\n"
         "    print('no_such_name' in str(error))\n"
-    )
-    assert out.split() == ["True"]
-
-
-LAYERS_MOVED = {
-    "StreamConfig": "vilbert",
-    "StreamLayer": "vilbert",
-    "cross_stream_mask": "vilbert",
-    "CoAttention": "vilbert",
-    "CoAttentionOutput": "vilbert",
-    "CoAttentionLayer": "vilbert",
-    "CrossModalLayer": "tden",
-}
-
-
-def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_a_warning():
-    out = _run(
-        "import importlib, warnings\n"
         "import vlhub.modeling.layers as layers\n"
         f"for name, arch in {LAYERS_MOVED!r}.items():\n"
         "    new = importlib.import_module(f'vlhub.modeling.{arch}.layers_{arch}')\n"
@@ -79,7 +67,19 @@ def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_
         "except AttributeError as error:\n"
         "    print('NoSuchBlock' in str(error))\n"
     )
-    assert out.split() == ["True"]
+    return out.split()
+
+
+def test_old_converter_modules_reexport_the_moved_ones_and_warn_once(old_paths):
+    assert old_paths[0] == "ok"
+
+
+def test_old_converter_module_names_what_it_lacks(old_paths):
+    assert old_paths[1] == "True"
+
+
+def test_single_user_blocks_moved_out_of_layers_keep_their_old_import_path_with_a_warning(old_paths):
+    assert old_paths[2:] == ["True"]
 
 
 TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)

@@ -15,7 +15,7 @@ ORDERS = [
 
 
 def _run(code: str) -> str:
-    # A process that has imported nothing of vlhub or transformers yet (forked from a server that imported torch).
+    # A process that has imported nothing of vlhub or transformers yet (forked from a server that preloaded torch and third-party libraries).
     return run_python(code)
 
 
@@ -29,23 +29,12 @@ def test_pipelines_are_registered_whatever_is_imported_first(first):
     assert out.split() == ["True", "True"]
 
 
-def test_import_vlhub_loads_no_data_library_and_every_public_name_still_imports():
-    # datasets, pandas and pyarrow cost seconds (2,065 modules against transformers' and torch's 1,463): only the
-    # region store and the training data need them, on first use.
+@pytest.fixture(scope="module")
+def after_import_vlhub() -> list[str]:
+    # One fresh child for both tests below: `import vlhub` alone first, then what each test imports next.
     out = _run(
         "import sys, vlhub\n"
         "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow', 'torchvision') if m in sys.modules))\n"
-        "from vlhub.processing.stores import RegionStore, open_feature_file, shards\n"
-        "import vlhub.processing.stores as stores\n"
-        "print(RegionStore.__module__, set(stores.__all__) == set(shards.__all__) | set(stores.original.__all__))\n"
-        "print('datasets' in sys.modules)"
-    )
-    assert out.split("\n")[:3] == ["[]", "vlhub.processing.stores.shards True", "True"]
-
-
-def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimported():
-    out = _run(
-        "import sys, vlhub\n"
         "heavy = ('transformers.modeling_utils', 'transformers.processing_utils', 'transformers.pipelines', "
         "'torchvision', 'vlhub.modeling.uniter.modeling_uniter')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
@@ -56,6 +45,22 @@ def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimpor
         "print(PROCESSOR_MAPPING[vlhub.UniterConfig].__name__)\n"
         # the converters (in the architecture folders) come only with `vlhub convert` or an explicit import
         "print(sorted(m for m in sys.modules if m.startswith('vlhub.conversion') or "
-        "(m.startswith('vlhub.') and m.rpartition('.')[2].startswith('convert_'))))"
+        "(m.startswith('vlhub.') and m.rpartition('.')[2].startswith('convert_'))))\n"
+        "print('datasets' in sys.modules)\n"
+        "from vlhub.processing.stores import RegionStore, open_feature_file, shards\n"
+        "import vlhub.processing.stores as stores\n"
+        "print(RegionStore.__module__, set(stores.__all__) == set(shards.__all__) | set(stores.original.__all__))\n"
+        "print('datasets' in sys.modules)"
     )
-    assert out.split("\n")[:4] == ["[]", "UniterModel", "UniterProcessor", "[]"]
+    return out.split("\n")
+
+
+def test_import_vlhub_loads_no_data_library_and_every_public_name_still_imports(after_import_vlhub):
+    # datasets, pandas and pyarrow cost seconds (2,065 modules against transformers' and torch's 1,463): only the
+    # region store and the training data need them, on first use (not with a model or a processor either).
+    assert after_import_vlhub[0] == "[]"
+    assert after_import_vlhub[5:8] == ["False", "vlhub.processing.stores.shards True", "True"]
+
+
+def test_import_vlhub_leaves_models_processors_pipelines_and_torchvision_unimported(after_import_vlhub):
+    assert after_import_vlhub[1:5] == ["[]", "UniterModel", "UniterProcessor", "[]"]

@@ -2,7 +2,6 @@
 clear errors for wrong files."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ from vlhub.cli import main as cli_main
 from vlhub.conversion.common import CheckpointError, sha256_of
 from vlhub.modeling.unified_vlp.convert_unified_vlp import convert_unified_vlp
 
+from .fresh_interpreter import run_module
 from .conftest import fixtures_root
 from .release_files import unified_vlp_files
 
@@ -109,24 +109,12 @@ def test_ddp_prefix_and_fp16_convert_to_the_same_weights(tmp_path):
 def test_cli_converts_and_reports_errors(tmp_path, capsys):
     out = tmp_path / "cli"
     command = [sys.executable, "-m", "vlhub.cli", "convert", "unified_vlp"]
-    result = subprocess.run(
-        [
-            *command,
-            str(IMG2TXT),
-            "--output-dir",
-            str(out),
-            "--config",
-            str(CONFIG),
-            "--tokenizer",
-            str(VOCAB),
-            "--task",
-            "captioning",
-        ],
-        capture_output=True,
-        text=True,
-        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
+    run_module(
+        "vlhub.cli",
+        [*command[3:], str(IMG2TXT), "--output-dir", str(out), "--config", str(CONFIG), "--tokenizer", str(VOCAB)]
+        + ["--task", "captioning"],
+        {"HF_HUB_OFFLINE": "1", "PATH": ""},
     )
-    assert result.returncode == 0, result.stderr
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
     # The error's exit status and message come from the same `main` the command above ran (no second interpreter).
     assert cli_main([*command[3:], str(tmp_path / "none.bin"), "--output-dir", str(out)]) == 2

@@ -1,8 +1,6 @@
 """Converter behaviour beyond the numbers: strict key accounting, provenance, clear errors for wrong files."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,6 +11,7 @@ from vlhub.conversion import CheckpointError, convert_uniter
 from vlhub.modeling.uniter import UniterProcessor
 from vlhub.conversion.common import sha256_of
 
+from .fresh_interpreter import run_module
 from .conftest import fixtures_root, write_vocab
 from .release_files import uniter_files
 
@@ -100,26 +99,8 @@ def test_wrong_files_get_clear_errors(tmp_path, vocab):
 
 def test_cli_converts_and_reports_errors(tmp_path, vocab, capsys):
     out = tmp_path / "cli"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vlhub.cli",
-            "convert",
-            "uniter",
-            str(CHECKPOINTS["re"]),
-            "--output-dir",
-            str(out),
-            "--config",
-            str(CONFIG),
-            "--tokenizer",
-            str(vocab),
-        ],
-        capture_output=True,
-        text=True,
-        env={"HF_HUB_OFFLINE": "1", "PATH": ""},
-    )
-    assert result.returncode == 0, result.stderr
+    arguments = ["convert", "uniter", str(CHECKPOINTS["re"]), "--output-dir", str(out), "--config", str(CONFIG)]
+    run_module("vlhub.cli", [*arguments, "--tokenizer", str(vocab)], {"HF_HUB_OFFLINE": "1", "PATH": ""})
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
     # The error's exit status and message come from the same `main` the command above ran (no second interpreter).
     assert cli_main(["convert", "uniter", str(tmp_path / "none.pt"), "--output-dir", str(out)]) == 2

@@ -2,9 +2,7 @@
 original's checkpoint container, and clear errors for wrong files."""
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from vlhub.conversion import CheckpointError
 from vlhub.conversion.common import sha256_of
 from vlhub.modeling.vl_bert.convert_vl_bert import convert_vl_bert
 
+from .fresh_interpreter import run_module
 from .conftest import fixtures_root
 from .release_files import vl_bert_files
 
@@ -199,8 +198,6 @@ def test_wrong_files_get_clear_errors(tmp_path):
 
 
 def test_cli_converts_and_reports_errors(tmp_path, capsys):
-    # The checkout under test, whatever vlhub the interpreter has installed.
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     command = [
         sys.executable,
         "-m",
@@ -215,8 +212,8 @@ def test_cli_converts_and_reports_errors(tmp_path, capsys):
         "--tokenizer",
         str(BERT),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
+    # The checkout under test (the test session's sys.path), whatever vlhub the interpreter has installed.
+    run_module("vlhub.cli", command[3:], {"HF_HUB_OFFLINE": "1", "PATH": ""})
     assert isinstance(
         vlhub.model_class_for(vlhub.VlBertConfig.from_pretrained(tmp_path / "re"))(
             vlhub.VlBertConfig.from_pretrained(tmp_path / "re")

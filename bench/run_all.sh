@@ -47,7 +47,7 @@ rm -f "$out"/json/*.json  # a failed bench must not leave an earlier run's figur
 gpu=$([[ $device == cuda ]] && echo 1 || echo 0)
 if ((quick)); then
   machine=(--peak-size 256 --repeats 3)
-  encoders=(--size tiny --batch-sizes 32 --bf16-batch-sizes 32 --attention sdpa --repeats 1 --text 8 --regions 8
+  encoders=(--size tiny --batch-sizes 4 --bf16-batch-sizes 4 --attention sdpa --repeats 1 --text 8 --regions 8
             --peak-size 256)
   vlp=(--size small --batch-sizes 1 --searches greedy vlp-beam --beams 2 --new-tokens 2 --repeats 0
        --skip-uncached-above-batch 0)

@@ -1,7 +1,8 @@
 """bench/run_all.sh: every device bench writes its figures as JSON, bench/collect_table.py makes one table of them.
 
-The end-to-end run (`--device cpu --quick`: eight processes, tiny models, ~1.5 CPU-minutes) is a slow test; the
-refusals and the collector's handling of a missing bench run by default.
+The end-to-end run (`--device cpu --quick`: eight benches, tiny models, ~2 CPU-minutes, most of it each process's
+~9 CPU-s import of torch, transformers and vlhub) is a slow test; the refusals and the collector's handling of a
+missing bench run by default.
 """
 
 import json
@@ -19,7 +20,7 @@ RUN_ALL = ROOT / "bench" / "run_all.sh"
 # The rows every quick CPU run must fill: (bench, what, setting) patterns of bench/collect_table.py's table.
 EXPECTED_ROWS = [
     *(
-        ("encoders", f"{case} [tiny preset]", f"{dtype}, sdpa, batch 32")
+        ("encoders", f"{case} [tiny preset]", f"{dtype}, sdpa, batch 4")
         for case in ("UNITER-base VQA", "VL-BERT-base prec VQA", "ViLBERT 6-layer/6-co-attention VQA", "TDEN-base VQA")
         for dtype in ("fp32", "bf16")
     ),

@@ -212,3 +212,19 @@ def test_a_demo_step_is_reused_when_finished_with_the_same_settings_and_redone_o
     assert demo.run_step(main, second, first, ["--max_steps", "3"]) == {"score": 4.0}
     assert "--overwrite_output_dir" in calls[2] and "--overwrite_output_dir" in calls[3]
     assert json.loads((second / DEMO_STEP_FILE).read_text())["settings"] == ["--max_steps", "3"]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--max_eval_samples", "-1"], "--max_eval_samples must be 0 (all) or more, got -1"),
+        (["--gallery_images", "0"], "--gallery_images must be at least 1, got 0"),
+    ],
+)
+def test_bad_evaluation_sizes_are_refused_before_anything_runs(tmp_path, capsys, arguments, message):
+    from vlhub.demo import main
+
+    with pytest.raises(SystemExit):
+        main(["--output_dir", str(tmp_path / "demo"), *arguments])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

@@ -159,6 +159,12 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
         # The checks read CIDEr only; METEOR's Java helper took most of this test's time.
         "--caption_metrics",
         "CIDEr",
+        # Scoring every held-out example (a 50-image retrieval gallery: 12k cross-encoded pairs) took most of the
+        # rest; a few examples per split still fill every score, card and baseline checked below.
+        "--max_eval_samples",
+        "16",
+        "--gallery_images",
+        "10",
     ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-4000:]

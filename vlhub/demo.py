@@ -130,6 +130,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
     parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
     parser.add_argument(
+        "--max_eval_samples",
+        type=int,
+        default=0,
+        help="Score every step on at most N held-out examples (captioning: images) per split (default 0: all).",
+    )
+    parser.add_argument(
+        "--gallery_images", type=int, default=50, help="Retrieval: the held-out gallery's size (default 50)."
+    )
+    parser.add_argument(
         "--caption_steps",
         type=int,
         default=500,
@@ -152,6 +161,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.max_eval_samples < 0:
+        parser.error(f"--max_eval_samples must be 0 (all) or more, got {args.max_eval_samples}")
+    if args.gallery_images < 1:
+        parser.error(f"--gallery_images must be at least 1, got {args.gallery_images}")
     known = sorted(architectures())
     if args.model_type not in known:
         parser.error(f"--model_type {args.model_type!r} is not a vlhub architecture; known: {', '.join(known)}")
@@ -169,6 +182,8 @@ class Demo:
         self.architecture = get_architecture(args.model_type)
         self.prefix = args.model_type.replace("_", "-")
         self.common = ["--seed", str(args.seed), "--logging_steps", "25"]
+        if args.max_eval_samples:
+            self.common += ["--max_eval_samples", str(args.max_eval_samples)]
         self.world = shapes_world(seed=0)
         self.store = shapes_region_store(self.world)
         self.scores: dict = {}
@@ -376,13 +391,13 @@ class Demo:
                 "--num_hard_negatives",
                 "2",
                 "--max_gallery_images",
-                "50",
+                str(args.gallery_images),
                 *self.common,
             ],
         )
         self.scores.update({f"retrieval_{k}": v for k, v in scores.items()})
         captions = self.world.captions()["validation"]
-        gallery = sorted(set(captions["image_id"]))[:50]
+        gallery = sorted(set(captions["image_id"]))[: args.gallery_images]
         index = {image_id: k for k, image_id in enumerate(gallery)}
         chance = retrieval_chance([index[i] for i in captions["image_id"] if i in index], len(gallery))
         for direction in ("text_to_image", "image_to_text"):

@@ -248,7 +248,8 @@ def shapes_region_store(world: ShapesWorld, cache_dir: str | os.PathLike | None 
             # Reuse a finished store without running the feature extractor again.
             store = RegionStore(directory)
             captions = world.captions()
-            if all(image_id in store for split in captions.values() for image_id in split["image_id"]):
+            stored = set(store)  # one query for the store's ids, not one per image id checked
+            if all(image_id in stored for split in captions.values() for image_id in split["image_id"]):
                 return store
         return world.write_region_store(directory)
 

@@ -35,7 +35,7 @@ def _pairs(world, split: str, count: int, rng: np.random.Generator):
     return out
 
 
-@pytest.mark.slow  # about 4.5 minutes of CPU here (266 s measured): the shapes world and its regions, then 120 steps
+@pytest.mark.slow  # ~36 CPU-s here (pytest, 2026-11-28): the shapes world and its regions, then 120 steps
 def test_tiny_uniter_learns_a_label_that_needs_words_and_regions_together():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

@@ -20,8 +20,10 @@ def _pairs(world, split: str, count: int, rng: np.random.Generator):
     """`count` (caption, image_id, label) with the caption's own image or a random one, label = the caption names
     COLOUR XOR the image has an object of that colour."""
     captions = world.captions()[split]
-    labels = {row["image_id"]: row["labels"] for row in world.images()[split].remove_columns("image")}
-    image_ids = sorted(labels)
+    # The objects' labels from the scenes: world.images() would render every image as a PNG first.
+    image_ids = sorted(set(captions["image_id"]))
+    assert len(image_ids) == world.split_sizes[split], "every image of the split has a caption"
+    labels = {image_id: [o.label for o in world.scene(image_id).objects] for image_id in image_ids}
     out = []
     for k in rng.choice(len(captions), count, replace=False):
         caption, image_id = captions[int(k)]["caption"], captions[int(k)]["image_id"]
@@ -33,7 +35,7 @@ def _pairs(world, split: str, count: int, rng: np.random.Generator):
     return out
 
 
-@pytest.mark.slow  # about 4.5 minutes of CPU here (266 s measured): the shapes world and its regions, then 120 steps
+@pytest.mark.slow  # ~36 CPU-s here (pytest, 2026-11-28): the shapes world and its regions, then 120 steps
 def test_tiny_uniter_learns_a_label_that_needs_words_and_regions_together():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

@@ -86,28 +86,28 @@ else
 fi
 training+=(--skip-vqa-inference)
 
-failed=()
-run() {  # run NAME SCRIPT ARGS...: one bench, its figures to OUT/json/NAME.json
+# The benches run one after another, each in a process forked from one that has imported torch, transformers and
+# vlhub (bench/run_benches.py): the same fresh process per bench, without each paying those imports again.
+jobs=$(mktemp) || exit 2
+trap 'rm -f "$jobs"' EXIT
+queue() {  # queue NAME SCRIPT ARGS...: one bench, its figures to OUT/json/NAME.json
   local name=$1 script=$2; shift 2
-  local start=$SECONDS
-  echo "[run_all] $name: $script $*" >&2
-  if "$python" "$root/bench/$script" --device "$device" --json "$out/json/$name.json" "$@" \
-      >"$out/logs/$name.log" 2>&1; then
-    echo "[run_all] $name done in $((SECONDS - start)) s" >&2
-  else
-    echo "[run_all] $name FAILED (exit $?) after $((SECONDS - start)) s; the end of $out/logs/$name.log:" >&2
-    tail -n 5 "$out/logs/$name.log" >&2
-    failed+=("$name")
-  fi
+  local fields=("$name" "$root/bench/$script" --device "$device" --json "$out/json/$name.json" "$@")
+  printf '%s\0' "${#fields[@]}" "${fields[@]}" >>"$jobs"
 }
-run machine device.py "${machine[@]}"
-run encoders bench_encoders.py "${encoders[@]}"
-run vlp_decoding bench_vlp_decoding.py "${vlp[@]}"
-run tden_decoding bench_tden_decoding.py "${tden[@]}"
-run detector bench_detector.py "${detector[@]}"
-run training bench_training.py "${training[@]}"
-run data bench_data.py "${data[@]}"
-run dtypes bench_dtypes.py "${dtypes[@]}"
+queue machine device.py "${machine[@]}"
+queue encoders bench_encoders.py "${encoders[@]}"
+queue vlp_decoding bench_vlp_decoding.py "${vlp[@]}"
+queue tden_decoding bench_tden_decoding.py "${tden[@]}"
+queue detector bench_detector.py "${detector[@]}"
+queue training bench_training.py "${training[@]}"
+queue data bench_data.py "${data[@]}"
+queue dtypes bench_dtypes.py "${dtypes[@]}"
+failed=()
+if ! failures=$("$python" "$root/bench/run_benches.py" "$jobs" "$out/logs"); then
+  failed+=(run_benches.py)  # the runner itself failed (its message is above); the benches it did not run have no JSON
+fi
+failed+=($failures)
 
 title="vlhub benchmarks: bench/run_all.sh --device $device$( ((quick)) && echo ' --quick (wiring check, not figures)'), $(date -u +%Y-%m-%d)"
 "$python" "$root/bench/collect_table.py" --json-dir "$out/json" --out "$out/table.md" --title "$title" || failed+=(table)

@@ -50,6 +50,17 @@ def table_rows(table: str) -> list[list[str]]:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")
+def test_the_refusal_of_cuda_without_a_gpu_names_the_way_out():
+    """What run_all.sh and every bench's --device cuda say where torch sees no GPU (the shell's refusal below, which
+    starts an interpreter for it, is slow)."""
+    from bench.device import cuda_refusal
+
+    refusal = cuda_refusal()
+    assert refusal.startswith("--device cuda: torch sees no CUDA GPU here (torch ") and refusal.endswith("--device cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")
 def test_cuda_without_a_gpu_is_refused_with_a_message(tmp_path):
     result = run_all("--device", "cuda", "--quick", out=tmp_path / "out")
     assert result.returncode == 2

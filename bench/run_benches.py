@@ -1,6 +1,6 @@
-"""Runs bench/run_all.sh's benches one after another, each in a process of its own forked from this one after it has
-imported torch, transformers and vlhub: a fresh interpreter spends ~7 CPU-s on those imports before its bench starts,
-and every bench imports them anyway.
+"""Runs bench/run_all.sh's jobs (its benches, then the table) one after another, each in a process of its own forked
+from this one after it has imported torch, transformers and vlhub: a fresh interpreter spends ~7 CPU-s on those
+imports before its bench starts, and every bench imports them anyway.
 
     python bench/run_benches.py JOBS LOG_DIR
 
@@ -54,9 +54,11 @@ def run_child(script: str, arguments: list[str], log: Path) -> None:
         if isinstance(exit.code, int) or exit.code is None:
             status = exit.code or 0
         else:
+            sys.stdout.flush()  # the message ends the log, as on a terminal
             print(exit.code, file=sys.stderr)
             status = 1
     except BaseException:
+        sys.stdout.flush()
         traceback.print_exc()
         status = 1
     sys.stdout.flush()

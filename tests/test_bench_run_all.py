@@ -134,7 +134,7 @@ def test_the_runner_runs_each_bench_as_its_own_main_and_names_the_failures(tmp_p
 
     scripts = {
         "reports": "import sys\nprint(__name__, sys.argv[1:], sys.path[0])\nprint('to stderr', file=sys.stderr)\n",
-        "refuses": "import sys\nsys.exit('refused: no such thing')\n",
+        "refuses": "import sys\nprint('a table row')\nsys.exit('refused: no such thing')\n",
         "raises": "raise ValueError('broken input')\n",
         "exits": "import sys\nsys.exit(3)\n",
         "after": "print('still run')\n",
@@ -152,6 +152,7 @@ def test_the_runner_runs_each_bench_as_its_own_main_and_names_the_failures(tmp_p
     report = f"__main__ ['--flag', 'two words'] {tmp_path}"  # stdout to a file is block-buffered: it comes last
     assert sorted((logs / "reports.log").read_text().splitlines()) == sorted([report, "to stderr"])
     assert (logs / "after.log").read_text() == "still run\n"
+    assert (logs / "refuses.log").read_text() == "a table row\nrefused: no such thing\n"  # the message ends the log
     progress = capsys.readouterr().err
     assert "[run_all] reports done in " in progress and "[run_all] after done in " in progress
     assert "[run_all] refuses FAILED (exit 1)" in progress and "refused: no such thing" in progress

@@ -2,7 +2,7 @@
 
     python bench/bench_data.py [--sizes 2000 20000 100000] [--cache-dir DIR] [--workers 0 2] [--steps 40]
                                [--device cpu|cuda] [--warmup-batches 20] [--timed-batches N] [--read-seconds 5]
-                               [--json PATH]
+                               [--peak-size 2048] [--json PATH]
 
 For each size N it builds once (in --cache-dir, default `<vlhub cache>/bench-data`) a region store of N synthetic
 images with realistic rows — 36 regions × 2048 float16 features, boxes, scores — one caption per image, and the same
@@ -336,10 +336,11 @@ def main():
         "--timed-batches", type=int, default=None, help="data-path batches timed (default max(steps, 20))"
     )
     parser.add_argument("--read-seconds", type=float, default=5.0, help="seconds of random reads per reader")
+    parser.add_argument("--peak-size", type=int, default=2048, help="side of the fp32 matmul peak printed for scale")
     add_device_arguments(parser)
     args = parser.parse_args()
     prepare_device(args.device, parser)
-    info = machine(args.device, peak_size=2048, peak_dtypes=("fp32",), peak_repeats=5)
+    info = machine(args.device, peak_size=args.peak_size, peak_dtypes=("fp32",), peak_repeats=5)
     print(
         f"{describe(info)}; rows: {REGIONS} regions x "
         f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm"

@@ -54,7 +54,7 @@ if ((quick)); then
   tden=(--size small --batch-sizes 1 --beams 1 2 --steps 2 --regions 11 --repeats 1 --baselines)
   detector=(--tiny --dtypes fp32 --batch-sizes 1 --height 64 --width 80)
   training=(--sizes tiny --objectives mlm --steps 2 --warmup 1 --batch 4)
-  data=(--sizes 320 --workers 0 --steps 2 --warmup-batches 1 --timed-batches 3 --read-seconds 0.5
+  data=(--sizes 320 --workers 0 --steps 2 --warmup-batches 1 --timed-batches 3 --read-seconds 0.1 --peak-size 256
         --cache-dir "$out/bench-data")
   dtypes=(--rounds 1 --tokens 64 --width 256)
 else

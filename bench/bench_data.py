@@ -2,12 +2,13 @@
 
     python bench/bench_data.py [--sizes 2000 20000 100000] [--cache-dir DIR] [--workers 0 2] [--steps 40]
                                [--device cpu|cuda] [--warmup-batches 20] [--timed-batches N] [--read-seconds 5]
-                               [--json PATH]
+                               [--peak-size 2048] [--json PATH]
 
 For each size N it builds once (in --cache-dir, default `<vlhub cache>/bench-data`) a region store of N synthetic
 images with realistic rows — 36 regions × 2048 float16 features, boxes, scores — one caption per image, and the same
 rows as an LMDB in UNITER's format (msgpack per image, read by vlhub's `UniterLmdbReader`: the original format, as
-the anchor). Then, in a fresh process per size (so peak memory is that size's own), it reports:
+the anchor). Then, in a process of its own per size (so peak memory is that size's own: on a CPU forked from this one,
+which builds in a child too; with CUDA a fresh interpreter), it reports:
 
 - store writing speed (images/s, when the store is built);
 - store open time (`RegionStore(folder)` plus its first read, before anything else touched the store);
@@ -36,9 +37,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import random
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -297,6 +299,30 @@ def measure(folder: Path, workers: list[int], steps: int, options: argparse.Name
     return figures
 
 
+def in_child(device: str, what: str, function, *arguments) -> dict:
+    """`function(*arguments)` (a dict of figures) in a child process, its output on stderr. On a CPU the child is forked
+    from this process, which stays as its imports left it (building happens in a child too: a forked child's peak RSS
+    starts from its parent's); with CUDA, which a forked child cannot use once its parent has, a fresh interpreter."""
+    context = multiprocessing.get_context("spawn" if device == "cuda" else "fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=send_figures, args=(sender, function, *arguments))
+    child.start()
+    sender.close()
+    try:
+        figures = receiver.recv()
+    except EOFError:  # the child failed before sending (its traceback is on stderr)
+        figures = None
+    child.join()
+    if child.exitcode != 0:
+        sys.exit(f"{what} failed (exit {child.exitcode}); its traceback is above")
+    return figures
+
+
+def send_figures(pipe, function, *arguments) -> None:
+    os.dup2(2, 1)  # the bench's stdout is its figures and table; the child's progress goes to stderr
+    pipe.send(function(*arguments))
+
+
 def main():
     from vlhub.training.data import default_cache_dir
 
@@ -310,14 +336,11 @@ def main():
         "--timed-batches", type=int, default=None, help="data-path batches timed (default max(steps, 20))"
     )
     parser.add_argument("--read-seconds", type=float, default=5.0, help="seconds of random reads per reader")
+    parser.add_argument("--peak-size", type=int, default=2048, help="side of the fp32 matmul peak printed for scale")
     add_device_arguments(parser)
-    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # internal: one size, in a child process
     args = parser.parse_args()
     prepare_device(args.device, parser)
-    if args.measure:
-        print(json.dumps(measure(args.measure, args.workers, args.steps, args)))
-        return
-    info = machine(args.device, peak_size=2048, peak_dtypes=("fp32",), peak_repeats=5)
+    info = machine(args.device, peak_size=args.peak_size, peak_dtypes=("fp32",), peak_repeats=5)
     print(
         f"{describe(info)}; rows: {REGIONS} regions x "
         f"{FEATURE_DIM} float16 features; batch {BATCH}; tiny UNITER, objectives mlm, mrfr, itm"
@@ -325,34 +348,10 @@ def main():
     rows = []
     for size in args.sizes:
         folder = args.cache_dir / f"n{size}"
-        figures = build(folder, size)
-        child = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--measure",
-                str(folder),
-                "--workers",
-                *map(str, args.workers),
-                "--steps",
-                str(args.steps),
-                "--device",
-                args.device,
-                "--warmup-batches",
-                str(args.warmup_batches),
-                "--read-seconds",
-                str(args.read_seconds),
-                *(["--timed-batches", str(args.timed_batches)] if args.timed_batches else []),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            sys.exit(f"measuring N={size} failed:\n{child.stderr[-4000:]}")
-        figures.update(json.loads(child.stdout.strip().splitlines()[-1]))
+        figures = in_child(args.device, f"building N={size}", build, folder, size)
+        figures.update(in_child(args.device, f"measuring N={size}", measure, folder, args.workers, args.steps, args))
         rows.append(figures)
-        print(json.dumps(figures))
+        print(json.dumps(figures), flush=True)
     columns = [
         "images",
         "store_write_images_per_s",

@@ -42,7 +42,7 @@ refusal = cuda_refusal()
 sys.exit('run_all.sh: ' + refusal if refusal else 0)" || exit 2
 fi
 mkdir -p "$out/json" "$out/logs" || exit 2
-rm -f "$out"/json/*.json  # a failed bench must not leave an earlier run's figures in the table
+rm -f "$out"/json/*.json "$out/table.md"  # a failed run must not leave an earlier run's figures or table
 
 gpu=$([[ $device == cuda ]] && echo 1 || echo 0)
 if ((quick)); then
@@ -54,7 +54,7 @@ if ((quick)); then
   tden=(--size small --batch-sizes 1 --beams 1 2 --steps 2 --regions 11 --repeats 1 --baselines)
   detector=(--tiny --dtypes fp32 --batch-sizes 1 --height 64 --width 80)
   training=(--sizes tiny --objectives mlm --steps 2 --warmup 1 --batch 4)
-  data=(--sizes 320 --workers 0 --steps 2 --warmup-batches 1 --timed-batches 3 --read-seconds 0.5
+  data=(--sizes 320 --workers 0 --steps 2 --warmup-batches 1 --timed-batches 3 --read-seconds 0.1 --peak-size 256
         --cache-dir "$out/bench-data")
   dtypes=(--rounds 1 --tokens 64 --width 256)
 else
@@ -86,31 +86,33 @@ else
 fi
 training+=(--skip-vqa-inference)
 
-failed=()
-run() {  # run NAME SCRIPT ARGS...: one bench, its figures to OUT/json/NAME.json
-  local name=$1 script=$2; shift 2
-  local start=$SECONDS
-  echo "[run_all] $name: $script $*" >&2
-  if "$python" "$root/bench/$script" --device "$device" --json "$out/json/$name.json" "$@" \
-      >"$out/logs/$name.log" 2>&1; then
-    echo "[run_all] $name done in $((SECONDS - start)) s" >&2
-  else
-    echo "[run_all] $name FAILED (exit $?) after $((SECONDS - start)) s; the end of $out/logs/$name.log:" >&2
-    tail -n 5 "$out/logs/$name.log" >&2
-    failed+=("$name")
-  fi
+# The benches, then the table, run one after another, each in a process forked from one that has imported torch,
+# transformers and vlhub (bench/run_benches.py): the same fresh process per bench, without each paying those imports.
+jobs=$(mktemp) || exit 2
+trap 'rm -f "$jobs"' EXIT
+queue() {  # queue NAME SCRIPT ARGS...: one job for bench/run_benches.py, its output to OUT/logs/NAME.log
+  local fields=("$1" "$root/bench/$2" "${@:3}")
+  printf '%s\0' "${#fields[@]}" "${fields[@]}" >>"$jobs"
 }
-run machine device.py "${machine[@]}"
-run encoders bench_encoders.py "${encoders[@]}"
-run vlp_decoding bench_vlp_decoding.py "${vlp[@]}"
-run tden_decoding bench_tden_decoding.py "${tden[@]}"
-run detector bench_detector.py "${detector[@]}"
-run training bench_training.py "${training[@]}"
-run data bench_data.py "${data[@]}"
-run dtypes bench_dtypes.py "${dtypes[@]}"
-
+bench() {  # bench NAME SCRIPT ARGS...: a bench, its figures to OUT/json/NAME.json
+  queue "$1" "$2" --device "$device" --json "$out/json/$1.json" "${@:3}"
+}
+bench machine device.py "${machine[@]}"
+bench encoders bench_encoders.py "${encoders[@]}"
+bench vlp_decoding bench_vlp_decoding.py "${vlp[@]}"
+bench tden_decoding bench_tden_decoding.py "${tden[@]}"
+bench detector bench_detector.py "${detector[@]}"
+bench training bench_training.py "${training[@]}"
+bench data bench_data.py "${data[@]}"
+bench dtypes bench_dtypes.py "${dtypes[@]}"
 title="vlhub benchmarks: bench/run_all.sh --device $device$( ((quick)) && echo ' --quick (wiring check, not figures)'), $(date -u +%Y-%m-%d)"
-"$python" "$root/bench/collect_table.py" --json-dir "$out/json" --out "$out/table.md" --title "$title" || failed+=(table)
+queue table collect_table.py --json-dir "$out/json" --out "$out/table.md" --title "$title"
+failed=()
+if ! failures=$("$python" "$root/bench/run_benches.py" "$jobs" "$out/logs"); then
+  failed+=(run_benches.py)  # the runner itself failed (its message is above); the jobs it did not run left nothing
+fi
+failed+=($failures)
+if [[ -f $out/table.md ]]; then cat "$out/table.md"; fi  # written, with a row per missing bench, even when one failed
 if ((${#failed[@]})); then
   echo "run_all.sh: failed: ${failed[*]} (logs in $out/logs)" >&2
   exit 1

@@ -1,13 +1,14 @@
 """bench/run_all.sh: every device bench writes its figures as JSON, bench/collect_table.py makes one table of them.
 
-The end-to-end run (`--device cpu --quick`: eight benches, tiny models, ~2 CPU-minutes, most of it each process's
-~9 CPU-s import of torch, transformers and vlhub) is a slow test; the refusals and the collector's handling of a
-missing bench run by default.
+The end-to-end run (`--device cpu --quick`: eight benches, tiny models, ~25 CPU-s: one import of torch, transformers and
+vlhub that every bench's forked process shares, then each bench's work) is a slow test; the refusals and the
+collector's handling of a missing bench run by default.
 """
 
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,17 @@ def table_rows(table: str) -> list[list[str]]:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")
+def test_the_refusal_of_cuda_without_a_gpu_names_the_way_out():
+    """What run_all.sh and every bench's --device cuda say where torch sees no GPU (the shell's refusal below, which
+    starts an interpreter for it, is slow)."""
+    from bench.device import cuda_refusal
+
+    refusal = cuda_refusal()
+    assert refusal.startswith("--device cuda: torch sees no CUDA GPU here (torch ") and refusal.endswith("--device cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: --device cuda runs")
 def test_cuda_without_a_gpu_is_refused_with_a_message(tmp_path):
     result = run_all("--device", "cuda", "--quick", out=tmp_path / "out")
     assert result.returncode == 2
@@ -72,39 +84,80 @@ def test_bad_arguments_are_refused(tmp_path, arguments, message):
     assert "usage: bench/run_all.sh --device cuda|cpu" in result.stderr
 
 
-def test_the_collector_fills_a_measured_bench_and_names_the_missing_ones(tmp_path):
+def run_script(script: Path, *arguments: str, monkeypatch) -> None:
+    """`python script *arguments` in this process (its imports are this test process's): as `__main__`, with its
+    folder first on `sys.path`; a SystemExit propagates."""
+    monkeypatch.setattr(sys, "argv", [str(script), *arguments])
+    monkeypatch.syspath_prepend(str(script.parent))
+    runpy.run_path(str(script), run_name="__main__")
+
+
+def test_the_collector_fills_a_measured_bench_and_names_the_missing_ones(tmp_path, monkeypatch, capsys):
     """One real bench's --json (the cheapest), the others absent: its rows are filled, every other bench has a
-    'not measured' row, and the exit status says which are missing."""
+    'not measured' row, and the exit status says which are missing. Both scripts run in this process (the quick
+    run above runs them as processes)."""
     folder = tmp_path / "json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    bench = subprocess.run(
-        [sys.executable, "bench/bench_dtypes.py", "--rounds", "1", "--tokens", "8", "--width", "32"]
-        + ["--device", "cpu", "--json", str(folder / "dtypes.json")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
+    run_script(
+        ROOT / "bench" / "bench_dtypes.py",
+        *("--rounds", "1", "--tokens", "8", "--width", "32", "--device", "cpu", "--json", str(folder / "dtypes.json")),
+        monkeypatch=monkeypatch,
     )
-    assert bench.returncode == 0, bench.stderr[-3000:]
     measured = json.loads((folder / "dtypes.json").read_text())
     assert measured["bench"] == "dtypes" and measured["machine"]["device"] == "cpu"
-    result = subprocess.run(
-        [sys.executable, "bench/collect_table.py", "--json-dir", str(folder), "--out", str(tmp_path / "table.md")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        run_script(
+            ROOT / "bench" / "collect_table.py",
+            *("--json-dir", str(folder), "--out", str(tmp_path / "table.md")),
+            monkeypatch=monkeypatch,
+        )
+    # A string exit: Python prints it on stderr and exits with status 1.
+    assert exit.value.code == (
+        "collect_table.py: no figures from machine, encoders, vlp_decoding, tden_decoding, detector, training, data"
     )
-    assert result.returncode == 1
-    assert "no figures from machine, encoders, vlp_decoding, tden_decoding, detector, training, data" in result.stderr
-    assert (tmp_path / "table.md").read_text() == result.stdout
-    rows = table_rows(result.stdout)
+    table = capsys.readouterr().out
+    assert (tmp_path / "table.md").read_text() == table
+    rows = table_rows(table)
     dtype_rows = [row for row in rows if row[0] == "dtypes"]
     assert [row[2].split(",")[0] for row in dtype_rows] == [row["dtype"] for row in measured["figures"]]
     for row, figure in zip(dtype_rows, measured["figures"]):
         assert float(row[3]) == pytest.approx(figure["gflops"], rel=6e-3)
     missing = {row[0] for row in rows if row[1].startswith("not measured")}
     assert missing == {"encoders", "vlp_decoding", "tden_decoding", "detector", "training", "data"}
+
+
+def test_the_runner_runs_each_bench_as_its_own_main_and_names_the_failures(tmp_path, capsys):
+    """bench/run_benches.py (run_all.sh's runner): each job in a forked process as `python SCRIPT ARGS` would run
+    it, its output in its log; a bench that fails (a message exit, an exception, a status) does not stop the next,
+    and the failures are named with the end of their logs."""
+    from bench.run_benches import read_jobs, run_jobs
+
+    scripts = {
+        "reports": "import sys\nprint(__name__, sys.argv[1:], sys.path[0])\nprint('to stderr', file=sys.stderr)\n",
+        "refuses": "import sys\nprint('a table row')\nsys.exit('refused: no such thing')\n",
+        "raises": "raise ValueError('broken input')\n",
+        "exits": "import sys\nsys.exit(3)\n",
+        "after": "print('still run')\n",
+    }
+    jobs = tmp_path / "jobs"
+    for name, code in scripts.items():
+        (tmp_path / f"{name}.py").write_text(code)
+        fields = [name, str(tmp_path / f"{name}.py"), *(["--flag", "two words"] if name == "reports" else [])]
+        with jobs.open("ab") as handle:
+            handle.write("".join(f"{field}\0" for field in [str(len(fields)), *fields]).encode())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert read_jobs(jobs)[0] == ["reports", str(tmp_path / "reports.py"), "--flag", "two words"]
+    assert run_jobs(read_jobs(jobs), logs) == ["refuses", "raises", "exits"]
+    report = f"__main__ ['--flag', 'two words'] {tmp_path}"  # stdout to a file is block-buffered: it comes last
+    assert sorted((logs / "reports.log").read_text().splitlines()) == sorted([report, "to stderr"])
+    assert (logs / "after.log").read_text() == "still run\n"
+    assert (logs / "refuses.log").read_text() == "a table row\nrefused: no such thing\n"  # the message ends the log
+    progress = capsys.readouterr().err
+    assert "[run_all] reports done in " in progress and "[run_all] after done in " in progress
+    assert "[run_all] refuses FAILED (exit 1)" in progress and "refused: no such thing" in progress
+    assert "[run_all] raises FAILED (exit 1)" in progress and "ValueError: broken input" in progress
+    assert "[run_all] exits FAILED (exit 3)" in progress
 
 
 @pytest.mark.slow

@@ -43,6 +43,24 @@ def test_disjoint_and_empty_captions_score_zero():
     assert scores["ROUGE_L"] == 0.0 and scores["CIDEr"] == 0.0
 
 
+def test_the_chosen_metrics_through_the_evaluate_module():
+    """The evaluate module's `metrics` option, without METEOR (whose Java start costs ~15 s; the test below, slow,
+    runs every metric)."""
+    result = evaluation.load("coco_caption").compute(
+        predictions=["a dog runs on the grass"],
+        references=[["A dog runs on the grass.", "a brown dog"]],
+        metrics=["Bleu_4", "ROUGE_L", "CIDEr"],
+    )
+    # an exact match: ROUGE-L 1, BLEU-4 1 (every precision 1, the closest reference length equal); one image: idf 0
+    assert result == {
+        "Bleu_4": pytest.approx(1.0, abs=1e-6),
+        "ROUGE_L": pytest.approx(1.0),
+        "CIDEr": 0.0,
+        "num_images": 1,
+    }
+
+
+@pytest.mark.slow
 def test_all_metrics_through_the_evaluate_module():
     metric = evaluation.load("coco_caption")
     result = metric.compute(

@@ -437,13 +437,13 @@ class ShapesWorld:
     # ---------------------------------------------------------------------------------------------- baselines
     def majority_answer(self) -> str:
         """The most frequent `multiple_choice_answer` of the train split (ties: the earlier vocabulary entry)."""
-        counts = Counter(self.vqa()["train"]["multiple_choice_answer"])
+        counts = Counter(self.vqa()["train"]["multiple_choice_answer"][:])  # [:]: the column at once, not row by row
         return max(ANSWER_VOCABULARY, key=lambda answer: (counts[answer], -ANSWER_VOCABULARY.index(answer)))
 
     def majority_baseline(self, split: str = "validation") -> float:
         """VQA accuracy (official rule) on `split` of always answering the most frequent train answer."""
         self._check_split(split)
-        answers = self.vqa()[split]["answers"]
+        answers = self.vqa()[split]["answers"][:]
         if not answers:
             raise ValueError(f"the {split} split of this world has no questions")
         prediction = self.majority_answer()

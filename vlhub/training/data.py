@@ -249,7 +249,8 @@ def shapes_region_store(world: ShapesWorld, cache_dir: str | os.PathLike | None 
             store = RegionStore(directory)
             captions = world.captions()
             stored = set(store)  # one query for the store's ids, not one per image id checked
-            if all(image_id in stored for split in captions.values() for image_id in split["image_id"]):
+            # [:] reads each column at once (iterating a datasets Column reads it row by row: 0.13 s for 12k ids)
+            if all(image_id in stored for split in captions.values() for image_id in split["image_id"][:]):
                 return store
         return world.write_region_store(directory)
 

@@ -23,6 +23,9 @@ from pathlib import Path
 PRELOAD = (
     "torch",
     "torch._dynamo",
+    "torch.distributed.checkpoint",  # transformers.distributed.checkpoint's (~0.15 s a child)
+    "httpx2",  # huggingface_hub's HTTP client, which transformers.utils.hub imports (with trio, ~0.5 s a child)
+    "httpcore2._sync.connection_pool",
     "numpy",
     "PIL.Image",
     "huggingface_hub",

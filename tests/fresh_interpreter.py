@@ -23,6 +23,9 @@ from pathlib import Path
 PRELOAD = (
     "torch",
     "torch._dynamo",
+    "torch.distributed.checkpoint",  # transformers.distributed.checkpoint's (~0.15 s a child)
+    "httpx2",  # huggingface_hub's HTTP client, which transformers.utils.hub imports (with trio, ~0.5 s a child)
+    "httpcore2._sync.connection_pool",
     "numpy",
     "PIL.Image",
     "huggingface_hub",
@@ -103,6 +106,11 @@ def _stop(server: subprocess.Popen) -> None:
 
 def run_python(code: str) -> str:
     """`code`'s stdout; fails the calling test with its stderr when `code` raises (or runs past TIMEOUT_S)."""
+    return run_python_outputs(code)[0]
+
+
+def run_python_outputs(code: str) -> tuple[str, str]:
+    """`code`'s `(stdout, stderr)`, failing as `run_python` does."""
     server = _server()
     with tempfile.TemporaryDirectory(prefix="vlhub-fresh-") as folder:
         stdout, stderr = Path(folder, "stdout"), Path(folder, "stderr")
@@ -113,7 +121,7 @@ def run_python(code: str) -> str:
         out, err = (path.read_text(errors="replace") if path.exists() else "" for path in (stdout, stderr))
     exit_code = int(reply)
     assert exit_code == 0, f"exit code {exit_code}:\n{err[-3000:]}"
-    return out
+    return out, err
 
 
 def run_module(module: str, arguments: list[str], environment: dict[str, str]) -> str:

@@ -1,12 +1,10 @@
 """transformers' current house style in vlhub's modeling files: `@auto_docstring` documents every public model,
 forward and output without complaint (it prints `[ERROR] ...` for an argument or field it cannot document)."""
 
-import subprocess
-import sys
-
 import pytest
 
 import vlhub
+from tests.fresh_interpreter import run_python_outputs
 
 # The modeling files documented with `@auto_docstring` (issue 27): all five.
 AUTO_DOCUMENTED = [
@@ -21,19 +19,19 @@ AUTO_DOCUMENTED = [
 @pytest.fixture(scope="module")
 def import_output() -> dict[str, tuple[str, str]]:
     """What importing each modeling file prints, `(stdout, stderr)` with warnings always shown, the five imported in
-    turn by one fresh interpreter; a message is attributed to the import that printed it."""
+    turn by one fresh interpreter (forked from tests/fresh_interpreter.py's server); a message is attributed to the import that printed it."""
     marker = "@@ importing "
     code = (
-        "import importlib, sys\n"
+        "import importlib, sys, warnings\n"
+        "warnings.simplefilter('always')\n"  # as `python -W always`
         f"for module in {AUTO_DOCUMENTED!r}:\n"
         f"    print({marker!r} + module, flush=True)\n"
         f"    print({marker!r} + module, file=sys.stderr, flush=True)\n"
         "    importlib.import_module(module)\n"
         "    sys.stdout.flush(); sys.stderr.flush()\n"
     )
-    run = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, check=True)
     sections = []
-    for stream in (run.stdout, run.stderr):
+    for stream in run_python_outputs(code):
         assert stream.startswith(marker), stream  # nothing printed before the first import
         sections.append(dict(part.partition("\n")[::2] for part in stream.split(marker)[1:]))
     return {module: (sections[0][module], sections[1][module]) for module in AUTO_DOCUMENTED}

@@ -50,6 +50,9 @@ def test_the_tden_scoring_hook_gives_the_decoders_log_probabilities(tmp_path):
         model.caption_scoring_inputs(prompt, captions.repeat(1, 20), None)
 
 
+# ~5 s: the full suite runs it; the fast loop keeps tests/test_scst.py's run of finetune.py --task scst (unified_vlp,
+# training and exact resume) and this file's cheaper checks of TDEN's caption scoring.
+@pytest.mark.slow
 def test_finetune_py_scst_trains_a_tiny_tden_and_resumes_exactly(tmp_path):
     model, processor, _ = _tiny(tmp_path, vlhub.TdenForConditionalGeneration)
     model.save_pretrained(tmp_path / "captioner")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 from accelerate.state import AcceleratorState, GradientState
 
 from tests.hub_server import FakeHub
+import vlhub.training.hub
 from tests.test_training_loop import make_task
 from vlhub.training import HubError, TrainingArguments, train
 
@@ -66,10 +70,14 @@ def test_unreachable_hub_is_a_clear_error_before_training(tmp_path, monkeypatch)
     with FakeHub() as hub:
         closed = hub.url
     monkeypatch.setenv("HF_ENDPOINT", closed)  # the server is gone: connection refused
+    # The pauses between tries are recorded, not slept (1 s + 2 s of waiting that checks nothing more).
+    pauses = []
+    monkeypatch.setattr(vlhub.training.hub, "time", SimpleNamespace(sleep=pauses.append, monotonic=time.monotonic))
     with pytest.raises(HubError) as error:
         train(make_task(tmp_path, {"mlm": 1}), push_args(tmp_path))
     message = str(error.value)
     assert "tester/uniter-tiny" in message and closed in message and "--push_to_hub" in message
+    assert pauses == [1.0, 2.0]  # three tries, each pause twice the one before
     assert not (tmp_path / "run").exists()  # nothing was trained, so nothing is lost
 
 

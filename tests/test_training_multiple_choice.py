@@ -256,7 +256,15 @@ def write_choice_dataset(folder) -> None:
     ).save_to_disk(str(folder))
 
 
-@pytest.mark.parametrize("model_type", MULTIPLE_CHOICE_TYPES)
+@pytest.mark.parametrize(
+    "model_type",
+    # The fast loop keeps uniter's run (the cheapest, ~2 s); each architecture's rows, regions and vilbert's task ids
+    # stay fast in the collator tests above, and the full suite runs every architecture end to end (2-4 s each).
+    [
+        model_type if model_type == "uniter" else pytest.param(model_type, marks=pytest.mark.slow)
+        for model_type in MULTIPLE_CHOICE_TYPES
+    ],
+)
 def test_finetune_py_multiple_choice_end_to_end(tmp_path, model_type):
     from transformers import AutoModelForMultipleChoice, AutoProcessor
 

@@ -202,17 +202,23 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_run_resumes_exactly(two_process_run):
-    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3."""
+    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3.
+    The resumed run's two processes are forked from preloaded code (tests/process_group.py): the launcher was the
+    subject of the run resumed from."""
+    from tests.process_group import run_processes
+
     tmp_path, base, env = two_process_run
+    pretrain = base.index(str(REPO / "pretrain.py"))
     resumed = [
-        *base,
+        *base[pretrain + 1 :],
         "--output_dir",
         str(tmp_path / "resumed"),
         "--resume_from_checkpoint",
         str(tmp_path / "run" / "checkpoint-3"),
     ]
-    second = subprocess.run(resumed, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert second.returncode == 0, second.stderr[-4000:]
+    for process in run_processes(base[pretrain], resumed, env, cwd=tmp_path):
+        assert process.returncode == 0, process.stderr[-4000:]
+    assert json.loads((tmp_path / "resumed" / "vlhub_state.json").read_text())["num_processes"] == 2
 
     def losses(folder):
         return [

@@ -17,7 +17,14 @@ from pathlib import Path
 from tests.fresh_interpreter import PRELOAD, TIMEOUT_S, run_python
 
 # The training command lines' and `vlhub.extract`'s own imports, so a process's run starts at its arguments.
-TRAINING_PRELOAD = (*PRELOAD, "torchdata.stateful_dataloader", "datasets", "vlhub.training.cli", "vlhub.extract")
+TRAINING_PRELOAD = (
+    *PRELOAD,
+    "torchdata.stateful_dataloader",
+    "datasets",
+    "vlhub.training.cli",
+    "vlhub.extract",
+    "vlhub.demo",
+)
 # Under the server's own limit, so that the group's parent outlives its processes and ends every one it kills.
 GROUP_TIMEOUT_S = TIMEOUT_S - 60
 
@@ -36,10 +43,12 @@ def process(rank, stdout, stderr):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), descriptor)
     os.environ.clear()
     os.environ.update(environment)
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ACCELERATE_USE_CPU="true", ACCELERATE_MIXED_PRECISION="no",
-    )
+    if world > 1:  # one process: a plain `python` run
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ACCELERATE_USE_CPU="true",
+            ACCELERATE_MIXED_PRECISION="no",
+        )
     os.chdir(cwd)
     import torch
 
@@ -100,8 +109,9 @@ def run_processes(
     target: str, arguments: list[str], environment: dict[str, str], cwd: Path, num_processes: int = 2
 ) -> list[Finished]:
     """Run `target` (a script's path, or "-m module") with `arguments` in `num_processes` processes of one distributed
-    run, each with only `environment`'s variables and the distributed ones, in `cwd`. Returns each process's end,
-    rank by rank; a process still running after GROUP_TIMEOUT_S is killed."""
+    run, each with only `environment`'s variables and the distributed ones (none for one process: a plain `python`
+    run), in `cwd`. Returns each process's end, rank by rank; a process still running after GROUP_TIMEOUT_S is
+    killed."""
     with tempfile.TemporaryDirectory(prefix="vlhub-group-") as folder:
         outputs = [(str(Path(folder, f"out{rank}")), str(Path(folder, f"err{rank}"))) for rank in range(num_processes)]
         request = json.dumps([target, arguments, environment, str(cwd), outputs, GROUP_TIMEOUT_S])

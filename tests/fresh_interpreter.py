@@ -90,8 +90,8 @@ for line in sys.stdin:
 
 
 @functools.cache
-def _server() -> subprocess.Popen:
-    arguments = [json.dumps(sys.path), json.dumps(PRELOAD), str(TIMEOUT_S)]
+def _server(preload: tuple[str, ...] = PRELOAD) -> subprocess.Popen:
+    arguments = [json.dumps(sys.path), json.dumps(preload), str(TIMEOUT_S)]
     server = subprocess.Popen(
         [sys.executable, "-c", _SERVER, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -104,14 +104,15 @@ def _stop(server: subprocess.Popen) -> None:
     server.wait(TIMEOUT_S)
 
 
-def run_python(code: str) -> str:
-    """`code`'s stdout; fails the calling test with its stderr when `code` raises (or runs past TIMEOUT_S)."""
-    return run_python_outputs(code)[0]
+def run_python(code: str, preload: tuple[str, ...] = PRELOAD) -> str:
+    """`code`'s stdout; fails the calling test with its stderr when `code` raises (or runs past TIMEOUT_S). `preload`:
+    what the server has imported (one server per distinct preload)."""
+    return run_python_outputs(code, preload)[0]
 
 
-def run_python_outputs(code: str) -> tuple[str, str]:
+def run_python_outputs(code: str, preload: tuple[str, ...] = PRELOAD) -> tuple[str, str]:
     """`code`'s `(stdout, stderr)`, failing as `run_python` does."""
-    server = _server()
+    server = _server(preload)
     with tempfile.TemporaryDirectory(prefix="vlhub-fresh-") as folder:
         stdout, stderr = Path(folder, "stdout"), Path(folder, "stderr")
         server.stdin.write(json.dumps([code, str(stdout), str(stderr)]) + "\n")

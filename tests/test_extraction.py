@@ -88,30 +88,17 @@ def test_vlhub_extract_cli(image_folder, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_two_processes_split_the_images_through_accelerate(image_folder, tmp_path):
+    """`vlhub.extract` in the two processes of a distributed run (forked from preloaded code as
+    `accelerate launch --num_processes 2 -m vlhub.extract` starts them: tests/process_group.py)."""
     import os
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    from tests.process_group import run_processes
 
     tiny_detector().save_pretrained(tmp_path / "detector")
-    accelerate = Path(sys.executable).with_name("accelerate")
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [
-        str(accelerate),
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "-m",
-        "vlhub.extract",
-        str(image_folder),
-        "--extractor",
-        str(tmp_path / "detector"),
-        "--output",
-        str(tmp_path / "store"),
-    ]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    arguments = [str(image_folder), "--extractor", str(tmp_path / "detector"), "--output", str(tmp_path / "store")]
+    for process in run_processes("-m vlhub.extract", arguments, env, cwd=tmp_path):
+        assert process.returncode == 0, process.stderr[-3000:]
     store = RegionStore(tmp_path / "store")
     assert sorted(store.ids) == ["img0", "img1", "img2", "sub/img3"]
     # each process wrote its own shard series: the work really was split

@@ -472,31 +472,21 @@ def test_import_features_names_the_source_of_a_reader_memory_error(tmp_path, cap
 
 @pytest.mark.slow
 def test_every_process_of_an_accelerate_launch_stops_on_an_owned_output_dir(tmp_path):
+    """Both processes of a 2-process run (forked from preloaded code as `accelerate launch --num_processes 2` starts
+    them: tests/process_group.py) stop on their own, each with the one-line refusal; none waits for the other."""
+    from tests.process_group import run_processes
     from tests.test_training_cli import common_args, write_store_dataset
     from vlhub.utils.locks import FolderLock
 
     store = write_store_dataset(tmp_path / "data")
-    accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.pop("VLHUB_DEBUG", None)
-    command = [
-        str(accelerate),
-        "launch",
-        "--num_processes",
-        "2",
-        str(REPO / "pretrain.py"),
-        "--dataset",
-        str(store),
-        *common_args(tmp_path),
-    ]
+    arguments = ["--dataset", str(store), *common_args(tmp_path)]
     with FolderLock(tmp_path / "run", "--output_dir"):  # another run owns the folder
-        completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert completed.returncode != 0
-    # Both ranks stop, each with the one message. The two processes share one stderr pipe, so their messages can
-    # interleave on one line ("...--output_dir.pretrain.py: error: ..."): count messages, not lines.
+        processes = run_processes(str(REPO / "pretrain.py"), arguments, env, cwd=tmp_path)
     refusal = re.compile(r"pretrain\.py: error: --output_dir .*? in use by another run \(process (\d+) on host")
-    holders = refusal.findall(completed.stderr)
-    assert holders == [str(os.getpid())] * 2, completed.stderr[-4000:]
-    # No traceback of ours (accelerate's launcher prints its own when its processes fail).
-    assert "FolderInUseError" not in completed.stderr
+    for process in processes:
+        assert process.returncode == USER_ERROR_EXIT_CODE, process.stderr[-4000:]  # its own exit, not killed (-9)
+        assert refusal.findall(process.stderr) == [str(os.getpid())], process.stderr[-4000:]
+        assert "FolderInUseError" not in process.stderr and "Traceback" not in process.stderr
     assert not (tmp_path / "run" / "checkpoint-1").exists()

@@ -138,12 +138,17 @@ def test_accelerate_launch_num_processes_2_starts_two_processes(two_process_run)
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
-    """The README's main job with few steps: every stage runs and the card records accuracy and baseline."""
+    """The README's main job with few steps: every stage runs and the card records accuracy and baseline. Each
+    `python -m vlhub.demo` is a process forked from preloaded code (tests/process_group.py), not a new interpreter."""
+    from tests.process_group import run_processes
+
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+    def demo(*arguments):
+        (process,) = run_processes("-m vlhub.demo", list(arguments), env, cwd=tmp_path, num_processes=1)
+        return process
+
     command = [
-        sys.executable,
-        "-m",
-        "vlhub.demo",
         "--output_dir",
         str(tmp_path / "demo"),
         "--pretrain_steps",
@@ -166,7 +171,7 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
         "--gallery_images",
         "10",
     ]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    completed = demo(*command)
     assert completed.returncode == 0, completed.stderr[-4000:]
     # Every pipeline also ran on a PNG file of a held-out image (regions and, for Unified VLP, class probabilities
     # from the shapes extractor).
@@ -187,14 +192,12 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
     table = completed.stdout.split("== summary")[1]
     assert all(row in table for row in ("VQA", "retrieval", "captioning (Unified VLP)", "baseline"))
     # Run again: every finished step is reused, and the same table comes out.
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    again = demo(*command)
     assert again.returncode == 0, again.stderr[-4000:]
     assert again.stdout.count("finished earlier with these settings, reused") == 5
     assert again.stdout.split("== summary")[1].split("done in")[0] == table.split("done in")[0]
     # Other settings in the same folders are refused in one line, naming the flag that starts over.
-    other = subprocess.run(
-        [*command, "--pretrain_steps", "11"], env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path
-    )
+    other = demo(*command, "--pretrain_steps", "11")
     assert other.returncode != 0
     assert other.stderr.strip().splitlines()[-1].startswith("vlhub demo: ")
     assert "--overwrite_output_dir" in other.stderr and "Traceback" not in other.stderr
@@ -202,17 +205,23 @@ def test_demo_runs_end_to_end_on_the_shapes_world(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_run_resumes_exactly(two_process_run):
-    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3."""
+    """Resuming a 2-process run from its checkpoint-3 (into another folder) logs what the original logged after 3.
+    The resumed run's two processes are forked from preloaded code (tests/process_group.py): the launcher was the
+    subject of the run resumed from."""
+    from tests.process_group import run_processes
+
     tmp_path, base, env = two_process_run
+    pretrain = base.index(str(REPO / "pretrain.py"))
     resumed = [
-        *base,
+        *base[pretrain + 1 :],
         "--output_dir",
         str(tmp_path / "resumed"),
         "--resume_from_checkpoint",
         str(tmp_path / "run" / "checkpoint-3"),
     ]
-    second = subprocess.run(resumed, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert second.returncode == 0, second.stderr[-4000:]
+    for process in run_processes(base[pretrain], resumed, env, cwd=tmp_path):
+        assert process.returncode == 0, process.stderr[-4000:]
+    assert json.loads((tmp_path / "resumed" / "vlhub_state.json").read_text())["num_processes"] == 2
 
     def losses(folder):
         return [

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -285,48 +283,32 @@ def test_streaming_a_non_store_dataset_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_streaming_reads_disjoint_shards_and_resumes_exactly(tmp_path):
-    """`accelerate launch --num_processes 2 pretrain.py --streaming`: each process streams its own shards (its
-    stream state names what it read), and a run resumed from checkpoint-4 logs what the uninterrupted run logged."""
+    """`pretrain.py --streaming` in 2 processes (forked from preloaded code as `accelerate launch --num_processes 2`
+    starts them: tests/process_group.py): each process streams its own shards (its stream state names what it
+    read), and a run resumed from checkpoint-4 logs what the uninterrupted run logged."""
+    from tests.process_group import run_processes
+
     store, _ = write_store(tmp_path / "store")
-    accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    base = [
-        str(accelerate),
-        "launch",
-        "--num_processes",
-        "2",
-        str(REPO / "pretrain.py"),
-        *pretrain_arguments(tmp_path, store, "--max_steps", "8", "--save_steps", "4"),
-    ]
-    first = subprocess.run(
-        [*base, "--output_dir", str(tmp_path / "run")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert first.returncode == 0, first.stderr[-4000:]
+    base = pretrain_arguments(tmp_path, store, "--max_steps", "8", "--save_steps", "4")
+    for process in run_processes(
+        str(REPO / "pretrain.py"), [*base, "--output_dir", str(tmp_path / "run")], env, tmp_path
+    ):
+        assert process.returncode == 0, process.stderr[-4000:]
     states = [
         json.loads((tmp_path / "run" / "checkpoint-4" / "training_state" / f"stream_state_{rank}.json").read_text())
         for rank in (0, 1)
     ]
     assert [state["dataset_state"]["process"] for state in states] == [0, 1]  # each its own stream
-    second = subprocess.run(
-        [
-            *base,
-            "--output_dir",
-            str(tmp_path / "resumed"),
-            "--resume_from_checkpoint",
-            str(tmp_path / "run" / "checkpoint-4"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert second.returncode == 0, second.stderr[-4000:]
+    resumed = [
+        *base,
+        "--output_dir",
+        str(tmp_path / "resumed"),
+        "--resume_from_checkpoint",
+        str(tmp_path / "run" / "checkpoint-4"),
+    ]
+    for process in run_processes(str(REPO / "pretrain.py"), resumed, env, tmp_path):
+        assert process.returncode == 0, process.stderr[-4000:]
     expected, got = logged_losses(tmp_path / "run"), logged_losses(tmp_path / "resumed")
     assert sorted(got) == list(range(1, 9))
     for step in expected:

@@ -4,6 +4,7 @@ import copy
 import unittest
 from unittest import mock
 
+import pytest
 import torch
 
 from vlhub import (
@@ -27,6 +28,10 @@ from ..region_testers import (
     text_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
+
+# transformers' whole common suite over every head: the full suite runs it (VLHUB_SLOW_TESTS=1, CI), the fast
+# loop keeps vlhub's own checks of the same capabilities (tests/test_vilbert_transformers_checks.py).
+pytestmark = pytest.mark.slow
 
 NUM_REGION_LABELS = 11
 

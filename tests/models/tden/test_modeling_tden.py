@@ -3,6 +3,7 @@ transformers' generation tests are not in its source distribution (see tests/mod
 
 import unittest
 
+import pytest
 import torch
 
 from vlhub import (
@@ -27,6 +28,10 @@ from ..region_testers import (
     soft_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
+
+# transformers' whole common suite over every head: the full suite runs it (VLHUB_SLOW_TESTS=1, CI), the fast
+# loop keeps vlhub's own checks of the same capabilities (tests/test_tden_transformers_checks.py).
+pytestmark = pytest.mark.slow
 
 NUM_REGION_LABELS = 11
 

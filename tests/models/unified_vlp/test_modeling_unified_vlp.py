@@ -3,6 +3,7 @@ head. transformers' generation tests are not in its source distribution (see tes
 
 import unittest
 
+import pytest
 import torch
 
 from vlhub import (
@@ -22,6 +23,10 @@ from ..region_testers import (
     soft_labels,
 )
 from ..transformers_mixins import ModelTesterMixin, ids_tensor
+
+# transformers' whole common suite over every head: the full suite runs it (VLHUB_SLOW_TESTS=1, CI), the fast
+# loop keeps vlhub's own checks of the same capabilities (tests/test_unified_vlp_transformers_checks.py).
+pytestmark = pytest.mark.slow
 
 PAD, REGION, CLS, SEP, MASK = 0, 1, 2, 3, 4
 NUM_REGIONS, NUM_CLASSES, NUM_ANSWERS = 3, 5, 5

@@ -3,6 +3,7 @@
 
 import unittest
 
+import pytest
 import torch
 
 from vlhub import (
@@ -25,6 +26,10 @@ from ..region_testers import (
     text_labels,
 )
 from ..transformers_mixins import ModelTesterMixin
+
+# transformers' whole common suite over every head: the full suite runs it (VLHUB_SLOW_TESTS=1, CI), the fast
+# loop keeps vlhub's own checks of the same capabilities (tests/test_vl_bert_transformers_checks.py).
+pytestmark = pytest.mark.slow
 
 MASK, NUM_REGION_LABELS, NUM_VCR_REGION_LABELS, NUM_ANSWERS = 4, 11, 6, 5
 

@@ -75,6 +75,9 @@ import json, time
 sys.path[:] = json.loads(sys.argv[1])
 for name in json.loads(sys.argv[2]):
     __import__(name)
+import gc
+
+gc.freeze()  # the preloaded objects stay out of the children's collections (and their pages unshared by them)
 timeout_s = float(sys.argv[3])
 
 

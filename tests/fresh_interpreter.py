@@ -40,14 +40,10 @@ PRELOAD = (
 )
 TIMEOUT_S = 300
 
-# One request a line on stdin (JSON: code, stdout path, stderr path), one exit code a line back on stdout. The child
-# exits like `python -c`: 0, SystemExit's code, or 1 after a traceback; the server kills it past TIMEOUT_S.
-_SERVER = """
-import json, os, sys, time, traceback
-sys.path[:] = json.loads(sys.argv[1])
-for name in json.loads(sys.argv[2]):
-    __import__(name)
-timeout_s = float(sys.argv[3])
+# A forked child runs `code` with its output in files and exits like `python -c`: 0, SystemExit's code, or 1 after a
+# traceback (also the processes of tests/process_group.py).
+RUN_CHILD = """
+import os, sys, traceback
 
 
 def run(code, stdout, stderr):
@@ -72,6 +68,20 @@ def run(code, stdout, stderr):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+"""
+# One request a line on stdin (JSON: code, stdout path, stderr path), one exit code a line back on stdout; the server
+# kills a child past TIMEOUT_S.
+_SERVER = (
+    RUN_CHILD
+    + """
+import json, time
+sys.path[:] = json.loads(sys.argv[1])
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+import gc
+
+gc.freeze()  # the preloaded objects stay out of the children's collections (and their pages unshared by them)
+timeout_s = float(sys.argv[3])
 
 
 for line in sys.stdin:
@@ -87,6 +97,7 @@ for line in sys.stdin:
         done = os.waitpid(pid, 0)
     print(os.waitstatus_to_exitcode(done[1]), flush=True)
 """
+)
 
 
 @functools.cache

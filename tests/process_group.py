@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fresh_interpreter import PRELOAD, TIMEOUT_S, run_python
+from tests.fresh_interpreter import PRELOAD, RUN_CHILD, TIMEOUT_S, run_python
 
 # The training command lines' and `vlhub.extract`'s own imports, so a process's run starts at its arguments.
 TRAINING_PRELOAD = (
@@ -29,7 +29,7 @@ TRAINING_PRELOAD = (
 GROUP_TIMEOUT_S = TIMEOUT_S - 60
 
 _GROUP = """
-import json, os, runpy, socket, sys, time, traceback
+import json, socket, time
 target, arguments, environment, cwd, outputs, timeout_s = json.loads({request!r})
 with socket.socket() as probe:  # a free port for the processes' rendezvous, as the launcher's port 0 picks one
     probe.bind(("127.0.0.1", 0))
@@ -38,9 +38,6 @@ world = len(outputs)
 
 
 def process(rank, stdout, stderr):
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    for descriptor, path in ((1, stdout), (2, stderr)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), descriptor)
     os.environ.clear()
     os.environ.update(environment)
     if world > 1:  # one process: a plain `python` run
@@ -53,26 +50,12 @@ def process(rank, stdout, stderr):
     import torch
 
     torch.set_num_threads(int(environment.get("OMP_NUM_THREADS", "1")))  # read at torch's import, in the server
-    status = 0
-    try:
-        if target.startswith("-m "):
-            sys.argv = [target[3:], *arguments]
-            runpy.run_module(target[3:], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [target, *arguments]
-            runpy.run_path(target, run_name="__main__")
-    except SystemExit as exit:
-        if isinstance(exit.code, int) or exit.code is None:
-            status = exit.code or 0
-        else:
-            print(exit.code, file=sys.stderr)
-            status = 1
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    if target.startswith("-m "):
+        main = f"runpy.run_module({{target[3:]!r}}, run_name='__main__', alter_sys=True)"
+    else:
+        main = f"runpy.run_path({{target!r}}, run_name='__main__')"
+    argv = [target[3:] if target.startswith("-m ") else target, *arguments]
+    run(f"import runpy, sys; sys.argv = {{argv!r}}; {{main}}", stdout, stderr)
 
 
 pids = []
@@ -115,6 +98,8 @@ def run_processes(
     with tempfile.TemporaryDirectory(prefix="vlhub-group-") as folder:
         outputs = [(str(Path(folder, f"out{rank}")), str(Path(folder, f"err{rank}"))) for rank in range(num_processes)]
         request = json.dumps([target, arguments, environment, str(cwd), outputs, GROUP_TIMEOUT_S])
-        codes = json.loads(run_python(_GROUP.format(request=request), preload=TRAINING_PRELOAD).splitlines()[-1])
+        codes = json.loads(
+            run_python(RUN_CHILD + _GROUP.format(request=request), preload=TRAINING_PRELOAD).splitlines()[-1]
+        )
         read = lambda path: Path(path).read_text(errors="replace") if Path(path).exists() else ""  # noqa: E731
         return [Finished(code, read(out), read(err)) for code, (out, err) in zip(codes, outputs, strict=True)]

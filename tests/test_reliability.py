@@ -342,7 +342,9 @@ def within(seconds: float, call):
         pytest.fail(f"still running after {seconds} s: the deadline did not hold")
 
 
-@pytest.mark.parametrize("server_kind", ["silent", "trickling"])
+# The trickling server runs in the full suite only (~2 s of waiting); the fast loop keeps the silent one, the same
+# deadline on the same command.
+@pytest.mark.parametrize("server_kind", ["silent", pytest.param("trickling", marks=pytest.mark.slow)])
 def test_vlhub_extract_from_an_unresponsive_hub_ends_in_one_line(tmp_path, capsys, loopback_hub, server_kind):
     from tests.hub_server import SilentServer, TricklingServer
     from vlhub.cli import main
@@ -415,6 +417,9 @@ def test_a_hub_dataset_from_a_silent_hub_ends_naming_the_dataset(loopback_hub):
     assert str(error).startswith(f"loading the dataset org/ds at {server.url} did not finish within 2 s")
 
 
+# ~4 s of waiting on uploads: the full suite's; the fast loop keeps test_safety_training.py's stalled upload (a push
+# that does not finish ends in an error after training, checkpoints intact).
+@pytest.mark.slow
 @pytest.mark.usefixtures("fresh_accelerate_state")
 def test_a_trickling_upload_does_not_keep_a_finished_run_waiting(tmp_path, loopback_hub):
     from tests.hub_server import FakeHub

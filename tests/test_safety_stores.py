@@ -46,6 +46,9 @@ KILLED_WRITER = textwrap.dedent("""
 """)
 
 
+# A new interpreter killed mid-shard (~4.5 s, mostly its imports): the full suite's; the fast loop keeps the cheaper
+# tests of the same store guarantees (a leftover shard removed by the next writer, a second writer refused).
+@pytest.mark.slow
 def test_a_writer_killed_mid_shard_loses_only_its_unfinished_shard(tmp_path, caplog):
     store, ready = tmp_path / "store", tmp_path / "ready"
     child = subprocess.Popen(

@@ -3,8 +3,13 @@ never mixed in, damaged checkpoints named (and skipped by `latest`), and a Hub t
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -141,8 +146,11 @@ def test_a_fresh_run_refuses_a_folder_holding_another_run(tmp_path):
 # -- 4. damaged checkpoints ------------------------------------------------------------------------------------------
 
 
-def crashed_run(tmp_path):
-    """A run interrupted after step 5 with checkpoints at steps 2 and 4."""
+@functools.cache
+def _crashed_run_template() -> Path:
+    """One crashed run per test process for `crashed_run` to copy (training it was most of each user's time)."""
+    folder = Path(tempfile.mkdtemp(prefix="vlhub-crashed-run-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
     class Crash(RuntimeError):
         pass
@@ -152,8 +160,14 @@ def crashed_run(tmp_path):
             raise Crash
 
     with pytest.raises(Crash):
-        train(make_task(tmp_path), arguments(tmp_path, max_steps=6), callbacks=[crash])
+        train(make_task(folder), arguments(folder, max_steps=6), callbacks=[crash])
     reset_accelerate_state()
+    return folder / "run"
+
+
+def crashed_run(tmp_path):
+    """`tmp_path / "run"`: a run interrupted after step 5 with checkpoints at steps 2 and 4 (a copy of one run)."""
+    shutil.copytree(_crashed_run_template(), tmp_path / "run")
     return tmp_path / "run"
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -101,28 +99,19 @@ def test_bad_data_is_refused_with_the_expected_form(tmp_path):
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory):
     """`accelerate launch --num_processes 2 pretrain.py` for 6 steps with a checkpoint at step 3, run once for the
-    module's two-process tests: `(folder, command, environment)`; the run is in `folder / "run"`."""
+    module's two-process tests: `(folder, pretrain.py's arguments, environment)`; the run is in `folder / "run"`. The
+    launcher is accelerate's command line (the `accelerate` script's module) in a process forked from preloaded code
+    (tests/process_group.py); it starts its two pretrain.py processes as new interpreters, as for a user."""
+    from tests.process_group import run_processes
+
     tmp_path = tmp_path_factory.mktemp("two-process")
     store = write_store_dataset(tmp_path / "data")
-    accelerate = Path(sys.executable).with_name("accelerate")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [
-        str(accelerate),
-        "launch",
-        "--num_processes",
-        "2",
-        str(REPO / "pretrain.py"),
-        "--dataset",
-        str(store),
-        *common_args(tmp_path),
-        "--max_steps",
-        "6",
-        "--save_steps",
-        "3",
-    ]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return tmp_path, command, env
+    arguments = ["--dataset", str(store), *common_args(tmp_path), "--max_steps", "6", "--save_steps", "3"]
+    launch = ["launch", "--num_processes", "2", str(REPO / "pretrain.py"), *arguments]
+    (launcher,) = run_processes("-m accelerate.commands.accelerate_cli", launch, env, cwd=tmp_path, num_processes=1)
+    assert launcher.returncode == 0, launcher.stderr[-4000:]
+    return tmp_path, arguments, env
 
 
 @pytest.mark.slow
@@ -210,16 +199,15 @@ def test_two_process_run_resumes_exactly(two_process_run):
     subject of the run resumed from."""
     from tests.process_group import run_processes
 
-    tmp_path, base, env = two_process_run
-    pretrain = base.index(str(REPO / "pretrain.py"))
+    tmp_path, arguments, env = two_process_run
     resumed = [
-        *base[pretrain + 1 :],
+        *arguments,
         "--output_dir",
         str(tmp_path / "resumed"),
         "--resume_from_checkpoint",
         str(tmp_path / "run" / "checkpoint-3"),
     ]
-    for process in run_processes(base[pretrain], resumed, env, cwd=tmp_path):
+    for process in run_processes(str(REPO / "pretrain.py"), resumed, env, cwd=tmp_path):
         assert process.returncode == 0, process.stderr[-4000:]
     assert json.loads((tmp_path / "resumed" / "vlhub_state.json").read_text())["num_processes"] == 2
 

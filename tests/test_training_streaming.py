@@ -214,7 +214,9 @@ def pretrain_arguments(tmp_path: Path, store: Path, *extra: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+# With loader workers (~2.5 s) in the full suite only: the fast loop keeps the training loop's resume without them
+# and test_a_restored_stateful_loader_continues_exactly[2] (the loader's workers resume exactly).
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_streamed_pretraining_resumes_exactly(tmp_path, workers):
     from vlhub.training.cli import pretrain_main
 

@@ -301,7 +301,7 @@ def test_a_second_training_run_on_one_output_dir_is_refused_before_writing(tmp_p
 @pytest.fixture
 def loopback_hub(monkeypatch):
     """Downloads and uploads go to a server on 127.0.0.1 (the suite runs offline): returns a function that points
-    huggingface_hub and datasets at a server's URL. Deadlines: 0.5 s per read, 2 s in total."""
+    huggingface_hub and datasets at a server's URL. Deadlines: 0.5 s per read, 1 s in total."""
     import datasets.config
     import huggingface_hub.constants
     import huggingface_hub.utils._http as hub_http
@@ -312,7 +312,7 @@ def loopback_hub(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub_http.time, "sleep", lambda seconds: None)  # huggingface_hub's waits between retries
     monkeypatch.setenv("VLHUB_HUB_TIMEOUT", "0.5")
-    monkeypatch.setenv("VLHUB_HUB_TOTAL_TIMEOUT", "2")
+    monkeypatch.setenv("VLHUB_HUB_TOTAL_TIMEOUT", "1")
     monkeypatch.setattr(network, "_configured", {})
     monkeypatch.delenv("VLHUB_DEBUG", raising=False)
 
@@ -342,7 +342,7 @@ def within(seconds: float, call):
         pytest.fail(f"still running after {seconds} s: the deadline did not hold")
 
 
-# The trickling server runs in the full suite only (~2 s of waiting); the fast loop keeps the silent one, the same
+# The trickling server runs in the full suite only (~1 s of waiting); the fast loop keeps the silent one, the same
 # deadline on the same command.
 @pytest.mark.parametrize("server_kind", ["silent", pytest.param("trickling", marks=pytest.mark.slow)])
 def test_vlhub_extract_from_an_unresponsive_hub_ends_in_one_line(tmp_path, capsys, loopback_hub, server_kind):
@@ -375,7 +375,7 @@ def test_vlhub_extract_from_an_unresponsive_hub_ends_in_one_line(tmp_path, capsy
     assert codes == [USER_ERROR_EXIT_CODE] and "Traceback" not in err
     lines = _error_lines(err, "vlhub extract: error:")
     assert len(lines) == 1, err
-    assert f"downloading the region extractor org/extractor at {server.url} did not finish within 2 s" in lines[0]
+    assert f"downloading the region extractor org/extractor at {server.url} did not finish within 1 s" in lines[0]
     assert not (tmp_path / "s").exists()
 
 
@@ -397,12 +397,12 @@ def test_finetune_from_a_trickling_hub_ends_naming_the_download(tmp_path, loopba
                     "--hub_timeout",
                     "0.5",
                     "--hub_total_timeout",
-                    "1.5",
+                    "1",
                 ]
             ),
         )
     assert isinstance(error, HubTimeoutError)
-    assert str(error).startswith(f"downloading the model org/model at {server.url} did not finish within 1.5 s")
+    assert str(error).startswith(f"downloading the model org/model at {server.url} did not finish within 1 s")
 
 
 def test_a_hub_dataset_from_a_silent_hub_ends_naming_the_dataset(loopback_hub):
@@ -414,10 +414,10 @@ def test_a_hub_dataset_from_a_silent_hub_ends_naming_the_dataset(loopback_hub):
         loopback_hub(server.url)
         error = within(60, lambda: load_table("org/ds"))
     assert isinstance(error, HubTimeoutError)
-    assert str(error).startswith(f"loading the dataset org/ds at {server.url} did not finish within 2 s")
+    assert str(error).startswith(f"loading the dataset org/ds at {server.url} did not finish within 1 s")
 
 
-# ~4 s of waiting on uploads: the full suite's; the fast loop keeps test_safety_training.py's stalled upload (a push
+# ~2 s of waiting on uploads: the full suite's; the fast loop keeps test_safety_training.py's stalled upload (a push
 # that does not finish ends in an error after training, checkpoints intact).
 @pytest.mark.slow
 @pytest.mark.usefixtures("fresh_accelerate_state")
@@ -444,14 +444,14 @@ def test_a_trickling_upload_does_not_keep_a_finished_run_waiting(tmp_path, loopb
                     hub_model_id="tester/slow",
                     hub_token="hf_fake",
                     hub_timeout=0.5,
-                    hub_total_timeout=2,
+                    hub_total_timeout=1,
                 ),
                 callbacks=[trickle_after_creation],
             ),
         )
         assert hub.stalled >= 1 and hub.commits == []
     assert isinstance(error, HubError)
-    assert f"uploading {tmp_path / 'run'} to tester/slow" in str(error) and "did not finish within 2 s" in str(error)
+    assert f"uploading {tmp_path / 'run'} to tester/slow" in str(error) and "did not finish within 1 s" in str(error)
     for step in (2, 4):
         verify_checkpoint(tmp_path / "run" / f"checkpoint-{step}")
 

@@ -106,6 +106,9 @@ def test_ddp_prefix_and_fp16_convert_to_the_same_weights(tmp_path):
     assert torch.equal(model.vlp.embeddings.vis_pe_embed[0].weight, state["vis_pe_embed.0.weight"].half().float())
 
 
+# A fresh interpreter (~2 s): the full suite runs each architecture's; the fast loop keeps UNITER's
+# (tests/test_uniter_conversion.py) and this file's in-process conversions.
+@pytest.mark.slow
 def test_cli_converts_and_reports_errors(tmp_path, capsys):
     out = tmp_path / "cli"
     command = [sys.executable, "-m", "vlhub.cli", "convert", "unified_vlp"]

@@ -197,6 +197,9 @@ def test_wrong_files_get_clear_errors(tmp_path):
         convert_vl_bert(ORIGINAL / REFCOCO, tmp_path / "x", tokenizer=BERT)
 
 
+# A fresh interpreter (~2 s): the full suite runs each architecture's; the fast loop keeps UNITER's
+# (tests/test_uniter_conversion.py) and this file's in-process conversions.
+@pytest.mark.slow
 def test_cli_converts_and_reports_errors(tmp_path, capsys):
     command = [
         sys.executable,

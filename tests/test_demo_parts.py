@@ -49,9 +49,10 @@ def test_no_contradiction_when_no_word_allows_one():
 def test_contradictions_of_world_captions_change_one_word_into_something_false():
     world = ShapesWorld(seed=3, num_train=40, num_validation=0, num_test=0)
     captions = world.captions()["train"]
+    image_ids, texts = list(captions["image_id"]), list(captions["caption"])  # each column read once
     rng = np.random.default_rng(0)
     made = 0
-    for image_id, caption in zip(captions["image_id"], captions["caption"]):
+    for image_id, caption in zip(image_ids, texts):
         scene = world.scene(image_id)
         changed = world.contradicting_caption(image_id, caption, rng)
         if changed is None:
@@ -72,7 +73,7 @@ def test_contradictions_of_world_captions_change_one_word_into_something_false()
             pass
         else:
             assert old in ("two", "three", "four", "five", "six") and new in ("two", "three", "four", "five", "six")
-        assert changed not in captions["caption"][captions["image_id"].index(image_id) :][:5]
+        assert changed not in texts[image_ids.index(image_id) :][:5]
     assert made > 150  # almost every caption has a word that can be contradicted
 
 

@@ -2,14 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from vlhub.modeling.inference_dtype import choose_inference_dtype, quantize_linear_weights, read_cpu_flags
-
-
-def test_bf16_chosen_only_with_bf16_units():
-    assert choose_inference_dtype(frozenset({"avx2", "fma"})) is torch.float32
-    assert choose_inference_dtype(frozenset({"avx2", "avx512f", "avx512_vnni"})) is torch.float32
-    assert choose_inference_dtype(frozenset({"avx512f", "avx512_bf16"})) is torch.bfloat16
-    assert choose_inference_dtype(frozenset({"amx_tile", "amx_bf16"})) is torch.bfloat16
+from vlhub.modeling.inference_dtype import quantize_linear_weights, read_cpu_flags
 
 
 def test_read_cpu_flags(tmp_path):

@@ -92,16 +92,25 @@ def test_pack_linear_weights_must_be_a_bool(vqa_folder):  # noqa: F811
         pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights="no")
 
 
-@pytest.mark.parametrize("cpu_kind", ["AVX2", "AVX512"])
-def test_the_default_packs_where_it_pays(monkeypatch, cpu_kind, vqa_folder, captioner_folder):  # noqa: F811
-    """The default (`pack_linear_weights=None`) packs a captioner on every CPU kind and an encoder only on the kinds
-    where packed encoders were measured faster; True and False override it."""
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: cpu_kind)
-    encoder_packs = cpu_kind in vlhub.modeling.packed_linear.ENCODER_PACKING_CPU_KINDS
-    assert encoder_packs == (cpu_kind == "AVX512")
+@pytest.mark.parametrize(
+    "encoder_speedup, decoder_speedup",
+    [(1.4, 1.5), (0.92, 1.45), (1.07, 2.4), (0.9, 0.95)],  # AVX512 EPYC, AVX2 EPYC, AVX512 Xeon, a CPU where neither
+)
+def test_the_default_packs_where_it_pays(monkeypatch, encoder_speedup, decoder_speedup, vqa_folder, captioner_folder):  # noqa: F811
+    """The default (`pack_linear_weights=None`) packs where the packed kernels measured at least
+    `PACKING_MIN_SPEEDUP` times faster for that kind of work (an encoder's rows, a decoding step's); True and False
+    override it."""
+    packed_linear = vlhub.modeling.packed_linear
+    speedups = {
+        packed_linear.PROBE_ROWS["encoder"]: encoder_speedup,
+        packed_linear.PROBE_ROWS["decoder"]: decoder_speedup,
+    }
+    monkeypatch.setattr(packed_linear, "packed_speedup", speedups.__getitem__)
+    assert packed_linear.packing_pays(decodes=False) == (encoder_speedup >= packed_linear.PACKING_MIN_SPEEDUP)
     vqa = pipeline("visual-question-answering", model=str(vqa_folder))
-    assert (vqa.packed_linears > 0) == encoder_packs
+    assert (vqa.packed_linears > 0) == (encoder_speedup >= 1.1)
     assert vqa.packed_linears == packed_layers(vqa.model)
-    assert pipeline("image-captioning", model=str(captioner_folder)).packed_linears > 0
+    captioner = pipeline("image-captioning", model=str(captioner_folder))
+    assert (captioner.packed_linears > 0) == (decoder_speedup >= 1.1)
     assert pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights=True).packed_linears > 0
     assert pipeline("image-captioning", model=str(captioner_folder), pack_linear_weights=False).packed_linears == 0

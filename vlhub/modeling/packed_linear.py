@@ -35,6 +35,7 @@ Every fused path falls back to the plain modules' computation wherever packing d
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 
@@ -42,12 +43,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..utils.kernel_probe import measured_speedup
+
 __all__ = [
     "PACKED_MIN_ROWS",
     "PackedLinear",
     "packed_linear_available",
     "packing_pays",
-    "ENCODER_PACKING_CPU_KINDS",
+    "PACKING_MIN_SPEEDUP",
+    "packed_speedup",
     "pack_linear_weights",
     "unpack_linear_weights",
     "packed_linear_weights",
@@ -73,20 +77,48 @@ def packed_linear_available() -> bool:
         return False
 
 
-# CPU kinds (`torch.backends.cpu.get_cpu_capability()`) on which a whole-sequence forward at batch 1 ran faster on
-# packed weights, measured with `bench/bench_encoders.py --pipeline` (docs/performance.md): AVX512 EPYCs ~1.4x the
-# plain forward; on an idle AVX2-only EPYC the packed VQA pipelines ran at 0.90-0.94x the plain ones, so there the
-# default leaves encoders plain. Decoding steps (a few rows each) were faster packed on both kinds (1.4-1.5x on AVX2).
-ENCODER_PACKING_CPU_KINDS = ("AVX512",)
+# Packing costs one more copy of the linear weights, so the default packs only where it measured at least this much
+# faster on this machine (`packed_speedup`).
+PACKING_MIN_SPEEDUP = 1.1
+# The rows the probe multiplies, per kind of work: a whole-sequence encoder forward at batch 1 (a question and ~36
+# regions, ~60 rows) and a decoding step (beam 5 at batch 1: 5 rows).
+PROBE_ROWS = {"encoder": 64, "decoder": 5}
+# Measured with bench/bench_encoders.py --pipeline and bench/bench_skinny_linear.py (docs/performance.md): packed
+# encoders ran ~1.4x plain on an AVX512 AMD EPYC, 0.90-0.94x on an AVX2-only EPYC and 0.99x on an AVX512 Intel Xeon
+# (whose MKL is fast at these shapes); decoding steps 1.4-1.5x on the AVX2 EPYC. So the CPU kind does not say it:
+# the default times the two kernels once per process.
+
+
+@functools.cache
+def packed_speedup(rows: int) -> float:
+    """How many times faster oneDNN's packed kernel runs a BERT-base feed-forward (768 -> 3072 -> 768, float32) on
+    `rows` rows than `F.linear` does on a core of this machine (`measured_speedup`: one thread, interleaved rounds;
+    ~50 ms at 64 rows). Needs `packed_linear_available()`."""
+    generator = torch.Generator().manual_seed(0)
+    first, second = nn.Linear(768, 3072), nn.Linear(3072, 768)
+    for layer in (first, second):
+        layer.weight.data = torch.randn(layer.weight.shape, generator=generator) * 0.02
+    inputs = torch.randn(rows, 768, generator=generator)
+    packed = [torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach()) for layer in (first, second)]
+
+    def plain() -> torch.Tensor:
+        return second(first(inputs))
+
+    def packed_product() -> torch.Tensor:
+        hidden = torch.ops.mkldnn._linear_pointwise(inputs, packed[0], first.bias.detach(), "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(hidden, packed[1], second.bias.detach(), "none", [], "")
+
+    return measured_speedup(plain, packed_product, rounds=5)
 
 
 def packing_pays(decodes: bool) -> bool:
-    """Whether the default path packs a float32 CPU model: always for a model that decodes (its steps multiply a few
-    rows by every weight, where oneDNN's packed kernels were faster on every CPU kind measured), and for an encoder
-    only on the CPU kinds of `ENCODER_PACKING_CPU_KINDS`. False where torch has no oneDNN."""
+    """Whether the default path packs a float32 CPU model: where oneDNN's packed kernels measured at least
+    `PACKING_MIN_SPEEDUP` times `F.linear`'s speed on this machine for that kind of work (`packed_speedup` at
+    `PROBE_ROWS`: a decoding step's few rows for a model that decodes, a batch-1 sequence's rows for an encoder).
+    False where torch has no oneDNN."""
     if not packed_linear_available():
         return False
-    return decodes or torch.backends.cpu.get_cpu_capability() in ENCODER_PACKING_CPU_KINDS
+    return packed_speedup(PROBE_ROWS["decoder" if decodes else "encoder"]) >= PACKING_MIN_SPEEDUP
 
 
 def _register_flop_formula() -> None:

@@ -77,10 +77,11 @@ class ProcessorPipelineMixin:
     (`task_heads`: the architecture heads, by their task name in the declaration, that can).
 
     A float32 model on the CPU gets its linear weights packed for oneDNN (`vlhub.pack_linear_weights`: the same
-    results to ~1e-6 relative, one more copy of the linear weights in memory) where that was measured faster
-    (`vlhub.modeling.packed_linear.packing_pays`: a pipeline that decodes on every CPU kind, an encoder on AVX512
-    CPUs; on AVX2-only CPUs an encoder stays plain). `pack_linear_weights=True` packs wherever it can, `False` never
-    (arguments of `pipeline(...)`). Packing never engages for training, another dtype or another device, so the model
+    results to ~1e-6 relative, one more copy of the linear weights in memory) where that was measured faster on this
+    machine (`vlhub.modeling.packed_linear.packing_pays`: the packed and the plain kernels timed once per process on
+    a product of the pipeline's kind, a decoding step's few rows or a batch-1 sequence's rows; so far decoding packed
+    on every CPU kind measured, an encoder only on an AVX512 EPYC). `pack_linear_weights=True` packs wherever it can,
+    `False` never (arguments of `pipeline(...)`). Packing never engages for training, another dtype or another device, so the model
     stays usable for anything else.
 
     `quantize="int8"` runs a copy of the model whose linear layers are int8 dynamically quantized

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..utils import precision
 from ..utils.precision import bf16_is_fast, resolve_mixed_precision
 
 __all__ = ["VlhubTrainingArguments", "TrainingArguments"]
@@ -65,8 +66,9 @@ class VlhubTrainingArguments:
         default="no",
         metadata={
             "help": "no | fp16 | bf16 (accelerate's autocast) | auto: "
-            "bf16 on a GPU that supports it or a CPU with bf16 matmul units (AMX, AVX512-BF16; "
-            "detected at run time), else no (fp32: without them bf16 is slower than fp32)."
+            "bf16 on a GPU that supports it, or on a CPU with bf16 matmul units (AMX, AVX512-BF16) where a bf16 "
+            "product measured at least 1.2x fp32's speed at run time; else no (fp32: bf16 emulated, or on units "
+            "slower than the fp32 ones, is slower than fp32)."
         },
     )
     eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
@@ -180,14 +182,18 @@ class VlhubTrainingArguments:
                 + ", ".join(f"--{n}={getattr(self, n)!r}" for n in bad)
                 + " (steps and sizes must be positive, or 0 where 0 disables)"
             )
-        # "auto" becomes what this machine runs fast (every process of a launch resolves it alike)
+        # "auto" becomes what this machine runs fast. Each process of a launch resolves it on its own; on a CPU that
+        # is a timing (bf16_is_fast), and the CPU kinds measured lie far from its threshold (bf16 at ~0.5x and ~2x fp32).
         device = "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
         self.mixed_precision = resolve_mixed_precision(self.mixed_precision, device)
         if self.mixed_precision == "bf16" and device == "cpu" and not bf16_is_fast("cpu"):
+            cpu = (
+                f"a CPU whose bf16 products measured {precision.cpu_bf16_speedup():.2f}x fp32's speed"
+                if precision.cpu_bf16_units()
+                else "a CPU without bf16 matmul units (AMX, AVX512-BF16), where bf16 products are emulated"
+            )
             warnings.warn(
-                "--mixed_precision bf16 on a CPU without bf16 matmul units (AMX, AVX512-BF16): bf16 "
-                "products are emulated here, slower than fp32 (--mixed_precision auto picks fp32 on such "
-                "a CPU)",
+                f"--mixed_precision bf16 on {cpu}: no faster than fp32 (--mixed_precision auto picks fp32 on such a CPU)",
                 stacklevel=2,
             )
         if self.lr_scheduler_type not in _SCHEDULERS:

@@ -1,20 +1,40 @@
-"""Which floating-point precision is fast where the code runs, detected at run time, never assumed.
+"""Which floating-point precision is fast where the code runs, measured at run time, never assumed.
 
 bf16 halves the bytes every weight and activation takes, but its products are only fast on hardware built for them:
-GPUs that support bf16, and CPUs with bf16 matmul units: AMX tiles (Intel Xeon 4th generation and later) or the
-AVX512-BF16 dot-product instructions (e.g. AMD Zen 4; measured on the project's 2-core EPYC: a 4-layer BERT-base
-training step 1.65× faster under bf16 autocast than in fp32, and bf16 inference at batch 32 ~2× fp32). CPUs without
-either (AVX2-only, older Xeons) emulate bf16 products with fp32 instructions, 5–8× slower than fp32 itself. So fp32
-stays the CPU default, and `"auto"` picks bf16 only where such units are found.
+GPUs that support bf16, and some CPUs with bf16 matmul units: AMX tiles (Intel Xeon 4th generation and later) or the
+AVX512-BF16 dot-product instructions. The flag alone does not say it: on the project's AVX512-BF16 AMD EPYC (Zen 4) a
+4-layer BERT-base training step ran 1.65× faster under bf16 autocast than in fp32 and bf16 inference at batch 32 ~2×
+fp32, while on an Intel Xeon with AVX512-BF16 and no AMX bf16 products ran at ~0.5× fp32 (78–84 against 137–161
+GFLOP/s on one thread, 2026-11-29). CPUs without either unit (AVX2-only, older Xeons) emulate bf16 products with fp32
+instructions, 5–8× slower than fp32 itself. So fp32 stays the CPU default, and `"auto"` picks bf16 on a CPU only where
+it has such units and a bf16 product measured at least `BF16_MIN_SPEEDUP` times faster than float32 there
+(`cpu_bf16_speedup`, once per process, ~30 ms).
 """
 
 from __future__ import annotations
 
-import torch
+import functools
 
-__all__ = ["cpu_bf16_units", "bf16_is_fast", "resolve_mixed_precision", "MIXED_PRECISION_CHOICES"]
+import torch
+from torch.nn import functional as F
+
+from .kernel_probe import measured_speedup
+
+__all__ = [
+    "cpu_bf16_units",
+    "cpu_bf16_speedup",
+    "bf16_is_fast",
+    "resolve_mixed_precision",
+    "MIXED_PRECISION_CHOICES",
+    "BF16_MIN_SPEEDUP",
+]
 
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "auto")
+# bf16 rounds every product: it is chosen only where it saves clearly more than the probe's noise.
+BF16_MIN_SPEEDUP = 1.2
+# The probe's product: 128 rows by a 1024×1024 weight (~0.27 GFLOP, ~2 ms in fp32 on the CPUs measured): large enough
+# for the kernels' steady speed, small enough that the probe costs ~30 ms.
+_PROBE_SHAPE = (128, 1024, 1024)
 
 
 def _cpu_capabilities() -> dict:
@@ -31,14 +51,27 @@ def cpu_bf16_units() -> list[str]:
     return [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if capabilities.get(flag)]
 
 
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """How many times faster a bf16 linear product runs than the same float32 one on a core of this CPU: measured
+    once per process (`measured_speedup`, ~30 ms)."""
+    rows, inputs, outputs = _PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    activations = torch.randn(rows, inputs, generator=generator)
+    weight = torch.randn(outputs, inputs, generator=generator)
+    activations_bf16, weight_bf16 = activations.bfloat16(), weight.bfloat16()
+    return measured_speedup(lambda: F.linear(activations, weight), lambda: F.linear(activations_bf16, weight_bf16))
+
+
 def bf16_is_fast(device: torch.device | str) -> bool:
     """Whether bf16 products are faster than fp32 on `device`: a CUDA device that supports bf16, or a CPU with bf16
-    matmul units (AMX or AVX512-BF16)."""
+    matmul units (AMX or AVX512-BF16) on which a bf16 product measured at least `BF16_MIN_SPEEDUP` times faster than
+    float32 (`cpu_bf16_speedup`; never probed on a CPU without the units, where bf16 is emulated)."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        return bool(cpu_bf16_units())
+        return bool(cpu_bf16_units()) and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
     return False
 
 

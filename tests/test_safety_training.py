@@ -249,7 +249,12 @@ def test_a_hub_that_never_answers_fails_before_training(tmp_path, monkeypatch, o
             train(
                 make_task(tmp_path),
                 arguments(
-                    tmp_path, push_to_hub=True, hub_model_id="tester/stalled", hub_token="hf_fake", hub_timeout=0.5
+                    tmp_path,
+                    push_to_hub=True,
+                    hub_model_id="tester/stalled",
+                    hub_token="hf_fake",
+                    hub_timeout=0.5,
+                    hub_total_timeout=1,
                 ),
             )
     assert not (tmp_path / "run").exists()
@@ -268,7 +273,12 @@ def test_a_stalled_upload_ends_in_an_error_after_training_with_local_checkpoints
             train(
                 make_task(tmp_path),
                 arguments(
-                    tmp_path, push_to_hub=True, hub_model_id="tester/stalled", hub_token="hf_fake", hub_timeout=0.5
+                    tmp_path,
+                    push_to_hub=True,
+                    hub_model_id="tester/stalled",
+                    hub_token="hf_fake",
+                    hub_timeout=0.5,
+                    hub_total_timeout=1,
                 ),
                 callbacks=[stall_after_creation],
             )

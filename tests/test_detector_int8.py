@@ -50,3 +50,30 @@ def test_int8_refusals(images, tmp_path):
     with pytest.raises(ValueError, match="cannot be saved"):
         extractor.save_pretrained(tmp_path / "saved")
     assert not (tmp_path / "saved").exists()
+
+
+@pytest.mark.parametrize(
+    "capabilities, expected",
+    [
+        ({"avx512_vnni": True}, (0, 255)),
+        ({"avx_vnni": True}, (0, 255)),
+        ({"amx_int8": True}, (0, 255)),
+        ({"avx2": True, "avx512_bw": True}, (0, 127)),  # int16 pair sums: 7 bits keep them from saturating
+        ({}, (0, 127)),
+    ],
+)
+def test_activation_range_follows_the_int8_dot_product_units(monkeypatch, capabilities, expected):
+    from vlhub.processing.detector.quantization import activation_range
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: dict(capabilities))
+    assert activation_range() == expected
+
+
+def test_the_full_range_halves_the_activation_steps(monkeypatch, images):
+    """The range chosen is the one calibrated: the same RoIs give ~255/127 finer activation steps with all 8 bits."""
+    scales = {}
+    for flag in ("avx512_vnni", "avx2"):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda flag=flag: {flag: True})
+        quantized = tiny_detector(seed=3).quantize(images[:2])
+        scales[flag] = quantized.roi_heads.res5.blocks[0].conv2.scale
+    assert 0.3 < scales["avx512_vnni"] / scales["avx2"] < 0.75

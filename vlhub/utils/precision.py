@@ -22,6 +22,7 @@ from .kernel_probe import measured_speedup
 
 __all__ = [
     "cpu_bf16_units",
+    "cpu_int8_dot_product_units",
     "cpu_bf16_speedup",
     "bf16_is_fast",
     "resolve_mixed_precision",
@@ -49,6 +50,15 @@ def cpu_bf16_units() -> list[str]:
     (dot-product instructions); empty where it has none (or none is reported)."""
     capabilities = _cpu_capabilities()
     return [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if capabilities.get(flag)]
+
+
+def cpu_int8_dot_product_units() -> list[str]:
+    """The CPU's int8 dot-product units, as torch's CPU capability probe reports them: "AMX-INT8" (tiles),
+    "AVX512-VNNI", "AVX-VNNI"; empty where it has none. They sum u8·s8 products straight into int32, where the older
+    AVX2/AVX512 int8 kernels add pairs of products in int16 first, which saturates on full 8-bit ranges."""
+    capabilities = _cpu_capabilities()
+    units = (("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"))
+    return [name for flag, name in units if capabilities.get(flag)]
 
 
 @functools.cache

@@ -1,8 +1,9 @@
 """Int8 res5 for CPU inference: the RoI head's dilated res5 (~90% of the detector's FLOPs) as int8 convolutions.
 
 Static post-training quantization through torch.ao (eager mode): the BatchNorm is folded into each convolution,
-conv + ReLU pairs are fused, weights are int8 per output channel, activations uint8 per tensor with 7-bit ranges
-(`reduce_range`, which keeps AVX2 kernels without VNNI from saturating). The activation ranges are calibrated by
+conv + ReLU pairs are fused, weights are int8 per output channel, activations uint8 per tensor over the full 8 bits
+on a CPU with int8 dot-product units (VNNI, AMX) and over 7 bits elsewhere (`reduce_range`, which keeps AVX2 kernels
+without VNNI from saturating; `activation_range`). The activation ranges are calibrated by
 running the float res5 over the RoIs of a few calibration images. The scales are fixed once calibrated, so a
 region's feature depends only on its own RoI: batching and chunking change nothing (integer sums are exact).
 """
@@ -18,13 +19,14 @@ from torch import nn
 from torch.ao import quantization
 from torch.ao.nn.quantized import FloatFunctional
 
+from ...utils.precision import cpu_int8_dot_product_units
 from .backbone import Bottleneck, ConvNorm
 from .image_io import ImageInput
 
 if TYPE_CHECKING:  # the extractor imports this module
     from .extractor import RegionExtractor
 
-__all__ = ["QUANTIZATION_ENGINES", "QuantizableRes5", "calibration_rois", "quantize_res5"]
+__all__ = ["QUANTIZATION_ENGINES", "QuantizableRes5", "activation_range", "calibration_rois", "quantize_res5"]
 
 # torch.ao quantized CPU engines whose int8 convolutions this was measured with (fbgemm / oneDNN on x86).
 QUANTIZATION_ENGINES = ("x86", "fbgemm", "onednn")
@@ -91,6 +93,14 @@ def calibration_rois(extractor: RegionExtractor, images: ImageInput | Sequence[I
             yield extractor.roi_heads.pool(res4, chunk).float()
 
 
+def activation_range() -> tuple[int, int]:
+    """The uint8 activations' range: all 8 bits where the CPU has int8 dot-product units (VNNI, AMX: int32 sums), 7
+    bits elsewhere (torch.ao's x86 default, `reduce_range`: AVX2 kernels without VNNI sum u8·s8 pairs in int16, which
+    saturates on full 8-bit ranges). On an AVX512-VNNI Xeon the full range cut res5's feature error against float32
+    from 9.3–9.8e-3 to 8.1–8.2e-3 relative L2 (bench/bench_detector.py --agreement-images 3, 2026-11-29)."""
+    return (0, 255) if cpu_int8_dot_product_units() else (0, 127)
+
+
 def quantize_res5(res5: nn.Sequential, calibration: Iterable[torch.Tensor]) -> QuantizableRes5:
     """An int8 copy of `res5` (float weights untouched), its activation ranges observed on `calibration` (pooled
     RoIs). CPU only; the active `torch.backends.quantized.engine` must be one of `QUANTIZATION_ENGINES`."""
@@ -104,9 +114,9 @@ def quantize_res5(res5: nn.Sequential, calibration: Iterable[torch.Tensor]) -> Q
         raise ValueError(f"int8 quantization runs on the CPU only; the detector is on {sorted(devices)}")
     model = QuantizableRes5(res5).eval()
     model.qconfig = quantization.QConfig(
-        # uint8 activations with 7-bit ranges (torch.ao's x86 default, `reduce_range`): AVX2 kernels without VNNI
-        # sum u8·s8 pairs in int16, which saturates on full 8-bit ranges.
-        activation=quantization.HistogramObserver.with_args(dtype=torch.quint8, quant_min=0, quant_max=127),
+        activation=quantization.HistogramObserver.with_args(
+            dtype=torch.quint8, quant_min=0, quant_max=activation_range()[1]
+        ),
         weight=quantization.default_per_channel_weight_observer,
     )
     observed = 0

@@ -268,16 +268,18 @@ def test_fused_models_copy_pickle_and_count_the_same_flops():
     torch.testing.assert_close(packed, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_a_single_row_runs_f_linear_and_more_rows_the_packed_product():
-    """Below `PACKED_MIN_ROWS` rows (one row: MKL's matrix-vector path is faster) every packed layer, projection group
-    and fused block computes exactly what the plain modules compute; from there on, the packed product."""
+@pytest.mark.parametrize("min_rows", [2, 4])
+def test_few_rows_run_f_linear_and_more_rows_the_packed_product(monkeypatch, min_rows):
+    """Below `packed_min_rows()` rows (measured per machine: MKL's few-row kernels win there) every packed layer,
+    projection group and fused block computes exactly what the plain modules compute; from there on, the packed
+    product."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import BertConfig
     from transformers.models.bert.modeling_bert import BertLayer
 
-    from vlhub.modeling.packed_linear import PACKED_MIN_ROWS
+    from vlhub.modeling import packed_linear
 
-    assert PACKED_MIN_ROWS == 2
+    monkeypatch.setattr(packed_linear, "packed_min_rows", lambda: min_rows)
     torch.manual_seed(0)
     config = BertConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16, hidden_dropout_prob=0.0)
     plain, packed = BertLayer(config).eval(), BertLayer(config).eval()
@@ -286,22 +288,34 @@ def test_a_single_row_runs_f_linear_and_more_rows_the_packed_product():
     assert packed.attention.self.query._projection_group is not None  # Q/K/V grouped, GELU and residuals fused
     assert type(packed.intermediate) is PackedBertIntermediate and type(packed.output) is PackedBertOutput
     with torch.no_grad():
-        for rows in (1, 2, 3):
+        for rows in (1, 2, 3, 4, 5):
             hidden = torch.randn(1, rows, 8)
             expected = plain(hidden)[0]
             with FlopCounterMode(display=False) as counter:
                 got = packed(hidden)[0]
             ops = {str(op) for op in counter.get_flop_counts()["Global"]}
-            if rows < PACKED_MIN_ROWS:
+            if rows < min_rows:
                 assert torch.equal(got, expected)
                 assert not any("mkldnn" in op for op in ops)
             else:
                 torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
                 assert any("mkldnn" in op for op in ops)
-        layer = packed.output.dense  # a layer on its own
-        x = torch.randn(1, 16)
-        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
-        x = torch.randn(2, 16)
-        torch.testing.assert_close(
-            layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5
-        )
+
+
+def test_the_row_threshold_is_the_first_count_where_packed_measured_as_fast(monkeypatch):
+    from vlhub.modeling import packed_linear
+
+    for speedups, expected in (
+        ({2: 1.3, 3: 1.4, 4: 1.6}, 2),  # the AVX2 EPYC's 2-row VLP steps gained from packing
+        ({2: 0.87, 3: 0.85, 4: 1.6}, 4),  # the AVX512 Xeon: F.linear faster up to 3 rows
+        ({2: 0.5, 3: 0.6, 4: 0.9}, packed_linear.PACKED_ROWS_EVERYWHERE),
+    ):
+        monkeypatch.setattr(packed_linear, "packed_speedup", speedups.__getitem__)
+        packed_linear.packed_min_rows.cache_clear()
+        try:
+            assert packed_linear.packed_min_rows() == expected
+        finally:
+            packed_linear.packed_min_rows.cache_clear()
+    monkeypatch.undo()  # this machine's own threshold: one of the candidates, measured once
+    assert packed_linear.packed_min_rows() in (*packed_linear.PROBED_MIN_ROWS, packed_linear.PACKED_ROWS_EVERYWHERE)
+    assert packed_linear.packed_min_rows.cache_info().misses <= 1

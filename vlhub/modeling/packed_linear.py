@@ -17,8 +17,8 @@ with torch.no_grad(), packed_linear_weights(model):     # or pack_linear_weights
 Every `torch.nn.Linear` of the model (exactly that class) becomes a `PackedLinear` (same parameters, same
 `state_dict`) holding a packed copy of its weight (extra memory: one more copy of those weights). The packed path is
 taken only where it is valid and faster: float32 on the CPU, no gradient to compute (inference, `torch.no_grad()`),
-and at least `PACKED_MIN_ROWS` rows; anything else (training, another dtype or device, code being compiled by
-`torch.compile`, a single row) runs `F.linear` as before. A weight changed in place or replaced since it was packed
+and at least `packed_min_rows()` rows (2-5, measured on this machine); anything else (training, another dtype or
+device, code being compiled by `torch.compile`, a single row) runs `F.linear` as before. A weight changed in place or replaced since it was packed
 (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
 
 Packing also fuses what oneDNN can do inside the same product (2–4% of a batch-1 ViLBERT forward on that machine):
@@ -46,7 +46,9 @@ from torch.nn import functional as F
 from ..utils.kernel_probe import measured_speedup
 
 __all__ = [
-    "PACKED_MIN_ROWS",
+    "PROBED_MIN_ROWS",
+    "PACKED_ROWS_EVERYWHERE",
+    "packed_min_rows",
     "PackedLinear",
     "packed_linear_available",
     "packing_pays",
@@ -61,10 +63,13 @@ __all__ = [
 ]
 
 
-# Fewer rows than this run `F.linear`: one row is a matrix-vector product, where MKL's default path streamed the
-# weights 1.4-13x faster than the packed one in bench/bench_skinny_linear.py on the project's 2-core AVX2 EPYC (all
-# three BERT-base shapes); at 2 rows the faster kernel depended on the shape, from 5 rows on the packed one won or tied.
-PACKED_MIN_ROWS = 2
+# Few-row products: MKL's default path has fast kernels for the fewest rows, and where the packed kernel overtakes it
+# depends on the CPU (bench/bench_skinny_linear.py over the BERT-base shapes): on the AVX2 EPYC one row ran 1.4-13x
+# faster on F.linear and two rows depended on the shape (packed decoding of 2-row VLP steps gained 1.5x there); on
+# the AVX512 Xeon F.linear won on every shape up to 3 rows, the packed kernel from 4. From 5 rows on the packed
+# kernel won or tied everywhere. So `packed_min_rows` measures the threshold once per process among these:
+PROBED_MIN_ROWS = (2, 3, 4)
+PACKED_ROWS_EVERYWHERE = 5
 
 
 def packed_linear_available() -> bool:
@@ -77,9 +82,11 @@ def packed_linear_available() -> bool:
         return False
 
 
-# Packing costs one more copy of the linear weights, so the default packs only where it measured at least this much
-# faster on this machine (`packed_speedup`).
-PACKING_MIN_SPEEDUP = 1.1
+# Packing costs one more copy of the linear weights, so the default packs only where its kernel measured clearly
+# faster on this machine (`packed_speedup`): on the AVX512 Xeon the probe's feed-forward ran 1.08-1.16x packed while
+# whole batch-1 VQA pipelines ran 0.99-1.07x (attention and the small products gain less), not worth twice the memory;
+# where packing paid (AVX512 EPYC encoders ~1.4x, decoding steps 1.4-1.6x) it cleared this by far.
+PACKING_MIN_SPEEDUP = 1.25
 # The rows the probe multiplies, per kind of work: a whole-sequence encoder forward at batch 1 (a question and ~36
 # regions, ~60 rows) and a decoding step (beam 5 at batch 1: 5 rows).
 PROBE_ROWS = {"encoder": 64, "decoder": 5}
@@ -95,20 +102,29 @@ def packed_speedup(rows: int) -> float:
     `rows` rows than `F.linear` does on a core of this machine (`measured_speedup`: one thread, interleaved rounds;
     ~50 ms at 64 rows). Needs `packed_linear_available()`."""
     generator = torch.Generator().manual_seed(0)
-    first, second = nn.Linear(768, 3072), nn.Linear(3072, 768)
-    for layer in (first, second):
-        layer.weight.data = torch.randn(layer.weight.shape, generator=generator) * 0.02
+    weights = [torch.randn(3072, 768, generator=generator) * 0.02, torch.randn(768, 3072, generator=generator) * 0.02]
+    biases = [torch.zeros(3072), torch.zeros(768)]
     inputs = torch.randn(rows, 768, generator=generator)
-    packed = [torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach()) for layer in (first, second)]
+    packed = [torch.ops.mkldnn._reorder_linear_weight(weight) for weight in weights]
 
     def plain() -> torch.Tensor:
-        return second(first(inputs))
+        return F.linear(F.linear(inputs, weights[0], biases[0]), weights[1], biases[1])
 
     def packed_product() -> torch.Tensor:
-        hidden = torch.ops.mkldnn._linear_pointwise(inputs, packed[0], first.bias.detach(), "none", [], "")
-        return torch.ops.mkldnn._linear_pointwise(hidden, packed[1], second.bias.detach(), "none", [], "")
+        hidden = torch.ops.mkldnn._linear_pointwise(inputs, packed[0], biases[0], "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(hidden, packed[1], biases[1], "none", [], "")
 
     return measured_speedup(plain, packed_product, rounds=5)
+
+
+@functools.cache
+def packed_min_rows() -> int:
+    """The fewest rows a packed layer multiplies on its packed weight (fewer run `F.linear`): the first of
+    `PROBED_MIN_ROWS` at which the packed kernel measured at least as fast as `F.linear` here (`packed_speedup`), else
+    `PACKED_ROWS_EVERYWHERE`. Measured once per process (~30 ms), by `pack_linear_weights`."""
+    if not packed_linear_available():
+        return PACKED_ROWS_EVERYWHERE
+    return next((rows for rows in PROBED_MIN_ROWS if packed_speedup(rows) >= 1.0), PACKED_ROWS_EVERYWHERE)
 
 
 def packing_pays(decodes: bool) -> bool:
@@ -167,8 +183,8 @@ class PackedLinear(nn.Linear):
             and weight.dtype == torch.float32
             and (self.bias is None or self.bias.dtype == torch.float32)
             and input.numel() > 0
-            and input.numel() >= PACKED_MIN_ROWS * input.shape[-1]
             and not torch.compiler.is_compiling()  # the packed copy is an opaque tensor: compiled code gets F.linear
+            and input.numel() >= packed_min_rows() * input.shape[-1]
             and not (
                 torch.is_grad_enabled()
                 and (weight.requires_grad or input.requires_grad or (self.bias is not None and self.bias.requires_grad))
@@ -308,6 +324,7 @@ def pack_linear_weights(model: nn.Module) -> int:
     if not packed_linear_available():
         return 0
     _register_flop_formula()
+    packed_min_rows()  # measured now rather than inside the first forward
     count = 0
     for module in model.modules():
         if type(module) is nn.Linear:

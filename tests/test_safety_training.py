@@ -242,21 +242,23 @@ def test_state_files_are_written_through_a_rename(tmp_path, monkeypatch):
 # -- 5. a Hub that never answers -------------------------------------------------------------------------------------
 
 
+def stalled_hub_arguments(tmp_path):
+    """A pushing run whose Hub calls give up fast: 0.5 s per read, 1 s in all per operation."""
+    return arguments(
+        tmp_path,
+        push_to_hub=True,
+        hub_model_id="tester/stalled",
+        hub_token="hf_fake",
+        hub_timeout=0.5,
+        hub_total_timeout=1,
+    )
+
+
 def test_a_hub_that_never_answers_fails_before_training(tmp_path, monkeypatch, online_towards_loopback):
     with SilentServer() as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         with pytest.raises(HubError, match="tester/stalled.*Timeout"):
-            train(
-                make_task(tmp_path),
-                arguments(
-                    tmp_path,
-                    push_to_hub=True,
-                    hub_model_id="tester/stalled",
-                    hub_token="hf_fake",
-                    hub_timeout=0.5,
-                    hub_total_timeout=1,
-                ),
-            )
+            train(make_task(tmp_path), stalled_hub_arguments(tmp_path))
     assert not (tmp_path / "run").exists()
 
 
@@ -270,18 +272,7 @@ def test_a_stalled_upload_ends_in_an_error_after_training_with_local_checkpoints
             hub.stall_uploads = True
 
         with pytest.raises(HubError) as error:
-            train(
-                make_task(tmp_path),
-                arguments(
-                    tmp_path,
-                    push_to_hub=True,
-                    hub_model_id="tester/stalled",
-                    hub_token="hf_fake",
-                    hub_timeout=0.5,
-                    hub_total_timeout=1,
-                ),
-                callbacks=[stall_after_creation],
-            )
+            train(make_task(tmp_path), stalled_hub_arguments(tmp_path), callbacks=[stall_after_creation])
         assert hub.stalled >= 1 and hub.commits == []
     assert "Timeout" in str(error.value) and str((tmp_path / "run").resolve()) in str(error.value)
     for step in (2, 4):

@@ -2,7 +2,7 @@
 
     python bench/bench_vlp_decoding.py [--size base] [--batch-sizes 1 8] [--searches greedy beam] [--beams 5]
                                        [--new-tokens 20] [--repeats 2] [--device cpu|cuda] [--packed-linear]
-                                       [--original-checkout PATH] [--dtype fp32|bf16] [--json PATH]
+                                       [--original-checkout PATH [--int8]] [--dtype fp32|bf16] [--json PATH]
 
 "without cache" (`use_cache=False`) re-feeds the whole sequence (prompt + words + trailing [MASK]) at every step:
 what the original decoder costs, since it re-projects the keys and values of every earlier position at each step.
@@ -24,7 +24,8 @@ in `--repeats` interleaved rounds (every run once per round, in a rotating order
 on all alike; medians). Greedy runs every step on both sides (no end token, as the original); "vlp-beam" is the
 original's beam search against vlhub's `custom_generate=vlp_beam_search` (its rules: identical captions required);
 "beam" is the original's beam search against transformers' `num_beams` search (other rules: the share of equal
-captions is reported, not required).
+captions is reported, not required). `--int8` adds vlhub on int8 dynamically quantized linear layers (the
+pipelines' `quantize="int8"`), whose captions are compared with vlhub's float32 ones (counted, not required equal).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import vlhub
+from vlhub.modeling.inference_dtype import quantize_linear_weights
 from vlhub.modeling.packed_linear import pack_linear_weights
 from vlhub.modeling.unified_vlp import vlp_beam_search
 
@@ -107,17 +109,19 @@ def compare_with_original(args, config, device) -> None:
     vlp_original.copy_original_weights(original, model)
     packed_model = copy.deepcopy(model)
     packed = pack_linear_weights(packed_model)
+    int8_model = quantize_linear_weights(model) if args.int8 else None
     print(
         f"Unified VLP {args.size} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), "
         f"{config.num_regions} regions, {args.new_tokens} words per caption (no early stop), device {device}, "
         f"{torch.get_num_threads()} threads; original: {args.original_checkout}; packed: {packed} linear weights; "
         f"medians of {args.repeats} interleaved rounds"
     )
+    int8_columns = " int8 s / image | int8 speed-up | int8 captions equal to fp32's |" if args.int8 else ""
     print(
         "| search | batch | original s / image | vlhub s / image | packed s / image | speed-up | packed speed-up "
-        "| same captions |"
+        f"| same captions |{int8_columns}"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * (8 + 3 * bool(args.int8)) + "|")
     steps = args.new_tokens
     with torch.no_grad():
         for search in args.searches:
@@ -131,6 +135,10 @@ def compare_with_original(args, config, device) -> None:
                     "vlhub": lambda: run_like_original(model, inputs, search, beams, steps)[:, prompt_length:],
                     "packed": lambda: run_like_original(packed_model, inputs, search, beams, steps)[:, prompt_length:],
                 }
+                if int8_model is not None:  # not exact: its captions are compared, not required equal
+                    calls["int8"] = lambda: run_like_original(int8_model, inputs, search, beams, steps)[
+                        :, prompt_length:
+                    ]
                 outputs = {name: call() for name, call in calls.items()}  # also a warm-up
                 if not torch.equal(outputs["vlhub"], outputs["packed"]):
                     raise AssertionError(f"{search}, batch {batch}: packed weights changed the captions")
@@ -142,7 +150,13 @@ def compare_with_original(args, config, device) -> None:
                 print(
                     f"| {search} | {batch} | {seconds['original']:.3f} | {seconds['vlhub']:.3f} | "
                     f"{seconds['packed']:.3f} | {seconds['original'] / seconds['vlhub']:.2f}x | "
-                    f"{seconds['original'] / seconds['packed']:.2f}x | {int(same.sum())}/{batch} |",
+                    f"{seconds['original'] / seconds['packed']:.2f}x | {int(same.sum())}/{batch} |"
+                    + (
+                        f" {seconds['int8']:.3f} | {seconds['original'] / seconds['int8']:.2f}x | "
+                        f"{int((outputs['int8'] == outputs['vlhub']).all(dim=1).sum())}/{batch} |"
+                        if int8_model is not None
+                        else ""
+                    ),
                     flush=True,
                 )
 
@@ -184,6 +198,12 @@ def main():
         type=int,
         default=None,
         help="measure the (slow) uncached runs only up to this batch size",
+    )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="with --original-checkout: also time vlhub on int8 dynamically quantized linear layers "
+        '(quantize="int8"; not exact: how many of its captions equal fp32\'s is reported)',
     )
     parser.add_argument(
         "--packed-linear",

@@ -219,6 +219,8 @@ def main():
     device = torch.device(prepare_device(args.device, parser))
     torch.manual_seed(0)
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
+    if args.int8 and not args.original_checkout:
+        parser.error("--int8 is a column of the --original-checkout table: give --original-checkout PATH")
     if args.original_checkout:
         if args.repeats < 1:
             parser.error("--original-checkout needs --repeats ≥ 1 (timed interleaved rounds)")

@@ -84,3 +84,49 @@ def test_original_decoder_gives_vlhubs_captions():
             ids = bench.run_like_original(model, inputs, search, beams, steps)[:, prompt_length:]
             assert expected.shape == (3, steps)
             assert torch.equal(bench._zero_after_end(ids, config, search), expected), search
+
+
+@pytest.mark.skipif(
+    not CHECKOUT or not (Path(CHECKOUT) / MODELING).is_file(),
+    reason="set VLHUB_VLP_CHECKOUT to a checkout of github.com/LuoweiZhou/VLP",
+)
+def test_the_original_table_with_its_int8_column(monkeypatch, capsys):
+    """The whole `--original-checkout --int8` run on a tiny model: every row has the original, plain, packed and int8
+    columns (int8 captions are counted against fp32's, not required equal)."""
+    bench = load_bench()
+    sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    tiny = tiny_config().to_dict()
+    monkeypatch.setitem(bench.SIZES, "small", {key: tiny[key] for key in (*sizes, "max_position_embeddings")})
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["bench_vlp_decoding.py", "--original-checkout", CHECKOUT, "--size", "small", "--int8"]
+        + [
+            "--batch-sizes",
+            "2",
+            "--searches",
+            "greedy",
+            "vlp-beam",
+            "--beams",
+            "2",
+            "--new-tokens",
+            "3",
+            "--repeats",
+            "1",
+        ],
+    )
+    bench.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert "int8 s / image" in rows[0] and rows[1] == "| --- " * 11 + "|" and len(rows) == 4
+    for row, search in zip(rows[2:], ("greedy", "vlp-beam")):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == 11 and cells[:2] == [search, "2"] and cells[7] == "2/2", row
+        assert float(cells[8]) > 0 and cells[9].endswith("x") and cells[10].endswith("/2")
+
+
+def test_int8_needs_the_original_table(monkeypatch, capsys):
+    bench = load_bench()
+    monkeypatch.setattr(sys, "argv", ["bench_vlp_decoding.py", "--int8"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--int8 is a column of the --original-checkout table" in capsys.readouterr().err

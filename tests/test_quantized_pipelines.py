@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
     reason="this torch build has no int8 CPU engine",
 )
 
-# int8 weights (per tensor) and activations (per batch) on the tiny models: probabilities and logits within this
+# int8 weights (per output channel) and activations (per batch) on the tiny models: probabilities and logits within this
 SCORE_TOLERANCE = 0.02
 LOGIT_TOLERANCE = 0.05
 

@@ -42,8 +42,10 @@ def _refuse_saving(*args: object, **kwargs: object) -> None:
 def _quantized_layers(model: nn.Module) -> dict:
     """quantize_dynamic's spec: every nn.Linear except a vision-language model's region-feature layers (its
     declared `_region_feature_layers`), whose float weights its forward and the input checks read; they see only the
-    regions, a small part of the work."""
-    spec: dict = {nn.Linear: torch.ao.quantization.default_dynamic_qconfig}
+    regions, a small part of the work. Weights are quantized per output channel: at the same speed as one scale per
+    tensor, it kept more answers and captions as float32 had them (on an AVX512-VNNI Xeon, 2026-11-29: the demo's
+    captions 89.0% identical against 65.5%, ViLBERT's answers 99.8% against 99.5%; bench/bench_quantized.py)."""
+    spec: dict = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
     if isinstance(model, VisionLanguagePreTrainedModel):
         base = next(name for name, module in model.named_modules() if module is model.base_model)
         for path in model.base_model._region_feature_layers:
@@ -52,8 +54,8 @@ def _quantized_layers(model: nn.Module) -> dict:
 
 
 def quantize_linear_weights(model: nn.Module, dtype: str = "int8") -> nn.Module:
-    """A copy of ``model`` whose ``nn.Linear`` layers are int8 dynamically quantized (weights int8 per tensor,
-    activations quantized per batch at run time; a vision-language model's region-feature layers stay float32);
+    """A copy of ``model`` whose ``nn.Linear`` layers are int8 dynamically quantized (weights int8 per output
+    channel, activations quantized per batch at run time; a vision-language model's region-feature layers stay float32);
     ``model`` itself is left as it is.
 
     CPU inference of a float32 model only: the copy cannot be trained or moved to a GPU, and its ``save_pretrained``

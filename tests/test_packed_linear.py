@@ -319,3 +319,14 @@ def test_the_row_threshold_is_the_first_count_where_packed_measured_as_fast(monk
     monkeypatch.undo()  # this machine's own threshold: one of the candidates, measured once
     assert packed_linear.packed_min_rows() in (*packed_linear.PROBED_MIN_ROWS, packed_linear.PACKED_ROWS_EVERYWHERE)
     assert packed_linear.packed_min_rows.cache_info().misses <= 1
+
+
+def test_the_fixed_rules_names_say_what_replaced_them():
+    from vlhub.modeling import packed_linear
+
+    with pytest.warns(DeprecationWarning, match="measured per machine, packed_min_rows"):
+        assert packed_linear.PACKED_MIN_ROWS == packed_linear.packed_min_rows()
+    with pytest.raises(AttributeError, match="ENCODER_PACKING_CPU_KINDS was removed: .* packing_pays"):
+        packed_linear.ENCODER_PACKING_CPU_KINDS
+    with pytest.raises(AttributeError, match="has no attribute 'NOT_A_NAME'"):
+        packed_linear.NOT_A_NAME

@@ -18,8 +18,8 @@ Every `torch.nn.Linear` of the model (exactly that class) becomes a `PackedLinea
 `state_dict`) holding a packed copy of its weight (extra memory: one more copy of those weights). The packed path is
 taken only where it is valid and faster: float32 on the CPU, no gradient to compute (inference, `torch.no_grad()`),
 and at least `packed_min_rows()` rows (2-5, measured on this machine); anything else (training, another dtype or
-device, code being compiled by `torch.compile`, a single row) runs `F.linear` as before. A weight changed in place or replaced since it was packed
-(optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
+device, code being compiled by `torch.compile`, fewer rows) runs `F.linear` as before. A weight changed in place or
+replaced since it was packed (optimizer step, `load_state_dict`, `.to()`) is re-packed at its next use.
 
 Packing also fuses what oneDNN can do inside the same product (2–4% of a batch-1 ViLBERT forward on that machine):
 - the query, key and value projections of a self-attention (transformers' `BertSelfAttention`, and each stream's
@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -72,6 +73,23 @@ PROBED_MIN_ROWS = (2, 3, 4)
 PACKED_ROWS_EVERYWHERE = 5
 
 
+def __getattr__(name: str) -> object:
+    # Names of the fixed rules that measurements replaced.
+    if name == "PACKED_MIN_ROWS":
+        warnings.warn(
+            "PACKED_MIN_ROWS is deprecated: the row threshold is measured per machine, packed_min_rows()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return packed_min_rows()
+    if name == "ENCODER_PACKING_CPU_KINDS":
+        raise AttributeError(
+            "ENCODER_PACKING_CPU_KINDS was removed: whether an encoder is packed is measured on the machine "
+            "(packing_pays(decodes=False), packed_speedup), not read from its CPU kind"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def packed_linear_available() -> bool:
     """Whether this torch build has oneDNN and its packed linear operators (`torch.ops.mkldnn`)."""
     if not torch.backends.mkldnn.is_available():
@@ -90,10 +108,9 @@ PACKING_MIN_SPEEDUP = 1.25
 # The rows the probe multiplies, per kind of work: a whole-sequence encoder forward at batch 1 (a question and ~36
 # regions, ~60 rows) and a decoding step (beam 5 at batch 1: 5 rows).
 PROBE_ROWS = {"encoder": 64, "decoder": 5}
-# Measured with bench/bench_encoders.py --pipeline and bench/bench_skinny_linear.py (docs/performance.md): packed
-# encoders ran ~1.4x plain on an AVX512 AMD EPYC, 0.90-0.94x on an AVX2-only EPYC and 0.99x on an AVX512 Intel Xeon
-# (whose MKL is fast at these shapes); decoding steps 1.4-1.5x on the AVX2 EPYC. So the CPU kind does not say it:
-# the default times the two kernels once per process.
+# The CPU kind does not say it (bench/bench_encoders.py --pipeline, docs/performance.md): packed encoders ran ~1.4x
+# plain on an AVX512 AMD EPYC, 0.90-0.94x on an AVX2-only EPYC and 0.99-1.07x on an AVX512 Intel Xeon (whose MKL is
+# fast at these shapes). So the default times the two kernels once per process.
 
 
 @functools.cache

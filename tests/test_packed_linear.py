@@ -326,7 +326,7 @@ def test_the_fixed_rules_names_say_what_replaced_them():
 
     with pytest.warns(DeprecationWarning, match="measured per machine, packed_min_rows"):
         assert packed_linear.PACKED_MIN_ROWS == packed_linear.packed_min_rows()
-    with pytest.raises(AttributeError, match="ENCODER_PACKING_CPU_KINDS was removed: .* packing_pays"):
+    with pytest.raises(AttributeError, match="ENCODER_PACKING_CPU_KINDS was removed: .*packing_pays"):
         packed_linear.ENCODER_PACKING_CPU_KINDS
     with pytest.raises(AttributeError, match="has no attribute 'NOT_A_NAME'"):
         packed_linear.NOT_A_NAME

@@ -94,7 +94,7 @@ def test_pack_linear_weights_must_be_a_bool(vqa_folder):  # noqa: F811
 
 @pytest.mark.parametrize(
     "encoder_speedup, decoder_speedup",
-    [(1.4, 1.5), (0.92, 1.45), (1.16, 1.58), (0.9, 0.95)],  # AVX512 EPYC, AVX2 EPYC, AVX512 Xeon, a CPU where neither
+    [(1.4, 1.5), (0.92, 1.45), (1.19, 1.58), (0.9, 0.95)],  # AVX512 EPYC, AVX2 EPYC, AVX512 Xeon, a CPU where neither
 )
 def test_the_default_packs_where_it_pays(monkeypatch, encoder_speedup, decoder_speedup, vqa_folder, captioner_folder):  # noqa: F811
     """The default (`pack_linear_weights=None`) packs where the packed kernels measured at least
@@ -106,11 +106,12 @@ def test_the_default_packs_where_it_pays(monkeypatch, encoder_speedup, decoder_s
         packed_linear.PROBE_ROWS["decoder"]: decoder_speedup,
     }
     monkeypatch.setattr(packed_linear, "packed_speedup", speedups.__getitem__)
+    monkeypatch.setattr(packed_linear, "packed_min_rows", lambda: 2)  # its own probes are not this test's subject
     assert packed_linear.packing_pays(decodes=False) == (encoder_speedup >= packed_linear.PACKING_MIN_SPEEDUP)
     vqa = pipeline("visual-question-answering", model=str(vqa_folder))
-    assert (vqa.packed_linears > 0) == (encoder_speedup >= 1.25)
+    assert (vqa.packed_linears > 0) == (encoder_speedup >= 1.3)
     assert vqa.packed_linears == packed_layers(vqa.model)
     captioner = pipeline("image-captioning", model=str(captioner_folder))
-    assert (captioner.packed_linears > 0) == (decoder_speedup >= 1.25)
+    assert (captioner.packed_linears > 0) == (decoder_speedup >= 1.3)
     assert pipeline("visual-question-answering", model=str(vqa_folder), pack_linear_weights=True).packed_linears > 0
     assert pipeline("image-captioning", model=str(captioner_folder), pack_linear_weights=False).packed_linears == 0

@@ -10,13 +10,16 @@ the flags alone.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["measured_speedup"]
+__all__ = ["log_measurement", "measured_speedup"]
+
+logger = logging.getLogger(__name__)
 
 
 def measured_speedup(baseline: Callable[[], object], candidate: Callable[[], object], rounds: int = 7) -> float:
@@ -42,3 +45,9 @@ def measured_speedup(baseline: Callable[[], object], candidate: Callable[[], obj
     finally:
         torch.set_num_threads(threads)
     return statistics.median(baseline_times) / max(statistics.median(candidate_times), 1e-9)
+
+
+def log_measurement(what: str, speedup: float, consequence: str = "") -> None:
+    """One line at INFO saying what a probe measured (and what follows from it), so that a run's log tells why it
+    ran as it did."""
+    logger.info("%s: %.2fx on this CPU%s", what, speedup, f"; {consequence}" if consequence else "")

@@ -18,7 +18,7 @@ import functools
 import torch
 from torch.nn import functional as F
 
-from .kernel_probe import measured_speedup
+from .kernel_probe import log_measurement, measured_speedup
 
 __all__ = [
     "cpu_bf16_units",
@@ -70,7 +70,10 @@ def cpu_bf16_speedup() -> float:
     activations = torch.randn(rows, inputs, generator=generator)
     weight = torch.randn(outputs, inputs, generator=generator)
     activations_bf16, weight_bf16 = activations.bfloat16(), weight.bfloat16()
-    return measured_speedup(lambda: F.linear(activations, weight), lambda: F.linear(activations_bf16, weight_bf16))
+    speedup = measured_speedup(lambda: F.linear(activations, weight), lambda: F.linear(activations_bf16, weight_bf16))
+    fast = f"bf16 is fast here (from {BF16_MIN_SPEEDUP}x)" if speedup >= BF16_MIN_SPEEDUP else "float32 stays"
+    log_measurement("a bf16 linear product against float32", speedup, fast)
+    return speedup
 
 
 def bf16_is_fast(device: torch.device | str) -> bool:

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the encoders package's import helpers
 
-from encoders import import_from_checkout, stub_modules  # noqa: E402  (bench/encoders, found through the path above)
+from encoders import bert_sizes, import_from_checkout, stub_modules  # noqa: E402  (bench/encoders, found through the path above)
 
 ORIGINAL_REPOSITORY = "LuoweiZhou/VLP"
 MODELING = "pytorch_pretrained_bert/modeling.py"
@@ -60,15 +60,10 @@ def build_original(checkout, config, beams: int) -> torch.nn.Module:
     original = import_original(checkout)
     bert_config = original.BertConfig(
         config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
+        **bert_sizes(config),
         hidden_act="gelu",
         hidden_dropout_prob=config.hidden_dropout_prob,
         attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
         initializer_range=config.initializer_range,
     )
     if config.region_location_dim != 6 + 1601 or config.region_feature_dim != 2048:

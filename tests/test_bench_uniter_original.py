@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import vlhub
+from vlhub.registry import get_architecture
 
 CHECKOUT = os.environ.get("VLHUB_UNITER_CHECKOUT")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -27,15 +28,8 @@ def test_the_original_vqa_model_gives_vlhubs_scores(monkeypatch):
     from encoders import uniter as case
 
     torch.manual_seed(0)
-    config = vlhub.UniterConfig(
-        vocab_size=1200,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        region_feature_dim=48,
-        id2label={i: str(i) for i in range(10)},
-    )
+    tiny = get_architecture("uniter").config_presets["tiny"]
+    config = vlhub.UniterConfig(**tiny, vocab_size=1200, region_feature_dim=48, id2label={i: str(i) for i in range(10)})
     original = case.build_original(CHECKOUT, config)
     assert type(original.net).__name__ == "UniterForVisualQuestionAnswering" and not original.training
     model = vlhub.UniterForQuestionAnswering(config).eval()

@@ -45,6 +45,13 @@ def vqa_model(
     return model_class(config).eval()
 
 
+def bert_sizes(config) -> dict:
+    """The BERT trunk sizes of a vlhub config, as keyword arguments of the originals' own BERT-style configs (which
+    take the vocabulary size first, positionally)."""
+    names = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings")
+    return {name: getattr(config, name) for name in (*names, "type_vocab_size")}
+
+
 def random_inputs(config, batch: int, text: int, regions: int, location_dim: int) -> dict:
     """Full-length random text (ids from 1000 up, past BERT's special tokens) and regions (seed 0)."""
     generator = torch.Generator().manual_seed(0)

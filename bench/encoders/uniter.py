@@ -15,7 +15,7 @@ import torch
 
 import vlhub
 
-from . import VQA_ANSWERS, import_from_checkout, random_inputs, stub_modules, vqa_model
+from . import VQA_ANSWERS, bert_sizes, import_from_checkout, random_inputs, stub_modules, vqa_model
 
 DESCRIPTION = "UNITER-base VQA"
 DEFAULT_REGIONS = 36
@@ -57,15 +57,7 @@ def build_original(checkout, config: vlhub.UniterConfig | None = None) -> torch.
         vqa = import_from_checkout(checkout, "model/vqa.py", f"{_PACKAGE}.vqa")
     answers = VQA_ANSWERS if config is None else config.num_labels
     config = config or vlhub.UniterConfig()
-    original_config = original_model.UniterConfig(
-        config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-    )
+    original_config = original_model.UniterConfig(config.vocab_size, **bert_sizes(config))
     net = vqa.UniterForVisualQuestionAnswering(original_config, config.region_feature_dim, answers)
     return OriginalVqa(net, config).eval()
 

@@ -123,6 +123,14 @@ def run_python(code: str, preload: tuple[str, ...] = PRELOAD) -> str:
 
 def run_python_outputs(code: str, preload: tuple[str, ...] = PRELOAD) -> tuple[str, str]:
     """`code`'s `(stdout, stderr)`, failing as `run_python` does."""
+    exit_code, out, err = run_python_status(code, preload)
+    assert exit_code == 0, f"exit code {exit_code}:\n{err[-3000:]}"
+    return out, err
+
+
+def run_python_status(code: str, preload: tuple[str, ...] = PRELOAD) -> tuple[int, str, str]:
+    """`code`'s `(exit code, stdout, stderr)`, whatever the exit code (-9: killed past TIMEOUT_S); fails the calling
+    test only when the server itself is gone."""
     server = _server(preload)
     with tempfile.TemporaryDirectory(prefix="vlhub-fresh-") as folder:
         stdout, stderr = Path(folder, "stdout"), Path(folder, "stderr")
@@ -131,18 +139,29 @@ def run_python_outputs(code: str, preload: tuple[str, ...] = PRELOAD) -> tuple[s
         reply = server.stdout.readline()
         assert reply, f"the fork server exited (code {server.wait()})"
         out, err = (path.read_text(errors="replace") if path.exists() else "" for path in (stdout, stderr))
-    exit_code = int(reply)
-    assert exit_code == 0, f"exit code {exit_code}:\n{err[-3000:]}"
-    return out, err
+    return int(reply), out, err
+
+
+def _module_code(module: str, arguments: list[str], environment: dict[str, str], cwd: str | None) -> str:
+    return (
+        "import os, runpy, sys\n"
+        f"os.environ.clear()\nos.environ.update({environment!r})\n"
+        + (f"os.chdir({cwd!r})\n" if cwd is not None else "")
+        + f"sys.argv = [{module!r}, *{arguments!r}]\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )
 
 
 def run_module(module: str, arguments: list[str], environment: dict[str, str]) -> str:
     """`python -m module *arguments` with only `environment`'s variables, as `run_python` runs a snippet: the child sets
     them itself, so what the server's preloaded libraries read at import (huggingface_hub's HF_HOME and offline mode)
     comes from the test session's environment."""
-    return run_python(
-        "import os, runpy, sys\n"
-        f"os.environ.clear()\nos.environ.update({environment!r})\n"
-        f"sys.argv = [{module!r}, *{arguments!r}]\n"
-        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-    )
+    return run_python(_module_code(module, arguments, environment, None))
+
+
+def run_module_status(
+    module: str, arguments: list[str], environment: dict[str, str], cwd: str | Path
+) -> tuple[int, str, str]:
+    """`python -m module *arguments` in `cwd` as `run_module` runs it, returning `(exit code, stdout, stderr)` whatever
+    the exit code (for a child whose failure the test reports itself, such as a child pytest run)."""
+    return run_python_status(_module_code(module, arguments, environment, str(cwd)))

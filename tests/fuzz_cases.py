@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 import tempfile
+import time
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -100,27 +101,18 @@ def classify_here(case: Case) -> tuple[str, str]:
 
 
 # What the child processes need, imported once by the fork server they are forked from (a fresh interpreter per case
-# spent 10-25 s importing these); each case still runs in a process of its own.
+# spent 10-25 s importing these); each case still runs in a process of its own. The server is forked from
+# tests/fresh_interpreter.py's, which has imported torch and the third-party libraries already (a server of its own
+# spent ~4 CPU-s more on the first case, importing them again).
 CHILD_PRELOAD = ("tests.fuzz_cases", "vlhub.cli", "vlhub.data", "vlhub.processing.detector.image_io", "h5py", "lmdb")
 
 
-@functools.cache
-def _child_context():
-    import multiprocessing
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(CHILD_PRELOAD))
-    return context
-
-
-def _classify_in_child(case_id: str, connection, output: str) -> None:
-    """A child's work: its stdout and stderr go to `output` (read back on a crash), its verdict to `connection`."""
-    with open(output, "wb") as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
+def _classify_in_child(case_id: str, verdict: str) -> None:
+    """A child's work (its stdout and stderr go to files, read back on a crash): its verdict, as JSON, to `verdict`."""
     os.chdir(REPOSITORY)
-    connection.send(classify_here(CASES[case_id]))
-    connection.close()
+    outcome = classify_here(CASES[case_id])
+    Path(verdict + ".part").write_text(json.dumps(outcome))
+    os.replace(verdict + ".part", verdict)  # whole or absent
 
 
 def classify(case: Case) -> tuple[str, str]:
@@ -128,36 +120,22 @@ def classify(case: Case) -> tuple[str, str]:
     server that has imported vlhub once)."""
     if not case.in_child:
         return classify_here(case)
-    context = _child_context()
-    receiver, sender = context.Pipe(duplex=False)
-    with tempfile.NamedTemporaryFile(prefix="vlhub-fuzz-child-", suffix=".log") as output:
-        child = context.Process(target=_classify_in_child, args=(case.id, sender, output.name))
-        child.start()
-        sender.close()
-        verdict, timed_out = None, False
-        try:
-            if receiver.poll(CHILD_TIMEOUT_S):
-                verdict = tuple(receiver.recv())
-            else:
-                timed_out = True
-        except EOFError:  # the child ended without a verdict
-            pass
-        finally:
-            receiver.close()
-        if timed_out:
-            child.kill()
-        child.join(30)  # past a verdict (or the end of its pipe) the child is exiting
-        if child.is_alive():
-            child.kill()
-            child.join()
-        if verdict is not None:
-            return verdict
-        if timed_out:
-            return "hang", f"still running after {CHILD_TIMEOUT_S:g} s"
-        log = Path(output.name).read_text(errors="replace")
-    if child.exitcode < 0 or child.exitcode >= 128:
-        return "crash", f"exit code {child.exitcode}: {log[-300:]}"
-    return "traceback", f"exit code {child.exitcode}: {log[-500:]}"
+    from tests.fresh_interpreter import PRELOAD, run_python_status
+
+    with tempfile.TemporaryDirectory(prefix="vlhub-fuzz-child-") as folder:
+        verdict = Path(folder, "verdict.json")
+        code = f"from tests.fuzz_cases import _classify_in_child\n_classify_in_child({case.id!r}, {str(verdict)!r})\n"
+        start = time.monotonic()
+        exitcode, out, err = run_python_status(code, (*PRELOAD, *CHILD_PRELOAD), CHILD_TIMEOUT_S)
+        elapsed = time.monotonic() - start
+        if verdict.is_file():
+            return tuple(json.loads(verdict.read_text()))
+    log = out + err
+    if exitcode == -9 and elapsed >= CHILD_TIMEOUT_S:  # killed by the server at the time limit
+        return "hang", f"still running after {CHILD_TIMEOUT_S:g} s"
+    if exitcode < 0 or exitcode >= 128:
+        return "crash", f"exit code {exitcode}: {log[-300:]}"
+    return "traceback", f"exit code {exitcode}: {log[-500:]}"
 
 
 # --------------------------------------------------------------------------------------------- shared material

@@ -10,8 +10,6 @@ $VLHUB_FIXTURES_DIR, passes. Names the original code itself fixes stay: Unified 
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -19,6 +17,7 @@ import pytest
 
 from . import release_files
 from .conftest import fixtures_root
+from .fresh_interpreter import run_module_status
 
 ARCHITECTURES = ("uniter", "vl_bert", "vilbert", "unified_vlp", "tden")
 
@@ -121,12 +120,10 @@ def parity_runs_on_renamed_copies(tmp_path_factory) -> dict[str, dict[str, list[
     report = root / "report.xml"
     modules = [str(Path(__file__).parent / f"test_{architecture}_parity.py") for architecture in present]
     env = {**os.environ, "VLHUB_FIXTURES_DIR": str(root), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *modules],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=Path(__file__).parents[1],
+    # `python -m pytest` forked from tests/fresh_interpreter.py's server (torch imported once per test process, ~10 s
+    # of a new interpreter's start-up saved); a fresh process all the same: it has imported nothing of vlhub or tests.
+    returncode, stdout, stderr = run_module_status(
+        "pytest", ["-q", "-p", "no:cacheprovider", f"--junitxml={report}", *modules], env, Path(__file__).parents[1]
     )
     runs = {a: {"passed": [], "failed": [], "skipped": []} for a in present}
     for testcase in ElementTree.parse(report).iter("testcase") if report.is_file() else ():
@@ -139,7 +136,7 @@ def parity_runs_on_renamed_copies(tmp_path_factory) -> dict[str, dict[str, list[
         runs.setdefault(module.group(1) if module else "?", {"passed": [], "failed": [], "skipped": []})[
             outcome
         ].append(testcase.get("name"))
-    return {"runs": runs, "output": f"exit status {result.returncode}\n{result.stdout[-4000:]}{result.stderr[-2000:]}"}
+    return {"runs": runs, "output": f"exit status {returncode}\n{stdout[-4000:]}{stderr[-2000:]}"}
 
 
 @pytest.mark.slow

@@ -324,7 +324,7 @@ def test_the_row_threshold_is_the_first_count_where_packed_measured_as_fast(monk
 def test_the_fixed_rules_names_say_what_replaced_them():
     from vlhub.modeling import packed_linear
 
-    with pytest.warns(DeprecationWarning, match="measured per machine, packed_min_rows"):
+    with pytest.warns(FutureWarning, match="PACKED_MIN_ROWS is replaced by packed_min_rows"):
         assert packed_linear.PACKED_MIN_ROWS == packed_linear.packed_min_rows()
     with pytest.raises(AttributeError, match="ENCODER_PACKING_CPU_KINDS was removed: .*packing_pays"):
         packed_linear.ENCODER_PACKING_CPU_KINDS

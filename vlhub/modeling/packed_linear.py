@@ -37,13 +37,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import warnings
 from collections.abc import Iterator
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..utils.deprecation import replaced_name
 from ..utils.kernel_probe import log_measurement, measured_speedup
 
 __all__ = [
@@ -76,11 +76,7 @@ PACKED_ROWS_EVERYWHERE = 5
 def __getattr__(name: str) -> object:
     # Names of the fixed rules that measurements replaced.
     if name == "PACKED_MIN_ROWS":
-        warnings.warn(
-            "PACKED_MIN_ROWS is deprecated: the row threshold is measured per machine, packed_min_rows()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        replaced_name("PACKED_MIN_ROWS", "packed_min_rows(), the row threshold measured on this machine")
         return packed_min_rows()
     if name == "ENCODER_PACKING_CPU_KINDS":
         raise AttributeError(

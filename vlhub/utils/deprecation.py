@@ -1,4 +1,5 @@
-"""Old import paths of code that moved: they keep working for a while and say where the code lives now."""
+"""Old import paths of code that moved, and old names of things that were replaced: they keep working for a while and
+say what to use now."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import importlib
 import warnings
 from collections.abc import Callable, Mapping
 
-__all__ = ["moved_module", "moved_attribute"]
+__all__ = ["moved_module", "moved_attribute", "replaced_name"]
 
 
 def _moved_warning(old: str, new: str, stacklevel: int) -> None:
@@ -36,3 +37,10 @@ def moved_attribute(module_name: str, name: str, moved: Mapping[str, str]) -> ob
         raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
     _moved_warning(f"{module_name}.{name}", f"{moved[name]}.{name}", stacklevel=3)  # the caller's line
     return getattr(importlib.import_module(moved[name]), name)
+
+
+def replaced_name(old: str, replacement: str) -> None:
+    """Warn that the public name `old` gave way to `replacement` (a FutureWarning pointing at the caller's line)."""
+    warnings.warn(
+        f"{old} is replaced by {replacement} ({old} will stop working in a later release)", FutureWarning, stacklevel=3
+    )

@@ -41,3 +41,19 @@ def test_the_packing_probe_times_both_kernels_once_per_row_count(monkeypatch):
         assert packed_linear.packing_pays(decodes=True) == (speedup >= packed_linear.PACKING_MIN_SPEEDUP)
     finally:
         packed_linear.packed_speedup.cache_clear()
+
+
+def test_the_probe_runs_on_one_thread_and_gives_the_threads_back_even_when_a_kernel_fails():
+    import torch
+
+    threads = torch.get_num_threads()
+    seen = []
+    measured_speedup(lambda: seen.append(torch.get_num_threads()), lambda: None, rounds=2)
+    assert set(seen) == {1} and torch.get_num_threads() == threads
+
+    def broken():
+        raise RuntimeError("no such kernel")
+
+    with pytest.raises(RuntimeError, match="no such kernel"):
+        measured_speedup(lambda: None, broken)
+    assert torch.get_num_threads() == threads

@@ -96,24 +96,35 @@ def packed_linear_available() -> bool:
         return False
 
 
-# Packing costs one more copy of the linear weights, so the default packs only where its kernel measured clearly
-# faster on this machine (`packed_speedup`): on the AVX512 Xeon the probe's feed-forward ran 1.08-1.19x packed while
+# The CPU kind does not say whether packing pays (bench/bench_encoders.py --pipeline, docs/performance.md): packed
+# encoders ran ~1.4x plain on an AVX512 AMD EPYC, 0.90-0.94x on an AVX2-only EPYC and 0.99-1.07x on an AVX512 Intel
+# Xeon. And packing costs one more copy of the linear weights, so the default packs only where its kernel measured
+# clearly faster on this machine (`packed_speedup`): on the AVX512 Xeon the probe's feed-forward ran 1.08-1.19x packed while
 # whole batch-1 VQA pipelines ran 0.99-1.07x (attention and the small products gain less), not worth twice the memory;
 # where packing paid (AVX512 EPYC encoders ~1.4x, decoding steps 1.4-1.6x) it cleared this by far.
 PACKING_MIN_SPEEDUP = 1.3
 # The rows the probe multiplies, per kind of work: a whole-sequence encoder forward at batch 1 (a question and ~36
 # regions, ~60 rows) and a decoding step (beam 5 at batch 1: 5 rows).
 PROBE_ROWS = {"encoder": 64, "decoder": 5}
-# The CPU kind does not say it (bench/bench_encoders.py --pipeline, docs/performance.md): packed encoders ran ~1.4x
-# plain on an AVX512 AMD EPYC, 0.90-0.94x on an AVX2-only EPYC and 0.99-1.07x on an AVX512 Intel Xeon (whose MKL is
-# fast at these shapes). So the default times the two kernels once per process.
+
+
+def _packed_product(
+    input: torch.Tensor,
+    packed_weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str = "none",
+    algorithm: str = "",
+) -> torch.Tensor:
+    """oneDNN's product of `input` by a weight packed with `_reorder_linear_weight`, plus `bias`, with the post-op
+    `activation` fused in."""
+    return torch.ops.mkldnn._linear_pointwise(input.contiguous(), packed_weight, bias, activation, [], algorithm)
 
 
 @functools.cache
 def packed_speedup(rows: int) -> float:
     """How many times faster oneDNN's packed kernel runs a BERT-base feed-forward (768 -> 3072 -> 768, float32) on
     `rows` rows than `F.linear` does on a core of this machine (`measured_speedup`: one thread, interleaved rounds;
-    ~50 ms at 64 rows). Needs `packed_linear_available()`."""
+    ~0.1 s at 64 rows). Needs `packed_linear_available()`."""
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(3072, 768, generator=generator) * 0.02, torch.randn(768, 3072, generator=generator) * 0.02]
     biases = [torch.zeros(3072), torch.zeros(768)]
@@ -124,8 +135,7 @@ def packed_speedup(rows: int) -> float:
         return F.linear(F.linear(inputs, weights[0], biases[0]), weights[1], biases[1])
 
     def packed_product() -> torch.Tensor:
-        hidden = torch.ops.mkldnn._linear_pointwise(inputs, packed[0], biases[0], "none", [], "")
-        return torch.ops.mkldnn._linear_pointwise(hidden, packed[1], biases[1], "none", [], "")
+        return _packed_product(_packed_product(inputs, packed[0], biases[0]), packed[1], biases[1])
 
     speedup = measured_speedup(plain, packed_product, rounds=5)
     log_measurement(f"oneDNN's packed float32 kernel on {rows} rows against F.linear", speedup)
@@ -136,7 +146,7 @@ def packed_speedup(rows: int) -> float:
 def packed_min_rows() -> int:
     """The fewest rows a packed layer multiplies on its packed weight (fewer run `F.linear`): the first of
     `PROBED_MIN_ROWS` at which the packed kernel measured at least as fast as `F.linear` here (`packed_speedup`), else
-    `PACKED_ROWS_EVERYWHERE`. Measured once per process (~30 ms), by `pack_linear_weights`."""
+    `PACKED_ROWS_EVERYWHERE`. Measured once per process (~0.13 s), by `pack_linear_weights`."""
     if not packed_linear_available():
         return PACKED_ROWS_EVERYWHERE
     return next((rows for rows in PROBED_MIN_ROWS if packed_speedup(rows) >= 1.0), PACKED_ROWS_EVERYWHERE)
@@ -230,7 +240,7 @@ class PackedLinear(nn.Linear):
         """This layer's product on the packed weight, with oneDNN's post-op `activation` ("gelu" with algorithm
         "none" is the exact, erf GELU) fused in. Only on the packed path (`_packed_path(input)`)."""
         weight, bias = self._packed_operands()
-        return torch.ops.mkldnn._linear_pointwise(input.contiguous(), weight, bias, activation, [], algorithm)
+        return _packed_product(input, weight, bias, activation, algorithm)
 
     def packed_forward_plus(self, input: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """`self(input) + residual` as one oneDNN product. Only on the packed path."""
@@ -281,7 +291,7 @@ class PackedProjectionGroup:
             self._packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
             self._bias = torch.cat([other.bias.detach() for other in self.members])
             self._packed_key = key
-        fused = torch.ops.mkldnn._linear_pointwise(input.contiguous(), self._packed_weight, self._bias, "none", [], "")
+        fused = _packed_product(input, self._packed_weight, self._bias)
         outputs = dict(zip(self.members, fused.split([other.out_features for other in self.members], dim=-1)))
         output = outputs.pop(member)
         self._pending_input, self._pending_version, self._pending = input, _version(input), outputs

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import torch
 
 from ..utils import precision
-from ..utils.precision import bf16_is_fast, resolve_mixed_precision
 
 __all__ = ["VlhubTrainingArguments", "TrainingArguments"]
 
@@ -185,8 +184,8 @@ class VlhubTrainingArguments:
         # "auto" becomes what this machine runs fast. Each process of a launch resolves it on its own; on a CPU that
         # is a timing (bf16_is_fast), and the CPU kinds measured lie far from its threshold (bf16 at ~0.5x and ~2x fp32).
         device = "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
-        self.mixed_precision = resolve_mixed_precision(self.mixed_precision, device)
-        if self.mixed_precision == "bf16" and device == "cpu" and not bf16_is_fast("cpu"):
+        self.mixed_precision = precision.resolve_mixed_precision(self.mixed_precision, device)
+        if self.mixed_precision == "bf16" and device == "cpu" and not precision.bf16_is_fast("cpu"):
             cpu = (
                 f"a CPU whose bf16 products measured {precision.cpu_bf16_speedup():.2f}x fp32's speed"
                 if precision.cpu_bf16_units()

@@ -8,7 +8,7 @@ fp32, while on an Intel Xeon with AVX512-BF16 and no AMX bf16 products ran at ~0
 GFLOP/s on one thread, 2026-11-29). CPUs without either unit (AVX2-only, older Xeons) emulate bf16 products with fp32
 instructions, 5–8× slower than fp32 itself. So fp32 stays the CPU default, and `"auto"` picks bf16 on a CPU only where
 it has such units and a bf16 product measured at least `BF16_MIN_SPEEDUP` times faster than float32 there
-(`cpu_bf16_speedup`, once per process, ~30 ms).
+(`cpu_bf16_speedup`, once per process, ~0.1 s).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "auto")
 # bf16 rounds every product: it is chosen only where it saves clearly more than the probe's noise.
 BF16_MIN_SPEEDUP = 1.2
 # The probe's product: 128 rows by a 1024×1024 weight (~0.27 GFLOP, ~2 ms in fp32 on the CPUs measured): large enough
-# for the kernels' steady speed, small enough that the probe costs ~30 ms.
+# for the kernels' steady speed, small enough that the probe costs ~0.1 s.
 _PROBE_SHAPE = (128, 1024, 1024)
 
 
@@ -45,26 +45,29 @@ def _cpu_capabilities() -> dict:
         return {}
 
 
+def _reported_units(units: tuple[tuple[str, str], ...]) -> list[str]:
+    """The names of `units` (`(torch's capability flag, name)` pairs) that torch reports on this CPU."""
+    capabilities = _cpu_capabilities()
+    return [name for flag, name in units if capabilities.get(flag)]
+
+
 def cpu_bf16_units() -> list[str]:
     """The CPU's bf16 matmul units, as torch's CPU capability probe reports them: "AMX" (tiles), "AVX512-BF16"
     (dot-product instructions); empty where it has none (or none is reported)."""
-    capabilities = _cpu_capabilities()
-    return [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if capabilities.get(flag)]
+    return _reported_units((("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")))
 
 
 def cpu_int8_dot_product_units() -> list[str]:
     """The CPU's int8 dot-product units, as torch's CPU capability probe reports them: "AMX-INT8" (tiles),
     "AVX512-VNNI", "AVX-VNNI"; empty where it has none. They sum u8·s8 products straight into int32, where the older
     AVX2/AVX512 int8 kernels add pairs of products in int16 first, which saturates on full 8-bit ranges."""
-    capabilities = _cpu_capabilities()
-    units = (("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"))
-    return [name for flag, name in units if capabilities.get(flag)]
+    return _reported_units((("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI")))
 
 
 @functools.cache
 def cpu_bf16_speedup() -> float:
     """How many times faster a bf16 linear product runs than the same float32 one on a core of this CPU: measured
-    once per process (`measured_speedup`, ~30 ms)."""
+    once per process (`measured_speedup`, ~0.1 s)."""
     rows, inputs, outputs = _PROBE_SHAPE
     generator = torch.Generator().manual_seed(0)
     activations = torch.randn(rows, inputs, generator=generator)

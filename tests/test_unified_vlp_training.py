@@ -233,10 +233,15 @@ def test_captioning_fine_tuning_trains_masked_seq2seq_and_scores_generated_capti
         corpus.validation,
         "synthetic",
         "synthetic captions",
-        objective,
+        objective=objective,
         max_new_tokens=8,
         metrics=CAPTION_METRICS,
     )
+    # The objective as the 8th positional argument (its place before the fine-tuning tasks shared their arguments)
+    # still works, with a FutureWarning.
+    with pytest.warns(FutureWarning, match="objective as its 8th positional argument"):
+        positional = CaptioningTask(captioner, processor, corpus.regions, corpus.train, None, "s", "s", objective)
+    assert positional.objective is objective and positional.collate_fn.objectives == task.collate_fn.objectives
     # The training batches are the original's masked seq2seq: at most 3 predictions per caption, seq2seq types.
     batch = task.collate_fn(
         [

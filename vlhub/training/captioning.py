@@ -15,9 +15,9 @@ from torch.utils.data import Dataset
 from ..evaluation.captions import CAPTION_METRICS
 from ..processing.regions import RegionFeatures
 from ..registry import get_architecture
+from ..utils.deprecation import replaced_name
 from .collators import CaptionDataset, PretrainingCollator
-from .finetuning import _architecture_name
-from .loop import TrainingTask
+from .finetuning import FinetuningTask, _architecture_name
 from .model_card import CardInfo
 from .objectives import Objective
 from .sampling import FixedObjective, ObjectiveBatchSampler, SampleKey
@@ -55,51 +55,54 @@ def most_frequent_caption(pairs: Sequence[tuple[str, str]]) -> str:
     return Counter(caption for _, caption in pairs).most_common(1)[0][0]
 
 
-class CaptioningTask(TrainingTask):
+class _Positional:
+    """`CaptioningTask`'s objective when not given by keyword: then it is the 8th positional argument."""
+
+
+def _positional_objective(args: tuple) -> tuple[Objective | None, tuple]:
+    """The objective given as `CaptioningTask`'s 8th positional argument (after `dataset_description`, its place
+    before the fine-tuning tasks shared their arguments) and the other arguments."""
+    if len(args) < 8:
+        raise TypeError("CaptioningTask needs its caption training objective: objective=... (None for a subclass)")
+    return args[7], args[:7] + args[8:]
+
+
+class CaptioningTask(FinetuningTask):
     """Fine-tune a captioner on (image, caption) pairs.
 
-    Args:
-        model: the architecture's captioning head (with `generate()`); processor: its processor, whose call with
-            regions only gives the captioning prompt and whose `batch_decode` gives captions.
-        regions: image id → `RegionFeatures`. train, validation, test: `(image_id, caption)` pairs (test is scored
-            after the last step only).
+    Args: `FinetuningTask`'s, the splits as `(image_id, caption)` pairs (test is scored after the last step only),
+    plus:
         objective: the architecture's caption training objective (e.g. Unified VLP's masked seq2seq `s2s`); None
-            when a subclass sets its own `train_dataset` and `collate_fn` (`SelfCriticalCaptioningTask`).
+            when a subclass sets its own `train_dataset` and `collate_fn` (`SelfCriticalCaptioningTask`). Given
+            positionally (after `dataset_description`, as it once was) it still works, with a FutureWarning.
         max_new_tokens: longest generated caption (capped by the model's positions).
         metrics: the COCO caption metrics to report (`CAPTION_METRICS`; METEOR's Java start takes ~20 s).
-        max_eval_images: score at most this many images per split (0: all).
+    The model is the architecture's captioning head (with `generate()`); the processor's call with regions only
+    gives the captioning prompt and its `batch_decode` gives captions.
     """
-
-    trainer_name = "finetune.py"
 
     def __init__(
         self,
-        model: PreTrainedModel,
-        processor: VisionLanguageProcessor,
-        regions: Mapping[str, RegionFeatures],
-        train: Sequence[tuple[str, str]],
-        validation: Sequence[tuple[str, str]] | None,
-        dataset_name: str,
-        dataset_description: str,
-        objective: Objective | None,
-        base_model: str | None = None,
-        test: Sequence[tuple[str, str]] | None = None,
+        *args: Any,
+        objective: Objective | None | type[_Positional] = _Positional,
         max_new_tokens: int = 20,
         metrics: Sequence[str] = CAPTION_METRICS,
+        **kwargs: Any,
     ) -> None:
+        if objective is _Positional:
+            objective, args = _positional_objective(args)
+            replaced_name("CaptioningTask's objective as its 8th positional argument", "objective=...")
         unknown = sorted(set(metrics) - set(CAPTION_METRICS))
         if unknown or not metrics:
             raise ValueError(
                 f"caption metrics must be a non-empty subset of {list(CAPTION_METRICS)}, got {list(metrics)}"
             )
-        super().__init__(model, processor, dataset_name, dataset_description, base_model)
-        self.regions = regions
+        super().__init__(*args, **kwargs)
         self.objective = objective
         if objective is not None:  # None: a subclass trains differently (self-critical training)
-            self.train_dataset = CaptionDataset(train)
-            self.collate_fn = PretrainingCollator(processor, regions, {objective.name: objective})
-        self.splits = {"validation": validation, "test": test}
-        self.baseline_caption = most_frequent_caption(train)
+            self.train_dataset = CaptionDataset(self.train)
+            self.collate_fn = PretrainingCollator(self.processor, self.regions, {objective.name: objective})
+        self.baseline_caption = most_frequent_caption(self.train)
         self.max_new_tokens = max_new_tokens
         self.metrics = list(metrics)
 
@@ -134,9 +137,7 @@ class CaptioningTask(TrainingTask):
         from ..evaluation.captions import caption_scores
 
         results: dict[str, float] = {}
-        for split, pairs in self.splits.items():
-            if pairs is None or not len(pairs) or (split == "test" and not final):
-                continue
+        for split, pairs in self.evaluation_splits(final):
             references = references_by_image(pairs)
             image_ids = list(references)
             if args.max_eval_samples:
@@ -273,29 +274,19 @@ class SelfCriticalCaptioningTask(CaptioningTask):
     1). Evaluation is `CaptioningTask`'s (greedy captions, COCO caption metrics next to the baseline).
     """
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        processor: VisionLanguageProcessor,
-        regions: Mapping[str, RegionFeatures],
-        train: Sequence[tuple[str, str]],
-        *args: Any,
-        num_samples: int = 1,
-        **options: Any,
-    ) -> None:
-        # The rest of `CaptioningTask`'s arguments (validation, names, base_model, test, max_new_tokens, metrics),
-        # without its objective: this task trains by sampling and scoring captions instead.
+    def __init__(self, *args: Any, num_samples: int = 1, **options: Any) -> None:
+        # `CaptioningTask`'s arguments without its objective: this task trains by sampling and scoring captions.
         if num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-        super().__init__(model, processor, regions, train, *args, objective=None, **options)
-        check_can_caption(model, self.max_new_tokens)
+        super().__init__(*args, objective=None, **options)
+        check_can_caption(self.model, self.max_new_tokens)
         from ..evaluation.captions import CiderD
 
-        references = references_by_image(train)
+        references = references_by_image(self.train)
         self.train_image_ids = list(references)
         self.reward = CiderD(references)
         self.train_dataset = TrainingImages(self.train_image_ids)
-        self.collate_fn = PromptCollator(processor, regions, self.train_image_ids)
+        self.collate_fn = PromptCollator(self.processor, self.regions, self.train_image_ids)
         self.num_samples = num_samples
 
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:

@@ -676,4 +676,4 @@ def _captioning_task(architecture, model_class, location, table, data: _TaskData
             "(Architecture.finetuning_objectives)"
         )
     objective = objectives_for(architecture.model_type)[objective_name]
-    return data.task(CaptioningTask, model_class.from_pretrained(location), splits, objective, **common)
+    return data.task(CaptioningTask, model_class.from_pretrained(location), splits, objective=objective, **common)

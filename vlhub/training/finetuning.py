@@ -41,6 +41,7 @@ __all__ = [
     "MultipleChoiceCollator",
     "MultipleChoiceTask",
     "encode_choices",
+    "FinetuningTask",
     "QuestionTask",
     "QuestionDataset",
     "RetrievalCollator",
@@ -243,15 +244,57 @@ class VqaCollator:
         return inputs
 
 
-class QuestionTask(TrainingTask):
-    """What the question-answering tasks share: batches of one fixed objective (`objective`), evaluation over the
-    validation split (and, after the last step, the test split) in order, `max_eval_samples` at most each.
-    Subclasses set `train_dataset`, `validation`, `test`, `collate_fn` and give `split_metrics`."""
+class FinetuningTask(TrainingTask):
+    """What the fine-tuning tasks share: their data arguments, `(model, processor, regions, train, validation,
+    dataset_name, dataset_description, base_model=None, test=None)`, which every subclass takes in this order (its
+    own settings by keyword), kept as `regions`, `train`, `validation` and `test`.
+
+    Args:
+        model: the head to fine-tune; processor: its processor. regions: image id → `RegionFeatures`, for the
+            images the examples name. train: the training split; validation: the split evaluated during training
+            (None: none); test: the split evaluated after the last step only (None: none); each as the subclass
+            reads it (e.g. a `QuestionDataset`, or `(image_id, caption)` pairs).
+        dataset_name, dataset_description, base_model: recorded in the model card (`TrainingTask`).
+    """
 
     trainer_name = "finetune.py"
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        processor: VisionLanguageProcessor,
+        regions: Mapping[str, RegionFeatures],
+        train: Any,
+        validation: Any | None,
+        dataset_name: str,
+        dataset_description: str,
+        base_model: str | None = None,
+        test: Any | None = None,
+    ) -> None:
+        super().__init__(model, processor, dataset_name, dataset_description, base_model)
+        self.regions = regions
+        self.train, self.validation, self.test = train, validation, test
+
+    def evaluation_splits(self, final: bool) -> list[tuple[str, Any]]:
+        """`(name, split)` of the splits to evaluate: validation, and after the last step (`final`) test too; the
+        missing and empty ones left out."""
+        splits = (("validation", self.validation), ("test", self.test if final else None))
+        return [(name, split) for name, split in splits if split is not None and len(split)]
+
+
+class QuestionTask(FinetuningTask):
+    """What the question-answering tasks share: batches of one fixed objective (`objective`) over the train split
+    (a `QuestionDataset`), evaluation over the validation split (and, after the last step, the test split) in
+    order, `max_eval_samples` at most each. Subclasses set `collate_fn` and give `split_metrics`."""
+
     objective = "vqa"
     validation: QuestionDataset | None = None
     test: QuestionDataset | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # `FinetuningTask`'s arguments; the train split is the training data as it is.
+        super().__init__(*args, **kwargs)
+        self.train_dataset = self.train
 
     def train_sampler(self, batch_size: int, group_size: int, seed: int) -> ObjectiveBatchSampler:
         return ObjectiveBatchSampler(
@@ -280,35 +323,23 @@ class QuestionTask(TrainingTask):
     ) -> dict[str, float]:
         """The validation split's metrics; after the last step also the test split's (when there is one)."""
         results = {}
-        for split, dataset in (("validation", self.validation), ("test", self.test if final else None)):
-            if dataset is not None and len(dataset):
-                if args.max_eval_samples:
-                    dataset = type(dataset)(dataset.examples[: args.max_eval_samples])
-                results.update(self.split_metrics(split, accelerator, model, dataset, args))
+        for split, dataset in self.evaluation_splits(final):
+            if args.max_eval_samples:
+                dataset = type(dataset)(dataset.examples[: args.max_eval_samples])
+            results.update(self.split_metrics(split, accelerator, model, dataset, args))
         return results
 
 
 class VqaTask(QuestionTask):
-    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`)."""
+    """Fine-tune a `…ForQuestionAnswering` model; evaluation is the official VQA accuracy (`vqa_accuracy`).
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        processor: VisionLanguageProcessor,
-        regions: Mapping[str, RegionFeatures],
-        train: VqaDataset,
-        validation: VqaDataset | None,
-        dataset_name: str,
-        dataset_description: str,
-        base_model: str | None = None,
-        test: VqaDataset | None = None,
-        majority_baselines: dict[str, float] | None = None,
-    ) -> None:
-        super().__init__(model, processor, dataset_name, dataset_description, base_model)
-        self.train_dataset = train
-        self.validation = validation
-        self.test = test
-        self.collate_fn = VqaCollator(processor, regions, model.config.num_labels)
+    Args: `FinetuningTask`'s, the splits as `VqaDataset`s, plus `majority_baselines` (split → the accuracy of always
+    giving the most frequent training answer, reported next to the model's).
+    """
+
+    def __init__(self, *args: Any, majority_baselines: dict[str, float] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.collate_fn = VqaCollator(self.processor, self.regions, self.model.config.num_labels)
         self.majority_baselines = majority_baselines or {}
 
     def predict(
@@ -594,40 +625,26 @@ class MultipleChoiceTask(QuestionTask):
     """Fine-tune a `…ForMultipleChoice` model (VCR-style answer selection): each (question, choice) pair is scored
     with the image and the head's loss (its original's: cross-entropy over the choices, VL-BERT's binary
     cross-entropy against the one-hot answer) trains the scores. Evaluation reports the accuracy (the best-scored
-    choice is the right one), the head's loss, and the accuracy of the answer prior (`answer_prior_baseline`)."""
+    choice is the right one), the head's loss, and the accuracy of the answer prior (`answer_prior_baseline`).
+
+    Args: `FinetuningTask`'s, the splits as `MultipleChoiceDataset`s with the same number of choices.
+    """
 
     objective = "multiple_choice"
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        processor: VisionLanguageProcessor,
-        regions: Mapping[str, RegionFeatures],
-        train: MultipleChoiceDataset,
-        validation: MultipleChoiceDataset | None,
-        dataset_name: str,
-        dataset_description: str,
-        base_model: str | None = None,
-        test: MultipleChoiceDataset | None = None,
-    ) -> None:
-        counts = {
-            split: d.num_choices
-            for split, d in (("train", train), ("validation", validation), ("test", test))
-            if d is not None and len(d)
-        }
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        splits = {"train": self.train, "validation": self.validation, "test": self.test}
+        counts = {split: d.num_choices for split, d in splits.items() if d is not None and len(d)}
         if not counts.get("train"):
             raise ValueError("multiple choice needs training questions; the train split is empty")
         if len(set(counts.values())) > 1:
             raise ValueError(f"every split needs the same number of choices, got {counts}")
-        for split, dataset in (("train", train), ("validation", validation), ("test", test)):
+        for split, dataset in splits.items():
             if dataset is not None:
-                check_image_ids(dataset, regions, f"the {split} split")
-        super().__init__(model, processor, dataset_name, dataset_description, base_model)
-        self.train_dataset = train
-        self.validation = validation
-        self.test = test
+                check_image_ids(dataset, self.regions, f"the {split} split")
         self.num_choices = counts["train"]
-        self.collate_fn = MultipleChoiceCollator(processor, regions)
+        self.collate_fn = MultipleChoiceCollator(self.processor, self.regions)
 
     def split_metrics(
         self,
@@ -750,33 +767,25 @@ class RetrievalCollator:
         }
 
 
-class RetrievalTask(TrainingTask):
+class RetrievalTask(FinetuningTask):
     """Fine-tune `…ForImageTextRetrieval` with the original's hinge loss over [positive, hard negatives] groups in
-    both directions; evaluation is recall@1/5/10 both ways (`retrieval_recall`) over a validation gallery."""
+    both directions; evaluation is recall@1/5/10 both ways (`retrieval_recall`) over a validation gallery.
 
-    trainer_name = "finetune.py"
+    Args: `FinetuningTask`'s but the test split, the splits as `(image_id, caption)` pairs, plus `num_sampled`
+    (random negatives per positive and direction), `num_hard` (the hardest of them trained on) and
+    `max_gallery_images` (the validation gallery's size at most).
+    """
 
     def __init__(
-        self,
-        model: PreTrainedModel,
-        processor: VisionLanguageProcessor,
-        regions: Mapping[str, RegionFeatures],
-        train_pairs: Sequence[tuple[str, str]],
-        validation_pairs: Sequence[tuple[str, str]],
-        dataset_name: str,
-        dataset_description: str,
-        base_model: str | None = None,
-        *,
-        num_sampled: int = 15,
-        num_hard: int = 3,
-        max_gallery_images: int = 50,
+        self, *args: Any, num_sampled: int = 15, num_hard: int = 3, max_gallery_images: int = 50, **kwargs: Any
     ) -> None:
-        super().__init__(model, processor, dataset_name, dataset_description, base_model)
-        self.regions = regions
-        self.train_dataset = CaptionDataset(train_pairs)
-        self.validation_pairs = list(validation_pairs)
+        super().__init__(*args, **kwargs)
+        if self.test is not None:
+            raise TypeError(f"{type(self).__name__} takes no test split: it evaluates over the validation gallery")
+        self.train_dataset = CaptionDataset(self.train)
+        self.validation = list(self.validation)
         self.num_sampled, self.num_hard = num_sampled, num_hard
-        self.collate_fn = self.train_collator(train_pairs)
+        self.collate_fn = self.train_collator(self.train)
         self.max_gallery_images = max_gallery_images
 
     def train_collator(self, train_pairs: Sequence[tuple[str, str]]) -> Callable[[Sequence[dict]], dict]:
@@ -818,9 +827,9 @@ class RetrievalTask(TrainingTask):
     ) -> dict[str, float]:
         from ..evaluation import load
 
-        images = sorted({i for i, _ in self.validation_pairs})[: self.max_gallery_images]
+        images = sorted({i for i, _ in self.validation})[: self.max_gallery_images]
         index = {image_id: k for k, image_id in enumerate(images)}
-        texts = [(image_id, caption) for image_id, caption in self.validation_pairs if image_id in index]
+        texts = [(image_id, caption) for image_id, caption in self.validation if image_id in index]
         if not texts:
             return {}
         matrix = self.gallery_scores(accelerator, model, args, texts, images)
@@ -836,16 +845,27 @@ class RetrievalTask(TrainingTask):
         texts: Sequence[tuple[str, str]],
         images: Sequence[str],
     ) -> np.ndarray:
-        """`(T, I)` scores of every gallery text (`(image_id, caption)`) against every gallery image id: here each
-        pair cross-encoded, in batches, text-major so rows reshape to the matrix."""
-        pairs = [(image_id, caption) for _, caption in texts for image_id in images]
-        scores = torch.cat(
-            [
-                accelerator.gather_for_metrics(model(**b).logits.squeeze(-1).float())
-                for b in self._gallery_loader(accelerator, args, pairs)
-            ]
-        )
-        return scores.view(len(texts), len(images)).cpu().numpy().astype(np.float64)
+        """`(T, I)` scores of every gallery text (`(image_id, caption)`) against every gallery image id: the model
+        runs over the `gallery_pairs`, in batches, and `gallery_matrix` makes the matrix of what `gallery_outputs`
+        takes from each batch (gathered from every process, in order)."""
+        gathered: dict[str, list[torch.Tensor]] = {}
+        for batch in self._gallery_loader(accelerator, args, self.gallery_pairs(texts, images)):
+            for name, value in self.gallery_outputs(model, batch).items():
+                gathered.setdefault(name, []).append(accelerator.gather_for_metrics(value.float()))
+        outputs = {name: torch.cat(values) for name, values in gathered.items()}
+        return self.gallery_matrix(outputs, len(texts), len(images)).cpu().numpy().astype(np.float64)
+
+    def gallery_pairs(self, texts: Sequence[tuple[str, str]], images: Sequence[str]) -> list[tuple[str, str]]:
+        """The `(image_id, caption)` pairs the model runs over: here every pair, text-major."""
+        return [(image_id, caption) for _, caption in texts for image_id in images]
+
+    def gallery_outputs(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        """What `gallery_matrix` needs of one batch of pairs: here each pair's cross-encoded score `(batch,)`."""
+        return {"scores": model(**batch).logits.squeeze(-1)}
+
+    def gallery_matrix(self, outputs: dict[str, torch.Tensor], num_texts: int, num_images: int) -> torch.Tensor:
+        """The `(T, I)` scores from `gallery_outputs` of all the pairs: here the text-major scores, reshaped."""
+        return outputs["scores"].view(num_texts, num_images)
 
     def _gallery_loader(self, accelerator, args, pairs):
         """Evaluation batches of `(image_id, caption)` pairs, in order."""
@@ -925,24 +945,17 @@ class InBatchRetrievalTask(RetrievalTask):
     def training_step(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return model(**batch, return_loss=True).loss, {}
 
-    def gallery_scores(
-        self,
-        accelerator: Accelerator,
-        model: torch.nn.Module,
-        args: VlhubTrainingArguments,
-        texts: Sequence[tuple[str, str]],
-        images: Sequence[str],
-    ) -> np.ndarray:
+    def gallery_pairs(self, texts: Sequence[tuple[str, str]], images: Sequence[str]) -> list[tuple[str, str]]:
         # Pair k is (text k mod T, image k mod I): every text and every image is encoded at least once.
         count = max(len(texts), len(images))
-        pairs = [(images[k % len(images)], texts[k % len(texts)][1]) for k in range(count)]
-        text_embeds, image_embeds = [], []
-        for batch in self._gallery_loader(accelerator, args, pairs):
-            outputs = model(**batch, return_loss=False)
-            text_embeds.append(accelerator.gather_for_metrics(outputs.text_embeds.float()))
-            image_embeds.append(accelerator.gather_for_metrics(outputs.image_embeds.float()))
-        text_embeds, image_embeds = torch.cat(text_embeds), torch.cat(image_embeds)
-        return (text_embeds[: len(texts)] @ image_embeds[: len(images)].t()).cpu().numpy().astype(np.float64)
+        return [(images[k % len(images)], texts[k % len(texts)][1]) for k in range(count)]
+
+    def gallery_outputs(self, model: torch.nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        outputs = model(**batch, return_loss=False)
+        return {"text_embeds": outputs.text_embeds, "image_embeds": outputs.image_embeds}
+
+    def gallery_matrix(self, outputs: dict[str, torch.Tensor], num_texts: int, num_images: int) -> torch.Tensor:
+        return outputs["text_embeds"][:num_texts] @ outputs["image_embeds"][:num_images].t()
 
     def hyperparameters(self) -> dict:
         margin = getattr(self.model.config, "ranking_margin", None)

@@ -101,6 +101,8 @@ def test_retrieval_task_follows_the_heads_negatives(tmp_path):
         task.train_sampler(1, 1, 0)
     with pytest.raises(TypeError, match="takes no num_hard"):
         InBatchRetrievalTask(model, *args, num_hard=2)
+    with pytest.raises(TypeError, match="takes no test split"):  # it evaluates over the validation gallery
+        retrieval_task(model, *args, test=corpus.validation)
 
     class SampledHead(torch.nn.Module):  # an architecture that declares nothing trains on sampled hard negatives
         config = vlhub.UniterConfig()

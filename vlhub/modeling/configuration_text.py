@@ -1,4 +1,5 @@
-"""The BERT text fields every vlhub config shares (a light module: configs must not import transformers' models)."""
+"""The BERT text fields and the region fields every vlhub config shares (a light module: configs must not import
+transformers' models)."""
 
 import json
 import os
@@ -6,7 +7,7 @@ import os
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-__all__ = ["BertTextConfig", "load_original_config", "read_original_bert_config"]
+__all__ = ["BertTextConfig", "RegionBertConfig", "load_original_config", "read_original_bert_config"]
 
 # The fields of an original release's BERT-only `bert_config.json` (UNITER, Unified VLP).
 ORIGINAL_BERT_FIELDS = frozenset(
@@ -54,7 +55,8 @@ def read_original_bert_config(path_or_dict: str | os.PathLike | dict, model_name
 @strict
 class BertTextConfig(PreTrainedConfig):
     """`BertConfig`'s fields (bert-base-uncased defaults) for the BERT text side of a vision-language model; an
-    architecture's config subclasses it and adds its own fields (and may change a default, e.g. `vocab_size`)."""
+    architecture's config subclasses it (through `RegionBertConfig`) and adds its own fields (and may change a
+    default, e.g. `vocab_size`)."""
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -80,3 +82,17 @@ class BertTextConfig(PreTrainedConfig):
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
             )
+
+
+@strict
+class RegionBertConfig(BertTextConfig):
+    """`BertTextConfig` and the region fields of every vlhub architecture, each config's base (its docstring says what
+    the fields mean for its model; a config may change a default, e.g. Unified VLP derives `num_region_labels`).
+
+    Args:
+        region_feature_dim (`int`, defaults to 2048): size of one region feature (bottom-up-attention pool5).
+        num_region_labels (`int`, defaults to 1601): detector classes of the masked-region heads (background first).
+    """
+
+    region_feature_dim: int = 2048
+    num_region_labels: int = 1601

@@ -2,13 +2,13 @@
 
 from huggingface_hub.dataclasses import strict
 
-from ..configuration_text import BertTextConfig
+from ..configuration_text import RegionBertConfig
 
 __all__ = ["TdenConfig"]
 
 
 @strict
-class TdenConfig(BertTextConfig):
+class TdenConfig(RegionBertConfig):
     r"""Configuration of a TDEN model (Li et al., "Scheduled Sampling in Vision-Language Pretraining with Decoupled
     Encoder-Decoder Network", AAAI 2021), as released in X-modaler.
 
@@ -48,7 +48,7 @@ class TdenConfig(BertTextConfig):
 
     model_type = "tden"
 
-    # BERT's text fields: BertTextConfig (these three change its defaults)
+    # BERT's text fields, region_feature_dim, num_region_labels: RegionBertConfig (these three change its defaults)
     type_vocab_size: int = 3
     use_cache: bool = True
     tie_word_embeddings: bool = False
@@ -58,9 +58,7 @@ class TdenConfig(BertTextConfig):
     embedding_layer_norm_eps: float = 1e-5
     understanding_token_type_id: int = 0
     generation_token_type_id: int = 1
-    region_feature_dim: int = 2048
     region_location_dim: int = 5
-    num_region_labels: int = 1601
     similarity_pooler_size: int = 1024
     similarity_pooler_batchnorm: bool = True
     classifier_pooler_size: int = 768

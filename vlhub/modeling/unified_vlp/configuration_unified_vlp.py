@@ -5,13 +5,13 @@ from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
-from ..configuration_text import BertTextConfig, read_original_bert_config
+from ..configuration_text import RegionBertConfig, read_original_bert_config
 
 __all__ = ["UnifiedVlpConfig"]
 
 
 @strict
-class UnifiedVlpConfig(BertTextConfig):
+class UnifiedVlpConfig(RegionBertConfig):
     r"""Configuration of a Unified VLP model (Zhou et al., "Unified Vision-Language Pre-Training for Image Captioning
     and VQA", AAAI 2020).
 
@@ -44,7 +44,7 @@ class UnifiedVlpConfig(BertTextConfig):
 
     model_type = "unified_vlp"
 
-    vocab_size: int = 28996  # BERT's other text fields: BertTextConfig
+    vocab_size: int = 28996  # BERT's other text fields, region_feature_dim: RegionBertConfig
     type_vocab_size: int = 6
     layer_norm_eps: float = 1e-5
     use_cache: bool = True
@@ -53,7 +53,6 @@ class UnifiedVlpConfig(BertTextConfig):
     region_token_id: int = 100
     mask_token_id: int = 103
     num_regions: int = 100
-    region_feature_dim: int = 2048
     region_embed_dim: int = 2048
     region_location_dim: int | None = None
     num_region_labels: int | None = None

@@ -6,13 +6,13 @@ from typing import Any
 from huggingface_hub.dataclasses import strict
 
 from ...utils.choices import check_choice
-from ..configuration_text import BertTextConfig, read_original_bert_config
+from ..configuration_text import RegionBertConfig, read_original_bert_config
 
 __all__ = ["UniterConfig"]
 
 
 @strict
-class UniterConfig(BertTextConfig):
+class UniterConfig(RegionBertConfig):
     r"""Configuration of a UNITER model (Chen et al., "UNITER: UNiversal Image-TExt Representation Learning").
 
     The defaults are those of the released `uniter-base` (a cased BERT-base text vocabulary of 28996 word pieces).
@@ -37,10 +37,8 @@ class UniterConfig(BertTextConfig):
 
     model_type = "uniter"
 
-    vocab_size: int = 28996  # BERT's other text fields: BertTextConfig
-    region_feature_dim: int = 2048
+    vocab_size: int = 28996  # BERT's other text fields, region_feature_dim, num_region_labels: RegionBertConfig
     region_location_dim: int = 7
-    num_region_labels: int = 1601
     region_token_type_id: int = 1
     wra_weight: float | int = 0.1
     ot_beta: float | int = 0.5

@@ -6,7 +6,7 @@ from typing import Any
 from huggingface_hub.dataclasses import strict
 
 from ...utils.choices import check_choice
-from ..configuration_text import BertTextConfig, load_original_config
+from ..configuration_text import RegionBertConfig, load_original_config
 
 __all__ = ["VilbertConfig"]
 
@@ -63,7 +63,7 @@ NUM_ORIGINAL_TASK_TOKENS = 20  # `task_embeddings = nn.Embedding(20, hidden)` in
 
 
 @strict
-class VilbertConfig(BertTextConfig):
+class VilbertConfig(RegionBertConfig):
     r"""Configuration of a ViLBERT model (Lu et al., "ViLBERT: Pretraining Task-Agnostic Visiolinguistic
     Representations for Vision-and-Language Tasks", and the 12-in-1 multi-task release).
 
@@ -94,9 +94,8 @@ class VilbertConfig(BertTextConfig):
 
     model_type = "vilbert"
 
-    region_feature_dim: int = 2048
+    # BERT's text fields, region_feature_dim, num_region_labels: RegionBertConfig
     region_location_dim: int = 5
-    num_region_labels: int = 1601
     visual_hidden_size: int = 1024
     visual_num_hidden_layers: int = 6
     visual_num_attention_heads: int = 8

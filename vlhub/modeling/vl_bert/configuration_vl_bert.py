@@ -5,13 +5,13 @@ from typing import Any
 
 from huggingface_hub.dataclasses import strict
 
-from ..configuration_text import BertTextConfig
+from ..configuration_text import RegionBertConfig
 
 __all__ = ["VlBertConfig"]
 
 
 @strict
-class VlBertConfig(BertTextConfig):
+class VlBertConfig(RegionBertConfig):
     r"""Configuration of a VL-BERT model (Su et al., "VL-BERT: Pre-training of Generic Visual-Linguistic
     Representations", ICLR 2020), as the released code (jackroos/VL-BERT) builds it.
 
@@ -54,12 +54,10 @@ class VlBertConfig(BertTextConfig):
 
     model_type = "vl_bert"
 
-    type_vocab_size: int = 3  # BERT's other text fields: BertTextConfig
-    region_feature_dim: int = 2048
+    type_vocab_size: int = 3  # BERT's other text fields, region_feature_dim, num_region_labels: RegionBertConfig
     geometry_embedding_dim: int = 256
     geometry_scale: float | int = 100.0
     geometry_wavelength: float | int = 1000.0
-    num_region_labels: int = 1601
     num_vcr_region_labels: int = 81
     mask_token_id: int = 103
     with_pooler: bool = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -72,14 +72,9 @@ class Detections:
         return len(self.features)
 
     def to_region_features(self) -> RegionFeatures:
-        return RegionFeatures(
-            features=self.features,
-            boxes=self.boxes,
-            image_size=self.image_size,
-            class_probs=self.class_probs,
-            scores=self.scores,
-            attribute_probs=self.attribute_probs,
-        )
+        """The `RegionFeatures` of these detections: every field of `RegionFeatures` that `Detections` also has."""
+        own = {f.name for f in fields(self)}
+        return RegionFeatures(**{f.name: getattr(self, f.name) for f in fields(RegionFeatures) if f.name in own})
 
 
 def _read_vocab(path: Path) -> list[str] | None:

@@ -9,30 +9,23 @@ core's (`common.py`).
 """
 
 import logging
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import ARCHITECTURE
 from ...conversion.common import (
     CheckpointError,
     ConversionReport,
     KeyMap,
+    OriginalConversion,
     OriginalRelease,
-    check_task,
     bert_sizes,
     sizes_over_config,
-    convert_state_dict,
-    converter_command_line,
     answer_labels,
     load_renamed_state_dict,
     read_json_config,
     set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +39,8 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
+_RELEASE = OriginalRelease(ARCHITECTURE, "74c4d852ef62f2aa22b2d0665d78f79a380a30e2", REPORTED_RESULTS, logger)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _RELEASE.original_repository, _RELEASE.commit
 
 # task → head class name: the architecture's declaration.
 VLP_TASKS = dict(ARCHITECTURE.task_models)
@@ -153,14 +145,7 @@ def _converted_processor(task: str, model_config, tokenizer, report: ConversionR
     )
 
 
-def convert_unified_vlp(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _UnifiedVlpConversion(OriginalConversion):
     """Convert an original Unified VLP checkpoint into a vlhub folder (safetensors, config, processor, model card).
 
     Args:
@@ -175,52 +160,66 @@ def convert_unified_vlp(
             `answer_<i>` (noted in the report).
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
+
+    release = _RELEASE
+    tasks = VLP_TASKS
+    renames = _RENAMES
     required = (
         "vlp.embeddings.word_embeddings.weight",
         "vlp.embeddings.vis_embed.0.weight",
         "vlp.embeddings.vis_pe_embed.0.weight",
     )
-    raw, state_dict = load_renamed_state_dict(
-        checkpoint,
-        _RENAMES,
-        required,
-        "Unified VLP",
-        hint=lambda raw, missing: (
-            " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
-        ),
+    command_line = dict(
+        checkpoint_help="the original model.{epoch}.bin",
+        config_help="the original bert_config.json",
+        task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
+        answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
     )
-    has_answers = "ans_classifier.0.weight" in state_dict
-    task = check_task(task or ("vqa" if has_answers else "captioning"), VLP_TASKS)
-    if task == "vqa" and not has_answers:
-        raise CheckpointError(
-            f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none"
+
+    def load(self) -> tuple[dict, dict]:
+        return load_renamed_state_dict(
+            self.checkpoint,
+            self.renames,
+            self.required,
+            self.release.architecture.name,
+            hint=lambda raw, missing: (
+                " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
+            ),
         )
-    if task != "vqa" and "cls.predictions.bias" not in state_dict:
-        raise CheckpointError(f"task {task!r} needs the masked-LM head (cls.predictions.*); {checkpoint.name} has none")
 
-    original_config = read_json_config(config)
-    num_labels = state_dict["ans_classifier.2.weight"].shape[0] if task == "vqa" else None
-    model_config, notes = _config_from_checkpoint(state_dict, original_config, num_labels)
-    report = ConversionReport(source=checkpoint.name, notes=notes)
-    if task == "vqa":
-        _set_answer_labels(model_config, answers, num_labels, report)
+    def detect(self) -> str:
+        return "vqa" if "ans_classifier.0.weight" in self.state_dict else "captioning"
 
-    model_class = ARCHITECTURE.model_class(task)
-    model = model_class(model_config)
-    convert_state_dict(raw, model, unified_vlp_key_map(task), report)
+    def check(self) -> None:
+        if self.task == "vqa" and self.detected != "vqa":
+            raise CheckpointError(
+                f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {self.checkpoint.name} has none"
+            )
+        if self.task != "vqa" and "cls.predictions.bias" not in self.state_dict:
+            raise CheckpointError(
+                f"task {self.task!r} needs the masked-LM head (cls.predictions.*); {self.checkpoint.name} has none"
+            )
 
-    processor = _converted_processor(task, model_config, tokenizer, report)
-    usage = _card_usage(task, Path(output_dir).name, model_class.__name__)
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, usage=usage)
+    def model_config(self) -> tuple:
+        original_config = read_json_config(self.config)
+        self.num_labels = self.state_dict["ans_classifier.2.weight"].shape[0] if self.task == "vqa" else None
+        return _config_from_checkpoint(self.state_dict, original_config, self.num_labels)
+
+    def configure(self, model_config, report: ConversionReport) -> None:
+        if self.task == "vqa":
+            _set_answer_labels(model_config, self.answers, self.num_labels, report)
+
+    def model_class(self) -> type:
+        return ARCHITECTURE.model_class(self.task)
+
+    def key_map(self, model_config) -> KeyMap:
+        return unified_vlp_key_map(self.task)
+
+    def processor(self, model_config, report: ConversionReport):
+        return _converted_processor(self.task, model_config, self.tokenizer, report)
+
+    def save_settings(self, model, report: ConversionReport) -> dict:
+        return {"usage": _card_usage(self.task, Path(self.output_dir).name, type(model).__name__)}
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_unified_vlp,
-    "unified_vlp",
-    checkpoint_help="the original model.{epoch}.bin",
-    config_help="the original bert_config.json",
-    tasks=VLP_TASKS,
-    task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
-    answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
-)
+convert_unified_vlp, add_arguments, convert_from_args = _UnifiedVlpConversion.public_functions()

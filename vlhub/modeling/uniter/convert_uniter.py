@@ -9,10 +9,8 @@ VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the g
 """
 
 import logging
-import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,23 +19,16 @@ from ...conversion.common import (
     CheckpointError,
     ConversionReport,
     KeyMap,
+    OriginalConversion,
     OriginalRelease,
-    check_task,
     bert_sizes,
-    looks_like,
     sizes_over_config,
-    convert_state_dict,
-    converter_command_line,
     find_answer_file,
-    load_renamed_state_dict,
     read_json_config,
     answer_labels,
     set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +43,8 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
+_RELEASE = OriginalRelease(ARCHITECTURE, "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4", REPORTED_RESULTS, logger)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _RELEASE.original_repository, _RELEASE.commit
 
 UNITER_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
@@ -220,14 +210,7 @@ def _zero_shot_rank_output(model_class, state_dict: dict, task: str, report: Con
     return {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
 
 
-def convert_uniter(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _UniterConversion(OriginalConversion):
     """Convert an original UNITER checkpoint into a vlhub folder (safetensors, config, processor, model card).
 
     Args:
@@ -241,53 +224,62 @@ def convert_uniter(
         answers: VQA answer vocabulary (`ans2label.json`); default: looked for beside the checkpoint.
     Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
-    raw, state_dict = load_renamed_state_dict(
-        checkpoint,
-        _RENAMES,
-        ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
-        "UNITER",
-        hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
+
+    release = _RELEASE
+    tasks = UNITER_TASKS
+    renames = _RENAMES
+    required = ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight")
+    other_checkpoints = _OTHER_CHECKPOINTS
+    command_line = dict(
+        checkpoint_help="the original .pt file",
+        config_help="the original config json (e.g. config/uniter-base.json)",
+        answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
     )
-    detected = detect_uniter_task(state_dict)
-    task = check_task(task or detected, UNITER_TASKS)
-    original_config = read_json_config(config)
-    region_settings, region_note = uniter_region_settings(original_config, task)
-    # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
-    max_text_length = int((original_config or {}).get("max_txt_len", 220 if task == "vcr" else 60)) + 2
-    if original_config is not None:
-        original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
-    model_config, notes = _config_from_checkpoint(state_dict, original_config)
-    notes.append(region_note)
-    notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
-    report = ConversionReport(source=checkpoint.name, notes=notes)
 
-    _set_task_head_config(model_config, state_dict, task, checkpoint, answers)
+    def detect(self) -> str:
+        return detect_uniter_task(self.state_dict)
 
-    model_class = UNITER_TASKS[task]
-    model = model_class(model_config)
-    derived = _zero_shot_rank_output(model_class, state_dict, task, report)
-    convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
-    if task == "pretraining":
-        _zero_unused_mask_row(model, report)
+    def model_config(self) -> tuple[UniterConfig, list[str]]:
+        original_config = read_json_config(self.config)
+        self.region_settings, region_note = uniter_region_settings(original_config, self.task)
+        # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
+        self.max_text_length = int((original_config or {}).get("max_txt_len", 220 if self.task == "vcr" else 60)) + 2
+        if original_config is not None:
+            original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
+        model_config, notes = _config_from_checkpoint(self.state_dict, original_config)
+        notes.append(region_note)
+        notes.append(
+            f"processor max_text_length {self.max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]"
+        )
+        return model_config, notes
 
-    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
-    processor = UniterProcessor(
-        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
-        tokenizer=tok,
-        max_text_length=max_text_length,
-    )
-    # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
-    zero_shot = (task, detected) == ("retrieval", "pretraining")
-    reported_task = "zero_shot_retrieval" if zero_shot else task
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, reported_task=reported_task)
+    def configure(self, model_config: UniterConfig, report: ConversionReport) -> None:
+        _set_task_head_config(model_config, self.state_dict, self.task, self.checkpoint, self.answers)
+
+    def derived(self, model, report: ConversionReport) -> dict:
+        return _zero_shot_rank_output(type(model), self.state_dict, self.task, report)
+
+    def key_map(self, model_config: UniterConfig) -> KeyMap:
+        return uniter_key_map(self.task, self.detected, model_config.nlvr2_head)
+
+    def finish(self, model, report: ConversionReport) -> None:
+        if self.task == "pretraining":
+            _zero_unused_mask_row(model, report)
+
+    def processor(self, model_config: UniterConfig, report: ConversionReport) -> UniterProcessor:
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return UniterProcessor(
+            feature_extractor=UniterRegionProcessor(
+                region_feature_dim=model_config.region_feature_dim, **self.region_settings
+            ),
+            tokenizer=tok,
+            max_text_length=self.max_text_length,
+        )
+
+    def save_settings(self, model, report: ConversionReport) -> dict:
+        # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
+        zero_shot = (self.task, self.detected) == ("retrieval", "pretraining")
+        return {"reported_task": "zero_shot_retrieval" if zero_shot else self.task}
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_uniter,
-    "uniter",
-    checkpoint_help="the original .pt file",
-    config_help="the original config json (e.g. config/uniter-base.json)",
-    tasks=UNITER_TASKS,
-    answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
-)
+convert_uniter, add_arguments, convert_from_args = _UniterConversion.public_functions()

@@ -817,6 +817,9 @@ class OriginalRelease:
         )
 
 
+_CONVERTER_RETURNS = "Returns the `ConversionReport` (also saved as `conversion_report.json`)."
+
+
 class OriginalConversion:
     """One conversion of an original checkpoint into a vlhub folder, in the steps every architecture's converter takes
     (`run`): read the checkpoint (`load`), tell which task saved it (`detect`), settle the task (`default_task`,
@@ -832,18 +835,21 @@ class OriginalConversion:
 
     Attributes (one conversion's state): the arguments as given (`checkpoint` as a `Path`, `options`: the extra ones
     the architecture declares in `extra_parameters`), then, as the steps run, `raw` (the state dict as saved),
-    `state_dict` (renamed: what the config is read from), `detected` and `task`.
+    `state_dict` (renamed: what the config is read from), `original_config` (`read_config`'s), `detected` and `task`.
     """
 
     release: ClassVar[OriginalRelease]
-    tasks: ClassVar[Mapping[str, Any]]
+    tasks: ClassVar[Mapping[str, Any]]  # default: the architecture's declared heads (`Architecture.task_heads`)
     renames: ClassVar[Sequence[tuple[str, str]]] = ()
     required: ClassVar[Sequence[str]] = ()
     other_checkpoints: ClassVar[Mapping[str, Sequence[str]] | None] = None
     # Parameters of `convert_<model_type>` after the common ones (one with a common name replaces it).
     extra_parameters: ClassVar[Sequence[inspect.Parameter]] = ()
-    # `converter_command_line`'s help texts and extra arguments (`checkpoint_help`, `config_help`, `answers_help`, ...).
-    command_line: ClassVar[Mapping[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "tasks" not in vars(cls) and "release" in vars(cls):
+            cls.tasks = cls.release.architecture.task_heads()
 
     def __init__(
         self,
@@ -866,6 +872,7 @@ class OriginalConversion:
     def run(self) -> ConversionReport:
         """Convert: every step in order. Returns the `ConversionReport` (also saved as `conversion_report.json`)."""
         self.raw, self.state_dict = self.load()
+        self.original_config = self.read_config()
         self.detected = self.detect()
         self.task = check_task(self.task or self.default_task(), self.tasks)
         self.check()
@@ -884,12 +891,37 @@ class OriginalConversion:
 
     def load(self) -> tuple[dict, dict]:
         """`(raw, renamed)`: `load_renamed_state_dict` with the class's `renames`, `required` keys and, in its error
-        message, what the file looks like instead (`other_checkpoints`, see `looks_like`)."""
-        hints = self.other_checkpoints
-        hint = None if hints is None else (lambda raw, missing: f" (it looks like: {looks_like(raw, hints)})")
+        message, the `hint` on what the file is instead."""
         return load_renamed_state_dict(
-            self.checkpoint, self.renames, self.required, self.release.architecture.name, hint
+            self.checkpoint, self.renames, self.required, self.release.architecture.name, self.hint
         )
+
+    def hint(self, raw: dict, missing: list[str]) -> str:
+        """What a file lacking the `missing` required keys looks like instead, for its error message: by default
+        the architecture `looks_like` among `other_checkpoints`, or nothing."""
+        if self.other_checkpoints is None:
+            return ""
+        return f" (it looks like: {looks_like(raw, self.other_checkpoints)})"
+
+    def read_config(self) -> Any:
+        """The original config, `config` as given (a dict or a file): by default a JSON file's dict
+        (`read_json_config`), None without one."""
+        return read_json_config(self.config)
+
+    def bert_fields(
+        self,
+        original_config: Mapping | None,
+        bert: str,
+        notes: list[str],
+        config_name: str | None,
+        enlarged: Collection[str] = (),
+        sizes: Mapping[str, int] | None = None,
+    ) -> dict:
+        """`sizes_over_config`: the original config's fields with the sizes read from the checkpoint laid over them,
+        its BERT sizes (`bert_sizes` of the renamed state dict's `{bert}embeddings.` and `{bert}encoder.layer.N.`)
+        and the architecture's own `sizes`."""
+        sizes = {**bert_sizes(self.state_dict, f"{bert}embeddings.", f"{bert}encoder.layer."), **(sizes or {})}
+        return sizes_over_config(original_config, sizes, notes, config_name, enlarged)
 
     def detect(self) -> str:
         """Which task (or release) saved the checkpoint, from its keys."""
@@ -912,6 +944,30 @@ class OriginalConversion:
     def model_class(self) -> type:
         """The head class of `task`."""
         return self.tasks[self.task]
+
+    def set_answer_file_labels(
+        self, model_config: "PreTrainedConfig", num_answers: int | None, beside: Sequence[str], levels: int, how: str
+    ) -> None:
+        """id2label / label2id on `model_config` from the answer vocabulary: `answers`, else the first of the file
+        names `beside` found next to the checkpoint (`find_answer_file`, `levels`); checked to have `num_answers`
+        answers (None: a new head, any number). Without one, a FileNotFoundError saying `how` to pass it."""
+        path = find_answer_file(self.checkpoint, self.answers, beside, levels)
+        if path is None:
+            raise FileNotFoundError(f"the VQA answer vocabulary is needed for id2label: pass answers=/--answers {how}")
+        set_answer_labels(model_config, answer_labels(path, num_answers))
+
+    def set_given_answer_labels(
+        self, model_config: "PreTrainedConfig", num_answers: int, notes: list[str], placeholder_note: str
+    ) -> list[str]:
+        """id2label / label2id on `model_config` from `answers` (checked to have `num_answers` answers) or, without
+        it, the placeholders `answer_<i>` (with `placeholder_note` in `notes`). Returns the labels."""
+        if self.answers is not None:
+            labels = answer_labels(self.answers, num_answers)
+        else:
+            labels = [f"answer_{i}" for i in range(num_answers)]
+            notes.append(placeholder_note)
+        set_answer_labels(model_config, labels)
+        return labels
 
     def derived(self, model: "PreTrainedModel", report: ConversionReport) -> dict[str, tuple[torch.Tensor, str]]:
         """Target tensors computed from the checkpoint (`convert_state_dict`'s `derived`); none by default."""
@@ -954,10 +1010,12 @@ class OriginalConversion:
 
     @classmethod
     def public_functions(
-        cls,
+        cls, **command_line: Any
     ) -> "tuple[Callable[..., ConversionReport], Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], ConversionReport]]":
-        """`(convert_<model_type>, add_arguments, convert_from_args)`: the public converter (`signature`, the class's
-        docstring; it runs one conversion) and its command line (`converter_command_line` with `command_line`)."""
+        """`(convert_<model_type>, add_arguments, convert_from_args)`: the public converter (`signature`; its docstring
+        is the class's and what every converter returns; it runs one conversion) and its command line
+        (`converter_command_line` with the `command_line` help texts and extra arguments: `checkpoint_help`,
+        `config_help`, `answers_help`, ...)."""
         signature = cls.signature()
 
         def convert(*args: Any, **kwargs: Any) -> ConversionReport:
@@ -968,9 +1026,9 @@ class OriginalConversion:
         model_type = cls.release.architecture.model_type
         convert.__name__ = convert.__qualname__ = f"convert_{model_type}"
         convert.__module__ = cls.__module__
-        convert.__doc__ = cls.__doc__
+        convert.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n{_CONVERTER_RETURNS}"
         convert.__signature__ = signature
-        return convert, *converter_command_line(convert, model_type, tasks=cls.tasks, **cls.command_line)
+        return convert, *converter_command_line(convert, model_type, tasks=cls.tasks, **command_line)
 
 
 def add_source_arguments(

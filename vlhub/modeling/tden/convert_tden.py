@@ -32,10 +32,7 @@ from ...conversion.common import (
     OriginalRelease,
     inferred_attention_heads,
     layer_count,
-    find_answer_file,
     load_torch_state_dict,
-    answer_labels,
-    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
 
@@ -56,10 +53,7 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-_RELEASE = OriginalRelease(ARCHITECTURE, "ed1f5590d1eb407da3b5df8d9df35488206f14d3", REPORTED_RESULTS, logger)
-ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _RELEASE.original_repository, _RELEASE.commit
 
-TDEN_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),
     "TDENCaptioner": ("captioning",),
@@ -266,7 +260,7 @@ def _text_limit(original: dict, task: str) -> int:
     return int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
 
 
-def _converted_processor(original: dict, task: str, model_config, tokenizer, report: ConversionReport):
+def _converted_processor(original: dict, task: str, model_config, tok, report: ConversionReport):
     """The processor with X-modaler's data-loader rules from the original config: the text limit `MAX_SEQ_LEN`
     (`_text_limit`), the first `MAX_FEAT_NUM - 1` regions of each feature file (`[IMG]` their mean)."""
     dataloader = original.get("DATALOADER", {})
@@ -275,8 +269,7 @@ def _converted_processor(original: dict, task: str, model_config, tokenizer, rep
         f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
         "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]"
     )
-    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
-    processor = TdenProcessor(
+    return TdenProcessor(
         feature_extractor=TdenRegionProcessor(
             region_feature_dim=model_config.region_feature_dim, max_regions=max_regions, region_selection="first_n"
         ),
@@ -284,20 +277,6 @@ def _converted_processor(original: dict, task: str, model_config, tokenizer, rep
         max_text_length=_text_limit(original, task),
         text_stream="generation" if task == "captioning" else "understanding",
     )
-    return processor
-
-
-def _set_vqa_labels(model_config, raw: dict, checkpoint: Path, answers) -> None:
-    """id2label / label2id from the VQA answer list, checked against the head. Kept apart so that `convert_tden`
-    stays short."""
-    # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
-    head = raw.get("predictor.u_logits.1.weight")
-    path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
-    if path is None:
-        raise FileNotFoundError(
-            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
-        )
-    set_answer_labels(model_config, answer_labels(path, head.shape[0] if head is not None else None))
 
 
 def _set_caption_decoding(model, model_config, original: dict, max_text: int) -> None:
@@ -326,36 +305,31 @@ class _TdenConversion(OriginalConversion):
         tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer for the processor.
         answers: the VQA answer list (`trainval_label2ans.pkl` or an ans2label dict pickle); default: looked for
             beside the checkpoint.
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
 
-    release = _RELEASE
-    tasks = TDEN_TASKS
+    release = OriginalRelease(ARCHITECTURE, "ed1f5590d1eb407da3b5df8d9df35488206f14d3", REPORTED_RESULTS, logger)
     required = (
         "token_embed.embeddings.weight",
         "visual_embed.embeddings.weight",
         "encoder.layers.0.attention.self.query.weight",
     )
-    command_line = dict(
-        checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
-        config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
-        answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
-    )
 
     def load(self) -> tuple[dict, dict]:
-        """The model entry of X-modaler's file (its keys need no renaming to be read), and its config.yaml."""
+        """The model entry of X-modaler's file (its keys need no renaming to be read)."""
         raw = load_tden_checkpoint(self.checkpoint)
         if not all(k in raw for k in self.required):
             raise CheckpointError(
                 f"{self.checkpoint.name} is not an X-modaler TDEN checkpoint: it lacks "
                 f"{[k for k in self.required if k not in raw]} (first keys: {list(raw)[:5]})"
             )
-        self.original = _read_original_config(self.config)
         return raw, raw
+
+    def read_config(self) -> dict:
+        return _read_original_config(self.config)
 
     def detect(self) -> str:
         detected = detect_tden_task(self.raw)
-        meta = self.original.get("MODEL", {}).get("META_ARCHITECTURE")
+        meta = self.original_config.get("MODEL", {}).get("META_ARCHITECTURE")
         if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
             raise CheckpointError(
                 f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})"
@@ -372,21 +346,35 @@ class _TdenConversion(OriginalConversion):
                 )
 
     def model_config(self) -> tuple[TdenConfig, list[str]]:
-        return _config_from_checkpoint(self.raw, self.original, self.task, self.detected)
+        return _config_from_checkpoint(self.raw, self.original_config, self.task, self.detected)
 
     def configure(self, model_config: TdenConfig, report: ConversionReport) -> None:
         if self.task == "vqa":
-            _set_vqa_labels(model_config, self.raw, self.checkpoint, self.answers)
+            # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
+            head = self.raw.get("predictor.u_logits.1.weight")
+            num_answers = head.shape[0] if head is not None else None
+            self.set_answer_file_labels(
+                model_config, num_answers, ("trainval_label2ans.pkl",), 1, "trainval_label2ans.pkl"
+            )
 
     def key_map(self, model_config: TdenConfig) -> KeyMap:
         return tden_key_map(self.task, self.detected)
 
     def finish(self, model, report: ConversionReport) -> None:
         if self.task == "captioning":
-            _set_caption_decoding(model, model.config, self.original, _text_limit(self.original, self.task))
+            _set_caption_decoding(
+                model, model.config, self.original_config, _text_limit(self.original_config, self.task)
+            )
 
     def processor(self, model_config: TdenConfig, report: ConversionReport) -> TdenProcessor:
-        return _converted_processor(self.original, self.task, model_config, self.tokenizer, report)
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return _converted_processor(self.original_config, self.task, model_config, tok, report)
 
 
-convert_tden, add_arguments, convert_from_args = _TdenConversion.public_functions()
+convert_tden, add_arguments, convert_from_args = _TdenConversion.public_functions(
+    checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
+    config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
+    answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
+)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _TdenConversion.release.original_repository, _TdenConversion.release.commit
+TDEN_TASKS = _TdenConversion.tasks  # the task names the converter takes: the architecture's heads

@@ -12,19 +12,7 @@ import logging
 from pathlib import Path
 
 from . import ARCHITECTURE
-from ...conversion.common import (
-    CheckpointError,
-    ConversionReport,
-    KeyMap,
-    OriginalConversion,
-    OriginalRelease,
-    bert_sizes,
-    sizes_over_config,
-    answer_labels,
-    load_renamed_state_dict,
-    read_json_config,
-    set_answer_labels,
-)
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, OriginalConversion, OriginalRelease
 from .reported_results import REPORTED_RESULTS
 
 logger = logging.getLogger(__name__)
@@ -39,8 +27,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-_RELEASE = OriginalRelease(ARCHITECTURE, "74c4d852ef62f2aa22b2d0665d78f79a380a30e2", REPORTED_RESULTS, logger)
-ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _RELEASE.original_repository, _RELEASE.commit
 
 # task → head class name: the architecture's declaration.
 VLP_TASKS = dict(ARCHITECTURE.task_models)
@@ -65,45 +51,6 @@ def unified_vlp_key_map(task: str) -> KeyMap:
     return KeyMap(renames=_RENAMES, drops=drops)
 
 
-def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_labels: int | None):
-    from . import UnifiedVlpConfig
-
-    notes = []
-    region = state_dict["vlp.embeddings.vis_embed.0.weight"]
-    shapes = bert_sizes(state_dict, "vlp.embeddings.", "vlp.encoder.layer.")
-    if shapes["type_vocab_size"] < 6:
-        raise CheckpointError(
-            f"the checkpoint has {shapes['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
-            "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
-        )
-    fields = sizes_over_config(original_config, shapes, notes, "the original bert_config.json", ("type_vocab_size",))
-    extra = dict(
-        region_feature_dim=region.shape[1],
-        region_embed_dim=region.shape[0],
-        region_location_dim=state_dict["vlp.embeddings.vis_pe_embed.0.weight"].shape[1],
-    )
-    if num_labels is not None:
-        extra["num_labels"] = num_labels
-        extra["classifier_hidden_size"] = state_dict["ans_classifier.0.weight"].shape[0]
-    notes.append("LayerNorm eps 1e-5 and 100 region slots: fixed in the original code, not in its config")
-    return UnifiedVlpConfig.from_original_config(fields, **extra), notes
-
-
-def _set_answer_labels(model_config, answers, num_labels: int, report: ConversionReport) -> None:
-    """id2label from Pythia's answer vocabulary (or `answer_<i>`); answer 0 never predicted, as the original."""
-    if answers is not None:  # Pythia's answers_vqa.txt, one answer a line (or a JSON list / ans2label)
-        labels = answer_labels(answers, num_labels)
-    else:
-        labels = [f"answer_{i}" for i in range(num_labels)]
-        report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
-    set_answer_labels(model_config, labels)
-    # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
-    model_config.unknown_answer_id = 0
-    report.notes.append(
-        f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original evaluation"
-    )
-
-
 def _card_usage(task: str, folder_name: str, class_name: str) -> str:
     """The model card's usage snippet for the converted task."""
     usage = f"""import vlhub
@@ -120,12 +67,12 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
     return usage
 
 
-def _converted_processor(task: str, model_config, tokenizer, report: ConversionReport):
+def _converted_processor(task: str, model_config, tok, report: ConversionReport):
     """The processor of the converted model: VLP's renamed tokenizer and the original's region rows as stored. Kept
     apart so that `convert_unified_vlp` stays short."""
     from .. import unified_vlp
 
-    tok = unified_vlp.vlp_release_tokenizer(_RELEASE.load_tokenizer(tokenizer, model_config.vocab_size))
+    tok = unified_vlp.vlp_release_tokenizer(tok)
     report.notes.append(
         "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
         "the original's load_vocab renames them"
@@ -158,34 +105,18 @@ class _UnifiedVlpConversion(OriginalConversion):
             renames (`vlp_release_tokenizer`), so captions decode as the original printed them.
         answers: VQA answer vocabulary (Pythia's `answers_vqa.txt`, one per line); without it the labels are
             `answer_<i>` (noted in the report).
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
 
-    release = _RELEASE
-    tasks = VLP_TASKS
+    release = OriginalRelease(ARCHITECTURE, "74c4d852ef62f2aa22b2d0665d78f79a380a30e2", REPORTED_RESULTS, logger)
     renames = _RENAMES
     required = (
         "vlp.embeddings.word_embeddings.weight",
         "vlp.embeddings.vis_embed.0.weight",
         "vlp.embeddings.vis_pe_embed.0.weight",
     )
-    command_line = dict(
-        checkpoint_help="the original model.{epoch}.bin",
-        config_help="the original bert_config.json",
-        task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
-        answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
-    )
 
-    def load(self) -> tuple[dict, dict]:
-        return load_renamed_state_dict(
-            self.checkpoint,
-            self.renames,
-            self.required,
-            self.release.architecture.name,
-            hint=lambda raw, missing: (
-                " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
-            ),
-        )
+    def hint(self, raw: dict, missing: list[str]) -> str:
+        return " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
 
     def detect(self) -> str:
         return "vqa" if "ans_classifier.0.weight" in self.state_dict else "captioning"
@@ -201,25 +132,58 @@ class _UnifiedVlpConversion(OriginalConversion):
             )
 
     def model_config(self) -> tuple:
-        original_config = read_json_config(self.config)
-        self.num_labels = self.state_dict["ans_classifier.2.weight"].shape[0] if self.task == "vqa" else None
-        return _config_from_checkpoint(self.state_dict, original_config, self.num_labels)
+        from . import UnifiedVlpConfig
+
+        state_dict, notes = self.state_dict, []
+        fields = self.bert_fields(
+            self.original_config, "vlp.", notes, "the original bert_config.json", ("type_vocab_size",)
+        )
+        if fields["type_vocab_size"] < 6:
+            raise CheckpointError(
+                f"the checkpoint has {fields['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
+                "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
+            )
+        region = state_dict["vlp.embeddings.vis_embed.0.weight"]
+        extra = dict(
+            region_feature_dim=region.shape[1],
+            region_embed_dim=region.shape[0],
+            region_location_dim=state_dict["vlp.embeddings.vis_pe_embed.0.weight"].shape[1],
+        )
+        self.num_labels = state_dict["ans_classifier.2.weight"].shape[0] if self.task == "vqa" else None
+        if self.num_labels is not None:
+            extra["num_labels"] = self.num_labels
+            extra["classifier_hidden_size"] = state_dict["ans_classifier.0.weight"].shape[0]
+        notes.append("LayerNorm eps 1e-5 and 100 region slots: fixed in the original code, not in its config")
+        return UnifiedVlpConfig.from_original_config(fields, **extra), notes
 
     def configure(self, model_config, report: ConversionReport) -> None:
-        if self.task == "vqa":
-            _set_answer_labels(model_config, self.answers, self.num_labels, report)
-
-    def model_class(self) -> type:
-        return ARCHITECTURE.model_class(self.task)
+        if self.task == "vqa":  # Pythia's answers_vqa.txt, one answer a line (or a JSON list / ans2label)
+            note = "no answer vocabulary given (--answers): labels are answer_<i>"
+            labels = self.set_given_answer_labels(model_config, self.num_labels, report.notes, note)
+            # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
+            model_config.unknown_answer_id = 0
+            report.notes.append(
+                f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original evaluation"
+            )
 
     def key_map(self, model_config) -> KeyMap:
         return unified_vlp_key_map(self.task)
 
     def processor(self, model_config, report: ConversionReport):
-        return _converted_processor(self.task, model_config, self.tokenizer, report)
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return _converted_processor(self.task, model_config, tok, report)
 
     def save_settings(self, model, report: ConversionReport) -> dict:
         return {"usage": _card_usage(self.task, Path(self.output_dir).name, type(model).__name__)}
 
 
-convert_unified_vlp, add_arguments, convert_from_args = _UnifiedVlpConversion.public_functions()
+convert_unified_vlp, add_arguments, convert_from_args = _UnifiedVlpConversion.public_functions(
+    checkpoint_help="the original model.{epoch}.bin",
+    config_help="the original bert_config.json",
+    task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
+    answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
+)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = (
+    _UnifiedVlpConversion.release.original_repository,
+    _UnifiedVlpConversion.release.commit,
+)

@@ -39,9 +39,8 @@ from ...conversion.common import CheckpointError, ConversionReport, KeyMap, Orig
 from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import answer_labels, read_json_config
 from ...conversion.common import BERT_ATTENTION_HEADS, inferred_attention_heads
-from ...conversion.common import OriginalRelease, bert_sizes, layer_count, set_answer_labels, sizes_over_config
+from ...conversion.common import OriginalRelease, bert_sizes, layer_count, sizes_over_config
 
 logger = logging.getLogger(__name__)
 
@@ -324,27 +323,6 @@ def _task_head_weights(
     return {}
 
 
-def _set_answers(model_config, renamed: dict, task: str, release: str, expected_labels, answers, notes) -> None:
-    """The VQA / GQA head's answer labels on `model_config`: the vocabulary given, or placeholders."""
-    final = renamed.get(
-        "vil_prediction.3.weight_v"
-        if release == "beta"
-        else ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight")
-    )
-    num_labels = final.shape[0]
-    if expected_labels is not None and expected_labels != num_labels:
-        raise CheckpointError(
-            f"the config says num_labels={expected_labels} but the checkpoint's answer head "
-            f"predicts {num_labels} answers"
-        )
-    if answers is not None:  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
-        labels = answer_labels(answers, num_labels)
-    else:
-        labels = [f"answer_{i}" for i in range(num_labels)]
-        notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-    set_answer_labels(model_config, labels)
-
-
 def _converted_processor(model_config, task: str, release: str, task_id, tokenizer, notes) -> VilbertProcessor:
     """The processor with the original's task token, text length and region rule for `task`."""
     processor_task_id = None
@@ -426,7 +404,6 @@ class _VilbertConversion(OriginalConversion):
             placeholders (`answer_<i>`), noted in the report.
         task_id: multi-task checkpoints: the processor's default 12-in-1 task number (default: the task's own,
             `MULTI_TASK_IDS`).
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
 
     release = _RELEASES["pretrained"]  # until `detect` knows the checkpoint's
@@ -439,15 +416,6 @@ class _VilbertConversion(OriginalConversion):
         ),
         inspect.Parameter("task_id", _KEYWORD, default=None, annotation=int | None),
     )
-    command_line = dict(
-        checkpoint_help="the original .bin file",
-        config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
-        task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
-        answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
-        extra_arguments={
-            "--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")
-        },
-    )
 
     def detect(self) -> str:
         release = detect_vilbert_release(self.state_dict)
@@ -459,9 +427,7 @@ class _VilbertConversion(OriginalConversion):
 
     def model_config(self) -> tuple[VilbertConfig, list[str]]:
         notes: list[str] = []
-        model_config, self.expected_labels = _config_from_checkpoint(
-            self.state_dict, read_json_config(self.config), notes
-        )
+        model_config, self.expected_labels = _config_from_checkpoint(self.state_dict, self.original_config, notes)
         return model_config, notes
 
     def configure(self, model_config: VilbertConfig, report: ConversionReport) -> None:
@@ -469,8 +435,20 @@ class _VilbertConversion(OriginalConversion):
         key_map = self.key_map(model_config)
         head_keys = {key_map.rename(k) for k in self.raw}
         self._derived = _task_head_weights(self.state_dict, head_keys, task, release, self.checkpoint, notes)
-        if task in ("vqa", "gqa"):
-            _set_answers(model_config, self.state_dict, task, release, self.expected_labels, self.answers, notes)
+        if task in ("vqa", "gqa"):  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
+            final = self.state_dict.get(
+                "vil_prediction.3.weight_v"
+                if release == "beta"
+                else ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight")
+            )
+            num_labels = final.shape[0]
+            if self.expected_labels is not None and self.expected_labels != num_labels:
+                raise CheckpointError(
+                    f"the config says num_labels={self.expected_labels} but the checkpoint's answer head "
+                    f"predicts {num_labels} answers"
+                )
+            note = f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}"
+            self.set_given_answer_labels(model_config, num_labels, notes, note)
         if release == "beta":
             model_config.classifier_type = "beta"
         if release == "beta" and task == "vqa":
@@ -496,4 +474,12 @@ class _VilbertConversion(OriginalConversion):
         return {"reported": reported, "title_suffix": f" ({self.detected} release)"}
 
 
-convert_vilbert, add_arguments, convert_from_args = _VilbertConversion.public_functions()
+convert_vilbert, add_arguments, convert_from_args = _VilbertConversion.public_functions(
+    checkpoint_help="the original .bin file",
+    config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
+    task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
+    answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
+    extra_arguments={
+        "--task-id": dict(type=int, help="multi-task release: the processor's default 12-in-1 task number")
+    },
+)

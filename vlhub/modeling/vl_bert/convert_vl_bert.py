@@ -38,9 +38,6 @@ from ...conversion.common import (
     bert_sizes,
     inferred_attention_heads,
     layer_count,
-    find_answer_file,
-    answer_labels,
-    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
 
@@ -57,8 +54,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-_RELEASE = OriginalRelease(ARCHITECTURE, "4373674cbf2bcd6c09a2c26abfdb6705b870e3be", REPORTED_RESULTS, logger)
-ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _RELEASE.original_repository, _RELEASE.commit
 
 VL_BERT_TASKS = {
     "pretraining": VlBertForPreTraining,
@@ -279,18 +274,6 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     config.image_feature_precomputed = False
 
 
-def _set_vqa_answers(model_config, state_dict: dict, detected: str, checkpoint: Path, answers) -> None:
-    """id2label from the answer vocabulary, checked against a fine-tuned head's answer count."""
-    num_answers = state_dict["final_mlp.2.weight"].shape[0] if detected == "vqa" else None
-    path = find_answer_file(checkpoint, answers, ("answers_vqa.txt",), levels=1)
-    if path is None:
-        raise FileNotFoundError(
-            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers answers_vqa.txt (the "
-            "original's DATASET.ANSWER_VOCAB_FILE)"
-        )
-    set_answer_labels(model_config, answer_labels(path, num_answers))
-
-
 def _converted_processor(model_config, tok, config, task: str, report: ConversionReport) -> VlBertProcessor:
     """The processor with the original loaders' rules: every box kept, pre-training's sort and joint cut."""
     # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
@@ -330,19 +313,13 @@ class _VlBertConversion(OriginalConversion):
         tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer for the processor.
         answers: VQA answer vocabulary (`answers_vqa.txt`, one answer per line); default: looked for beside the
             checkpoint.
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
 
-    release = _RELEASE
+    release = OriginalRelease(ARCHITECTURE, "4373674cbf2bcd6c09a2c26abfdb6705b870e3be", REPORTED_RESULTS, logger)
     tasks = VL_BERT_TASKS
     renames = _WRAPPER_RENAMES
     required = ("vlbert.word_embeddings.weight",)
     other_checkpoints = _OTHER_CHECKPOINTS
-    command_line = dict(
-        checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
-        config_help="the original YAML (cfgs/<task>/*.yaml)",
-        answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
-    )
 
     def detect(self) -> str:
         return detect_vl_bert_task(self.raw)
@@ -354,15 +331,18 @@ class _VlBertConversion(OriginalConversion):
                 "model (only a pre-training checkpoint starts every task)"
             )
 
+    def read_config(self) -> dict | Path | None:
+        """The original YAML as a path (read where its fields are needed), or the dict given."""
+        return self.config if self.config is None or isinstance(self.config, dict) else Path(self.config)
+
     def model_config(self) -> tuple[VlBertConfig, list[str]]:
-        original_config = self.config
-        if self.config is not None and not isinstance(self.config, dict):
-            original_config = Path(self.config)
-        return _config(self.state_dict, original_config, self.task)
+        return _config(self.state_dict, self.original_config, self.task)
 
     def configure(self, model_config: VlBertConfig, report: ConversionReport) -> None:
-        if self.task == "vqa":
-            _set_vqa_answers(model_config, self.state_dict, self.detected, self.checkpoint, self.answers)
+        if self.task == "vqa":  # a fine-tuned head fixes the answer count
+            num_answers = self.state_dict["final_mlp.2.weight"].shape[0] if self.detected == "vqa" else None
+            how = "answers_vqa.txt (the original's DATASET.ANSWER_VOCAB_FILE)"
+            self.set_answer_file_labels(model_config, num_answers, ("answers_vqa.txt",), 1, how)
 
     def derived(self, model, report: ConversionReport) -> dict:
         if self.detected != "pretraining" or self.task not in ("vqa", "refcoco"):
@@ -392,4 +372,9 @@ class _VlBertConversion(OriginalConversion):
         return _converted_processor(model_config, tok, self.config, self.task, report)
 
 
-convert_vl_bert, add_arguments, convert_from_args = _VlBertConversion.public_functions()
+convert_vl_bert, add_arguments, convert_from_args = _VlBertConversion.public_functions(
+    checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
+    config_help="the original YAML (cfgs/<task>/*.yaml)",
+    answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
+)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _VlBertConversion.release.original_repository, _VlBertConversion.release.commit

@@ -822,16 +822,18 @@ _CONVERTER_RETURNS = "Returns the `ConversionReport` (also saved as `conversion_
 
 class OriginalConversion:
     """One conversion of an original checkpoint into a vlhub folder, in the steps every architecture's converter takes
-    (`run`): read the checkpoint (`load`), tell which task saved it (`detect`), settle the task (`default_task`,
-    `check_task`, then `check`), build the model config (`model_config`) and the conversion report, set the head's
-    settings (`configure`), build the head (`model_class`), load the weights through the key map (`key_map`,
+    (`run`): read the checkpoint (`load`) and the original config (`read_config`), tell which task saved it
+    (`detect`), settle the task (`default_task`, `check_task`, then `check`), build the model config (`model_config`,
+    with `bert_fields`) and the conversion report, set the head's settings (`configure`, with `set_answer_file_labels`
+    or `set_given_answer_labels`), build the head (`model_class`), load the weights through the key map (`key_map`,
     `derived`, `convert_state_dict`), finish the model (`finish`), build the processor (`processor`) and save it all
     with the release's provenance (`OriginalRelease.save`, with `save_settings`).
 
-    An architecture subclasses it with its `release` and `tasks` (and, for the default `load`, the `renames`,
-    `required` keys and `other_checkpoints` hints of `load_renamed_state_dict`), overrides the steps that are its
-    own, and makes its public `convert_<model_type>` and the `vlhub convert <model_type>` command line with
-    `public_functions`. The subclass's docstring documents `convert_<model_type>`.
+    An architecture subclasses it with its `release` and `tasks` (default: the architecture's declared heads) and,
+    for the default `load`, the `renames`, `required` keys and `other_checkpoints` hints of `load_renamed_state_dict`;
+    it overrides the steps that are its own, and makes its public `convert_<model_type>` and the
+    `vlhub convert <model_type>` command line with `public_functions`. The subclass's docstring documents
+    `convert_<model_type>`.
 
     Attributes (one conversion's state): the arguments as given (`checkpoint` as a `Path`, `options`: the extra ones
     the architecture declares in `extra_parameters`), then, as the steps run, `raw` (the state dict as saved),

@@ -40,7 +40,7 @@ from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
 from ...conversion.common import BERT_ATTENTION_HEADS, inferred_attention_heads
-from ...conversion.common import OriginalRelease, bert_sizes, layer_count, sizes_over_config
+from ...conversion.common import OriginalRelease, layer_count
 
 logger = logging.getLogger(__name__)
 
@@ -180,12 +180,11 @@ def detect_vilbert_release(state_dict: dict) -> str:
     return "pretrained"
 
 
-def _config_from_checkpoint(
-    state_dict: dict, original: dict | None, notes: list[str]
-) -> tuple[VilbertConfig, int | None]:
-    """The model config from the checkpoint's shapes and the original config; also the config's `num_labels`."""
+def _config_from_checkpoint(conversion: OriginalConversion, notes: list[str]) -> tuple[VilbertConfig, int | None]:
+    """The model config from the checkpoint's shapes and the original config (`conversion`'s); also the config's
+    `num_labels`."""
+    state_dict = conversion.state_dict
     shapes = {
-        **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
         "v_num_hidden_layers": layer_count(state_dict, "vilbert.encoder.v_layer."),
@@ -198,12 +197,13 @@ def _config_from_checkpoint(
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
     co_layers = layer_count(state_dict, "vilbert.encoder.c_layer.")
-    fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
+    # the heads of the three streams: below
+    fields = conversion.bert_fields(conversion.original_config, "vilbert.", notes, None, sizes=shapes)
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
         fields.setdefault("v_biattention_id", list(range(co_layers)))
         fields.setdefault(
-            "t_biattention_id", list(range(shapes["num_hidden_layers"] - co_layers, shapes["num_hidden_layers"]))
+            "t_biattention_id", list(range(fields["num_hidden_layers"] - co_layers, fields["num_hidden_layers"]))
         )
         notes.append(
             f"co-attention schedule not in the config: assumed v_biattention_id={fields['v_biattention_id']}, "
@@ -427,7 +427,7 @@ class _VilbertConversion(OriginalConversion):
 
     def model_config(self) -> tuple[VilbertConfig, list[str]]:
         notes: list[str] = []
-        model_config, self.expected_labels = _config_from_checkpoint(self.state_dict, self.original_config, notes)
+        model_config, self.expected_labels = _config_from_checkpoint(self, notes)
         return model_config, notes
 
     def configure(self, model_config: VilbertConfig, report: ConversionReport) -> None:

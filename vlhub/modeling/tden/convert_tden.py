@@ -18,7 +18,6 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,9 +35,6 @@ from ...conversion.common import (
 )
 from .reported_results import REPORTED_RESULTS
 
-if TYPE_CHECKING:
-    pass
-
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -52,7 +48,6 @@ __all__ = [
     "ORIGINAL_REPOSITORY",
     "ORIGINAL_COMMIT",
 ]
-
 
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),

@@ -27,7 +27,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-
 # task → head class name: the architecture's declaration.
 VLP_TASKS = dict(ARCHITECTURE.task_models)
 _RENAMES = (

@@ -30,7 +30,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),

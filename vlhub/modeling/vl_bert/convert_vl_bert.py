@@ -54,7 +54,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-
 VL_BERT_TASKS = {
     "pretraining": VlBertForPreTraining,
     "vqa": VlBertForQuestionAnswering,

@@ -32,13 +32,14 @@ and its command line (`vlhub convert tiny CHECKPOINT --output-dir DIR`):
     register_converter("tiny", lambda args: convert_tiny(args.checkpoint, args.output_dir), add_arguments)
 """
 
+import inspect
 import json
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -80,6 +81,7 @@ __all__ = [
     "answer_labels",
     "save_converted_model",
     "OriginalRelease",
+    "OriginalConversion",
     "converter_command_line",
     "add_source_arguments",
     "call_with_arguments",
@@ -529,6 +531,10 @@ class Provenance:
     def source_sha256(self) -> str:
         return sha256_of(self.source_file)
 
+    def card_fields(self) -> dict[str, Any]:
+        """The provenance as `write_model_card`'s keyword arguments: the dataclass's fields and `source_sha256`."""
+        return {**asdict(self), "source_sha256": self.source_sha256}
+
 
 def save_converted(
     output_dir: str | os.PathLike,
@@ -562,10 +568,7 @@ def save_converted(
             staging,
             title=title,
             architecture=architecture,
-            source_file=provenance.source_file,
-            source_sha256=provenance.source_sha256,
-            original_repository=provenance.original_repository,
-            original_commit=provenance.original_commit,
+            **provenance.card_fields(),
             report=report,
             pipeline_tag=pipeline_tag,
             usage=usage,
@@ -758,6 +761,16 @@ class OriginalRelease:
         """The BERT vocabulary the original was trained with: bert-base-uncased or bert-base-cased."""
         return "bert-base-uncased" if self.architecture.lowercase else "bert-base-cased"
 
+    @property
+    def default_tokenizer(self) -> str:
+        """The Hub tokenizer a converter builds its processor from unless told otherwise: the original's vocabulary."""
+        return f"google-bert/{self.original_tokenizer}"
+
+    @property
+    def original_repository(self) -> str:
+        """The original code's repository: `repository`, else the architecture's."""
+        return self.repository or self.architecture.original_repository
+
     def load_tokenizer(
         self, tokenizer: "PreTrainedTokenizerBase | str | os.PathLike", vocab_size: int
     ) -> "PreTrainedTokenizerBase":
@@ -794,7 +807,7 @@ class OriginalRelease:
             model,
             report,
             processor=processor,
-            provenance=Provenance(checkpoint, self.repository or self.architecture.original_repository, self.commit),
+            provenance=Provenance(checkpoint, self.original_repository, self.commit),
             title=f"{self.architecture.name} ({task}) converted from {checkpoint.name}{title_suffix}",
             architecture=self.architecture.model_type,
             pipeline_tag=PIPELINE_TAGS.get(task),
@@ -802,6 +815,222 @@ class OriginalRelease:
             logger=self.logger,
             reported=reported,
         )
+
+
+_CONVERTER_RETURNS = "Returns the `ConversionReport` (also saved as `conversion_report.json`)."
+
+
+class OriginalConversion:
+    """One conversion of an original checkpoint into a vlhub folder, in the steps every architecture's converter takes
+    (`run`): read the checkpoint (`load`) and the original config (`read_config`), tell which task saved it
+    (`detect`), settle the task (`default_task`, `check_task`, then `check`), build the model config (`model_config`,
+    with `bert_fields`) and the conversion report, set the head's settings (`configure`, with `set_answer_file_labels`
+    or `set_given_answer_labels`), build the head (`model_class`), load the weights through the key map (`key_map`,
+    `derived`, `convert_state_dict`), finish the model (`finish`), build the processor (`processor`) and save it all
+    with the release's provenance (`OriginalRelease.save`, with `save_settings`).
+
+    An architecture subclasses it with its `release` and `tasks` (default: the architecture's declared heads) and,
+    for the default `load`, the `renames`, `required` keys and `other_checkpoints` hints of `load_renamed_state_dict`;
+    it overrides the steps that are its own, and makes its public `convert_<model_type>` and the
+    `vlhub convert <model_type>` command line with `public_functions`. The subclass's docstring documents
+    `convert_<model_type>`.
+
+    Attributes (one conversion's state): the arguments as given (`checkpoint` as a `Path`, `options`: the extra ones
+    the architecture declares in `extra_parameters`), then, as the steps run, `raw` (the state dict as saved),
+    `state_dict` (renamed: what the config is read from), `original_config` (`read_config`'s), `detected` and `task`.
+    """
+
+    release: ClassVar[OriginalRelease]
+    tasks: ClassVar[Mapping[str, Any]]  # default: the architecture's declared heads (`Architecture.task_heads`)
+    renames: ClassVar[Sequence[tuple[str, str]]] = ()
+    required: ClassVar[Sequence[str]] = ()
+    other_checkpoints: ClassVar[Mapping[str, Sequence[str]] | None] = None
+    # Parameters of `convert_<model_type>` after the common ones (one with a common name replaces it).
+    extra_parameters: ClassVar[Sequence[inspect.Parameter]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "tasks" not in vars(cls) and "release" in vars(cls):
+            cls.tasks = cls.release.architecture.task_heads()
+
+    def __init__(
+        self,
+        checkpoint: str | os.PathLike,
+        output_dir: str | os.PathLike,
+        config: str | os.PathLike | dict | None = None,
+        task: str | None = None,
+        tokenizer: "PreTrainedTokenizerBase | str | os.PathLike | None" = None,
+        answers: str | os.PathLike | None = None,
+        **options: Any,
+    ) -> None:
+        self.checkpoint = Path(checkpoint)
+        self.output_dir = output_dir
+        self.config = config
+        self.task = task
+        self.tokenizer = self.release.default_tokenizer if tokenizer is None else tokenizer
+        self.answers = answers
+        self.options = options
+
+    def run(self) -> ConversionReport:
+        """Convert: every step in order. Returns the `ConversionReport` (also saved as `conversion_report.json`)."""
+        self.raw, self.state_dict = self.load()
+        self.original_config = self.read_config()
+        self.detected = self.detect()
+        self.task = check_task(self.task or self.default_task(), self.tasks)
+        self.check()
+        model_config, notes = self.model_config()
+        report = ConversionReport(source=self.checkpoint.name, notes=notes)
+        self.configure(model_config, report)
+        model = self.model_class()(model_config)
+        derived = self.derived(model, report)
+        convert_state_dict(self.source_weights(), model, self.key_map(model_config), report, derived=derived)
+        self.finish(model, report)
+        processor = self.processor(model_config, report)
+        settings = self.save_settings(model, report)
+        return self.release.save(
+            self.output_dir, model, report, self.checkpoint, self.task, processor=processor, **settings
+        )
+
+    def load(self) -> tuple[dict, dict]:
+        """`(raw, renamed)`: `load_renamed_state_dict` with the class's `renames`, `required` keys and, in its error
+        message, the `hint` on what the file is instead."""
+        return load_renamed_state_dict(
+            self.checkpoint, self.renames, self.required, self.release.architecture.name, self.hint
+        )
+
+    def hint(self, raw: dict, missing: list[str]) -> str:
+        """What a file lacking the `missing` required keys looks like instead, for its error message: by default
+        the architecture `looks_like` among `other_checkpoints`, or nothing."""
+        if self.other_checkpoints is None:
+            return ""
+        return f" (it looks like: {looks_like(raw, self.other_checkpoints)})"
+
+    def read_config(self) -> Any:
+        """The original config, `config` as given (a dict or a file): by default a JSON file's dict
+        (`read_json_config`), None without one."""
+        return read_json_config(self.config)
+
+    def bert_fields(
+        self,
+        original_config: Mapping | None,
+        bert: str,
+        notes: list[str],
+        config_name: str | None,
+        enlarged: Collection[str] = (),
+        sizes: Mapping[str, int] | None = None,
+    ) -> dict:
+        """`sizes_over_config`: the original config's fields with the sizes read from the checkpoint laid over them,
+        its BERT sizes (`bert_sizes` of the renamed state dict's `{bert}embeddings.` and `{bert}encoder.layer.N.`)
+        and the architecture's own `sizes`."""
+        sizes = {**bert_sizes(self.state_dict, f"{bert}embeddings.", f"{bert}encoder.layer."), **(sizes or {})}
+        return sizes_over_config(original_config, sizes, notes, config_name, enlarged)
+
+    def detect(self) -> str:
+        """Which task (or release) saved the checkpoint, from its keys."""
+        raise NotImplementedError
+
+    def default_task(self) -> str:
+        """The task converted to when none is asked for: the detected one."""
+        return self.detected
+
+    def check(self) -> None:
+        """Refuse a checkpoint that cannot become the `task` head (`CheckpointError`); nothing by default."""
+
+    def model_config(self) -> "tuple[PreTrainedConfig, list[str]]":
+        """The model config read from the checkpoint and the original config, and the notes on how."""
+        raise NotImplementedError
+
+    def configure(self, model_config: "PreTrainedConfig", report: ConversionReport) -> None:
+        """Set the task head's settings on `model_config` (answer vocabulary, head kind); nothing by default."""
+
+    def model_class(self) -> type:
+        """The head class of `task`."""
+        return self.tasks[self.task]
+
+    def set_answer_file_labels(
+        self, model_config: "PreTrainedConfig", num_answers: int | None, beside: Sequence[str], levels: int, how: str
+    ) -> None:
+        """id2label / label2id on `model_config` from the answer vocabulary: `answers`, else the first of the file
+        names `beside` found next to the checkpoint (`find_answer_file`, `levels`); checked to have `num_answers`
+        answers (None: a new head, any number). Without one, a FileNotFoundError saying `how` to pass it."""
+        path = find_answer_file(self.checkpoint, self.answers, beside, levels)
+        if path is None:
+            raise FileNotFoundError(f"the VQA answer vocabulary is needed for id2label: pass answers=/--answers {how}")
+        set_answer_labels(model_config, answer_labels(path, num_answers))
+
+    def set_given_answer_labels(
+        self, model_config: "PreTrainedConfig", num_answers: int, notes: list[str], placeholder_note: str
+    ) -> list[str]:
+        """id2label / label2id on `model_config` from `answers` (checked to have `num_answers` answers) or, without
+        it, the placeholders `answer_<i>` (with `placeholder_note` in `notes`). Returns the labels."""
+        if self.answers is not None:
+            labels = answer_labels(self.answers, num_answers)
+        else:
+            labels = [f"answer_{i}" for i in range(num_answers)]
+            notes.append(placeholder_note)
+        set_answer_labels(model_config, labels)
+        return labels
+
+    def derived(self, model: "PreTrainedModel", report: ConversionReport) -> dict[str, tuple[torch.Tensor, str]]:
+        """Target tensors computed from the checkpoint (`convert_state_dict`'s `derived`); none by default."""
+        return {}
+
+    def source_weights(self) -> dict:
+        """The state dict `convert_state_dict` reads (the key map applies to its keys): the checkpoint as saved."""
+        return self.raw
+
+    def key_map(self, model_config: "PreTrainedConfig") -> KeyMap:
+        """How the checkpoint's keys become the `task` head's."""
+        raise NotImplementedError
+
+    def finish(self, model: "PreTrainedModel", report: ConversionReport) -> None:
+        """Adjust the loaded model (noted in `report`); nothing by default."""
+
+    def processor(self, model_config: "PreTrainedConfig", report: ConversionReport) -> "ProcessorMixin":
+        """The converted folder's processor, with the original's text and region rules."""
+        raise NotImplementedError
+
+    def save_settings(self, model: "PreTrainedModel", report: ConversionReport) -> dict[str, Any]:
+        """`OriginalRelease.save`'s other keyword arguments (`reported_task`, `usage`, ...); none by default."""
+        return {}
+
+    @classmethod
+    def signature(cls) -> inspect.Signature:
+        """`convert_<model_type>`'s signature: `__init__`'s with the release's tokenizer as the default, and the
+        architecture's `extra_parameters`."""
+        parameters = {
+            name: parameter
+            for name, parameter in list(inspect.signature(cls.__init__).parameters.items())[1:]
+            if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+        }
+        tokenizer = parameters["tokenizer"]
+        parameters["tokenizer"] = tokenizer.replace(
+            default=cls.release.default_tokenizer, annotation="PreTrainedTokenizerBase | str | os.PathLike"
+        )
+        parameters.update({parameter.name: parameter for parameter in cls.extra_parameters})
+        return inspect.Signature(list(parameters.values()), return_annotation=ConversionReport)
+
+    @classmethod
+    def public_functions(
+        cls, **command_line: Any
+    ) -> "tuple[Callable[..., ConversionReport], Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], ConversionReport]]":
+        """`(convert_<model_type>, add_arguments, convert_from_args)`: the public converter (`signature`; its docstring
+        is the class's and what every converter returns; it runs one conversion) and its command line
+        (`converter_command_line` with the `command_line` help texts and extra arguments: `checkpoint_help`,
+        `config_help`, `answers_help`, ...)."""
+        signature = cls.signature()
+
+        def convert(*args: Any, **kwargs: Any) -> ConversionReport:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return cls(**bound.arguments).run()
+
+        model_type = cls.release.architecture.model_type
+        convert.__name__ = convert.__qualname__ = f"convert_{model_type}"
+        convert.__module__ = cls.__module__
+        convert.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n{_CONVERTER_RETURNS}"
+        convert.__signature__ = signature
+        return convert, *converter_command_line(convert, model_type, tasks=cls.tasks, **command_line)
 
 
 def add_source_arguments(

@@ -18,7 +18,6 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,21 +27,13 @@ from ...conversion.common import (
     CheckpointError,
     ConversionReport,
     KeyMap,
+    OriginalConversion,
     OriginalRelease,
-    check_task,
     inferred_attention_heads,
     layer_count,
-    convert_state_dict,
-    converter_command_line,
-    find_answer_file,
     load_torch_state_dict,
-    answer_labels,
-    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +49,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "ed1f5590d1eb407da3b5df8d9df35488206f14d3"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
-
-TDEN_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 _META_ARCHITECTURES = {
     "TDENPretrain": ("pretraining",),
     "TDENCaptioner": ("captioning",),
@@ -264,39 +250,28 @@ def _config_from_checkpoint(state_dict: dict, original: dict, task: str, detecte
     return TdenConfig(**fields), notes
 
 
-def _converted_processor(original: dict, task: str, model_config, tokenizer, report: ConversionReport):
-    """`(processor, text limit)` with X-modaler's data-loader rules from the original config: the text limit
-    `MAX_SEQ_LEN`, the first `MAX_FEAT_NUM - 1` regions of each feature file (`[IMG]` their mean)."""
+def _text_limit(original: dict, task: str) -> int:
+    """X-modaler's text limit `MAX_SEQ_LEN`, from the original config or its default for `task`."""
+    return int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
+
+
+def _converted_processor(original: dict, task: str, model_config, tok, report: ConversionReport):
+    """The processor with X-modaler's data-loader rules from the original config: the text limit `MAX_SEQ_LEN`
+    (`_text_limit`), the first `MAX_FEAT_NUM - 1` regions of each feature file (`[IMG]` their mean)."""
     dataloader = original.get("DATALOADER", {})
-    max_text = int(original.get("MODEL", {}).get("MAX_SEQ_LEN", _TEXT_LIMITS[task]))
     max_regions = int(dataloader["MAX_FEAT_NUM"]) - 1 if "MAX_FEAT_NUM" in dataloader else _REGION_LIMITS[task]
     report.notes.append(
         f"processor max_regions {max_regions}, region_selection 'first_n': X-modaler keeps the first "
         "MAX_FEAT_NUM - 1 regions of each feature file and averages them into [IMG]"
     )
-    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
-    processor = TdenProcessor(
+    return TdenProcessor(
         feature_extractor=TdenRegionProcessor(
             region_feature_dim=model_config.region_feature_dim, max_regions=max_regions, region_selection="first_n"
         ),
         tokenizer=tok,
-        max_text_length=max_text,
+        max_text_length=_text_limit(original, task),
         text_stream="generation" if task == "captioning" else "understanding",
     )
-    return processor, max_text
-
-
-def _set_vqa_labels(model_config, raw: dict, checkpoint: Path, answers) -> None:
-    """id2label / label2id from the VQA answer list, checked against the head. Kept apart so that `convert_tden`
-    stays short."""
-    # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
-    head = raw.get("predictor.u_logits.1.weight")
-    path = find_answer_file(checkpoint, answers, ("trainval_label2ans.pkl",), levels=1)
-    if path is None:
-        raise FileNotFoundError(
-            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers trainval_label2ans.pkl"
-        )
-    set_answer_labels(model_config, answer_labels(path, head.shape[0] if head is not None else None))
 
 
 def _set_caption_decoding(model, model_config, original: dict, max_text: int) -> None:
@@ -311,14 +286,7 @@ def _set_caption_decoding(model, model_config, original: dict, max_text: int) ->
     model.generation_config.decoder_start_token_id = model_config.bos_token_id
 
 
-def convert_tden(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: PreTrainedTokenizerBase | str | os.PathLike = "google-bert/bert-base-uncased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _TdenConversion(OriginalConversion):
     """Convert an X-modaler TDEN checkpoint into a vlhub folder (safetensors, config, processor, model card).
 
     Args:
@@ -332,55 +300,76 @@ def convert_tden(
         tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer for the processor.
         answers: the VQA answer list (`trainval_label2ans.pkl` or an ans2label dict pickle); default: looked for
             beside the checkpoint.
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
-    raw = load_tden_checkpoint(checkpoint)
+
+    release = OriginalRelease(ARCHITECTURE, "ed1f5590d1eb407da3b5df8d9df35488206f14d3", REPORTED_RESULTS, logger)
     required = (
         "token_embed.embeddings.weight",
         "visual_embed.embeddings.weight",
         "encoder.layers.0.attention.self.query.weight",
     )
-    if not all(k in raw for k in required):
-        raise CheckpointError(
-            f"{checkpoint.name} is not an X-modaler TDEN checkpoint: it lacks "
-            f"{[k for k in required if k not in raw]} (first keys: {list(raw)[:5]})"
-        )
-    original = _read_original_config(config)
-    detected = detect_tden_task(raw)
-    meta = original.get("MODEL", {}).get("META_ARCHITECTURE")
-    if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
-        raise CheckpointError(
-            f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})"
-        )
-    task = check_task(task or detected, TDEN_TASKS)
-    if "predictor.decoder.bias" in raw:
-        if "predictor.bias" not in raw or not torch.equal(raw["predictor.bias"], raw["predictor.decoder.bias"]):
+
+    def load(self) -> tuple[dict, dict]:
+        """The model entry of X-modaler's file (its keys need no renaming to be read)."""
+        raw = load_tden_checkpoint(self.checkpoint)
+        if not all(k in raw for k in self.required):
             raise CheckpointError(
-                "predictor.decoder.bias should be the same tensor as predictor.bias (X-modaler "
-                "registers the LM bias twice), but they differ"
+                f"{self.checkpoint.name} is not an X-modaler TDEN checkpoint: it lacks "
+                f"{[k for k in self.required if k not in raw]} (first keys: {list(raw)[:5]})"
+            )
+        return raw, raw
+
+    def read_config(self) -> dict:
+        return _read_original_config(self.config)
+
+    def detect(self) -> str:
+        detected = detect_tden_task(self.raw)
+        meta = self.original_config.get("MODEL", {}).get("META_ARCHITECTURE")
+        if meta is not None and detected not in _META_ARCHITECTURES.get(meta, (detected,)):
+            raise CheckpointError(
+                f"the config's META_ARCHITECTURE {meta} does not match the checkpoint's heads ({detected})"
+            )
+        return detected
+
+    def check(self) -> None:
+        raw = self.raw
+        if "predictor.decoder.bias" in raw:
+            if "predictor.bias" not in raw or not torch.equal(raw["predictor.bias"], raw["predictor.decoder.bias"]):
+                raise CheckpointError(
+                    "predictor.decoder.bias should be the same tensor as predictor.bias (X-modaler "
+                    "registers the LM bias twice), but they differ"
+                )
+
+    def model_config(self) -> tuple[TdenConfig, list[str]]:
+        return _config_from_checkpoint(self.raw, self.original_config, self.task, self.detected)
+
+    def configure(self, model_config: TdenConfig, report: ConversionReport) -> None:
+        if self.task == "vqa":
+            # A fine-tuned head fixes the number of answers; a new head (from a pre-training checkpoint) takes the list's.
+            head = self.raw.get("predictor.u_logits.1.weight")
+            num_answers = head.shape[0] if head is not None else None
+            self.set_answer_file_labels(
+                model_config, num_answers, ("trainval_label2ans.pkl",), 1, "trainval_label2ans.pkl"
             )
 
-    model_config, notes = _config_from_checkpoint(raw, original, task, detected)
-    report = ConversionReport(source=checkpoint.name, notes=notes)
-    if task == "vqa":
-        _set_vqa_labels(model_config, raw, checkpoint, answers)
+    def key_map(self, model_config: TdenConfig) -> KeyMap:
+        return tden_key_map(self.task, self.detected)
 
-    model_class = TDEN_TASKS[task]
-    model = model_class(model_config)
-    convert_state_dict(raw, model, tden_key_map(task, detected), report)
+    def finish(self, model, report: ConversionReport) -> None:
+        if self.task == "captioning":
+            _set_caption_decoding(
+                model, model.config, self.original_config, _text_limit(self.original_config, self.task)
+            )
 
-    processor, max_text = _converted_processor(original, task, model_config, tokenizer, report)
-    if task == "captioning":
-        _set_caption_decoding(model, model_config, original, max_text)
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
+    def processor(self, model_config: TdenConfig, report: ConversionReport) -> TdenProcessor:
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return _converted_processor(self.original_config, self.task, model_config, tok, report)
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_tden,
-    "tden",
+convert_tden, add_arguments, convert_from_args = _TdenConversion.public_functions(
     checkpoint_help="X-modaler's .pth (model_final.pth, model_Epoch_*.pth)",
     config_help="the original config.yaml (X-modaler's merged config beside the checkpoint)",
-    tasks=TDEN_TASKS,
     answers_help="VQA answer list trainval_label2ans.pkl (default: looked for beside the checkpoint)",
 )
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _TdenConversion.release.original_repository, _TdenConversion.release.commit
+TDEN_TASKS = _TdenConversion.tasks  # the task names the converter takes: the architecture's heads

@@ -9,30 +9,11 @@ core's (`common.py`).
 """
 
 import logging
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import ARCHITECTURE
-from ...conversion.common import (
-    CheckpointError,
-    ConversionReport,
-    KeyMap,
-    OriginalRelease,
-    check_task,
-    bert_sizes,
-    sizes_over_config,
-    convert_state_dict,
-    converter_command_line,
-    answer_labels,
-    load_renamed_state_dict,
-    read_json_config,
-    set_answer_labels,
-)
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, OriginalConversion, OriginalRelease
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +26,6 @@ __all__ = [
     "ORIGINAL_REPOSITORY",
     "ORIGINAL_COMMIT",
 ]
-
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "74c4d852ef62f2aa22b2d0665d78f79a380a30e2"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 # task → head class name: the architecture's declaration.
 VLP_TASKS = dict(ARCHITECTURE.task_models)
@@ -73,45 +50,6 @@ def unified_vlp_key_map(task: str) -> KeyMap:
     return KeyMap(renames=_RENAMES, drops=drops)
 
 
-def _config_from_checkpoint(state_dict: dict, original_config: dict | None, num_labels: int | None):
-    from . import UnifiedVlpConfig
-
-    notes = []
-    region = state_dict["vlp.embeddings.vis_embed.0.weight"]
-    shapes = bert_sizes(state_dict, "vlp.embeddings.", "vlp.encoder.layer.")
-    if shapes["type_vocab_size"] < 6:
-        raise CheckpointError(
-            f"the checkpoint has {shapes['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
-            "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
-        )
-    fields = sizes_over_config(original_config, shapes, notes, "the original bert_config.json", ("type_vocab_size",))
-    extra = dict(
-        region_feature_dim=region.shape[1],
-        region_embed_dim=region.shape[0],
-        region_location_dim=state_dict["vlp.embeddings.vis_pe_embed.0.weight"].shape[1],
-    )
-    if num_labels is not None:
-        extra["num_labels"] = num_labels
-        extra["classifier_hidden_size"] = state_dict["ans_classifier.0.weight"].shape[0]
-    notes.append("LayerNorm eps 1e-5 and 100 region slots: fixed in the original code, not in its config")
-    return UnifiedVlpConfig.from_original_config(fields, **extra), notes
-
-
-def _set_answer_labels(model_config, answers, num_labels: int, report: ConversionReport) -> None:
-    """id2label from Pythia's answer vocabulary (or `answer_<i>`); answer 0 never predicted, as the original."""
-    if answers is not None:  # Pythia's answers_vqa.txt, one answer a line (or a JSON list / ans2label)
-        labels = answer_labels(answers, num_labels)
-    else:
-        labels = [f"answer_{i}" for i in range(num_labels)]
-        report.notes.append("no answer vocabulary given (--answers): labels are answer_<i>")
-    set_answer_labels(model_config, labels)
-    # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
-    model_config.unknown_answer_id = 0
-    report.notes.append(
-        f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original evaluation"
-    )
-
-
 def _card_usage(task: str, folder_name: str, class_name: str) -> str:
     """The model card's usage snippet for the converted task."""
     usage = f"""import vlhub
@@ -128,12 +66,12 @@ captions = processor.batch_decode(model.generate(**processor(regions=regions), m
     return usage
 
 
-def _converted_processor(task: str, model_config, tokenizer, report: ConversionReport):
+def _converted_processor(task: str, model_config, tok, report: ConversionReport):
     """The processor of the converted model: VLP's renamed tokenizer and the original's region rows as stored. Kept
     apart so that `convert_unified_vlp` stays short."""
     from .. import unified_vlp
 
-    tok = unified_vlp.vlp_release_tokenizer(_RELEASE.load_tokenizer(tokenizer, model_config.vocab_size))
+    tok = unified_vlp.vlp_release_tokenizer(tok)
     report.notes.append(
         "tokenizer: [unused1] → [X_SEP] and [unused2..11] → [SEP_0..9] in token strings (same ids), as "
         "the original's load_vocab renames them"
@@ -153,14 +91,7 @@ def _converted_processor(task: str, model_config, tokenizer, report: ConversionR
     )
 
 
-def convert_unified_vlp(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _UnifiedVlpConversion(OriginalConversion):
     """Convert an original Unified VLP checkpoint into a vlhub folder (safetensors, config, processor, model card).
 
     Args:
@@ -173,54 +104,85 @@ def convert_unified_vlp(
             renames (`vlp_release_tokenizer`), so captions decode as the original printed them.
         answers: VQA answer vocabulary (Pythia's `answers_vqa.txt`, one per line); without it the labels are
             `answer_<i>` (noted in the report).
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
+
+    release = OriginalRelease(ARCHITECTURE, "74c4d852ef62f2aa22b2d0665d78f79a380a30e2", REPORTED_RESULTS, logger)
+    renames = _RENAMES
     required = (
         "vlp.embeddings.word_embeddings.weight",
         "vlp.embeddings.vis_embed.0.weight",
         "vlp.embeddings.vis_pe_embed.0.weight",
     )
-    raw, state_dict = load_renamed_state_dict(
-        checkpoint,
-        _RENAMES,
-        required,
-        "Unified VLP",
-        hint=lambda raw, missing: (
-            " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
-        ),
-    )
-    has_answers = "ans_classifier.0.weight" in state_dict
-    task = check_task(task or ("vqa" if has_answers else "captioning"), VLP_TASKS)
-    if task == "vqa" and not has_answers:
-        raise CheckpointError(
-            f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {checkpoint.name} has none"
+
+    def hint(self, raw: dict, missing: list[str]) -> str:
+        return " (its region projections are missing: is it a UniLM/BERT text checkpoint?)" if len(missing) < 3 else ""
+
+    def detect(self) -> str:
+        return "vqa" if "ans_classifier.0.weight" in self.state_dict else "captioning"
+
+    def check(self) -> None:
+        if self.task == "vqa" and self.detected != "vqa":
+            raise CheckpointError(
+                f"task 'vqa' needs a fine-tuned answer head (ans_classifier.*); {self.checkpoint.name} has none"
+            )
+        if self.task != "vqa" and "cls.predictions.bias" not in self.state_dict:
+            raise CheckpointError(
+                f"task {self.task!r} needs the masked-LM head (cls.predictions.*); {self.checkpoint.name} has none"
+            )
+
+    def model_config(self) -> tuple:
+        from . import UnifiedVlpConfig
+
+        state_dict, notes = self.state_dict, []
+        fields = self.bert_fields(
+            self.original_config, "vlp.", notes, "the original bert_config.json", ("type_vocab_size",)
         )
-    if task != "vqa" and "cls.predictions.bias" not in state_dict:
-        raise CheckpointError(f"task {task!r} needs the masked-LM head (cls.predictions.*); {checkpoint.name} has none")
+        if fields["type_vocab_size"] < 6:
+            raise CheckpointError(
+                f"the checkpoint has {fields['type_vocab_size']} token types; Unified VLP checkpoints have 6 "
+                "(--new_segment_ids). A UniLM/BERT initialisation is not a VLP checkpoint"
+            )
+        region = state_dict["vlp.embeddings.vis_embed.0.weight"]
+        extra = dict(
+            region_feature_dim=region.shape[1],
+            region_embed_dim=region.shape[0],
+            region_location_dim=state_dict["vlp.embeddings.vis_pe_embed.0.weight"].shape[1],
+        )
+        self.num_labels = state_dict["ans_classifier.2.weight"].shape[0] if self.task == "vqa" else None
+        if self.num_labels is not None:
+            extra["num_labels"] = self.num_labels
+            extra["classifier_hidden_size"] = state_dict["ans_classifier.0.weight"].shape[0]
+        notes.append("LayerNorm eps 1e-5 and 100 region slots: fixed in the original code, not in its config")
+        return UnifiedVlpConfig.from_original_config(fields, **extra), notes
 
-    original_config = read_json_config(config)
-    num_labels = state_dict["ans_classifier.2.weight"].shape[0] if task == "vqa" else None
-    model_config, notes = _config_from_checkpoint(state_dict, original_config, num_labels)
-    report = ConversionReport(source=checkpoint.name, notes=notes)
-    if task == "vqa":
-        _set_answer_labels(model_config, answers, num_labels, report)
+    def configure(self, model_config, report: ConversionReport) -> None:
+        if self.task == "vqa":  # Pythia's answers_vqa.txt, one answer a line (or a JSON list / ans2label)
+            note = "no answer vocabulary given (--answers): labels are answer_<i>"
+            labels = self.set_given_answer_labels(model_config, self.num_labels, report.notes, note)
+            # The original evaluation predicts argmax(logits[:, 1:]) + 1: answer 0 (Pythia's <unk>) never.
+            model_config.unknown_answer_id = 0
+            report.notes.append(
+                f"answer 0 ({labels[0]!r}) is never predicted (unknown_answer_id=0), as the original evaluation"
+            )
 
-    model_class = ARCHITECTURE.model_class(task)
-    model = model_class(model_config)
-    convert_state_dict(raw, model, unified_vlp_key_map(task), report)
+    def key_map(self, model_config) -> KeyMap:
+        return unified_vlp_key_map(self.task)
 
-    processor = _converted_processor(task, model_config, tokenizer, report)
-    usage = _card_usage(task, Path(output_dir).name, model_class.__name__)
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, usage=usage)
+    def processor(self, model_config, report: ConversionReport):
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return _converted_processor(self.task, model_config, tok, report)
+
+    def save_settings(self, model, report: ConversionReport) -> dict:
+        return {"usage": _card_usage(self.task, Path(self.output_dir).name, type(model).__name__)}
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_unified_vlp,
-    "unified_vlp",
+convert_unified_vlp, add_arguments, convert_from_args = _UnifiedVlpConversion.public_functions(
     checkpoint_help="the original model.{epoch}.bin",
     config_help="the original bert_config.json",
-    tasks=VLP_TASKS,
     task_help="head to build (default: vqa if the checkpoint has ans_classifier, else captioning)",
     answers_help="VQA answer vocabulary (answers_vqa.txt, one per line)",
+)
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = (
+    _UnifiedVlpConversion.release.original_repository,
+    _UnifiedVlpConversion.release.commit,
 )

@@ -9,35 +9,13 @@ VCR) and the VQA answer vocabulary. Key accounting, loading and saving are the g
 """
 
 import logging
-import os
 import re
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from . import ARCHITECTURE, UniterConfig, UniterProcessor, UniterRegionProcessor
-from ...conversion.common import (
-    CheckpointError,
-    ConversionReport,
-    KeyMap,
-    OriginalRelease,
-    check_task,
-    bert_sizes,
-    looks_like,
-    sizes_over_config,
-    convert_state_dict,
-    converter_command_line,
-    find_answer_file,
-    load_renamed_state_dict,
-    read_json_config,
-    answer_labels,
-    set_answer_labels,
-)
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, OriginalConversion, OriginalRelease
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +30,6 @@ __all__ = [
     "ORIGINAL_COMMIT",
 ]
 
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
-
-UNITER_TASKS = ARCHITECTURE.task_heads()  # the task names the converter takes
 # The heads each task's class owns (by key prefix); every other head key belongs to another task.
 _HEAD_PREFIXES = {
     "pretraining": ("cls.", "feat_regress.", "region_classifier.", "itm_output."),
@@ -123,23 +96,6 @@ def uniter_key_map(task: str, detected: str, nlvr2_head: str = "paired-attn") ->
     return KeyMap(renames=_RENAMES, drops=drops, ties=ties)
 
 
-def _config_from_checkpoint(state_dict: dict, original_config: dict | None) -> tuple[UniterConfig, list[str]]:
-    notes = []
-    shapes = {
-        **bert_sizes(state_dict, "uniter.embeddings.", "uniter.encoder.layer."),
-        "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
-        "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
-    }
-    # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
-    enlarged = ("vocab_size", "type_vocab_size")
-    fields = sizes_over_config(original_config, shapes, notes, "the original config", enlarged)
-    return UniterConfig.from_original_config(
-        {k: v for k, v in fields.items() if k not in ("region_feature_dim", "region_location_dim")},
-        region_feature_dim=fields["region_feature_dim"],
-        region_location_dim=fields["region_location_dim"],
-    ), notes
-
-
 # The training config's region settings (`data/data.py`'s `DetectFeatLmdb`): every released config but the referring
 # expression ones uses conf_th 0.2, min_bb 10, max_bb 100; those use conf_th -1 (a fixed count) with num_bb 100.
 _REGION_KEYS = ("conf_th", "max_bb", "min_bb", "num_bb", "max_txt_len")
@@ -176,29 +132,6 @@ def uniter_region_settings(original_config: dict | None, task: str) -> tuple[dic
     )
 
 
-def _set_task_head_config(model_config, state_dict: dict, task: str, checkpoint: Path, answers) -> None:
-    """The head settings a task reads from the checkpoint: VQA's answer vocabulary (id2label), NLVR2's head kind,
-    the referring-expression head's depth."""
-    if task in ("vqa", "ve"):
-        if "vqa_output.3.weight" not in state_dict:
-            raise CheckpointError(
-                f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {checkpoint.name} has none"
-            )
-        num_answers = state_dict["vqa_output.3.weight"].shape[0]
-        if task == "vqa":
-            path = find_answer_file(checkpoint, answers, ("ans2label.json",))
-            if path is None:
-                raise FileNotFoundError(
-                    "the VQA answer vocabulary is needed for id2label: pass answers=/--answers ans2label.json "
-                    "(train_vqa.py writes it beside its checkpoints)"
-                )
-            set_answer_labels(model_config, answer_labels(path, num_answers))
-    if task == "nlvr2":
-        model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
-    if task == "re" and "re_output.3.weight" in state_dict:
-        model_config.re_head_layers = 2
-
-
 def _zero_unused_mask_row(model, report: ConversionReport) -> None:
     """The original zeroes mask_embedding row 0 on every masked forward and never adds it otherwise."""
     mask_embedding = model.uniter.img_embeddings.mask_embedding.weight
@@ -220,14 +153,7 @@ def _zero_shot_rank_output(model_class, state_dict: dict, task: str, report: Con
     return {"rank_output.weight": (weight, "itm_output.weight[1]"), "rank_output.bias": (bias, "itm_output.bias[1]")}
 
 
-def convert_uniter(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-cased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _UniterConversion(OriginalConversion):
     """Convert an original UNITER checkpoint into a vlhub folder (safetensors, config, processor, model card).
 
     Args:
@@ -239,55 +165,92 @@ def convert_uniter(
             `task="retrieval"` gets the zero-shot `rank_output` (the ITM "match" row), as the original `inf_itm.py`.
         tokenizer: name, folder or vocab.txt of the cased BERT tokenizer for the processor.
         answers: VQA answer vocabulary (`ans2label.json`); default: looked for beside the checkpoint.
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
-    raw, state_dict = load_renamed_state_dict(
-        checkpoint,
-        _RENAMES,
-        ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight"),
-        "UNITER",
-        hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
-    )
-    detected = detect_uniter_task(state_dict)
-    task = check_task(task or detected, UNITER_TASKS)
-    original_config = read_json_config(config)
-    region_settings, region_note = uniter_region_settings(original_config, task)
-    # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
-    max_text_length = int((original_config or {}).get("max_txt_len", 220 if task == "vcr" else 60)) + 2
-    if original_config is not None:
-        original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
-    model_config, notes = _config_from_checkpoint(state_dict, original_config)
-    notes.append(region_note)
-    notes.append(f"processor max_text_length {max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]")
-    report = ConversionReport(source=checkpoint.name, notes=notes)
 
-    _set_task_head_config(model_config, state_dict, task, checkpoint, answers)
+    release = OriginalRelease(ARCHITECTURE, "1dbfa62bb8ddb1f2b11d20775ce324c5e45a3ab4", REPORTED_RESULTS, logger)
+    renames = _RENAMES
+    required = ("uniter.embeddings.word_embeddings.weight", "uniter.img_embeddings.img_linear.weight")
+    other_checkpoints = _OTHER_CHECKPOINTS
 
-    model_class = UNITER_TASKS[task]
-    model = model_class(model_config)
-    derived = _zero_shot_rank_output(model_class, state_dict, task, report)
-    convert_state_dict(raw, model, uniter_key_map(task, detected, model_config.nlvr2_head), report, derived=derived)
-    if task == "pretraining":
-        _zero_unused_mask_row(model, report)
+    def detect(self) -> str:
+        return detect_uniter_task(self.state_dict)
 
-    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
-    processor = UniterProcessor(
-        feature_extractor=UniterRegionProcessor(region_feature_dim=model_config.region_feature_dim, **region_settings),
-        tokenizer=tok,
-        max_text_length=max_text_length,
-    )
-    # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
-    zero_shot = (task, detected) == ("retrieval", "pretraining")
-    reported_task = "zero_shot_retrieval" if zero_shot else task
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor, reported_task=reported_task)
+    def model_config(self) -> tuple[UniterConfig, list[str]]:
+        original_config = self.original_config
+        self.region_settings, region_note = uniter_region_settings(original_config, self.task)
+        # max_txt_len counts word pieces ([CLS] and [SEP] come on top); the original drops longer training examples.
+        self.max_text_length = int((original_config or {}).get("max_txt_len", 220 if self.task == "vcr" else 60)) + 2
+        if original_config is not None:
+            original_config = {k: v for k, v in original_config.items() if k not in _REGION_KEYS}
+        notes: list[str] = []
+        state_dict = self.state_dict
+        region_sizes = {
+            "region_feature_dim": state_dict["uniter.img_embeddings.img_linear.weight"].shape[1],
+            "region_location_dim": state_dict["uniter.img_embeddings.pos_linear.weight"].shape[1],
+        }
+        # NLVR2 (3 types) and VCR (4 types, 29077 words) enlarge these tables after loading the config.
+        enlarged = ("vocab_size", "type_vocab_size")
+        fields = self.bert_fields(original_config, "uniter.", notes, "the original config", enlarged, region_sizes)
+        model_config = UniterConfig.from_original_config(
+            {k: v for k, v in fields.items() if k not in region_sizes},
+            region_feature_dim=fields["region_feature_dim"],
+            region_location_dim=fields["region_location_dim"],
+        )
+        notes.append(region_note)
+        notes.append(
+            f"processor max_text_length {self.max_text_length}: the original's max_txt_len word pieces + [CLS], [SEP]"
+        )
+        return model_config, notes
+
+    def configure(self, model_config: UniterConfig, report: ConversionReport) -> None:
+        """The head settings a task reads from the checkpoint: VQA's answer vocabulary (id2label), NLVR2's head
+        kind, the referring-expression head's depth."""
+        task, state_dict = self.task, self.state_dict
+        if task in ("vqa", "ve"):
+            if "vqa_output.3.weight" not in state_dict:
+                raise CheckpointError(
+                    f"task {task!r} needs a fine-tuned answer head (vqa_output.*); {self.checkpoint.name} has none"
+                )
+            if task == "vqa":
+                how = "ans2label.json (train_vqa.py writes it beside its checkpoints)"
+                self.set_answer_file_labels(
+                    model_config, state_dict["vqa_output.3.weight"].shape[0], ("ans2label.json",), 2, how
+                )
+        if task == "nlvr2":
+            model_config.nlvr2_head = "paired-attn" if "attn1.in_proj_weight" in state_dict else "paired"
+        if task == "re" and "re_output.3.weight" in state_dict:
+            model_config.re_head_layers = 2
+
+    def derived(self, model, report: ConversionReport) -> dict:
+        return _zero_shot_rank_output(type(model), self.state_dict, self.task, report)
+
+    def key_map(self, model_config: UniterConfig) -> KeyMap:
+        return uniter_key_map(self.task, self.detected, model_config.nlvr2_head)
+
+    def finish(self, model, report: ConversionReport) -> None:
+        if self.task == "pretraining":
+            _zero_unused_mask_row(model, report)
+
+    def processor(self, model_config: UniterConfig, report: ConversionReport) -> UniterProcessor:
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        return UniterProcessor(
+            feature_extractor=UniterRegionProcessor(
+                region_feature_dim=model_config.region_feature_dim, **self.region_settings
+            ),
+            tokenizer=tok,
+            max_text_length=self.max_text_length,
+        )
+
+    def save_settings(self, model, report: ConversionReport) -> dict:
+        # a pre-training checkpoint ranking without fine-tuning is reported as zero-shot retrieval
+        zero_shot = (self.task, self.detected) == ("retrieval", "pretraining")
+        return {"reported_task": "zero_shot_retrieval" if zero_shot else self.task}
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_uniter,
-    "uniter",
+convert_uniter, add_arguments, convert_from_args = _UniterConversion.public_functions(
     checkpoint_help="the original .pt file",
     config_help="the original config json (e.g. config/uniter-base.json)",
-    tasks=UNITER_TASKS,
     answers_help="VQA answer vocabulary ans2label.json (default: looked for beside the checkpoint)",
 )
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _UniterConversion.release.original_repository, _UniterConversion.release.commit
+UNITER_TASKS = _UniterConversion.tasks  # the task names the converter takes: the architecture's heads

@@ -14,11 +14,11 @@ vlhub's ViLBERT keeps the original module names (`bert.*` → `vilbert.*`, `cls.
 - the zero-shot retrieval score of a pre-trained checkpoint (`softmax(alignment)[0]`) as `vil_logit`.
 """
 
+import inspect
 import logging
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,16 +35,12 @@ from . import (
     VilbertProcessor,
     VilbertRegionProcessor,
 )
-from ...conversion.common import CheckpointError, ConversionReport, KeyMap, check_task, convert_state_dict
+from ...conversion.common import CheckpointError, ConversionReport, KeyMap, OriginalConversion
 from .modeling_vilbert import text_output_weights
 from .reported_results import REPORTED_RESULTS
 from ...conversion.reported import CardResults, size_release
-from ...conversion.common import answer_labels, load_renamed_state_dict, read_json_config
-from ...conversion.common import BERT_ATTENTION_HEADS, converter_command_line, inferred_attention_heads
-from ...conversion.common import OriginalRelease, bert_sizes, layer_count, set_answer_labels, sizes_over_config
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+from ...conversion.common import BERT_ATTENTION_HEADS, inferred_attention_heads
+from ...conversion.common import OriginalRelease, layer_count
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +161,7 @@ _RENAMES = (
     (r"^bert\.", "vilbert."),
     (r"^(vil_prediction|vil_prediction_gqa|vil_binary_prediction)\.(?:main|logit_fc)\.", r"\1."),
 )
+_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _WEIGHT_NORM = re.compile(r"^(.*)\.weight_([gv])$")
 # Sizes the released configs use, for a checkpoint converted without its config (text, visual, co-attention).
 _DEFAULT_HEADS = {"hidden_size": BERT_ATTENTION_HEADS, "visual_hidden_size": {1024: 8}, "bi_hidden_size": {1024: 8}}
@@ -183,12 +180,11 @@ def detect_vilbert_release(state_dict: dict) -> str:
     return "pretrained"
 
 
-def _config_from_checkpoint(
-    state_dict: dict, original: dict | None, notes: list[str]
-) -> tuple[VilbertConfig, int | None]:
-    """The model config from the checkpoint's shapes and the original config; also the config's `num_labels`."""
+def _config_from_checkpoint(conversion: OriginalConversion, notes: list[str]) -> tuple[VilbertConfig, int | None]:
+    """The model config from the checkpoint's shapes and the original config (`conversion`'s); also the config's
+    `num_labels`."""
+    state_dict = conversion.state_dict
     shapes = {
-        **bert_sizes(state_dict, "vilbert.embeddings.", "vilbert.encoder.layer."),
         "v_feature_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[1],
         "v_hidden_size": state_dict["vilbert.v_embeddings.image_embeddings.weight"].shape[0],
         "v_num_hidden_layers": layer_count(state_dict, "vilbert.encoder.v_layer."),
@@ -201,12 +197,13 @@ def _config_from_checkpoint(
     if location_dim != 5:
         raise CheckpointError(f"the checkpoint's region locations are {location_dim}-d; ViLBERT's are 5-d")
     co_layers = layer_count(state_dict, "vilbert.encoder.c_layer.")
-    fields = sizes_over_config(original, shapes, notes, None)  # the heads of the three streams: below
+    # the heads of the three streams: below
+    fields = conversion.bert_fields(conversion.original_config, "vilbert.", notes, None, sizes=shapes)
     if "v_biattention_id" not in fields or "t_biattention_id" not in fields:
         # Every released config puts the co-attention layers before the last text layers and the first visual ones.
         fields.setdefault("v_biattention_id", list(range(co_layers)))
         fields.setdefault(
-            "t_biattention_id", list(range(shapes["num_hidden_layers"] - co_layers, shapes["num_hidden_layers"]))
+            "t_biattention_id", list(range(fields["num_hidden_layers"] - co_layers, fields["num_hidden_layers"]))
         )
         notes.append(
             f"co-attention schedule not in the config: assumed v_biattention_id={fields['v_biattention_id']}, "
@@ -326,95 +323,6 @@ def _task_head_weights(
     return {}
 
 
-def convert_vilbert(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-uncased",
-    answers: str | os.PathLike | list[str] | dict[str, int] | None = None,
-    task_id: int | None = None,
-) -> ConversionReport:
-    """Convert an original ViLBERT checkpoint into a vlhub folder (safetensors, config, processor, model card).
-
-    Args:
-        checkpoint: the original `.bin` (`pytorch_model_9.bin`, `pytorch_model_19.bin`, `multi_task_model.bin`).
-        output_dir: the folder to write.
-        config: the original config json (`config/bert_base_6layer_6conect.json`), or a dict; it may add
-            `num_labels` (checked against the checkpoint) and `task_specific_tokens`. Without it, sizes come from
-            the checkpoint and the head counts of the released sizes are assumed.
-        task: one of `VILBERT_TASKS`; default: `vqa` for a fine-tuned checkpoint, `pretraining` otherwise. A
-            pre-trained checkpoint converted with `task="retrieval"` gets the original's zero-shot score.
-        tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer.
-        answers: answer vocabulary for `vqa`/`gqa` (JSON list, or `{answer: index}`); without it the labels are
-            placeholders (`answer_<i>`), noted in the report.
-        task_id: multi-task checkpoints: the processor's default 12-in-1 task number (default: the task's own,
-            `MULTI_TASK_IDS`).
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
-    """
-    checkpoint = Path(checkpoint)
-    raw, renamed = load_renamed_state_dict(
-        checkpoint,
-        _RENAMES,
-        ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight"),
-        "ViLBERT",
-    )
-    release = detect_vilbert_release(renamed)
-    task = check_task(task or ("vqa" if release != "pretrained" else "pretraining"), VILBERT_TASKS)
-    original = read_json_config(config)
-    notes: list[str] = []
-    model_config, expected_labels = _config_from_checkpoint(renamed, original, notes)
-    report = ConversionReport(source=checkpoint.name, notes=notes)
-    key_map = _key_map(task, release, model_config)
-    head_keys = {key_map.rename(k) for k in raw}
-
-    derived = _task_head_weights(renamed, head_keys, task, release, checkpoint, notes)
-
-    if task in ("vqa", "gqa"):
-        _set_answers(model_config, renamed, task, release, expected_labels, answers, notes)
-    if release == "beta":
-        model_config.classifier_type = "beta"
-    if release == "beta" and task == "vqa":
-        derived.update(_fold_weight_norm({key_map.rename(k): v for k, v in raw.items()}, notes))
-
-    model_class = VILBERT_TASKS[task]
-    model = model_class(model_config)
-    convert_state_dict(raw, model, key_map, report, derived=derived)
-
-    processor = _converted_processor(model_config, task, release, task_id, tokenizer, notes)
-    # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
-    reported = CardResults(
-        REPORTED_RESULTS,
-        release if size_release(model_config.hidden_size) == "base" else None,
-        "zero_shot_retrieval" if (task, release) == ("retrieval", "pretrained") else task,
-    )
-    title_suffix = f" ({release} release)"
-    return _RELEASES[release].save(
-        output_dir, model, report, checkpoint, task, processor=processor, reported=reported, title_suffix=title_suffix
-    )
-
-
-def _set_answers(model_config, renamed: dict, task: str, release: str, expected_labels, answers, notes) -> None:
-    """The VQA / GQA head's answer labels on `model_config`: the vocabulary given, or placeholders."""
-    final = renamed.get(
-        "vil_prediction.3.weight_v"
-        if release == "beta"
-        else ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight")
-    )
-    num_labels = final.shape[0]
-    if expected_labels is not None and expected_labels != num_labels:
-        raise CheckpointError(
-            f"the config says num_labels={expected_labels} but the checkpoint's answer head "
-            f"predicts {num_labels} answers"
-        )
-    if answers is not None:  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
-        labels = answer_labels(answers, num_labels)
-    else:
-        labels = [f"answer_{i}" for i in range(num_labels)]
-        notes.append(f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}")
-    set_answer_labels(model_config, labels)
-
-
 def _converted_processor(model_config, task: str, release: str, task_id, tokenizer, notes) -> VilbertProcessor:
     """The processor with the original's task token, text length and region rule for `task`."""
     processor_task_id = None
@@ -480,12 +388,95 @@ def _original_text_length(task: str, release: str, task_id: int | None) -> int:
     return BETA_TEXT_LENGTHS.get(task, PRETRAINING_TEXT_LENGTH)
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_vilbert,
-    "vilbert",
+class _VilbertConversion(OriginalConversion):
+    """Convert an original ViLBERT checkpoint into a vlhub folder (safetensors, config, processor, model card).
+
+    Args:
+        checkpoint: the original `.bin` (`pytorch_model_9.bin`, `pytorch_model_19.bin`, `multi_task_model.bin`).
+        output_dir: the folder to write.
+        config: the original config json (`config/bert_base_6layer_6conect.json`), or a dict; it may add
+            `num_labels` (checked against the checkpoint) and `task_specific_tokens`. Without it, sizes come from
+            the checkpoint and the head counts of the released sizes are assumed.
+        task: one of `VILBERT_TASKS`; default: `vqa` for a fine-tuned checkpoint, `pretraining` otherwise. A
+            pre-trained checkpoint converted with `task="retrieval"` gets the original's zero-shot score.
+        tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer.
+        answers: answer vocabulary for `vqa`/`gqa` (JSON list, or `{answer: index}`); without it the labels are
+            placeholders (`answer_<i>`), noted in the report.
+        task_id: multi-task checkpoints: the processor's default 12-in-1 task number (default: the task's own,
+            `MULTI_TASK_IDS`).
+    """
+
+    release = _RELEASES["pretrained"]  # until `detect` knows the checkpoint's
+    tasks = VILBERT_TASKS
+    renames = _RENAMES
+    required = ("vilbert.embeddings.word_embeddings.weight", "vilbert.v_embeddings.image_embeddings.weight")
+    extra_parameters = (
+        inspect.Parameter(
+            "answers", _KEYWORD, default=None, annotation=str | os.PathLike | list[str] | dict[str, int] | None
+        ),
+        inspect.Parameter("task_id", _KEYWORD, default=None, annotation=int | None),
+    )
+
+    def detect(self) -> str:
+        release = detect_vilbert_release(self.state_dict)
+        self.release = _RELEASES[release]
+        return release
+
+    def default_task(self) -> str:
+        return "vqa" if self.detected != "pretrained" else "pretraining"
+
+    def model_config(self) -> tuple[VilbertConfig, list[str]]:
+        notes: list[str] = []
+        model_config, self.expected_labels = _config_from_checkpoint(self, notes)
+        return model_config, notes
+
+    def configure(self, model_config: VilbertConfig, report: ConversionReport) -> None:
+        task, release, notes = self.task, self.detected, report.notes
+        key_map = self.key_map(model_config)
+        head_keys = {key_map.rename(k) for k in self.raw}
+        self._derived = _task_head_weights(self.state_dict, head_keys, task, release, self.checkpoint, notes)
+        if task in ("vqa", "gqa"):  # label2ans / ans2label: JSON, or the original's pickles (trainval_label2ans.pkl)
+            final = self.state_dict.get(
+                "vil_prediction.3.weight_v"
+                if release == "beta"
+                else ("vil_prediction_gqa.3.weight" if task == "gqa" else "vil_prediction.3.weight")
+            )
+            num_labels = final.shape[0]
+            if self.expected_labels is not None and self.expected_labels != num_labels:
+                raise CheckpointError(
+                    f"the config says num_labels={self.expected_labels} but the checkpoint's answer head "
+                    f"predicts {num_labels} answers"
+                )
+            note = f"no answer vocabulary given: id2label holds placeholders answer_0..answer_{num_labels - 1}"
+            self.set_given_answer_labels(model_config, num_labels, notes, note)
+        if release == "beta":
+            model_config.classifier_type = "beta"
+        if release == "beta" and task == "vqa":
+            self._derived.update(_fold_weight_norm({key_map.rename(k): v for k, v in self.raw.items()}, notes))
+
+    def derived(self, model, report: ConversionReport) -> dict:
+        return self._derived
+
+    def key_map(self, model_config: VilbertConfig) -> KeyMap:
+        return _key_map(self.task, self.detected, model_config)
+
+    def processor(self, model_config: VilbertConfig, report: ConversionReport) -> VilbertProcessor:
+        task_id = self.options["task_id"]
+        return _converted_processor(model_config, self.task, self.detected, task_id, self.tokenizer, report.notes)
+
+    def save_settings(self, model, report: ConversionReport) -> dict:
+        # the releases are all BERT-base; the pre-trained one is evaluated ranking without fine-tuning
+        reported = CardResults(
+            REPORTED_RESULTS,
+            self.detected if size_release(model.config.hidden_size) == "base" else None,
+            "zero_shot_retrieval" if (self.task, self.detected) == ("retrieval", "pretrained") else self.task,
+        )
+        return {"reported": reported, "title_suffix": f" ({self.detected} release)"}
+
+
+convert_vilbert, add_arguments, convert_from_args = _VilbertConversion.public_functions(
     checkpoint_help="the original .bin file",
     config_help="the original config json (e.g. config/bert_base_6layer_6conect.json)",
-    tasks=VILBERT_TASKS,
     task_help="head to build (default: vqa for fine-tuned checkpoints, pretraining otherwise)",
     answers_help="answer vocabulary for vqa/gqa: label2ans list or ans2label dict (.json, or the original .pkl)",
     extra_arguments={

@@ -16,7 +16,7 @@ dropped, and the BatchNorm step counters are dropped. A checkpoint of another ar
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from ...utils.files import read_yaml
 from . import (
@@ -33,23 +33,13 @@ from ...conversion.common import (
     CheckpointError,
     ConversionReport,
     KeyMap,
+    OriginalConversion,
     OriginalRelease,
-    check_task,
     bert_sizes,
     inferred_attention_heads,
     layer_count,
-    looks_like,
-    convert_state_dict,
-    converter_command_line,
-    find_answer_file,
-    load_renamed_state_dict,
-    answer_labels,
-    set_answer_labels,
 )
 from .reported_results import REPORTED_RESULTS
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +53,6 @@ __all__ = [
     "ORIGINAL_REPOSITORY",
     "ORIGINAL_COMMIT",
 ]
-
-ORIGINAL_REPOSITORY = ARCHITECTURE.original_repository
-ORIGINAL_COMMIT = "4373674cbf2bcd6c09a2c26abfdb6705b870e3be"
-_RELEASE = OriginalRelease(ARCHITECTURE, ORIGINAL_COMMIT, REPORTED_RESULTS, logger)
 
 VL_BERT_TASKS = {
     "pretraining": VlBertForPreTraining,
@@ -287,18 +273,6 @@ def _configure_e2e(config: VlBertConfig, state_dict: dict) -> None:
     config.image_feature_precomputed = False
 
 
-def _set_vqa_answers(model_config, state_dict: dict, detected: str, checkpoint: Path, answers) -> None:
-    """id2label from the answer vocabulary, checked against a fine-tuned head's answer count."""
-    num_answers = state_dict["final_mlp.2.weight"].shape[0] if detected == "vqa" else None
-    path = find_answer_file(checkpoint, answers, ("answers_vqa.txt",), levels=1)
-    if path is None:
-        raise FileNotFoundError(
-            "the VQA answer vocabulary is needed for id2label: pass answers=/--answers answers_vqa.txt (the "
-            "original's DATASET.ANSWER_VOCAB_FILE)"
-        )
-    set_answer_labels(model_config, answer_labels(path, num_answers))
-
-
 def _converted_processor(model_config, tok, config, task: str, report: ConversionReport) -> VlBertProcessor:
     """The processor with the original loaders' rules: every box kept, pre-training's sort and joint cut."""
     # Pre-training on Conceptual Captions: boxes by largest class score, text and objects cut together to SEQ_LEN.
@@ -324,14 +298,7 @@ def _converted_processor(model_config, tok, config, task: str, report: Conversio
     )
 
 
-def convert_vl_bert(
-    checkpoint: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    config: str | os.PathLike | dict | None = None,
-    task: str | None = None,
-    tokenizer: "PreTrainedTokenizerBase | str | os.PathLike" = "google-bert/bert-base-uncased",
-    answers: str | os.PathLike | None = None,
-) -> ConversionReport:
+class _VlBertConversion(OriginalConversion):
     """Convert an original VL-BERT "prec" checkpoint into a vlhub folder (safetensors, config, processor, card).
 
     Args:
@@ -345,61 +312,68 @@ def convert_vl_bert(
         tokenizer: name, folder or vocab.txt of the uncased BERT tokenizer for the processor.
         answers: VQA answer vocabulary (`answers_vqa.txt`, one answer per line); default: looked for beside the
             checkpoint.
-    Returns the `ConversionReport` (also saved as `conversion_report.json`).
     """
-    checkpoint = Path(checkpoint)
-    raw, state_dict = load_renamed_state_dict(
-        checkpoint,
-        _WRAPPER_RENAMES,
-        ("vlbert.word_embeddings.weight",),
-        "VL-BERT",
-        hint=lambda raw, missing: f" (it looks like: {looks_like(raw, _OTHER_CHECKPOINTS)})",
-    )
-    detected = detect_vl_bert_task(raw)
-    task = check_task(task or detected, VL_BERT_TASKS)
-    if detected not in ("pretraining", task):
-        raise CheckpointError(
-            f"{checkpoint.name} is a fine-tuned {detected!r} model; it cannot become a {task!r} model (only a "
-            "pre-training checkpoint starts every task)"
-        )
 
-    original_config = config
-    if config is not None and not isinstance(config, dict):
-        original_config = Path(config)
-    model_config, notes = _config(state_dict, original_config, task)
+    release = OriginalRelease(ARCHITECTURE, "4373674cbf2bcd6c09a2c26abfdb6705b870e3be", REPORTED_RESULTS, logger)
+    tasks = VL_BERT_TASKS
+    renames = _WRAPPER_RENAMES
+    required = ("vlbert.word_embeddings.weight",)
+    other_checkpoints = _OTHER_CHECKPOINTS
 
-    report = ConversionReport(source=checkpoint.name, notes=notes)
+    def detect(self) -> str:
+        return detect_vl_bert_task(self.raw)
 
-    if task == "vqa":
-        _set_vqa_answers(model_config, state_dict, detected, checkpoint, answers)
+    def check(self) -> None:
+        if self.detected not in ("pretraining", self.task):
+            raise CheckpointError(
+                f"{self.checkpoint.name} is a fine-tuned {self.detected!r} model; it cannot become a {self.task!r} "
+                "model (only a pre-training checkpoint starts every task)"
+            )
 
-    model_class = VL_BERT_TASKS[task]
-    model = model_class(model_config)
-    derived = {}
-    if detected == "pretraining" and task in ("vqa", "refcoco"):
+    def read_config(self) -> dict | Path | None:
+        """The original YAML as a path (read where its fields are needed), or the dict given."""
+        return self.config if self.config is None or isinstance(self.config, dict) else Path(self.config)
+
+    def model_config(self) -> tuple[VlBertConfig, list[str]]:
+        return _config(self.state_dict, self.original_config, self.task)
+
+    def configure(self, model_config: VlBertConfig, report: ConversionReport) -> None:
+        if self.task == "vqa":  # a fine-tuned head fixes the answer count
+            num_answers = self.state_dict["final_mlp.2.weight"].shape[0] if self.detected == "vqa" else None
+            how = "answers_vqa.txt (the original's DATASET.ANSWER_VOCAB_FILE)"
+            self.set_answer_file_labels(model_config, num_answers, ("answers_vqa.txt",), 1, how)
+
+    def derived(self, model, report: ConversionReport) -> dict:
+        if self.detected != "pretraining" or self.task not in ("vqa", "refcoco"):
+            return {}
         source, target = (
             ("vlbert.mlm_head.predictions.transform.", "vqa_head.0.")
-            if task == "vqa"
+            if self.task == "vqa"
             else ("vlbert.mvrc_head.transform.", "re_head.0.")
         )
-        derived = {target + k[len(source) :]: (v, k) for k, v in state_dict.items() if k.startswith(source)}
         report.notes.append(f"{target}* initialised from {source}* (the original fine-tuning's partial pre-training)")
-    convert_state_dict(state_dict, model, vl_bert_key_map(task, detected, state_dict.keys()), report, derived=derived)
-    if task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
-        report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
+        return {target + k[len(source) :]: (v, k) for k, v in self.state_dict.items() if k.startswith(source)}
 
-    tok = _RELEASE.load_tokenizer(tokenizer, model_config.vocab_size)
-    if tok.mask_token_id != model_config.mask_token_id:
-        model_config.mask_token_id = tok.mask_token_id
-    processor = _converted_processor(model_config, tok, config, task, report)
-    return _RELEASE.save(output_dir, model, report, checkpoint, task, processor=processor)
+    def source_weights(self) -> dict:
+        return self.state_dict  # the report names the keys without VCR's TimeDistributed wrapper
+
+    def key_map(self, model_config: VlBertConfig) -> KeyMap:
+        return vl_bert_key_map(self.task, self.detected, self.state_dict.keys())
+
+    def finish(self, model, report: ConversionReport) -> None:
+        if self.task == "vcr" and "vl_bert.pooler.dense.weight" in report.initialized:
+            report.notes.append("the pooler is not in the checkpoint; the original VCR model takes it from BERT")
+
+    def processor(self, model_config: VlBertConfig, report: ConversionReport) -> VlBertProcessor:
+        tok = self.release.load_tokenizer(self.tokenizer, model_config.vocab_size)
+        if tok.mask_token_id != model_config.mask_token_id:
+            model_config.mask_token_id = tok.mask_token_id
+        return _converted_processor(model_config, tok, self.config, self.task, report)
 
 
-add_arguments, convert_from_args = converter_command_line(
-    convert_vl_bert,
-    "vl_bert",
+convert_vl_bert, add_arguments, convert_from_args = _VlBertConversion.public_functions(
     checkpoint_help="the original .model file (vl-bert-base-prec.model, a fine-tuned one, ...)",
     config_help="the original YAML (cfgs/<task>/*.yaml)",
-    tasks=VL_BERT_TASKS,
     answers_help="VQA answer vocabulary answers_vqa.txt (default: beside the checkpoint)",
 )
+ORIGINAL_REPOSITORY, ORIGINAL_COMMIT = _VlBertConversion.release.original_repository, _VlBertConversion.release.commit

@@ -46,6 +46,7 @@ __all__ = [
     "BertSelfAttention",
     "RegionFeatureRegressionHead",
     "RegionClassificationHead",
+    "TransformedLinearHead",
     "classifier_head",
     "AttentionPooling",
     "LocatedRegionEmbeddings",
@@ -123,6 +124,21 @@ class RegionFeatureRegressionHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor, projection_weight: torch.Tensor) -> torch.Tensor:
         # projection_weight is the embedder's (hidden, feature_dim) Linear weight; x @ W maps hidden → feature.
         return F.linear(self.net(hidden_states), projection_weight.t(), self.bias)
+
+
+class TransformedLinearHead(nn.Module):
+    """A prediction head: `transform` (the architecture's dense-activation block, e.g. BERT's
+    `BertPredictionHeadTransform`) then `decoder`, a Linear with its bias from `hidden_size` to `out_features`
+    (X-modaler's LM head, VL-BERT's MVRC head, ViLBERT's masked-region head: the checkpoint keys `transform.*`,
+    `decoder.*` they all have)."""
+
+    def __init__(self, transform: nn.Module, hidden_size: int, out_features: int) -> None:
+        super().__init__()
+        self.transform = transform
+        self.decoder = nn.Linear(hidden_size, out_features)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))
 
 
 class RegionClassificationHead(nn.Module):

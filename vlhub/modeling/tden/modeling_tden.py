@@ -57,6 +57,7 @@ from ..layers import (
     BertLayer,
     LocatedRegionEmbeddings,
     RegionClassificationHead,
+    TransformedLinearHead,
     check_region_inputs,
     extended_attention_mask,
     flatten_choices,
@@ -546,17 +547,12 @@ class TdenDecoderLayer(GradientCheckpointingLayer):
         return self.output(self.intermediate(attended), attended), self_probabilities, cross_probabilities
 
 
-class TdenLMHead(nn.Module):
+class TdenLMHead(TransformedLinearHead):
     """X-modaler's `BertPredictionHead`: `transform` (dense, GELU, LayerNorm 1e-12) then `decoder` (Linear to the
     vocabulary, with its bias). Not tied to the word embeddings; shared by MLM, MSG and captioning."""
 
     def __init__(self, config: TdenConfig) -> None:
-        super().__init__()
-        self.transform = BertPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states))
+        super().__init__(BertPredictionHeadTransform(config), config.hidden_size, config.vocab_size)
 
 
 class TdenLMHeadMixin:

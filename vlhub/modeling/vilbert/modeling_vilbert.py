@@ -33,6 +33,7 @@ from ..layers import (
     BertEmbeddings,
     BertPredictionHeadTransform,
     LocatedRegionEmbeddings,
+    TransformedLinearHead,
     check_text_and_region_inputs,
     classifier_head,
     extended_attention_mask,
@@ -685,17 +686,13 @@ class _VilbertHead(VilbertPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------- pre-training
-class VilbertImagePredictionHead(nn.Module):
+class VilbertImagePredictionHead(TransformedLinearHead):
     """Masked-region classification (`cls.imagePredictions`): BERT's prediction transform at the visual width (with
     the text stream's activation, as the original), then `decoder` Linear(visual_hidden_size, num_region_labels)."""
 
     def __init__(self, config: VilbertConfig) -> None:
-        super().__init__()
-        self.transform = BertPredictionHeadTransform(StreamConfig(config, hidden_size=config.visual_hidden_size))
-        self.decoder = nn.Linear(config.visual_hidden_size, config.num_region_labels)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states))
+        visual = StreamConfig(config, hidden_size=config.visual_hidden_size)
+        super().__init__(BertPredictionHeadTransform(visual), config.visual_hidden_size, config.num_region_labels)
 
 
 class VilbertPreTrainingHeads(nn.Module):

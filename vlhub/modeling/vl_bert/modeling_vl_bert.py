@@ -35,6 +35,7 @@ from ..layers import (
     BertOnlyMLMHead,
     BertPooler,
     BertPredictionHeadTransform,
+    TransformedLinearHead,
     check_region_layout,
     extended_attention_mask,
     flatten_choices,
@@ -496,16 +497,11 @@ class VlBertHeadTransform(nn.Module):
         return self.act(self.dense(hidden_states))
 
 
-class VlBertRegionClassificationHead(nn.Module):
+class VlBertRegionClassificationHead(TransformedLinearHead):
     """MVRC: `transform` (dense + GELU, no LayerNorm) then `decoder` Linear(H, num_region_labels)."""
 
     def __init__(self, config: VlBertConfig) -> None:
-        super().__init__()
-        self.transform = VlBertHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.num_region_labels)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states))
+        super().__init__(VlBertHeadTransform(config), config.hidden_size, config.num_region_labels)
 
 
 # ---------------------------------------------------------------------------------------------------- base

@@ -26,7 +26,7 @@ import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 # Import transformers' Auto-model module before BERT's: its import registers every vlhub architecture, which imports
 # their modeling files, which import BERT; BERT must not be half-imported at that moment.
@@ -697,13 +697,38 @@ class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
-def _check_inputs(config: TdenConfig, text: dict, generation: dict, regions: dict, past_length: int):
-    """`TdenModel.forward`'s checks, on its three input groups (the text streams' dicts take the same keys)."""
+class _TextStream(NamedTuple):
+    """The inputs of one text stream of `TdenModel.forward`: the understanding stream's, or the generation stream's
+    (its `decoder_*` arguments)."""
+
+    input_ids: torch.LongTensor | None
+    attention_mask: torch.Tensor | None
+    token_type_ids: torch.LongTensor | None
+    position_ids: torch.LongTensor | None
+    inputs_embeds: torch.FloatTensor | None
+
+    @property
+    def tokens(self) -> torch.Tensor | None:
+        """The ids, else the embeddings: what gives the stream's batch and length (`None`: the stream is not given)."""
+        return self.input_ids if self.input_ids is not None else self.inputs_embeds
+
+
+class _Regions(NamedTuple):
+    """The region inputs of `TdenModel.forward`."""
+
+    features: torch.FloatTensor | None
+    locations: torch.FloatTensor | None
+    attention_mask: torch.Tensor | None
+
+
+def _check_inputs(
+    config: TdenConfig, text: _TextStream, generation: _TextStream, regions: _Regions, past_length: int
+) -> None:
+    """`TdenModel.forward`'s checks, on its three input groups."""
     for stream, prefix in ((text, ""), (generation, "decoder_")):
-        if stream["input_ids"] is not None and stream["inputs_embeds"] is not None:
+        if stream.input_ids is not None and stream.inputs_embeds is not None:
             raise ValueError(f"pass either {prefix}input_ids or {prefix}inputs_embeds, not both")
-    text = text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"]
-    generation = generation["input_ids"] if generation["input_ids"] is not None else generation["inputs_embeds"]
+    text, generation = text.tokens, generation.tokens
     if text is None and generation is None:
         raise ValueError(
             "TDEN needs text: input_ids (understanding stream) and/or decoder_input_ids (generation stream)"
@@ -714,19 +739,7 @@ def _check_inputs(config: TdenConfig, text: dict, generation: dict, regions: dic
                 f"{name} reach position {stream.shape[1] + offset}, beyond the model's {config.max_position_embeddings} "
                 "position embeddings; shorten the text"
             )
-    check_region_inputs(
-        config,
-        regions["region_features"],
-        regions["region_locations"],
-        regions["region_attention_mask"],
-        text,
-        generation,
-    )
-
-
-def _stream_given(stream: dict) -> bool:
-    """Whether a text stream of `TdenModel.forward` (its dict of inputs) has its ids or its embeddings."""
-    return stream["input_ids"] is not None or stream["inputs_embeds"] is not None
+    check_region_inputs(config, *regions, text, generation)
 
 
 def _ones(reference: torch.Tensor, length: int | None = None) -> torch.Tensor:
@@ -855,25 +868,15 @@ class TdenModel(TdenPreTrainedModel):
             `TdenModelOutput`.
         """
         past_length = cache.get_seq_length() if cache is not None else 0
-        text = dict(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
+        text = _TextStream(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        generation = _TextStream(
+            decoder_input_ids,
+            decoder_attention_mask,
+            decoder_token_type_ids,
+            decoder_position_ids,
+            decoder_inputs_embeds,
         )
-        generation = dict(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            token_type_ids=decoder_token_type_ids,
-            position_ids=decoder_position_ids,
-            inputs_embeds=decoder_inputs_embeds,
-        )
-        regions = dict(
-            region_features=region_features,
-            region_locations=region_locations,
-            region_attention_mask=region_attention_mask,
-        )
+        regions = _Regions(region_features, region_locations, region_attention_mask)
         _check_inputs(self.config, text, generation, regions, past_length)
         outputs = self._encode(
             text,
@@ -884,28 +887,25 @@ class TdenModel(TdenPreTrainedModel):
             return_dict=True,
             **recording_flags(self.config, kwargs, _RECORDED_OUTPUTS),
         )
-        _arrange_records(outputs, self.config, both_streams=_stream_given(text) and _stream_given(generation))
+        _arrange_records(outputs, self.config, both_streams=text.tokens is not None and generation.tokens is not None)
         return outputs
 
     @capture_outputs(tie_last_hidden_states=False)  # hidden_states[-1] is the sentence encoder's, as recorded
-    def _encode(self, text: dict, generation: dict, regions: dict, cache, use_cache: bool, **kwargs) -> TdenModelOutput:
+    def _encode(
+        self, text: _TextStream, generation: _TextStream, regions: _Regions, cache, use_cache: bool, **kwargs
+    ) -> TdenModelOutput:
         kwargs = {name: value for name, value in kwargs.items() if not name.startswith("output_")}
-        has_text = text["input_ids"] is not None or text["inputs_embeds"] is not None
-        has_generation = generation["input_ids"] is not None or generation["inputs_embeds"] is not None
+        has_text, has_generation = text.tokens is not None, generation.tokens is not None
         cross_cached = (
             isinstance(cache, EncoderDecoderCache) and bool(cache.is_updated) and all(cache.is_updated.values())
         )
         region_mask, vision, object_layers = self._encode_regions(regions, skip=cross_cached and not has_text)
-        if regions["region_features"] is None and not cross_cached and (has_text or self.decoder is not None):
+        if regions.features is None and not cross_cached and (has_text or self.decoder is not None):
             raise ValueError("TDEN needs regions: pass region_features, region_locations and region_attention_mask")
         result = dict(object_encoder_layers=object_layers)
         language = sentence = text_mask = decoder_input = decoder_mask = None
         if has_text:
-            text_mask = (
-                text["attention_mask"]
-                if text["attention_mask"] is not None
-                else _ones(text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"])
-            )
+            text_mask = text.attention_mask if text.attention_mask is not None else _ones(text.tokens)
             sentence = language = self._encode_text(text, text_mask)
             if self.cross_encoder is not None:
                 vision, language, result["cross_encoder_vision_layers"] = self._cross_encode(
@@ -933,53 +933,50 @@ class TdenModel(TdenPreTrainedModel):
             **result,
         )
 
-    def _encode_regions(self, regions: dict, skip: bool):
+    def _encode_regions(self, regions: _Regions, skip: bool):
         """The object encoder (skipped once the decoder's cross-attention keys are cached and no understanding is
         asked): `(region padding mask, its output, every layer's output)`, the last two None when skipped."""
-        features, mask = regions["region_features"], regions["region_attention_mask"]
+        features, mask = regions.features, regions.attention_mask
         if features is None or skip:
             return mask, None, None
         dtype = self.region_embeddings.feature_embeddings.weight.dtype
-        embeddings = self.region_embeddings(features.to(dtype), regions["region_locations"].to(dtype))
+        embeddings = self.region_embeddings(features.to(dtype), regions.locations.to(dtype))
         mask = mask if mask is not None else _ones(features)
         output, layers = _run_stack(
             self.visual_encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, mask)
         )
         return mask, output, layers
 
-    def _encode_text(self, text: dict, text_mask: torch.Tensor) -> torch.Tensor:
+    def _encode_text(self, text: _TextStream, text_mask: torch.Tensor) -> torch.Tensor:
         """The understanding stream through the sentence encoder (bidirectional, token type 0 by default)."""
-        reference = text["input_ids"] if text["input_ids"] is not None else text["inputs_embeds"]
         embeddings = self.embeddings(
-            input_ids=text["input_ids"],
-            inputs_embeds=text["inputs_embeds"],
-            position_ids=text["position_ids"],
-            token_type_ids=self._type_ids(reference, text["token_type_ids"], self.config.understanding_token_type_id),
+            input_ids=text.input_ids,
+            inputs_embeds=text.inputs_embeds,
+            position_ids=text.position_ids,
+            token_type_ids=self._type_ids(text.tokens, text.token_type_ids, self.config.understanding_token_type_id),
         )
         sentence, _ = _run_stack(
             self.encoder.layer, embeddings, extended_attention_mask(self.config, embeddings, text_mask)
         )
         return sentence
 
-    def _encode_generation(self, generation: dict, cache, **kwargs):
+    def _encode_generation(self, generation: _TextStream, cache, **kwargs):
         """The generation stream through the sentence encoder (causal, cached): `(its output, its causal mask)`."""
-        reference = generation["input_ids"] if generation["input_ids"] is not None else generation["inputs_embeds"]
+        reference = generation.tokens
         past_length = cache.get_seq_length() if cache is not None else 0
-        attention_mask = generation["attention_mask"]
+        attention_mask = generation.attention_mask
         if attention_mask is None:
             attention_mask = _ones(reference, past_length + reference.shape[1])
-        position_ids = generation["position_ids"]
+        position_ids = generation.position_ids
         if position_ids is None:  # counted on from the cache (given explicitly: BertEmbeddings' keyword for the
             # cache length changed name in transformers 5.24)
             position_ids = torch.arange(past_length, past_length + reference.shape[1], device=reference.device)
             position_ids = position_ids.unsqueeze(0)
         embeddings = self.embeddings(
-            input_ids=generation["input_ids"],
-            inputs_embeds=generation["inputs_embeds"],
+            input_ids=generation.input_ids,
+            inputs_embeds=generation.inputs_embeds,
             position_ids=position_ids,
-            token_type_ids=self._type_ids(
-                reference, generation["token_type_ids"], self.config.generation_token_type_id
-            ),
+            token_type_ids=self._type_ids(reference, generation.token_type_ids, self.config.generation_token_type_id),
         )
         # Always materialised: the sentence encoder's layers are not causal modules (they also run the
         # understanding stream), so sdpa must not be told "causal" through a missing mask.

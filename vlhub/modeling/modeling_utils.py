@@ -1,8 +1,10 @@
 """What every vlhub `PreTrainedModel` shares (in the spirit of transformers' per-model `XPreTrainedModel`, written once).
 
-An architecture's base class subclasses `VisionLanguagePreTrainedModel` and sets only what is its own: `config` /
-`config_class`, `base_model_prefix`, `_no_split_modules`, and (for BERT-encoder models) `_can_record_outputs`
-(`BERT_RECORDED_OUTPUTS`); its `_init_weights` calls `super()._init_weights(module)` and adds its own modules.
+An architecture's base class subclasses `VisionLanguagePreTrainedModel` (a single-stream one, whose trunk is one BERT
+encoder over [text | regions], `SingleStreamPreTrainedModel`) and sets only what is its own: `config` (transformers
+derives `config_class` from its annotation), `base_model_prefix`, `_no_split_modules`, and `_can_record_outputs`
+where its encoder is not a single BERT one; its `_init_weights` calls `super()._init_weights(module)` and adds its
+own modules.
 """
 
 import math
@@ -17,7 +19,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from ..utils.compat import CACHE_NAME
-from .layers import BertEmbeddings, BertLayer, BertSelfAttention
+from .layers import BertEmbeddings, BertEncoder, BertLayer, BertPooler, BertSelfAttention, extended_attention_mask
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig
@@ -26,6 +28,7 @@ __all__ = [
     "BERT_RECORDED_OUTPUTS",
     "BertMLMHeadMixin",
     "SharedPrefillMixin",
+    "SingleStreamPreTrainedModel",
     "VisionLanguagePreTrainedModel",
     "check_region_feature_magnitude",
     "recording_flags",
@@ -91,6 +94,29 @@ class VisionLanguagePreTrainedModel(PreTrainedModel):
             init.zeros_(module.token_type_ids)
         elif isinstance(module, BertLMPredictionHead):
             init.zeros_(module.bias)
+
+
+class SingleStreamPreTrainedModel(VisionLanguagePreTrainedModel):
+    """A single-stream model (UNITER, VL-BERT, Unified VLP): transformers' `BertEncoder` over one sequence of text and
+    regions, whose per-layer outputs `output_hidden_states` / `output_attentions` record (`BERT_RECORDED_OUTPUTS`).
+    The bare model builds that encoder (and BERT's pooler) with `_build_encoder` and, where it runs it without a cache,
+    runs it with `_run_encoder`."""
+
+    _can_record_outputs = BERT_RECORDED_OUTPUTS
+
+    def _build_encoder(self, config: "PreTrainedConfig", add_pooling_layer: bool) -> None:
+        """The modules: `encoder`, and BERT's tanh pooler of position 0 (`pooler`, `None` unless asked)."""
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+
+    def _run_encoder(
+        self, embedding_output: torch.Tensor, mask_2d: torch.Tensor, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`(last hidden state, pooled output or None)` of the encoder over `embedding_output` `(batch, length,
+        hidden)` with the padding mask `mask_2d` `(batch, length)` (1 = attend)."""
+        encoder_mask = extended_attention_mask(self.config, embedding_output, mask_2d)
+        sequence_output = self.encoder(embedding_output, attention_mask=encoder_mask, **kwargs).last_hidden_state
+        return sequence_output, self.pooler(sequence_output) if self.pooler is not None else None
 
 
 class BertMLMHeadMixin:

@@ -676,7 +676,6 @@ def batch_hardest_triplet_loss(
 # ---------------------------------------------------------------------------------------------------- base
 class TdenPreTrainedModel(VisionLanguagePreTrainedModel):
     config: TdenConfig
-    config_class = TdenConfig
     base_model_prefix = "tden"
     _region_feature_layers = ("region_embeddings.feature_embeddings",)
     _no_split_modules = ["TdenEmbeddings", "TdenRegionEmbeddings", "BertLayer", "CrossModalLayer", "TdenDecoderLayer"]

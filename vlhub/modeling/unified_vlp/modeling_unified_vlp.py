@@ -39,16 +39,10 @@ from transformers.utils import TransformersKwargs, auto_docstring
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from ..layers import BertEmbeddings, BertEncoder, BertOnlyMLMHead, BertPooler, soft_score_loss
+from ..layers import BertEmbeddings, BertOnlyMLMHead, soft_score_loss
 from ...evaluation.vqa import predictable_answer_logits
 from ..modeling_outputs import layer_records
-from ..modeling_utils import (
-    BERT_RECORDED_OUTPUTS,
-    BertMLMHeadMixin,
-    SharedPrefillMixin,
-    VisionLanguagePreTrainedModel,
-    with_backbone_outputs,
-)
+from ..modeling_utils import BertMLMHeadMixin, SharedPrefillMixin, SingleStreamPreTrainedModel, with_backbone_outputs
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
 
@@ -299,14 +293,12 @@ class UnifiedVlpEmbeddings(BertEmbeddings):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class UnifiedVlpPreTrainedModel(VisionLanguagePreTrainedModel):
+class UnifiedVlpPreTrainedModel(SingleStreamPreTrainedModel):
     config: UnifiedVlpConfig
-    config_class = UnifiedVlpConfig
     base_model_prefix = "vlp"
     _region_feature_layers = ("embeddings.vis_embed.0", "embeddings.vis_embed.2")
     _no_split_modules = ["UnifiedVlpEmbeddings", "BertLayer"]
     _supports_flash_attn = False  # flash attention cannot take the seq2seq pattern (an arbitrary 4-D mask)
-    _can_record_outputs = BERT_RECORDED_OUTPUTS
 
 
 def _as_batch_flags(seq2seq, batch_size: int, device) -> torch.Tensor | bool:
@@ -339,8 +331,7 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
     def __init__(self, config: UnifiedVlpConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = UnifiedVlpEmbeddings(config)
-        self.encoder = BertEncoder(config)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._build_encoder(config, add_pooling_layer)
         self.post_init()
 
     def _check_inputs(

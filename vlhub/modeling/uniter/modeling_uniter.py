@@ -38,14 +38,11 @@ from ..layers import (
     MASKED_SCORE,
     AttentionPooling,
     BertEmbeddings,
-    BertEncoder,
     BertOnlyMLMHead,
-    BertPooler,
     RegionClassificationHead,
     RegionFeatureRegressionHead,
     check_text_and_region_inputs,
     classifier_head,
-    extended_attention_mask,
     flatten_choices,
     in_batch_contrastive_loss,
     ipot_distance,
@@ -58,12 +55,7 @@ from ..layers import (
     text_with_choice_axis,
 )
 from ..modeling_outputs import layer_records
-from ..modeling_utils import (
-    BERT_RECORDED_OUTPUTS,
-    BertMLMHeadMixin,
-    VisionLanguagePreTrainedModel,
-    with_backbone_outputs,
-)
+from ..modeling_utils import BertMLMHeadMixin, SingleStreamPreTrainedModel, with_backbone_outputs
 from .configuration_uniter import UniterConfig
 
 __all__ = [
@@ -324,13 +316,11 @@ class UniterImageEmbeddings(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class UniterPreTrainedModel(VisionLanguagePreTrainedModel):
+class UniterPreTrainedModel(SingleStreamPreTrainedModel):
     config: UniterConfig
-    config_class = UniterConfig
     base_model_prefix = "uniter"
     _region_feature_layers = ("img_embeddings.img_linear",)
     _no_split_modules = ["BertEmbeddings", "UniterImageEmbeddings", "BertLayer"]
-    _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry the region mask embedding; only the pre-training model owns it.
     _keys_to_ignore_on_load_unexpected = [r"img_embeddings\.mask_embedding\.weight"]
 
@@ -364,8 +354,7 @@ class UniterModel(UniterPreTrainedModel):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.img_embeddings = UniterImageEmbeddings(config, add_mask_embedding=add_region_mask_embedding)
-        self.encoder = BertEncoder(config)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._build_encoder(config, add_pooling_layer)
         self.post_init()
 
     @merge_with_config_defaults
@@ -428,10 +417,7 @@ class UniterModel(UniterPreTrainedModel):
             )
         embedding_output = torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
         mask_2d = torch.cat([m.to(embedding_output.device, torch.long) for m in masks], dim=1)
-        encoder_mask = extended_attention_mask(self.config, embedding_output, mask_2d)
-        encoder_outputs = self.encoder(embedding_output, attention_mask=encoder_mask, **kwargs)
-        sequence_output = encoder_outputs.last_hidden_state
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        sequence_output, pooled_output = self._run_encoder(embedding_output, mask_2d, **kwargs)
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 

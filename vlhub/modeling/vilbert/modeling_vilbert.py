@@ -406,7 +406,6 @@ def _pair_early_records(outputs: VilbertModelOutput, config: VilbertConfig, pair
 # ---------------------------------------------------------------------------------------------------- base
 class VilbertPreTrainedModel(VisionLanguagePreTrainedModel):
     config: VilbertConfig
-    config_class = VilbertConfig
     base_model_prefix = "vilbert"
     _region_feature_layers = ("v_embeddings.image_embeddings",)
     _no_split_modules = ["VilbertEmbeddings", "VilbertImageEmbeddings", "StreamLayer", "CoAttentionLayer"]

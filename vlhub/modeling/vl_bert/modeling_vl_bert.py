@@ -31,13 +31,10 @@ from transformers.utils.output_capturing import capture_outputs
 from ..layers import (
     MASKED_SCORE,
     BertEmbeddings,
-    BertEncoder,
     BertOnlyMLMHead,
-    BertPooler,
     BertPredictionHeadTransform,
     TransformedLinearHead,
     check_region_layout,
-    extended_attention_mask,
     flatten_choices,
     labelled_tokens,
     mask_region_features,
@@ -47,12 +44,7 @@ from ..layers import (
     text_with_choice_axis,
 )
 from ..modeling_outputs import layer_records
-from ..modeling_utils import (
-    BERT_RECORDED_OUTPUTS,
-    BertMLMHeadMixin,
-    VisionLanguagePreTrainedModel,
-    with_backbone_outputs,
-)
+from ..modeling_utils import BertMLMHeadMixin, SingleStreamPreTrainedModel, with_backbone_outputs
 from .configuration_vl_bert import VlBertConfig
 
 __all__ = [
@@ -505,13 +497,11 @@ class VlBertRegionClassificationHead(TransformedLinearHead):
 
 
 # ---------------------------------------------------------------------------------------------------- base
-class VlBertPreTrainedModel(VisionLanguagePreTrainedModel):
+class VlBertPreTrainedModel(SingleStreamPreTrainedModel):
     config: VlBertConfig
-    config_class = VlBertConfig
     base_model_prefix = "vl_bert"
     _region_feature_layers = ("visual_embeddings.obj_downsample.1",)
     _no_split_modules = ["VlBertEmbeddings", "VlBertVisualFeatureEmbedding", "BertLayer"]
-    _can_record_outputs = BERT_RECORDED_OUTPUTS
     # Pre-training checkpoints carry embeddings only the pre-training model owns.
     _keys_to_ignore_on_load_unexpected = [
         r"embeddings\.aux_text_visual_embedding\.weight",
@@ -626,9 +616,7 @@ class VlBertModel(VlBertPreTrainedModel):
         super().__init__(config)
         self.embeddings = VlBertEmbeddings(config, add_pretraining_embeddings=add_pretraining_embeddings)
         self.visual_embeddings = VlBertVisualFeatureEmbedding(config, add_mask_embedding=add_pretraining_embeddings)
-        self.encoder = BertEncoder(config)
-        with_pooler = config.with_pooler if add_pooling_layer is None else add_pooling_layer
-        self.pooler = BertPooler(config) if with_pooler else None
+        self._build_encoder(config, config.with_pooler if add_pooling_layer is None else add_pooling_layer)
         self.post_init()
 
     @merge_with_config_defaults
@@ -698,10 +686,7 @@ class VlBertModel(VlBertPreTrainedModel):
             region_attention_mask,
             region_masks,
         )
-        encoder_mask = extended_attention_mask(self.config, embedding_output, mask_2d)
-        encoder_outputs = self.encoder(embedding_output, attention_mask=encoder_mask, **kwargs)
-        sequence_output = encoder_outputs.last_hidden_state
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        sequence_output, pooled_output = self._run_encoder(embedding_output, mask_2d, **kwargs)
         return VlBertModelOutput(
             last_hidden_state=sequence_output, pooler_output=pooled_output, region_embeddings=region_embeddings
         )

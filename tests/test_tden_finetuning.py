@@ -103,6 +103,20 @@ def test_retrieval_task_follows_the_heads_negatives(tmp_path):
         InBatchRetrievalTask(model, *args, num_hard=2)
     with pytest.raises(TypeError, match="takes no test split"):  # it evaluates over the validation gallery
         retrieval_task(model, *args, test=corpus.validation)
+    with pytest.warns(FutureWarning) as replaced:  # the keyword names before FinetuningTask's
+        renamed = InBatchRetrievalTask(
+            model,
+            processor,
+            corpus.regions,
+            train_pairs=corpus.train,
+            validation_pairs=corpus.validation,
+            dataset_name="s",
+            dataset_description="s",
+        )
+    messages = [str(warning.message) for warning in replaced]
+    assert any("train_pairs= is replaced by train=" in m for m in messages), messages
+    assert any("validation_pairs= is replaced by validation=" in m for m in messages), messages
+    assert renamed.train == corpus.train and renamed.validation == list(corpus.validation)
 
     class SampledHead(torch.nn.Module):  # an architecture that declares nothing trains on sampled hard negatives
         config = vlhub.UniterConfig()

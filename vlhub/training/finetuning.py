@@ -15,6 +15,7 @@ from ..evaluation.vqa import predictable_answer_logits
 from ..processing.processor_base import check_text
 from ..processing.regions import RegionFeatures
 from ..registry import architecture_of_processor, get_architecture
+from ..utils.deprecation import replaced_name
 from .collators import CaptionDataset
 from .data import arrow_slice
 from .loop import TrainingTask
@@ -767,6 +768,9 @@ class RetrievalCollator:
         }
 
 
+_RENAMED_RETRIEVAL_SPLITS = {"train_pairs": "train", "validation_pairs": "validation"}
+
+
 class RetrievalTask(FinetuningTask):
     """Fine-tune `…ForImageTextRetrieval` with the original's hinge loss over [positive, hard negatives] groups in
     both directions; evaluation is recall@1/5/10 both ways (`retrieval_recall`) over a validation gallery.
@@ -779,6 +783,10 @@ class RetrievalTask(FinetuningTask):
     def __init__(
         self, *args: Any, num_sampled: int = 15, num_hard: int = 3, max_gallery_images: int = 50, **kwargs: Any
     ) -> None:
+        for old, new in _RENAMED_RETRIEVAL_SPLITS.items():  # the keyword names before FinetuningTask's
+            if old in kwargs:
+                replaced_name(f"{type(self).__name__}'s {old}=", f"{new}=")
+                kwargs[new] = kwargs.pop(old)
         super().__init__(*args, **kwargs)
         if self.test is not None:
             raise TypeError(f"{type(self).__name__} takes no test split: it evaluates over the validation gallery")

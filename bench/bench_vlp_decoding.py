@@ -2,7 +2,8 @@
 
     python bench/bench_vlp_decoding.py [--size base] [--batch-sizes 1 8] [--searches greedy beam] [--beams 5]
                                        [--new-tokens 20] [--repeats 2] [--device cpu|cuda] [--packed-linear]
-                                       [--original-checkout PATH [--int8]] [--dtype fp32|bf16] [--json PATH]
+                                       [--original-checkout PATH [--int8] [--profile]] [--dtype fp32|bf16]
+                                       [--json PATH]
 
 "without cache" (`use_cache=False`) re-feeds the whole sequence (prompt + words + trailing [MASK]) at every step:
 what the original decoder costs, since it re-projects the keys and values of every earlier position at each step.
@@ -26,12 +27,18 @@ original's beam search against vlhub's `custom_generate=vlp_beam_search` (its ru
 "beam" is the original's beam search against transformers' `num_beams` search (other rules: the share of equal
 captions is reported, not required). `--int8` adds vlhub on int8 dynamically quantized linear layers (the
 pipelines' `quantize="int8"`), whose captions are compared with vlhub's float32 ones (counted, not required equal).
+`--profile` then runs vlhub's packed decoding of the first search and batch size once more under the torch profiler
+and splits its CPU time: the linear products (with the weight bytes they read, hence GB/s), growing the key/value
+cache (`aten::cat`), re-ordering it by the beams' parents (`aten::index_select`), attention, building the attention
+masks, and the rest. The linear products alone bound the speed-up: a decoder whose every other cost were zero would
+still take their time, so `original s / linear s` is the most this machine's kernels allow at that batch size.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import sys
 import time
@@ -123,6 +130,7 @@ def compare_with_original(args, config, device) -> None:
     )
     print("| --- " * (8 + 3 * bool(args.int8)) + "|")
     steps = args.new_tokens
+    profiled = None  # (call, batch, original s / image) of the first row, for --profile
     with torch.no_grad():
         for search in args.searches:
             beams = 1 if search == "greedy" else args.beams
@@ -159,6 +167,54 @@ def compare_with_original(args, config, device) -> None:
                     ),
                     flush=True,
                 )
+                if args.profile and profiled is None:
+                    # bound now: the calls' lambdas read the loop variables when they run
+                    packed_run = functools.partial(run_like_original, packed_model, inputs, search, beams, steps)
+                    profiled = (packed_run, batch, seconds["original"])
+    if profiled is not None:
+        with torch.no_grad():
+            profile_decoding(*profiled)
+
+
+# Profiler op names -> the part of a decoding step they are (self CPU time; the first match counts).
+_STEP_PARTS = (
+    ("linear products", ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm")),
+    ("key/value cache growth (cat)", ("aten::cat",)),
+    ("beam re-ordering (index_select)", ("aten::index_select",)),
+    ("attention", ("aten::_scaled_dot_product", "aten::scaled_dot_product")),
+    ("attention masks (vmap)", ("Vmapped",)),
+)
+_LINEAR_KERNELS = _STEP_PARTS[0][1]
+
+
+def profile_decoding(call, batch: int, original_seconds: float) -> None:
+    """Print where one run of `call` (vlhub's decoding of `batch` images) spends its CPU time (see `--profile`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        call()
+    seconds = {name: 0.0 for name, _ in _STEP_PARTS} | {"other": 0.0}
+    weight_bytes = 0
+    for event in profiler.events():
+        if event.name in _LINEAR_KERNELS:
+            # The weight is the last matrix among the first three operands: (input, weight, bias), (input, residual,
+            # weight) of the fused residual add, (bias, input, weight.T) of addmm, (input, weight) of mm.
+            rows, columns = [shape for shape in event.input_shapes[:3] if len(shape) == 2][-1]
+            weight_bytes += rows * columns * 4  # float32 weights
+        part = next((name for name, prefixes in _STEP_PARTS if event.name.startswith(prefixes)), "other")
+        seconds[part] += event.self_cpu_time_total / 1e6
+    total = sum(seconds.values())
+    print(f"\nWhere vlhub's packed decoding spends its CPU time (torch profiler, self time; batch {batch}):")
+    print("| part | s / image | share |")
+    print("| --- | --- | --- |")
+    for name, value in seconds.items():
+        print(f"| {name} | {value / batch:.3f} | {value / total:.0%} |")
+    linear = seconds["linear products"] / batch
+    print(
+        f"The linear products read {weight_bytes / batch / 1e9:.2f} GB of weights per image "
+        f"({weight_bytes / batch / 1e9 / linear:.1f} GB/s): with every other cost at zero, {linear:.3f} s per image, "
+        f"at most {original_seconds / linear:.2f}x the original's {original_seconds:.3f} s."
+    )
 
 
 def run_like_original(model, inputs, search: str, beams: int, steps: int):
@@ -206,6 +262,12 @@ def main():
         '(quantize="int8"; not exact: how many of its captions equal fp32\'s is reported)',
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --original-checkout: split the CPU time of vlhub's packed decoding of the first row by part "
+        "(torch profiler) and print the speed-up the linear products alone allow",
+    )
+    parser.add_argument(
         "--packed-linear",
         action="store_true",
         help="oneDNN-packed linear weights (vlhub.pack_linear_weights), for both cached and uncached",
@@ -221,6 +283,8 @@ def main():
     config = vlhub.UnifiedVlpConfig(**SIZES[args.size])
     if args.int8 and not args.original_checkout:
         parser.error("--int8 is a column of the --original-checkout table: give --original-checkout PATH")
+    if args.profile and not args.original_checkout:
+        parser.error("--profile splits the --original-checkout comparison's packed run: give --original-checkout PATH")
     if args.original_checkout:
         if args.repeats < 1:
             parser.error("--original-checkout needs --repeats ≥ 1 (timed interleaved rounds)")

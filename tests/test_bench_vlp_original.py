@@ -7,6 +7,7 @@ Needs a checkout of the original code (never shipped with vlhub): set VLHUB_VLP_
 
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -90,9 +91,10 @@ def test_original_decoder_gives_vlhubs_captions():
     not CHECKOUT or not (Path(CHECKOUT) / MODELING).is_file(),
     reason="set VLHUB_VLP_CHECKOUT to a checkout of github.com/LuoweiZhou/VLP",
 )
-def test_the_original_table_with_its_int8_column(monkeypatch, capsys):
-    """The whole `--original-checkout --int8` run on a tiny model: every row has the original, plain, packed and int8
-    columns (int8 captions are counted against fp32's, not required equal)."""
+def test_the_original_table_with_its_int8_column_and_profile(monkeypatch, capsys):
+    """The whole `--original-checkout --int8 --profile` run on a tiny model: every row has the original, plain, packed
+    and int8 columns (int8 captions are counted against fp32's, not required equal); then the first row's packed run
+    split by part, with the weight bytes its linear products read and the speed-up they alone allow."""
     bench = load_bench()
     sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     tiny = tiny_config().to_dict()
@@ -100,7 +102,7 @@ def test_the_original_table_with_its_int8_column(monkeypatch, capsys):
     monkeypatch.setattr(
         sys,
         "argv",
-        ["bench_vlp_decoding.py", "--original-checkout", CHECKOUT, "--size", "small", "--int8"]
+        ["bench_vlp_decoding.py", "--original-checkout", CHECKOUT, "--size", "small", "--int8", "--profile"]
         + [
             "--batch-sizes",
             "2",
@@ -116,12 +118,25 @@ def test_the_original_table_with_its_int8_column(monkeypatch, capsys):
         ],
     )
     bench.main()
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    table, profile = capsys.readouterr().out.split("Where vlhub's packed decoding spends its CPU time")
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert "int8 s / image" in rows[0] and rows[1] == "| --- " * 11 + "|" and len(rows) == 4
+    parts = [line.strip("|").split("|") for line in profile.splitlines() if line.startswith("| ")][2:]
+    assert [part[0].strip() for part in parts][0] == "linear products" and len(parts) == 6
+    assert abs(sum(float(part[2].strip(" %")) for part in parts) - 100) <= 3  # rounded shares
+    assert re.search(r"read \d+\.\d+ GB of weights per image .* at most \d+\.\d+x the original's", profile)
     for row, search in zip(rows[2:], ("greedy", "vlp-beam")):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert len(cells) == 11 and cells[:2] == [search, "2"] and cells[7] == "2/2", row
         assert float(cells[8]) > 0 and cells[9].endswith("x") and cells[10].endswith("/2")
+
+
+def test_profile_needs_the_original_table(monkeypatch, capsys):
+    bench = load_bench()
+    monkeypatch.setattr(sys, "argv", ["bench_vlp_decoding.py", "--profile"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--profile splits the --original-checkout comparison" in capsys.readouterr().err
 
 
 def test_int8_needs_the_original_table(monkeypatch, capsys):

@@ -1069,8 +1069,6 @@ def converter_command_line(
     --output-dir, --config, --task (one of `tasks`), --tokenizer (default `tokenizer_default`, else `convert`'s own
     default), --answers, and each of `extra_arguments` (flag → `add_argument` settings; `--task-id` is passed on as
     `task_id=`)."""
-    import inspect
-
     if tokenizer_default is None:
         tokenizer_default = inspect.signature(convert).parameters["tokenizer"].default
     extra_arguments = dict(extra_arguments or {})

@@ -139,9 +139,50 @@ def evaluation_images(fixtures: Path, count: int, seed: int = 0) -> tuple[list[n
     return pictures + scenes[:count], scenes[count:]
 
 
-def agreement(fixtures: Path, count: int) -> None:
-    """bf16 and int8 against fp32 per fixture detector: % of images whose boxes are equal (`BOX_IOU`), and the
+def _same_box_set(reference, other) -> bool:
+    """The same boxes in any order: as many, each at IoU >= `BOX_IOU` with a distinct one of the other."""
+    if len(reference) != len(other):
+        return False
+    if len(reference) == 0:
+        return True
+    close = box_iou(reference.boxes, other.boxes) >= BOX_IOU
+    return bool(close.any(dim=1).all() and close.any(dim=0).all())
+
+
+def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibration: list) -> None:
+    """bf16 and int8 (res5, calibrated on `calibration`) against fp32 for each float32 detector: % of `pictures`
+    whose boxes are equal (same count and order, `BOX_IOU`), % with the same boxes in another order, and the
     relative L2 difference of region features on fp32's proposals (median and max over images)."""
+    import copy
+
+    for label, reference in detectors.items():
+        others = {
+            "bf16": copy.deepcopy(reference).to(torch.bfloat16),
+            "int8": copy.deepcopy(reference).quantize(calibration),
+        }
+        with torch.inference_mode():
+            expected = reference.detect(pictures, batch_size=1)
+            prepared = reference.prepare(pictures)
+            proposals, float_heads = reference.run_heads(prepared)
+            for name, other in others.items():
+                found = other.detect(pictures, batch_size=1)
+                equal = sum(_equal_boxes(e, f) for e, f in zip(expected, found))
+                same_set = sum(_same_box_set(e, f) for e, f in zip(expected, found))
+                heads = other.roi_heads([other.backbone_features(item) for item in prepared], proposals)
+                errors = [
+                    float((h.features - f.features).norm() / f.features.norm()) for h, f in zip(heads, float_heads)
+                ]
+                print(
+                    f"  {label:34s} {name}: boxes equal on {100 * equal / len(pictures):5.1f}% "
+                    f"({equal}/{len(pictures)}), as a set on {100 * same_set / len(pictures):5.1f}%; features "
+                    f"rel. L2 median {statistics.median(errors):.1e}, max {max(errors):.1e}",
+                    flush=True,
+                )
+
+
+def agreement(fixtures: Path, count: int) -> None:
+    """`compare_dtypes` on the converted fixture detectors, over the fixtures' PNGs and `count` shapes-world
+    scenes."""
     pictures, calibration = evaluation_images(fixtures, count)
     print(
         f"\nagreement with fp32 on {len(pictures)} images (3 fixture PNGs + {count} shapes-world scenes); int8",
@@ -149,27 +190,4 @@ def agreement(fixtures: Path, count: int) -> None:
     )
     print(f"calibrated on 4 other scenes; boxes equal = same count, same order, IoU >= {BOX_IOU} each", flush=True)
     with tempfile.TemporaryDirectory() as workdir:
-        for label, reference in fixture_detectors(fixtures, Path(workdir)).items():
-            import copy
-
-            others = {
-                "bf16": copy.deepcopy(reference).to(torch.bfloat16),
-                "int8": copy.deepcopy(reference).quantize(calibration),
-            }
-            with torch.inference_mode():
-                expected = reference.detect(pictures, batch_size=1)
-                prepared = reference.prepare(pictures)
-                proposals, float_heads = reference.run_heads(prepared)
-                for name, other in others.items():
-                    found = other.detect(pictures, batch_size=1)
-                    equal = sum(_equal_boxes(e, f) for e, f in zip(expected, found))
-                    heads = other.roi_heads([other.backbone_features(item) for item in prepared], proposals)
-                    errors = [
-                        float((h.features - f.features).norm() / f.features.norm()) for h, f in zip(heads, float_heads)
-                    ]
-                    print(
-                        f"  {label:34s} {name}: boxes equal on {100 * equal / len(pictures):5.1f}% "
-                        f"({equal}/{len(pictures)}); features rel. L2 median {statistics.median(errors):.1e}, "
-                        f"max {max(errors):.1e}",
-                        flush=True,
-                    )
+        compare_dtypes(fixture_detectors(fixtures, Path(workdir)), pictures, calibration)

@@ -139,19 +139,26 @@ def evaluation_images(fixtures: Path, count: int, seed: int = 0) -> tuple[list[n
     return pictures + scenes[:count], scenes[count:]
 
 
-def _same_box_set(reference, other) -> bool:
-    """The same boxes in any order: as many, each at IoU >= `BOX_IOU` with a distinct one of the other."""
+def _same_box_set(reference: torch.Tensor, other: torch.Tensor) -> bool:
+    """The same `(N, 4)` boxes in any order: as many, each at IoU >= `BOX_IOU` with one of the other's."""
     if len(reference) != len(other):
         return False
     if len(reference) == 0:
         return True
-    close = box_iou(reference.boxes, other.boxes) >= BOX_IOU
+    close = box_iou(reference, other) >= BOX_IOU
     return bool(close.any(dim=1).all() and close.any(dim=0).all())
+
+
+def _confident_boxes(detections, threshold: float) -> torch.Tensor:
+    """The boxes of the detections scoring at least `threshold`: what a selection keeps before filling its minimum
+    count with the best of the rest."""
+    return detections.boxes[detections.scores >= threshold]
 
 
 def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibration: list) -> None:
     """bf16 and int8 (res5, calibrated on `calibration`) against fp32 for each float32 detector: % of `pictures`
-    whose boxes are equal (same count and order, `BOX_IOU`), % with the same boxes in another order, and the
+    whose boxes are equal (same count and order, `BOX_IOU`), % with the same boxes in another order, % whose boxes
+    scoring at least the config's `score_threshold` are the same (in any order), and the
     relative L2 difference of region features on fp32's proposals (median and max over images)."""
     import copy
 
@@ -167,14 +174,20 @@ def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibr
             for name, other in others.items():
                 found = other.detect(pictures, batch_size=1)
                 equal = sum(_equal_boxes(e, f) for e, f in zip(expected, found))
-                same_set = sum(_same_box_set(e, f) for e, f in zip(expected, found))
+                same_set = sum(_same_box_set(e.boxes, f.boxes) for e, f in zip(expected, found))
+                threshold = reference.config.score_threshold
+                confident = sum(
+                    _same_box_set(_confident_boxes(e, threshold), _confident_boxes(f, threshold))
+                    for e, f in zip(expected, found)
+                )
                 heads = other.roi_heads([other.backbone_features(item) for item in prepared], proposals)
                 errors = [
                     float((h.features - f.features).norm() / f.features.norm()) for h, f in zip(heads, float_heads)
                 ]
                 print(
                     f"  {label:34s} {name}: boxes equal on {100 * equal / len(pictures):5.1f}% "
-                    f"({equal}/{len(pictures)}), as a set on {100 * same_set / len(pictures):5.1f}%; features "
+                    f"({equal}/{len(pictures)}), as a set on {100 * same_set / len(pictures):5.1f}%, those scoring "
+                    f">= {threshold} as a set on {100 * confident / len(pictures):5.1f}%; features "
                     f"rel. L2 median {statistics.median(errors):.1e}, max {max(errors):.1e}",
                     flush=True,
                 )

@@ -38,15 +38,15 @@ from vlhub.processing.detector import DetectorConfig, RegionExtractor  # noqa: E
 from vlhub.processing.detector.backbone import Bottleneck, ConvNorm  # noqa: E402
 from vlhub.processing.detector.rpn import grid_anchors  # noqa: E402
 
-SCENE_SIZE = 256
+SCENE_SIZE = 256  # default scene side, pixels
 # Seeds of the scene streams: training, the held-out recall set, and the agreement set (with its calibration scenes).
 TRAIN_SEED, HELD_OUT_SEED, AGREEMENT_SEED = 1, 2, 3
 
 
-def shapes_detector_config(**overrides) -> DetectorConfig:
-    """The released detector's architecture at 1/4 of its width, sized for 256-pixel scenes: anchors of 32–128
-    pixels, 100 proposals, the "butd" selection of 10–36 boxes. Pixels are divided by ImageNet's standard deviation
-    (the released model divides by 1), which training from scratch needs."""
+def shapes_detector_config(scene_size: int = SCENE_SIZE, **overrides) -> DetectorConfig:
+    """The released detector's architecture at 1/4 of its width, sized for square scenes of `scene_size` pixels:
+    anchors of 1/8–1/2 of the side, 100 proposals, the "butd" selection of 10–36 boxes. Pixels are divided by
+    ImageNet's standard deviation (the released model divides by 1), which training from scratch needs."""
     settings = dict(
         depth=50,
         width_per_group=16,
@@ -54,14 +54,14 @@ def shapes_detector_config(**overrides) -> DetectorConfig:
         res2_out_channels=64,
         rpn_hidden_channels=64,
         anchor_style="detectron2",
-        anchor_sizes=[32.0, 64.0, 128.0],
+        anchor_sizes=[scene_size / 8, scene_size / 4, scene_size / 2],
         anchor_ratios=[0.5, 1.0, 2.0],
         num_classes=len(OBJECT_CLASSES) - 1,
         num_attributes=len(OBJECT_ATTRIBUTES) - 1,
         attribute_embedding_dim=32,
         attribute_hidden_dim=64,
-        min_size=SCENE_SIZE,
-        max_size=SCENE_SIZE,
+        min_size=scene_size,
+        max_size=scene_size,
         pixel_std=[57.375, 57.12, 58.395],
         rpn_pre_nms_top_n=1000,
         rpn_post_nms_top_n=100,
@@ -205,17 +205,23 @@ class DetectionLosses:
         return losses
 
 
-def scene_stream(seed: int):
+def scene_stream(seed: int, scene_size: int):
     rng = np.random.default_rng(seed)
     while True:
-        yield sample_scene(rng, SCENE_SIZE, 1, 6)
+        yield sample_scene(rng, scene_size, 1, 6)
 
 
 def train(
-    extractor: RegionExtractor, steps: int, batch_size: int = 2, learning_rate: float = 1e-3, log_every: int = 50
+    extractor: RegionExtractor,
+    steps: int,
+    batch_size: int = 2,
+    learning_rate: float = 1e-3,
+    log_every: int = 50,
+    rois_per_image: int = 64,
 ):
-    """AdamW with a 100-step warm-up and a cosine decay; returns the last logged losses."""
-    losses_of = DetectionLosses(extractor)
+    """AdamW with a 100-step warm-up and a cosine decay, on scenes of the detector's input size; returns the last
+    logged losses."""
+    losses_of = DetectionLosses(extractor, rois_per_image)
     parameters = [p for p in extractor.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=1e-4)
     warmup = min(100, max(steps // 10, 1))
@@ -226,7 +232,7 @@ def train(
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(steps - warmup, 1)))
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
-    scenes = scene_stream(TRAIN_SEED)
+    scenes = scene_stream(TRAIN_SEED, extractor.config.min_size)
     extractor.train()
     start, logged = time.perf_counter(), {}
     for step in range(steps):
@@ -252,7 +258,7 @@ def held_out_recall(extractor: RegionExtractor, count: int, iou: float = 0.5) ->
     """On `count` held-out scenes: the share of objects found (a detection at IoU ≥ `iou` with the right class and
     a confidence ≥ the config's score threshold), the share of such confident detections that are right, and the
     share of found objects whose size attribute is right."""
-    scenes = scene_stream(HELD_OUT_SEED)
+    scenes = scene_stream(HELD_OUT_SEED, extractor.config.min_size)
     objects = found = confident = correct = sizes_right = 0
     threshold = extractor.config.score_threshold
     with torch.inference_mode():
@@ -286,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     trainer.add_argument("--steps", type=int, default=1500)
     trainer.add_argument("--batch-size", type=int, default=2)
     trainer.add_argument("--learning-rate", type=float, default=1e-3)
+    trainer.add_argument("--scene-size", type=int, default=SCENE_SIZE, help="scene side in pixels (default 256)")
+    trainer.add_argument("--rois-per-image", type=int, default=64, help="RoIs sampled per scene (default 64)")
     trainer.add_argument("--held-out", type=int, default=100, help="scenes for the recall printed at the end")
     trainer.add_argument("--threads", type=int, default=None)
     comparer = commands.add_parser("agreement", help="bf16 and int8 against float32 on a trained detector")
@@ -296,11 +304,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.command == "train":
-        for name in ("steps", "batch_size", "held_out"):
+        for name in ("steps", "batch_size", "held_out", "rois_per_image"):
             if getattr(args, name) < 1:
                 parser.error(f"--{name.replace('_', '-')} must be at least 1")
-        extractor = initialised_extractor(shapes_detector_config())
-        train(extractor, args.steps, args.batch_size, args.learning_rate)
+        if args.scene_size < 64:
+            parser.error("--scene-size must be at least 64")
+        extractor = initialised_extractor(shapes_detector_config(args.scene_size))
+        train(extractor, args.steps, args.batch_size, args.learning_rate, rois_per_image=args.rois_per_image)
         extractor.save_pretrained(args.output)
         print(f"saved {args.output}; held-out {held_out_recall(extractor, args.held_out)}", flush=True)
     else:
@@ -310,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"CPU: {cpu_kind()}", flush=True)
         if reference.object_names == list(OBJECT_CLASSES[1:]):  # a shapes-world detector: how good it is
             print(f"held-out fp32 {held_out_recall(reference, 100)}", flush=True)
-        scenes = scene_stream(AGREEMENT_SEED)
+        scenes = scene_stream(AGREEMENT_SEED, reference.config.min_size)
         calibration = [next(scenes).image for _ in range(4)]
         pictures = [next(scenes).image for _ in range(args.images)]
         detectors = {

@@ -20,6 +20,7 @@ from vlhub.modeling.inference_dtype import read_cpu_flags
 from vlhub.processing.detector import RegionExtractor
 
 BOX_IOU = 0.99  # "equal boxes": the same number, in the same order, each pair at IoU >= this
+OBJECT_IOU = 0.5  # "same objects": confident detections paired at IoU >= this with the same class
 
 
 def cpu_kind() -> str:
@@ -149,6 +150,21 @@ def _same_box_set(reference: torch.Tensor, other: torch.Tensor) -> bool:
     return bool(close.any(dim=1).all() and close.any(dim=0).all())
 
 
+def _same_objects(reference, other, threshold: float, iou: float = OBJECT_IOU) -> bool:
+    """The same objects found: the detections scoring at least `threshold` pair up one to one between the two, each
+    pair of the same class at IoU >= `iou` (a detection benchmark's notion of a hit, not the same box)."""
+    keep_a, keep_b = reference.scores >= threshold, other.scores >= threshold
+    boxes_a, boxes_b = reference.boxes[keep_a], other.boxes[keep_b]
+    if len(boxes_a) != len(boxes_b):
+        return False
+    if len(boxes_a) == 0:
+        return True
+    hits = (box_iou(boxes_a, boxes_b) >= iou) & (
+        reference.class_ids[keep_a][:, None] == other.class_ids[keep_b][None, :]
+    )
+    return bool(hits.any(dim=1).all() and hits.any(dim=0).all())
+
+
 def _confident_boxes(detections, threshold: float) -> torch.Tensor:
     """The boxes of the detections scoring at least `threshold`: what a selection keeps before filling its minimum
     count with the best of the rest."""
@@ -158,7 +174,8 @@ def _confident_boxes(detections, threshold: float) -> torch.Tensor:
 def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibration: list) -> None:
     """bf16 and int8 (res5, calibrated on `calibration`) against fp32 for each float32 detector: % of `pictures`
     whose boxes are equal (same count and order, `BOX_IOU`), % with the same boxes in another order, % whose boxes
-    scoring at least the config's `score_threshold` are the same (in any order), and the
+    scoring at least the config's `score_threshold` are the same (in any order), % where those find the same objects
+    (`_same_objects`), and the
     relative L2 difference of region features on fp32's proposals (median and max over images)."""
     import copy
 
@@ -180,6 +197,7 @@ def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibr
                     _same_box_set(_confident_boxes(e, threshold), _confident_boxes(f, threshold))
                     for e, f in zip(expected, found)
                 )
+                objects = sum(_same_objects(e, f, threshold) for e, f in zip(expected, found))
                 heads = other.roi_heads([other.backbone_features(item) for item in prepared], proposals)
                 errors = [
                     float((h.features - f.features).norm() / f.features.norm()) for h, f in zip(heads, float_heads)
@@ -187,7 +205,8 @@ def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibr
                 print(
                     f"  {label:34s} {name}: boxes equal on {100 * equal / len(pictures):5.1f}% "
                     f"({equal}/{len(pictures)}), as a set on {100 * same_set / len(pictures):5.1f}%, those scoring "
-                    f">= {threshold} as a set on {100 * confident / len(pictures):5.1f}%; features "
+                    f">= {threshold} as a set on {100 * confident / len(pictures):5.1f}%, the same objects (class, IoU "
+                    f">= {OBJECT_IOU}) on {100 * objects / len(pictures):5.1f}%; features "
                     f"rel. L2 median {statistics.median(errors):.1e}, max {max(errors):.1e}",
                     flush=True,
                 )

@@ -150,25 +150,23 @@ def _same_box_set(reference: torch.Tensor, other: torch.Tensor) -> bool:
     return bool(close.any(dim=1).all() and close.any(dim=0).all())
 
 
+def _confident(detections, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(boxes, class_ids)` of the detections scoring at least `threshold`: what a selection keeps before filling its
+    minimum count with the best of the rest."""
+    keep = detections.scores >= threshold
+    return detections.boxes[keep], detections.class_ids[keep]
+
+
 def _same_objects(reference, other, threshold: float, iou: float = OBJECT_IOU) -> bool:
     """The same objects found: the detections scoring at least `threshold` pair up one to one between the two, each
     pair of the same class at IoU >= `iou` (a detection benchmark's notion of a hit, not the same box)."""
-    keep_a, keep_b = reference.scores >= threshold, other.scores >= threshold
-    boxes_a, boxes_b = reference.boxes[keep_a], other.boxes[keep_b]
+    (boxes_a, classes_a), (boxes_b, classes_b) = _confident(reference, threshold), _confident(other, threshold)
     if len(boxes_a) != len(boxes_b):
         return False
     if len(boxes_a) == 0:
         return True
-    hits = (box_iou(boxes_a, boxes_b) >= iou) & (
-        reference.class_ids[keep_a][:, None] == other.class_ids[keep_b][None, :]
-    )
+    hits = (box_iou(boxes_a, boxes_b) >= iou) & (classes_a[:, None] == classes_b[None, :])
     return bool(hits.any(dim=1).all() and hits.any(dim=0).all())
-
-
-def _confident_boxes(detections, threshold: float) -> torch.Tensor:
-    """The boxes of the detections scoring at least `threshold`: what a selection keeps before filling its minimum
-    count with the best of the rest."""
-    return detections.boxes[detections.scores >= threshold]
 
 
 def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibration: list) -> None:
@@ -194,7 +192,7 @@ def compare_dtypes(detectors: dict[str, RegionExtractor], pictures: list, calibr
                 same_set = sum(_same_box_set(e.boxes, f.boxes) for e, f in zip(expected, found))
                 threshold = reference.config.score_threshold
                 confident = sum(
-                    _same_box_set(_confident_boxes(e, threshold), _confident_boxes(f, threshold))
+                    _same_box_set(_confident(e, threshold)[0], _confident(f, threshold)[0])
                     for e, f in zip(expected, found)
                 )
                 objects = sum(_same_objects(e, f, threshold) for e, f in zip(expected, found))

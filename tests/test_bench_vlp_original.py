@@ -131,17 +131,16 @@ def test_the_original_table_with_its_int8_column_and_profile(monkeypatch, capsys
         assert float(cells[8]) > 0 and cells[9].endswith("x") and cells[10].endswith("/2")
 
 
-def test_profile_needs_the_original_table(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--profile", "--profile splits the --original-checkout comparison"),
+        ("--int8", "--int8 is a column of the --original-checkout table"),
+    ],
+)
+def test_original_table_options_need_the_original_table(monkeypatch, capsys, flag, message):
     bench = load_bench()
-    monkeypatch.setattr(sys, "argv", ["bench_vlp_decoding.py", "--profile"])
+    monkeypatch.setattr(sys, "argv", ["bench_vlp_decoding.py", flag])
     with pytest.raises(SystemExit):
         bench.main()
-    assert "--profile splits the --original-checkout comparison" in capsys.readouterr().err
-
-
-def test_int8_needs_the_original_table(monkeypatch, capsys):
-    bench = load_bench()
-    monkeypatch.setattr(sys, "argv", ["bench_vlp_decoding.py", "--int8"])
-    with pytest.raises(SystemExit):
-        bench.main()
-    assert "--int8 is a column of the --original-checkout table" in capsys.readouterr().err
+    assert message in capsys.readouterr().err

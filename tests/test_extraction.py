@@ -159,3 +159,55 @@ def test_vlhub_extract_cli_detector_speed_settings(image_folder, tmp_path, capsy
     assert "drop --dtype bfloat16" in capsys.readouterr().err
     assert main(int8 + ["--calibration-images", "0"]) == 2
     assert "--calibration-images must be at least 1" in capsys.readouterr().err
+
+
+def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_machine(image_folder, tmp_path, capsys):
+    from vlhub.cli import main
+    from vlhub.processing.region_extractors import region_extractor_fingerprint
+    from vlhub.processing.stores import recorded_source
+    from vlhub.utils import precision
+
+    tiny_detector().save_pretrained(tmp_path / "detector")
+    tiny_detector(seed=1).save_pretrained(tmp_path / "other_detector")
+    first_two = [str(image_folder / "img0.png"), str(image_folder / "img1.png")]
+
+    def extract(images, *options, extractor="detector", output="store"):
+        arguments = ["extract", *images, "--extractor", str(tmp_path / extractor), "--output", str(tmp_path / output)]
+        return main(arguments + ["--decode-workers", "0", *options])
+
+    # auto: bfloat16 where bf16 products are measured fast (stood in for here), recorded with the folder's fingerprint
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision, "bf16_is_fast", lambda device: True)
+        assert extract(first_two) == 0
+    assert "(detector in bfloat16)" in capsys.readouterr().out
+    recorded = recorded_source(tmp_path / "store")
+    assert recorded == {
+        "region_extractor_type": "bottom_up_attention",
+        "extractor": region_extractor_fingerprint(tmp_path / "detector"),
+        "dtype": "bfloat16",
+        "quantize": None,
+        "calibration_images": None,
+    }
+    # Continued on a machine where bf16 is slow, auto keeps the store's bfloat16 rather than mixing dtypes.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision, "bf16_is_fast", lambda device: False)
+        assert extract([str(image_folder)]) == 0
+        assert "2 already stored, 2 extracted" in capsys.readouterr().out
+        assert extract([str(image_folder)], output="new_store") == 0
+    assert recorded_source(tmp_path / "new_store")["dtype"] == "float32"
+    assert recorded_source(tmp_path / "store") == recorded and len(RegionStore(tmp_path / "store")) == 4
+
+    # Another dtype, detector or calibration than the store records: refused before any work, naming what differs.
+    (tmp_path / "more").mkdir()
+    write_test_image(tmp_path / "more" / "img9.png", seed=9)
+    more = [str(image_folder), str(tmp_path / "more")]
+    assert extract(more, "--dtype", "float32") == 2
+    assert "dtype: the store has 'bfloat16', this writer 'float32'" in capsys.readouterr().err
+    assert extract(more, extractor="other_detector") == 2
+    assert "extractor: the store has 'sha256:" in capsys.readouterr().err
+    assert extract(first_two, "--quantize", "int8", "--calibration-images", "1", output="int8") == 0
+    capsys.readouterr()
+    assert extract(more, "--quantize", "int8", "--calibration-images", "2", output="int8") == 2
+    error = capsys.readouterr().err
+    assert "calibration_images: the store has ['img0'], this writer ['img0', 'img1']" in error
+    assert len(RegionStore(tmp_path / "store")) == 4 and len(RegionStore(tmp_path / "int8")) == 2

@@ -184,3 +184,27 @@ def test_a_folder_of_another_type_is_refused_by_each_class_naming_both_types(tmp
         ShapesRegionExtractor.from_pretrained(tmp_path / "old")
     with pytest.raises(FileNotFoundError, match="has no config.json"):
         ShapesRegionExtractor.from_pretrained(tmp_path)
+
+
+def test_the_fingerprint_follows_what_a_folder_extracts_with(tmp_path):
+    import shutil
+
+    from vlhub.processing.region_extractors import region_extractor_fingerprint, resolve_region_extractor_folder
+
+    tiny_detector(seed=0).save_pretrained(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "copy")
+    (tmp_path / "copy" / "README.md").write_text("a model card does not change the features")
+    (tmp_path / "copy" / ".gitattributes").write_text("*.safetensors filter=lfs")
+    fingerprint = region_extractor_fingerprint(tmp_path / "a")
+    assert fingerprint.startswith("sha256:") and region_extractor_fingerprint(tmp_path / "copy") == fingerprint
+    tiny_detector(seed=1).save_pretrained(tmp_path / "other_weights")
+    assert region_extractor_fingerprint(tmp_path / "other_weights") != fingerprint
+    settings = json.loads((tmp_path / "copy" / "config.json").read_text())
+    (tmp_path / "copy" / "config.json").write_text(json.dumps({**settings, "max_boxes": 7}))
+    assert region_extractor_fingerprint(tmp_path / "copy") != fingerprint
+    # a processor folder's extractor is the one in its region_extractor/ sub-folder, as load_region_extractor reads it
+    shutil.copytree(tmp_path / "a", tmp_path / "processor" / REGION_EXTRACTOR_FOLDER)
+    assert resolve_region_extractor_folder(tmp_path / "processor") == tmp_path / "processor" / REGION_EXTRACTOR_FOLDER
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no files"):
+        region_extractor_fingerprint(tmp_path / "empty")

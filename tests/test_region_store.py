@@ -347,3 +347,40 @@ def test_a_bad_whole_image_feature_is_refused_and_a_damaged_one_detected(tmp_pat
     shard.write_bytes(data[:position] + bytes([data[position] ^ 0x55]) + data[position + 1 :])
     with pytest.raises(ValueError, match=f"{shard.name} is damaged"):
         RegionStore(tmp_path / "flip")["a"]
+
+
+def test_a_store_records_its_source_and_refuses_another_one(tmp_path, caplog):
+    from vlhub.processing.stores import StoreSourceMismatchError, check_store_source, recorded_source
+
+    source = {"extractor": "sha256:aa", "dtype": "bfloat16", "calibration_images": ("img0", "img1")}
+    check_store_source(tmp_path / "store", source)  # no store yet: anything goes
+    with RegionStoreWriter(tmp_path / "store", shard_size=2, source=source) as writer:
+        writer.add("a", random_regions(3, 8))
+    as_saved = {**source, "calibration_images": ["img0", "img1"]}  # JSON: a tuple reads back as a list
+    assert recorded_source(tmp_path / "store") == RegionStore(tmp_path / "store").source == as_saved
+    with RegionStoreWriter(tmp_path / "store", source=source) as writer:  # the same source continues it
+        writer.add("b", random_regions(3, 8, seed=1))
+    other = {**source, "dtype": "float32"}
+    with pytest.raises(StoreSourceMismatchError, match="dtype: the store has 'bfloat16', this writer 'float32'"):
+        RegionStoreWriter(tmp_path / "store", source=other)
+    with pytest.raises(StoreSourceMismatchError, match="extractor: the store has 'sha256:aa', this writer None"):
+        check_store_source(tmp_path / "store", {"dtype": "bfloat16", "calibration_images": ["img0", "img1"]})
+    with RegionStoreWriter(tmp_path / "store") as writer:  # a writer that states no source is not checked
+        writer.add("c", random_regions(3, 8, seed=2))
+    assert sorted(RegionStore(tmp_path / "store").ids) == ["a", "b", "c"]
+    assert recorded_source(tmp_path / "store") == as_saved
+
+    # A store written without a source cannot be checked: continued with a warning, and still records none.
+    with RegionStoreWriter(tmp_path / "unsourced") as writer:
+        writer.add("a", random_regions(3, 8))
+    with caplog.at_level("WARNING", logger="vlhub.processing.stores.shards"):
+        with RegionStoreWriter(tmp_path / "unsourced", source=source) as writer:
+            writer.add("b", random_regions(3, 8, seed=1))
+    assert any("records no source" in record.message for record in caplog.records)
+    assert recorded_source(tmp_path / "unsourced") is None
+    assert "source" not in json.loads((tmp_path / "unsourced" / "store.json").read_text())
+
+    with pytest.raises(ValueError, match="JSON values only"):
+        RegionStoreWriter(tmp_path / "bad", source={"dtype": torch.float32})
+    with pytest.raises(TypeError, match="string keys"):
+        RegionStoreWriter(tmp_path / "bad", source={1: "x"})

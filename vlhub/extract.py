@@ -3,7 +3,8 @@
     accelerate launch -m vlhub.extract IMAGES... --extractor DIR --output STORE [--batch-size N]
         [--dtype auto|float32|bfloat16] [--quantize int8 [--calibration-images N]] [--decode-workers N]
 
-`vlhub extract` runs the same code in one process. See `vlhub.processing.extraction`.
+`vlhub extract` runs the same code in one process. See `vlhub.processing.extraction`. The store records the
+extractor's fingerprint and the detector's settings (`--dtype auto` resolved): continuing it with others is refused.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def _add_detector_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=["auto", "float32", "bfloat16"],
         default="auto",
-        help="the detector's compute dtype; auto (default): float32 (bf16's selected boxes were measured to differ "
-        "from float32's: docs, performance)",
+        help="the detector's compute dtype; auto (default): the one a continued store records, else bfloat16 where "
+        "bf16 products were measured >= 1.2x faster than float32 on this machine (AMX, AVX512-BF16 or a bf16 GPU), "
+        "else float32 (docs: performance)",
     )
     detector.add_argument(
         "--quantize",
@@ -65,38 +67,84 @@ def _add_detector_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _prepare_detector(extractor, images: dict, args: argparse.Namespace):
-    """The detector set up as asked (dtype, int8) and its image decoder for the decode threads; other extractors
-    take the image paths, and refuse the detector's settings."""
-    import torch
-
+def _extraction_source(
+    folder, extractor, images: dict, args: argparse.Namespace, recorded: dict | None, device
+) -> dict:
+    """What makes this run's features, as the store records it: the extractor folder's fingerprint and, for the
+    detector, its compute dtype ("auto" resolved) and int8 calibration images."""
     from .processing.detector import RegionExtractor
+    from .processing.region_extractors import read_region_extractor_config, region_extractor_fingerprint
 
+    kind, _ = read_region_extractor_config(folder)
+    source = {"region_extractor_type": kind, "extractor": region_extractor_fingerprint(folder)}
     if not isinstance(extractor, RegionExtractor):
         if args.dtype != "auto" or args.quantize:
             raise ValueError(f"--dtype and --quantize apply to the detector only, not to {type(extractor).__name__}")
-        return extractor, None
+        return source
     if args.quantize:
         if args.calibration_images < 1:
             raise ValueError(f"--calibration-images must be at least 1, got {args.calibration_images}")
         if args.dtype == "bfloat16":
             raise ValueError("--quantize int8 runs res5 in int8 and the rest in float32: drop --dtype bfloat16")
         # The first images by id: every process of a run, and a resumed run, calibrate on the same images.
-        extractor.quantize([str(images[image_id]) for image_id in sorted(images)[: args.calibration_images]])
-    elif args.dtype == "bfloat16":
-        # Not chosen by "auto", even where bf16 units exist (`fastest_inference_dtype`): on the fixture detectors
-        # bf16 selected boxes equal to float32's on far fewer than 99% of images (docs/performance.md).
+        calibration = sorted(images)[: args.calibration_images]
+        return {**source, "dtype": "float32", "quantize": args.quantize, "calibration_images": calibration}
+    dtype = _detector_dtype(args.dtype, recorded, device)
+    return {**source, "dtype": dtype, "quantize": None, "calibration_images": None}
+
+
+def _detector_dtype(requested: str, recorded: dict | None, device) -> str:
+    """`--dtype` resolved: as given; for "auto", what a continued store records, else bfloat16 where bf16 products
+    are fast on this run's device (`bf16_is_fast`: timed on a CPU), else float32. On a trained detector bf16 found
+    the same objects as float32 on 99-100% of scenes, its features within 3e-3 relative L2 (docs/performance.md)."""
+    if requested != "auto":
+        return requested
+    if recorded is not None and recorded.get("dtype") in ("float32", "bfloat16"):
+        return recorded["dtype"]
+    from .utils import precision
+
+    return "bfloat16" if precision.bf16_is_fast(device) else "float32"
+
+
+def _prepare_detector(extractor, images: dict, source: dict):
+    """The detector set up as `source` says (dtype, int8) and its image decoder for the decode threads; other
+    extractors take the image paths."""
+    import torch
+
+    if "dtype" not in source:  # not the detector
+        return extractor, None
+    if source["quantize"]:
+        extractor.quantize([str(images[image_id]) for image_id in source["calibration_images"]])
+    elif source["dtype"] == "bfloat16":
         extractor.to(torch.bfloat16)
     return extractor, extractor.load_image
 
 
+def _compute_description(source: dict) -> str:
+    if source["quantize"]:
+        return f"float32 with res5 in {source['quantize']}, calibrated on {len(source['calibration_images'])} images"
+    return source["dtype"]
+
+
 def run(args: argparse.Namespace) -> int:
+    from accelerate import Accelerator, PartialState
+    from accelerate.utils import broadcast_object_list
+
     from . import data  # noqa: F401  (registers the shapes world's region extractor, "shapes")
     from .processing.extraction import collect_images, extract_to_store
-    from .processing.region_extractors import load_region_extractor
+    from .processing.region_extractors import load_region_extractor, resolve_region_extractor_folder
+    from .processing.stores import check_store_source, recorded_source
 
+    accelerator = Accelerator()
     images = collect_images(args.images)
-    extractor, decode = _prepare_detector(load_region_extractor(args.extractor), images, args)
+    folder = resolve_region_extractor_folder(args.extractor)
+    extractor = load_region_extractor(folder)
+    recorded = recorded_source(args.output)
+    source = _extraction_source(folder, extractor, images, args, recorded, accelerator.device)
+    if accelerator.num_processes > 1:  # "auto" is a timing: every process takes the main one's choice
+        source = broadcast_object_list([source])[0]
+    check_store_source(args.output, source)  # before calibrating or extracting anything
+    extractor, decode = _prepare_detector(extractor, images, source)
     summary = extract_to_store(
         extractor,
         images,
@@ -107,20 +155,20 @@ def run(args: argparse.Namespace) -> int:
         skip_errors=args.skip_errors,
         decode=decode,
         decode_workers=args.decode_workers,
+        source=source,
+        accelerator=accelerator,
     )
-    from accelerate import PartialState
-
-    state = PartialState()
-    if state.is_main_process:
+    if accelerator.is_main_process:
         print(
             f"{summary.total} images: {summary.already_stored} already stored, {summary.extracted} extracted, "
             f"{len(summary.failed)} failed"
             + (f" (see {args.output}/failed.jsonl)" if summary.failed else "")
             + f"; store: {args.output}"
+            + (f" (detector in {_compute_description(source)})" if "dtype" in source else "")
         )
     # Tear the process group down before the interpreter exits: a process leaving with gloo's threads still alive
     # can abort ("terminate called without an active exception", seen once in CI with 2 processes).
-    state.destroy_process_group()
+    PartialState().destroy_process_group()
     return 1 if summary.failed else 0
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +164,7 @@ def extract_to_store(
     progress: bool = True,
     decode: Callable[[Path], Any] | None = None,
     decode_workers: int = 2,
+    source: Mapping[str, Any] | None = None,
 ) -> ExtractionSummary:
     """Extract `images` (`{image_id: path}`) with `extractor` into the region store at `output`.
 
@@ -172,6 +173,8 @@ def extract_to_store(
     `skip_errors=True` records unreadable images in `failed.jsonl` instead of stopping. The extractor is given
     the image paths, or with `decode` (a file → what the extractor takes, e.g. the detector's `load_image`) what
     `decode` returns, computed by `decode_workers` threads while the extractor works on the previous batch.
+    `source` (JSON values by name: the extractor's fingerprint and settings, as `vlhub extract` states them) is
+    recorded by a new store and must equal what a continued store records (`RegionStoreWriter`).
     """
     from accelerate import Accelerator
     from accelerate.utils import gather_object
@@ -201,7 +204,11 @@ def extract_to_store(
                 disable=not (progress and accelerator.is_local_main_process),
             ) as bar,
             RegionStoreWriter(
-                output, shard_size=shard_size, feature_dtype=feature_dtype, process_index=accelerator.process_index
+                output,
+                shard_size=shard_size,
+                feature_dtype=feature_dtype,
+                process_index=accelerator.process_index,
+                source=source,
             ) as writer,
         ):
             for batch in _batches(mine, batch_size, decode, decode_workers):

@@ -15,6 +15,7 @@ A registered class needs `from_pretrained(folder)`, `save_pretrained(folder)` an
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -32,6 +33,8 @@ __all__ = [
     "load_region_extractor",
     "read_region_extractor_config",
     "region_extractor_class",
+    "region_extractor_fingerprint",
+    "resolve_region_extractor_folder",
     "register_region_extractor",
     "registered_region_extractor_types",
 ]
@@ -127,15 +130,19 @@ def load_region_extractor(
     in `region_extractor/`. `subfolder`: the sub-folder to read instead (the processor passes the one its
     settings name). `hub_kwargs`: `revision`, `token`, `cache_dir`, `local_files_only` for Hub downloads.
     """
-    unknown = sorted(set(hub_kwargs) - set(HUB_KWARGS))
-    if unknown:
-        raise TypeError(f"unexpected argument(s) {unknown}; load_region_extractor takes {list(HUB_KWARGS)}")
-    folder = _resolve_folder(name_or_path, subfolder, hub_kwargs)
+    folder = resolve_region_extractor_folder(name_or_path, subfolder, **hub_kwargs)
     kind, _ = read_region_extractor_config(folder)
     return region_extractor_class(kind).from_pretrained(folder)
 
 
-def _resolve_folder(name_or_path, subfolder: str | None, hub_kwargs: dict) -> Path:
+def resolve_region_extractor_folder(
+    name_or_path: str | os.PathLike, subfolder: str | None = None, **hub_kwargs: Any
+) -> Path:
+    """The local folder `load_region_extractor(name_or_path, subfolder, **hub_kwargs)` loads (a Hub repo's is
+    downloaded first)."""
+    unknown = sorted(set(hub_kwargs) - set(HUB_KWARGS))
+    if unknown:
+        raise TypeError(f"unexpected argument(s) {unknown}; load_region_extractor takes {list(HUB_KWARGS)}")
     path = Path(name_or_path)
     if path.is_dir():
         if subfolder:
@@ -151,6 +158,30 @@ def _resolve_folder(name_or_path, subfolder: str | None, hub_kwargs: dict) -> Pa
     if subfolder or (root / carried).is_dir():
         return root / carried
     return download_snapshot(repo, "the region extractor", **hub_kwargs)  # the repository is the extractor itself
+
+
+# Files of a region-extractor folder that do not change what it extracts.
+_NOT_FINGERPRINTED = ("README.md", ".gitattributes")
+
+
+def region_extractor_fingerprint(folder: str | os.PathLike) -> str:
+    """`"sha256:<hex>"` over the name and bytes of every file of a region-extractor `folder` (its config, weights and
+    vocabularies; not its sub-folders, hidden files or README): folders with the same fingerprint extract the same
+    features. It reads every byte once (~0.3 s for the released detector's 250 MB of weights)."""
+    digest = hashlib.sha256()
+    files = sorted(
+        path
+        for path in Path(folder).iterdir()
+        if path.is_file() and not path.name.startswith(".") and path.name not in _NOT_FINGERPRINTED
+    )
+    if not files:
+        raise FileNotFoundError(f"{str(folder)!r} holds no files: is it a vlhub region extractor folder?")
+    for path in files:
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())  # names and sizes frame the bytes
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def _qualified(cls_or_path: type | str) -> str:

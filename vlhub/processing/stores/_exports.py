@@ -6,7 +6,10 @@ SHARDS_EXPORTS = (
     "RegionStoreWriter",
     "StoreLayout",
     "StoreLockedError",
+    "StoreSourceMismatchError",
     "import_features",
+    "recorded_source",
+    "check_store_source",
     "stored_image_ids",
     "FLOAT16_MAX",
 )

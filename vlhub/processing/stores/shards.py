@@ -2,7 +2,8 @@
 
 Layout of a store folder (format version 2)::
 
-    store.json                          format version and the column layout (feature size, dtype, optional fields)
+    store.json                          format version, the column layout (feature size, dtype, optional fields)
+                                          and, where the writer stated it, the extraction that made the features
     index.sqlite                        image_id → (shard, row), in the order images were added
     shard-p00000-00000.arrow            Arrow IPC files, uncompressed: image_id, features, boxes, image_size
     shard-p00000-00001.arrow              [, scores, class_probs, attribute_probs, image_box_feature]; one series
@@ -43,7 +44,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Set
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import datasets
 import numpy as np
@@ -74,6 +75,11 @@ IMAGE_BOX_FEATURE = "image_box_feature"
 _FEATURE_DTYPES = ("float32", "float16")
 _SQLITE_TIMEOUT = 600.0  # seconds a writer waits for another one's short publishing transaction
 logger = logging.getLogger(__name__)
+
+
+class StoreSourceMismatchError(VlhubUserError, ValueError):
+    """A writer states another source (extractor and its settings) than the one the store records: continuing would
+    mix two extractions' features in one store."""
 
 
 class StoreLockedError(VlhubUserError, RuntimeError):
@@ -215,8 +221,14 @@ class StoreLayout:
         return datasets.Features(columns)
 
 
-def _read_index(directory: Path) -> tuple[StoreLayout, int] | None:
-    """(layout, format version) from store.json, or None when the folder has none."""
+class _StoreIndex(NamedTuple):
+    layout: StoreLayout
+    version: int
+    source: dict | None  # what made the features, as the first writer stated it (None: not stated)
+
+
+def _read_index(directory: Path) -> _StoreIndex | None:
+    """What store.json says, or None when the folder has none."""
     path = directory / STORE_INDEX_FILE
     if not path.exists():
         return None
@@ -230,7 +242,35 @@ def _read_index(directory: Path) -> tuple[StoreLayout, int] | None:
         raise ValueError(
             f"{path} is store format version {index.get('version')}; this vlhub reads versions 1 and {STORE_VERSION}"
         )
-    return StoreLayout(**index["layout"]), index["version"]
+    return _StoreIndex(StoreLayout(**index["layout"]), index["version"], index.get("source"))
+
+
+def _checked_source(source: Mapping | None) -> dict | None:
+    """`source` as store.json will hold it: a mapping of names to JSON values, compared after a JSON round trip (so
+    that a tuple given now equals the list read back later)."""
+    if source is None:
+        return None
+    if not isinstance(source, Mapping) or not all(isinstance(key, str) for key in source):
+        raise TypeError(f"source must be a mapping with string keys, got {source!r}")
+    try:
+        return json.loads(json.dumps(dict(source), allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"source must hold JSON values only ({err}): {source!r}") from err
+
+
+def _check_same_source(directory: Path, recorded: dict | None, stated: dict | None) -> None:
+    """Refuse to add features of another extraction than the one the store records (`StoreSourceMismatchError`)."""
+    if stated is None or recorded is None or stated == recorded:
+        return
+    differing = sorted(key for key in recorded.keys() | stated.keys() if recorded.get(key) != stated.get(key))
+    details = "; ".join(
+        f"{key}: the store has {recorded.get(key)!r}, this writer {stated.get(key)!r}" for key in differing
+    )
+    raise StoreSourceMismatchError(
+        f"the region store {directory} holds features of another extraction ({details}). Adding these would mix two "
+        "extractions' features in one store: continue it with the extractor and settings it records, or write to a "
+        "new folder"
+    )
 
 
 def _lock(path: Path, blocking: bool) -> int:
@@ -425,6 +465,11 @@ class RegionStoreWriter:
         process_index: this writer's index when several processes write one store (e.g.
             `accelerator.process_index`); each process writes its own series of shards.
         row_group_size: images per Arrow record batch inside a shard.
+        source: what makes the features (e.g. the extractor's fingerprint and compute dtype, as `vlhub extract`
+            states it), JSON values by name. A new store records it in store.json; a store that records another
+            source refuses this writer (`StoreSourceMismatchError`), so that one store never mixes two extractions.
+            A store that records none (written before sources were kept, or by a writer that stated none) cannot be
+            checked: it is continued with a warning, and keeps recording none.
     """
 
     def __init__(
@@ -434,6 +479,7 @@ class RegionStoreWriter:
         feature_dtype: str = "float32",
         process_index: int = 0,
         row_group_size: int = 64,
+        source: Mapping | None = None,
     ) -> None:
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, got {shard_size}")
@@ -443,17 +489,20 @@ class RegionStoreWriter:
             raise ValueError(f"process_index must be in [0, 99999], got {process_index}")
         if feature_dtype not in _FEATURE_DTYPES:
             raise ValueError(f"feature_dtype must be one of {_FEATURE_DTYPES}, got {feature_dtype!r}")
+        self.source = _checked_source(source)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._series_lock: int | None = None
         self._connection: sqlite3.Connection | None = None
         found = _read_index(self.directory)
-        if found is not None and found[1] != STORE_VERSION:
+        if found is not None and found.version != STORE_VERSION:
             raise ValueError(
-                f"{self.directory} is a store of format version {found[1]}; continue it after copying it into the "
-                f"current layout: vlhub import-features --format vlhub {self.directory} --output NEW_FOLDER"
+                f"{self.directory} is a store of format version {found.version}; continue it after copying it into "
+                f"the current layout: vlhub import-features --format vlhub {self.directory} --output NEW_FOLDER"
             )
-        self.layout = found[0] if found else None
+        self.layout = found.layout if found else None
+        if found is not None:
+            self._adopt_recorded_source(found.source)
         if self.layout is not None and self.layout.feature_dtype != feature_dtype:
             raise ValueError(
                 f"the store in {self.directory} holds {self.layout.feature_dtype} features; open it with "
@@ -480,6 +529,17 @@ class RegionStoreWriter:
         self._remove_leftovers()
         self._pending: "OrderedDict[str, RegionFeatures]" = OrderedDict()
         self.written_shards: list[Path] = []
+
+    def _adopt_recorded_source(self, recorded: dict | None) -> None:
+        """Check this writer's source against the one the store records (see the class docstring)."""
+        _check_same_source(self.directory, recorded, self.source)
+        if recorded is None and self.source is not None:
+            logger.warning(
+                f"the region store {self.directory} records no source (it was written before vlhub kept one, or by a "
+                "writer that stated none), so whether its features come from the same extractor and settings cannot "
+                "be checked"
+            )
+        self.source = recorded
 
     def __enter__(self) -> "RegionStoreWriter":
         return self
@@ -666,10 +726,13 @@ class RegionStoreWriter:
             found = _read_index(self.directory)
             if found is None:
                 index = {"format": STORE_FORMAT, "version": STORE_VERSION, "layout": layout.to_dict()}
+                if self.source is not None:
+                    index["source"] = self.source
                 atomic_write_json(self.directory / STORE_INDEX_FILE, index, indent=2)
                 self.layout = layout
             else:
-                self.layout = found[0]
+                self.layout = found.layout
+                self._adopt_recorded_source(found.source)
         finally:
             self._connection.execute("COMMIT")
 
@@ -720,7 +783,7 @@ class RegionStore:
                 f"{self.directory} has no {STORE_INDEX_FILE}: it is not a vlhub region store (write one with "
                 "RegionStoreWriter or `vlhub extract`)"
             )
-        self.layout, self.version = found
+        self.layout, self.version, self.source = found
         if max_open_shards is not None and max_open_shards < 1:
             raise ValueError(f"max_open_shards must be at least 1 (or None for the default), got {max_open_shards}")
         self.max_open_shards = max_open_shards
@@ -975,9 +1038,22 @@ def stored_image_ids(directory: str | os.PathLike) -> set[str]:
     """The ids a store folder holds (empty when there is no store yet), read without taking any writer's lock."""
     directory = Path(directory)
     found = _read_index(directory)
-    if found is None or (found[1] == STORE_VERSION and not (directory / ID_INDEX_FILE).exists()):
+    if found is None or (found.version == STORE_VERSION and not (directory / ID_INDEX_FILE).exists()):
         return set()  # no store yet, or one no image was ever published to
     return set(RegionStore(directory))
+
+
+def recorded_source(directory: str | os.PathLike) -> dict | None:
+    """The source (extractor and settings) the store at `directory` records; None where there is no store yet or it
+    records none (see `RegionStoreWriter`)."""
+    found = _read_index(Path(directory))
+    return None if found is None else found.source
+
+
+def check_store_source(directory: str | os.PathLike, source: Mapping) -> None:
+    """Raise `StoreSourceMismatchError` where the store at `directory` records another source than `source`, as a
+    `RegionStoreWriter` stating it would: to refuse before any work, not at the first write."""
+    _check_same_source(Path(directory), recorded_source(directory), _checked_source(source))
 
 
 def import_features(

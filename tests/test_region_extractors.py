@@ -202,6 +202,10 @@ def test_the_fingerprint_follows_what_a_folder_extracts_with(tmp_path):
     settings = json.loads((tmp_path / "copy" / "config.json").read_text())
     (tmp_path / "copy" / "config.json").write_text(json.dumps({**settings, "max_boxes": 7}))
     assert region_extractor_fingerprint(tmp_path / "copy") != fingerprint
+    shutil.copytree(tmp_path / "a", tmp_path / "nested")
+    (tmp_path / "nested" / "vocab").mkdir()
+    (tmp_path / "nested" / "vocab" / "extra.txt").write_text("files in sub-folders count too")
+    assert region_extractor_fingerprint(tmp_path / "nested") != fingerprint
     # a processor folder's extractor is the one in its region_extractor/ sub-folder, as load_region_extractor reads it
     shutil.copytree(tmp_path / "a", tmp_path / "processor" / REGION_EXTRACTOR_FOLDER)
     assert resolve_region_extractor_folder(tmp_path / "processor") == tmp_path / "processor" / REGION_EXTRACTOR_FOLDER

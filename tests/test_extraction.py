@@ -202,12 +202,12 @@ def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_mach
     write_test_image(tmp_path / "more" / "img9.png", seed=9)
     more = [str(image_folder), str(tmp_path / "more")]
     assert extract(more, "--dtype", "float32") == 2
-    assert "dtype: the store has 'bfloat16', this writer 'float32'" in capsys.readouterr().err
+    assert "dtype: the store has 'bfloat16', the new features 'float32'" in capsys.readouterr().err
     assert extract(more, extractor="other_detector") == 2
     assert "extractor: the store has 'sha256:" in capsys.readouterr().err
     assert extract(first_two, "--quantize", "int8", "--calibration-images", "1", output="int8") == 0
     capsys.readouterr()
     assert extract(more, "--quantize", "int8", "--calibration-images", "2", output="int8") == 2
     error = capsys.readouterr().err
-    assert "calibration_images: the store has ['img0'], this writer ['img0', 'img1']" in error
+    assert "calibration_images: the store has ['img0'], the new features ['img0', 'img1']" in error
     assert len(RegionStore(tmp_path / "store")) == 4 and len(RegionStore(tmp_path / "int8")) == 2

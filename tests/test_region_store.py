@@ -361,9 +361,9 @@ def test_a_store_records_its_source_and_refuses_another_one(tmp_path, caplog):
     with RegionStoreWriter(tmp_path / "store", source=source) as writer:  # the same source continues it
         writer.add("b", random_regions(3, 8, seed=1))
     other = {**source, "dtype": "float32"}
-    with pytest.raises(StoreSourceMismatchError, match="dtype: the store has 'bfloat16', this writer 'float32'"):
+    with pytest.raises(StoreSourceMismatchError, match="dtype: the store has 'bfloat16', the new features 'float32'"):
         RegionStoreWriter(tmp_path / "store", source=other)
-    with pytest.raises(StoreSourceMismatchError, match="extractor: the store has 'sha256:aa', this writer None"):
+    with pytest.raises(StoreSourceMismatchError, match="extractor: the store has 'sha256:aa', the new features None"):
         check_store_source(tmp_path / "store", {"dtype": "bfloat16", "calibration_images": ["img0", "img1"]})
     with RegionStoreWriter(tmp_path / "store") as writer:  # a writer that states no source is not checked
         writer.add("c", random_regions(3, 8, seed=2))

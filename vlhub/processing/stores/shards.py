@@ -264,7 +264,7 @@ def _check_same_source(directory: Path, recorded: dict | None, stated: dict | No
         return
     differing = sorted(key for key in recorded.keys() | stated.keys() if recorded.get(key) != stated.get(key))
     details = "; ".join(
-        f"{key}: the store has {recorded.get(key)!r}, this writer {stated.get(key)!r}" for key in differing
+        f"{key}: the store has {recorded.get(key)!r}, the new features {stated.get(key)!r}" for key in differing
     )
     raise StoreSourceMismatchError(
         f"the region store {directory} holds features of another extraction ({details}). Adding these would mix two "

@@ -351,6 +351,18 @@ def test_import_features_cli_into_a_store(tmp_path):
     assert sorted(store.ids) == sorted(images)
     np.testing.assert_array_equal(store["42"].class_probs.numpy(), images["42"]["cls_prob"])
     assert main(["import-features", str(folder), "--format", "vlp-h5", "--output", str(tmp_path / "s2")]) == 2
+    # The store records the format it was imported from; a copy keeps it; another format is refused.
+    assert store.source == {"imported_from": "npz"}
+    assert (
+        main(["import-features", str(tmp_path / "store"), "--format", "vlhub", "--output", str(tmp_path / "copy")]) == 0
+    )
+    assert RegionStore(tmp_path / "copy").source == {"imported_from": "npz"}
+    from vlhub.processing.stores import StoreSourceMismatchError, import_features
+
+    with pytest.raises(
+        StoreSourceMismatchError, match="imported_from: the store has 'npz', the new features 'butd-tsv'"
+    ):
+        import_features({"7": store["42"]}, tmp_path / "store", source={"imported_from": "butd-tsv"}, progress=False)
 
 
 def test_each_architecture_registers_its_format_for_a_bare_import_of_the_stores(tmp_path):

@@ -62,7 +62,12 @@ def _import_features(args) -> int:
     # A reading library's own error (h5py, pyarrow, sqlite3, pickle, MemoryError) names the source, too.
     with named_input(args.source, f"a {args.format} feature source"):
         reader = open_feature_file(args.format, args.source, **options)
-        written = import_features(reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype)
+        # One original format per store (a copied vlhub store keeps the source it records): importing features of
+        # another format, or adding them to a store `vlhub extract` wrote, is refused as mixing two extractions.
+        source = None if args.format == "vlhub" else {"imported_from": args.format}
+        written = import_features(
+            reader, args.output, shard_size=args.shard_size, feature_dtype=args.feature_dtype, source=source
+        )
     print(f"{len(reader)} images in {args.source}: {written} written, {len(reader) - written} already in {args.output}")
     return 0
 

@@ -1062,15 +1062,21 @@ def import_features(
     shard_size: int = 512,
     feature_dtype: str = "float32",
     progress: bool = True,
+    source: Mapping | None = None,
 ) -> int:
     """Copy every image of a reader (any `open_feature_file` reader, a `RegionStore`, or a mapping id →
     RegionFeatures) into the vlhub store at `output`; images already there are skipped, so an interrupted import can
-    be rerun. Returns the number of images written."""
+    be rerun. Returns the number of images written.
+
+    `source` (what made the features, e.g. `{"imported_from": "uniter-lmdb"}`) is recorded and checked as
+    `RegionStoreWriter` does; by default a copied `RegionStore` keeps the source it records."""
     from tqdm.auto import tqdm
 
+    if source is None and isinstance(reader, RegionStore):
+        source = reader.source
     written = 0
     not_kept: set[str] = set()
-    with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype) as writer:
+    with RegionStoreWriter(output, shard_size=shard_size, feature_dtype=feature_dtype, source=source) as writer:
         for image_id in tqdm(list(reader), desc="importing", unit="img", disable=not progress):
             if image_id not in writer.completed_ids:
                 regions = reader[image_id]

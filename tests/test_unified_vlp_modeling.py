@@ -394,3 +394,65 @@ def test_bad_inputs_give_clear_errors(processor, tmp_path):
         captioner.generate(**prompt, max_new_tokens=3)
     with pytest.raises(ValueError, match="soft scores"):
         vqa(**processor(text=["dog"], regions=[make_regions(4)]), labels=torch.ones(1, 3))
+
+
+def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation():
+    from transformers.cache_utils import DynamicCache
+
+    from vlhub.modeling.unified_vlp import VlpBeamCache
+
+    config = tiny_config()
+    generator = torch.Generator().manual_seed(0)
+    ours, plain = VlpBeamCache(config=config), DynamicCache(config=config)
+
+    def update(rows, positions):
+        for layer in range(config.num_hidden_layers):
+            keys, values = (torch.randn(rows, 4, positions, 8, generator=generator) for _ in range(2))
+            got, expected = ours.update(keys, values, layer), plain.update(keys, values, layer)
+            assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+    def same():
+        assert ours.get_seq_length() == plain.get_seq_length()
+        for a, b in zip(ours.layers, plain.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+    update(2, 6)  # two prompts
+    ours.crop(-1), plain.crop(-1)  # the [MASK] slot dropped, as predict_next does
+    same()
+    for cache in (ours, plain):
+        cache.batch_repeat_interleave(3)  # each prompt to its 3 beams
+    assert (ours.copies, ours.shared_length) == (3, 5)
+    for step, parents in enumerate([[2, 2, 0, 4, 3, 3], [1, 0, 0, 5, 5, 3], [0, 1, 2, 3, 4, 5], [2, 1, 1, 4, 4, 4]]):
+        update(6, 2)  # [word, MASK]
+        for cache in (ours, plain):
+            cache.crop(-1)
+            cache.reorder_cache(torch.tensor(parents))  # within each image's beams: positions after the prompt
+        same()
+        assert ours.copies == 3  # still in groups: the prompt rows were left as they are
+    for cache in (ours, plain):
+        cache.reorder_cache(torch.tensor([3, 3, 3, 0, 0, 0]))  # across images: everything moves, groups forgotten
+    same()
+    assert (ours.copies, ours.shared_length) == (1, 0)
+    update(6, 40)  # more positions than the buffer had room for
+    same()
+    for cache in (ours, plain):
+        cache.batch_select_indices(torch.tensor([1, 4]))
+    update(2, 1)
+    same()
+    ours.reset(), plain.reset()
+    update(3, 2)
+    same()
+    with pytest.raises(ValueError, match="starts empty"):
+        VlpBeamCache([(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))])
+
+
+def test_generate_on_the_beam_cache_gives_the_same_captions_and_scores(processor):
+    from vlhub.modeling.unified_vlp import VlpBeamCache
+
+    model = model_of(UnifiedVlpForConditionalGeneration)
+    prompt = processor(regions=[make_regions(4), make_regions(2, 1), make_regions(3, 2)])
+    kwargs = dict(max_new_tokens=6, num_beams=3, eos_token_id=None, return_dict_in_generate=True, output_scores=True)
+    plain = model.generate(**prompt, **kwargs)
+    ours = model.generate(**prompt, past_key_values=VlpBeamCache(config=model.config), **kwargs)
+    assert torch.equal(ours.sequences, plain.sequences)
+    torch.testing.assert_close(ours.sequences_scores, plain.sequences_scores, atol=1e-6, rtol=0)

@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "UnifiedVlpPreTrainedModel",
             "UnifiedVlpQuestionAnsweringOutput",
         ],
-        "generation_unified_vlp": ["VlpBeamSearchOutput", "vlp_beam_search"],
+        "generation_unified_vlp": ["VlpBeamCache", "VlpBeamSearchOutput", "vlp_beam_search"],
         "objectives_unified_vlp": ["UNIFIED_VLP_OBJECTIVES"],
         "processing_unified_vlp": [
             "UnifiedVlpProcessor",

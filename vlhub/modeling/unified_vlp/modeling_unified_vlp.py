@@ -45,6 +45,7 @@ from ..modeling_outputs import layer_records
 from ..modeling_utils import BertMLMHeadMixin, SharedPrefillMixin, SingleStreamPreTrainedModel, with_backbone_outputs
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_unified_vlp import UnifiedVlpConfig
+from .generation_unified_vlp import VlpBeamCache
 
 __all__ = [
     "UnifiedVlpPreTrainedModel",
@@ -965,6 +966,9 @@ class UnifiedVlpForConditionalGeneration(
             if max_new_tokens is None and config.max_length is not None and input_ids is not None:
                 max_new_tokens = config.max_length - input_ids.shape[1]
         self.check_generation_inputs(input_ids, max_new_tokens)
+        if given_cache is None and implementation is None and kwargs.get("use_cache", config.use_cache) is not False:
+            # The default cache's keys and values, kept faster: in place, and beams reordered after the prompt only.
+            kwargs[CACHE_NAME] = VlpBeamCache(config=self.config.get_text_config(decoder=True))
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 
 

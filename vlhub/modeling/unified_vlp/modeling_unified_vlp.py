@@ -537,7 +537,9 @@ class UnifiedVlpModel(UnifiedVlpPreTrainedModel):
             region_offsets=offsets,
         )
         visible_until = None
-        if prediction_slots:  # slot j follows input `inputs - prediction_slots + j`; other rows: no restriction
+        # Slot j follows input `inputs - prediction_slots + j`; other rows: no restriction. A single slot under the
+        # seq2seq pattern needs none: as a text row it may see every key before it, which is all the slot may see.
+        if prediction_slots > 1 or (prediction_slots and seq2seq is not True):
             total = past_length + length
             visible_until = torch.full((total,), total - 1, device=text.device)
             visible_until[total - prediction_slots :] = torch.arange(

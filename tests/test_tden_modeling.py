@@ -366,3 +366,21 @@ def test_xmodaler_beam_search_method_is_a_deprecated_alias_of_the_custom_generat
     assert torch.equal(old.sequences.flatten(0, 1), found.sequences[:, 1:])
     assert torch.equal(old.sequences_scores.flatten(), found.sequences_scores)
     assert torch.equal(old.token_scores.flatten(0, 1), found.token_scores)
+
+
+def test_best_candidates_are_the_head_of_a_stable_descending_sort():
+    from vlhub.modeling.tden.generation_tden import best_candidates
+
+    generator = torch.Generator().manual_seed(0)
+    distinct = torch.randn(4, 3 * 997, generator=generator)
+    tied = torch.randint(0, 6, (4, 3 * 997), generator=generator).float()  # ties everywhere, at the boundary too
+    tied[1, :] = -999.0
+    tied[1, 5] = 0.0  # one clear best, then every other value tied
+    inside = distinct.clone()
+    inside[:, [40, 7, 900]] = 50.0  # ties among the best only: topk's set is right, its order among them is not defined
+    for candidates in (distinct, tied, inside):
+        for count in (1, 3, 5):
+            values, indices = best_candidates(candidates, count)
+            expected = torch.sort(candidates, dim=-1, descending=True, stable=True)
+            assert torch.equal(values, expected.values[:, :count])
+            assert torch.equal(indices, expected.indices[:, :count])

@@ -1068,7 +1068,7 @@ def import_features(
     RegionFeatures) into the vlhub store at `output`; images already there are skipped, so an interrupted import can
     be rerun. Returns the number of images written.
 
-    `source` (what made the features, e.g. `{"imported_from": "uniter-lmdb"}`) is recorded and checked as
+    `source` (what made the features, e.g. `{"imported_from": "butd-tsv"}`) is recorded and checked as
     `RegionStoreWriter` does; by default a copied `RegionStore` keeps the source it records."""
     from tqdm.auto import tqdm
 

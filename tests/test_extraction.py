@@ -179,7 +179,9 @@ def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_mach
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(precision, "bf16_is_fast", lambda device: True)
         assert extract(first_two) == 0
-    assert "(detector in bfloat16)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the detector runs in bfloat16 (--dtype auto: bf16 products are fast on cpu)" in out
+    assert "(detector in bfloat16)" in out
     recorded = recorded_source(tmp_path / "store")
     assert recorded == {
         "region_extractor_type": "bottom_up_attention",
@@ -192,7 +194,9 @@ def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_mach
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(precision, "bf16_is_fast", lambda device: False)
         assert extract([str(image_folder)]) == 0
-        assert "2 already stored, 2 extracted" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "bfloat16 (--dtype auto: the dtype the store was written in)" in out
+        assert "2 already stored, 2 extracted" in out
         assert extract([str(image_folder)], output="new_store") == 0
     assert recorded_source(tmp_path / "new_store")["dtype"] == "float32"
     assert recorded_source(tmp_path / "store") == recorded and len(RegionStore(tmp_path / "store")) == 4

@@ -69,9 +69,10 @@ def _add_detector_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _extraction_source(
     folder, extractor, images: dict, args: argparse.Namespace, recorded: dict | None, device
-) -> dict:
-    """What makes this run's features, as the store records it: the extractor folder's fingerprint and, for the
-    detector, its compute dtype ("auto" resolved) and int8 calibration images."""
+) -> tuple[dict, str]:
+    """What makes this run's features, as the store records it (the extractor folder's fingerprint and, for the
+    detector, its compute dtype, "auto" resolved, and int8 calibration images), and a line saying how the detector
+    runs and why ("" for other extractors)."""
     from .processing.detector import RegionExtractor
     from .processing.region_extractors import read_region_extractor_config, region_extractor_fingerprint
 
@@ -80,7 +81,7 @@ def _extraction_source(
     if not isinstance(extractor, RegionExtractor):
         if args.dtype != "auto" or args.quantize:
             raise ValueError(f"--dtype and --quantize apply to the detector only, not to {type(extractor).__name__}")
-        return source
+        return source, ""
     if args.quantize:
         if args.calibration_images < 1:
             raise ValueError(f"--calibration-images must be at least 1, got {args.calibration_images}")
@@ -88,22 +89,27 @@ def _extraction_source(
             raise ValueError("--quantize int8 runs res5 in int8 and the rest in float32: drop --dtype bfloat16")
         # The first images by id: every process of a run, and a resumed run, calibrate on the same images.
         calibration = sorted(images)[: args.calibration_images]
-        return {**source, "dtype": "float32", "quantize": args.quantize, "calibration_images": calibration}
-    dtype = _detector_dtype(args.dtype, recorded, device)
-    return {**source, "dtype": dtype, "quantize": None, "calibration_images": None}
+        source = {**source, "dtype": "float32", "quantize": args.quantize, "calibration_images": calibration}
+        return source, f"the detector runs in {_compute_description(source)} (--quantize)"
+    dtype, why = _detector_dtype(args.dtype, recorded, device)
+    source = {**source, "dtype": dtype, "quantize": None, "calibration_images": None}
+    return source, f"the detector runs in {dtype} ({why})"
 
 
-def _detector_dtype(requested: str, recorded: dict | None, device) -> str:
-    """`--dtype` resolved: as given; for "auto", what a continued store records, else bfloat16 where bf16 products
-    are fast on this run's device (`bf16_is_fast`: timed on a CPU), else float32. On a trained detector bf16 found
-    the same objects as float32 on 99-100% of scenes, its features within 3e-3 relative L2 (docs/performance.md)."""
+def _detector_dtype(requested: str, recorded: dict | None, device) -> tuple[str, str]:
+    """`--dtype` resolved, and why: as given; for "auto", what a continued store records, else bfloat16 where bf16
+    products are fast on this run's device (`bf16_is_fast`: timed on a CPU), else float32. On a trained detector bf16
+    found the same objects as float32 on 99-100% of scenes, its features within 3e-3 relative L2
+    (docs/performance.md)."""
     if requested != "auto":
-        return requested
+        return requested, "--dtype"
     if recorded is not None and recorded.get("dtype") in ("float32", "bfloat16"):
-        return recorded["dtype"]
+        return recorded["dtype"], "--dtype auto: the dtype the store was written in"
     from .utils import precision
 
-    return "bfloat16" if precision.bf16_is_fast(device) else "float32"
+    if precision.bf16_is_fast(device):
+        return "bfloat16", f"--dtype auto: bf16 products are fast on {device}"
+    return "float32", f"--dtype auto: bf16 products are not faster than float32 on {device}"
 
 
 def _prepare_detector(extractor, images: dict, source: dict):
@@ -140,9 +146,11 @@ def run(args: argparse.Namespace) -> int:
     folder = resolve_region_extractor_folder(args.extractor)
     extractor = load_region_extractor(folder)
     recorded = recorded_source(args.output)
-    source = _extraction_source(folder, extractor, images, args, recorded, accelerator.device)
+    source, how = _extraction_source(folder, extractor, images, args, recorded, accelerator.device)
     if accelerator.num_processes > 1:  # "auto" is a timing: every process takes the main one's choice
-        source = broadcast_object_list([source])[0]
+        source, how = broadcast_object_list([(source, how)])[0]
+    if how and accelerator.is_main_process:
+        print(how, flush=True)
     check_store_source(args.output, source)  # before calibrating or extracting anything
     extractor, decode = _prepare_detector(extractor, images, source)
     summary = extract_to_store(

@@ -424,6 +424,17 @@ def test_region_store_round_trip(tmp_path):
     assert len(again) == 9
     streamed = {row["image_id"] for row in RegionStore.streaming_dataset(tmp_path / "regions")}
     assert streamed == set(expected)
+    # A larger world continues the store; other extractor settings or another world are refused, not mixed in.
+    larger = ShapesWorld(seed=4, num_train=7, num_validation=2, num_test=2)
+    assert len(larger.write_region_store(tmp_path / "regions", extractor=extractor)) == 11
+    from vlhub.processing.stores import StoreSourceMismatchError
+
+    with pytest.raises(StoreSourceMismatchError, match="extractor: the store has"):
+        world.write_region_store(tmp_path / "regions", extractor=ShapesFeatureExtractor(feature_dim=24, pool_size=3))
+    with pytest.raises(StoreSourceMismatchError, match="shapes_world: the store has"):
+        ShapesWorld(seed=5, num_train=5, num_validation=2, num_test=2).write_region_store(
+            tmp_path / "regions", extractor=extractor
+        )
 
 
 # ---------------------------------------------------------------------------------------------- with a model

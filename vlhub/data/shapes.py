@@ -483,15 +483,21 @@ class ShapesWorld:
         """Extract every image's regions (of `splits`) and write them to vlhub's sharded region store at `directory`
         (`shard_size` images per shard, features stored as `feature_dtype`).
 
-        Resumable: images already in finished shards are skipped. Returns `RegionStore(directory)`, keyed by
-        `image_id` (ids are unique across splits, so one store serves all of them). Call it from one process (e.g.
-        under accelerate's `main_process_first()`): extracting the whole default world takes seconds.
+        Resumable: images already in finished shards are skipped. The store records the world's drawing settings and
+        the extractor's (its source), so continuing it with others is refused rather than mixed in; a world with
+        more images per split continues it. Returns `RegionStore(directory)`, keyed by `image_id` (ids are unique
+        across splits, so one store serves all of them). Call it from one process (e.g. under accelerate's
+        `main_process_first()`): extracting the whole default world takes seconds.
         """
         from ..processing.stores import RegionStore, RegionStoreWriter
 
         for split in splits:
             self._check_split(split)
-        with RegionStoreWriter(directory, shard_size=shard_size, feature_dtype=feature_dtype) as writer:
+        extractor = extractor or ShapesFeatureExtractor()
+        # An image depends on these and on its split and index only: a larger world draws the same first images.
+        drawing = {key: self.settings[key] for key in ("seed", "image_size", "min_objects", "max_objects")}
+        source = {"shapes_world": drawing, "extractor": extractor.to_dict()}
+        with RegionStoreWriter(directory, shard_size=shard_size, feature_dtype=feature_dtype, source=source) as writer:
             done = set(writer.completed_ids)
             for split in splits:
                 for image_id, regions in self.region_features(split, extractor, batch_size, skip=done):

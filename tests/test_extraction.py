@@ -214,4 +214,9 @@ def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_mach
     assert extract(more, "--quantize", "int8", "--calibration-images", "2", output="int8") == 2
     error = capsys.readouterr().err
     assert "calibration_images: the store has ['img0'], the new features ['img0', 'img1']" in error
+    assert extract([str(tmp_path / "more")], "--quantize", "int8", output="int8") == 2
+    assert "calibrated on the images ['img0'], which are not among the images given" in capsys.readouterr().err
     assert len(RegionStore(tmp_path / "store")) == 4 and len(RegionStore(tmp_path / "int8")) == 2
+    # Continued with int8 and no count, it calibrates on the images the store was calibrated on.
+    assert extract(more, "--quantize", "int8", output="int8") == 0
+    assert "calibrated on 1 image" in capsys.readouterr().out and len(RegionStore(tmp_path / "int8")) == 5

@@ -56,8 +56,8 @@ def _add_detector_arguments(parser: argparse.ArgumentParser) -> None:
     detector.add_argument(
         "--calibration-images",
         type=int,
-        default=4,
-        help="images (the first by id) whose regions calibrate --quantize int8 (default 4)",
+        help="images (the first by id) whose regions calibrate --quantize int8 (default 4; continuing a store: the "
+        "images it was calibrated on)",
     )
     detector.add_argument(
         "--decode-workers",
@@ -83,17 +83,33 @@ def _extraction_source(
             raise ValueError(f"--dtype and --quantize apply to the detector only, not to {type(extractor).__name__}")
         return source, ""
     if args.quantize:
-        if args.calibration_images < 1:
-            raise ValueError(f"--calibration-images must be at least 1, got {args.calibration_images}")
         if args.dtype == "bfloat16":
             raise ValueError("--quantize int8 runs res5 in int8 and the rest in float32: drop --dtype bfloat16")
-        # The first images by id: every process of a run, and a resumed run, calibrate on the same images.
-        calibration = sorted(images)[: args.calibration_images]
+        calibration = _calibration_images(images, args.calibration_images, args.quantize, recorded)
         source = {**source, "dtype": "float32", "quantize": args.quantize, "calibration_images": calibration}
         return source, f"the detector runs in {_compute_description(source)} (--quantize)"
     dtype, why = _detector_dtype(args.dtype, recorded, device)
     source = {**source, "dtype": dtype, "quantize": None, "calibration_images": None}
     return source, f"the detector runs in {dtype} ({why})"
+
+
+def _calibration_images(images: dict, count: int | None, quantize: str, recorded: dict | None) -> list[str]:
+    """The ids of the images whose regions calibrate int8: those a continued int8 store was calibrated on (unless
+    another `count` is asked, which the store then refuses), else the first `count` (default 4) by id, so that every
+    process of a run calibrates on the same images."""
+    stored = recorded.get("calibration_images") if recorded and recorded.get("quantize") == quantize else None
+    if stored and count in (None, len(stored)):
+        missing = [image_id for image_id in stored if image_id not in images]
+        if missing:
+            raise ValueError(
+                f"the store was calibrated on the images {missing}, which are not among the images given: give them "
+                "too (they are skipped, being stored), so that the new features are calibrated as the stored ones"
+            )
+        return list(stored)
+    count = 4 if count is None else count
+    if count < 1:
+        raise ValueError(f"--calibration-images must be at least 1, got {count}")
+    return sorted(images)[:count]
 
 
 def _detector_dtype(requested: str, recorded: dict | None, device) -> tuple[str, str]:
@@ -128,7 +144,8 @@ def _prepare_detector(extractor, images: dict, source: dict):
 
 def _compute_description(source: dict) -> str:
     if source["quantize"]:
-        return f"float32 with res5 in {source['quantize']}, calibrated on {len(source['calibration_images'])} images"
+        count = len(source["calibration_images"])
+        return f"float32 with res5 in {source['quantize']}, calibrated on {count} image{'s' * (count != 1)}"
     return source["dtype"]
 
 

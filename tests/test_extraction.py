@@ -220,3 +220,31 @@ def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_mach
     # Continued with int8 and no count, it calibrates on the images the store was calibrated on.
     assert extract(more, "--quantize", "int8", output="int8") == 0
     assert "calibrated on 1 image" in capsys.readouterr().out and len(RegionStore(tmp_path / "int8")) == 5
+
+
+def test_vlhub_store_info_says_what_a_store_holds(image_folder, tmp_path, capsys):
+    from vlhub.cli import main
+    from vlhub.processing.region_extractors import region_extractor_fingerprint
+
+    tiny_detector().save_pretrained(tmp_path / "detector")
+    store = str(tmp_path / "store")
+    assert main(["extract", str(image_folder), "--extractor", str(tmp_path / "detector"), "--output", store]) == 0
+    capsys.readouterr()
+    assert main(["store-info", store]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"region store {store} (format version 2): 4 images in 1 shards, ")
+    assert lines[1].startswith("layout: feature_dim=16, feature_dtype=float32, has_scores=True")
+    assert lines[2].startswith("source: region_extractor_type=bottom_up_attention, extractor=sha256:")
+    assert main(["store-info", store, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["images"], summary["shards"], summary["format_version"]) == (4, 1, 2) and summary["bytes"] > 0
+    assert summary["source"]["extractor"] == region_extractor_fingerprint(tmp_path / "detector")
+    assert summary["layout"]["feature_dim"] == 16
+    assert main(["store-info", str(tmp_path / "detector")]) == 2
+    assert "not a vlhub region store" in capsys.readouterr().err
+    from vlhub.processing.stores import RegionStoreWriter
+
+    with RegionStoreWriter(tmp_path / "unsourced") as writer:
+        writer.add("a", RegionStore(store)["img0"])
+    assert main(["store-info", str(tmp_path / "unsourced")]) == 0
+    assert "source: not recorded" in capsys.readouterr().out

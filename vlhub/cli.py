@@ -110,6 +110,37 @@ def _add_extract(subparsers):
     parser.set_defaults(func=extract.run)
 
 
+def _store_info(args) -> int:
+    from .processing.stores import RegionStore
+
+    summary = RegionStore(args.folder).summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+
+    def describe(values: dict) -> str:
+        return ", ".join(f"{key}={value}" for key, value in values.items())
+
+    print(
+        f"region store {summary['folder']} (format version {summary['format_version']}): {summary['images']:,} images "
+        f"in {summary['shards']:,} shards, {summary['bytes'] / 1e6:,.1f} MB"
+    )
+    print(f"layout: {describe(summary['layout'])}")
+    source = summary["source"]
+    unknown = "not recorded (written before vlhub kept one, or by a writer that stated none)"
+    print(f"source: {describe(source)}" if source else f"source: {unknown}")
+    return 0
+
+
+def _add_store_info(subparsers):
+    parser = subparsers.add_parser(
+        "store-info", help="what a region store holds: images, shards, layout and the extraction that made its features"
+    )
+    parser.add_argument("folder", help="the region store folder")
+    parser.add_argument("--json", action="store_true", help="print it as JSON")
+    parser.set_defaults(func=_store_info)
+
+
 def _add_app(subparsers):
     from .app import cli as app_cli
 
@@ -132,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(subparsers)
     _add_extract(subparsers)
     _add_import_features(subparsers)
+    _add_store_info(subparsers)
     _add_app(subparsers)
     return parser
 

@@ -949,6 +949,20 @@ class RegionStore:
             regions.metadata[FLOAT16_FEATURES] = True
         return regions
 
+    def summary(self) -> dict:
+        """What the store holds, for a person or a script (`vlhub store-info`): its folder, format version, image and
+        shard counts, the shards' bytes on disk, its layout and its source (None: not recorded)."""
+        shards = self.shard_files
+        return {
+            "folder": str(self.directory),
+            "format_version": self.version,
+            "images": len(self),
+            "shards": len(shards),
+            "bytes": sum(path.stat().st_size for path in shards),
+            "layout": self.layout.to_dict(),
+            "source": self.source,
+        }
+
     # -- datasets views ------------------------------------------------------------------------------------------
     @property
     def shard_files(self) -> list[Path]:

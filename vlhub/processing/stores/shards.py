@@ -469,7 +469,8 @@ class RegionStoreWriter:
             states it), JSON values by name. A new store records it in store.json; a store that records another
             source refuses this writer (`StoreSourceMismatchError`), so that one store never mixes two extractions.
             A store that records none (written before sources were kept, or by a writer that stated none) cannot be
-            checked: it is continued with a warning, and keeps recording none.
+            checked: it is continued with a warning, and keeps recording none. A writer that states none (`None`,
+            the default) is not checked either: the caller vouches for its features.
     """
 
     def __init__(

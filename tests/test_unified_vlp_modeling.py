@@ -396,14 +396,15 @@ def test_bad_inputs_give_clear_errors(processor, tmp_path):
         vqa(**processor(text=["dog"], regions=[make_regions(4)]), labels=torch.ones(1, 3))
 
 
-def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation():
+@pytest.mark.parametrize("expected_length", [None, 11])
+def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation(expected_length):
     from transformers.cache_utils import DynamicCache
 
     from vlhub.modeling.unified_vlp import VlpBeamCache
 
     config = tiny_config()
     generator = torch.Generator().manual_seed(0)
-    ours, plain = VlpBeamCache(config=config), DynamicCache(config=config)
+    ours, plain = VlpBeamCache(config=config, expected_length=expected_length), DynamicCache(config=config)
 
     def update(rows, positions):
         for layer in range(config.num_hidden_layers):
@@ -422,6 +423,8 @@ def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation()
     for cache in (ours, plain):
         cache.batch_repeat_interleave(3)  # each prompt to its 3 beams
     assert (ours.copies, ours.shared_length) == (3, 5)
+    if expected_length:  # sized as told: the 4 steps below fit without a move
+        assert ours.layers[0]._key_buffer.shape[-2] == expected_length
     for step, parents in enumerate([[2, 2, 0, 4, 3, 3], [1, 0, 0, 5, 5, 3], [0, 1, 2, 3, 4, 5], [2, 1, 1, 4, 4, 4]]):
         update(6, 2)  # [word, MASK]
         for cache in (ours, plain):
@@ -444,6 +447,8 @@ def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation()
     same()
     with pytest.raises(ValueError, match="starts empty"):
         VlpBeamCache([(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))])
+    with pytest.raises(ValueError, match="expected_length"):
+        VlpBeamCache(config=config, expected_length=0)
 
 
 @pytest.mark.parametrize("search", [dict(num_beams=3), dict(num_beams=1), dict(do_sample=True, num_return_sequences=2)])

@@ -158,7 +158,7 @@ def test_vlhub_extract_cli_detector_speed_settings(image_folder, tmp_path, capsy
     assert main(int8 + ["--dtype", "bfloat16"]) == 2
     assert "drop --dtype bfloat16" in capsys.readouterr().err
     assert main(int8 + ["--calibration-images", "0"]) == 2
-    assert "--calibration-images must be at least 1" in capsys.readouterr().err
+    assert "--calibration-images must be a positive integer (at least 1), got 0" in capsys.readouterr().err
 
 
 def test_vlhub_extract_records_its_source_and_auto_follows_the_store_or_the_machine(image_folder, tmp_path, capsys):

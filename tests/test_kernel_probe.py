@@ -22,7 +22,7 @@ def test_measured_speedup_calls_each_once_per_round_after_a_warm_up():
         rounds=4,
     )
     assert calls == {"baseline": 5, "candidate": 5}
-    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=r"rounds must be a positive integer \(at least 1\), got 0"):
         measured_speedup(lambda: None, lambda: None, rounds=0)
 
 

@@ -106,10 +106,9 @@ def _calibration_images(images: dict, count: int | None, quantize: str, recorded
                 "too (they are skipped, being stored), so that the new features are calibrated as the stored ones"
             )
         return list(stored)
-    count = 4 if count is None else count
-    if count < 1:
-        raise ValueError(f"--calibration-images must be at least 1, got {count}")
-    return sorted(images)[:count]
+    from .utils.arguments import check_positive_int
+
+    return sorted(images)[: check_positive_int(4 if count is None else count, "--calibration-images")]
 
 
 def _detector_dtype(requested: str, recorded: dict | None, device) -> tuple[str, str]:

@@ -44,6 +44,7 @@ from ..processing.region_extractors import (
 )
 from ..processing.detector.image_io import load_rgb_image
 from ..processing.regions import RegionFeatures
+from ..utils.arguments import check_positive_int
 from .shapes_scene import COLOURS, OBJECT_ATTRIBUTES, OBJECT_CLASSES, SHAPES, shape_silhouette, size_from_extent
 
 __all__ = ["ShapesRegionExtractor", "ShapesFeatureExtractor", "NUM_BACKBONE_CHANNELS"]
@@ -180,10 +181,8 @@ class ShapesRegionExtractor:
         class_smoothing: float = 0.1,
         projection_seed: int = 0,
     ) -> None:
-        if feature_dim < 1:
-            raise ValueError(f"feature_dim must be a positive integer, got {feature_dim}")
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be a positive integer, got {pool_size}")
+        feature_dim = check_positive_int(feature_dim, "feature_dim")
+        pool_size = check_positive_int(pool_size, "pool_size")
         if not 0.0 <= class_smoothing < 1.0:
             raise ValueError(f"class_smoothing must be in [0, 1), got {class_smoothing}")
         self.feature_dim = feature_dim

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ..utils.arguments import check_positive_int
 from ..utils.errors import VlhubUserError, user_error_types
 from .regions import RegionFeatures
 from .stores.shards import RegionStoreWriter, stored_image_ids
@@ -180,8 +181,7 @@ def extract_to_store(
     from accelerate.utils import gather_object
     from tqdm.auto import tqdm
 
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    batch_size = check_positive_int(batch_size, "batch_size")
     if decode_workers < 0:
         raise ValueError(f"decode_workers must be at least 0, got {decode_workers}")
     accelerator = accelerator or Accelerator()

@@ -44,7 +44,7 @@ from transformers.processing_utils import ProcessingKwargs, ProcessorMixin
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .region_extractors import HUB_KWARGS, REGION_EXTRACTOR_FOLDER, load_region_extractor
-from ..utils.arguments import check_token_ids
+from ..utils.arguments import check_positive_int, check_token_ids
 from ..utils.tensors import all_finite
 from .regions import FLOAT16_FEATURES, RegionFeatures, mark_float16_exact
 
@@ -212,8 +212,7 @@ class RegionProcessor(FeatureExtractionMixin):
     ) -> None:
         legacy_folder = kwargs.pop("region_extractor", None)  # the setting's name in processors saved before
         super().__init__(**kwargs)
-        if min_regions < 1:
-            raise ValueError(f"min_regions must be at least 1, got {min_regions}")
+        min_regions = check_positive_int(min_regions, "min_regions")
         if max_regions is not None and max_regions < min_regions:
             raise ValueError(f"max_regions ({max_regions}) must be >= min_regions ({min_regions})")
         if region_selection not in REGION_SELECTIONS:

@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 from ..evaluation.captions import CAPTION_METRICS
 from ..processing.regions import RegionFeatures
 from ..registry import get_architecture
+from ..utils.arguments import check_positive_int
 from ..utils.deprecation import replaced_name
 from .collators import CaptionDataset, PretrainingCollator
 from .finetuning import FinetuningTask, _architecture_name
@@ -276,8 +277,7 @@ class SelfCriticalCaptioningTask(CaptioningTask):
 
     def __init__(self, *args: Any, num_samples: int = 1, **options: Any) -> None:
         # `CaptioningTask`'s arguments without its objective: this task trains by sampling and scoring captions.
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+        check_positive_int(num_samples, "num_samples")
         super().__init__(*args, objective=None, **options)
         check_can_caption(self.model, self.max_new_tokens)
         from ..evaluation.captions import CiderD

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from .arguments import check_positive_int
+
 __all__ = ["log_measurement", "measured_speedup"]
 
 logger = logging.getLogger(__name__)
@@ -28,8 +30,7 @@ def measured_speedup(baseline: Callable[[], object], candidate: Callable[[], obj
     Both run without autograd, on one thread: what is compared is the kernels' speed on a core, which threads
     multiply alike, while several threads on cores that other jobs share measure the load instead (a 0.44x ratio
     read 1.49x that way)."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    check_positive_int(rounds, "rounds")
     baseline_times, candidate_times = [], []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 import torch
 import xxhash
 
+from ...utils.arguments import check_positive_int
 from ...utils.errors import VlhubUserError, named_input
 from ...utils.files import atomic_write_json
 from ...utils.resources import open_file_limit
@@ -482,10 +483,8 @@ class RegionStoreWriter:
         row_group_size: int = 64,
         source: Mapping | None = None,
     ) -> None:
-        if shard_size < 1:
-            raise ValueError(f"shard_size must be at least 1, got {shard_size}")
-        if row_group_size < 1:
-            raise ValueError(f"row_group_size must be at least 1, got {row_group_size}")
+        shard_size = check_positive_int(shard_size, "shard_size")
+        row_group_size = check_positive_int(row_group_size, "row_group_size")
         if not 0 <= process_index < 100000:
             raise ValueError(f"process_index must be in [0, 99999], got {process_index}")
         if feature_dtype not in _FEATURE_DTYPES:

@@ -153,6 +153,13 @@ class VlpBeamCache(DynamicCache):
         self.layer_class_to_replicate = functools.partial(_GrowingLayer, expected_length) if not self.layers else None
         self.copies, self.shared_length = 1, 0
 
+    @classmethod
+    def for_decoding(cls, config, prompt_length: int | None, max_new_tokens: int | None) -> "VlpBeamCache":
+        """A cache sized for `max_new_tokens` after a `prompt_length`-position prompt, plus the [MASK] slot every
+        step feeds (not sized when either is unknown)."""
+        known = prompt_length is not None and max_new_tokens is not None
+        return cls(config=config, expected_length=prompt_length + max_new_tokens + 1 if known else None)
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)
         self.copies, self.shared_length = repeats, self.get_seq_length()
@@ -281,7 +288,7 @@ def vlp_beam_search(
         for k in ("attention_mask", "token_type_ids", "region_features", "region_locations", "region_attention_mask")
         if model_kwargs.get(k) is not None
     }
-    cache = VlpBeamCache(config=config, expected_length=input_ids.shape[1] + max_new_tokens + 1)
+    cache = VlpBeamCache.for_decoding(config, input_ids.shape[1], max_new_tokens)
     step_inputs = {k: v[firsts] for k, v in expanded.items()}
     outputs = model(input_ids=input_ids[firsts], cache=cache, use_cache=True, predict_next=True, **step_inputs)
     attention_mask = expanded.get("attention_mask")

@@ -970,10 +970,9 @@ class UnifiedVlpForConditionalGeneration(
         self.check_generation_inputs(input_ids, max_new_tokens)
         if given_cache is None and implementation is None and kwargs.get("use_cache", config.use_cache) is not False:
             # The default cache's keys and values, kept faster: in place, and beams reordered after the prompt only.
-            # Sized for the prompt, the new tokens and the [MASK] slot when they are known.
-            expected = None if input_ids is None or max_new_tokens is None else input_ids.shape[1] + max_new_tokens + 1
-            kwargs[CACHE_NAME] = VlpBeamCache(
-                config=self.config.get_text_config(decoder=True), expected_length=expected
+            prompt_length = None if input_ids is None else input_ids.shape[1]
+            kwargs[CACHE_NAME] = VlpBeamCache.for_decoding(
+                self.config.get_text_config(decoder=True), prompt_length, max_new_tokens
             )
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 

@@ -35,7 +35,13 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.modeling_outputs import ModelOutput
 
 if TYPE_CHECKING:
-    from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessorList,
+        PreTrainedConfig,
+        PreTrainedModel,
+        StoppingCriteriaList,
+    )
 
 __all__ = ["vlp_beam_search", "VlpBeamCache", "VlpBeamSearchOutput"]
 
@@ -154,7 +160,9 @@ class VlpBeamCache(DynamicCache):
         self.copies, self.shared_length = 1, 0
 
     @classmethod
-    def for_decoding(cls, config, prompt_length: int | None, max_new_tokens: int | None) -> "VlpBeamCache":
+    def for_decoding(
+        cls, config: "PreTrainedConfig", prompt_length: int | None, max_new_tokens: int | None
+    ) -> "VlpBeamCache":
         """A cache sized for `max_new_tokens` after a `prompt_length`-position prompt, plus the [MASK] slot every
         step feeds (not sized when either is unknown)."""
         known = prompt_length is not None and max_new_tokens is not None

@@ -150,6 +150,16 @@ def tiny_vocab(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def float32_pipelines(monkeypatch):
+    """Pipelines keep float32 models in float32 in every test, whatever this machine's bf16 speed: on a CPU where bf16
+    is fast they would otherwise run a bf16 copy, and the tests comparing pipelines with float32 forwards would depend
+    on the machine. `tests/test_pipeline_dtype.py` turns the choice back on where it is what is tested."""
+    from vlhub.pipelines.visual_question_answering import ProcessorPipelineMixin
+
+    monkeypatch.setattr(ProcessorPipelineMixin, "bf16_when_fast", False)
+
+
 @pytest.fixture
 def fresh_accelerate_state():
     """Reset accelerate's singletons after the test (modules that train use it for every test via

@@ -95,6 +95,7 @@ class AppModel:
     pipeline: object
     unavailable: dict[str, str] = field(default_factory=dict)
     packed_linears: int = 0
+    inference_dtype: str = "float32"
 
     @property
     def region_extractor(self) -> RegionExtractorLike | None:
@@ -102,7 +103,8 @@ class AppModel:
 
     def describe(self) -> str:
         packed = f", {self.packed_linears} linear weights packed for the CPU" if self.packed_linears else ""
-        return f"{self.name}: {self.architecture_name} {self.head} ({self.folder}{packed})"
+        dtype = f", runs in {self.inference_dtype}" if self.inference_dtype != "float32" else ""
+        return f"{self.name}: {self.architecture_name} {self.head} ({self.folder}{packed}{dtype})"
 
 
 def _head_task(architecture, head: str) -> str | None:
@@ -176,6 +178,7 @@ def load_app_model(
         pipeline=built,
         unavailable=unavailable,
         packed_linears=built.packed_linears,
+        inference_dtype=built.inference_dtype,
     )
 
 

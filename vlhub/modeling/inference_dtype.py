@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -29,6 +30,22 @@ def fastest_inference_dtype() -> torch.dtype:
     units and a timed product, once per process), else float32: bf16 emulated in fp32, or on units slower than the
     fp32 ones (an Intel Xeon with AVX512-BF16 and no AMX: ~0.5x), costs speed as well as accuracy."""
     return torch.bfloat16 if bf16_is_fast("cpu") else torch.float32
+
+
+def copy_in_dtype(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` whose floating-point parameters and buffers are in ``dtype`` (what ``model.to(dtype)``
+    casts), with its tied weights still tied; ``model`` is left as it is. Each tensor is cast straight into the copy,
+    so memory peaks at the model plus the copy, not at two copies in the model's own dtype."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"copy_in_dtype casts to a floating-point dtype, got {dtype}")
+    cast: dict[int, object] = {}
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            cast[id(parameter)] = nn.Parameter(parameter.detach().to(dtype), requires_grad=parameter.requires_grad)
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            cast[id(buffer)] = buffer.detach().to(dtype)
+    return copy.deepcopy(model, cast)  # deepcopy takes the prepared tensors from its memo, by the originals' ids
 
 
 def _refuse_saving(*args: object, **kwargs: object) -> None:

@@ -22,7 +22,7 @@ def bf16_measured(monkeypatch):
     """This CPU as one whose bf16 products measured fast (the probe's answer), with the choice the suite turns off
     (conftest's `float32_pipelines`) back on."""
     monkeypatch.setattr(ProcessorPipelineMixin, "bf16_when_fast", True)
-    monkeypatch.setattr(inference_dtype, "fastest_inference_dtype", lambda: torch.bfloat16)
+    monkeypatch.setattr(inference_dtype, "fastest_inference_dtype", lambda device="cpu": torch.bfloat16)
 
 
 def test_copy_in_dtype_casts_a_copy_and_keeps_ties(tiny_uniter_config):
@@ -47,8 +47,12 @@ def test_copy_in_dtype_casts_a_copy_and_keeps_ties(tiny_uniter_config):
 
 
 def test_ranking_pipelines_run_bf16_where_it_is_fast(
-    bf16_measured, vqa_folder, tmp_path, tiny_uniter_config, tiny_vocab
-):  # noqa: F811
+    bf16_measured,
+    vqa_folder,  # noqa: F811
+    tmp_path,
+    tiny_uniter_config,
+    tiny_vocab,
+):
     vqa = pipeline("visual-question-answering", model=str(vqa_folder))
     plain = pipeline("visual-question-answering", model=str(vqa_folder), dtype=torch.float32)
     assert vqa.model.dtype == torch.bfloat16 and vqa.inference_dtype == "bfloat16" and vqa.packed_linears == 0
@@ -92,5 +96,13 @@ def test_float32_where_asked_or_where_bf16_is_not_chosen(bf16_measured, vqa_fold
     processor = vlhub.UniterProcessor.from_pretrained(folder)
     assert VisualQuestionAnsweringPipeline(model=model, processor=processor).model is model
     # where bf16 did not measure fast, float32 stays
-    monkeypatch.setattr(inference_dtype, "fastest_inference_dtype", lambda: torch.float32)
+    monkeypatch.setattr(inference_dtype, "fastest_inference_dtype", lambda device="cpu": torch.float32)
     assert pipeline("visual-question-answering", model=folder).inference_dtype == "float32"
+
+
+def test_fastest_inference_dtype_asks_about_the_device(monkeypatch):
+    asked = []
+    monkeypatch.setattr(inference_dtype, "bf16_is_fast", lambda device: asked.append(str(device)) or device == "cuda")
+    assert inference_dtype.fastest_inference_dtype("cuda") == torch.bfloat16
+    assert inference_dtype.fastest_inference_dtype() == torch.float32
+    assert asked == ["cuda", "cpu"]

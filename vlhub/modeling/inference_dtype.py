@@ -25,11 +25,12 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
-def fastest_inference_dtype() -> torch.dtype:
-    """bfloat16 where this CPU's bf16 products were measured clearly faster than float32's (`bf16_is_fast`: bf16
-    units and a timed product, once per process), else float32: bf16 emulated in fp32, or on units slower than the
-    fp32 ones (an Intel Xeon with AVX512-BF16 and no AMX: ~0.5x), costs speed as well as accuracy."""
-    return torch.bfloat16 if bf16_is_fast("cpu") else torch.float32
+def fastest_inference_dtype(device: torch.device | str = "cpu") -> torch.dtype:
+    """bfloat16 where bf16 products are measured or known clearly faster than float32's on `device` (`bf16_is_fast`:
+    on a CPU, bf16 units and a timed product, once per process; a CUDA device that supports bf16), else float32: bf16
+    emulated in fp32, or on units slower than the fp32 ones (an Intel Xeon with AVX512-BF16 and no AMX: ~0.5x), costs
+    speed as well as accuracy."""
+    return torch.bfloat16 if bf16_is_fast(device) else torch.float32
 
 
 def copy_in_dtype(model: nn.Module, dtype: torch.dtype) -> nn.Module:

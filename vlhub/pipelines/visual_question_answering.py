@@ -91,9 +91,9 @@ class ProcessorPipelineMixin:
     `quantized_linears` say how many layers each path took.
 
     Left to choose the dtype (`pipeline(...)`'s default `dtype="auto"`), a pipeline whose answers are a ranking
-    (`bf16_when_fast`: VQA, retrieval) runs a bfloat16 copy of a float32 CPU model where this CPU's bf16 products were
-    measured clearly faster than float32's (`fastest_inference_dtype`: AMX or AVX512-BF16 units, timed once per
-    process); the model passed is left as it was. Answers are close to float32's, not equal (99.8-100% of the top
+    (`bf16_when_fast`: VQA, retrieval) runs a bfloat16 copy of a float32 model where bf16 products are clearly faster
+    than float32's on its device (`fastest_inference_dtype`: on a CPU, AMX or AVX512-BF16 units and a product timed
+    once per process; a CUDA GPU that supports bf16); the model passed is left as it was. Answers are close to float32's, not equal (99.8-100% of the top
     answers unchanged on the demo's trained models). `dtype=torch.float32` keeps float32, as do `pack_linear_weights=True`
     and `quantize`. `inference_dtype` says what the pipeline runs."""
 
@@ -150,11 +150,15 @@ class ProcessorPipelineMixin:
 
     def _runs_bf16_for_speed(self) -> bool:
         """Whether this pipeline, left to choose, runs its float32 CPU model in bfloat16 (the class docstring)."""
-        if not self.bf16_when_fast or self.model.device.type != "cpu" or self.model.dtype != torch.float32:
+        if (
+            not self.bf16_when_fast
+            or self.model.device.type not in ("cpu", "cuda")
+            or self.model.dtype != torch.float32
+        ):
             return False
         from ..modeling import inference_dtype
 
-        return inference_dtype.fastest_inference_dtype() == torch.bfloat16
+        return inference_dtype.fastest_inference_dtype(self.model.device) == torch.bfloat16
 
 
 class TopKPipelineMixin(ProcessorPipelineMixin):

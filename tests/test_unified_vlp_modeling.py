@@ -255,6 +255,35 @@ def test_batched_generation_equals_one_image_at_a_time(processor, num_beams):
         assert torch.equal(original[i], single[0])
 
 
+def test_original_beam_search_stops_once_no_step_can_change_a_caption(processor):
+    """Every beam of image 0 emits [SEP] at step 2 and of image 1 at step 4 (a hook steers the logits): the
+    back-tracking never looks past those steps, so the search stops after step 4 with the captions of the full run
+    (all steps, which it still makes when asked for the beams' traces)."""
+    model = model_of(UnifiedVlpForConditionalGeneration)
+    eos, beams, calls = SPECIAL["eos_token_id"], 3, []
+
+    def steer(module, args, kwargs, output):
+        step = len(calls)  # the prompt's forward gives step 0's scores
+        calls.append(step)
+        logits = output.logits.clone()
+        rows = logits.shape[0] // 2  # image 0's rows, then image 1's
+        for image, settles_at in ((0, 2), (1, 4)):
+            logits[image * rows : (image + 1) * rows, -1, eos] += 100.0 if step >= settles_at else -100.0
+        output.logits = logits
+        return output
+
+    model.register_forward_hook(steer, with_kwargs=True)
+    prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
+    settings = dict(max_new_tokens=8, num_beams=beams, custom_generate=vlp_beam_search)
+    full = model.generate(**prompt, return_dict_in_generate=True, **settings)
+    assert len(calls) == 8 and (full.beam_token_ids[0, 2] == eos).all() and (full.beam_token_ids[1, 4] == eos).all()
+    calls.clear()
+    stopped = model.generate(**prompt, **settings)
+    assert len(calls) == 5  # the prompt, then steps 1-4
+    assert torch.equal(stopped, full.sequences)
+    assert stopped.shape[1] == prompt["input_ids"].shape[1] + 8  # padded to max_new_tokens, as the full run
+
+
 def test_original_beam_search_with_one_beam_is_greedy_until_sep(processor):
     model = model_of(UnifiedVlpForConditionalGeneration)
     prompt = processor(regions=[make_regions(4), make_regions(2, 1)])

@@ -13,6 +13,10 @@ What it does (`BertForSeq2SeqDecoder.beam_search` of LuoweiZhou/VLP, which the r
 - at the end the best hypothesis is back-tracked from the best-scoring [SEP] in any step or any beam of the last
   step (up to the first step at which every beam emitted [SEP]); it includes its [SEP], then padding.
 
+Since the back-tracking never looks past the first step at which every beam emitted [SEP], the steps after it cannot
+change a caption: the loop here stops once every image has had such a step, with the same captions. Asked for the
+beams' traces (`return_dict_in_generate=True`), it runs all the steps, as the original does.
+
 transformers' own beam search (`model.generate(num_beams=k)` without `custom_generate`) also works with this model,
 but it ranks finished hypotheses by length-normalised score (`length_penalty=1.0` by default) and stops once `k`
 hypotheses have finished (`early_stopping`), so its captions can differ from the original's. Logits processors and
@@ -258,11 +262,11 @@ def _decoding_settings(generation_config, config, prompt_length: int) -> tuple[i
     return max_new_tokens, eos, pad
 
 
-def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, device):
+def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, length: int, device):
     """Each image's best caption, back-tracked from the beams' `(batch, steps, beams)` frames and padded with `pad`,
-    and its score: `(captions (batch, steps), scores (batch,))`."""
-    batch, steps = beam_scores.shape[:2]
-    captions = torch.full((batch, steps), pad, dtype=torch.long, device=device)
+    and its score: `(captions (batch, length), scores (batch,))`."""
+    batch = beam_scores.shape[0]
+    captions = torch.full((batch, length), pad, dtype=torch.long, device=device)
     best_scores = torch.zeros(batch, device=device)
     for b in range(batch):
         sequence, best = _backtrack(beam_scores[b].tolist(), beam_words[b].tolist(), beam_parents[b].tolist(), eos)
@@ -306,6 +310,7 @@ def vlp_beam_search(
 
     all_scores, all_words, all_parents = [], [], []
     finished = None
+    settled = torch.zeros(batch, dtype=torch.bool, device=device)  # images past a step where every beam ended
     for step in range(max_new_tokens):
         log_probs = F.log_softmax(outputs.logits[:, -1].float(), dim=-1)
         candidate_scores, candidate_words = torch.topk(log_probs, k=beams)  # (rows, K)
@@ -326,6 +331,9 @@ def vlp_beam_search(
         all_parents.append(parents)
         if step + 1 == max_new_tokens:
             break
+        settled |= (words == eos).all(dim=1)
+        if not generation_config.return_dict_in_generate and bool(settled.all()):
+            break  # no later step can change a caption (the module docstring)
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
         token_type_ids = torch.full_like(words.reshape(-1, 1), config.s2s_text_token_type_id)
         outputs = model(
@@ -341,7 +349,7 @@ def vlp_beam_search(
     beam_scores = torch.stack(all_scores, dim=1)
     beam_words = torch.stack(all_words, dim=1)
     beam_parents = torch.stack(all_parents, dim=1)
-    captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, device)
+    captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, max_new_tokens, device)
     sequences = torch.cat([input_ids[firsts], captions], dim=1)
     if generation_config.return_dict_in_generate:
         return VlpBeamSearchOutput(

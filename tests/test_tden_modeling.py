@@ -346,6 +346,44 @@ def test_xmodaler_beam_search_with_one_beam_is_greedy_decoding():
         model.generate(**regions(batch), num_beams=2, num_return_sequences=3, custom_generate=xmodaler_beam_search)
 
 
+def test_xmodaler_beam_search_stops_once_every_beam_has_ended():
+    """Image 0's beams all emit [SEP] at step 2, image 1's never (a hook steers the logits). Alone, image 0's search
+    stops after step 2; beside image 1 it runs every step: both give image 0 the same words and scores."""
+    torch.manual_seed(0)
+    model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
+    eos, calls, batch, images = model.config.eos_token_id, [], inputs(), [1]
+
+    def steer(module, args, kwargs, output):
+        step = len(calls)  # the prompt's forward gives step 0's scores
+        calls.append(step)
+        logits = output.logits.clone()
+        logits[:, -1, eos] -= 100.0
+        if step >= 2:
+            logits[: logits.shape[0] // images[0], -1, eos] += 200.0  # image 0's rows come first
+        output.logits = logits
+        return output
+
+    model.register_forward_hook(steer, with_kwargs=True)
+    settings = dict(
+        max_new_tokens=8,
+        num_beams=3,
+        num_return_sequences=3,
+        custom_generate=xmodaler_beam_search,
+        return_dict_in_generate=True,
+    )
+    alone = model.generate(**{k: v[:1] for k, v in regions(batch).items()}, **settings)
+    assert len(calls) == 3 and (alone.sequences[:, 3] == eos).all()  # steps 0-2, every beam ending at step 2
+    assert (alone.sequences[:, 4:] == 0).all() and (alone.token_scores[:, 3:] == 0).all()
+    calls.clear()
+    images[0] = 2
+    both = model.generate(**regions(batch), **settings)
+    assert len(calls) == 8  # image 1 never ends: every step runs
+    assert torch.equal(both.sequences[:3], alone.sequences)
+    # (a batch of two and one image alone differ in float rounding, not more)
+    torch.testing.assert_close(both.sequences_scores[:3], alone.sequences_scores, atol=1e-6, rtol=0)
+    torch.testing.assert_close(both.token_scores[:3], alone.token_scores, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("returned", [1, 3])
 def test_xmodaler_beam_search_method_is_a_deprecated_alias_of_the_custom_generate_route(returned):
     torch.manual_seed(0)

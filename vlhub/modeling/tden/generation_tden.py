@@ -9,7 +9,9 @@ captions = processor.batch_decode(ids, skip_special_tokens=True)
 What it does (X-modaler's `BeamSearcher`, from meshed-memory-transformer, which the released numbers used):
 - at every step all `beam × vocabulary` candidates compete by the plain sum of log-probs (no length normalisation);
 - a beam that emitted [SEP] (`eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score;
-- all `max_new_tokens` steps run (no early stop); at the end the beams are sorted by score.
+- all `max_new_tokens` steps run (no early stop); at the end the beams are sorted by score. Once every beam of every
+  image has emitted [SEP], each later step only appends word 0 (token score 0) to every beam and keeps the beams in
+  score order, so the loop here stops there and writes those steps' words and scores directly: the same result.
 - candidates that tie keep their order (the lower beam, then the lower word, first): X-modaler sorts with an unstable
   sort, whose order among equal scores is not defined.
 
@@ -142,6 +144,12 @@ def beam_search(
         word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
         word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
         tokens = selected_words.view(-1, 1)
+        if step + 1 < steps and not bool((seq_mask[..., 0] * (selected_words != eos)).any()):
+            # every beam has ended: the remaining steps would append word 0 with token score 0 (the docstring), a
+            # log-prob times a zero mask: -0.0
+            words.append(selected_words.new_zeros(batch, beams, steps - step - 1))
+            word_logprobs.append(word_logprobs[-1].new_full((batch, beams, steps - step - 1), -0.0))
+            break
     scores, order = torch.sort(seq_logprob, dim=1, descending=True, stable=True)
     return {
         "words": torch.gather(torch.cat(words, -1), 1, order.expand(batch, beams, steps)),

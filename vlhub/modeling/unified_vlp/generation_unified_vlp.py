@@ -275,6 +275,21 @@ def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, le
     return captions, best_scores
 
 
+def _extend_beams(
+    log_probs: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor, beams: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of the original's search after the first: each beam's best `beams` words `(batch * beams, vocab)`
+    log-probs, added to its score (with the penalty where the beam has finished); the best `beams` of an image's
+    `beams²` candidates. Returns `(scores, words, parents)`, each `(batch, beams)`."""
+    batch = scores.shape[0]
+    candidate_scores, candidate_words = torch.topk(log_probs, k=beams)  # (rows, K)
+    candidate_scores = candidate_scores + finished.reshape(-1, 1) * _FINISHED_PENALTY + scores.reshape(-1, 1)
+    scores, flat = torch.topk(candidate_scores.reshape(batch, beams * beams), k=beams)
+    parents = torch.div(flat, beams, rounding_mode="floor")
+    words = torch.gather(candidate_words.reshape(batch, beams * beams), 1, flat)
+    return scores, words, parents
+
+
 @torch.no_grad()
 def vlp_beam_search(
     model: PreTrainedModel,
@@ -313,18 +328,13 @@ def vlp_beam_search(
     settled = torch.zeros(batch, dtype=torch.bool, device=device)  # images past a step where every beam ended
     for step in range(max_new_tokens):
         log_probs = F.log_softmax(outputs.logits[:, -1].float(), dim=-1)
-        candidate_scores, candidate_words = torch.topk(log_probs, k=beams)  # (rows, K)
         if step == 0:
-            scores, words = candidate_scores, candidate_words  # (batch, K): one row per image so far
+            scores, words = torch.topk(log_probs, k=beams)  # (batch, K): one row per image so far
             parents = torch.zeros_like(words)
             cache.batch_repeat_interleave(beams)  # each image's prompt to its beams
         else:
-            candidate_scores = candidate_scores + finished.reshape(-1, 1) * _FINISHED_PENALTY + scores.reshape(-1, 1)
-            scores, flat = torch.topk(candidate_scores.reshape(batch, beams * beams), k=beams)
-            parents = torch.div(flat, beams, rounding_mode="floor")
-            words = torch.gather(candidate_words.reshape(batch, beams * beams), 1, flat)
-            origin = (parents + torch.arange(batch, device=device)[:, None] * beams).reshape(-1)
-            cache.reorder_cache(origin)
+            scores, words, parents = _extend_beams(log_probs, scores, finished, beams)
+            cache.reorder_cache((parents + torch.arange(batch, device=device)[:, None] * beams).reshape(-1))
         finished = (words == eos).to(scores.dtype)
         all_scores.append(scores)
         all_words.append(words)

@@ -56,3 +56,22 @@ def test_public_models_and_outputs_carry_their_documentation(module):
             assert "Args:" in obj.forward.__doc__ and "region_features" in obj.forward.__doc__, name
         if isinstance(obj, type) and name.endswith("Output"):
             assert "of shape" in obj.__doc__, name
+
+
+# Issue 27: short, plain functions. A longer one says more than one thing: split it where its parts have names.
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_the_package_is_longer_than_the_limit():
+    import ast
+    from pathlib import Path
+
+    package = Path(vlhub.__file__).parent
+    longer = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # from `def` to the last line, decorators left out
+                if lines > MAX_FUNCTION_LINES:
+                    longer.append(f"{path.relative_to(package)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not longer, f"functions over {MAX_FUNCTION_LINES} lines: {longer}"

@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         "--no_pack",
         action="store_true",
         help="The pipelines keep the plain linear layers (default: packed for float32 CPU inference where that "
-        "pays, vlhub.modeling.packed_linear.packing_pays).",
+        "pays, vlhub.modeling.packed_linear.packing_pays). Where bf16 measured fast, the VQA and retrieval pipelines "
+        "run in bfloat16 either way (docs/performance.md).",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -34,10 +34,11 @@ name the case: `--original-checkout vl_bert=~/VL-BERT vilbert=~/vilbert-multi-ta
 
 `--pipeline` times what a user gets instead: `pipeline("visual-question-answering")` answering one question about
 one image's `RegionFeatures` (`--regions` detected regions, default 36; the processor may add a whole-image region)
-with its default (linear weights packed for float32 CPU inference where `packing_pays`), the same pipeline with
-`pack_linear_weights=False`, and the plain model's forward on the same encoded example (and the original code's
-forward on an example of the same size when `--original-checkout` names the case), in interleaved rounds at batch 1,
-fp32; then the speed-ups, by wall time and by the process's CPU time (the note "CPU" per row: with one thread, what
+with its defaults (a bfloat16 copy where bf16 measured fast on the device, else linear weights packed for float32
+CPU inference where `packing_pays`; the row names the dtype), the same pipeline in float32 with
+`pack_linear_weights=False`, and the plain model's float32 forward on the same encoded example (and the original
+code's forward on an example of the same size when `--original-checkout` names the case), in interleaved rounds at
+batch 1; then the speed-ups, by wall time and by the process's CPU time (the note "CPU" per row: with one thread, what
 a call costs when other jobs share the cores, since the time spent waiting for a core is not counted).
 """
 

@@ -141,7 +141,7 @@ def pipelines(task: str, folder: Path) -> dict:
     from transformers import pipeline
 
     return {
-        "fp32": pipeline(task, model=str(folder), pack_linear_weights=False),
+        "fp32": pipeline(task, model=str(folder), pack_linear_weights=False, dtype=torch.float32),
         "bf16": pipeline(task, model=str(folder), pack_linear_weights=False, dtype=torch.bfloat16),
         "int8": pipeline(task, model=str(folder), quantize="int8"),
     }

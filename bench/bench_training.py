@@ -136,7 +136,8 @@ def vqa_inference_throughput(batch: int, repeats: int, device: str = "cpu") -> t
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         processor.save_pretrained(folder)
-        vqa = pipeline("visual-question-answering", model=folder, device=device)
+        # float32, as the batched forward above (left to choose, the pipeline may run bf16 where that is fast)
+        vqa = pipeline("visual-question-answering", model=folder, device=device, dtype=torch.float32)
         vqa(image=images[0], question=questions[0])
         start = time.perf_counter()
         for question, regions in zip(questions, images):

@@ -255,33 +255,41 @@ def test_batched_generation_equals_one_image_at_a_time(processor, num_beams):
         assert torch.equal(original[i], single[0])
 
 
-def test_original_beam_search_stops_once_no_step_can_change_a_caption(processor):
-    """Every beam of image 0 emits [SEP] at step 2 and of image 1 at step 4 (a hook steers the logits): the
-    back-tracking never looks past those steps, so the search stops after step 4 with the captions of the full run
-    (all steps, which it still makes when asked for the beams' traces)."""
+def test_original_beam_search_drops_images_whose_caption_is_settled(processor):
+    """Every beam of image 0 emits [SEP] at step 2 and of image 1 at step 4 (a hook steers the logits, telling the
+    images' rows apart by their region masks). The back-tracking never looks past those steps, so image 0 leaves the
+    batch after step 2 and the search stops after step 4, with the captions of the full run (every image, all steps:
+    what it still does when asked for the beams' traces)."""
     model = model_of(UnifiedVlpForConditionalGeneration)
-    eos, beams, calls = SPECIAL["eos_token_id"], 3, []
+    eos, beams, rows_fed = SPECIAL["eos_token_id"], 3, []
+    prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
+    regions_of_image_0 = prompt["region_attention_mask"][0].sum()
+    assert regions_of_image_0 != prompt["region_attention_mask"][1].sum()
 
     def steer(module, args, kwargs, output):
-        step = len(calls)  # the prompt's forward gives step 0's scores
-        calls.append(step)
+        step = len(rows_fed)  # the prompt's forward gives step 0's scores
+        image_0 = kwargs["region_attention_mask"].sum(-1) == regions_of_image_0
+        rows_fed.append((int(image_0.sum()), int((~image_0).sum())))
         logits = output.logits.clone()
-        rows = logits.shape[0] // 2  # image 0's rows, then image 1's
-        for image, settles_at in ((0, 2), (1, 4)):
-            logits[image * rows : (image + 1) * rows, -1, eos] += 100.0 if step >= settles_at else -100.0
+        logits[:, -1, eos] -= 100.0
+        logits[image_0, -1, eos] += 200.0 if step >= 2 else 0.0
+        logits[~image_0, -1, eos] += 200.0 if step >= 4 else 0.0
         output.logits = logits
         return output
 
     model.register_forward_hook(steer, with_kwargs=True)
-    prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
     settings = dict(max_new_tokens=8, num_beams=beams, custom_generate=vlp_beam_search)
     full = model.generate(**prompt, return_dict_in_generate=True, **settings)
-    assert len(calls) == 8 and (full.beam_token_ids[0, 2] == eos).all() and (full.beam_token_ids[1, 4] == eos).all()
-    calls.clear()
+    assert rows_fed == [(1, 1)] + [(beams, beams)] * 7  # both images, every step
+    assert (full.beam_token_ids[0, 2] == eos).all() and (full.beam_token_ids[1, 4] == eos).all()
+    rows_fed.clear()
     stopped = model.generate(**prompt, **settings)
-    assert len(calls) == 5  # the prompt, then steps 1-4
+    assert rows_fed == [(1, 1), (beams, beams), (beams, beams), (0, beams), (0, beams)]  # image 0 gone after step 2
     assert torch.equal(stopped, full.sequences)
     assert stopped.shape[1] == prompt["input_ids"].shape[1] + 8  # padded to max_new_tokens, as the full run
+    for i, image in enumerate((make_regions(4), make_regions(3, 1))):  # and as each image decoded alone
+        rows_fed.clear()
+        assert torch.equal(model.generate(**processor(regions=[image]), **settings)[0], stopped[i])
 
 
 def test_original_beam_search_with_one_beam_is_greedy_until_sep(processor):
@@ -474,6 +482,26 @@ def test_the_beam_cache_holds_what_a_dynamic_cache_holds_after_every_operation(e
     ours.reset(), plain.reset()
     update(3, 2)
     same()
+    for cache in (ours, plain):
+        cache.crop(-1)
+        cache.batch_repeat_interleave(2)  # three prompts of one position, two beams each
+    update(6, 2)
+    for cache in (ours, plain):
+        cache.crop(-1)
+        cache.reorder_cache(torch.tensor([1, 0, 3, 3, 4, 5]))
+        cache.batch_select_indices(torch.tensor([2, 3, 4, 5]))  # image 0 leaves: the other two stay groups
+    same()
+    assert (ours.copies, ours.shared_length) == (2, 1)
+    update(4, 2)
+    for cache in (ours, plain):
+        cache.crop(-1)
+        cache.reorder_cache(torch.tensor([1, 1, 2, 3]))  # within the groups again: positions after the prompt
+    same()
+    assert ours.copies == 2
+    for cache in (ours, plain):
+        cache.batch_select_indices(torch.tensor([1, 2]))  # one beam of each image: no longer groups
+    same()
+    assert (ours.copies, ours.shared_length) == (1, 0)
     with pytest.raises(ValueError, match="starts empty"):
         VlpBeamCache([(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8))])
     with pytest.raises(ValueError, match="expected_length"):

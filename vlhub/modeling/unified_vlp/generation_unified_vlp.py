@@ -14,8 +14,9 @@ What it does (`BertForSeq2SeqDecoder.beam_search` of LuoweiZhou/VLP, which the r
   step (up to the first step at which every beam emitted [SEP]); it includes its [SEP], then padding.
 
 Since the back-tracking never looks past the first step at which every beam emitted [SEP], the steps after it cannot
-change a caption: the loop here stops once every image has had such a step, with the same captions. Asked for the
-beams' traces (`return_dict_in_generate=True`), it runs all the steps, as the original does.
+change that image's caption: the loop here drops an image from the batch at such a step (its rows leave the cache)
+and stops when none is left, with the same captions. Asked for the beams' traces (`return_dict_in_generate=True`), it
+decodes every image for all the steps, as the original does.
 
 transformers' own beam search (`model.generate(num_beams=k)` without `custom_generate`) also works with this model,
 but it ranks finished hypotheses by length-normalised score (`length_penalty=1.0` by default) and stops once `k`
@@ -144,8 +145,8 @@ class VlpBeamCache(DynamicCache):
     - after `batch_repeat_interleave(k)` (`generate()` copying each encoded prompt to its `k` beams) the rows come in
       groups of `k` copies, identical over the prompt. A reorder that keeps every row in its group (the beams of one
       image) then moves only the positions after the prompt: ~20 words, against the ~100 regions and tokens of the
-      prompt that it would copy to the same values. Any other reorder or selection moves everything and forgets
-      the groups.
+      prompt that it would copy to the same values. A selection of whole groups (images leaving a batch) keeps the
+      others as groups; any other reorder or selection moves everything and forgets the groups.
 
     `expected_length` (positions: prompt + new tokens + 1 [MASK] slot), when given, sizes the buffers exactly.
 
@@ -189,8 +190,16 @@ class VlpBeamCache(DynamicCache):
         self.copies, self.shared_length = 1, 0
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        copies = self.copies
+        groups = indices.reshape(-1, copies) if indices.shape[0] % copies == 0 else None
+        # whole groups (every beam of the kept images, in order) stay groups: the prompt is still shared in each
+        whole = groups is not None and bool(
+            (groups[:, 0] % copies == 0).all()
+            and (groups == groups[:, :1] + torch.arange(copies, device=groups.device)).all()
+        )
         super().batch_select_indices(indices)
-        self.copies, self.shared_length = 1, 0
+        if not whole:
+            self.copies, self.shared_length = 1, 0
 
     def crop(self, max_length: int) -> None:
         super().crop(max_length)
@@ -290,6 +299,13 @@ def _extend_beams(
     return scores, words, parents
 
 
+def _empty_traces(shape: tuple[int, int, int], pad: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The original's traces, `(batch, steps, beams)` each, to fill step by step: every beam's score, word (`pad`
+    where an image left the batch before the step) and parent."""
+    scores = torch.zeros(shape, device=device)
+    return scores, torch.full(shape, pad, dtype=torch.long, device=device), torch.zeros_like(scores, dtype=torch.long)
+
+
 @torch.no_grad()
 def vlp_beam_search(
     model: PreTrainedModel,
@@ -323,9 +339,9 @@ def vlp_beam_search(
         attention_mask = torch.ones_like(input_ids)
     fixed = {k: v for k, v in expanded.items() if k.startswith("region_")}  # region_attention_mask: every step
 
-    all_scores, all_words, all_parents = [], [], []
-    finished = None
-    settled = torch.zeros(batch, dtype=torch.bool, device=device)  # images past a step where every beam ended
+    beam_scores, beam_words, beam_parents = _empty_traces((batch, max_new_tokens, beams), pad, device)
+    active = torch.arange(batch, device=device)  # the images still decoded, in the order of their rows
+    finished = None  # (images, beams): 1 where a beam has emitted [SEP], from step 0 on
     for step in range(max_new_tokens):
         log_probs = F.log_softmax(outputs.logits[:, -1].float(), dim=-1)
         if step == 0:
@@ -334,16 +350,19 @@ def vlp_beam_search(
             cache.batch_repeat_interleave(beams)  # each image's prompt to its beams
         else:
             scores, words, parents = _extend_beams(log_probs, scores, finished, beams)
-            cache.reorder_cache((parents + torch.arange(batch, device=device)[:, None] * beams).reshape(-1))
+            cache.reorder_cache((parents + torch.arange(len(active), device=device)[:, None] * beams).reshape(-1))
         finished = (words == eos).to(scores.dtype)
-        all_scores.append(scores)
-        all_words.append(words)
-        all_parents.append(parents)
+        beam_scores[active, step], beam_words[active, step], beam_parents[active, step] = scores, words, parents
         if step + 1 == max_new_tokens:
             break
-        settled |= (words == eos).all(dim=1)
-        if not generation_config.return_dict_in_generate and bool(settled.all()):
-            break  # no later step can change a caption (the module docstring)
+        going = ~(words == eos).all(dim=1)  # an image whose beams all ended at this step is settled
+        if not generation_config.return_dict_in_generate and not bool(going.all()):  # traces: every step
+            if not bool(going.any()):
+                break  # no later step can change a caption (the module docstring)
+            active, scores, words, finished = active[going], scores[going], words[going], finished[going]
+            rows = (going.nonzero()[:, :1] * beams + torch.arange(beams, device=device)).reshape(-1)
+            cache.batch_select_indices(rows)
+            attention_mask, fixed = attention_mask[rows], {k: v[rows] for k, v in fixed.items()}
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
         token_type_ids = torch.full_like(words.reshape(-1, 1), config.s2s_text_token_type_id)
         outputs = model(
@@ -356,9 +375,6 @@ def vlp_beam_search(
             **fixed,
         )
 
-    beam_scores = torch.stack(all_scores, dim=1)
-    beam_words = torch.stack(all_words, dim=1)
-    beam_parents = torch.stack(all_parents, dim=1)
     captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, max_new_tokens, device)
     sequences = torch.cat([input_ids[firsts], captions], dim=1)
     if generation_config.return_dict_in_generate:

@@ -218,6 +218,23 @@ def test_beam_cache_leaves_the_copies_of_the_regions_alone_within_an_image():
     assert cache.cross_attention_copies == 1
 
 
+def test_beam_cache_keeps_its_groups_when_whole_images_leave():
+    cache = vlhub.TdenBeamCache()
+    text, regions = torch.arange(3.0).view(3, 1, 1, 1), torch.arange(3.0).view(3, 1, 1, 1).expand(3, 1, 3, 1)
+    cache.self_attention_cache.update(text, text, 0)
+    cache.cross_attention_cache.update(regions, regions, 0)
+    cache.batch_repeat_interleave(2)  # three images, two beams each
+    cache.batch_select_indices(torch.tensor([2, 3, 4, 5]))  # image 0 leaves with both its beams
+    assert cache.cross_attention_copies == 2
+    cross = cache.cross_attention_cache.layers[0].keys
+    cache.reorder_cache(torch.tensor([1, 1, 2, 3]))  # within the images left: the regions stay where they are
+    assert cache.cross_attention_cache.layers[0].keys is cross
+    assert cache.self_attention_cache.layers[0].keys.flatten().tolist() == [1, 1, 2, 2]
+    cache.batch_select_indices(torch.tensor([1, 2]))  # one beam of each: no longer groups
+    assert cache.cross_attention_copies == 1
+    assert cache.cross_attention_cache.layers[0].keys[:, 0, 0, 0].tolist() == [1, 2]
+
+
 def test_vqa_scores_are_the_summed_softmaxes_of_both_branches():
     torch.manual_seed(0)
     model = TdenForQuestionAnswering(tiny_config(bidirectional_decoder=True, num_labels=7)).eval()

@@ -132,6 +132,24 @@ class BertMLMHeadMixin:
         self.cls.predictions.bias = new_embeddings.bias
 
 
+def reorders_within_groups(indices: torch.Tensor, copies: int) -> bool:
+    """Whether a cache's new row order `indices` `(rows,)` takes every row from its own group of `copies` consecutive
+    rows (the beams of one image after `batch_repeat_interleave(copies)`): rows that are identical over the prompt
+    then stay so, and a decoding cache can leave the prompt's positions where they are."""
+    groups = torch.arange(indices.shape[0], device=indices.device) // copies
+    return copies > 1 and torch.equal(indices.to(groups.device) // copies, groups)
+
+
+def selects_whole_groups(indices: torch.Tensor, copies: int) -> bool:
+    """Whether a selection of cache rows `indices` `(rows,)` keeps whole groups of `copies` consecutive rows, each
+    group's rows in their order (images leaving a batch with all their beams): the kept rows are still groups."""
+    if copies < 2 or indices.shape[0] % copies:
+        return False
+    groups = indices.reshape(-1, copies)
+    in_order = groups == groups[:, :1] + torch.arange(copies, device=indices.device)
+    return bool((groups[:, 0] % copies == 0).all() and in_order.all())
+
+
 class SharedPrefillMixin:
     """Encodes each distinct prompt once in `generate()` (captioners with a key/value cache; list it before
     `GenerationMixin`).

@@ -67,7 +67,13 @@ from ..layers import (
     text_with_choice_axis,
 )
 from ..modeling_outputs import layer_records, passed_records
-from ..modeling_utils import SharedPrefillMixin, VisionLanguagePreTrainedModel, recording_flags
+from ..modeling_utils import (
+    SharedPrefillMixin,
+    VisionLanguagePreTrainedModel,
+    recording_flags,
+    reorders_within_groups,
+    selects_whole_groups,
+)
 from ...utils.compat import CACHE_NAME, accepts_past_key_values, cache_argument
 from .configuration_tden import TdenConfig
 from .generation_tden import beam_search
@@ -456,8 +462,9 @@ class TdenBeamCache(EncoderDecoderCache):
     keys and values of the regions) that knows when its cross-attention rows come in groups of identical copies: the
     beams of one image, made by `batch_repeat_interleave(k)` from one row per image. A beam reorder that keeps every
     row inside its group then leaves the cross-attention rows as they are (reordering them would copy every region's
-    keys and values of every decoder layer at each step, to the same values); any other reorder or selection moves
-    both caches as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
+    keys and values of every decoder layer at each step, to the same values). A selection of whole groups (images
+    leaving a batch with all their beams) keeps the others as groups; any other reorder or selection moves both caches
+    as `EncoderDecoderCache` does and forgets the groups. `generate()` and `xmodaler_beam_search` use it."""
 
     def __init__(self, *caches: DynamicCache) -> None:
         super().__init__(*(caches or (DynamicCache(), DynamicCache())))
@@ -468,16 +475,15 @@ class TdenBeamCache(EncoderDecoderCache):
         self.cross_attention_copies *= repeats
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        whole = selects_whole_groups(indices, self.cross_attention_copies)
         super().batch_select_indices(indices)
-        self.cross_attention_copies = 1
+        if not whole:
+            self.cross_attention_copies = 1
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        copies = self.cross_attention_copies
-        if copies > 1:
-            groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
-            if torch.equal(beam_idx.to(groups.device) // copies, groups):
-                self.self_attention_cache.reorder_cache(beam_idx)
-                return
+        if reorders_within_groups(beam_idx, self.cross_attention_copies):
+            self.self_attention_cache.reorder_cache(beam_idx)
+            return
         super().reorder_cache(beam_idx)
         self.cross_attention_copies = 1
 

@@ -39,6 +39,8 @@ from torch.nn import functional as F
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.modeling_outputs import ModelOutput
 
+from ..modeling_utils import reorders_within_groups, selects_whole_groups
+
 if TYPE_CHECKING:
     from transformers import (
         GenerationConfig,
@@ -178,25 +180,16 @@ class VlpBeamCache(DynamicCache):
         self.copies, self.shared_length = repeats, self.get_seq_length()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        copies = self.copies
-        if copies > 1:
-            groups = torch.arange(beam_idx.shape[0], device=beam_idx.device) // copies
-            if torch.equal(beam_idx // copies, groups):
-                for layer in self.layers:
-                    if layer.is_initialized:
-                        layer.reorder_positions_from(self.shared_length, beam_idx.to(layer.keys.device))
-                return
+        if reorders_within_groups(beam_idx, self.copies):
+            for layer in self.layers:
+                if layer.is_initialized:
+                    layer.reorder_positions_from(self.shared_length, beam_idx.to(layer.keys.device))
+            return
         super().reorder_cache(beam_idx)
         self.copies, self.shared_length = 1, 0
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        copies = self.copies
-        groups = indices.reshape(-1, copies) if indices.shape[0] % copies == 0 else None
-        # whole groups (every beam of the kept images, in order) stay groups: the prompt is still shared in each
-        whole = groups is not None and bool(
-            (groups[:, 0] % copies == 0).all()
-            and (groups == groups[:, :1] + torch.arange(copies, device=groups.device)).all()
-        )
+        whole = selects_whole_groups(indices, self.copies)  # the kept images' prompts are still shared by their beams
         super().batch_select_indices(indices)
         if not whole:
             self.copies, self.shared_length = 1, 0

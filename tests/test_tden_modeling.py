@@ -363,42 +363,49 @@ def test_xmodaler_beam_search_with_one_beam_is_greedy_decoding():
         model.generate(**regions(batch), num_beams=2, num_return_sequences=3, custom_generate=xmodaler_beam_search)
 
 
-def test_xmodaler_beam_search_stops_once_every_beam_has_ended():
-    """Image 0's beams all emit [SEP] at step 2, image 1's never (a hook steers the logits). Alone, image 0's search
-    stops after step 2; beside image 1 it runs every step: both give image 0 the same words and scores."""
+def test_xmodaler_beam_search_drops_images_whose_beams_have_all_ended(monkeypatch):
+    """Image 0's beams all emit [SEP] at step 2, image 1's at step 4 (a hook steers the logits, telling the images'
+    rows apart by their region masks). Image 0 leaves the batch after step 2 and the search stops after step 4, with
+    the words and scores of X-modaler's run of every image for all 8 steps (forced here by keeping every image)."""
+    from vlhub.modeling.tden import generation_tden
+
     torch.manual_seed(0)
     model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
-    eos, calls, batch, images = model.config.eos_token_id, [], inputs(), [1]
+    eos, rows_fed, batch = model.config.eos_token_id, [], inputs()
+    regions_of_image_0 = batch["region_attention_mask"][0].sum()
+    assert regions_of_image_0 != batch["region_attention_mask"][1].sum()
 
     def steer(module, args, kwargs, output):
-        step = len(calls)  # the prompt's forward gives step 0's scores
-        calls.append(step)
+        step = len(rows_fed)  # the prompt's forward gives step 0's scores
+        image_0 = kwargs["region_attention_mask"].sum(-1) == regions_of_image_0
+        rows_fed.append((int(image_0.sum()), int((~image_0).sum())))
         logits = output.logits.clone()
         logits[:, -1, eos] -= 100.0
-        if step >= 2:
-            logits[: logits.shape[0] // images[0], -1, eos] += 200.0  # image 0's rows come first
+        logits[image_0, -1, eos] += 200.0 if step >= 2 else 0.0
+        logits[~image_0, -1, eos] += 200.0 if step >= 4 else 0.0
         output.logits = logits
         return output
 
     model.register_forward_hook(steer, with_kwargs=True)
-    settings = dict(
-        max_new_tokens=8,
-        num_beams=3,
-        num_return_sequences=3,
-        custom_generate=xmodaler_beam_search,
-        return_dict_in_generate=True,
+    settings = dict(max_new_tokens=8, num_beams=3, num_return_sequences=3, custom_generate=xmodaler_beam_search)
+    found = model.generate(**regions(batch), return_dict_in_generate=True, **settings)
+    assert rows_fed == [(1, 1), (3, 3), (3, 3), (0, 3), (0, 3)]  # image 0 gone after step 2, image 1 after step 4
+    assert (found.sequences[:3, 3] == eos).all() and (found.sequences[3:, 5] == eos).all()
+    rows_fed.clear()
+    monkeypatch.setattr(
+        generation_tden,
+        "_images_going",
+        lambda mask, words, scores, eos: torch.ones_like(words[:, 0], dtype=torch.bool),
     )
-    alone = model.generate(**{k: v[:1] for k, v in regions(batch).items()}, **settings)
-    assert len(calls) == 3 and (alone.sequences[:, 3] == eos).all()  # steps 0-2, every beam ending at step 2
-    assert (alone.sequences[:, 4:] == 0).all() and (alone.token_scores[:, 3:] == 0).all()
-    calls.clear()
-    images[0] = 2
-    both = model.generate(**regions(batch), **settings)
-    assert len(calls) == 8  # image 1 never ends: every step runs
-    assert torch.equal(both.sequences[:3], alone.sequences)
-    # (a batch of two and one image alone differ in float rounding, not more)
-    torch.testing.assert_close(both.sequences_scores[:3], alone.sequences_scores, atol=1e-6, rtol=0)
-    torch.testing.assert_close(both.token_scores[:3], alone.token_scores, atol=1e-6, rtol=0)
+    full = model.generate(**regions(batch), return_dict_in_generate=True, **settings)
+    assert rows_fed == [(1, 1)] + [(3, 3)] * 7  # every image, every step
+    assert torch.equal(found.sequences, full.sequences)
+    assert torch.equal(found.sequences_scores[:3], full.sequences_scores[:3])  # image 0: the same computation
+    assert torch.equal(found.token_scores[:3], full.token_scores[:3])
+    # image 1's later steps ran beside image 0's rows in the full run: float rounding apart, the same
+    torch.testing.assert_close(found.sequences_scores[3:], full.sequences_scores[3:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(found.token_scores[3:], full.token_scores[3:], atol=1e-6, rtol=0)
+    assert (full.sequences[:3, 4:] == 0).all() and (full.token_scores[:3, 3:] == 0).all()  # X-modaler's tail
 
 
 @pytest.mark.parametrize("returned", [1, 3])

@@ -9,9 +9,10 @@ captions = processor.batch_decode(ids, skip_special_tokens=True)
 What it does (X-modaler's `BeamSearcher`, from meshed-memory-transformer, which the released numbers used):
 - at every step all `beam × vocabulary` candidates compete by the plain sum of log-probs (no length normalisation);
 - a beam that emitted [SEP] (`eos_token_id`) stays in its slot and offers one candidate (word 0) at its frozen score;
-- all `max_new_tokens` steps run (no early stop); at the end the beams are sorted by score. Once every beam of every
-  image has emitted [SEP], each later step only appends word 0 (token score 0) to every beam and keeps the beams in
-  score order, so the loop here stops there and writes those steps' words and scores directly: the same result.
+- all `max_new_tokens` steps run (no early stop); at the end the beams are sorted by score. Once every beam of an
+  image has emitted [SEP], each later step only appends word 0 (token score 0) to its beams and keeps them in score
+  order, so here the image leaves the batch at that step (its rows leave the cache) and those steps' words and scores
+  are written directly: the same result, and the search stops when no image is left.
 - candidates that tie keep their order (the lower beam, then the lower word, first): X-modaler sorts with an unstable
   sort, whose order among equal scores is not defined.
 
@@ -96,36 +97,41 @@ def xmodaler_beam_search(
     return sequences
 
 
+# The score X-modaler gives every word but word 0 of a beam that has ended (word 0 keeps the beam's score).
+_ENDED_BEAM_OTHER_WORDS = -999.0
+
+
 def beam_search(
     model: "PreTrainedModel", prompt: torch.LongTensor, inputs: dict, beams: int, steps: int, eos: int
 ) -> dict:
     """The search itself, from `prompt` `(batch, P)` and the first step's other inputs (regions, masks): every beam
     sorted by score, `{"words": (batch, beams, steps), "scores": (batch, beams), "token_scores": (batch, beams,
-    steps)}`."""
+    steps)}`. An image whose beams have all ended leaves the batch (the module docstring)."""
     from .modeling_tden import TdenBeamCache  # modeling_tden imports this module
 
-    batch, device = prompt.shape[0], prompt.device
+    found = _EndedImages(prompt.shape[0], beams, steps, prompt.device)
+    active = torch.arange(prompt.shape[0], device=prompt.device)  # the images still decoded, in row order
     cache = TdenBeamCache()
-    tokens, seq_logprob = prompt, torch.zeros(batch, 1, 1, device=device)
-    seq_mask = torch.ones(batch, beams, 1, device=device)
+    tokens, seq_logprob = prompt, torch.zeros(prompt.shape[0], 1, 1, device=prompt.device)
+    seq_mask = torch.ones(prompt.shape[0], beams, 1, device=prompt.device)
     words, word_logprobs, selected_words = [], [], None
     attention_mask = inputs.pop("attention_mask", None)
     for step in range(steps):
-        rows = 1 if step == 0 else beams
+        images, rows = active.shape[0], 1 if step == 0 else beams
         if attention_mask is not None:
             inputs["attention_mask"] = attention_mask
         logits = model(input_ids=tokens, cache=cache, use_cache=True, **inputs).logits[:, -1]
-        word_logprob = F.log_softmax(logits.float(), dim=-1).view(batch, rows, -1)
+        word_logprob = F.log_softmax(logits.float(), dim=-1).view(images, rows, -1)
         vocab = word_logprob.shape[-1]
         candidates = seq_logprob + word_logprob
         if step > 0:
             # A finished beam keeps its score and offers only word 0.
-            seq_mask = seq_mask * (selected_words.view(batch, rows) != eos).float().unsqueeze(-1)
+            seq_mask = seq_mask * (selected_words.view(images, rows) != eos).float().unsqueeze(-1)
             word_logprob = word_logprob * seq_mask
             frozen = seq_logprob.expand_as(candidates).clone()
-            frozen[:, :, 1:] = -999
+            frozen[:, :, 1:] = _ENDED_BEAM_OTHER_WORDS
             candidates = seq_mask * candidates + frozen * (1 - seq_mask)
-        selected_logprob, selected = best_candidates(candidates.view(batch, -1), beams)
+        selected_logprob, selected = best_candidates(candidates.view(images, -1), beams)
         selected_beam = torch.div(selected, vocab, rounding_mode="floor")
         selected_words = selected - selected_beam * vocab
         if step == 0:  # one row per image so far: every beam continues it
@@ -133,29 +139,70 @@ def beam_search(
             inputs = _later_step_inputs(inputs, beams)
             if attention_mask is not None:
                 attention_mask = attention_mask.repeat_interleave(beams, dim=0)
-        else:  # rows of the flat (batch * beams) caches that the selected beams continue
-            cache.reorder_cache((torch.arange(batch, device=device).unsqueeze(1) * rows + selected_beam).view(-1))
+        else:  # rows of the flat (images * beams) caches that the selected beams continue
+            cache.reorder_cache(
+                (torch.arange(images, device=active.device).unsqueeze(1) * rows + selected_beam).view(-1)
+            )
         if attention_mask is not None:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
         seq_logprob = selected_logprob.unsqueeze(-1)
         seq_mask = torch.gather(seq_mask, 1, selected_beam.unsqueeze(-1))
         words = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in words] + [selected_words.unsqueeze(-1)]
-        chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(batch, beams, vocab))
+        chosen = torch.gather(word_logprob, 1, selected_beam.unsqueeze(-1).expand(images, beams, vocab))
         word_logprobs = [torch.gather(w, 1, selected_beam.unsqueeze(-1)) for w in word_logprobs]
         word_logprobs.append(torch.gather(chosen, 2, selected_words.unsqueeze(-1)))
         tokens = selected_words.view(-1, 1)
-        if step + 1 < steps and not bool((seq_mask[..., 0] * (selected_words != eos)).any()):
-            # every beam has ended: the remaining steps would append word 0 with token score 0 (the docstring), a
-            # log-prob times a zero mask: -0.0
-            words.append(selected_words.new_zeros(batch, beams, steps - step - 1))
-            word_logprobs.append(word_logprobs[-1].new_full((batch, beams, steps - step - 1), -0.0))
-            break
-    scores, order = torch.sort(seq_logprob, dim=1, descending=True, stable=True)
-    return {
-        "words": torch.gather(torch.cat(words, -1), 1, order.expand(batch, beams, steps)),
-        "scores": scores[..., 0],
-        "token_scores": torch.gather(torch.cat(word_logprobs, -1), 1, order.expand(batch, beams, steps)),
-    }
+        going = _images_going(seq_mask, selected_words, seq_logprob, eos)
+        if step + 1 < steps and not bool(going.all()):
+            found.record(active[~going], ~going, words, word_logprobs, seq_logprob)
+            if not bool(going.any()):
+                return found.sorted()
+            kept = (going.nonzero()[:, :1] * beams + torch.arange(beams, device=active.device)).reshape(-1)
+            cache.batch_select_indices(kept)
+            inputs = {name: value[kept] for name, value in inputs.items()}
+            attention_mask = attention_mask[kept] if attention_mask is not None else None
+            active, tokens, selected_words = active[going], tokens[kept], selected_words[going]
+            seq_logprob, seq_mask = seq_logprob[going], seq_mask[going]
+            words, word_logprobs = [w[going] for w in words], [w[going] for w in word_logprobs]
+    found.record(active, slice(None), words, word_logprobs, seq_logprob)
+    return found.sorted()
+
+
+def _images_going(seq_mask: torch.Tensor, words: torch.Tensor, scores: torch.Tensor, eos: int) -> torch.Tensor:
+    """`(images,)` bool: the images with a beam still going after a step (`seq_mask` `(images, beams, 1)` before the
+    step's `words` `(images, beams)`), or with an ended beam whose score `(images, beams, 1)` is not above the other
+    words' (X-modaler would then let those words compete): every other image can leave the batch."""
+    return (seq_mask[..., 0] * (words != eos)).any(1) | (scores[..., 0] <= _ENDED_BEAM_OTHER_WORDS).any(1)
+
+
+class _EndedImages:
+    """The search's results, image by image as each leaves the batch: once every beam of an image has ended (and
+    keeps a score above the ended beams' other words), each later step of X-modaler's search only appends word 0 with
+    token score -0.0 (a log-prob times a zero mask) to every beam and keeps the beams in score order, so those steps
+    are written here directly and the beams sorted once at the end."""
+
+    def __init__(self, batch: int, beams: int, steps: int, device: torch.device) -> None:
+        self.words = torch.zeros(batch, beams, steps, dtype=torch.long, device=device)
+        self.token_scores = torch.full((batch, beams, steps), -0.0, device=device)
+        self.scores = torch.zeros(batch, beams, 1, device=device)
+
+    def record(
+        self, images: torch.Tensor, rows: torch.Tensor | slice, words: list, word_logprobs: list, scores
+    ) -> None:
+        """The beams of `images` (their `rows` of the running search's `(images, beams, ...)` state)."""
+        taken = len(words)
+        self.words[images, :, :taken] = torch.cat(words, -1)[rows]
+        self.token_scores[images, :, :taken] = torch.cat(word_logprobs, -1)[rows]
+        self.scores[images] = scores[rows]
+
+    def sorted(self) -> dict:
+        scores, order = torch.sort(self.scores, dim=1, descending=True, stable=True)
+        by_score = order.expand_as(self.words)
+        return {
+            "words": torch.gather(self.words, 1, by_score),
+            "scores": scores[..., 0],
+            "token_scores": torch.gather(self.token_scores, 1, by_score),
+        }
 
 
 def best_candidates(candidates: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -95,6 +95,9 @@ def test_float32_where_asked_or_where_bf16_is_not_chosen(bf16_measured, vqa_fold
     model = vlhub.UniterForQuestionAnswering.from_pretrained(folder).eval()
     processor = vlhub.UniterProcessor.from_pretrained(folder)
     assert VisualQuestionAnsweringPipeline(model=model, processor=processor).model is model
+    # a model whose parameters are not all float32 on one device (e.g. placed by a device map) stays as placed
+    model.get_input_embeddings().to(torch.float64)
+    assert pipeline("visual-question-answering", model=model, processor=processor).model is model
     # where bf16 did not measure fast, float32 stays
     monkeypatch.setattr(inference_dtype, "fastest_inference_dtype", lambda device="cpu": torch.float32)
     assert pipeline("visual-question-answering", model=folder).inference_dtype == "float32"

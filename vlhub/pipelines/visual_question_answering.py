@@ -149,16 +149,18 @@ class ProcessorPipelineMixin:
         self.inference_dtype = "int8" if self.quantized_linears else str(self.model.dtype).removeprefix("torch.")
 
     def _runs_bf16_for_speed(self) -> bool:
-        """Whether this pipeline, left to choose, runs its float32 CPU model in bfloat16 (the class docstring)."""
-        if (
-            not self.bf16_when_fast
-            or self.model.device.type not in ("cpu", "cuda")
-            or self.model.dtype != torch.float32
-        ):
+        """Whether this pipeline, left to choose, runs its float32 model in bfloat16 (the class docstring). Only a
+        model whose float parameters are all float32 and all on one CPU or CUDA device: one spread over devices or
+        offloaded (accelerate's device maps) is left as it was placed."""
+        places = {(parameter.device, parameter.dtype) for parameter in self.model.parameters()}
+        if not self.bf16_when_fast or len(places) != 1:
+            return False
+        device, dtype = places.pop()
+        if device.type not in ("cpu", "cuda") or dtype != torch.float32:
             return False
         from ..modeling import inference_dtype
 
-        return inference_dtype.fastest_inference_dtype(self.model.device) == torch.bfloat16
+        return inference_dtype.fastest_inference_dtype(device) == torch.bfloat16
 
 
 class TopKPipelineMixin(ProcessorPipelineMixin):

@@ -220,6 +220,10 @@ def test_a_demo_step_is_reused_when_finished_with_the_same_settings_and_redone_o
     [
         (["--max_eval_samples", "-1"], "--max_eval_samples must be 0 (all) or more, got -1"),
         (["--gallery_images", "0"], "--gallery_images must be at least 1, got 0"),
+        (["--pretrain_steps", "0"], "--pretrain_steps must be at least 1"),
+        (["--finetune_steps", "-5"], "--finetune_steps must be 0 (none) or more, got -5"),
+        (["--retrieval_steps", "-1"], "--retrieval_steps must be 0 (none) or more, got -1"),
+        (["--caption_steps", "-1"], "--caption_steps must be 0 (none) or more, got -1"),
     ],
 )
 def test_bad_evaluation_sizes_are_refused_before_anything_runs(tmp_path, capsys, arguments, message):

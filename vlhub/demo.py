@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         "Default: the architecture's mix for training from scratch (UNITER: itc:1,itm:1), else its "
         "original mix.",
     )
-    parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps.")
+    parser.add_argument("--finetune_steps", type=int, default=600, help="VQA fine-tuning steps (0: none).")
     parser.add_argument("--retrieval_steps", type=int, default=100, help="Retrieval fine-tuning steps (0: none).")
     parser.add_argument("--num_examples", type=int, default=4, help="Held-out examples to show (and draw).")
     parser.add_argument(
@@ -166,6 +166,13 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--max_eval_samples must be 0 (all) or more, got {args.max_eval_samples}")
     if args.gallery_images < 1:
         parser.error(f"--gallery_images must be at least 1, got {args.gallery_images}")
+    if args.pretrain_steps < 1:
+        parser.error(
+            f"--pretrain_steps must be at least 1 (every later step starts from it), got {args.pretrain_steps}"
+        )
+    for name in ("finetune_steps", "retrieval_steps", "caption_steps"):
+        if vars(args)[name] < 0:
+            parser.error(f"--{name} must be 0 (none) or more, got {vars(args)[name]}")
     known = sorted(architectures())
     if args.model_type not in known:
         parser.error(f"--model_type {args.model_type!r} is not a vlhub architecture; known: {', '.join(known)}")
@@ -202,8 +209,9 @@ class Demo:
         start = time.time()
         plan = demo_plan(self.args.model_type)
         steps = {step.name: step for step in plan}
-        if self.args.retrieval_steps <= 0 and steps["retrieval"].skip is None:
-            steps["retrieval"] = DemoStep("retrieval", "--retrieval_steps 0")
+        for name, option in (("vqa", "finetune_steps"), ("retrieval", "retrieval_steps")):
+            if vars(self.args)[option] == 0 and steps[name].skip is None:
+                steps[name] = DemoStep(name, f"--{option} 0")
         print(f"== vlhub demo: {self.architecture.name} on the shapes world", flush=True)
         for step in steps.values():
             print(f"   {step.name:12s} {'runs' if step.skip is None else 'skipped: ' + step.skip}")

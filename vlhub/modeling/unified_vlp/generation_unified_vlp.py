@@ -292,6 +292,12 @@ def _extend_beams(
     return scores, words, parents
 
 
+def _images_going(words: torch.Tensor, eos: int) -> torch.Tensor:
+    """`(images,)` bool: the images whose caption a later step can still change, after a step that chose `words`
+    `(images, beams)`: those where some beam did not emit [SEP] (the module docstring)."""
+    return ~(words == eos).all(dim=1)
+
+
 def _empty_traces(shape: tuple[int, int, int], pad: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """The original's traces, `(batch, steps, beams)` each, to fill step by step: every beam's score, word (`pad`
     where an image left the batch before the step) and parent."""
@@ -348,7 +354,7 @@ def vlp_beam_search(
         beam_scores[active, step], beam_words[active, step], beam_parents[active, step] = scores, words, parents
         if step + 1 == max_new_tokens:
             break
-        going = ~(words == eos).all(dim=1)  # an image whose beams all ended at this step is settled
+        going = _images_going(words, eos)
         if not generation_config.return_dict_in_generate and not bool(going.all()):  # traces: every step
             if not bool(going.any()):
                 break  # no later step can change a caption (the module docstring)

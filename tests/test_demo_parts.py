@@ -224,6 +224,7 @@ def test_a_demo_step_is_reused_when_finished_with_the_same_settings_and_redone_o
         (["--finetune_steps", "-5"], "--finetune_steps must be 0 (none) or more, got -5"),
         (["--retrieval_steps", "-1"], "--retrieval_steps must be 0 (none) or more, got -1"),
         (["--caption_steps", "-1"], "--caption_steps must be 0 (none) or more, got -1"),
+        (["--caption_metrics", "BLEU"], "invalid choice: 'BLEU'"),
     ],
 )
 def test_bad_evaluation_sizes_are_refused_before_anything_runs(tmp_path, capsys, arguments, message):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .evaluation.captions import CAPTION_METRICS
 from .utils.files import atomic_write_json
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--caption_metrics",
         nargs="+",
         default=None,
+        choices=CAPTION_METRICS,
         help="Captioning: the COCO caption metrics to report (finetune.py's --caption_metrics; default all). "
         "METEOR runs a Java helper and takes most of a short run's evaluation time.",
     )

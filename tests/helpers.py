@@ -103,3 +103,27 @@ def vqa_single_and_batched(vqa, images, questions, top_k: int = 3) -> list:
         assert [a["answer"] for a in one] == [a["answer"] for a in many]
         assert one[0]["score"] == pytest.approx(many[0]["score"], abs=1e-5)
     return single
+
+
+def end_captions_at(model, eos: int, region_attention_mask: torch.Tensor, steps: tuple[int, int]) -> list:
+    """Steer a captioner's next-word scores so that every beam of image 0 emits `eos` from step `steps[0]` on and of
+    image 1 from `steps[1]` on, never before (a forward hook; the two images' rows are told apart by the sums of their
+    `region_attention_mask` rows, which must differ). Returns the list to which each forward appends its `(image 0
+    rows, image 1 rows)`; its length is the next step's number (the prompt's forward gives step 0's scores)."""
+    first = region_attention_mask[0].sum()
+    assert first != region_attention_mask[1].sum(), "the two images need region masks of different sizes"
+    rows_fed = []
+
+    def steer(module, args, kwargs, output):
+        step = len(rows_fed)
+        image_0 = kwargs["region_attention_mask"].sum(-1) == first
+        rows_fed.append((int(image_0.sum()), int((~image_0).sum())))
+        logits = output.logits.clone()
+        logits[:, -1, eos] -= 100.0
+        logits[image_0, -1, eos] += 200.0 if step >= steps[0] else 0.0
+        logits[~image_0, -1, eos] += 200.0 if step >= steps[1] else 0.0
+        output.logits = logits
+        return output
+
+    model.register_forward_hook(steer, with_kwargs=True)
+    return rows_fed

@@ -27,6 +27,7 @@ from vlhub import (
 from vlhub.modeling.modeling_utils import SharedPrefillMixin
 from vlhub.modeling.tden import XmodalerBeamSearchOutput, xmodaler_beam_search
 from vlhub.modeling.tden.modeling_tden import batch_hardest_triplet_loss
+from .helpers import end_captions_at
 
 B, T, R, F = 2, 6, 5, 16
 
@@ -371,22 +372,8 @@ def test_xmodaler_beam_search_drops_images_whose_beams_have_all_ended(monkeypatc
 
     torch.manual_seed(0)
     model = TdenForConditionalGeneration(tiny_config(num_cross_encoder_layers=0)).eval()
-    eos, rows_fed, batch = model.config.eos_token_id, [], inputs()
-    regions_of_image_0 = batch["region_attention_mask"][0].sum()
-    assert regions_of_image_0 != batch["region_attention_mask"][1].sum()
-
-    def steer(module, args, kwargs, output):
-        step = len(rows_fed)  # the prompt's forward gives step 0's scores
-        image_0 = kwargs["region_attention_mask"].sum(-1) == regions_of_image_0
-        rows_fed.append((int(image_0.sum()), int((~image_0).sum())))
-        logits = output.logits.clone()
-        logits[:, -1, eos] -= 100.0
-        logits[image_0, -1, eos] += 200.0 if step >= 2 else 0.0
-        logits[~image_0, -1, eos] += 200.0 if step >= 4 else 0.0
-        output.logits = logits
-        return output
-
-    model.register_forward_hook(steer, with_kwargs=True)
+    eos, batch = model.config.eos_token_id, inputs()
+    rows_fed = end_captions_at(model, eos, batch["region_attention_mask"], steps=(2, 4))
     settings = dict(max_new_tokens=8, num_beams=3, num_return_sequences=3, custom_generate=xmodaler_beam_search)
     found = model.generate(**regions(batch), return_dict_in_generate=True, **settings)
     assert rows_fed == [(1, 1), (3, 3), (3, 3), (0, 3), (0, 3)]  # image 0 gone after step 2, image 1 after step 4

@@ -18,6 +18,7 @@ from vlhub import (
 from vlhub.modeling.modeling_utils import SharedPrefillMixin
 from vlhub.modeling.unified_vlp import vlp_beam_search
 from vlhub.utils.compat import CACHE_NAME
+from .helpers import end_captions_at
 
 REGIONS, FEATURES, CLASSES = 4, 16, 5
 # The tiny vocabulary of conftest.tiny_vocab: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, then words.
@@ -261,23 +262,9 @@ def test_original_beam_search_drops_images_whose_caption_is_settled(processor):
     batch after step 2 and the search stops after step 4, with the captions of the full run (every image, all steps:
     what it still does when asked for the beams' traces)."""
     model = model_of(UnifiedVlpForConditionalGeneration)
-    eos, beams, rows_fed = SPECIAL["eos_token_id"], 3, []
+    eos, beams = SPECIAL["eos_token_id"], 3
     prompt = processor(regions=[make_regions(4), make_regions(3, 1)])
-    regions_of_image_0 = prompt["region_attention_mask"][0].sum()
-    assert regions_of_image_0 != prompt["region_attention_mask"][1].sum()
-
-    def steer(module, args, kwargs, output):
-        step = len(rows_fed)  # the prompt's forward gives step 0's scores
-        image_0 = kwargs["region_attention_mask"].sum(-1) == regions_of_image_0
-        rows_fed.append((int(image_0.sum()), int((~image_0).sum())))
-        logits = output.logits.clone()
-        logits[:, -1, eos] -= 100.0
-        logits[image_0, -1, eos] += 200.0 if step >= 2 else 0.0
-        logits[~image_0, -1, eos] += 200.0 if step >= 4 else 0.0
-        output.logits = logits
-        return output
-
-    model.register_forward_hook(steer, with_kwargs=True)
+    rows_fed = end_captions_at(model, eos, prompt["region_attention_mask"], steps=(2, 4))
     settings = dict(max_new_tokens=8, num_beams=beams, custom_generate=vlp_beam_search)
     full = model.generate(**prompt, return_dict_in_generate=True, **settings)
     assert rows_fed == [(1, 1)] + [(beams, beams)] * 7  # both images, every step

@@ -84,7 +84,8 @@ def main() -> None:
 
     print(describe(machine("cpu", peak_dtypes=())))
     print(
-        f"{args.folder}: {model.config.model_type}, beam {args.beams}, {args.max_new_tokens} words, {args.images} images"
+        f"{args.folder}: {model.config.model_type}, beam {args.beams}, {args.max_new_tokens} words, "
+        f"{args.images} images"
     )
     print("| batch | every step (s / image) | images leave when settled (s / image) | speed-up | same captions |")
     print("| --- | --- | --- | --- | --- |")
@@ -101,7 +102,8 @@ def main() -> None:
             times = interleaved_rounds({"every": every, "settled": lambda: caption(batch_size)}, args.rounds, "cpu")
             every_s, settled_s = (statistics.median(w for w, _ in times[name]) / len(regions) for name in times)
             print(
-                f"| {batch_size} | {every_s:.4f} | {settled_s:.4f} | {every_s / settled_s:.2f}x | {same}/{len(regions)} |"
+                f"| {batch_size} | {every_s:.4f} | {settled_s:.4f} | {every_s / settled_s:.2f}x "
+                f"| {same}/{len(regions)} |"
             )
 
 

@@ -80,7 +80,12 @@ def test_a_given_model_is_left_alone(bf16_measured, vqa_folder):  # noqa: F811
     assert vqa.model is not model and vqa.model.dtype == torch.bfloat16 and model.dtype == torch.float32
 
 
-def test_float32_where_asked_or_where_bf16_is_not_chosen(bf16_measured, vqa_folder, captioner_folder, monkeypatch):  # noqa: F811
+def test_float32_where_asked_or_where_bf16_is_not_chosen(
+    bf16_measured,
+    vqa_folder,  # noqa: F811
+    captioner_folder,  # noqa: F811
+    monkeypatch,
+):
     folder = str(vqa_folder)
     for kwargs in ({"dtype": torch.float32}, {"dtype": "float32"}, {"pack_linear_weights": True}):
         vqa = pipeline("visual-question-answering", model=folder, **kwargs)

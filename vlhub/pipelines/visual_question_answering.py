@@ -93,9 +93,9 @@ class ProcessorPipelineMixin:
     Left to choose the dtype (`pipeline(...)`'s default `dtype="auto"`), a pipeline whose answers are a ranking
     (`bf16_when_fast`: VQA, retrieval) runs a bfloat16 copy of a float32 model where bf16 products are clearly faster
     than float32's on its device (`fastest_inference_dtype`: on a CPU, AMX or AVX512-BF16 units and a product timed
-    once per process; a CUDA GPU that supports bf16); the model passed is left as it was. Answers are close to float32's, not equal (99.8-100% of the top
-    answers unchanged on the demo's trained models). `dtype=torch.float32` keeps float32, as do `pack_linear_weights=True`
-    and `quantize`. `inference_dtype` says what the pipeline runs."""
+    once per process; a CUDA GPU that supports bf16); the model passed is left as it was. Answers are close to
+    float32's, not equal (99.8-100% of the top answers unchanged on the demo's trained models). `dtype=torch.float32`
+    keeps float32, as do `pack_linear_weights=True` and `quantize`. `inference_dtype` says what the pipeline runs."""
 
     _load_processor = True
     _load_image_processor = False

@@ -187,7 +187,12 @@ class _EndedImages:
         self.scores = torch.zeros(batch, beams, 1, device=device)
 
     def record(
-        self, images: torch.Tensor, rows: torch.Tensor | slice, words: list, word_logprobs: list, scores
+        self,
+        images: torch.Tensor,
+        rows: torch.Tensor | slice,
+        words: list[torch.Tensor],
+        word_logprobs: list[torch.Tensor],
+        scores: torch.Tensor,
     ) -> None:
         """The beams of `images` (their `rows` of the running search's `(images, beams, ...)` state)."""
         taken = len(words)

@@ -5,7 +5,7 @@ grouped; anything else does not."""
 import pytest
 import torch
 
-from vlhub.modeling.modeling_utils import reorders_within_groups, selects_whole_groups
+from vlhub.modeling.modeling_utils import reorders_within_groups, rows_of_groups, selects_whole_groups
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,9 @@ def test_reorders_within_groups(indices, copies, expected):
 )
 def test_selects_whole_groups(indices, copies, expected):
     assert selects_whole_groups(torch.tensor(indices, dtype=torch.long), copies) is expected
+
+
+def test_rows_of_groups_is_a_selection_of_whole_groups():
+    rows = rows_of_groups(torch.tensor([False, True, True]), 2)
+    assert rows.tolist() == [2, 3, 4, 5] and selects_whole_groups(rows, 2)
+    assert rows_of_groups(torch.tensor([True, False]), 3).tolist() == [0, 1, 2]

@@ -150,6 +150,13 @@ def selects_whole_groups(indices: torch.Tensor, copies: int) -> bool:
     return bool((groups[:, 0] % copies == 0).all() and in_order.all())
 
 
+def rows_of_groups(kept: torch.Tensor, copies: int) -> torch.Tensor:
+    """The row indices `(kept.sum() * copies,)` of the groups of `copies` consecutive rows that `kept` `(groups,)`
+    (bool) keeps, each group's rows in order: the selection `selects_whole_groups` recognises."""
+    first_rows = kept.nonzero()[:, :1] * copies
+    return (first_rows + torch.arange(copies, device=kept.device)).reshape(-1)
+
+
 class SharedPrefillMixin:
     """Encodes each distinct prompt once in `generate()` (captioners with a key/value cache; list it before
     `GenerationMixin`).

@@ -29,6 +29,8 @@ import torch
 from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
 
+from ..modeling_utils import rows_of_groups
+
 if TYPE_CHECKING:
     from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
@@ -157,7 +159,7 @@ def beam_search(
             found.record(active[~going], ~going, words, word_logprobs, seq_logprob)
             if not bool(going.any()):
                 return found.sorted()
-            kept = (going.nonzero()[:, :1] * beams + torch.arange(beams, device=active.device)).reshape(-1)
+            kept = rows_of_groups(going, beams)
             cache.batch_select_indices(kept)
             inputs = {name: value[kept] for name, value in inputs.items()}
             attention_mask = attention_mask[kept] if attention_mask is not None else None

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.modeling_outputs import ModelOutput
 
-from ..modeling_utils import reorders_within_groups, selects_whole_groups
+from ..modeling_utils import reorders_within_groups, rows_of_groups, selects_whole_groups
 
 if TYPE_CHECKING:
     from transformers import (
@@ -264,11 +264,11 @@ def _decoding_settings(generation_config, config, prompt_length: int) -> tuple[i
     return max_new_tokens, eos, pad
 
 
-def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, length: int, device):
+def _best_captions(beam_scores, beam_words, beam_parents, eos: int, pad: int, device):
     """Each image's best caption, back-tracked from the beams' `(batch, steps, beams)` frames and padded with `pad`,
-    and its score: `(captions (batch, length), scores (batch,))`."""
-    batch = beam_scores.shape[0]
-    captions = torch.full((batch, length), pad, dtype=torch.long, device=device)
+    and its score: `(captions (batch, steps), scores (batch,))`."""
+    batch, steps = beam_scores.shape[:2]
+    captions = torch.full((batch, steps), pad, dtype=torch.long, device=device)
     best_scores = torch.zeros(batch, device=device)
     for b in range(batch):
         sequence, best = _backtrack(beam_scores[b].tolist(), beam_words[b].tolist(), beam_parents[b].tolist(), eos)
@@ -359,7 +359,7 @@ def vlp_beam_search(
             if not bool(going.any()):
                 break  # no later step can change a caption (the module docstring)
             active, scores, words, finished = active[going], scores[going], words[going], finished[going]
-            rows = (going.nonzero()[:, :1] * beams + torch.arange(beams, device=device)).reshape(-1)
+            rows = rows_of_groups(going, beams)
             cache.batch_select_indices(rows)
             attention_mask, fixed = attention_mask[rows], {k: v[rows] for k, v in fixed.items()}
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=1)
@@ -374,7 +374,7 @@ def vlp_beam_search(
             **fixed,
         )
 
-    captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, max_new_tokens, device)
+    captions, best_scores = _best_captions(beam_scores, beam_words, beam_parents, eos, pad, device)
     sequences = torch.cat([input_ids[firsts], captions], dim=1)
     if generation_config.return_dict_in_generate:
         return VlpBeamSearchOutput(
